@@ -1,0 +1,600 @@
+//! An in-memory CRI runtime for component tests. It keeps sandboxes, containers and images in
+//! maps, stamps times from tokio's clock (so paused-clock tests see exact times), records every
+//! call in order, and lets a test make containers exit or calls fail.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use super::{api, Error, ImageService, Result, Runtime};
+use crate::clock::Clock;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub at: tokio::time::Instant,
+    pub op: &'static str,
+    /// Sandbox `namespace/name`, container name, or image, whichever the call is about.
+    pub target: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone)]
+struct FakeSandbox {
+    config: api::PodSandboxConfig,
+    state: api::PodSandboxState,
+    created_at: i64,
+    ip: String,
+}
+
+#[derive(Debug, Clone)]
+struct FakeContainer {
+    sandbox_id: String,
+    config: api::ContainerConfig,
+    state: api::ContainerState,
+    created_at: i64,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: i32,
+    reason: String,
+    image_ref: String,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    sandboxes: BTreeMap<String, FakeSandbox>,
+    containers: BTreeMap<String, FakeContainer>,
+    images: HashSet<String>,
+    pullable: HashSet<String>,
+    failures: HashMap<&'static str, VecDeque<tonic::Status>>,
+    calls: Vec<Call>,
+    /// Exit code a container reports when stopped (per container name); 143 if unset.
+    stop_exit_codes: HashMap<String, i32>,
+}
+
+#[derive(Clone)]
+pub struct FakeRuntime {
+    state: Arc<Mutex<State>>,
+    clock: Clock,
+    /// Container IDs whose state changed, for tests that wire the fake to a PLEG.
+    changes: broadcast::Sender<String>,
+}
+
+impl Default for FakeRuntime {
+    fn default() -> Self {
+        Self::new(Clock::system())
+    }
+}
+
+impl FakeRuntime {
+    pub fn new(clock: Clock) -> Self {
+        let (changes, _) = broadcast::channel(1024);
+        FakeRuntime {
+            state: Arc::default(),
+            clock,
+            changes,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means another test thread panicked; the data is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_nanos(&self) -> i64 {
+        i64::try_from(self.clock.now().as_nanosecond()).unwrap_or(i64::MAX)
+    }
+
+    /// Makes an image present on the node.
+    pub fn add_image(&self, image: &str) {
+        self.lock().images.insert(image.to_string());
+    }
+
+    /// Makes an image pullable (present after a pull).
+    pub fn add_pullable_image(&self, image: &str) {
+        self.lock().pullable.insert(image.to_string());
+    }
+
+    /// The next call of `op` fails with `status`.
+    pub fn fail_next(&self, op: &'static str, status: tonic::Status) {
+        self.lock()
+            .failures
+            .entry(op)
+            .or_default()
+            .push_back(status);
+    }
+
+    /// The exit code containers of this name report when stopped.
+    pub fn set_stop_exit_code(&self, container_name: &str, code: i32) {
+        self.lock()
+            .stop_exit_codes
+            .insert(container_name.to_string(), code);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// Calls of one operation, as `target` strings, in order.
+    pub fn calls_of(&self, op: &str) -> Vec<String> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.op == op)
+            .map(|c| c.target.clone())
+            .collect()
+    }
+
+    pub fn clear_calls(&self) {
+        self.lock().calls.clear();
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// IDs of containers with the given name, oldest first.
+    pub fn container_ids(&self, name: &str) -> Vec<String> {
+        let st = self.lock();
+        let mut v: Vec<_> = st
+            .containers
+            .iter()
+            .filter(|(_, c)| c.config.metadata.as_ref().is_some_and(|m| m.name == name))
+            .map(|(id, c)| (c.created_at, id.clone()))
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, id)| id).collect()
+    }
+
+    pub fn running_container_names(&self) -> Vec<String> {
+        let st = self.lock();
+        let mut v: Vec<_> = st
+            .containers
+            .values()
+            .filter(|c| c.state == api::ContainerState::ContainerRunning)
+            .filter_map(|c| c.config.metadata.as_ref().map(|m| m.name.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub fn sandbox_count(&self) -> usize {
+        self.lock().sandboxes.len()
+    }
+
+    pub fn container_count(&self) -> usize {
+        self.lock().containers.len()
+    }
+
+    /// Makes the newest running container of this name exit with `code`.
+    pub fn exit_container(&self, name: &str, code: i32) {
+        let now = self.now_nanos();
+        let id = {
+            let mut st = self.lock();
+            let found = st
+                .containers
+                .iter_mut()
+                .filter(|(_, c)| {
+                    c.state == api::ContainerState::ContainerRunning
+                        && c.config.metadata.as_ref().is_some_and(|m| m.name == name)
+                })
+                .max_by_key(|(_, c)| c.created_at);
+            let Some((id, c)) = found else { return };
+            c.state = api::ContainerState::ContainerExited;
+            c.finished_at = now;
+            c.exit_code = code;
+            c.reason = if code == 0 { "Completed" } else { "Error" }.into();
+            id.clone()
+        };
+        let _ = self.changes.send(id);
+    }
+
+    fn record(
+        &self,
+        st: &mut State,
+        op: &'static str,
+        target: String,
+        detail: String,
+    ) -> Result<()> {
+        st.calls.push(Call {
+            at: tokio::time::Instant::now(),
+            op,
+            target: target.clone(),
+            detail,
+        });
+        if let Some(status) = st.failures.get_mut(op).and_then(VecDeque::pop_front) {
+            return Err(Error::Call { op, target, status });
+        }
+        Ok(())
+    }
+
+    fn container_name(st: &State, id: &str) -> String {
+        st.containers
+            .get(id)
+            .and_then(|c| c.config.metadata.as_ref())
+            .map(|m| m.name.clone())
+            .unwrap_or_else(|| id.to_string())
+    }
+
+    fn not_found(op: &'static str, id: &str) -> Error {
+        Error::Call {
+            op,
+            target: id.to_string(),
+            status: tonic::Status::not_found(format!("{id} not found")),
+        }
+    }
+
+    fn stop_locked(&self, st: &mut State, id: &str, now: i64) -> bool {
+        let codes = st.stop_exit_codes.clone();
+        let Some(c) = st.containers.get_mut(id) else {
+            return false;
+        };
+        if c.state != api::ContainerState::ContainerRunning {
+            return false;
+        }
+        let name = c
+            .config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        c.state = api::ContainerState::ContainerExited;
+        c.finished_at = now;
+        c.exit_code = codes.get(&name).copied().unwrap_or(143);
+        c.reason = if c.exit_code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        }
+        .into();
+        true
+    }
+}
+
+#[async_trait]
+impl Runtime for FakeRuntime {
+    async fn version(&self) -> Result<api::VersionResponse> {
+        let mut st = self.lock();
+        self.record(&mut st, "version", String::new(), String::new())?;
+        Ok(api::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake".into(),
+            runtime_version: "0.0.0".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String> {
+        let now = self.now_nanos();
+        let mut st = self.lock();
+        let target = config
+            .metadata
+            .as_ref()
+            .map(|m| format!("{}/{}", m.namespace, m.name))
+            .unwrap_or_default();
+        self.record(&mut st, "run_pod_sandbox", target, String::new())?;
+        st.next_id += 1;
+        let id = format!("sandbox-{}", st.next_id);
+        let ip = format!("10.0.{}.{}", st.next_id / 250, st.next_id % 250 + 1);
+        st.sandboxes.insert(
+            id.clone(),
+            FakeSandbox {
+                config,
+                state: api::PodSandboxState::SandboxReady,
+                created_at: now,
+                ip,
+            },
+        );
+        Ok(id)
+    }
+
+    async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        let now = self.now_nanos();
+        let mut changed = Vec::new();
+        {
+            let mut st = self.lock();
+            self.record(
+                &mut st,
+                "stop_pod_sandbox",
+                sandbox_id.into(),
+                String::new(),
+            )?;
+            let ids: Vec<String> = st
+                .containers
+                .iter()
+                .filter(|(_, c)| c.sandbox_id == sandbox_id)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in ids {
+                if self.stop_locked(&mut st, &id, now) {
+                    changed.push(id);
+                }
+            }
+            if let Some(s) = st.sandboxes.get_mut(sandbox_id) {
+                s.state = api::PodSandboxState::SandboxNotready;
+            }
+        }
+        for id in changed {
+            let _ = self.changes.send(id);
+        }
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        let mut st = self.lock();
+        self.record(
+            &mut st,
+            "remove_pod_sandbox",
+            sandbox_id.into(),
+            String::new(),
+        )?;
+        st.sandboxes.remove(sandbox_id);
+        st.containers.retain(|_, c| c.sandbox_id != sandbox_id);
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<api::PodSandboxStatus> {
+        let st = self.lock();
+        let s = st
+            .sandboxes
+            .get(sandbox_id)
+            .ok_or_else(|| Self::not_found("pod_sandbox_status", sandbox_id))?;
+        let ready = s.state == api::PodSandboxState::SandboxReady;
+        Ok(api::PodSandboxStatus {
+            id: sandbox_id.into(),
+            metadata: s.config.metadata.clone(),
+            state: s.state as i32,
+            created_at: s.created_at,
+            network: Some(api::PodSandboxNetworkStatus {
+                ip: if ready { s.ip.clone() } else { String::new() },
+                additional_ips: vec![],
+            }),
+            labels: s.config.labels.clone(),
+            annotations: s.config.annotations.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> Result<Vec<api::PodSandbox>> {
+        let st = self.lock();
+        let selector = filter.map(|f| f.label_selector).unwrap_or_default();
+        Ok(st
+            .sandboxes
+            .iter()
+            .filter(|(_, s)| {
+                selector
+                    .iter()
+                    .all(|(k, v)| s.config.labels.get(k) == Some(v))
+            })
+            .map(|(id, s)| api::PodSandbox {
+                id: id.clone(),
+                metadata: s.config.metadata.clone(),
+                state: s.state as i32,
+                created_at: s.created_at,
+                labels: s.config.labels.clone(),
+                annotations: s.config.annotations.clone(),
+                runtime_handler: String::new(),
+            })
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        _sandbox_config: api::PodSandboxConfig,
+    ) -> Result<String> {
+        let now = self.now_nanos();
+        let mut st = self.lock();
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        self.record(&mut st, "create_container", name, String::new())?;
+        if !st.sandboxes.contains_key(sandbox_id) {
+            return Err(Self::not_found("create_container", sandbox_id));
+        }
+        let image = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        if !st.images.contains(&image) {
+            return Err(Error::Call {
+                op: "create_container",
+                target: image.clone(),
+                status: tonic::Status::not_found(format!("image {image:?} not found")),
+            });
+        }
+        st.next_id += 1;
+        let id = format!("container-{}", st.next_id);
+        st.containers.insert(
+            id.clone(),
+            FakeContainer {
+                sandbox_id: sandbox_id.into(),
+                config,
+                state: api::ContainerState::ContainerCreated,
+                created_at: now,
+                started_at: 0,
+                finished_at: 0,
+                exit_code: 0,
+                reason: String::new(),
+                image_ref: format!("sha256:{image}"),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn start_container(&self, container_id: &str) -> Result<()> {
+        let now = self.now_nanos();
+        {
+            let mut st = self.lock();
+            let name = Self::container_name(&st, container_id);
+            self.record(&mut st, "start_container", name, String::new())?;
+            let c = st
+                .containers
+                .get_mut(container_id)
+                .ok_or_else(|| Self::not_found("start_container", container_id))?;
+            c.state = api::ContainerState::ContainerRunning;
+            c.started_at = now;
+        }
+        let _ = self.changes.send(container_id.to_string());
+        Ok(())
+    }
+
+    async fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()> {
+        let now = self.now_nanos();
+        let changed = {
+            let mut st = self.lock();
+            let name = Self::container_name(&st, container_id);
+            self.record(
+                &mut st,
+                "stop_container",
+                name,
+                format!("timeout={}", timeout.as_secs()),
+            )?;
+            if !st.containers.contains_key(container_id) {
+                return Err(Self::not_found("stop_container", container_id));
+            }
+            self.stop_locked(&mut st, container_id, now)
+        };
+        if changed {
+            let _ = self.changes.send(container_id.to_string());
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, container_id: &str) -> Result<()> {
+        let mut st = self.lock();
+        let name = Self::container_name(&st, container_id);
+        self.record(&mut st, "remove_container", name, String::new())?;
+        st.containers.remove(container_id);
+        Ok(())
+    }
+
+    async fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> Result<Vec<api::Container>> {
+        let st = self.lock();
+        let selector = filter.map(|f| f.label_selector).unwrap_or_default();
+        Ok(st
+            .containers
+            .iter()
+            .filter(|(_, c)| {
+                selector
+                    .iter()
+                    .all(|(k, v)| c.config.labels.get(k) == Some(v))
+            })
+            .map(|(id, c)| api::Container {
+                id: id.clone(),
+                pod_sandbox_id: c.sandbox_id.clone(),
+                metadata: c.config.metadata.clone(),
+                image: c.config.image.clone(),
+                image_ref: c.image_ref.clone(),
+                state: c.state as i32,
+                created_at: c.created_at,
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus> {
+        let st = self.lock();
+        let c = st
+            .containers
+            .get(container_id)
+            .ok_or_else(|| Self::not_found("container_status", container_id))?;
+        Ok(api::ContainerStatus {
+            id: container_id.into(),
+            metadata: c.config.metadata.clone(),
+            state: c.state as i32,
+            created_at: c.created_at,
+            started_at: c.started_at,
+            finished_at: c.finished_at,
+            exit_code: c.exit_code,
+            image: c.config.image.clone(),
+            image_ref: c.image_ref.clone(),
+            reason: c.reason.clone(),
+            labels: c.config.labels.clone(),
+            annotations: c.config.annotations.clone(),
+            log_path: c.config.log_path.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        _timeout: Duration,
+    ) -> Result<api::ExecSyncResponse> {
+        let mut st = self.lock();
+        let name = Self::container_name(&st, container_id);
+        self.record(&mut st, "exec_sync", name, cmd.join(" "))?;
+        Ok(api::ExecSyncResponse::default())
+    }
+}
+
+#[async_trait]
+impl ImageService for FakeRuntime {
+    async fn image_status(&self, image: &str) -> Result<Option<api::Image>> {
+        let mut st = self.lock();
+        self.record(&mut st, "image_status", image.into(), String::new())?;
+        Ok(st.images.contains(image).then(|| api::Image {
+            id: format!("sha256:{image}"),
+            repo_tags: vec![image.to_string()],
+            ..Default::default()
+        }))
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        _sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> Result<String> {
+        let mut st = self.lock();
+        self.record(&mut st, "pull_image", image.into(), String::new())?;
+        if st.pullable.contains(image) || st.images.contains(image) {
+            st.images.insert(image.to_string());
+            Ok(format!("sha256:{image}"))
+        } else {
+            Err(Error::Call {
+                op: "pull_image",
+                target: image.into(),
+                status: tonic::Status::not_found(format!(
+                    "failed to pull and unpack image {image:?}: not found"
+                )),
+            })
+        }
+    }
+
+    async fn list_images(&self) -> Result<Vec<api::Image>> {
+        let st = self.lock();
+        Ok(st
+            .images
+            .iter()
+            .map(|i| api::Image {
+                id: format!("sha256:{i}"),
+                repo_tags: vec![i.clone()],
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        let mut st = self.lock();
+        self.record(&mut st, "remove_image", image.into(), String::new())?;
+        st.images.remove(image);
+        Ok(())
+    }
+}

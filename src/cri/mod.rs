@@ -1,0 +1,113 @@
+//! The Container Runtime Interface: the generated CRI v1 types, the small traits the rest of
+//! nodelet talks to (`Runtime`, `ImageService`), a gRPC client over a unix socket, an in-memory
+//! fake for component tests, and the runtime-side view of one pod (`PodRuntime`).
+
+pub mod fake;
+pub mod labels;
+pub mod model;
+pub mod remote;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use model::{ContainerState, PodRuntime, RuntimeContainer, RuntimeSandbox};
+
+/// Generated CRI v1 messages and the gRPC client (`runtime.v1` package).
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod api {
+    tonic::include_proto!("runtime.v1");
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid runtime endpoint {endpoint:?}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+    #[error("CRI {op} {target}: {status}")]
+    Call {
+        op: &'static str,
+        target: String,
+        #[source]
+        status: tonic::Status,
+    },
+    #[error("CRI {op} {target}: runtime returned no {what}")]
+    Missing {
+        op: &'static str,
+        target: String,
+        what: &'static str,
+    },
+}
+
+impl Error {
+    /// True when the runtime said the object does not exist (already removed).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::Call { status, .. } => {
+                status.code() == tonic::Code::NotFound
+                    || status.message().contains("not found")
+                    || status.message().contains("does not exist")
+            }
+            _ => false,
+        }
+    }
+
+    /// The runtime's own message without our context (used for container status reasons).
+    pub fn runtime_message(&self) -> String {
+        match self {
+            Error::Call { status, .. } => status.message().to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The runtime half of the CRI: sandboxes and containers.
+#[async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    async fn version(&self) -> Result<api::VersionResponse>;
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String>;
+    async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
+    async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
+    async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<api::PodSandboxStatus>;
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> Result<Vec<api::PodSandbox>>;
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        sandbox_config: api::PodSandboxConfig,
+    ) -> Result<String>;
+    async fn start_container(&self, container_id: &str) -> Result<()>;
+    /// Stops a container: the stop signal, then SIGKILL after `timeout` (0 = at once).
+    async fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()>;
+    async fn remove_container(&self, container_id: &str) -> Result<()>;
+    async fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> Result<Vec<api::Container>>;
+    async fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus>;
+    async fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<api::ExecSyncResponse>;
+}
+
+/// The image half of the CRI.
+#[async_trait]
+pub trait ImageService: Send + Sync + 'static {
+    /// `None` when the image is not present on the node.
+    async fn image_status(&self, image: &str) -> Result<Option<api::Image>>;
+    /// Pulls an image and returns its reference (digest or ID).
+    async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> Result<String>;
+    async fn list_images(&self) -> Result<Vec<api::Image>>;
+    async fn remove_image(&self, image: &str) -> Result<()>;
+}

@@ -1,0 +1,308 @@
+//! The runtime's view of one pod: its sandboxes and every container instance, newest first.
+//! This is what `compute_pod_actions` and status generation read; it is built from CRI calls by
+//! [`inspect_pod`] and from fake data in tests.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use super::{api, labels, Result, Runtime};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeSandbox {
+    pub id: String,
+    pub attempt: u32,
+    pub ready: bool,
+    pub created_at: Timestamp,
+    /// Primary IP first; empty for host-network pods or when the runtime reported none.
+    pub ips: Vec<String>,
+    pub host_network: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeContainer {
+    pub id: String,
+    pub name: String,
+    pub sandbox_id: String,
+    pub state: ContainerState,
+    pub attempt: u32,
+    pub created_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    pub image: String,
+    pub image_ref: String,
+    /// Spec hash recorded at creation (annotation); a different hash means the spec changed.
+    pub hash: String,
+    pub restart_count: i32,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodRuntime {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    /// Newest first.
+    pub sandboxes: Vec<RuntimeSandbox>,
+    /// Every container instance of the pod, newest first.
+    pub containers: Vec<RuntimeContainer>,
+}
+
+impl PodRuntime {
+    pub fn empty(uid: &str) -> Self {
+        PodRuntime {
+            uid: uid.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// The newest instance of the named container.
+    pub fn latest(&self, name: &str) -> Option<&RuntimeContainer> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+
+    /// All instances of the named container, newest first.
+    pub fn instances<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a RuntimeContainer> {
+        self.containers.iter().filter(move |c| c.name == name)
+    }
+
+    pub fn running_containers(&self) -> impl Iterator<Item = &RuntimeContainer> {
+        self.containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+    }
+
+    /// The newest sandbox, if any.
+    pub fn sandbox(&self) -> Option<&RuntimeSandbox> {
+        self.sandboxes.first()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sandboxes.is_empty() && self.containers.is_empty()
+    }
+
+    /// Sorts sandboxes and containers newest first (ties broken by attempt, then ID).
+    pub fn sort(&mut self) {
+        self.sandboxes.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then(b.attempt.cmp(&a.attempt))
+                .then(b.id.cmp(&a.id))
+        });
+        self.containers.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then(b.attempt.cmp(&a.attempt))
+                .then(b.id.cmp(&a.id))
+        });
+    }
+}
+
+/// CRI nanosecond timestamps; 0 means "not set".
+pub fn timestamp_from_nanos(nanos: i64) -> Option<Timestamp> {
+    if nanos <= 0 {
+        return None;
+    }
+    Timestamp::from_nanosecond(i128::from(nanos)).ok()
+}
+
+/// A label selector for everything of one pod owned by `node_name`.
+pub fn pod_selector(node_name: &str, uid: &str) -> std::collections::HashMap<String, String> {
+    [
+        (labels::POD_UID.to_string(), uid.to_string()),
+        (labels::NODE_NAME.to_string(), node_name.to_string()),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A label selector for everything owned by `node_name`.
+pub fn node_selector(node_name: &str) -> std::collections::HashMap<String, String> {
+    [(labels::NODE_NAME.to_string(), node_name.to_string())]
+        .into_iter()
+        .collect()
+}
+
+pub fn sandbox_from_status(status: &api::PodSandboxStatus) -> RuntimeSandbox {
+    let network = status.network.as_ref();
+    let mut ips = Vec::new();
+    if let Some(n) = network {
+        if !n.ip.is_empty() {
+            ips.push(n.ip.clone());
+        }
+        ips.extend(n.additional_ips.iter().map(|ip| ip.ip.clone()));
+    }
+    let host_network = status
+        .linux
+        .as_ref()
+        .and_then(|l| l.namespaces.as_ref())
+        .and_then(|n| n.options.as_ref())
+        .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
+    RuntimeSandbox {
+        id: status.id.clone(),
+        attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
+        ready: status.state == api::PodSandboxState::SandboxReady as i32,
+        created_at: timestamp_from_nanos(status.created_at).unwrap_or(Timestamp::UNIX_EPOCH),
+        ips,
+        host_network,
+    }
+}
+
+pub fn container_from_status(status: &api::ContainerStatus, sandbox_id: &str) -> RuntimeContainer {
+    let state = match api::ContainerState::try_from(status.state) {
+        Ok(api::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(api::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(api::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    };
+    let labels: BTreeMap<String, String> = status
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let annotations: BTreeMap<String, String> = status
+        .annotations
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let name = labels
+        .get(labels::CONTAINER_NAME)
+        .cloned()
+        .or_else(|| status.metadata.as_ref().map(|m| m.name.clone()))
+        .unwrap_or_default();
+    RuntimeContainer {
+        id: status.id.clone(),
+        name,
+        sandbox_id: sandbox_id.to_string(),
+        state,
+        attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
+        created_at: timestamp_from_nanos(status.created_at).unwrap_or(Timestamp::UNIX_EPOCH),
+        started_at: timestamp_from_nanos(status.started_at),
+        finished_at: timestamp_from_nanos(status.finished_at),
+        exit_code: status.exit_code,
+        reason: status.reason.clone(),
+        message: status.message.clone(),
+        image: status
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default(),
+        image_ref: status.image_ref.clone(),
+        hash: annotations
+            .get(labels::CONTAINER_HASH)
+            .cloned()
+            .unwrap_or_default(),
+        restart_count: annotations
+            .get(labels::CONTAINER_RESTART_COUNT)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        labels,
+        annotations,
+    }
+}
+
+/// Reads the runtime state of one pod: its sandboxes and every container instance.
+///
+/// Containers that vanish between the list and the status call are skipped (they were removed
+/// concurrently); any other failure is returned so the caller does not act on a partial view.
+pub async fn inspect_pod(runtime: &dyn Runtime, node_name: &str, uid: &str) -> Result<PodRuntime> {
+    let sandboxes = runtime
+        .list_pod_sandbox(Some(api::PodSandboxFilter {
+            label_selector: pod_selector(node_name, uid),
+            ..Default::default()
+        }))
+        .await?;
+    let mut pod = PodRuntime::empty(uid);
+    for sandbox in &sandboxes {
+        if let Some(meta) = &sandbox.metadata {
+            pod.name.clone_from(&meta.name);
+            pod.namespace.clone_from(&meta.namespace);
+        }
+        match runtime.pod_sandbox_status(&sandbox.id).await {
+            Ok(status) => pod.sandboxes.push(sandbox_from_status(&status)),
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let containers = runtime
+        .list_containers(Some(api::ContainerFilter {
+            label_selector: pod_selector(node_name, uid),
+            ..Default::default()
+        }))
+        .await?;
+    for container in &containers {
+        match runtime.container_status(&container.id).await {
+            Ok(status) => pod
+                .containers
+                .push(container_from_status(&status, &container.pod_sandbox_id)),
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    pod.sort();
+    Ok(pod)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(name: &str, id: &str, created: i64, attempt: u32) -> RuntimeContainer {
+        RuntimeContainer {
+            id: id.into(),
+            name: name.into(),
+            sandbox_id: "s".into(),
+            state: ContainerState::Exited,
+            attempt,
+            created_at: timestamp_from_nanos(created).unwrap(),
+            started_at: None,
+            finished_at: None,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            hash: String::new(),
+            restart_count: 0,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn sort_puts_newest_first_and_latest_finds_it() {
+        let mut pod = PodRuntime::empty("u");
+        pod.containers = vec![
+            container("a", "1", 100, 0),
+            container("a", "3", 300, 2),
+            container("b", "2", 200, 0),
+        ];
+        pod.sort();
+        let ids: Vec<_> = pod.containers.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["3", "2", "1"]);
+        assert_eq!(pod.latest("a").unwrap().id, "3");
+        assert_eq!(pod.instances("a").count(), 2);
+        assert!(pod.latest("c").is_none());
+    }
+
+    #[test]
+    fn zero_nanos_is_unset() {
+        assert_eq!(timestamp_from_nanos(0), None);
+        assert_eq!(
+            timestamp_from_nanos(1_000_000_000).unwrap().to_string(),
+            "1970-01-01T00:00:01Z"
+        );
+    }
+}

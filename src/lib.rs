@@ -1,0 +1,19 @@
+//! nodelet: a node agent that does the kubelet's job on one Linux node.
+//!
+//! Data flows one way (see `../shared/DESIGN.md` and `docs/architecture.md`):
+//! pod sources → pod manager → one pod worker per UID → CRI runtime,
+//! PLEG and probes wake workers, workers publish status to the status manager,
+//! which the local API (and later the API server sync) reads.
+
+pub mod cgroup;
+pub mod clock;
+pub mod config;
+pub mod cri;
+pub mod metrics;
+pub mod pleg;
+pub mod pod;
+pub mod quantity;
+pub mod server;
+pub mod source;
+pub mod status;
+pub mod sync;
