@@ -36,3 +36,80 @@ pub fn should_container_be_restarted(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::RuntimeContainer;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn instance(state: ContainerState, exit_code: i32) -> RuntimeContainer {
+        RuntimeContainer {
+            id: "c1".into(),
+            name: "app".into(),
+            sandbox_id: "s".into(),
+            state,
+            attempt: 0,
+            created_at: jiff::Timestamp::UNIX_EPOCH,
+            started_at: None,
+            finished_at: None,
+            exit_code,
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            hash: String::new(),
+            restart_count: 0,
+            labels: Default::default(),
+            annotations: Default::default(),
+        }
+    }
+
+    #[test]
+    fn table() {
+        use ContainerState::*;
+        // (policy, deleted, latest instance, expected)
+        let cases: Vec<(Option<&str>, bool, Option<(ContainerState, i32)>, bool)> = vec![
+            (Some("Always"), false, None, true),
+            (Some("Never"), false, None, true),
+            (Some("Always"), false, Some((Running, 0)), false),
+            (Some("Always"), false, Some((Exited, 0)), true),
+            (Some("Always"), false, Some((Exited, 1)), true),
+            (None, false, Some((Exited, 0)), true),
+            (Some("OnFailure"), false, Some((Exited, 0)), false),
+            (Some("OnFailure"), false, Some((Exited, 2)), true),
+            (Some("Never"), false, Some((Exited, 2)), false),
+            (Some("Never"), false, Some((Unknown, 0)), true),
+            (Some("Never"), false, Some((Created, 0)), true),
+            (Some("Always"), true, None, false),
+            (Some("Always"), true, Some((Exited, 1)), false),
+        ];
+        for (policy, deleted, latest, want) in cases {
+            let container = Container {
+                name: "app".into(),
+                ..Default::default()
+            };
+            let mut pod = Pod {
+                spec: Some(PodSpec {
+                    restart_policy: policy.map(str::to_string),
+                    containers: vec![container.clone()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            if deleted {
+                pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+            }
+            let mut runtime = PodRuntime::empty("u");
+            if let Some((state, code)) = latest {
+                runtime.containers.push(instance(state, code));
+            }
+            assert_eq!(
+                should_container_be_restarted(&container, &pod, &runtime),
+                want,
+                "policy={policy:?} deleted={deleted} latest={latest:?}"
+            );
+        }
+    }
+}
