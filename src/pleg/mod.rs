@@ -1,1 +1,496 @@
-//! (in progress)
+//! Pod lifecycle event generator: tells pod workers that something about their pod changed in
+//! the runtime.
+//!
+//! Two paths feed it. The fast one subscribes to containerd's native event stream (task start,
+//! exit, OOM), so a container exit reaches its pod worker within milliseconds instead of the
+//! kubelet's one-second relist. The safety net relists sandboxes and containers every
+//! `plegRelistPeriod` and diffs against the previous listing, so nothing is lost when the event
+//! stream drops or the runtime is not containerd.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::cri::{api, labels, model, Runtime};
+use crate::metrics::{metrics, EventLabels};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    ContainerStarted,
+    ContainerDied,
+    ContainerOom,
+    ContainerRemoved,
+    /// Created, or a state the diff cannot name.
+    ContainerChanged,
+    SandboxChanged,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLifecycleEvent {
+    pub pod_uid: String,
+    pub id: String,
+    pub kind: EventKind,
+}
+
+/// What one relist saw of an object (container or sandbox).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub pod_uid: String,
+    pub sandbox: bool,
+    pub state: i32,
+}
+
+/// The events that turn listing `old` into listing `new`, ordered by object ID.
+pub fn relist_diff(
+    old: &HashMap<String, Seen>,
+    new: &HashMap<String, Seen>,
+) -> Vec<PodLifecycleEvent> {
+    let mut events = Vec::new();
+    for (id, seen) in new {
+        let changed = old.get(id).is_none_or(|o| o.state != seen.state);
+        if !changed {
+            continue;
+        }
+        let kind = if seen.sandbox {
+            EventKind::SandboxChanged
+        } else if seen.state == api::ContainerState::ContainerRunning as i32 {
+            EventKind::ContainerStarted
+        } else if seen.state == api::ContainerState::ContainerExited as i32 {
+            EventKind::ContainerDied
+        } else {
+            EventKind::ContainerChanged
+        };
+        events.push(PodLifecycleEvent {
+            pod_uid: seen.pod_uid.clone(),
+            id: id.clone(),
+            kind,
+        });
+    }
+    for (id, seen) in old {
+        if !new.contains_key(id) {
+            events.push(PodLifecycleEvent {
+                pod_uid: seen.pod_uid.clone(),
+                id: id.clone(),
+                kind: if seen.sandbox {
+                    EventKind::SandboxChanged
+                } else {
+                    EventKind::ContainerRemoved
+                },
+            });
+        }
+    }
+    events.sort_by(|a, b| a.id.cmp(&b.id));
+    events
+}
+
+/// If a relist has not succeeded for this long, the PLEG reports unhealthy (the kubelet's value).
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+
+pub struct Pleg {
+    runtime: Arc<dyn Runtime>,
+    node_name: String,
+    relist_period: Duration,
+    tx: mpsc::Sender<PodLifecycleEvent>,
+    state: Mutex<PlegState>,
+}
+
+#[derive(Default)]
+struct PlegState {
+    seen: HashMap<String, Seen>,
+    last_relist: Option<Instant>,
+    /// The set of pod UIDs the runtime has objects for, after the last relist.
+    runtime_pods: Vec<String>,
+}
+
+impl Pleg {
+    pub fn new(
+        runtime: Arc<dyn Runtime>,
+        node_name: String,
+        relist_period: Duration,
+        tx: mpsc::Sender<PodLifecycleEvent>,
+    ) -> Arc<Self> {
+        Arc::new(Pleg {
+            runtime,
+            node_name,
+            relist_period,
+            tx,
+            state: Mutex::default(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PlegState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Healthy when a relist succeeded within [`RELIST_THRESHOLD`].
+    pub fn healthy(&self) -> bool {
+        self.lock()
+            .last_relist
+            .is_some_and(|t| t.elapsed() < RELIST_THRESHOLD)
+    }
+
+    fn send(&self, event: PodLifecycleEvent, source: &str) {
+        metrics()
+            .pleg_events_total
+            .get_or_create(&EventLabels {
+                source: source.to_string(),
+            })
+            .inc();
+        // A full channel means workers are already busy syncing; the next relist resends
+        // anything that matters, so dropping here is safe and keeps the PLEG from blocking.
+        if let Err(e) = self.tx.try_send(event) {
+            tracing::debug!(error = %e, "pleg event dropped");
+        }
+    }
+
+    /// One relist: list everything this node owns and send the differences.
+    pub async fn relist(&self) -> crate::cri::Result<()> {
+        let started = Instant::now();
+        let selector = model::node_selector(&self.node_name);
+        let sandboxes = self
+            .runtime
+            .list_pod_sandbox(Some(api::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }))
+            .await?;
+        let containers = self
+            .runtime
+            .list_containers(Some(api::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+            .await?;
+        let mut new = HashMap::new();
+        for s in sandboxes {
+            if let Some(uid) = s.labels.get(labels::POD_UID) {
+                new.insert(
+                    s.id,
+                    Seen {
+                        pod_uid: uid.clone(),
+                        sandbox: true,
+                        state: s.state,
+                    },
+                );
+            }
+        }
+        for c in containers {
+            if let Some(uid) = c.labels.get(labels::POD_UID) {
+                new.insert(
+                    c.id,
+                    Seen {
+                        pod_uid: uid.clone(),
+                        sandbox: false,
+                        state: c.state,
+                    },
+                );
+            }
+        }
+        let events = {
+            let mut st = self.lock();
+            let events = relist_diff(&st.seen, &new);
+            let mut uids: Vec<String> = new.values().map(|s| s.pod_uid.clone()).collect();
+            uids.sort();
+            uids.dedup();
+            st.runtime_pods = uids;
+            st.seen = new;
+            st.last_relist = Some(Instant::now());
+            events
+        };
+        for e in events {
+            self.send(e, "relist");
+        }
+        metrics()
+            .pleg_relist_duration_seconds
+            .observe(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Pod UIDs that had sandboxes or containers at the last relist.
+    pub fn runtime_pods(&self) -> Vec<String> {
+        self.lock().runtime_pods.clone()
+    }
+
+    pub async fn run_relist(self: Arc<Self>, cancel: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.relist_period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            if let Err(e) = self.relist().await {
+                tracing::warn!(error = %e, "pleg relist failed");
+            }
+        }
+    }
+
+    /// The pod UID an object belongs to, from the last relist or by asking the runtime.
+    async fn pod_of(&self, id: &str) -> Option<String> {
+        if let Some(seen) = self.lock().seen.get(id) {
+            return Some(seen.pod_uid.clone());
+        }
+        let owned = |l: &std::collections::HashMap<String, String>| {
+            (l.get(labels::NODE_NAME) == Some(&self.node_name))
+                .then(|| l.get(labels::POD_UID).cloned())
+                .flatten()
+        };
+        if let Ok(status) = self.runtime.container_status(id).await {
+            return owned(&status.labels);
+        }
+        if let Ok(status) = self.runtime.pod_sandbox_status(id).await {
+            return owned(&status.labels);
+        }
+        None
+    }
+
+    /// Waits until the CRI reports the container as no longer running. containerd publishes the
+    /// task exit before its CRI plugin has recorded it; waking the worker before that would make
+    /// it read a stale "running" state.
+    async fn await_cri_exit(&self, id: &str) {
+        let mut delay = Duration::from_millis(5);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            match self.runtime.container_status(id).await {
+                Ok(s) if s.state == api::ContainerState::ContainerRunning as i32 => {}
+                _ => return,
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    async fn handle_envelope(self: Arc<Self>, topic: String, event: prost_types::Any) {
+        let (id, kind, exec) = match topic.as_str() {
+            "/tasks/start" => {
+                match containerd_client::events::TaskStart::decode(event.value.as_slice()) {
+                    Ok(e) => (e.container_id, EventKind::ContainerStarted, false),
+                    Err(_) => return,
+                }
+            }
+            "/tasks/exit" => {
+                match containerd_client::events::TaskExit::decode(event.value.as_slice()) {
+                    // An exec'd process (probe, hook) exiting is not a container state change.
+                    Ok(e) => {
+                        let exec = !e.id.is_empty() && e.id != e.container_id;
+                        (e.container_id, EventKind::ContainerDied, exec)
+                    }
+                    Err(_) => return,
+                }
+            }
+            "/tasks/oom" => {
+                match containerd_client::events::TaskOom::decode(event.value.as_slice()) {
+                    Ok(e) => (e.container_id, EventKind::ContainerOom, false),
+                    Err(_) => return,
+                }
+            }
+            _ => return,
+        };
+        if exec {
+            return;
+        }
+        let Some(pod_uid) = self.pod_of(&id).await else {
+            return;
+        };
+        if kind == EventKind::ContainerDied {
+            self.await_cri_exit(&id).await;
+        }
+        tracing::debug!(pod.uid = %pod_uid, id = %id, ?kind, "containerd event");
+        self.send(PodLifecycleEvent { pod_uid, id, kind }, "containerd");
+    }
+
+    /// Follows containerd's task events until cancelled, reconnecting with backoff.
+    pub async fn run_events(
+        self: Arc<Self>,
+        endpoint: String,
+        namespace: String,
+        cancel: CancellationToken,
+    ) {
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let attempt = self.clone().follow_events(&endpoint, &namespace, &cancel);
+            match attempt.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, endpoint, "containerd event stream unavailable; relist continues, retrying");
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    async fn follow_events(
+        self: Arc<Self>,
+        endpoint: &str,
+        namespace: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), String> {
+        let path = crate::cri::remote::socket_path(endpoint).map_err(|e| e.to_string())?;
+        let channel = containerd_client::connect(&path)
+            .await
+            .map_err(|e| format!("connect {}: {e}", path.display()))?;
+        let mut client = containerd_client::services::v1::events_client::EventsClient::new(channel);
+        let request = containerd_client::services::v1::SubscribeRequest {
+            filters: vec![format!("namespace=={namespace},topic~=\"^/tasks/\"")],
+        };
+        let mut stream = client
+            .subscribe(request)
+            .await
+            .map_err(|e| format!("subscribe: {e}"))?
+            .into_inner();
+        tracing::info!(endpoint, namespace, "following containerd task events");
+        loop {
+            let next = tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Ok(envelope)) => {
+                    if let Some(event) = envelope.event {
+                        tokio::spawn(self.clone().handle_envelope(envelope.topic, event));
+                    }
+                }
+                Some(Err(status)) => return Err(format!("stream: {status}")),
+                None => return Err("stream ended".into()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(uid: &str, sandbox: bool, state: api::ContainerState) -> Seen {
+        Seen {
+            pod_uid: uid.into(),
+            sandbox,
+            state: state as i32,
+        }
+    }
+
+    #[test]
+    fn diff_table() {
+        use api::ContainerState::*;
+        use EventKind::*;
+        type Listing = Vec<(&'static str, Seen)>;
+        let cases: Vec<(&str, Listing, Listing, Vec<(&str, &str, EventKind)>)> = vec![
+            (
+                "nothing changes",
+                vec![("c1", seen("u", false, ContainerRunning))],
+                vec![("c1", seen("u", false, ContainerRunning))],
+                vec![],
+            ),
+            (
+                "new running container",
+                vec![],
+                vec![("c1", seen("u", false, ContainerRunning))],
+                vec![("u", "c1", ContainerStarted)],
+            ),
+            (
+                "container exits",
+                vec![("c1", seen("u", false, ContainerRunning))],
+                vec![("c1", seen("u", false, ContainerExited))],
+                vec![("u", "c1", ContainerDied)],
+            ),
+            (
+                "container created",
+                vec![],
+                vec![("c1", seen("u", false, ContainerCreated))],
+                vec![("u", "c1", ContainerChanged)],
+            ),
+            (
+                "container removed",
+                vec![("c1", seen("u", false, ContainerExited))],
+                vec![],
+                vec![("u", "c1", ContainerRemoved)],
+            ),
+            (
+                "sandbox appears and goes",
+                vec![("s1", seen("u", true, ContainerCreated))],
+                vec![("s2", seen("v", true, ContainerCreated))],
+                vec![("u", "s1", SandboxChanged), ("v", "s2", SandboxChanged)],
+            ),
+        ];
+        for (name, old, new, want) in cases {
+            let old: HashMap<String, Seen> =
+                old.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let new: HashMap<String, Seen> =
+                new.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let got: Vec<(String, String, EventKind)> = relist_diff(&old, &new)
+                .into_iter()
+                .map(|e| (e.pod_uid, e.id, e.kind))
+                .collect();
+            let want: Vec<(String, String, EventKind)> = want
+                .into_iter()
+                .map(|(u, i, k)| (u.to_string(), i.to_string(), k))
+                .collect();
+            assert_eq!(got, want, "case: {name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn relist_reports_fake_runtime_changes() {
+        use crate::cri::fake::FakeRuntime;
+        let fake = Arc::new(FakeRuntime::default());
+        fake.add_image("img");
+        let (tx, mut rx) = mpsc::channel(16);
+        let pleg = Pleg::new(fake.clone(), "node1".into(), Duration::from_secs(1), tx);
+        let labels: std::collections::HashMap<String, String> = [
+            (labels::POD_UID.to_string(), "uid1".to_string()),
+            (labels::NODE_NAME.to_string(), "node1".to_string()),
+        ]
+        .into();
+        let sandbox = fake
+            .run_pod_sandbox(api::PodSandboxConfig {
+                labels: labels.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        pleg.relist().await.unwrap();
+        assert_eq!(rx.try_recv().unwrap().kind, EventKind::SandboxChanged);
+        let id = fake
+            .create_container(
+                &sandbox,
+                api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: "app".into(),
+                        attempt: 0,
+                    }),
+                    image: Some(api::ImageSpec {
+                        image: "img".into(),
+                        ..Default::default()
+                    }),
+                    labels,
+                    ..Default::default()
+                },
+                api::PodSandboxConfig::default(),
+            )
+            .await
+            .unwrap();
+        fake.start_container(&id).await.unwrap();
+        pleg.relist().await.unwrap();
+        let e = rx.try_recv().unwrap();
+        assert_eq!(
+            (e.pod_uid.as_str(), e.kind),
+            ("uid1", EventKind::ContainerStarted)
+        );
+        fake.exit_container("app", 1);
+        pleg.relist().await.unwrap();
+        assert_eq!(rx.try_recv().unwrap().kind, EventKind::ContainerDied);
+        assert!(rx.try_recv().is_err());
+        assert!(pleg.healthy());
+        assert_eq!(pleg.runtime_pods(), vec!["uid1".to_string()]);
+    }
+}
