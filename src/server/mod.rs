@@ -159,7 +159,7 @@ mod tests {
             .await
             .unwrap();
         assert!(
-            text.contains("nodelet_runtime_operations_duration_seconds"),
+            text.contains("# TYPE nodelet_pleg_relist_duration_seconds histogram"),
             "{text}"
         );
 
