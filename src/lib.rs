@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod cri;
 pub mod metrics;
+pub mod node;
 pub mod pleg;
 pub mod pod;
 pub mod quantity;
