@@ -1,1 +1,458 @@
-fn main() {}
+//! The `nodelet` command: `run`, `validate`, `pods`, `version`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use nodelet::clock::Clock;
+use nodelet::config::{self, Config, Environment, LogFormat};
+use nodelet::cri::remote::RemoteRuntime;
+use nodelet::cri::{ImageService, Runtime};
+use nodelet::node::NodeInfo;
+use nodelet::pleg::Pleg;
+use nodelet::pod::{PodManager, PodWorkers};
+use nodelet::server::{self, ApiState};
+use nodelet::source::{self, FileSource};
+use nodelet::status::{printer, StatusManager};
+use nodelet::sync::executor::{PodSyncer, SyncSettings};
+
+#[derive(Parser)]
+#[command(name = "nodelet", version, about = "A node agent that does the kubelet's job on one node")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the node agent.
+    Run(RunArgs),
+    /// Check a configuration file (and optionally pod manifests) and report every problem.
+    Validate {
+        /// KubeletConfiguration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Static pod manifest(s) to check as the static pod source would.
+        #[arg(long = "manifest")]
+        manifests: Vec<PathBuf>,
+        /// Node name used to name and check manifests (default: from the config, else the hostname).
+        #[arg(long)]
+        node_name: Option<String>,
+    },
+    /// List the pods of a running nodelet, like `kubectl get pods`.
+    Pods {
+        /// Base URL of nodelet's read-only API.
+        #[arg(long)]
+        server: Option<String>,
+        /// Read the API address and port from this configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only pods of this namespace.
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// Always show the NAMESPACE column.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Print the PodList JSON instead of a table.
+        #[arg(short = 'o', long, value_parser = ["json", "table"], default_value = "table")]
+        output: String,
+    },
+    /// Print the version.
+    Version,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// KubeletConfiguration file.
+    #[arg(long, default_value = "/etc/nodelet/config.yaml")]
+    config: PathBuf,
+    /// Overrides `nodeName`.
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Overrides `containerRuntimeEndpoint` (and the image and containerd endpoints that default to it).
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// Overrides `rootDir`.
+    #[arg(long)]
+    root_dir: Option<PathBuf>,
+    /// Overrides `staticPodPath`.
+    #[arg(long)]
+    static_pod_path: Option<PathBuf>,
+    /// Overrides `podLogsDir`.
+    #[arg(long)]
+    pod_logs_dir: Option<PathBuf>,
+    /// Overrides `readOnlyPort`.
+    #[arg(long)]
+    read_only_port: Option<u16>,
+    /// Overrides `healthzPort`.
+    #[arg(long)]
+    healthz_port: Option<u16>,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run_command(args),
+        Command::Validate {
+            config,
+            manifests,
+            node_name,
+        } => validate(config, manifests, node_name),
+        Command::Pods {
+            server,
+            config,
+            namespace,
+            all_namespaces,
+            output,
+        } => pods(server, config, namespace, all_namespaces, &output),
+        Command::Version => {
+            println!("nodelet {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nodelet: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
+    let loaded = config::load(path, &Environment::detect())?;
+    for warning in &loaded.warnings {
+        eprintln!("nodelet: warning: {}: {warning}", path.display());
+    }
+    Ok(loaded.config)
+}
+
+fn validate(
+    config_path: Option<PathBuf>,
+    manifests: Vec<PathBuf>,
+    node_name: Option<String>,
+) -> anyhow::Result<()> {
+    if config_path.is_none() && manifests.is_empty() {
+        bail!("nothing to validate: give --config FILE and/or --manifest FILE");
+    }
+    let mut problems = 0usize;
+    let mut node = node_name;
+    if let Some(path) = &config_path {
+        match config::load(path, &Environment::detect()) {
+            Ok(loaded) => {
+                for w in &loaded.warnings {
+                    println!("{}: warning: {w}", path.display());
+                }
+                println!("{}: ok", path.display());
+                node.get_or_insert(loaded.config.node_name);
+            }
+            Err(e) => {
+                problems += 1;
+                println!("{e}");
+            }
+        }
+    }
+    let node = node.unwrap_or_else(|| Environment::detect().hostname.to_lowercase());
+    for path in &manifests {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        match source::parse_manifest(&bytes, path, &node) {
+            Ok(pod) => println!(
+                "{}: ok (pod {}/{}, uid {})",
+                path.display(),
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                pod.metadata.uid.as_deref().unwrap_or_default()
+            ),
+            Err(errors) => {
+                problems += 1;
+                for e in errors {
+                    println!("{e}");
+                }
+            }
+        }
+    }
+    if problems > 0 {
+        bail!("{problems} file(s) with problems");
+    }
+    Ok(())
+}
+
+fn pods(
+    server: Option<String>,
+    config_path: Option<PathBuf>,
+    namespace: Option<String>,
+    all_namespaces: bool,
+    output: &str,
+) -> anyhow::Result<()> {
+    let base = match (server, config_path) {
+        (Some(s), _) => s,
+        (None, Some(path)) => {
+            let cfg = load_config(&path)?;
+            if cfg.read_only_port == 0 {
+                bail!("{}: readOnlyPort is 0 (the local API is disabled)", path.display());
+            }
+            let host = if cfg.address.is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                cfg.address.to_string()
+            };
+            format!("http://{host}:{}", cfg.read_only_port)
+        }
+        (None, None) => "http://127.0.0.1:10255".to_string(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let url = format!("{}/pods", base.trim_end_matches('/'));
+    let body: serde_json::Value = rt.block_on(async {
+        let resp = reqwest::Client::new()
+            .get(&url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        if !resp.status().is_success() {
+            bail!("GET {url}: {}", resp.status());
+        }
+        resp.json().await.with_context(|| format!("decoding {url}"))
+    })?;
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(());
+    }
+    let items = body.get("items").cloned().unwrap_or_default();
+    let mut pods: Vec<Pod> = serde_json::from_value(items).context("decoding the pod list")?;
+    if let Some(ns) = &namespace {
+        pods.retain(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()));
+    }
+    if pods.is_empty() {
+        match namespace {
+            Some(ns) => eprintln!("No resources found in {ns} namespace."),
+            None => eprintln!("No resources found."),
+        }
+        return Ok(());
+    }
+    let namespaces: std::collections::BTreeSet<_> =
+        pods.iter().map(|p| p.metadata.namespace.clone()).collect();
+    let show_ns = all_namespaces || (namespace.is_none() && namespaces.len() > 1);
+    print!("{}", printer::pod_table(&pods, jiff::Timestamp::now(), show_ns));
+    Ok(())
+}
+
+fn init_tracing(cfg: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let default = match cfg.logging.verbosity {
+        0..=1 => "info",
+        2..=3 => "nodelet=debug,info",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cfg.logging.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn run_command(args: RunArgs) -> anyhow::Result<()> {
+    let mut cfg = load_config(&args.config)?;
+    if let Some(n) = args.node_name {
+        cfg.node_name = n;
+    }
+    if let Some(e) = args.container_runtime_endpoint {
+        cfg.container_runtime_endpoint = e.clone();
+        cfg.image_service_endpoint = e.clone();
+        cfg.containerd_endpoint = e;
+    }
+    if let Some(d) = args.root_dir {
+        cfg.root_dir = d;
+    }
+    if let Some(p) = args.static_pod_path {
+        cfg.static_pod_path = Some(p);
+    }
+    if let Some(d) = args.pod_logs_dir {
+        cfg.pod_logs_dir = d;
+    }
+    if let Some(p) = args.read_only_port {
+        cfg.read_only_port = p;
+    }
+    if let Some(p) = args.healthz_port {
+        cfg.healthz_port = p;
+    }
+    init_tracing(&cfg);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(run(cfg))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            std::future::pending::<()>().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+async fn wait_for_runtime(runtime: &RemoteRuntime, endpoint: &str) -> anyhow::Result<String> {
+    let mut attempt = 0u32;
+    loop {
+        match runtime.version().await {
+            Ok(v) => {
+                tracing::info!(
+                    runtime = %v.runtime_name,
+                    version = %v.runtime_version,
+                    api = %v.runtime_api_version,
+                    "container runtime reachable"
+                );
+                return Ok(v.runtime_name);
+            }
+            Err(e) => {
+                if attempt % 10 == 0 {
+                    tracing::warn!(endpoint, error = %e, "waiting for the container runtime");
+                }
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+async fn run(cfg: Config) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    tracing::info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "starting nodelet");
+    let remote = RemoteRuntime::connect(
+        &cfg.container_runtime_endpoint,
+        &cfg.image_service_endpoint,
+        cfg.runtime_request_timeout,
+    )?;
+    let runtime_name = tokio::select! {
+        name = wait_for_runtime(&remote, &cfg.container_runtime_endpoint) => name?,
+        _ = shutdown_signal() => return Ok(()),
+    };
+    std::fs::create_dir_all(&cfg.root_dir)
+        .with_context(|| format!("creating rootDir {}", cfg.root_dir.display()))?;
+    std::fs::create_dir_all(&cfg.pod_logs_dir)
+        .with_context(|| format!("creating podLogsDir {}", cfg.pod_logs_dir.display()))?;
+
+    let remote = Arc::new(remote);
+    let runtime: Arc<dyn Runtime> = remote.clone();
+    let images: Arc<dyn ImageService> = remote.clone();
+    let node = Arc::new(NodeInfo::detect(
+        &cfg.node_name,
+        cfg.node_ip,
+        std::path::Path::new("/proc"),
+    ));
+    let status = StatusManager::new();
+    let syncer = PodSyncer {
+        runtime: runtime.clone(),
+        images,
+        status: status.clone(),
+        node: node.clone(),
+        settings: Arc::new(SyncSettings {
+            root_dir: cfg.root_dir.clone(),
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            cgroup_driver: cfg.cgroup_driver.into(),
+            cgroup_root: cfg.cgroup_root.clone(),
+            cgroups_per_qos: cfg.cgroups_per_qos,
+            cluster_dns: cfg.cluster_dns.clone(),
+            cluster_domain: cfg.cluster_domain.clone(),
+            resolv_conf: Some(cfg.resolv_conf.clone()).filter(|p| !p.as_os_str().is_empty()),
+            runtime_name,
+        }),
+        clock: Clock::system(),
+    };
+    let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
+
+    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
+    let pleg = Pleg::new(
+        runtime.clone(),
+        cfg.node_name.clone(),
+        cfg.pleg_relist_period,
+        pleg_tx,
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(pleg.clone().run_relist(cancel.clone()));
+    tasks.spawn(pleg.clone().run_events(
+        cfg.containerd_endpoint.clone(),
+        cfg.containerd_namespace.clone(),
+        cancel.clone(),
+    ));
+
+    let (snap_tx, snap_rx) = mpsc::channel(16);
+    let mut expected = Vec::new();
+    if let Some(dir) = &cfg.static_pod_path {
+        expected.push(source::FILE_SOURCE);
+        let file = FileSource::new(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
+        tasks.spawn(file.run(snap_tx, cancel.clone()));
+    } else {
+        drop(snap_tx);
+    }
+    let (manager, mut ready) =
+        PodManager::new(workers.clone(), runtime.clone(), cfg.node_name.clone(), expected);
+    tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
+
+    let health_pleg = pleg.clone();
+    let state = ApiState {
+        pods: Arc::new({
+            let status = status.clone();
+            move || status.pods()
+        }),
+        health: Arc::new(move || {
+            if health_pleg.healthy() {
+                Ok(())
+            } else {
+                Err("pleg was last seen active more than 3m0s ago".into())
+            }
+        }),
+    };
+    if cfg.read_only_port != 0 {
+        let addr = std::net::SocketAddr::new(cfg.address, cfg.read_only_port);
+        server::serve(addr, server::router(state.clone()), cancel.clone()).await?;
+    }
+    if cfg.healthz_port != 0 {
+        let addr = std::net::SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+        server::serve(addr, server::healthz_router(state), cancel.clone()).await?;
+    }
+
+    tokio::select! {
+        _ = ready.wait_for(|r| *r) => {
+            tracing::info!("existing pods adopted; nodelet ready");
+            if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+                tracing::debug!(error = %e, "sd_notify");
+            }
+        }
+        _ = shutdown_signal() => {
+            cancel.cancel();
+            return Ok(());
+        }
+    }
+    shutdown_signal().await;
+    tracing::info!("shutting down; pods keep running");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    cancel.cancel();
+    let drain = async {
+        while tasks.join_next().await.is_some() {}
+        workers.wait().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(5), drain).await.is_err() {
+        tracing::warn!("some tasks did not stop within 5s");
+    }
+    Ok(())
+}

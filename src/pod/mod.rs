@@ -1,1 +1,7 @@
-//! (in progress)
+//! The pod manager (desired pods from every source) and the pod workers (one task per pod UID).
+
+pub mod manager;
+pub mod workers;
+
+pub use manager::PodManager;
+pub use workers::{PodWork, PodWorkers};

@@ -33,6 +33,13 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
+/// Only `/healthz`, for the separate healthz port (the kubelet's `healthzPort`).
+pub fn healthz_router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(state)
+}
+
 async fn healthz(State(state): State<ApiState>) -> Response {
     match (state.health)() {
         Ok(()) => (StatusCode::OK, "ok").into_response(),

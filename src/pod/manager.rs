@@ -1,0 +1,293 @@
+//! The pod manager: merges the snapshots of every pod source into the desired set of pods and
+//! tells pod workers what changed. It also finds orphans — pods the runtime holds for this node
+//! that no source wants (a manifest removed while nodelet was down) — and has them terminated.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::workers::{PodWork, PodWorkers};
+use crate::cri::{api, labels, model, Runtime};
+use crate::pleg::PodLifecycleEvent;
+use crate::source::SourceSnapshot;
+use crate::sync::executor::pod_uid;
+
+/// The change from one desired set to the next, by UID.
+#[derive(Debug, Default, PartialEq)]
+pub struct DesiredDiff {
+    pub added: Vec<String>,
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+/// Pure: what changed between two desired sets.
+pub fn diff_desired(old: &BTreeMap<String, Arc<Pod>>, new: &BTreeMap<String, Arc<Pod>>) -> DesiredDiff {
+    let mut d = DesiredDiff::default();
+    for (uid, pod) in new {
+        match old.get(uid) {
+            None => d.added.push(uid.clone()),
+            Some(old_pod) if old_pod != pod => d.updated.push(uid.clone()),
+            Some(_) => {}
+        }
+    }
+    for uid in old.keys() {
+        if !new.contains_key(uid) {
+            d.removed.push(uid.clone());
+        }
+    }
+    d
+}
+
+/// A stand-in pod for runtime objects no source knows: enough to terminate and remove them.
+pub fn orphan_pod(uid: &str, name: &str, namespace: &str, grace_seconds: Option<i64>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            uid: Some(uid.to_string()),
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            termination_grace_period_seconds: grace_seconds,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub struct PodManager {
+    workers: PodWorkers,
+    runtime: Arc<dyn Runtime>,
+    node_name: String,
+    /// Desired pods of each source.
+    sources: HashMap<&'static str, BTreeMap<String, Arc<Pod>>>,
+    /// The sources that must report once before orphans can be judged.
+    expected_sources: Vec<&'static str>,
+    orphan_check_period: Duration,
+    /// Becomes true once every expected source has reported and orphans were handled.
+    ready: watch::Sender<bool>,
+}
+
+impl PodManager {
+    pub fn new(
+        workers: PodWorkers,
+        runtime: Arc<dyn Runtime>,
+        node_name: String,
+        expected_sources: Vec<&'static str>,
+    ) -> (Self, watch::Receiver<bool>) {
+        let (ready, ready_rx) = watch::channel(false);
+        (
+            PodManager {
+                workers,
+                runtime,
+                node_name,
+                sources: HashMap::new(),
+                expected_sources,
+                orphan_check_period: Duration::from_secs(10),
+                ready,
+            },
+            ready_rx,
+        )
+    }
+
+    fn desired(&self) -> BTreeMap<String, Arc<Pod>> {
+        self.sources
+            .values()
+            .flat_map(|pods| pods.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .collect()
+    }
+
+    fn all_sources_seen(&self) -> bool {
+        self.expected_sources
+            .iter()
+            .all(|s| self.sources.contains_key(s))
+    }
+
+    /// Applies a source snapshot: new and changed pods are synced, vanished ones removed.
+    pub fn apply(&mut self, snapshot: SourceSnapshot) {
+        for error in &snapshot.errors {
+            tracing::warn!(source = snapshot.source, %error, "pod manifest rejected");
+        }
+        crate::metrics::metrics()
+            .static_pod_manifest_errors
+            .set(i64::try_from(snapshot.errors.len()).unwrap_or(i64::MAX));
+        let old = self.desired();
+        let pods: BTreeMap<String, Arc<Pod>> = snapshot
+            .pods
+            .into_iter()
+            .filter(|p| !pod_uid(p).is_empty())
+            .map(|p| (pod_uid(&p).to_string(), Arc::new(p)))
+            .collect();
+        self.sources.insert(snapshot.source, pods);
+        let new = self.desired();
+        let diff = diff_desired(&old, &new);
+        for uid in diff.added.iter().chain(&diff.updated) {
+            if let Some(pod) = new.get(uid) {
+                self.workers.update(PodWork::Sync(pod.clone()));
+            }
+        }
+        for uid in &diff.removed {
+            if let Some(pod) = old.get(uid) {
+                tracing::info!(pod.uid = %uid, pod.name = pod.metadata.name.as_deref().unwrap_or_default(), "pod removed from its source; terminating");
+                self.workers.update(PodWork::Kill {
+                    pod: pod.clone(),
+                    grace: None,
+                    remove: true,
+                });
+            }
+        }
+    }
+
+    /// Terminates runtime pods of this node that no source wants and no worker handles.
+    pub async fn cleanup_orphans(&self) {
+        if !self.all_sources_seen() {
+            return;
+        }
+        let desired = self.desired();
+        let selector = model::node_selector(&self.node_name);
+        let sandboxes = match self
+            .runtime
+            .list_pod_sandbox(Some(api::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing sandboxes for orphan cleanup");
+                return;
+            }
+        };
+        let containers = match self
+            .runtime
+            .list_containers(Some(api::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing containers for orphan cleanup");
+                return;
+            }
+        };
+        let mut orphans: BTreeMap<String, Pod> = BTreeMap::new();
+        let objects = sandboxes
+            .iter()
+            .map(|s| (&s.labels, &s.annotations))
+            .chain(containers.iter().map(|c| (&c.labels, &c.annotations)));
+        for (l, a) in objects {
+            let Some(uid) = l.get(labels::POD_UID) else {
+                continue;
+            };
+            if desired.contains_key(uid) || self.workers.has_worker(uid) {
+                continue;
+            }
+            let grace = a
+                .get(labels::POD_TERMINATION_GRACE_PERIOD)
+                .and_then(|g| g.parse().ok());
+            let entry = orphans.entry(uid.clone()).or_insert_with(|| {
+                orphan_pod(
+                    uid,
+                    l.get(labels::POD_NAME).map_or("", String::as_str),
+                    l.get(labels::POD_NAMESPACE).map_or("", String::as_str),
+                    grace,
+                )
+            });
+            if let (Some(g), Some(spec)) = (grace, entry.spec.as_mut()) {
+                spec.termination_grace_period_seconds = Some(g);
+            }
+        }
+        for (uid, pod) in orphans {
+            tracing::info!(pod.uid = %uid, pod.name = pod.metadata.name.as_deref().unwrap_or_default(), "terminating pod no source wants");
+            self.workers.update(PodWork::Kill {
+                pod: Arc::new(pod),
+                grace: None,
+                remove: true,
+            });
+        }
+    }
+
+    /// Runs until cancelled: applies snapshots, routes PLEG events to workers, and checks for
+    /// orphans once all sources have reported and periodically after.
+    pub async fn run(
+        mut self,
+        mut snapshots: mpsc::Receiver<SourceSnapshot>,
+        mut events: mpsc::Receiver<PodLifecycleEvent>,
+        cancel: CancellationToken,
+    ) {
+        let mut orphan_tick = tokio::time::interval(self.orphan_check_period);
+        orphan_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        if self.expected_sources.is_empty() {
+            self.cleanup_orphans().await;
+            self.ready.send_replace(true);
+        }
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                Some(snapshot) = snapshots.recv() => {
+                    self.apply(snapshot);
+                    if !*self.ready.borrow() && self.all_sources_seen() {
+                        self.cleanup_orphans().await;
+                        self.ready.send_replace(true);
+                    }
+                }
+                Some(event) = events.recv() => {
+                    if !self.workers.wake(&event.pod_uid) && *self.ready.borrow() {
+                        tracing::debug!(pod.uid = %event.pod_uid, "runtime event for a pod without a worker");
+                        self.cleanup_orphans().await;
+                    }
+                }
+                _ = orphan_tick.tick() => self.cleanup_orphans().await,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, image: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "c".into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn diff_table() {
+        let set = |pods: &[(&str, &str)]| -> BTreeMap<String, Arc<Pod>> {
+            pods.iter().map(|(u, i)| (u.to_string(), pod(u, i))).collect()
+        };
+        let cases = [
+            ("empty to one", set(&[]), set(&[("a", "x")]), (vec!["a"], vec![], vec![])),
+            ("unchanged", set(&[("a", "x")]), set(&[("a", "x")]), (vec![], vec![], vec![])),
+            ("updated", set(&[("a", "x")]), set(&[("a", "y")]), (vec![], vec!["a"], vec![])),
+            ("removed and added", set(&[("a", "x")]), set(&[("b", "x")]), (vec!["b"], vec![], vec!["a"])),
+        ];
+        for (name, old, new, (added, updated, removed)) in cases {
+            let d = diff_desired(&old, &new);
+            let s = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
+            assert_eq!(d, DesiredDiff { added: s(added), updated: s(updated), removed: s(removed) }, "{name}");
+        }
+    }
+}

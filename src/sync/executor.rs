@@ -1,0 +1,613 @@
+//! The executor: carries out `compute_pod_actions`' decisions through the CRI, and the kill and
+//! cleanup steps of pod termination. It owns no state of its own; what must survive between
+//! syncs of one pod (the last start failure of each container) lives in [`PodMemory`], which the
+//! pod worker keeps.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use tracing::Instrument;
+
+use super::actions::{compute_pod_actions, ActionInputs, ContainerKind, PodActions};
+use super::container_config::{container_config, container_hash, ContainerContext};
+use super::sandbox_config::{pod_log_dir, sandbox_config, SandboxContext};
+use crate::cgroup;
+use crate::clock::Clock;
+use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
+use crate::metrics::metrics;
+use crate::node::NodeInfo;
+use crate::status::{generate_pod_status, StartFailure, StatusInputs, StatusManager};
+use crate::volume;
+
+/// Node-wide settings the executor needs (from the configuration).
+#[derive(Debug, Clone)]
+pub struct SyncSettings {
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub cgroup_driver: cgroup::Driver,
+    pub cgroup_root: String,
+    pub cgroups_per_qos: bool,
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    pub cluster_domain: String,
+    pub resolv_conf: Option<PathBuf>,
+    /// The runtime's name for `containerID` (`containerd://<id>`).
+    pub runtime_name: String,
+}
+
+/// Per-pod memory the worker keeps between syncs.
+#[derive(Debug, Default)]
+pub struct PodMemory {
+    /// The kubelet's "reason cache": why the last start of each container failed.
+    pub start_failures: BTreeMap<String, StartFailure>,
+    /// When nodelet first saw the pod, for the pod start duration metric.
+    pub first_seen: Option<tokio::time::Instant>,
+    pub start_recorded: bool,
+}
+
+/// What one sync decided about the pod's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// Actions were taken; sync again right away to publish the new state.
+    Acted,
+    /// Nothing to do until something changes.
+    Idle,
+    /// The pod reached Succeeded/Failed: no container will run again.
+    Terminal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("pod {uid}: reading runtime state: {source}")]
+    Inspect {
+        uid: String,
+        #[source]
+        source: cri::Error,
+    },
+    #[error("pod {uid}: {op}: {source}")]
+    Runtime {
+        uid: String,
+        op: &'static str,
+        #[source]
+        source: cri::Error,
+    },
+    #[error("pod {uid}: creating sandbox: {message}")]
+    Sandbox { uid: String, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Clone)]
+pub struct PodSyncer {
+    pub runtime: Arc<dyn Runtime>,
+    pub images: Arc<dyn ImageService>,
+    pub status: StatusManager,
+    pub node: Arc<NodeInfo>,
+    pub settings: Arc<SyncSettings>,
+    pub clock: Clock,
+}
+
+pub fn pod_uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or_default()
+}
+
+fn spec_containers(pod: &Pod) -> &[Container] {
+    pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice())
+}
+
+fn spec_init_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+/// The pod's own grace period (`terminationGracePeriodSeconds`, default 30 s).
+pub fn pod_grace_period(pod: &Pod) -> Duration {
+    let secs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
+fn image_pull_policy(container: &Container) -> &str {
+    if let Some(p) = container.image_pull_policy.as_deref() {
+        return p;
+    }
+    let image = container.image.as_deref().unwrap_or_default();
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || (last.contains(':') && !last.ends_with(":latest")) {
+        "IfNotPresent"
+    } else {
+        "Always"
+    }
+}
+
+impl PodSyncer {
+    pub async fn inspect(&self, uid: &str) -> Result<PodRuntime> {
+        cri::model::inspect_pod(self.runtime.as_ref(), &self.node.name, uid)
+            .await
+            .map_err(|source| Error::Inspect {
+                uid: uid.to_string(),
+                source,
+            })
+    }
+
+    fn spec_hashes(pod: &Pod) -> BTreeMap<String, String> {
+        spec_init_containers(pod)
+            .iter()
+            .chain(spec_containers(pod))
+            .map(|c| (c.name.clone(), container_hash(c)))
+            .collect()
+    }
+
+    /// Builds the API status from what the runtime reports and publishes it.
+    pub fn publish_status(
+        &self,
+        pod: &Pod,
+        runtime: &PodRuntime,
+        memory: &PodMemory,
+        pod_is_terminal: bool,
+    ) -> PodStatus {
+        let previous = self.status.status(pod_uid(pod));
+        let empty = BTreeMap::new();
+        let status = generate_pod_status(&StatusInputs {
+            pod,
+            runtime,
+            previous: previous.as_ref(),
+            start_failures: &memory.start_failures,
+            readiness: &empty,
+            startup: &empty,
+            host_ips: &self.node.host_ips,
+            pod_is_terminal,
+            now: self.clock.now(),
+            runtime_name: &self.settings.runtime_name,
+        });
+        self.status.set_pod_status(pod, status.clone());
+        status
+    }
+
+    /// One sync of a pod that should be running: publish its status, then act.
+    pub async fn sync(&self, pod: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
+        let uid = pod_uid(pod).to_string();
+        let runtime = self.inspect(&uid).await?;
+        let status = self.publish_status(pod, &runtime, memory, false);
+        self.record_pod_started(&status, memory);
+        if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+            return Ok(SyncOutcome::Terminal);
+        }
+        let hashes = Self::spec_hashes(pod);
+        let actions = compute_pod_actions(&ActionInputs {
+            pod,
+            runtime: &runtime,
+            spec_hashes: &hashes,
+        });
+        if actions.is_empty() {
+            return Ok(SyncOutcome::Idle);
+        }
+        tracing::debug!(?actions, "pod actions");
+        self.execute(pod, &runtime, actions, memory).await?;
+        Ok(SyncOutcome::Acted)
+    }
+
+    fn record_pod_started(&self, status: &PodStatus, memory: &mut PodMemory) {
+        if memory.start_recorded {
+            return;
+        }
+        let statuses = status.container_statuses.as_deref().unwrap_or_default();
+        let all_running =
+            !statuses.is_empty() && statuses.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        if all_running {
+            memory.start_recorded = true;
+            if let Some(first) = memory.first_seen {
+                let took = first.elapsed();
+                metrics().pod_start_duration_seconds.observe(took.as_secs_f64());
+                tracing::info!(seconds = took.as_secs_f64(), "all containers running");
+            }
+        }
+    }
+
+    async fn execute(
+        &self,
+        pod: &Pod,
+        runtime: &PodRuntime,
+        actions: PodActions,
+        memory: &mut PodMemory,
+    ) -> Result<()> {
+        let uid = pod_uid(pod).to_string();
+        if actions.kill_pod {
+            self.kill_pod(pod, runtime, pod_grace_period(pod)).await;
+        } else {
+            let stops = actions.containers_to_kill.iter().map(|k| {
+                tracing::info!(container = %k.name, reason = %k.message, "killing container");
+                self.stop_container(&k.container_id, &k.name, pod_grace_period(pod))
+            });
+            join_all(stops).await;
+        }
+        for id in &actions.containers_to_remove {
+            if let Err(e) = self.runtime.remove_container(id).await {
+                if !e.is_not_found() {
+                    tracing::warn!(container.id = %id, error = %e, "removing old container");
+                }
+            }
+        }
+        for id in &actions.sandboxes_to_remove {
+            if let Err(e) = self.runtime.remove_pod_sandbox(id).await {
+                if !e.is_not_found() {
+                    tracing::warn!(sandbox.id = %id, error = %e, "removing old sandbox");
+                }
+            }
+        }
+        let wants_start =
+            actions.next_init_container.is_some() || !actions.containers_to_start.is_empty();
+        if !actions.create_sandbox && !wants_start {
+            return Ok(());
+        }
+
+        let volumes = volume::prepare_pod_volumes(pod, &self.settings.root_dir).map_err(|e| {
+            Error::Sandbox {
+                uid: uid.clone(),
+                message: e.to_string(),
+            }
+        });
+        let volumes = match volumes {
+            Ok(v) => v,
+            Err(e) => {
+                // Volume problems keep every container from starting; say so on each.
+                for c in spec_containers(pod) {
+                    memory.start_failures.insert(
+                        c.name.clone(),
+                        StartFailure {
+                            reason: "CreateContainerConfigError".into(),
+                            message: e.to_string(),
+                        },
+                    );
+                }
+                return Err(e);
+            }
+        };
+
+        let attempt = if actions.create_sandbox {
+            actions.attempt
+        } else {
+            runtime.sandbox().map_or(0, |s| s.attempt)
+        };
+        let sandbox_cfg = self.sandbox_config(pod, attempt)?;
+        let (sandbox_id, pod_ips) = if actions.create_sandbox {
+            let id = self.create_sandbox(pod, sandbox_cfg.clone()).await?;
+            let ips = match self.runtime.pod_sandbox_status(&id).await {
+                Ok(s) => cri::model::sandbox_from_status(&s).ips,
+                Err(e) => {
+                    return Err(Error::Runtime {
+                        uid,
+                        op: "reading new sandbox status",
+                        source: e,
+                    })
+                }
+            };
+            (id, ips)
+        } else {
+            let Some(id) = actions.sandbox_id.clone() else {
+                return Ok(());
+            };
+            let ips = runtime.sandbox().map(|s| s.ips.clone()).unwrap_or_default();
+            (id, ips)
+        };
+
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+        let etc_hosts = if host_network {
+            None
+        } else {
+            match volume::write_etc_hosts(&self.settings.root_dir, pod, &pod_ips) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, "writing /etc/hosts for the pod; containers use the image's");
+                    None
+                }
+            }
+        };
+        let env = StartEnv {
+            sandbox_id: &sandbox_id,
+            sandbox_config: &sandbox_cfg,
+            pod_ips: &pod_ips,
+            volumes: &volumes,
+            etc_hosts: etc_hosts.as_deref(),
+            attempt,
+        };
+        // After a new sandbox, nothing of the old runtime state applies to restart counting
+        // except the instance history, which `runtime` still holds.
+        if let Some(idx) = actions.next_init_container {
+            if let Some(c) = spec_init_containers(pod).get(idx) {
+                self.start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
+                    .await;
+            }
+        }
+        for idx in &actions.containers_to_start {
+            if let Some(c) = spec_containers(pod).get(*idx) {
+                self.start_container(pod, c, ContainerKind::Regular, runtime, &env, memory)
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
+    fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig> {
+        let resolv = self
+            .settings
+            .resolv_conf
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok());
+        let cgroup_parent = cgroup::pod_cgroup_parent(
+            pod,
+            self.settings.cgroup_driver,
+            &self.settings.cgroup_root,
+            self.settings.cgroups_per_qos,
+        );
+        let ctx = SandboxContext {
+            node_name: &self.node.name,
+            pod_logs_dir: &self.settings.pod_logs_dir,
+            cgroup_parent,
+            cluster_dns: &self.settings.cluster_dns,
+            cluster_domain: &self.settings.cluster_domain,
+            host_resolv_conf: resolv.as_deref(),
+        };
+        sandbox_config(pod, attempt, &ctx).map_err(|e| Error::Sandbox {
+            uid: pod_uid(pod).to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    async fn create_sandbox(&self, pod: &Pod, config: api::PodSandboxConfig) -> Result<String> {
+        let uid = pod_uid(pod).to_string();
+        let log_dir = pod_log_dir(
+            &self.settings.pod_logs_dir,
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            &uid,
+        );
+        if let Err(e) = std::fs::create_dir_all(&log_dir) {
+            return Err(Error::Sandbox {
+                uid,
+                message: format!("creating log directory {}: {e}", log_dir.display()),
+            });
+        }
+        tracing::info!("creating pod sandbox");
+        let id = self
+            .runtime
+            .run_pod_sandbox(config)
+            .await
+            .map_err(|source| Error::Runtime {
+                uid: uid.clone(),
+                op: "RunPodSandbox",
+                source,
+            })?;
+        metrics().started_pods_total.inc();
+        tracing::info!(sandbox.id = %id, "pod sandbox ready");
+        Ok(id)
+    }
+
+    /// Pulls the image as the container's imagePullPolicy says.
+    async fn ensure_image(
+        &self,
+        container: &Container,
+        sandbox_config: &api::PodSandboxConfig,
+    ) -> std::result::Result<(), StartFailure> {
+        let image = container.image.as_deref().unwrap_or_default();
+        let present = self
+            .images
+            .image_status(image)
+            .await
+            .map_err(|e| StartFailure {
+                reason: "ImageInspectError".into(),
+                message: format!("Failed to inspect image {image:?}: {}", e.runtime_message()),
+            })?
+            .is_some();
+        match image_pull_policy(container) {
+            "Never" if !present => Err(StartFailure {
+                reason: "ErrImageNeverPull".into(),
+                message: format!(
+                    "Container image {image:?} is not present with pull policy of Never"
+                ),
+            }),
+            "Never" | "IfNotPresent" if present => Ok(()),
+            _ => {
+                tracing::info!(image, "Pulling image");
+                let started = tokio::time::Instant::now();
+                match self
+                    .images
+                    .pull_image(image, Some(sandbox_config.clone()))
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(image, seconds = started.elapsed().as_secs_f64(), "Successfully pulled image");
+                        Ok(())
+                    }
+                    Err(e) => Err(StartFailure {
+                        reason: "ErrImagePull".into(),
+                        message: e.runtime_message(),
+                    }),
+                }
+            }
+        }
+    }
+
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        runtime: &PodRuntime,
+        env: &StartEnv<'_>,
+        memory: &mut PodMemory,
+    ) {
+        let span = tracing::info_span!("container", container = %container.name);
+        let result = self
+            .try_start_container(pod, container, kind, runtime, env)
+            .instrument(span.clone())
+            .await;
+        let _guard = span.enter();
+        match result {
+            Ok(id) => {
+                memory.start_failures.remove(&container.name);
+                metrics().started_containers_total.inc();
+                tracing::info!(container.id = %id, "Started container");
+            }
+            Err(failure) => {
+                tracing::warn!(reason = %failure.reason, message = %failure.message, "container failed to start");
+                memory.start_failures.insert(container.name.clone(), failure);
+            }
+        }
+    }
+
+    async fn try_start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        runtime: &PodRuntime,
+        env: &StartEnv<'_>,
+    ) -> std::result::Result<String, StartFailure> {
+        self.ensure_image(container, env.sandbox_config).await?;
+        let restart_count = runtime
+            .latest(&container.name)
+            .map_or(0, |c| c.restart_count + 1);
+        let uid = pod_uid(pod);
+        let termination_message =
+            volume::termination_message_file(&self.settings.root_dir, uid, &container.name).ok();
+        let cgroup_parent = env
+            .sandbox_config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default();
+        let ctx = ContainerContext {
+            pod_ips: env.pod_ips,
+            host_ips: &self.node.host_ips,
+            node_name: &self.node.name,
+            node_allocatable_cpu_milli: self.node.cpu_capacity_milli,
+            node_allocatable_memory: i64::try_from(self.node.memory_capacity).unwrap_or(i64::MAX),
+            memory_capacity: self.node.memory_capacity,
+            volumes: env.volumes,
+            etc_hosts: env.etc_hosts,
+            termination_message: termination_message.as_deref(),
+            restart_count,
+            attempt: u32::try_from(restart_count).unwrap_or(0),
+            cgroup_parent: &cgroup_parent,
+            node_name_label: &self.node.name,
+        };
+        let config = container_config(pod, container, kind, &ctx).map_err(|e| StartFailure {
+            reason: "CreateContainerConfigError".into(),
+            message: e.to_string(),
+        })?;
+        let id = self
+            .runtime
+            .create_container(env.sandbox_id, config, env.sandbox_config.clone())
+            .await
+            .map_err(|e| StartFailure {
+                reason: "CreateContainerError".into(),
+                message: e.runtime_message(),
+            })?;
+        tracing::info!(container.id = %id, "Created container");
+        self.runtime
+            .start_container(&id)
+            .await
+            .map_err(|e| StartFailure {
+                reason: "RunContainerError".into(),
+                message: e.runtime_message(),
+            })?;
+        Ok(id)
+    }
+
+    async fn stop_container(&self, id: &str, name: &str, grace: Duration) {
+        match self.runtime.stop_container(id, grace).await {
+            Ok(()) => tracing::info!(container = %name, grace_seconds = grace.as_secs(), "Stopped container"),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => tracing::warn!(container = %name, error = %e, "stopping container"),
+        }
+    }
+
+    /// Stops every running container (in parallel, each with the grace period) and then every
+    /// sandbox of the pod.
+    pub async fn kill_pod(&self, pod: &Pod, runtime: &PodRuntime, grace: Duration) {
+        let _ = pod;
+        let stops = runtime
+            .containers
+            .iter()
+            .filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown | ContainerState::Created))
+            .map(|c| {
+                tracing::info!(container = %c.name, grace_seconds = grace.as_secs(), "Killing container");
+                self.stop_container(&c.id, &c.name, grace)
+            });
+        join_all(stops).await;
+        for sandbox in &runtime.sandboxes {
+            if !sandbox.ready {
+                continue;
+            }
+            match self.runtime.stop_pod_sandbox(&sandbox.id).await {
+                Ok(()) => tracing::info!(sandbox.id = %sandbox.id, "Stopped pod sandbox"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => tracing::warn!(sandbox.id = %sandbox.id, error = %e, "stopping sandbox"),
+            }
+        }
+    }
+
+    /// Terminates the pod: kills what runs with `grace` and publishes the final status.
+    pub async fn terminate(&self, pod: &Pod, grace: Duration, memory: &PodMemory) -> Result<()> {
+        let uid = pod_uid(pod).to_string();
+        let runtime = self.inspect(&uid).await?;
+        self.kill_pod(pod, &runtime, grace).await;
+        let runtime = self.inspect(&uid).await?;
+        self.publish_status(pod, &runtime, memory, true);
+        Ok(())
+    }
+
+    /// Removes everything the runtime still holds for the pod, its volumes and its status.
+    pub async fn remove(&self, uid: &str) -> Result<()> {
+        let runtime = self.inspect(uid).await?;
+        for c in &runtime.containers {
+            if let Err(e) = self.runtime.remove_container(&c.id).await {
+                if !e.is_not_found() {
+                    return Err(Error::Runtime {
+                        uid: uid.to_string(),
+                        op: "RemoveContainer",
+                        source: e,
+                    });
+                }
+            }
+        }
+        for s in &runtime.sandboxes {
+            // StopPodSandbox before RemovePodSandbox, as the CRI asks; both are idempotent.
+            let _ = self.runtime.stop_pod_sandbox(&s.id).await;
+            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await {
+                if !e.is_not_found() {
+                    return Err(Error::Runtime {
+                        uid: uid.to_string(),
+                        op: "RemovePodSandbox",
+                        source: e,
+                    });
+                }
+            }
+        }
+        if let Err(e) = volume::cleanup_pod_dir(&self.settings.root_dir, uid) {
+            tracing::warn!(error = %e, "cleaning up pod directory");
+        }
+        self.status.remove(uid);
+        tracing::info!("pod removed");
+        Ok(())
+    }
+}
+
+struct StartEnv<'a> {
+    sandbox_id: &'a str,
+    sandbox_config: &'a api::PodSandboxConfig,
+    pod_ips: &'a [String],
+    volumes: &'a BTreeMap<String, PathBuf>,
+    etc_hosts: Option<&'a std::path::Path>,
+    #[allow(dead_code)]
+    attempt: u32,
+}
