@@ -1,0 +1,368 @@
+//! Harness for integration tests against a real containerd.
+//!
+//! Each test starts its own `nodelet` process (the real binary) with its own node name, root
+//! directory, manifest directory and API port, against the project-local containerd that
+//! `scripts/test.sh` starts. Because nodelet only manages sandboxes labelled with its node name,
+//! tests run in parallel on one containerd without seeing each other's pods.
+//!
+//! There is no silent skip: without `NODELET_TEST_CRI` (set by `scripts/test.sh`) every
+//! integration test fails with instructions.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use nodelet::cri::remote::RemoteRuntime;
+use nodelet::cri::{api, labels, Runtime};
+
+pub const TESTBOX: &str = "localhost/testbox:1";
+
+/// The CRI endpoint of the test containerd. Panics (fails the test) when the environment is
+/// missing: integration tests never pass by skipping.
+pub fn cri_endpoint() -> String {
+    match std::env::var("NODELET_TEST_CRI") {
+        Ok(e) if !e.is_empty() => {
+            let path = e.trim_start_matches("unix://");
+            assert!(
+                Path::new(path).exists(),
+                "NODELET_TEST_CRI={e} but the socket does not exist: is the test containerd running? \
+                 Run the tests with scripts/test.sh (or `scripts/containerd.sh start`)."
+            );
+            e
+        }
+        _ => panic!(
+            "NODELET_TEST_CRI is not set: integration tests need the project's containerd. \
+             Run them with scripts/test.sh, which installs and starts it."
+        ),
+    }
+}
+
+pub fn runtime() -> Arc<RemoteRuntime> {
+    let e = cri_endpoint();
+    Arc::new(RemoteRuntime::connect(&e, &e, Duration::from_secs(30)).expect("CRI client"))
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+pub struct Nodelet {
+    pub node: String,
+    pub dir: tempfile::TempDir,
+    pub manifests: PathBuf,
+    pub port: u16,
+    pub config: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+    runs: u32,
+}
+
+impl Nodelet {
+    /// Starts nodelet with a fresh node name, directories and port.
+    pub fn start(test: &str) -> Nodelet {
+        let endpoint = cri_endpoint();
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let node = format!("it-{}-{}-{n}", test.replace('_', "-"), std::process::id());
+        let dir = tempfile::Builder::new()
+            .prefix("nodelet-it-")
+            .tempdir()
+            .expect("tempdir");
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir_all(&manifests).expect("mkdir manifests");
+        let port = free_port();
+        let config = dir.path().join("config.yaml");
+        let text = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+             kind: KubeletConfiguration\n\
+             containerRuntimeEndpoint: {endpoint}\n\
+             staticPodPath: {manifests}\n\
+             fileCheckFrequency: 2s\n\
+             syncFrequency: 10s\n\
+             podLogsDir: {logs}\n\
+             rootDir: {root}\n\
+             nodeName: {node}\n\
+             address: 127.0.0.1\n\
+             readOnlyPort: {port}\n\
+             healthzPort: 0\n\
+             plegRelistPeriod: 2s\n\
+             logging:\n  verbosity: 2\n",
+            manifests = manifests.display(),
+            logs = dir.path().join("logs").display(),
+            root = dir.path().join("root").display(),
+        );
+        std::fs::write(&config, text).expect("write config");
+        let mut me = Nodelet {
+            node,
+            log: dir.path().join("nodelet.log"),
+            dir,
+            manifests,
+            port,
+            config,
+            child: None,
+            runs: 0,
+        };
+        me.spawn();
+        me
+    }
+
+    fn spawn(&mut self) {
+        self.runs += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "nodelet=debug,info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn nodelet");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL, as an OOM kill or a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn write_manifest(&self, file: &str, body: &str) {
+        // Write then rename, as an operator's tooling should, so the source never reads half a file.
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).expect("write manifest");
+        std::fs::rename(&tmp, self.manifests.join(file)).expect("rename manifest");
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests.join(file)).expect("remove manifest");
+    }
+
+    pub fn pod_name(&self, name: &str) -> String {
+        format!("{name}-{}", self.node)
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn pods(&self) -> Option<Vec<Pod>> {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/pods", self.base_url()))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        let v: serde_json::Value = resp.json().await.ok()?;
+        serde_json::from_value(v.get("items")?.clone()).ok()
+    }
+
+    pub async fn pod(&self, name: &str) -> Option<Pod> {
+        let full = self.pod_name(name);
+        self.pods()
+            .await?
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+    }
+
+    /// Polls the local API until the pod satisfies `check`; fails with the last state and the
+    /// nodelet log after `timeout`.
+    pub async fn wait_pod(&self, name: &str, timeout: Duration, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        loop {
+            if let Some(p) = self.pod(name).await {
+                if check(&p) {
+                    return p;
+                }
+                last = Some(p);
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "pod {name}: timed out after {timeout:?} waiting for {what}\nlast seen: {}\n--- nodelet log ---\n{}",
+                    last.map(|p| serde_json::to_string_pretty(&p.status).unwrap_or_default())
+                        .unwrap_or_else(|| "(not listed)".into()),
+                    tail(&self.logs(), 80)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn wait_gone(&self, name: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pods) = self.pods().await {
+                let full = self.pod_name(name);
+                if !pods.iter().any(|p| p.metadata.name.as_deref() == Some(full.as_str())) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {name} still listed after {timeout:?}\n{}",
+                tail(&self.logs(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Sandboxes and containers the runtime holds for this node.
+    pub async fn runtime_objects(&self) -> (Vec<api::PodSandbox>, Vec<api::Container>) {
+        let rt = runtime();
+        let selector: std::collections::HashMap<String, String> =
+            [(labels::NODE_NAME.to_string(), self.node.clone())].into();
+        let sandboxes = rt
+            .list_pod_sandbox(Some(api::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }))
+            .await
+            .expect("list sandboxes");
+        let containers = rt
+            .list_containers(Some(api::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+            .await
+            .expect("list containers");
+        (sandboxes, containers)
+    }
+
+    /// Runs `nodelet <args>` and returns (success, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        cli(args)
+    }
+}
+
+pub fn cli(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(args)
+        .output()
+        .expect("run nodelet");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+impl Drop for Nodelet {
+    fn drop(&mut self) {
+        self.kill9();
+        // Leave nothing behind in the shared containerd, even when the test failed.
+        let node = self.node.clone();
+        let cleanup = async move {
+            let rt = runtime();
+            let selector: std::collections::HashMap<String, String> =
+                [(labels::NODE_NAME.to_string(), node)].into();
+            if let Ok(sandboxes) = rt
+                .list_pod_sandbox(Some(api::PodSandboxFilter {
+                    label_selector: selector,
+                    ..Default::default()
+                }))
+                .await
+            {
+                for s in sandboxes {
+                    let _ = rt.stop_pod_sandbox(&s.id).await;
+                    let _ = rt.remove_pod_sandbox(&s.id).await;
+                }
+            }
+        };
+        // Drop may run inside or outside a tokio runtime; use a private one on a thread.
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                rt.block_on(cleanup);
+            }
+        })
+        .join();
+    }
+}
+
+pub fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+pub fn phase(p: &Pod) -> &str {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+pub fn container_status<'a>(p: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)
+}
+
+pub fn restart_count(p: &Pod, name: &str) -> i32 {
+    container_status(p, name).map_or(0, |c| c.restart_count)
+}
+
+pub fn waiting_reason(p: &Pod, name: &str) -> Option<String> {
+    container_status(p, name)?.state.as_ref()?.waiting.as_ref()?.reason.clone()
+}
+
+pub fn terminated(p: &Pod, name: &str) -> Option<(i32, String)> {
+    let t = container_status(p, name)?.state.as_ref()?.terminated.as_ref()?;
+    Some((t.exit_code, t.reason.clone().unwrap_or_default()))
+}
+
+pub fn running_ids(p: &Pod) -> Vec<String> {
+    let mut v: Vec<String> = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().filter_map(|c| c.container_id.clone()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+pub fn all_running(p: &Pod) -> bool {
+    let Some(cs) = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()) else {
+        return false;
+    };
+    !cs.is_empty() && cs.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+}
+
+pub fn testbox_pod(name: &str, policy: &str, containers: &[(&str, &[&str])]) -> String {
+    let mut s = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 5\n  containers:\n"
+    );
+    for (cname, args) in containers {
+        let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+        s.push_str(&format!(
+            "  - name: {cname}\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [{}]\n",
+            args.join(", ")
+        ));
+    }
+    s
+}
+
+pub fn dir_of(p: &Path) -> PathBuf {
+    p.to_path_buf()
+}

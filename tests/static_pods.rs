@@ -1,0 +1,232 @@
+//! Static pods on a real containerd, driven through the real `nodelet` binary.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(90);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_containers_run_and_answer_on_the_pod_ip() {
+    let n = Nodelet::start("two-containers");
+    n.write_manifest(
+        "web.yaml",
+        &testbox_pod(
+            "web",
+            "Always",
+            &[
+                ("one", &["serve", "--http", "8080"]),
+                ("two", &["serve", "--http", "8081"]),
+            ],
+        ),
+    );
+    let pod = n
+        .wait_pod("web", T, "Running with both containers running", |p| {
+            phase(p) == "Running" && all_running(p)
+        })
+        .await;
+    let status = pod.status.as_ref().unwrap();
+    let ip = status.pod_ip.clone().expect("pod IP");
+    assert_eq!(status.container_statuses.as_ref().unwrap().len(), 2);
+    for port in [8080, 8081] {
+        let body = reqwest::Client::new()
+            .get(format!("http://{ip}:{port}/healthz"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {ip}:{port}: {e}"));
+        assert_eq!(body.status(), 200, "port {port}");
+    }
+    let conditions: Vec<(String, String)> = status
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| (c.type_.clone(), c.status.clone()))
+        .collect();
+    for want in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+        assert!(
+            conditions.contains(&(want.to_string(), "True".to_string())),
+            "condition {want} not True in {conditions:?}"
+        );
+    }
+    // Both containers are in the runtime with the kubelet's labels.
+    let (sandboxes, containers) = n.runtime_objects().await;
+    assert_eq!(sandboxes.len(), 1);
+    assert_eq!(containers.len(), 2);
+    for c in &containers {
+        assert_eq!(c.labels.get("io.kubernetes.pod.name").map(String::as_str), Some(n.pod_name("web").as_str()));
+        assert_eq!(c.labels.get("io.kubernetes.pod.namespace").map(String::as_str), Some("default"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_policy_succeeds_on_exit_0_and_fails_on_exit_3() {
+    let n = Nodelet::start("never");
+    n.write_manifest("ok.yaml", &testbox_pod("ok", "Never", &[("main", &["exit", "--code", "0"])]));
+    n.write_manifest("bad.yaml", &testbox_pod("bad", "Never", &[("main", &["exit", "--code", "3"])]));
+    let ok = n.wait_pod("ok", T, "Succeeded", |p| phase(p) == "Succeeded").await;
+    assert_eq!(terminated(&ok, "main"), Some((0, "Completed".into())));
+    let bad = n.wait_pod("bad", T, "Failed", |p| phase(p) == "Failed").await;
+    assert_eq!(terminated(&bad, "main"), Some((3, "Error".into())));
+    assert_eq!(restart_count(&bad, "main"), 0);
+    // The table shows them as kubectl would.
+    let (ok_cli, out, err) = n.cli(&["pods", "--server", &n.base_url()]);
+    assert!(ok_cli, "{err}");
+    let line = |name: &str| out.lines().find(|l| l.starts_with(&n.pod_name(name))).unwrap_or_default().to_string();
+    assert!(line("ok").contains("Completed"), "{out}");
+    assert!(line("bad").contains("Error"), "{out}");
+    assert!(out.starts_with("NAME"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_failure_restarts_only_failed_containers() {
+    let n = Nodelet::start("on-failure");
+    n.write_manifest(
+        "p.yaml",
+        &testbox_pod(
+            "p",
+            "OnFailure",
+            &[
+                ("fails", &["exit", "--code", "1", "--after", "1s"]),
+                ("succeeds", &["exit", "--code", "0"]),
+            ],
+        ),
+    );
+    let pod = n
+        .wait_pod("p", T, "the failing container restarted", |p| restart_count(p, "fails") >= 1)
+        .await;
+    assert_eq!(restart_count(&pod, "succeeds"), 0, "a container that exited 0 is not restarted under OnFailure");
+    assert_ne!(phase(&pod), "Succeeded");
+    assert_ne!(phase(&pod), "Failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_policy_restarts_exited_containers() {
+    let n = Nodelet::start("always");
+    n.write_manifest("a.yaml", &testbox_pod("a", "Always", &[("main", &["exit", "--code", "0", "--after", "1s"])]));
+    let pod = n
+        .wait_pod("a", T, "restarted twice", |p| restart_count(p, "main") >= 2)
+        .await;
+    assert_eq!(phase(&pod), "Running");
+    let last = container_status(&pod, "main").and_then(|c| c.last_state.clone()).and_then(|s| s.terminated);
+    assert!(last.is_some(), "lastState.terminated is kept after a restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_image_with_never_pull_is_err_image_never_pull() {
+    let n = Nodelet::start("never-pull");
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: missing\nspec:\n  containers:\n  - name: main\n    image: localhost/does-not-exist:1\n    imagePullPolicy: Never\n"
+    );
+    n.write_manifest("missing.yaml", &manifest);
+    let pod = n
+        .wait_pod("missing", T, "ErrImageNeverPull", |p| {
+            waiting_reason(p, "main").as_deref() == Some("ErrImageNeverPull")
+        })
+        .await;
+    let msg = container_status(&pod, "main")
+        .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+        .unwrap_or_default();
+    assert!(msg.contains("localhost/does-not-exist:1"), "{msg}");
+    assert_eq!(phase(&pod), "Pending");
+    let (_, out, _) = n.cli(&["pods", "--server", &n.base_url()]);
+    assert!(out.contains("ErrImageNeverPull"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_manifest_leaves_nothing_behind() {
+    let n = Nodelet::start("remove");
+    n.write_manifest("r.yaml", &testbox_pod("r", "Always", &[("main", &["serve"])]));
+    n.wait_pod("r", T, "running", all_running).await;
+    let (sandboxes, containers) = n.runtime_objects().await;
+    assert_eq!((sandboxes.len(), containers.len()), (1, 1));
+    n.remove_manifest("r.yaml");
+    n.wait_gone("r", T).await;
+    let (sandboxes, containers) = n.runtime_objects().await;
+    assert!(sandboxes.is_empty(), "sandboxes left: {sandboxes:?}");
+    assert!(containers.is_empty(), "containers left: {containers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_and_restart_adopts_running_containers() {
+    let mut n = Nodelet::start("adopt");
+    n.write_manifest("keep.yaml", &testbox_pod("keep", "Always", &[("a", &["serve"]), ("b", &["serve"])]));
+    n.write_manifest("gone.yaml", &testbox_pod("gone", "Always", &[("main", &["serve"])]));
+    let before = n.wait_pod("keep", T, "running", all_running).await;
+    n.wait_pod("gone", T, "running", all_running).await;
+    let ids_before = running_ids(&before);
+    assert_eq!(ids_before.len(), 2);
+
+    n.kill9();
+    // While nodelet is down, one manifest disappears.
+    n.remove_manifest("gone.yaml");
+    n.restart();
+
+    let after = n.wait_pod("keep", T, "running after restart", all_running).await;
+    assert_eq!(running_ids(&after), ids_before, "containers were restarted instead of adopted");
+    assert_eq!(restart_count(&after, "a") + restart_count(&after, "b"), 0);
+    n.wait_gone("gone", T).await;
+    // The pod whose manifest vanished is terminated and removed from the runtime.
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let (sandboxes, _) = n.runtime_objects().await;
+        let gone_left = sandboxes.iter().any(|s| {
+            s.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(n.pod_name("gone").as_str())
+        });
+        if !gone_left {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "orphaned sandbox not removed\n{}", tail(&n.logs(), 40));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (sandboxes, _) = n.runtime_objects().await;
+    assert_eq!(sandboxes.len(), 1, "only the kept pod's sandbox remains");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_manifest_is_reported_and_the_good_pod_runs() {
+    let n = Nodelet::start("broken");
+    n.write_manifest("good.yaml", &testbox_pod("good", "Always", &[("main", &["serve"])]));
+    n.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: broken\nspec:\n  containers:\n  - name: main\n",
+    );
+    n.wait_pod("good", T, "running", all_running).await;
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let logs = n.logs();
+        if logs.contains("broken.yaml") && logs.contains("spec.containers[0].image") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the error does not name the file and field:\n{}", tail(&logs, 40));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(n.pod("broken").await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editing_a_manifest_replaces_the_pod() {
+    let n = Nodelet::start("edit");
+    n.write_manifest("e.yaml", &testbox_pod("e", "Always", &[("main", &["serve"])]));
+    let first = n.wait_pod("e", T, "running", all_running).await;
+    let uid1 = first.metadata.uid.clone().unwrap();
+    n.write_manifest("e.yaml", &testbox_pod("e", "Always", &[("main", &["serve", "--http", "8080"])]));
+    let second = n
+        .wait_pod("e", T, "a new pod UID running", |p| {
+            p.metadata.uid.as_deref() != Some(uid1.as_str()) && all_running(p)
+        })
+        .await;
+    assert_ne!(running_ids(&first), running_ids(&second));
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let (sandboxes, _) = n.runtime_objects().await;
+        if sandboxes.len() == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "old sandbox not removed: {sandboxes:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
