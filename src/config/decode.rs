@@ -597,6 +597,9 @@ impl Decoded {
         }
     }
 
+    /// The kubelet's gate rules: a locked GA gate may only be set to its default, and setting a
+    /// GA or deprecated gate warns. Unknown names only warn (the kubelet rejects them) because
+    /// nodelet knows just the gates it acts on, and a kubelet config may set many others.
     fn feature_gates(&mut self, path: &str, value: &Value) {
         let Some(map) = self.mapping(path, value) else {
             return;

@@ -670,3 +670,40 @@ fn detect_reads_a_hostname() {
     // Every Linux host (and container) has a non-empty nodename.
     assert!(!Environment::detect().hostname.is_empty());
 }
+
+#[test]
+fn documentation_lists_every_field() {
+    let doc = include_str!("../../docs/configuration.md");
+    let implemented = IMPLEMENTED_FIELDS
+        .iter()
+        .filter(|n| !["apiVersion", "kind", "logging", "crashLoopBackOff"].contains(n))
+        .map(|n| format!("| `{n}` |"))
+        .chain(
+            [
+                "logging.format",
+                "logging.verbosity",
+                "crashLoopBackOff.maxContainerRestartPeriod",
+            ]
+            .iter()
+            .map(|n| format!("| `{n}` |")),
+        );
+    for row in implemented {
+        assert!(
+            doc.contains(&row),
+            "docs/configuration.md has no table row {row}"
+        );
+    }
+    for name in NOT_IMPLEMENTED_FIELDS {
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/configuration.md does not list {name}"
+        );
+    }
+    for gate in super::kubelet_fields::FEATURE_GATES {
+        assert!(
+            doc.contains(&format!("| `{}` |", gate.name)),
+            "docs/configuration.md does not list gate {}",
+            gate.name
+        );
+    }
+}
