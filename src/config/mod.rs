@@ -1,1 +1,397 @@
-//! (in progress)
+//! nodelet's configuration file: a kubelet `KubeletConfiguration`
+//! (`apiVersion: kubelet.config.k8s.io/v1beta1`) plus a few nodelet fields, turned into a
+//! defaulted, validated [`Config`].
+//!
+//! Operators bring their kubelet config, so field names, defaults and the "zero means default"
+//! rules are the kubelet's (`pkg/kubelet/apis/config/v1beta1/defaults.go`,
+//! `.../validation/validation.go`). Kubelet fields nodelet does not implement are accepted with
+//! a [`Warning`]; anything else unknown is an error. Every problem in a file is reported at
+//! once, each with its field path, so one edit fixes them all.
+//!
+//! Parsing is pure ([`parse`]); [`load`] only adds the file read, and [`Environment`] carries
+//! the impure inputs to defaulting (the hostname).
+
+mod decode;
+mod duration;
+pub mod kubelet_fields;
+mod resolve;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use duration::{format_duration, parse_duration};
+
+/// The only `apiVersion` accepted (the kubelet's file format).
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// The only `kind` accepted.
+pub const KIND: &str = "KubeletConfiguration";
+
+pub const DEFAULT_CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+pub const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
+pub const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
+pub const DEFAULT_CONTAINERD_NAMESPACE: &str = "k8s.io";
+/// The kubelet's `MaxContainerBackOff`.
+pub const DEFAULT_MAX_CONTAINER_RESTART_PERIOD: Duration = Duration::from_secs(300);
+
+/// Everything nodelet reads from its configuration file, defaulted and validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `containerRuntimeEndpoint`: the CRI runtime service socket (`unix:///...`).
+    pub container_runtime_endpoint: String,
+    /// `imageServiceEndpoint`: the CRI image service; defaults to the runtime endpoint.
+    pub image_service_endpoint: String,
+    /// `staticPodPath`: directory (or single file) of static pod manifests; `None` = no static pods.
+    pub static_pod_path: Option<PathBuf>,
+    /// `fileCheckFrequency`: how often the static pod path is re-read.
+    pub file_check_frequency: Duration,
+    /// `syncFrequency`: the longest time between two syncs of a pod.
+    pub sync_frequency: Duration,
+    /// `podLogsDir`: root of `<namespace>_<name>_<uid>/<container>/<n>.log`.
+    pub pod_logs_dir: PathBuf,
+    pub cgroup_driver: CgroupDriver,
+    /// `cgroupsPerQOS`: create the `kubepods/{burstable,besteffort}` hierarchy.
+    pub cgroups_per_qos: bool,
+    /// `cgroupRoot`: the parent of the pod cgroup hierarchy, in cgroupfs form.
+    pub cgroup_root: String,
+    pub max_pods: u32,
+    /// `address`: where the read-only API listens. nodelet defaults to loopback (the kubelet
+    /// uses 0.0.0.0) because that API has no authentication.
+    pub address: IpAddr,
+    /// `readOnlyPort`: 0 disables the read-only API.
+    pub read_only_port: u16,
+    /// `healthzPort`: 0 disables `/healthz`.
+    pub healthz_port: u16,
+    pub healthz_bind_address: IpAddr,
+    /// `clusterDNS`: nameservers for `dnsPolicy: ClusterFirst` pods; empty = host DNS.
+    pub cluster_dns: Vec<IpAddr>,
+    /// `clusterDomain`: search domain suffix (`cluster.local`); empty = none.
+    pub cluster_domain: String,
+    /// `resolvConf`: the host resolver file; an empty path means none (no host DNS for pods).
+    pub resolv_conf: PathBuf,
+    /// `runtimeRequestTimeout`: deadline of CRI calls except pulls, logs, exec and attach.
+    pub runtime_request_timeout: Duration,
+    pub serialize_image_pulls: bool,
+    /// `featureGates` exactly as written; use [`Config::feature_enabled`] to read a gate.
+    pub feature_gates: BTreeMap<String, bool>,
+    pub logging: Logging,
+    pub node_status_update_frequency: Duration,
+    pub node_status_report_frequency: Duration,
+    pub node_lease_duration_seconds: u32,
+    pub kube_api_qps: u32,
+    pub kube_api_burst: u32,
+    pub crash_loop_back_off: CrashLoopBackOff,
+    // nodelet extensions (not in the kubelet's KubeletConfiguration):
+    /// `rootDir`: nodelet's state directory (the kubelet's `--root-dir`).
+    pub root_dir: PathBuf,
+    /// `nodeName`: the node's name (the kubelet's `--hostname-override`), lowercased.
+    pub node_name: String,
+    /// `nodeIP`: the address reported as the node's InternalIP (the kubelet's `--node-ip`).
+    pub node_ip: Option<IpAddr>,
+    /// `containerdEndpoint`: containerd's native API, for its task event stream.
+    pub containerd_endpoint: String,
+    /// `containerdNamespace`: the containerd namespace CRI containers live in.
+    pub containerd_namespace: String,
+    /// `plegRelistPeriod`: the periodic relist; containerd events are the fast path.
+    pub pleg_relist_period: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+impl CgroupDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        }
+    }
+}
+
+impl fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The part of the kubelet's `LoggingConfiguration` nodelet implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Logging {
+    pub format: LogFormat,
+    /// klog-style verbosity: 0 logs only the most important messages, higher logs more.
+    pub verbosity: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrashLoopBackOff {
+    /// The effective cap on the restart back-off, after the kubelet's gate rules: the configured
+    /// value when `KubeletCrashLoopBackOffMax` is on (default 300s), else 300s, or 60s with
+    /// `ReduceDefaultCrashLoopBackOffDecay`. See [`Config::crash_loop_back_off_delays`].
+    pub max_container_restart_period: Duration,
+}
+
+/// A field that was accepted but has no effect (not implemented, unknown feature gate, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// The category of a [`FieldError`], named like the API server's `field.ErrorType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldErrorKind {
+    /// Wrong type or a bad value.
+    Invalid,
+    /// A value outside a fixed set (`cgroupDriver: foo`).
+    Unsupported,
+    /// A field that must be present (`apiVersion`).
+    Required,
+    /// A value not allowed in this combination (a locked feature gate set the other way).
+    Forbidden,
+    /// A field name that nodelet and the kubelet do not know.
+    Unknown,
+}
+
+impl FieldErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldErrorKind::Invalid => "Invalid value",
+            FieldErrorKind::Unsupported => "Unsupported value",
+            FieldErrorKind::Required => "Required value",
+            FieldErrorKind::Forbidden => "Forbidden",
+            FieldErrorKind::Unknown => "Unknown field",
+        }
+    }
+}
+
+/// One problem in the file. Displays like the API server:
+/// `maxPods: Invalid value: "many": expected an integer`, `fooBar: Unknown field`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Field path: `maxPods`, `logging.format`, `clusterDNS[1]`, `featureGates.Foo`.
+    pub path: String,
+    /// The offending value as written, rendered like the API server does (strings quoted,
+    /// numbers and booleans bare); empty when the error is not about a value.
+    pub value: String,
+    /// The detail after the value (`expected an integer`); may be empty.
+    pub reason: String,
+    pub kind: FieldErrorKind,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.kind.as_str())?;
+        if !self.value.is_empty() {
+            write!(f, ": {}", self.value)?;
+        }
+        if !self.reason.is_empty() {
+            write!(f, ": {}", self.reason)?;
+        }
+        Ok(())
+    }
+}
+
+/// A configuration file nodelet accepted, and what it ignored on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<Warning>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {}: {message}", path.display())]
+    Yaml { path: PathBuf, message: String },
+    #[error("config file {}: invalid configuration:{}", path.display(), ErrorLines(errors))]
+    Invalid {
+        path: PathBuf,
+        errors: Vec<FieldError>,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Renders each field error on its own indented line.
+struct ErrorLines<'a>(&'a [FieldError]);
+
+impl fmt::Display for ErrorLines<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for error in self.0 {
+            write!(f, "\n  {error}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Inputs to defaulting that come from the machine rather than the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Environment {
+    /// The kernel hostname, as `hostname` prints it; `nodeName` defaults to it, lowercased.
+    pub hostname: String,
+}
+
+impl Environment {
+    /// Reads the hostname from the kernel. On failure the hostname is empty, and a config
+    /// without `nodeName` is then rejected with an error that says to set it.
+    pub fn detect() -> Self {
+        // uname(2)'s nodename is what gethostname(2) returns on Linux.
+        let hostname = nix::sys::utsname::uname()
+            .map(|u| u.nodename().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Environment { hostname }
+    }
+}
+
+impl Config {
+    /// What an empty `KubeletConfiguration` gives on this machine.
+    pub fn defaults(env: &Environment) -> Config {
+        Config {
+            container_runtime_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_string(),
+            image_service_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_string(),
+            static_pod_path: None,
+            file_check_frequency: Duration::from_secs(20),
+            sync_frequency: Duration::from_secs(60),
+            pod_logs_dir: PathBuf::from(DEFAULT_POD_LOGS_DIR),
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            cgroups_per_qos: true,
+            cgroup_root: "/".to_string(),
+            max_pods: 110,
+            address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            read_only_port: 0,
+            healthz_port: 10248,
+            healthz_bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from(DEFAULT_RESOLV_CONF),
+            runtime_request_timeout: Duration::from_secs(120),
+            serialize_image_pulls: true,
+            feature_gates: BTreeMap::new(),
+            logging: Logging {
+                format: LogFormat::Text,
+                verbosity: 0,
+            },
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
+            node_lease_duration_seconds: 40,
+            kube_api_qps: 50,
+            kube_api_burst: 100,
+            crash_loop_back_off: CrashLoopBackOff {
+                max_container_restart_period: DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
+            },
+            root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
+            node_name: env.hostname.trim().to_lowercase(),
+            node_ip: None,
+            containerd_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_string(),
+            containerd_namespace: DEFAULT_CONTAINERD_NAMESPACE.to_string(),
+            pleg_relist_period: Duration::from_secs(5),
+        }
+    }
+
+    /// Whether a feature gate is on: the value in `featureGates`, else the gate's Kubernetes
+    /// default for the gates nodelet knows ([`kubelet_fields::FEATURE_GATES`]), else off.
+    pub fn feature_enabled(&self, gate: &str) -> bool {
+        if let Some(value) = self.feature_gates.get(gate) {
+            return *value;
+        }
+        kubelet_fields::feature_gate(gate).is_some_and(|g| g.default)
+    }
+
+    /// `(initial, max)` container restart back-off, as the kubelet's `newCrashLoopBackOff`
+    /// computes them: 10s/300s, 1s/60s with `ReduceDefaultCrashLoopBackOffDecay`, and with
+    /// `KubeletCrashLoopBackOffMax` the configured maximum, which also caps the initial delay.
+    pub fn crash_loop_back_off_delays(&self) -> (Duration, Duration) {
+        let max = self.crash_loop_back_off.max_container_restart_period;
+        let initial =
+            if self.feature_enabled(kubelet_fields::REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY) {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(10)
+            };
+        (initial.min(max), max)
+    }
+}
+
+/// Parses, defaults and validates a configuration file's text. `source` names the file in
+/// errors only. An empty document (or one with only comments) gives the defaults; a non-empty
+/// one must carry `apiVersion` and `kind`.
+pub fn parse(text: &str, source: &Path, env: &Environment) -> Result<Loaded> {
+    let document: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| Error::Yaml {
+        path: source.to_path_buf(),
+        message: format!("not valid YAML: {e}"),
+    })?;
+    let raw = match &document {
+        serde_yaml::Value::Null => decode::Decoded::default(),
+        serde_yaml::Value::Mapping(map) => decode::decode(map),
+        other => {
+            return Err(Error::Yaml {
+                path: source.to_path_buf(),
+                message: format!(
+                    "expected a KubeletConfiguration mapping at the top level, found {}",
+                    decode::type_name(other)
+                ),
+            })
+        }
+    };
+    let resolved = resolve::resolve(raw, env);
+    if resolved.errors.is_empty() {
+        Ok(Loaded {
+            config: resolved.config,
+            warnings: resolved.warnings,
+        })
+    } else {
+        Err(Error::Invalid {
+            path: source.to_path_buf(),
+            errors: resolved.errors,
+        })
+    }
+}
+
+/// Reads and [`parse`]s the configuration file at `path`.
+pub fn load(path: &Path, env: &Environment) -> Result<Loaded> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, path, env)
+}

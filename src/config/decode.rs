@@ -1,0 +1,833 @@
+//! Walks the YAML mapping field by field, checking each value's type and single-field rules,
+//! and collects every problem instead of stopping at the first (which a derived
+//! `Deserialize` would do). Defaulting and cross-field rules are in `resolve`.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_yaml::{Mapping, Value};
+
+use super::duration::parse_duration_detailed;
+use super::kubelet_fields::{
+    feature_gate, GateStage, NOT_IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS,
+    NOT_IMPLEMENTED_MESSAGE,
+};
+use super::{CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION, KIND};
+
+/// Top-level fields nodelet implements (kubelet fields, then nodelet's own).
+pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "containerRuntimeEndpoint",
+    "imageServiceEndpoint",
+    "staticPodPath",
+    "fileCheckFrequency",
+    "syncFrequency",
+    "podLogsDir",
+    "cgroupDriver",
+    "cgroupsPerQOS",
+    "cgroupRoot",
+    "maxPods",
+    "address",
+    "readOnlyPort",
+    "healthzPort",
+    "healthzBindAddress",
+    "clusterDNS",
+    "clusterDomain",
+    "resolvConf",
+    "runtimeRequestTimeout",
+    "serializeImagePulls",
+    "featureGates",
+    "logging",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "crashLoopBackOff",
+    "rootDir",
+    "nodeName",
+    "nodeIP",
+    "containerdEndpoint",
+    "containerdNamespace",
+    "plegRelistPeriod",
+];
+
+const IMPLEMENTED_LOGGING_FIELDS: &[&str] = &["format", "verbosity"];
+const CRASH_LOOP_BACK_OFF_FIELDS: &[&str] = &["maxContainerRestartPeriod"];
+const TOP_LEVEL_FIELDS: &[&[&str]] = &[IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_FIELDS];
+const LOGGING_FIELDS: &[&[&str]] = &[IMPLEMENTED_LOGGING_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS];
+
+/// The kubelet's bounds for `crashLoopBackOff.maxContainerRestartPeriod`.
+const MIN_MAX_RESTART_PERIOD: Duration = Duration::from_secs(1);
+const MAX_MAX_RESTART_PERIOD: Duration = Duration::from_secs(300);
+
+const IP_REASON: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
+
+/// Values as written, type-checked and individually validated; `None` = absent or null.
+/// Strings keep `""` so `resolve` can apply each field's own meaning of empty.
+#[derive(Debug, Default)]
+pub(super) struct Decoded {
+    pub container_runtime_endpoint: Option<String>,
+    pub image_service_endpoint: Option<String>,
+    pub static_pod_path: Option<String>,
+    pub file_check_frequency: Option<Duration>,
+    pub sync_frequency: Option<Duration>,
+    pub pod_logs_dir: Option<String>,
+    pub cgroup_driver: Option<CgroupDriver>,
+    pub cgroups_per_qos: Option<bool>,
+    pub cgroup_root: Option<String>,
+    pub max_pods: Option<u32>,
+    pub address: Option<IpAddr>,
+    pub read_only_port: Option<u16>,
+    pub healthz_port: Option<u16>,
+    pub healthz_bind_address: Option<IpAddr>,
+    pub cluster_dns: Option<Vec<IpAddr>>,
+    pub cluster_domain: Option<String>,
+    pub resolv_conf: Option<String>,
+    pub runtime_request_timeout: Option<Duration>,
+    pub serialize_image_pulls: Option<bool>,
+    pub feature_gates: BTreeMap<String, bool>,
+    pub logging_format: Option<LogFormat>,
+    pub logging_verbosity: Option<u32>,
+    pub node_status_update_frequency: Option<Duration>,
+    pub node_status_report_frequency: Option<Duration>,
+    pub node_lease_duration_seconds: Option<u32>,
+    pub kube_api_qps: Option<u32>,
+    pub kube_api_burst: Option<u32>,
+    pub max_container_restart_period: Option<Duration>,
+    pub root_dir: Option<String>,
+    pub node_name: Option<String>,
+    pub node_ip: Option<IpAddr>,
+    pub containerd_endpoint: Option<String>,
+    pub containerd_namespace: Option<String>,
+    pub pleg_relist_period: Option<Duration>,
+    pub errors: Vec<FieldError>,
+    pub warnings: Vec<Warning>,
+}
+
+/// Decodes a top-level `KubeletConfiguration` mapping.
+pub(super) fn decode(map: &Mapping) -> Decoded {
+    let mut d = Decoded::default();
+    let mut api_version_seen = false;
+    let mut kind_seen = false;
+    for (key, value) in map {
+        let Some(name) = key.as_str() else {
+            d.unknown_field(&render(key), TOP_LEVEL_FIELDS);
+            continue;
+        };
+        match name {
+            "apiVersion" => {
+                api_version_seen = true;
+                d.type_meta(name, value, API_VERSION);
+            }
+            "kind" => {
+                kind_seen = true;
+                d.type_meta(name, value, KIND);
+            }
+            "containerRuntimeEndpoint" => d.container_runtime_endpoint = d.endpoint(name, value),
+            "imageServiceEndpoint" => d.image_service_endpoint = d.endpoint(name, value),
+            "staticPodPath" => d.static_pod_path = d.optional_absolute_path(name, value),
+            "fileCheckFrequency" => d.file_check_frequency = d.duration(name, value),
+            "syncFrequency" => d.sync_frequency = d.duration(name, value),
+            "podLogsDir" => d.pod_logs_dir = d.pod_logs_dir(name, value),
+            "cgroupDriver" => d.cgroup_driver = d.cgroup_driver(name, value),
+            "cgroupsPerQOS" => d.cgroups_per_qos = d.boolean(name, value),
+            "cgroupRoot" => d.cgroup_root = d.cgroup_root(name, value),
+            "maxPods" => d.max_pods = d.int32(name, value, 1, "must be greater than 0"),
+            "address" => d.address = d.ip(name, value),
+            "readOnlyPort" => d.read_only_port = d.port(name, value),
+            "healthzPort" => d.healthz_port = d.port(name, value),
+            "healthzBindAddress" => d.healthz_bind_address = d.ip(name, value),
+            "clusterDNS" => d.cluster_dns = d.ip_list(name, value),
+            "clusterDomain" => d.cluster_domain = d.string(name, value),
+            "resolvConf" => d.resolv_conf = d.optional_absolute_path(name, value),
+            "runtimeRequestTimeout" => d.runtime_request_timeout = d.duration(name, value),
+            "serializeImagePulls" => d.serialize_image_pulls = d.boolean(name, value),
+            "featureGates" => d.feature_gates(name, value),
+            "logging" => d.logging(name, value),
+            "nodeStatusUpdateFrequency" => d.node_status_update_frequency = d.duration(name, value),
+            "nodeStatusReportFrequency" => d.node_status_report_frequency = d.duration(name, value),
+            "nodeLeaseDurationSeconds" => {
+                // 0 is the kubelet's "unset" (defaulted to 40), so only negatives are invalid.
+                d.node_lease_duration_seconds = d.int32(name, value, 0, "must be greater than 0")
+            }
+            "kubeAPIQPS" => {
+                d.kube_api_qps = d.int32(name, value, 0, "must not be a negative number")
+            }
+            "kubeAPIBurst" => {
+                d.kube_api_burst = d.int32(name, value, 0, "must not be a negative number")
+            }
+            "crashLoopBackOff" => d.crash_loop_back_off(name, value),
+            "rootDir" => d.root_dir = d.absolute_clean_path(name, value),
+            "nodeName" => d.node_name = d.string(name, value),
+            "nodeIP" => d.node_ip = d.node_ip(name, value),
+            "containerdEndpoint" => d.containerd_endpoint = d.endpoint(name, value),
+            "containerdNamespace" => d.containerd_namespace = d.containerd_namespace(name, value),
+            "plegRelistPeriod" => d.pleg_relist_period = d.positive_duration(name, value),
+            _ if NOT_IMPLEMENTED_FIELDS.contains(&name) => d.warn(name, NOT_IMPLEMENTED_MESSAGE),
+            _ => d.unknown_field(name, TOP_LEVEL_FIELDS),
+        }
+    }
+    if !api_version_seen {
+        d.required("apiVersion", API_VERSION);
+    }
+    if !kind_seen {
+        d.required("kind", KIND);
+    }
+    d
+}
+
+/// A value as the API server shows it in errors: strings quoted, scalars bare, others as JSON.
+pub(super) fn render(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        other => {
+            let text = serde_json::to_string(other)
+                .or_else(|_| serde_yaml::to_string(other).map(|s| s.trim().to_string()))
+                .unwrap_or_else(|_| format!("<{}>", type_name(other)));
+            if text.chars().count() > 80 {
+                format!("{}...", text.chars().take(77).collect::<String>())
+            } else {
+                text
+            }
+        }
+    }
+}
+
+pub(super) fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// Go's `filepath.Clean` for absolute paths: whether `path` is already in that form.
+pub(super) fn is_clean_absolute_path(path: &str) -> bool {
+    if !path.starts_with('/') {
+        return false;
+    }
+    if path == "/" {
+        return true;
+    }
+    !path[1..]
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+}
+
+impl Decoded {
+    pub(super) fn fail(
+        &mut self,
+        path: &str,
+        value: &str,
+        reason: impl Into<String>,
+        kind: FieldErrorKind,
+    ) {
+        self.errors.push(FieldError {
+            path: path.to_string(),
+            value: value.to_string(),
+            reason: reason.into(),
+            kind,
+        });
+    }
+
+    fn invalid(&mut self, path: &str, value: &Value, reason: impl Into<String>) {
+        self.fail(path, &render(value), reason, FieldErrorKind::Invalid);
+    }
+
+    fn unsupported(&mut self, path: &str, value: &Value, supported: &[&str]) {
+        let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+        let reason = format!("supported values: {}", list.join(", "));
+        self.fail(path, &render(value), reason, FieldErrorKind::Unsupported);
+    }
+
+    fn warn(&mut self, path: &str, message: impl Into<String>) {
+        self.warnings.push(Warning {
+            path: path.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Rejects an unknown field, suggesting the known field it matches but for letter case
+    /// (the kubelet's decoder is case-sensitive, so `MaxPods` is a typo).
+    fn unknown_field(&mut self, path: &str, known: &[&[&str]]) {
+        let name = path.rsplit('.').next().unwrap_or(path);
+        let suggestion = known
+            .iter()
+            .flat_map(|list| list.iter())
+            .find(|k| k.eq_ignore_ascii_case(name));
+        let reason = suggestion.map_or_else(String::new, |k| format!("did you mean {k:?}?"));
+        self.fail(path, "", reason, FieldErrorKind::Unknown);
+    }
+
+    /// `apiVersion` / `kind`: exactly one accepted value; empty counts as missing.
+    fn type_meta(&mut self, path: &str, value: &Value, expected: &str) {
+        match value {
+            Value::String(s) if s == expected => {}
+            Value::Null => self.required(path, expected),
+            Value::String(s) if s.is_empty() => self.required(path, expected),
+            Value::String(_) => self.unsupported(path, value, &[expected]),
+            _ => self.invalid(path, value, "expected a string"),
+        }
+    }
+
+    fn required(&mut self, path: &str, expected: &str) {
+        let reason = format!("must be {expected:?}");
+        self.fail(path, "", reason, FieldErrorKind::Required);
+    }
+
+    fn string(&mut self, path: &str, value: &Value) -> Option<String> {
+        match value {
+            Value::Null => None,
+            Value::String(s) => Some(s.clone()),
+            _ => {
+                self.invalid(path, value, "expected a string");
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, path: &str, value: &Value) -> Option<bool> {
+        match value {
+            Value::Null => None,
+            Value::Bool(b) => Some(*b),
+            _ => {
+                self.invalid(path, value, "expected a boolean (true or false)");
+                None
+            }
+        }
+    }
+
+    fn int(&mut self, path: &str, value: &Value) -> Option<i64> {
+        match value {
+            Value::Null => None,
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Some(i),
+                None if n.is_f64() => {
+                    self.invalid(path, value, "expected an integer");
+                    None
+                }
+                None => {
+                    self.invalid(path, value, "out of range");
+                    None
+                }
+            },
+            _ => {
+                self.invalid(path, value, "expected an integer");
+                None
+            }
+        }
+    }
+
+    /// An integer in `min..=max`, converted to the field's type.
+    fn int_in<T: TryFrom<i64>>(
+        &mut self,
+        path: &str,
+        value: &Value,
+        min: i64,
+        max: i64,
+        reason: &str,
+    ) -> Option<T> {
+        let i = self.int(path, value)?;
+        if i < min {
+            self.invalid(path, value, reason);
+            return None;
+        }
+        if i > max {
+            self.invalid(path, value, format!("must be at most {max}"));
+            return None;
+        }
+        T::try_from(i).ok()
+    }
+
+    /// A non-negative int32 (the kubelet's type for counts) of at least `min`.
+    fn int32(&mut self, path: &str, value: &Value, min: i64, reason: &str) -> Option<u32> {
+        self.int_in(path, value, min, i64::from(i32::MAX), reason)
+    }
+
+    fn port(&mut self, path: &str, value: &Value) -> Option<u16> {
+        let i = self.int(path, value)?;
+        match u16::try_from(i) {
+            Ok(port) => Some(port),
+            Err(_) => {
+                self.invalid(
+                    path,
+                    value,
+                    "must be between 0 and 65535, inclusive (0 disables it)",
+                );
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, path: &str, value: &Value) -> Option<Duration> {
+        match value {
+            Value::Null => None,
+            Value::String(s) => match parse_duration_detailed(s) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    self.invalid(path, value, e.to_string());
+                    None
+                }
+            },
+            _ => {
+                self.invalid(
+                    path,
+                    value,
+                    "expected a duration string such as \"30s\" or \"1m30s\"",
+                );
+                None
+            }
+        }
+    }
+
+    fn positive_duration(&mut self, path: &str, value: &Value) -> Option<Duration> {
+        let d = self.duration(path, value)?;
+        if d.is_zero() {
+            self.invalid(path, value, "must be greater than 0");
+            return None;
+        }
+        Some(d)
+    }
+
+    /// An IP address; `""` means unset, as the kubelet treats its string address fields.
+    fn ip(&mut self, path: &str, value: &Value) -> Option<IpAddr> {
+        let s = self.string(path, value)?;
+        if s.is_empty() {
+            return None;
+        }
+        match IpAddr::from_str(&s) {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                self.invalid(path, value, IP_REASON);
+                None
+            }
+        }
+    }
+
+    fn ip_list(&mut self, path: &str, value: &Value) -> Option<Vec<IpAddr>> {
+        let items = match value {
+            Value::Null => return None,
+            Value::Sequence(items) => items,
+            _ => {
+                self.invalid(path, value, "expected a list of IP addresses");
+                return None;
+            }
+        };
+        let mut ips = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let item_path = format!("{path}[{i}]");
+            match item {
+                Value::String(s) => match IpAddr::from_str(s) {
+                    Ok(ip) => ips.push(ip),
+                    Err(_) => self.invalid(&item_path, item, IP_REASON),
+                },
+                _ => self.invalid(&item_path, item, "expected a string"),
+            }
+        }
+        Some(ips)
+    }
+
+    /// `nodeIP`: must be usable as the node's address, like the kubelet's `validateNodeIP`.
+    fn node_ip(&mut self, path: &str, value: &Value) -> Option<IpAddr> {
+        let ip = self.ip(path, value)?;
+        let problem = if ip.is_loopback() {
+            Some("must not be a loopback address")
+        } else if ip.is_multicast() {
+            Some("must not be a multicast address")
+        } else if ip.is_unspecified() {
+            Some("must not be an all-zeros address")
+        } else if is_link_local_unicast(ip) {
+            Some("must not be a link-local unicast address")
+        } else {
+            None
+        };
+        match problem {
+            Some(reason) => {
+                self.invalid(path, value, reason);
+                None
+            }
+            None => Some(ip),
+        }
+    }
+
+    /// A CRI or containerd socket. `""` means unset. A bare absolute path is accepted with the
+    /// kubelet's deprecation warning and turned into a `unix://` URL.
+    fn endpoint(&mut self, path: &str, value: &Value) -> Option<String> {
+        let s = self.string(path, value)?;
+        if s.is_empty() {
+            return None;
+        }
+        if let Some(socket) = s.strip_prefix("unix://") {
+            if socket.starts_with('/') {
+                return Some(s);
+            }
+            self.invalid(path, value, "a unix:// endpoint needs an absolute socket path, e.g. \"unix:///run/containerd/containerd.sock\"");
+            return None;
+        }
+        if s.starts_with('/') {
+            let url = format!("unix://{s}");
+            self.warn(
+                path,
+                format!(
+                    "using a bare path as endpoint is deprecated, please use the full URL {url:?}"
+                ),
+            );
+            return Some(url);
+        }
+        match s.split_once("://") {
+            Some((scheme, _)) => self.invalid(
+                path,
+                value,
+                format!("protocol {scheme:?} not supported; only unix:// endpoints are supported on Linux"),
+            ),
+            None => self.invalid(
+                path,
+                value,
+                "must be a unix socket URL such as \"unix:///run/containerd/containerd.sock\"",
+            ),
+        }
+        None
+    }
+
+    /// An absolute path, or `""` for "none".
+    fn optional_absolute_path(&mut self, path: &str, value: &Value) -> Option<String> {
+        let s = self.string(path, value)?;
+        if !s.is_empty() && !s.starts_with('/') {
+            self.invalid(path, value, "must be an absolute path");
+            return None;
+        }
+        Some(s)
+    }
+
+    /// An absolute path in `filepath.Clean` form; `""` means unset (the default).
+    fn absolute_clean_path(&mut self, path: &str, value: &Value) -> Option<String> {
+        let s = self.string(path, value)?;
+        if s.is_empty() {
+            return None;
+        }
+        if !s.starts_with('/') {
+            self.invalid(path, value, "must be an absolute path");
+            return None;
+        }
+        if !is_clean_absolute_path(&s) {
+            self.invalid(
+                path,
+                value,
+                "must be normalized (no trailing slash, \"//\", \".\" or \"..\")",
+            );
+            return None;
+        }
+        Some(s)
+    }
+
+    /// `podLogsDir`: the kubelet also requires ASCII, because the path ends up in metrics.
+    fn pod_logs_dir(&mut self, path: &str, value: &Value) -> Option<String> {
+        let s = self.absolute_clean_path(path, value)?;
+        if !s.is_ascii() {
+            self.invalid(path, value, "must contain ASCII characters only");
+            return None;
+        }
+        Some(s)
+    }
+
+    fn cgroup_driver(&mut self, path: &str, value: &Value) -> Option<CgroupDriver> {
+        match self.string(path, value)?.as_str() {
+            "" => None,
+            "cgroupfs" => Some(CgroupDriver::Cgroupfs),
+            "systemd" => Some(CgroupDriver::Systemd),
+            _ => {
+                self.unsupported(path, value, &["cgroupfs", "systemd"]);
+                None
+            }
+        }
+    }
+
+    fn cgroup_root(&mut self, path: &str, value: &Value) -> Option<String> {
+        let s = self.string(path, value)?;
+        if s.is_empty() {
+            return None;
+        }
+        if !s.starts_with('/') {
+            self.invalid(
+                path,
+                value,
+                "must be an absolute cgroup path such as \"/\" or \"/kubelet\"",
+            );
+            return None;
+        }
+        Some(s)
+    }
+
+    /// `containerdNamespace`: containerd's own rule for namespace names.
+    fn containerd_namespace(&mut self, path: &str, value: &Value) -> Option<String> {
+        let s = self.string(path, value)?;
+        if s.is_empty() {
+            return None;
+        }
+        if !is_valid_containerd_namespace(&s) {
+            self.invalid(
+                path,
+                value,
+                "must be at most 76 characters of letters and digits, separated by single '.', '_' or '-'",
+            );
+            return None;
+        }
+        Some(s)
+    }
+
+    fn mapping<'v>(&mut self, path: &str, value: &'v Value) -> Option<&'v Mapping> {
+        match value {
+            Value::Null => None,
+            Value::Mapping(map) => Some(map),
+            _ => {
+                self.invalid(path, value, "expected a mapping");
+                None
+            }
+        }
+    }
+
+    /// The kubelet's gate rules: a locked GA gate may only be set to its default, and setting a
+    /// GA or deprecated gate warns. Unknown names only warn (the kubelet rejects them) because
+    /// nodelet knows just the gates it acts on, and a kubelet config may set many others.
+    fn feature_gates(&mut self, path: &str, value: &Value) {
+        let Some(map) = self.mapping(path, value) else {
+            return;
+        };
+        for (key, enabled) in map {
+            let Some(name) = key.as_str() else {
+                self.invalid(
+                    &format!("{path}[{}]", render(key)),
+                    key,
+                    "feature gate names are strings",
+                );
+                continue;
+            };
+            let gate_path = format!("{path}.{name}");
+            let Value::Bool(enabled) = enabled else {
+                self.invalid(&gate_path, enabled, "expected a boolean (true or false)");
+                continue;
+            };
+            match feature_gate(name) {
+                None => self.warn(&gate_path, "unrecognized feature gate; nodelet ignores it"),
+                Some(gate) if gate.stage == GateStage::Ga && *enabled != gate.default => {
+                    let reason = format!(
+                        "cannot set feature gate {name} to {enabled}, feature is locked to {}",
+                        gate.default
+                    );
+                    self.fail(&gate_path, "", reason, FieldErrorKind::Forbidden);
+                    continue;
+                }
+                Some(gate) if gate.stage == GateStage::Ga => self.warn(
+                    &gate_path,
+                    format!("setting GA feature gate {name}={enabled}; it will be removed in a future release"),
+                ),
+                Some(gate) if gate.stage == GateStage::Deprecated => self.warn(
+                    &gate_path,
+                    format!("setting deprecated feature gate {name}={enabled}; it will be removed in a future release"),
+                ),
+                Some(_) => {}
+            }
+            self.feature_gates.insert(name.to_string(), *enabled);
+        }
+    }
+
+    fn logging(&mut self, path: &str, value: &Value) {
+        let Some(map) = self.mapping(path, value) else {
+            return;
+        };
+        for (key, value) in map {
+            let Some(name) = key.as_str() else {
+                self.unknown_field(&format!("{path}.{}", render(key)), LOGGING_FIELDS);
+                continue;
+            };
+            let field_path = format!("{path}.{name}");
+            match name {
+                "format" => {
+                    self.logging_format = match self.string(&field_path, value).as_deref() {
+                        None | Some("") => None,
+                        Some("text") => Some(LogFormat::Text),
+                        Some("json") => Some(LogFormat::Json),
+                        Some(_) => {
+                            self.unsupported(&field_path, value, &["json", "text"]);
+                            None
+                        }
+                    }
+                }
+                "verbosity" => {
+                    self.logging_verbosity = self.int_in(
+                        &field_path,
+                        value,
+                        0,
+                        i64::from(u32::MAX),
+                        "must not be negative",
+                    )
+                }
+                _ if NOT_IMPLEMENTED_LOGGING_FIELDS.contains(&name) => {
+                    self.warn(&field_path, NOT_IMPLEMENTED_MESSAGE)
+                }
+                _ => self.unknown_field(&field_path, LOGGING_FIELDS),
+            }
+        }
+    }
+
+    fn crash_loop_back_off(&mut self, path: &str, value: &Value) {
+        let Some(map) = self.mapping(path, value) else {
+            return;
+        };
+        for (key, value) in map {
+            let Some(name) = key.as_str() else {
+                self.unknown_field(
+                    &format!("{path}.{}", render(key)),
+                    &[CRASH_LOOP_BACK_OFF_FIELDS],
+                );
+                continue;
+            };
+            let field_path = format!("{path}.{name}");
+            if name != "maxContainerRestartPeriod" {
+                self.unknown_field(&field_path, &[CRASH_LOOP_BACK_OFF_FIELDS]);
+                continue;
+            }
+            let Some(period) = self.duration(&field_path, value) else {
+                continue;
+            };
+            if !(MIN_MAX_RESTART_PERIOD..=MAX_MAX_RESTART_PERIOD).contains(&period) {
+                self.invalid(&field_path, value, "must be between 1s and 300s, inclusive");
+                continue;
+            }
+            self.max_container_restart_period = Some(period);
+        }
+    }
+}
+
+fn is_link_local_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+/// containerd's `^[A-Za-z0-9]+(?:[._-](?:[A-Za-z0-9]+))*$`, at most 76 characters.
+fn is_valid_containerd_namespace(s: &str) -> bool {
+    s.len() <= 76
+        && s.split(['.', '_', '-'])
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// A lowercase RFC 1123 subdomain, the rule for Node names.
+pub(super) fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && bytes[0].is_ascii_alphanumeric()
+                && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_absolute_paths() {
+        let cases: &[(&str, bool)] = &[
+            ("/", true),
+            ("/var/log/pods", true),
+            ("/var/log/pods/", false),
+            ("//var", false),
+            ("/var//log", false),
+            ("/var/./log", false),
+            ("/var/../log", false),
+            ("/..", false),
+            ("var/log", false),
+            ("", false),
+            ("/var/log.d/..x", true),
+        ];
+        for (path, want) in cases {
+            assert_eq!(is_clean_absolute_path(path), *want, "path {path:?}");
+        }
+    }
+
+    #[test]
+    fn containerd_namespaces() {
+        let cases: &[(&str, bool)] = &[
+            ("k8s.io", true),
+            ("default", true),
+            ("moby", true),
+            ("a-b_c.d", true),
+            ("A1", true),
+            ("", false),
+            (".k8s", false),
+            ("k8s.", false),
+            ("k8s..io", false),
+            ("k8s io", false),
+            ("k8s/io", false),
+        ];
+        for (ns, want) in cases {
+            assert_eq!(is_valid_containerd_namespace(ns), *want, "namespace {ns:?}");
+        }
+        assert!(!is_valid_containerd_namespace(&"a".repeat(77)));
+        assert!(is_valid_containerd_namespace(&"a".repeat(76)));
+    }
+
+    #[test]
+    fn dns1123_subdomains() {
+        let cases: &[(&str, bool)] = &[
+            ("node-1", true),
+            ("node-1.example.com", true),
+            ("1node", true),
+            ("Node", false),
+            ("node_1", false),
+            ("-node", false),
+            ("node-", false),
+            ("node..x", false),
+            ("", false),
+        ];
+        for (name, want) in cases {
+            assert_eq!(is_dns1123_subdomain(name), *want, "name {name:?}");
+        }
+        assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+    }
+
+    #[test]
+    fn render_values_like_the_api_server() {
+        let cases: &[(&str, &str)] = &[
+            ("many", "\"many\""),
+            ("0", "0"),
+            ("-3", "-3"),
+            ("1.5", "1.5"),
+            ("true", "true"),
+            ("null", "null"),
+            ("[1, a]", "[1,\"a\"]"),
+            ("{a: 1}", "{\"a\":1}"),
+        ];
+        for (yaml, want) in cases {
+            let value: Value = serde_yaml::from_str(yaml).unwrap();
+            assert_eq!(render(&value), *want, "yaml {yaml:?}");
+        }
+    }
+
+    #[test]
+    fn implemented_and_not_implemented_fields_do_not_overlap() {
+        for name in IMPLEMENTED_FIELDS {
+            assert!(
+                !NOT_IMPLEMENTED_FIELDS.contains(name),
+                "{name} is in both lists"
+            );
+        }
+    }
+}

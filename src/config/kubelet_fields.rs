@@ -1,0 +1,223 @@
+//! What nodelet knows about the kubelet's configuration surface beyond the fields it implements:
+//! the other `KubeletConfiguration` (v1beta1) fields, accepted with a warning so an operator can
+//! bring an existing kubelet config, and the feature gates nodelet's behaviour depends on.
+
+/// Top-level `KubeletConfiguration` v1beta1 fields (JSON names, from the kubelet's `types.go`)
+/// that nodelet accepts but does not act on yet. Anything that is in neither this list nor the
+/// implemented set is a typo or a field from another component, and is rejected.
+pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
+    "allowedUnsafeSysctls",
+    "authentication",
+    "authorization",
+    "configMapAndSecretChangeDetectionStrategy",
+    "containerLogMaxFiles",
+    "containerLogMaxSize",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
+    "contentType",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "cpuManagerPolicy",
+    "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod",
+    "draManagerReconcilePeriod",
+    "enableContentionProfiling",
+    "enableControllerAttachDetach",
+    "enableDebugFlagsHandler",
+    "enableDebuggingHandlers",
+    "enableProfilingHandler",
+    "enableServer",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "enforceNodeAllocatable",
+    "eventBurst",
+    "eventRecordQPS",
+    "evictionHard",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "evictionPressureTransitionPeriod",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "failCgroupV1",
+    "failSwapOn",
+    "hairpinMode",
+    "httpCheckFrequency",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "imageMaximumGCAge",
+    "imageMinimumGCAge",
+    "imagePullCredentialsVerificationPolicy",
+    "iptablesDropBit",
+    "iptablesMasqueradeBit",
+    "kernelMemcgNotification",
+    "kubeReserved",
+    "kubeReservedCgroup",
+    "kubeletCgroups",
+    "localStorageCapacityIsolation",
+    "makeIPTablesUtilChains",
+    "maxOpenFiles",
+    "maxParallelImagePulls",
+    "memoryManagerPolicy",
+    "memoryReservationPolicy",
+    "memorySwap",
+    "memoryThrottlingFactor",
+    "mergeDefaultEvictionSettings",
+    "nodeStatusMaxImages",
+    "oomScoreAdj",
+    "podCIDR",
+    "podHousekeepingPeriod",
+    "podPidsLimit",
+    "podsPerCore",
+    "port",
+    "preloadedImagesVerificationAllowlist",
+    "protectKernelDefaults",
+    "providerID",
+    "qosReserved",
+    "registerNode",
+    "registerWithTaints",
+    "registryBurst",
+    "registryPullQPS",
+    "reservedMemory",
+    "reservedSystemCPUs",
+    "rotateCertificates",
+    "runOnce",
+    "seccompDefault",
+    "serverTLSBootstrap",
+    "showHiddenMetricsForVersion",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodByPodPriority",
+    "shutdownGracePeriodCriticalPods",
+    "singleProcessOOMKill",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "streamingConnectionIdleTimeout",
+    "systemCgroups",
+    "systemReserved",
+    "systemReservedCgroup",
+    "tlsCertFile",
+    "tlsCipherSuites",
+    "tlsCurvePreferences",
+    "tlsMinVersion",
+    "tlsPrivateKeyFile",
+    "topologyManagerPolicy",
+    "topologyManagerPolicyOptions",
+    "topologyManagerScope",
+    "tracing",
+    "userNamespaces",
+    "volumePluginDir",
+    "volumeStatsAggPeriod",
+];
+
+/// `logging` (component-base `LoggingConfiguration`) fields nodelet accepts but ignores.
+pub const NOT_IMPLEMENTED_LOGGING_FIELDS: &[&str] = &["flushFrequency", "options", "vmodule"];
+
+/// The message attached to every accepted-but-ignored field.
+pub const NOT_IMPLEMENTED_MESSAGE: &str = "accepted but not implemented by nodelet yet; ignored";
+
+/// Maturity of a feature gate, which decides the kubelet's warnings when one is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateStage {
+    Alpha,
+    Beta,
+    /// GA gates are locked to their default: setting the other value is an error.
+    Ga,
+    Deprecated,
+}
+
+/// A kubelet feature gate that changes behaviour nodelet implements, with its default in
+/// Kubernetes 1.35 (`pkg/features/kube_features.go`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureGate {
+    pub name: &'static str,
+    pub default: bool,
+    pub stage: GateStage,
+}
+
+const fn gate(name: &'static str, default: bool, stage: GateStage) -> FeatureGate {
+    FeatureGate {
+        name,
+        default,
+        stage,
+    }
+}
+
+/// Gates nodelet recognises. Other names are accepted with a warning (they may be gates of
+/// kubelet subsystems nodelet does not have), never an error.
+pub const FEATURE_GATES: &[FeatureGate] = &[
+    gate(
+        "ChangeContainerStatusOnKubeletRestart",
+        false,
+        GateStage::Deprecated,
+    ),
+    gate("ContainerRestartRules", true, GateStage::Beta),
+    gate("ContainerStopSignals", false, GateStage::Alpha),
+    gate("InPlacePodVerticalScaling", true, GateStage::Ga),
+    gate("KubeletCrashLoopBackOffMax", true, GateStage::Beta),
+    gate("MemoryQoS", false, GateStage::Alpha),
+    gate("PodObservedGenerationTracking", true, GateStage::Ga),
+    gate("PodReadyToStartContainersCondition", true, GateStage::Beta),
+    gate(
+        "ReduceDefaultCrashLoopBackOffDecay",
+        false,
+        GateStage::Alpha,
+    ),
+    gate(
+        "RestartAllContainersOnContainerExits",
+        false,
+        GateStage::Alpha,
+    ),
+    gate("SidecarContainers", true, GateStage::Ga),
+];
+
+pub const KUBELET_CRASH_LOOP_BACK_OFF_MAX: &str = "KubeletCrashLoopBackOffMax";
+pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLoopBackOffDecay";
+
+pub fn feature_gate(name: &str) -> Option<&'static FeatureGate> {
+    FEATURE_GATES.iter().find(|g| g.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_are_sorted_and_unique() {
+        let lists: &[(&str, Vec<&str>)] = &[
+            ("NOT_IMPLEMENTED_FIELDS", NOT_IMPLEMENTED_FIELDS.to_vec()),
+            (
+                "NOT_IMPLEMENTED_LOGGING_FIELDS",
+                NOT_IMPLEMENTED_LOGGING_FIELDS.to_vec(),
+            ),
+            (
+                "FEATURE_GATES",
+                FEATURE_GATES.iter().map(|g| g.name).collect(),
+            ),
+        ];
+        for (name, list) in lists {
+            let mut sorted = list.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(
+                &sorted, list,
+                "{name} must be sorted and free of duplicates"
+            );
+        }
+    }
+
+    #[test]
+    fn feature_gate_lookup() {
+        let cases: &[(&str, Option<bool>)] = &[
+            ("SidecarContainers", Some(true)),
+            ("ReduceDefaultCrashLoopBackOffDecay", Some(false)),
+            ("sidecarcontainers", None),
+            ("NoSuchGate", None),
+        ];
+        for (name, want_default) in cases {
+            assert_eq!(
+                feature_gate(name).map(|g| g.default),
+                *want_default,
+                "gate {name}"
+            );
+        }
+    }
+}

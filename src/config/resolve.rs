@@ -1,0 +1,182 @@
+//! Defaulting and the rules that span fields or need the machine (`Environment`), applied to
+//! what `decode` accepted. Defaults follow the kubelet's `SetDefaults_KubeletConfiguration`,
+//! including its "zero value means unset" rule for durations and counts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::decode::{is_dns1123_subdomain, Decoded};
+use super::kubelet_fields::{
+    KUBELET_CRASH_LOOP_BACK_OFF_MAX, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
+};
+use super::{
+    Config, Environment, FieldError, FieldErrorKind, Warning, DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
+};
+
+/// The maximum back-off under `ReduceDefaultCrashLoopBackOffDecay` (the kubelet's
+/// `reducedMaxCrashLoopBackOff`).
+const REDUCED_MAX_CONTAINER_RESTART_PERIOD: Duration = Duration::from_secs(60);
+
+pub(super) struct Resolved {
+    pub config: Config,
+    pub warnings: Vec<Warning>,
+    pub errors: Vec<FieldError>,
+}
+
+/// A duration the kubelet defaults when it is zero (`metav1.Duration{}` is "unset").
+fn or_default_if_zero(value: Option<Duration>, default: Duration) -> Duration {
+    value.filter(|d| !d.is_zero()).unwrap_or(default)
+}
+
+/// A string where `""` means "use the default".
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.filter(|s| !s.is_empty())
+}
+
+pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
+    let mut errors = decoded.errors;
+    let warnings = decoded.warnings;
+    let defaults = Config::defaults(env);
+
+    let mut config = Config {
+        feature_gates: decoded.feature_gates,
+        ..defaults.clone()
+    };
+
+    let runtime_endpoint = non_empty(decoded.container_runtime_endpoint)
+        .unwrap_or(defaults.container_runtime_endpoint);
+    config.image_service_endpoint =
+        non_empty(decoded.image_service_endpoint).unwrap_or_else(|| runtime_endpoint.clone());
+    config.containerd_endpoint =
+        non_empty(decoded.containerd_endpoint).unwrap_or_else(|| runtime_endpoint.clone());
+    config.container_runtime_endpoint = runtime_endpoint;
+
+    config.static_pod_path = non_empty(decoded.static_pod_path).map(PathBuf::from);
+    config.file_check_frequency =
+        or_default_if_zero(decoded.file_check_frequency, defaults.file_check_frequency);
+    config.sync_frequency = or_default_if_zero(decoded.sync_frequency, defaults.sync_frequency);
+    if let Some(dir) = non_empty(decoded.pod_logs_dir) {
+        config.pod_logs_dir = PathBuf::from(dir);
+    }
+    config.cgroup_driver = decoded.cgroup_driver.unwrap_or(defaults.cgroup_driver);
+    config.cgroups_per_qos = decoded.cgroups_per_qos.unwrap_or(defaults.cgroups_per_qos);
+    config.cgroup_root = non_empty(decoded.cgroup_root).unwrap_or(defaults.cgroup_root);
+    config.max_pods = decoded.max_pods.unwrap_or(defaults.max_pods);
+    config.address = decoded.address.unwrap_or(defaults.address);
+    config.read_only_port = decoded.read_only_port.unwrap_or(defaults.read_only_port);
+    config.healthz_port = decoded.healthz_port.unwrap_or(defaults.healthz_port);
+    config.healthz_bind_address = decoded
+        .healthz_bind_address
+        .unwrap_or(defaults.healthz_bind_address);
+    config.cluster_dns = decoded.cluster_dns.unwrap_or_default();
+    config.cluster_domain = decoded.cluster_domain.unwrap_or_default();
+    // resolvConf is a pointer in the kubelet's type: absent means the default, "" means none.
+    config.resolv_conf = decoded
+        .resolv_conf
+        .map_or(defaults.resolv_conf, PathBuf::from);
+    config.runtime_request_timeout = or_default_if_zero(
+        decoded.runtime_request_timeout,
+        defaults.runtime_request_timeout,
+    );
+    config.serialize_image_pulls = decoded
+        .serialize_image_pulls
+        .unwrap_or(defaults.serialize_image_pulls);
+    config.logging.format = decoded.logging_format.unwrap_or(defaults.logging.format);
+    config.logging.verbosity = decoded
+        .logging_verbosity
+        .unwrap_or(defaults.logging.verbosity);
+
+    // For backward compatibility the kubelet reports as often as it updates when only the
+    // update frequency is set.
+    let update = decoded
+        .node_status_update_frequency
+        .filter(|d| !d.is_zero());
+    config.node_status_update_frequency = update.unwrap_or(defaults.node_status_update_frequency);
+    config.node_status_report_frequency = decoded
+        .node_status_report_frequency
+        .filter(|d| !d.is_zero())
+        .or(update)
+        .unwrap_or(defaults.node_status_report_frequency);
+    config.node_lease_duration_seconds = decoded
+        .node_lease_duration_seconds
+        .filter(|n| *n != 0)
+        .unwrap_or(defaults.node_lease_duration_seconds);
+    config.kube_api_qps = decoded.kube_api_qps.unwrap_or(defaults.kube_api_qps);
+    config.kube_api_burst = decoded
+        .kube_api_burst
+        .filter(|n| *n != 0)
+        .unwrap_or(defaults.kube_api_burst);
+
+    config.crash_loop_back_off.max_container_restart_period = if config
+        .feature_enabled(KUBELET_CRASH_LOOP_BACK_OFF_MAX)
+    {
+        decoded
+            .max_container_restart_period
+            .unwrap_or(DEFAULT_MAX_CONTAINER_RESTART_PERIOD)
+    } else {
+        if decoded.max_container_restart_period.is_some() {
+            errors.push(FieldError {
+                path: "crashLoopBackOff.maxContainerRestartPeriod".to_string(),
+                value: String::new(),
+                reason: format!("may only be set when feature gate {KUBELET_CRASH_LOOP_BACK_OFF_MAX} is enabled"),
+                kind: FieldErrorKind::Forbidden,
+            });
+        }
+        if config.feature_enabled(REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY) {
+            REDUCED_MAX_CONTAINER_RESTART_PERIOD
+        } else {
+            DEFAULT_MAX_CONTAINER_RESTART_PERIOD
+        }
+    };
+
+    if let Some(dir) = decoded.root_dir {
+        config.root_dir = PathBuf::from(dir);
+    }
+    config.node_name = resolve_node_name(decoded.node_name, env, &mut errors);
+    config.node_ip = decoded.node_ip;
+    config.containerd_namespace =
+        non_empty(decoded.containerd_namespace).unwrap_or(defaults.containerd_namespace);
+    config.pleg_relist_period = decoded
+        .pleg_relist_period
+        .unwrap_or(defaults.pleg_relist_period);
+
+    Resolved {
+        config,
+        warnings,
+        errors,
+    }
+}
+
+/// The kubelet's `GetHostname`: the override or the hostname, trimmed and lowercased, which
+/// must then be a valid Node name.
+fn resolve_node_name(
+    configured: Option<String>,
+    env: &Environment,
+    errors: &mut Vec<FieldError>,
+) -> String {
+    let configured = configured
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| !s.is_empty());
+    let from_hostname = configured.is_none();
+    let name = configured.unwrap_or_else(|| env.hostname.trim().to_lowercase());
+    if name.is_empty() {
+        errors.push(FieldError {
+            path: "nodeName".to_string(),
+            value: String::new(),
+            reason: "the hostname is empty; set nodeName".to_string(),
+            kind: FieldErrorKind::Required,
+        });
+    } else if !is_dns1123_subdomain(&name) {
+        let mut reason = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".to_string();
+        if from_hostname {
+            reason.push_str("; the hostname is not a valid node name, set nodeName");
+        }
+        errors.push(FieldError {
+            path: "nodeName".to_string(),
+            value: format!("{name:?}"),
+            reason,
+            kind: FieldErrorKind::Invalid,
+        });
+    }
+    name
+}

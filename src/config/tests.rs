@@ -1,0 +1,709 @@
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::decode::IMPLEMENTED_FIELDS;
+use super::kubelet_fields::{NOT_IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_MESSAGE};
+use super::*;
+
+const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+fn env() -> Environment {
+    Environment {
+        hostname: "Node-1".to_string(),
+    }
+}
+
+fn source() -> &'static Path {
+    Path::new("/etc/nodelet/config.yaml")
+}
+
+fn parse_body(body: &str) -> Result<Loaded> {
+    parse(&format!("{HEADER}{body}"), source(), &env())
+}
+
+fn ok(body: &str) -> Loaded {
+    match parse_body(body) {
+        Ok(loaded) => loaded,
+        Err(e) => panic!("body {body:?} was rejected: {e}"),
+    }
+}
+
+fn field_errors(text: &str) -> Vec<String> {
+    match parse(text, source(), &env()) {
+        Err(Error::Invalid { errors, .. }) => errors.iter().map(ToString::to_string).collect(),
+        other => panic!("text {text:?}: expected Error::Invalid, got {other:?}"),
+    }
+}
+
+fn warnings(loaded: &Loaded) -> Vec<String> {
+    loaded.warnings.iter().map(ToString::to_string).collect()
+}
+
+fn s(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}
+
+#[test]
+fn defaults_match_the_kubelet_and_the_brief() {
+    let c = Config::defaults(&env());
+    assert_eq!(
+        c.container_runtime_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    assert_eq!(c.image_service_endpoint, c.container_runtime_endpoint);
+    assert_eq!(c.static_pod_path, None);
+    assert_eq!(c.file_check_frequency, s(20));
+    assert_eq!(c.sync_frequency, s(60));
+    assert_eq!(c.pod_logs_dir, PathBuf::from("/var/log/pods"));
+    assert_eq!(c.cgroup_driver, CgroupDriver::Cgroupfs);
+    assert!(c.cgroups_per_qos);
+    assert_eq!(c.cgroup_root, "/");
+    assert_eq!(c.max_pods, 110);
+    assert_eq!(c.address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    assert_eq!(c.read_only_port, 0);
+    assert_eq!(c.healthz_port, 10248);
+    assert_eq!(c.healthz_bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    assert!(c.cluster_dns.is_empty());
+    assert_eq!(c.cluster_domain, "");
+    assert_eq!(c.resolv_conf, PathBuf::from("/etc/resolv.conf"));
+    assert_eq!(c.runtime_request_timeout, s(120));
+    assert!(c.serialize_image_pulls);
+    assert!(c.feature_gates.is_empty());
+    assert_eq!(
+        c.logging,
+        Logging {
+            format: LogFormat::Text,
+            verbosity: 0
+        }
+    );
+    assert_eq!(c.node_status_update_frequency, s(10));
+    assert_eq!(c.node_status_report_frequency, s(300));
+    assert_eq!(c.node_lease_duration_seconds, 40);
+    assert_eq!((c.kube_api_qps, c.kube_api_burst), (50, 100));
+    assert_eq!(c.crash_loop_back_off.max_container_restart_period, s(300));
+    assert_eq!(c.root_dir, PathBuf::from("/var/lib/nodelet"));
+    assert_eq!(c.node_name, "node-1");
+    assert_eq!(c.node_ip, None);
+    assert_eq!(c.containerd_endpoint, c.container_runtime_endpoint);
+    assert_eq!(c.containerd_namespace, "k8s.io");
+    assert_eq!(c.pleg_relist_period, s(5));
+}
+
+#[test]
+fn empty_documents_give_the_defaults() {
+    let cases: &[&str] = &[
+        "",
+        "\n\n",
+        "# nothing configured yet\n",
+        "---\n",
+        HEADER,
+        "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n",
+    ];
+    for text in cases {
+        let loaded = parse(text, source(), &env()).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert_eq!(loaded.config, Config::defaults(&env()), "text {text:?}");
+        assert!(
+            loaded.warnings.is_empty(),
+            "text {text:?}: {:?}",
+            loaded.warnings
+        );
+    }
+}
+
+#[test]
+fn every_implemented_field_accepts_null_as_unset() {
+    for name in IMPLEMENTED_FIELDS
+        .iter()
+        .filter(|n| !["apiVersion", "kind"].contains(n))
+    {
+        let loaded = ok(&format!("{name}:\n"));
+        assert_eq!(loaded.config, Config::defaults(&env()), "field {name}");
+        assert!(loaded.warnings.is_empty(), "field {name}");
+    }
+}
+
+#[test]
+fn each_field_happy_path() {
+    type Expect = fn(&mut Config);
+    let cases: &[(&str, Expect)] = &[
+        (
+            "containerRuntimeEndpoint: unix:///run/crio/crio.sock",
+            |c| {
+                c.container_runtime_endpoint = "unix:///run/crio/crio.sock".into();
+                c.image_service_endpoint = "unix:///run/crio/crio.sock".into();
+                c.containerd_endpoint = "unix:///run/crio/crio.sock".into();
+            },
+        ),
+        ("containerRuntimeEndpoint: ''", |_| {}),
+        ("imageServiceEndpoint: unix:///run/images.sock", |c| {
+            c.image_service_endpoint = "unix:///run/images.sock".into()
+        }),
+        ("staticPodPath: /etc/kubernetes/manifests", |c| {
+            c.static_pod_path = Some("/etc/kubernetes/manifests".into())
+        }),
+        ("staticPodPath: ''", |_| {}),
+        ("fileCheckFrequency: 5s", |c| c.file_check_frequency = s(5)),
+        ("fileCheckFrequency: 0s", |_| {}),
+        ("syncFrequency: 1m30s", |c| c.sync_frequency = s(90)),
+        ("syncFrequency: \"0\"", |_| {}),
+        ("podLogsDir: /srv/logs/pods", |c| {
+            c.pod_logs_dir = "/srv/logs/pods".into()
+        }),
+        ("podLogsDir: ''", |_| {}),
+        ("cgroupDriver: systemd", |c| {
+            c.cgroup_driver = CgroupDriver::Systemd
+        }),
+        ("cgroupDriver: cgroupfs", |_| {}),
+        ("cgroupsPerQOS: false", |c| c.cgroups_per_qos = false),
+        ("cgroupRoot: /kubelet", |c| {
+            c.cgroup_root = "/kubelet".into()
+        }),
+        ("cgroupRoot: ''", |_| {}),
+        ("maxPods: 250", |c| c.max_pods = 250),
+        ("address: 0.0.0.0", |c| {
+            c.address = IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        }),
+        ("address: '::1'", |c| {
+            c.address = IpAddr::V6(Ipv6Addr::LOCALHOST)
+        }),
+        ("address: ''", |_| {}),
+        ("readOnlyPort: 10255", |c| c.read_only_port = 10255),
+        ("readOnlyPort: 0", |_| {}),
+        ("healthzPort: 0", |c| c.healthz_port = 0),
+        ("healthzPort: 65535", |c| c.healthz_port = 65535),
+        ("healthzBindAddress: 0.0.0.0", |c| {
+            c.healthz_bind_address = IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        }),
+        ("clusterDNS: [10.96.0.10, 'fd00::a']", |c| {
+            c.cluster_dns = vec!["10.96.0.10".parse().unwrap(), "fd00::a".parse().unwrap()]
+        }),
+        ("clusterDNS: []", |_| {}),
+        ("clusterDomain: cluster.local", |c| {
+            c.cluster_domain = "cluster.local".into()
+        }),
+        ("resolvConf: /run/systemd/resolve/resolv.conf", |c| {
+            c.resolv_conf = "/run/systemd/resolve/resolv.conf".into()
+        }),
+        ("resolvConf: ''", |c| c.resolv_conf = PathBuf::new()),
+        ("runtimeRequestTimeout: 10m", |c| {
+            c.runtime_request_timeout = s(600)
+        }),
+        ("serializeImagePulls: false", |c| {
+            c.serialize_image_pulls = false
+        }),
+        (
+            "featureGates: {ContainerStopSignals: true, KubeletCrashLoopBackOffMax: false}",
+            |c| {
+                c.feature_gates = BTreeMap::from([
+                    ("ContainerStopSignals".to_string(), true),
+                    ("KubeletCrashLoopBackOffMax".to_string(), false),
+                ])
+            },
+        ),
+        ("logging: {format: json, verbosity: 4}", |c| {
+            c.logging = Logging {
+                format: LogFormat::Json,
+                verbosity: 4,
+            }
+        }),
+        ("logging: {format: ''}", |_| {}),
+        ("logging: {}", |_| {}),
+        ("nodeStatusUpdateFrequency: 20s", |c| {
+            c.node_status_update_frequency = s(20);
+            c.node_status_report_frequency = s(20);
+        }),
+        ("nodeStatusReportFrequency: 1m", |c| {
+            c.node_status_report_frequency = s(60)
+        }),
+        (
+            "nodeStatusUpdateFrequency: 20s\nnodeStatusReportFrequency: 1m",
+            |c| {
+                c.node_status_update_frequency = s(20);
+                c.node_status_report_frequency = s(60);
+            },
+        ),
+        ("nodeLeaseDurationSeconds: 60", |c| {
+            c.node_lease_duration_seconds = 60
+        }),
+        ("nodeLeaseDurationSeconds: 0", |_| {}),
+        ("kubeAPIQPS: 0", |c| c.kube_api_qps = 0),
+        ("kubeAPIQPS: 20", |c| c.kube_api_qps = 20),
+        ("kubeAPIBurst: 40", |c| c.kube_api_burst = 40),
+        ("kubeAPIBurst: 0", |_| {}),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 100s}", |c| {
+            c.crash_loop_back_off.max_container_restart_period = s(100)
+        }),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 1s}", |c| {
+            c.crash_loop_back_off.max_container_restart_period = s(1)
+        }),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 5m}", |_| {}),
+        ("crashLoopBackOff: {}", |_| {}),
+        ("rootDir: /var/lib/nodelet-test", |c| {
+            c.root_dir = "/var/lib/nodelet-test".into()
+        }),
+        ("nodeName: Worker-7.Example.COM", |c| {
+            c.node_name = "worker-7.example.com".into()
+        }),
+        ("nodeName: ''", |_| {}),
+        ("nodeIP: 192.168.1.20", |c| {
+            c.node_ip = Some("192.168.1.20".parse().unwrap())
+        }),
+        ("nodeIP: '2001:db8::20'", |c| {
+            c.node_ip = Some("2001:db8::20".parse().unwrap())
+        }),
+        (
+            "containerdEndpoint: unix:///run/containerd/other.sock",
+            |c| c.containerd_endpoint = "unix:///run/containerd/other.sock".into(),
+        ),
+        ("containerdNamespace: nodelet-test", |c| {
+            c.containerd_namespace = "nodelet-test".into()
+        }),
+        ("plegRelistPeriod: 1s", |c| c.pleg_relist_period = s(1)),
+    ];
+    for (body, expect) in cases {
+        let loaded = ok(body);
+        let mut want = Config::defaults(&env());
+        expect(&mut want);
+        assert_eq!(loaded.config, want, "body {body:?}");
+        assert!(
+            loaded.warnings.is_empty(),
+            "body {body:?}: {:?}",
+            loaded.warnings
+        );
+    }
+}
+
+#[test]
+fn field_errors_name_the_path_and_the_value() {
+    let cases: &[(&str, &[&str])] = &[
+        // wrong types
+        ("maxPods: many", &["maxPods: Invalid value: \"many\": expected an integer"]),
+        ("maxPods: 1.5", &["maxPods: Invalid value: 1.5: expected an integer"]),
+        ("maxPods: '110'", &["maxPods: Invalid value: \"110\": expected an integer"]),
+        ("cgroupsPerQOS: 'true'", &["cgroupsPerQOS: Invalid value: \"true\": expected a boolean (true or false)"]),
+        ("syncFrequency: 60", &["syncFrequency: Invalid value: 60: expected a duration string such as \"30s\" or \"1m30s\""]),
+        ("clusterDomain: [a]", &["clusterDomain: Invalid value: [\"a\"]: expected a string"]),
+        ("clusterDNS: 10.0.0.10", &["clusterDNS: Invalid value: \"10.0.0.10\": expected a list of IP addresses"]),
+        ("clusterDNS: [10.0.0.10, 53]", &["clusterDNS[1]: Invalid value: 53: expected a string"]),
+        ("logging: json", &["logging: Invalid value: \"json\": expected a mapping"]),
+        ("featureGates: [a]", &["featureGates: Invalid value: [\"a\"]: expected a mapping"]),
+        ("featureGates: {Foo: yes}", &["featureGates.Foo: Invalid value: \"yes\": expected a boolean (true or false)"]),
+        ("readOnlyPort: 18446744073709551615", &["readOnlyPort: Invalid value: 18446744073709551615: out of range"]),
+        // bad values
+        ("maxPods: 0", &["maxPods: Invalid value: 0: must be greater than 0"]),
+        ("maxPods: -5", &["maxPods: Invalid value: -5: must be greater than 0"]),
+        ("maxPods: 3000000000", &["maxPods: Invalid value: 3000000000: must be at most 2147483647"]),
+        ("cgroupDriver: foo", &["cgroupDriver: Unsupported value: \"foo\": supported values: \"cgroupfs\", \"systemd\""]),
+        ("cgroupRoot: kubepods", &["cgroupRoot: Invalid value: \"kubepods\": must be an absolute cgroup path such as \"/\" or \"/kubelet\""]),
+        ("syncFrequency: -1s", &["syncFrequency: Invalid value: \"-1s\": must not be negative"]),
+        ("fileCheckFrequency: '5'", &["fileCheckFrequency: Invalid value: \"5\": missing unit in duration (use one of \"ns\", \"us\", \"ms\", \"s\", \"m\", \"h\", e.g. \"30s\")"]),
+        ("runtimeRequestTimeout: 2 minutes", &["runtimeRequestTimeout: Invalid value: \"2 minutes\": unknown unit \" minutes\" in duration (use one of \"ns\", \"us\", \"ms\", \"s\", \"m\", \"h\")"]),
+        ("nodeStatusUpdateFrequency: soon", &["nodeStatusUpdateFrequency: Invalid value: \"soon\": invalid duration (expected a Go duration such as \"1m30s\", \"500ms\", \"2h\")"]),
+        ("podLogsDir: var/log/pods", &["podLogsDir: Invalid value: \"var/log/pods\": must be an absolute path"]),
+        ("podLogsDir: /var/log/pods/", &["podLogsDir: Invalid value: \"/var/log/pods/\": must be normalized (no trailing slash, \"//\", \".\" or \"..\")"]),
+        ("podLogsDir: /var/log/pöds", &["podLogsDir: Invalid value: \"/var/log/pöds\": must contain ASCII characters only"]),
+        ("rootDir: nodelet", &["rootDir: Invalid value: \"nodelet\": must be an absolute path"]),
+        ("staticPodPath: manifests", &["staticPodPath: Invalid value: \"manifests\": must be an absolute path"]),
+        ("resolvConf: resolv.conf", &["resolvConf: Invalid value: \"resolv.conf\": must be an absolute path"]),
+        ("readOnlyPort: 70000", &["readOnlyPort: Invalid value: 70000: must be between 0 and 65535, inclusive (0 disables it)"]),
+        ("healthzPort: -1", &["healthzPort: Invalid value: -1: must be between 0 and 65535, inclusive (0 disables it)"]),
+        ("address: 1.2.3", &["address: Invalid value: \"1.2.3\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"]),
+        ("healthzBindAddress: localhost", &["healthzBindAddress: Invalid value: \"localhost\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"]),
+        ("clusterDNS: [10.96.0.10, nope, '']", &[
+            "clusterDNS[1]: Invalid value: \"nope\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            "clusterDNS[2]: Invalid value: \"\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+        ]),
+        ("nodeIP: 127.0.0.1", &["nodeIP: Invalid value: \"127.0.0.1\": must not be a loopback address"]),
+        ("nodeIP: 0.0.0.0", &["nodeIP: Invalid value: \"0.0.0.0\": must not be an all-zeros address"]),
+        ("nodeIP: 224.0.0.1", &["nodeIP: Invalid value: \"224.0.0.1\": must not be a multicast address"]),
+        ("nodeIP: 'fe80::1'", &["nodeIP: Invalid value: \"fe80::1\": must not be a link-local unicast address"]),
+        ("nodeLeaseDurationSeconds: -1", &["nodeLeaseDurationSeconds: Invalid value: -1: must be greater than 0"]),
+        ("kubeAPIQPS: -1", &["kubeAPIQPS: Invalid value: -1: must not be a negative number"]),
+        ("kubeAPIBurst: -1", &["kubeAPIBurst: Invalid value: -1: must not be a negative number"]),
+        ("logging: {format: xml}", &["logging.format: Unsupported value: \"xml\": supported values: \"json\", \"text\""]),
+        ("logging: {verbosity: -2}", &["logging.verbosity: Invalid value: -2: must not be negative"]),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 301s}", &["crashLoopBackOff.maxContainerRestartPeriod: Invalid value: \"301s\": must be between 1s and 300s, inclusive"]),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 500ms}", &["crashLoopBackOff.maxContainerRestartPeriod: Invalid value: \"500ms\": must be between 1s and 300s, inclusive"]),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 0s}", &["crashLoopBackOff.maxContainerRestartPeriod: Invalid value: \"0s\": must be between 1s and 300s, inclusive"]),
+        ("containerRuntimeEndpoint: tcp://10.0.0.1:5000", &["containerRuntimeEndpoint: Invalid value: \"tcp://10.0.0.1:5000\": protocol \"tcp\" not supported; only unix:// endpoints are supported on Linux"]),
+        ("imageServiceEndpoint: containerd.sock", &["imageServiceEndpoint: Invalid value: \"containerd.sock\": must be a unix socket URL such as \"unix:///run/containerd/containerd.sock\""]),
+        ("containerdEndpoint: unix://run/containerd.sock", &["containerdEndpoint: Invalid value: \"unix://run/containerd.sock\": a unix:// endpoint needs an absolute socket path, e.g. \"unix:///run/containerd/containerd.sock\""]),
+        ("containerdNamespace: k8s io", &["containerdNamespace: Invalid value: \"k8s io\": must be at most 76 characters of letters and digits, separated by single '.', '_' or '-'"]),
+        ("plegRelistPeriod: 0s", &["plegRelistPeriod: Invalid value: \"0s\": must be greater than 0"]),
+        ("nodeName: my_node", &["nodeName: Invalid value: \"my_node\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"]),
+        // feature gate rules
+        ("featureGates: {SidecarContainers: false}", &["featureGates.SidecarContainers: Forbidden: cannot set feature gate SidecarContainers to false, feature is locked to true"]),
+        ("featureGates: {KubeletCrashLoopBackOffMax: false}\ncrashLoopBackOff: {maxContainerRestartPeriod: 100s}", &["crashLoopBackOff.maxContainerRestartPeriod: Forbidden: may only be set when feature gate KubeletCrashLoopBackOffMax is enabled"]),
+        // unknown fields
+        ("fooBar: 1", &["fooBar: Unknown field"]),
+        ("MaxPods: 3", &["MaxPods: Unknown field: did you mean \"maxPods\"?"]),
+        ("evictionhard: {}", &["evictionhard: Unknown field: did you mean \"evictionHard\"?"]),
+        ("metadata: {name: x}", &["metadata: Unknown field"]),
+        ("logging: {colour: red}", &["logging.colour: Unknown field"]),
+        ("logging: {Format: json}", &["logging.Format: Unknown field: did you mean \"format\"?"]),
+        ("crashLoopBackOff: {maxRestartPeriod: 10s}", &["crashLoopBackOff.maxRestartPeriod: Unknown field"]),
+        ("1: one", &["1: Unknown field"]),
+    ];
+    for (body, want) in cases {
+        let got = field_errors(&format!("{HEADER}{body}"));
+        assert_eq!(&got, want, "body {body:?}");
+    }
+}
+
+#[test]
+fn type_meta_is_required_and_checked() {
+    let cases: &[(&str, &[&str])] = &[
+        ("{}", &[
+            "apiVersion: Required value: must be \"kubelet.config.k8s.io/v1beta1\"",
+            "kind: Required value: must be \"KubeletConfiguration\"",
+        ]),
+        ("kind: KubeletConfiguration\nmaxPods: 3", &["apiVersion: Required value: must be \"kubelet.config.k8s.io/v1beta1\""]),
+        ("apiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: 3", &["kind: Required value: must be \"KubeletConfiguration\""]),
+        ("apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration", &[
+            "apiVersion: Unsupported value: \"kubelet.config.k8s.io/v1\": supported values: \"kubelet.config.k8s.io/v1beta1\"",
+        ]),
+        ("apiVersion: v1\nkind: Pod", &[
+            "apiVersion: Unsupported value: \"v1\": supported values: \"kubelet.config.k8s.io/v1beta1\"",
+            "kind: Unsupported value: \"Pod\": supported values: \"KubeletConfiguration\"",
+        ]),
+        ("apiVersion: ''\nkind: KubeletConfiguration", &["apiVersion: Required value: must be \"kubelet.config.k8s.io/v1beta1\""]),
+        ("apiVersion: 1\nkind: KubeletConfiguration", &["apiVersion: Invalid value: 1: expected a string"]),
+    ];
+    for (text, want) in cases {
+        assert_eq!(&field_errors(text), want, "text {text:?}");
+    }
+}
+
+#[test]
+fn accepted_but_ignored_fields_warn() {
+    let cases: &[(&str, &[&str])] = &[
+        ("evictionHard: {memory.available: 100Mi}", &["evictionHard: accepted but not implemented by nodelet yet; ignored"]),
+        ("authentication: {anonymous: {enabled: false}}\nauthorization: {mode: Webhook}", &[
+            "authentication: accepted but not implemented by nodelet yet; ignored",
+            "authorization: accepted but not implemented by nodelet yet; ignored",
+        ]),
+        ("tlsCertFile: /etc/kubelet/tls.crt", &["tlsCertFile: accepted but not implemented by nodelet yet; ignored"]),
+        ("logging: {flushFrequency: 5s, vmodule: [], options: {}}", &[
+            "logging.flushFrequency: accepted but not implemented by nodelet yet; ignored",
+            "logging.vmodule: accepted but not implemented by nodelet yet; ignored",
+            "logging.options: accepted but not implemented by nodelet yet; ignored",
+        ]),
+        ("featureGates: {SomeOtherGate: true}", &["featureGates.SomeOtherGate: unrecognized feature gate; nodelet ignores it"]),
+        ("featureGates: {SidecarContainers: true}", &["featureGates.SidecarContainers: setting GA feature gate SidecarContainers=true; it will be removed in a future release"]),
+        ("featureGates: {ChangeContainerStatusOnKubeletRestart: true}", &["featureGates.ChangeContainerStatusOnKubeletRestart: setting deprecated feature gate ChangeContainerStatusOnKubeletRestart=true; it will be removed in a future release"]),
+        ("containerRuntimeEndpoint: /run/containerd/containerd.sock", &["containerRuntimeEndpoint: using a bare path as endpoint is deprecated, please use the full URL \"unix:///run/containerd/containerd.sock\""]),
+    ];
+    for (body, want) in cases {
+        let loaded = ok(body);
+        assert_eq!(&warnings(&loaded), want, "body {body:?}");
+    }
+}
+
+#[test]
+fn ignored_fields_do_not_change_the_config_but_unknown_gates_are_kept() {
+    let loaded = ok(
+        "evictionHard: {memory.available: 100Mi}\nport: 10250\nfeatureGates: {SomeOtherGate: true}",
+    );
+    let mut want = Config::defaults(&env());
+    want.feature_gates.insert("SomeOtherGate".into(), true);
+    assert_eq!(loaded.config, want);
+    assert!(loaded.config.feature_enabled("SomeOtherGate"));
+}
+
+#[test]
+fn every_kubelet_field_nodelet_lacks_is_accepted_with_a_warning() {
+    for name in NOT_IMPLEMENTED_FIELDS {
+        let loaded = ok(&format!("{name}: null"));
+        assert_eq!(
+            loaded.warnings,
+            vec![Warning {
+                path: name.to_string(),
+                message: NOT_IMPLEMENTED_MESSAGE.to_string()
+            }],
+            "field {name}"
+        );
+    }
+}
+
+#[test]
+fn every_problem_in_a_file_is_reported() {
+    let text = format!("{HEADER}maxPods: many\nfooBar: 1\nevictionHard: {{}}\nlogging:\n  format: xml\n  colour: red\nclusterDNS: [10.0.0.10, bad]\n");
+    let err = parse(&text, source(), &env()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "config file /etc/nodelet/config.yaml: invalid configuration:\n  \
+         maxPods: Invalid value: \"many\": expected an integer\n  \
+         fooBar: Unknown field\n  \
+         logging.format: Unsupported value: \"xml\": supported values: \"json\", \"text\"\n  \
+         logging.colour: Unknown field\n  \
+         clusterDNS[1]: Invalid value: \"bad\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+    );
+    let Error::Invalid { path, errors } = err else {
+        panic!("expected Error::Invalid");
+    };
+    assert_eq!(path, source());
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "maxPods",
+            "fooBar",
+            "logging.format",
+            "logging.colour",
+            "clusterDNS[1]"
+        ]
+    );
+    assert_eq!(errors[0].value, "\"many\"");
+    assert_eq!(errors[0].reason, "expected an integer");
+    assert_eq!(errors[0].kind, FieldErrorKind::Invalid);
+    assert_eq!(errors[1].value, "");
+    assert_eq!(errors[1].kind, FieldErrorKind::Unknown);
+}
+
+#[test]
+fn documents_that_are_not_a_configuration_mapping() {
+    let cases: &[(&str, &str)] = &[
+        ("maxPods: [", "config file /etc/nodelet/config.yaml: not valid YAML: "),
+        ("- a\n- b\n", "config file /etc/nodelet/config.yaml: expected a KubeletConfiguration mapping at the top level, found a list"),
+        ("just text", "config file /etc/nodelet/config.yaml: expected a KubeletConfiguration mapping at the top level, found a string"),
+        ("a: 1\n---\nb: 2\n", "config file /etc/nodelet/config.yaml: not valid YAML: "),
+        ("maxPods: 1\nmaxPods: 2\n", "config file /etc/nodelet/config.yaml: not valid YAML: "),
+    ];
+    for (text, want_prefix) in cases {
+        match parse(text, source(), &env()) {
+            Err(e @ Error::Yaml { .. }) => {
+                let shown = e.to_string();
+                assert!(shown.starts_with(want_prefix), "text {text:?}: {shown}");
+            }
+            other => panic!("text {text:?}: expected Error::Yaml, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn node_name_comes_from_the_hostname_unless_set() {
+    let cases: &[(&str, &str, Result<&str, &str>)] = &[
+        ("Node-1", "", Ok("node-1")),
+        (" host.example.com \n", "", Ok("host.example.com")),
+        ("ignored", "nodeName: ' Worker-7 '", Ok("worker-7")),
+        ("", "nodeName: worker-7", Ok("worker-7")),
+        ("", "", Err("nodeName: Required value: the hostname is empty; set nodeName")),
+        ("bad_host", "", Err("nodeName: Invalid value: \"bad_host\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com'); the hostname is not a valid node name, set nodeName")),
+    ];
+    for (hostname, body, want) in cases {
+        let env = Environment {
+            hostname: hostname.to_string(),
+        };
+        let got = parse(&format!("{HEADER}{body}"), source(), &env);
+        match (got, want) {
+            (Ok(loaded), Ok(name)) => {
+                assert_eq!(loaded.config.node_name, *name, "hostname {hostname:?}")
+            }
+            (Err(Error::Invalid { errors, .. }), Err(message)) => {
+                assert_eq!(errors.len(), 1, "hostname {hostname:?}: {errors:?}");
+                assert_eq!(errors[0].to_string(), *message, "hostname {hostname:?}");
+            }
+            (got, want) => panic!("hostname {hostname:?}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
+#[test]
+fn crash_loop_back_off_follows_the_kubelet_gates() {
+    let cases: &[(&str, Duration, Duration)] = &[
+        ("", s(10), s(300)),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 100s}", s(10), s(100)),
+        ("crashLoopBackOff: {maxContainerRestartPeriod: 2s}", s(2), s(2)),
+        ("featureGates: {ReduceDefaultCrashLoopBackOffDecay: true}", s(1), s(300)),
+        ("featureGates: {ReduceDefaultCrashLoopBackOffDecay: true}\ncrashLoopBackOff: {maxContainerRestartPeriod: 30s}", s(1), s(30)),
+        ("featureGates: {ReduceDefaultCrashLoopBackOffDecay: true, KubeletCrashLoopBackOffMax: false}", s(1), s(60)),
+        ("featureGates: {KubeletCrashLoopBackOffMax: false}", s(10), s(300)),
+    ];
+    for (body, initial, max) in cases {
+        let config = ok(body).config;
+        assert_eq!(
+            config.crash_loop_back_off.max_container_restart_period, *max,
+            "body {body:?}"
+        );
+        assert_eq!(
+            config.crash_loop_back_off_delays(),
+            (*initial, *max),
+            "body {body:?}"
+        );
+    }
+}
+
+#[test]
+fn feature_enabled_uses_kubernetes_defaults_for_known_gates() {
+    let config = ok("featureGates: {ContainerRestartRules: false, MemoryQoS: true}").config;
+    let cases: &[(&str, bool)] = &[
+        ("ContainerRestartRules", false),
+        ("MemoryQoS", true),
+        ("SidecarContainers", true),
+        ("KubeletCrashLoopBackOffMax", true),
+        ("ReduceDefaultCrashLoopBackOffDecay", false),
+        ("NotAGate", false),
+    ];
+    for (gate, want) in cases {
+        assert_eq!(config.feature_enabled(gate), *want, "gate {gate}");
+    }
+}
+
+#[test]
+fn bare_path_endpoints_are_normalized_and_shared() {
+    let config = ok("containerRuntimeEndpoint: /run/containerd/containerd.sock").config;
+    assert_eq!(
+        config.container_runtime_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    assert_eq!(
+        config.image_service_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    assert_eq!(
+        config.containerd_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+}
+
+#[test]
+fn example_file_is_accepted_without_warnings() {
+    let text = include_str!("../../config.example.yaml");
+    let loaded =
+        parse(text, Path::new("config.example.yaml"), &env()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let c = loaded.config;
+    assert_eq!(
+        c.container_runtime_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    assert_eq!(
+        c.static_pod_path,
+        Some(PathBuf::from("/etc/kubernetes/manifests"))
+    );
+    assert_eq!(c.read_only_port, 10255);
+    assert_eq!(c.address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    assert_eq!(c.pod_logs_dir, PathBuf::from("/var/log/pods"));
+    assert_eq!(c.root_dir, PathBuf::from("/var/lib/nodelet"));
+    assert_eq!(c.file_check_frequency, s(5));
+}
+
+#[test]
+fn load_reads_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, format!("{HEADER}maxPods: 42\n")).unwrap();
+    let loaded = load(&path, &env()).unwrap();
+    assert_eq!(loaded.config.max_pods, 42);
+
+    std::fs::write(&path, format!("{HEADER}maxPods: none\n")).unwrap();
+    match load(&path, &env()) {
+        Err(Error::Invalid { path: p, errors }) => {
+            assert_eq!(p, path);
+            assert_eq!(errors[0].path, "maxPods");
+        }
+        other => panic!("expected Error::Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn load_reports_a_missing_file_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.yaml");
+    match load(&path, &env()) {
+        Err(e @ Error::Read { .. }) => {
+            let shown = e.to_string();
+            assert!(
+                shown.starts_with(&format!("reading config file {}: ", path.display())),
+                "{shown}"
+            );
+        }
+        other => panic!("expected Error::Read, got {other:?}"),
+    }
+}
+
+#[test]
+fn field_error_display_omits_empty_parts() {
+    let cases: &[(FieldError, &str)] = &[
+        (
+            FieldError {
+                path: "maxPods".into(),
+                value: "\"many\"".into(),
+                reason: "expected an integer".into(),
+                kind: FieldErrorKind::Invalid,
+            },
+            "maxPods: Invalid value: \"many\": expected an integer",
+        ),
+        (
+            FieldError {
+                path: "fooBar".into(),
+                value: String::new(),
+                reason: String::new(),
+                kind: FieldErrorKind::Unknown,
+            },
+            "fooBar: Unknown field",
+        ),
+        (
+            FieldError {
+                path: "x".into(),
+                value: "0".into(),
+                reason: String::new(),
+                kind: FieldErrorKind::Invalid,
+            },
+            "x: Invalid value: 0",
+        ),
+    ];
+    for (error, want) in cases {
+        assert_eq!(error.to_string(), *want);
+    }
+    let warning = Warning {
+        path: "port".into(),
+        message: "ignored".into(),
+    };
+    assert_eq!(warning.to_string(), "port: ignored");
+}
+
+#[test]
+fn detect_reads_a_hostname() {
+    // Every Linux host (and container) has a non-empty nodename.
+    assert!(!Environment::detect().hostname.is_empty());
+}
+
+#[test]
+fn documentation_lists_every_field() {
+    let doc = include_str!("../../docs/configuration.md");
+    let implemented = IMPLEMENTED_FIELDS
+        .iter()
+        .filter(|n| !["apiVersion", "kind", "logging", "crashLoopBackOff"].contains(n))
+        .map(|n| format!("| `{n}` |"))
+        .chain(
+            [
+                "logging.format",
+                "logging.verbosity",
+                "crashLoopBackOff.maxContainerRestartPeriod",
+            ]
+            .iter()
+            .map(|n| format!("| `{n}` |")),
+        );
+    for row in implemented {
+        assert!(
+            doc.contains(&row),
+            "docs/configuration.md has no table row {row}"
+        );
+    }
+    for name in NOT_IMPLEMENTED_FIELDS {
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/configuration.md does not list {name}"
+        );
+    }
+    for gate in super::kubelet_fields::FEATURE_GATES {
+        assert!(
+            doc.contains(&format!("| `{}` |", gate.name)),
+            "docs/configuration.md does not list gate {}",
+            gate.name
+        );
+    }
+}
