@@ -1,1 +1,76 @@
-//! (in progress)
+//! Pod status: what the kubelet reports for a pod, computed from the desired pod, the runtime's
+//! view of it, probe results and the last reported status.
+//!
+//! * [`generate_pod_status`] is the kubelet's `generateAPIPodStatus` (phase, conditions,
+//!   container statuses, IPs, QoS class, start time) as one pure function of [`StatusInputs`].
+//! * [`get_phase`] is the kubelet's `getPhase`.
+//! * [`container_statuses`] is the kubelet's `convertToAPIContainerStatuses` plus the probe
+//!   manager's `ready`/`started` rules.
+//! * [`StatusManager`] is the versioned status cache the local API (and later the API server
+//!   sync) reads; it enforces the rules the kubelet's status manager enforces (terminal phase is
+//!   never left, `startTime` never changes, unchanged statuses do not bump the version).
+//! * [`printer`] renders pods the way `kubectl get pods` does.
+
+mod generate;
+#[cfg(test)]
+mod generate_tests;
+mod manager;
+mod phase;
+pub mod printer;
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+use crate::cri::PodRuntime;
+
+pub use generate::{container_statuses, generate_pod_status, ContainerKind};
+pub use manager::{StatusManager, VersionedStatus};
+pub use phase::{container_should_restart, get_phase, get_phase_with_initialized};
+
+/// Waiting reason of a container that has not been created yet (pod without init containers).
+pub const CONTAINER_CREATING: &str = "ContainerCreating";
+/// Waiting reason of a regular container while the pod's init containers run.
+pub const POD_INITIALIZING: &str = "PodInitializing";
+/// Terminated reason of a container the runtime lost track of after it had been running.
+pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+
+/// The kubelet's "reason cache" entry: why the last attempt to start a container failed
+/// (`ErrImagePull`, `ErrImageNeverPull`, `ImagePullBackOff`, `CreateContainerConfigError`,
+/// `CreateContainerError`, `RunContainerError`, `CrashLoopBackOff`, ...). It becomes the
+/// container's waiting reason while the container is due to be (re)started.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StartFailure {
+    pub reason: String,
+    pub message: String,
+}
+
+/// Everything [`generate_pod_status`] needs; it reads nothing else, so the same inputs always
+/// give the same status.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    /// The desired pod (spec + metadata; `status` is the one last seen from the source).
+    pub pod: &'a Pod,
+    /// What the runtime has: sandboxes and every container instance, newest first.
+    pub runtime: &'a PodRuntime,
+    /// The last status nodelet generated for this UID (the status manager's cached one).
+    pub previous: Option<&'a PodStatus>,
+    /// Last start failure by container name.
+    pub start_failures: &'a BTreeMap<String, StartFailure>,
+    /// Readiness probe result by runtime container ID (the bare ID, without `containerd://`).
+    /// Absent: a running container with no readinessProbe is ready, one with a readinessProbe
+    /// is not.
+    pub readiness: &'a BTreeMap<String, bool>,
+    /// Startup probe result by runtime container ID. Absent: started iff running and the
+    /// container has no startupProbe.
+    pub startup: &'a BTreeMap<String, bool>,
+    /// The node's IPs, primary first (at most one per address family is used).
+    pub host_ips: &'a [String],
+    /// The pod worker decided no container of this pod will run again.
+    pub pod_is_terminal: bool,
+    /// Wall-clock time for new condition transitions and the first `startTime`.
+    pub now: Timestamp,
+    /// Runtime name used in container IDs (`containerd` gives `containerd://<id>`).
+    pub runtime_name: &'a str,
+}
