@@ -43,7 +43,7 @@ impl Amounts {
     }
 
     /// `addResourceList`: every resource named on either side, summed.
-    pub fn add(self, other: Amounts) -> Amounts {
+    pub fn plus(self, other: Amounts) -> Amounts {
         let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
@@ -56,7 +56,7 @@ impl Amounts {
     }
 
     /// `maxResourceList`: every resource named on either side, the larger value.
-    pub fn max(self, other: Amounts) -> Amounts {
+    pub fn max_with(self, other: Amounts) -> Amounts {
         let max = |a: Option<i64>, b: Option<i64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, None) => a,
@@ -165,23 +165,23 @@ pub fn aggregate(
     for c in regular_containers(pod) {
         let a = amounts_of(c);
         each(a, ContainerList::Regular);
-        total = total.add(a);
+        total = total.plus(a);
     }
     let mut sidecars = Amounts::default();
     let mut init_peak = Amounts::default();
     for c in init_containers(pod) {
         let a = amounts_of(c);
         let in_use = if is_sidecar(c) {
-            total = total.add(a);
-            sidecars = sidecars.add(a);
+            total = total.plus(a);
+            sidecars = sidecars.plus(a);
             sidecars
         } else {
-            a.add(sidecars)
+            a.plus(sidecars)
         };
         each(in_use, ContainerList::Init);
-        init_peak = init_peak.max(in_use);
+        init_peak = init_peak.max_with(in_use);
     }
-    total.max(init_peak)
+    total.max_with(init_peak)
 }
 
 /// The pod's effective requests (`PodRequests` without overhead, pod-level requests winning).
@@ -319,7 +319,8 @@ mod tests {
     #[test]
     fn pod_requests_follow_the_sidecar_kep() {
         // (regular containers' cpu requests, init containers (is_sidecar, cpu), expected)
-        let cases: [(&[i64], &[(bool, i64)], i64); 6] = [
+        type Case<'a> = (&'a [i64], &'a [(bool, i64)], i64);
+        let cases: [Case; 6] = [
             (&[100, 200], &[], 300),
             (&[100], &[(false, 500)], 500),
             (&[100], &[(false, 50)], 100),

@@ -955,7 +955,8 @@ mod tests {
     fn hash_changes_only_with_name_or_image() {
         let base = resourced("app", "cpu=100m", "");
         let hash = container_hash(&base);
-        let cases: Vec<(&str, Box<dyn Fn(&mut Container)>, bool)> = vec![
+        type Change = Box<dyn Fn(&mut Container)>;
+        let cases: Vec<(&str, Change, bool)> = vec![
             (
                 "image",
                 Box::new(|c| c.image = Some("busybox:1.37".into())),

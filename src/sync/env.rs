@@ -539,7 +539,8 @@ mod tests {
             ..CTX
         };
         let base = container("c", "cpu=250m,memory=64Mi", "memory=128Mi");
-        let cases: Vec<(&str, Vec<EnvVar>, Vec<(&str, &str)>)> = vec![
+        type Case<'a> = (&'a str, Vec<EnvVar>, Vec<(&'a str, &'a str)>);
+        let cases: Vec<Case> = vec![
             (
                 "literal and expansion of earlier vars only",
                 vec![

@@ -805,7 +805,14 @@ mod tests {
             host_network: Some(host_net),
             ..Default::default()
         };
-        let cases: Vec<(&str, PodSpec, &[IpAddr], Option<&str>, api::DnsConfig)> = vec![
+        type Case<'a> = (
+            &'a str,
+            PodSpec,
+            &'a [IpAddr],
+            Option<&'a str>,
+            api::DnsConfig,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "ClusterFirst",
                 spec(Some("ClusterFirst"), false),
