@@ -340,6 +340,16 @@ fn dns_type(pod: &Pod) -> Result<DnsType, ConfigError> {
     }
 }
 
+/// The kubelet's warning when a ClusterFirst pod meets a node without `clusterDNS`; it records
+/// it as a `MissingClusterDNS` event on the node and (prefixed with `pod: "<pod>". `) on the pod.
+pub const MISSING_CLUSTER_DNS_MESSAGE: &str = "kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.";
+
+/// True when the pod asks for cluster DNS but none is configured, so [`pod_dns_config`] falls
+/// back to the node's resolver; the caller records the `MissingClusterDNS` event.
+pub fn missing_cluster_dns(pod: &Pod, cluster_dns: &[IpAddr]) -> bool {
+    cluster_dns.is_empty() && matches!(dns_type(pod), Ok(DnsType::Cluster))
+}
+
 /// The pod's resolver configuration (`GetPodDNS`).
 ///
 /// ClusterFirst: the cluster DNS servers only, search `<ns>.svc.<domain> svc.<domain> <domain>`
@@ -874,6 +884,8 @@ mod tests {
             let p = pod("p", spec);
             let got = pod_dns_config(&p, &ctx(cluster, resolv)).unwrap();
             assert_eq!(got, want, "{name}");
+            let falls_back = name.contains("falls back");
+            assert_eq!(missing_cluster_dns(&p, cluster), falls_back, "{name}");
         }
     }
 
