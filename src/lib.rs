@@ -18,3 +18,4 @@ pub mod server;
 pub mod source;
 pub mod status;
 pub mod sync;
+pub mod volume;

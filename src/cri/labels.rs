@@ -26,3 +26,9 @@ pub const CONTAINER_TYPE: &str = "io.nodelet.container.type";
 
 /// The pseudo container name the kubelet uses for the sandbox.
 pub const POD_INFRA_CONTAINER_NAME: &str = "POD";
+
+/// The pod's `metadata.deletionGracePeriodSeconds` when the container was created (kubelet).
+pub const POD_DELETION_GRACE_PERIOD: &str = "io.kubernetes.pod.deletionGracePeriod";
+/// The container's preStop handler as JSON, so it can run after a restart without the spec
+/// (kubelet).
+pub const CONTAINER_PRESTOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";

@@ -1,4 +1,9 @@
-//! Deciding what to do with a pod (`compute_pod_actions`) and doing it (executor).
+//! Deciding what to do with a pod (`compute_pod_actions`) and doing it (executor), plus the pure
+//! builders of the CRI configs the executor sends.
 
 pub mod actions;
+pub mod container_config;
+pub mod env;
+pub mod executor;
 pub mod restart;
+pub mod sandbox_config;

@@ -1,0 +1,1470 @@
+//! The CRI `ContainerConfig` for one container of a pod (`generateContainerConfig` in
+//! `pkg/kubelet/kuberuntime/kuberuntime_container.go` and `_linux.go`, `makeMounts` in
+//! `pkg/kubelet/kubelet_pods.go`, labels and annotations from `kuberuntime/labels.go`).
+//!
+//! Building the config is pure except for one kubelet effect: a missing `subPath` directory is
+//! created inside its volume before the runtime bind-mounts it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext, VolumeMount};
+
+use super::env::{expand, make_environment, EnvContext};
+use super::sandbox_config::namespace_options;
+use crate::cgroup::resources::{
+    container_limits, container_requests, pod_level_limits, pod_level_resources_set,
+};
+use crate::cgroup::{milli_cpu_to_quota, milli_cpu_to_shares, oom_score_adj, QUOTA_PERIOD};
+use crate::cri::{api, labels};
+
+/// Why the kubelet could not build a container's (or sandbox's) runtime config. The Display
+/// text becomes the container's `CreateContainerConfigError` message; where the kubelet has a
+/// message of its own, this is it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field}: Required value")]
+    Required { field: String },
+    #[error("{field}: Invalid value: {value:?}: {reason}")]
+    Invalid {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    /// Cluster-mode features nodelet does not implement yet.
+    #[error("{field}: {feature} is not supported yet")]
+    Unsupported { field: String, feature: String },
+    /// A ConfigMap or Secret reference in standalone mode (the kubelet's message without a
+    /// client).
+    #[error("couldn't get {kind} {namespace}/{name}, no kubeClient defined")]
+    NoApiClient {
+        field: String,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("cannot find volume {volume:?} to mount into container {container:?}")]
+    MissingVolume {
+        field: String,
+        volume: String,
+        container: String,
+    },
+    /// The subPath directory could not be created or resolves outside its volume. As the
+    /// kubelet does, the message leaves out host paths; `path` and `reason` keep them for logs.
+    #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
+    SubPath {
+        field: String,
+        volume: String,
+        container: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
+    RunAsRoot { pod: String, container: String },
+    #[error("container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})")]
+    ImageRunsAsRoot { pod: String, container: String },
+    #[error("container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})")]
+    NonNumericImageUser {
+        user: String,
+        pod: String,
+        container: String,
+    },
+}
+
+/// Which list of the pod spec a container belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    Init,
+    Regular,
+}
+
+impl ContainerKind {
+    /// The value of the `io.nodelet.container.type` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerKind::Init => "init",
+            ContainerKind::Regular => "regular",
+        }
+    }
+}
+
+/// Everything about the node and the pod's runtime state the config needs.
+#[derive(Debug, Clone, Copy)]
+pub struct ContainerContext<'a> {
+    pub pod_ips: &'a [String],
+    pub host_ips: &'a [String],
+    pub node_name: &'a str,
+    pub node_allocatable_cpu_milli: i64,
+    pub node_allocatable_memory: i64,
+    pub memory_capacity: u64,
+    /// Pod volume name → host path (from `volume::prepare_pod_volumes`).
+    pub volumes: &'a BTreeMap<String, PathBuf>,
+    /// Host file to mount at /etc/hosts (`volume::write_etc_hosts`).
+    pub etc_hosts: Option<&'a Path>,
+    /// Host file to mount at the container's terminationMessagePath
+    /// (`volume::termination_message_file`).
+    pub termination_message: Option<&'a Path>,
+    pub restart_count: i32,
+    /// CRI metadata attempt; the kubelet passes the restart count here.
+    pub attempt: u32,
+    /// The pod's cgroup parent. Containers inherit it from their sandbox in the CRI, so the
+    /// config does not repeat it; kept for callers that log or check it.
+    pub cgroup_parent: &'a str,
+    /// Value of the `io.nodelet.node-name` label.
+    pub node_name_label: &'a str,
+    /// Directory `Localhost` seccomp profiles are relative to (`<root-dir>/seccomp`).
+    pub seccomp_profile_root: &'a Path,
+    /// KubeletConfiguration `seccompDefault`: RuntimeDefault instead of Unconfined when the
+    /// pod sets no profile.
+    pub seccomp_default: bool,
+}
+
+/// The CFS period containers get (`cpuCFSQuotaPeriod` default).
+const CPU_PERIOD: u64 = QUOTA_PERIOD;
+
+const ETC_HOSTS: &str = "/etc/hosts";
+const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+const DEFAULT_TERMINATION_MESSAGE_POLICY: &str = "File";
+const DEFAULT_TERMINATION_GRACE_PERIOD: i64 = 30;
+
+/// `spec.containers[i]` or `spec.initContainers[i]` for the named container, for error paths.
+pub fn container_field_path(pod: &Pod, name: &str) -> String {
+    let spec = pod.spec.as_ref();
+    if let Some(i) = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .and_then(|c| c.iter().position(|c| c.name == name))
+    {
+        return format!("spec.initContainers[{i}]");
+    }
+    match spec.and_then(|s| s.containers.iter().position(|c| c.name == name)) {
+        Some(i) => format!("spec.containers[{i}]"),
+        None => format!("spec.containers[name={name}]"),
+    }
+}
+
+/// `name_namespace(uid)`, the kubelet's `format.Pod`.
+pub fn format_pod(pod: &Pod) -> String {
+    let m = &pod.metadata;
+    format!(
+        "{}_{}({})",
+        m.name.as_deref().unwrap_or_default(),
+        m.namespace.as_deref().unwrap_or_default(),
+        m.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// `<name>/<restartCount>.log`, relative to the sandbox's log directory.
+pub fn container_log_path(container_name: &str, restart_count: i32) -> String {
+    format!("{container_name}/{restart_count}.log")
+}
+
+/// A Go `encoding/json` string literal (with its default HTML escaping), so hashes computed
+/// over JSON match the kubelet's byte for byte.
+fn go_json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn fnv1a_32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The spec hash recorded in `io.kubernetes.container.hash` (`kubecontainer.HashContainer`).
+///
+/// Since Kubernetes 1.31 the kubelet hashes only the container's name and image: those are the
+/// only container fields a pod update may change, so only an image change restarts a container
+/// (resources are resized in place; any other edit of a static pod's manifest gives it a new
+/// UID and so a new pod). The value is byte-identical to the kubelet's — FNV-32a over the
+/// `spew` rendering of `{"image":…,"name":…}` — so a node switched between the kubelet and
+/// nodelet adopts the other's containers.
+pub fn container_hash(container: &Container) -> String {
+    let json = format!(
+        "{{\"image\":{},\"name\":{}}}",
+        go_json_string(container.image.as_deref().unwrap_or_default()),
+        go_json_string(&container.name)
+    );
+    let rendered = format!(
+        "([]uint8)[{}]",
+        json.bytes()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    format!("{:x}", fnv1a_32(rendered.as_bytes()))
+}
+
+/// The container's security context with the pod's defaults filled in
+/// (`securitycontext.DetermineEffectiveSecurityContext`).
+pub fn effective_security_context(pod: &Pod, container: &Container) -> SecurityContext {
+    let mut sc = container.security_context.clone().unwrap_or_default();
+    if let Some(psc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()) {
+        if sc.se_linux_options.is_none() {
+            sc.se_linux_options.clone_from(&psc.se_linux_options);
+        }
+        if sc.windows_options.is_none() {
+            sc.windows_options.clone_from(&psc.windows_options);
+        }
+        if sc.run_as_user.is_none() {
+            sc.run_as_user = psc.run_as_user;
+        }
+        if sc.run_as_group.is_none() {
+            sc.run_as_group = psc.run_as_group;
+        }
+        if sc.run_as_non_root.is_none() {
+            sc.run_as_non_root = psc.run_as_non_root;
+        }
+    }
+    sc
+}
+
+/// `verifyRunAsNonRoot`: with `runAsNonRoot: true` the container must not run as uid 0. The
+/// image's user (from ImageStatus) decides when the spec sets no `runAsUser`; call this once the
+/// image is known.
+pub fn verify_run_as_non_root(
+    pod: &Pod,
+    container: &Container,
+    image_uid: Option<i64>,
+    image_user: &str,
+) -> Result<(), ConfigError> {
+    let sc = effective_security_context(pod, container);
+    if sc.run_as_non_root != Some(true) {
+        return Ok(());
+    }
+    let ids = || (format_pod(pod), container.name.clone());
+    if let Some(uid) = sc.run_as_user {
+        if uid == 0 {
+            let (pod, container) = ids();
+            return Err(ConfigError::RunAsRoot { pod, container });
+        }
+        return Ok(());
+    }
+    match image_uid {
+        Some(0) => {
+            let (pod, container) = ids();
+            Err(ConfigError::ImageRunsAsRoot { pod, container })
+        }
+        None if !image_user.is_empty() => {
+            let (pod, container) = ids();
+            Err(ConfigError::NonNumericImageUser {
+                user: image_user.to_string(),
+                pod,
+                container,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+fn security_profile(
+    profile_type: api::security_profile::ProfileType,
+    localhost_ref: String,
+) -> api::SecurityProfile {
+    api::SecurityProfile {
+        profile_type: profile_type as i32,
+        localhost_ref,
+    }
+}
+
+/// The container's seccomp profile (`getSeccompProfile`): the container's field, else the
+/// pod's, else RuntimeDefault with `seccompDefault` and Unconfined without.
+fn seccomp_profile(
+    pod: &Pod,
+    container: &Container,
+    field: &str,
+    ctx: &ContainerContext,
+) -> Result<api::SecurityProfile, ConfigError> {
+    use api::security_profile::ProfileType;
+    let from_container = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .map(|p| (p, format!("{field}.securityContext.seccompProfile")));
+    let from_pod = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .map(|p| (p, "spec.securityContext.seccompProfile".to_string()));
+    let Some((profile, path)) = from_container.or(from_pod) else {
+        let default = if ctx.seccomp_default {
+            ProfileType::RuntimeDefault
+        } else {
+            ProfileType::Unconfined
+        };
+        return Ok(security_profile(default, String::new()));
+    };
+    match profile.type_.as_str() {
+        "RuntimeDefault" => Ok(security_profile(ProfileType::RuntimeDefault, String::new())),
+        "Localhost" => match profile
+            .localhost_profile
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            Some(p) => Ok(security_profile(
+                ProfileType::Localhost,
+                ctx.seccomp_profile_root
+                    .join(p)
+                    .to_string_lossy()
+                    .into_owned(),
+            )),
+            None => Err(ConfigError::Required {
+                field: format!("{path}.localhostProfile"),
+            }),
+        },
+        _ => Ok(security_profile(ProfileType::Unconfined, String::new())),
+    }
+}
+
+/// The container's AppArmor profile: the container's field, else the pod's; `None` leaves the
+/// runtime's default in place.
+fn apparmor_profile(pod: &Pod, container: &Container) -> Option<api::SecurityProfile> {
+    use api::security_profile::ProfileType;
+    let profile = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.app_armor_profile.as_ref())
+        })?;
+    Some(match profile.type_.as_str() {
+        "Unconfined" => security_profile(ProfileType::Unconfined, String::new()),
+        "Localhost" => security_profile(
+            ProfileType::Localhost,
+            profile.localhost_profile.clone().unwrap_or_default(),
+        ),
+        _ => security_profile(ProfileType::RuntimeDefault, String::new()),
+    })
+}
+
+/// Paths the runtime masks in /proc and /sys unless `procMount: Unmasked`
+/// (`securitycontext.ConvertToRuntimeMaskedPaths`, kept in sync with moby).
+pub const DEFAULT_MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// Paths the runtime mounts read-only unless `procMount: Unmasked`.
+pub const DEFAULT_READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// The container's Linux security context (`determineEffectiveSecurityContext`).
+fn linux_security_context(
+    pod: &Pod,
+    container: &Container,
+    field: &str,
+    ctx: &ContainerContext,
+) -> Result<api::LinuxContainerSecurityContext, ConfigError> {
+    let sc = effective_security_context(pod, container);
+    let unmasked = sc.proc_mount.as_deref() == Some("Unmasked");
+    let owned = |paths: &[&str]| paths.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    let mut out = api::LinuxContainerSecurityContext {
+        capabilities: sc.capabilities.as_ref().map(|c| api::Capability {
+            add_capabilities: c.add.clone().unwrap_or_default(),
+            drop_capabilities: c.drop.clone().unwrap_or_default(),
+            add_ambient_capabilities: Vec::new(),
+        }),
+        privileged: sc.privileged.unwrap_or(false),
+        namespace_options: Some(namespace_options(pod)?),
+        selinux_options: sc.se_linux_options.as_ref().map(|o| api::SeLinuxOption {
+            user: o.user.clone().unwrap_or_default(),
+            role: o.role.clone().unwrap_or_default(),
+            r#type: o.type_.clone().unwrap_or_default(),
+            level: o.level.clone().unwrap_or_default(),
+        }),
+        run_as_user: sc.run_as_user.map(|value| api::Int64Value { value }),
+        run_as_group: sc.run_as_group.map(|value| api::Int64Value { value }),
+        readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
+        // allowPrivilegeEscalation: false is the only way to ask for no_new_privs.
+        no_new_privs: sc.allow_privilege_escalation == Some(false),
+        masked_paths: if unmasked {
+            Vec::new()
+        } else {
+            owned(DEFAULT_MASKED_PATHS)
+        },
+        readonly_paths: if unmasked {
+            Vec::new()
+        } else {
+            owned(DEFAULT_READONLY_PATHS)
+        },
+        seccomp: Some(seccomp_profile(pod, container, field, ctx)?),
+        apparmor: apparmor_profile(pod, container),
+        ..Default::default()
+    };
+    if let Some(psc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()) {
+        out.supplemental_groups.extend(psc.fs_group);
+        out.supplemental_groups
+            .extend(psc.supplemental_groups.iter().flatten().copied());
+        out.supplemental_groups_policy =
+            supplemental_groups_policy(psc.supplemental_groups_policy.as_deref())?;
+    }
+    Ok(out)
+}
+
+pub(crate) fn supplemental_groups_policy(policy: Option<&str>) -> Result<i32, ConfigError> {
+    match policy {
+        None | Some("Merge") => Ok(api::SupplementalGroupsPolicy::Merge as i32),
+        Some("Strict") => Ok(api::SupplementalGroupsPolicy::Strict as i32),
+        Some(other) => Err(ConfigError::Invalid {
+            field: "spec.securityContext.supplementalGroupsPolicy".to_string(),
+            value: other.to_string(),
+            reason: "unsupported supplementalGroupsPolicy".to_string(),
+        }),
+    }
+}
+
+/// `calculateLinuxResources`: cpu shares from the request (the limit when only that is set),
+/// CFS quota from the limit (0 = unlimited), the memory limit, and `memory.oom.group` so an OOM
+/// kills the whole container, as the kubelet does on cgroup v2 by default
+/// (`singleProcessOOMKill: false`).
+pub(crate) fn linux_resources(
+    cpu_request_milli: Option<i64>,
+    cpu_limit_milli: i64,
+    memory_limit: i64,
+) -> api::LinuxContainerResources {
+    api::LinuxContainerResources {
+        cpu_shares: i64::try_from(milli_cpu_to_shares(
+            cpu_request_milli.unwrap_or(cpu_limit_milli),
+        ))
+        .unwrap_or(i64::MAX),
+        memory_limit_in_bytes: memory_limit.max(0),
+        cpu_period: i64::try_from(CPU_PERIOD).unwrap_or(i64::MAX),
+        cpu_quota: milli_cpu_to_quota(cpu_limit_milli, CPU_PERIOD),
+        unified: HashMap::from([("memory.oom.group".to_string(), "1".to_string())]),
+        ..Default::default()
+    }
+}
+
+/// The container's resources (`generateLinuxContainerResources`). Without a container limit,
+/// a pod-level limit bounds the container.
+fn container_resources(
+    pod: &Pod,
+    container: &Container,
+    memory_capacity: u64,
+) -> api::LinuxContainerResources {
+    let requests = container_requests(container);
+    let limits = container_limits(container);
+    let mut cpu_limit = limits.cpu_milli.unwrap_or(0);
+    let mut memory_limit = limits.memory.unwrap_or(0);
+    if pod_level_resources_set(pod) {
+        let pod_limits = pod_level_limits(pod);
+        if cpu_limit == 0 {
+            cpu_limit = pod_limits.cpu_milli.unwrap_or(0);
+        }
+        if memory_limit == 0 {
+            memory_limit = pod_limits.memory.unwrap_or(0);
+        }
+    }
+    let mut resources = linux_resources(requests.cpu_milli, cpu_limit, memory_limit);
+    resources.oom_score_adj = oom_score_adj(pod, container, memory_capacity);
+    resources
+}
+
+fn cri_labels(
+    pod: &Pod,
+    container: &Container,
+    kind: ContainerKind,
+    ctx: &ContainerContext,
+) -> HashMap<String, String> {
+    let m = &pod.metadata;
+    HashMap::from([
+        (
+            labels::POD_NAME.to_string(),
+            m.name.clone().unwrap_or_default(),
+        ),
+        (
+            labels::POD_NAMESPACE.to_string(),
+            m.namespace.clone().unwrap_or_default(),
+        ),
+        (
+            labels::POD_UID.to_string(),
+            m.uid.clone().unwrap_or_default(),
+        ),
+        (labels::CONTAINER_NAME.to_string(), container.name.clone()),
+        (
+            labels::NODE_NAME.to_string(),
+            ctx.node_name_label.to_string(),
+        ),
+        (
+            labels::CONTAINER_TYPE.to_string(),
+            kind.as_str().to_string(),
+        ),
+    ])
+}
+
+/// `containerPort` JSON in the field order and omissions of Go's `v1.ContainerPort`.
+fn ports_json(container: &Container) -> Option<String> {
+    let ports = container.ports.as_ref().filter(|p| !p.is_empty())?;
+    let items: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let mut fields = Vec::new();
+            if let Some(name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                fields.push(format!("\"name\":{}", go_json_string(name)));
+            }
+            if let Some(host_port) = p.host_port.filter(|h| *h != 0) {
+                fields.push(format!("\"hostPort\":{host_port}"));
+            }
+            fields.push(format!("\"containerPort\":{}", p.container_port));
+            let protocol = p.protocol.as_deref().unwrap_or("TCP");
+            fields.push(format!("\"protocol\":{}", go_json_string(protocol)));
+            if let Some(ip) = p.host_ip.as_deref().filter(|i| !i.is_empty()) {
+                fields.push(format!("\"hostIP\":{}", go_json_string(ip)));
+            }
+            format!("{{{}}}", fields.join(","))
+        })
+        .collect();
+    Some(format!("[{}]", items.join(",")))
+}
+
+fn cri_annotations(
+    pod: &Pod,
+    container: &Container,
+    restart_count: i32,
+) -> HashMap<String, String> {
+    let mut a = HashMap::from([
+        (
+            labels::CONTAINER_HASH.to_string(),
+            container_hash(container),
+        ),
+        (
+            labels::CONTAINER_RESTART_COUNT.to_string(),
+            restart_count.to_string(),
+        ),
+        (
+            labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_string(),
+            termination_message_path(container).to_string(),
+        ),
+        (
+            labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_string(),
+            container
+                .termination_message_policy
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TERMINATION_MESSAGE_POLICY.to_string()),
+        ),
+        (
+            labels::POD_TERMINATION_GRACE_PERIOD.to_string(),
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD)
+                .to_string(),
+        ),
+    ]);
+    if let Some(grace) = pod.metadata.deletion_grace_period_seconds {
+        a.insert(
+            labels::POD_DELETION_GRACE_PERIOD.to_string(),
+            grace.to_string(),
+        );
+    }
+    if let Some(pre_stop) = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+    {
+        if let Ok(json) = serde_json::to_string(pre_stop) {
+            a.insert(labels::CONTAINER_PRESTOP_HANDLER.to_string(), json);
+        }
+    }
+    if let Some(ports) = ports_json(container) {
+        a.insert(labels::CONTAINER_PORTS.to_string(), ports);
+    }
+    a
+}
+
+/// The container's terminationMessagePath, defaulted as the API does.
+pub fn termination_message_path(container: &Container) -> &str {
+    container
+        .termination_message_path
+        .as_deref()
+        .unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH)
+}
+
+/// CRI propagation for a volumeMount's `mountPropagation` (`translateMountPropagation`).
+fn mount_propagation(mode: Option<&str>, field: &str) -> Result<i32, ConfigError> {
+    use api::MountPropagation as P;
+    match mode {
+        None | Some("None") => Ok(P::PropagationPrivate as i32),
+        Some("HostToContainer") => Ok(P::PropagationHostToContainer as i32),
+        Some("Bidirectional") => Ok(P::PropagationBidirectional as i32),
+        Some(other) => Err(ConfigError::Invalid {
+            field: format!("{field}.mountPropagation"),
+            value: other.to_string(),
+            reason: "invalid MountPropagation mode".to_string(),
+        }),
+    }
+}
+
+/// `resolveRecursiveReadOnly`. nodelet cannot ask the runtime handler whether it supports
+/// recursive read-only mounts, so `IfPossible` stays non-recursive and `Enabled` is passed
+/// through for the runtime to refuse if it must.
+fn recursive_read_only(mount: &VolumeMount, field: &str) -> Result<bool, ConfigError> {
+    let mode = match mount.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    let invalid = |reason: &str| ConfigError::Invalid {
+        field: format!("{field}.recursiveReadOnly"),
+        value: mode.to_string(),
+        reason: reason.to_string(),
+    };
+    if mount.read_only != Some(true) {
+        return Err(invalid(
+            "requested recursive read-only mode, but the mount is not read-only",
+        ));
+    }
+    if mount
+        .mount_propagation
+        .as_deref()
+        .is_some_and(|p| p != "None")
+    {
+        return Err(invalid(
+            "recursive read-only mode is not compatible with mount propagation",
+        ));
+    }
+    match mode {
+        "IfPossible" => Ok(false),
+        "Enabled" => Ok(true),
+        _ => Err(invalid("unknown recursive read-only mode")),
+    }
+}
+
+/// Rejects absolute subPaths and `..` components (`ValidatePathNoBacksteps`).
+fn validate_sub_path(sub_path: &str, field: &str) -> Result<(), ConfigError> {
+    let invalid = |reason: &str| ConfigError::Invalid {
+        field: field.to_string(),
+        value: sub_path.to_string(),
+        reason: reason.to_string(),
+    };
+    if Path::new(sub_path).is_absolute() {
+        return Err(invalid("must not be an absolute path"));
+    }
+    if sub_path.split('/').any(|part| part == "..") {
+        return Err(invalid("must not contain '..'"));
+    }
+    Ok(())
+}
+
+/// Creates `sub_path` inside `volume` when missing, with the volume directory's mode (so an
+/// fsGroup-writable volume stays writable below), and returns it resolved. Each existing
+/// component is resolved before descending, so a symlink a container planted cannot lead the
+/// creation (or the mount) outside the volume.
+pub fn ensure_sub_path(volume: &Path, sub_path: &str) -> io::Result<PathBuf> {
+    let root = fs::canonicalize(volume)?;
+    let mode = fs::metadata(&root)?.permissions().mode() & 0o7777;
+    let mut current = root.clone();
+    for part in Path::new(sub_path).components() {
+        let Component::Normal(part) = part else {
+            continue;
+        };
+        let next = current.join(part);
+        match fs::symlink_metadata(&next) {
+            Ok(_) => {
+                let resolved = fs::canonicalize(&next)?;
+                if !resolved.starts_with(&root) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!("{} resolves outside of the volume", next.display()),
+                    ));
+                }
+                current = resolved;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new().mode(mode).create(&next)?;
+                fs::set_permissions(&next, fs::Permissions::from_mode(mode))?;
+                current = next;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(current)
+}
+
+/// `subPathExpr` expanded with the container's environment; every referenced variable must be
+/// set and non-empty (`ExpandContainerVolumeMounts`).
+fn expand_sub_path_expr(
+    expr: &str,
+    envs: &[(String, String)],
+    field: &str,
+) -> Result<String, ConfigError> {
+    let lookup: HashMap<&str, &str> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let expanded = expand(expr, &|name: &str| match lookup.get(name) {
+        Some(v) if !v.is_empty() => Some((*v).to_string()),
+        _ => {
+            missing.borrow_mut().insert(name.to_string());
+            Some(String::new())
+        }
+    });
+    let missing = missing.into_inner();
+    if !missing.is_empty() {
+        return Err(ConfigError::Invalid {
+            field: format!("{field}.subPathExpr"),
+            value: expr.to_string(),
+            reason: format!(
+                "missing value for {}",
+                missing.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    Ok(expanded)
+}
+
+/// The container's mounts (`makeMounts` + kuberuntime's `makeMounts`): its volumeMounts, then
+/// the managed /etc/hosts unless the container mounts something there itself, then the
+/// termination-message file.
+fn make_mounts(
+    container: &Container,
+    base: &str,
+    ctx: &ContainerContext,
+    envs: &[(String, String)],
+) -> Result<Vec<api::Mount>, ConfigError> {
+    let mut mounts = Vec::new();
+    let mut mount_etc_hosts = ctx.etc_hosts.is_some();
+    for (i, m) in container.volume_mounts.iter().flatten().enumerate() {
+        let field = format!("{base}.volumeMounts[{i}]");
+        mount_etc_hosts &= m.mount_path != ETC_HOSTS;
+        let Some(volume_path) = ctx.volumes.get(&m.name) else {
+            return Err(ConfigError::MissingVolume {
+                field: format!("{field}.name"),
+                volume: m.name.clone(),
+                container: container.name.clone(),
+            });
+        };
+        let sub_path = match m.sub_path_expr.as_deref().filter(|e| !e.is_empty()) {
+            Some(expr) => expand_sub_path_expr(expr, envs, &field)?,
+            None => m.sub_path.clone().unwrap_or_default(),
+        };
+        let host_path = if sub_path.is_empty() {
+            volume_path.clone()
+        } else {
+            validate_sub_path(&sub_path, &format!("{field}.subPath"))?;
+            ensure_sub_path(volume_path, &sub_path).map_err(|e| ConfigError::SubPath {
+                field: format!("{field}.subPath"),
+                volume: m.name.clone(),
+                container: container.name.clone(),
+                path: volume_path.join(&sub_path),
+                reason: e.to_string(),
+            })?
+        };
+        let container_path = if m.mount_path.starts_with('/') {
+            m.mount_path.clone()
+        } else {
+            format!("/{}", m.mount_path)
+        };
+        mounts.push(api::Mount {
+            container_path,
+            host_path: host_path.to_string_lossy().into_owned(),
+            readonly: m.read_only.unwrap_or(false),
+            propagation: mount_propagation(m.mount_propagation.as_deref(), &field)?,
+            recursive_read_only: recursive_read_only(m, &field)?,
+            ..Default::default()
+        });
+    }
+    if let (true, Some(hosts)) = (mount_etc_hosts, ctx.etc_hosts) {
+        mounts.push(api::Mount {
+            container_path: ETC_HOSTS.to_string(),
+            host_path: hosts.to_string_lossy().into_owned(),
+            ..Default::default()
+        });
+    }
+    let message_path = termination_message_path(container);
+    if let (false, Some(file)) = (message_path.is_empty(), ctx.termination_message) {
+        mounts.push(api::Mount {
+            container_path: message_path.to_string(),
+            host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        });
+    }
+    Ok(mounts)
+}
+
+/// The CRI config to create `container` of `pod` with.
+///
+/// `image.image` is the image as written in the spec; the kubelet puts the resolved image
+/// reference from the pull there (keeping the spec's in `user_specified_image`), so the caller
+/// should overwrite it with the reference `PullImage`/`ImageStatus` returned.
+pub fn container_config(
+    pod: &Pod,
+    container: &Container,
+    kind: ContainerKind,
+    ctx: &ContainerContext,
+) -> Result<api::ContainerConfig, ConfigError> {
+    let base = container_field_path(pod, &container.name);
+    let image = container
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| ConfigError::Required {
+            field: format!("{base}.image"),
+        })?;
+    let env_ctx = EnvContext {
+        pod_ips: ctx.pod_ips,
+        host_ips: ctx.host_ips,
+        node_name: ctx.node_name,
+        node_allocatable_cpu_milli: ctx.node_allocatable_cpu_milli,
+        node_allocatable_memory: ctx.node_allocatable_memory,
+        node_allocatable_ephemeral_storage: None,
+    };
+    let envs = make_environment(pod, container, &env_ctx)?;
+    let lookup: HashMap<&str, &str> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let expand_all = |list: &Option<Vec<String>>| -> Vec<String> {
+        list.iter()
+            .flatten()
+            .map(|s| expand(s, &|name: &str| lookup.get(name).map(|v| (*v).to_string())))
+            .collect()
+    };
+    let command = expand_all(&container.command);
+    let args = expand_all(&container.args);
+    let mounts = make_mounts(container, &base, ctx, &envs)?;
+
+    Ok(api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: container.name.clone(),
+            attempt: ctx.attempt,
+        }),
+        image: Some(api::ImageSpec {
+            image: image.clone(),
+            user_specified_image: image,
+            ..Default::default()
+        }),
+        command,
+        args,
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: envs
+            .into_iter()
+            .map(|(key, value)| api::KeyValue { key, value })
+            .collect(),
+        mounts,
+        devices: Vec::new(),
+        labels: cri_labels(pod, container, kind, ctx),
+        annotations: cri_annotations(pod, container, ctx.restart_count),
+        log_path: container_log_path(&container.name, ctx.restart_count),
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(container_resources(pod, container, ctx.memory_capacity)),
+            security_context: Some(linux_security_context(pod, container, &base, ctx)?),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use k8s_openapi::api::core::v1::{
+        Capabilities, ContainerPort, EnvVar, PodSecurityContext, PodSpec, SeccompProfile,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::cgroup::resources::test_support::container as resourced;
+
+    fn pod_with(containers: Vec<Container>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("prod".into()),
+                uid: Some("uid-9".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn ctx<'a>(volumes: &'a BTreeMap<String, PathBuf>) -> ContainerContext<'a> {
+        ContainerContext {
+            pod_ips: &[],
+            host_ips: &[],
+            node_name: "node-1",
+            node_allocatable_cpu_milli: 4000,
+            node_allocatable_memory: 8 << 30,
+            memory_capacity: 10 << 30,
+            volumes,
+            etc_hosts: None,
+            termination_message: None,
+            restart_count: 2,
+            attempt: 2,
+            cgroup_parent: "/kubepods/burstable/poduid-9",
+            node_name_label: "node-1",
+            seccomp_profile_root: Path::new("/var/lib/nodelet/seccomp"),
+            seccomp_default: false,
+        }
+    }
+
+    #[test]
+    fn hash_is_the_kubelets() {
+        // The kubelet's own test vector (container_hash_test / helpers_test, 1.31+).
+        let mut c = resourced("test_container", "", "");
+        c.image = Some("foo/image:v1".into());
+        c.args = Some(vec!["/bin/sh".into(), "-c".into(), "echo abc".into()]);
+        c.ports = Some(vec![ContainerPort {
+            container_port: 8001,
+            ..Default::default()
+        }]);
+        assert_eq!(container_hash(&c), "8e45cbd0");
+    }
+
+    #[test]
+    fn hash_changes_only_with_name_or_image() {
+        let base = resourced("app", "cpu=100m", "");
+        let hash = container_hash(&base);
+        type Change = Box<dyn Fn(&mut Container)>;
+        let cases: Vec<(&str, Change, bool)> = vec![
+            (
+                "image",
+                Box::new(|c| c.image = Some("busybox:1.37".into())),
+                true,
+            ),
+            ("name", Box::new(|c| c.name = "other".into()), true),
+            (
+                "command",
+                Box::new(|c| c.command = Some(vec!["sleep".into()])),
+                false,
+            ),
+            (
+                "resources",
+                Box::new(|c| *c = resourced("app", "cpu=2", "")),
+                false,
+            ),
+            (
+                "env",
+                Box::new(|c| c.env = Some(vec![EnvVar::default()])),
+                false,
+            ),
+        ];
+        for (what, change, changes) in cases {
+            let mut c = base.clone();
+            change(&mut c);
+            assert_eq!(container_hash(&c) != hash, changes, "{what}");
+        }
+    }
+
+    #[test]
+    fn go_json_escaping() {
+        let cases = [
+            ("plain", "\"plain\""),
+            ("a\"b\\c", "\"a\\\"b\\\\c\""),
+            ("<&>", "\"\\u003c\\u0026\\u003e\""),
+            ("tab\there\n", "\"tab\\there\\n\""),
+            ("\u{1}", "\"\\u0001\""),
+            ("ünï", "\"ünï\""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(go_json_string(input), want);
+        }
+    }
+
+    #[test]
+    fn log_path_table() {
+        assert_eq!(container_log_path("app", 0), "app/0.log");
+        assert_eq!(container_log_path("side-car", 12), "side-car/12.log");
+    }
+
+    #[test]
+    fn metadata_labels_annotations_and_command() {
+        let mut c = resourced("app", "", "");
+        c.command = Some(vec!["/bin/$(CMD)".into(), "$$(CMD)".into()]);
+        c.args = Some(vec!["--name=$(POD)".into(), "$(UNSET)".into()]);
+        c.env = Some(vec![
+            EnvVar {
+                name: "CMD".into(),
+                value: Some("serve".into()),
+                value_from: None,
+            },
+            EnvVar {
+                name: "POD".into(),
+                value: Some("web-$(CMD)".into()),
+                value_from: None,
+            },
+        ]);
+        c.working_dir = Some("/srv".into());
+        c.tty = Some(true);
+        c.ports = Some(vec![ContainerPort {
+            name: Some("http".into()),
+            container_port: 80,
+            host_port: Some(8080),
+            ..Default::default()
+        }]);
+        let mut p = pod_with(vec![c.clone()]);
+        p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(5);
+        let volumes = BTreeMap::new();
+        let cfg = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+
+        let meta = cfg.metadata.unwrap();
+        assert_eq!((meta.name.as_str(), meta.attempt), ("app", 2));
+        assert_eq!(cfg.image.unwrap().user_specified_image, "busybox");
+        assert_eq!(cfg.command, ["/bin/serve", "$(CMD)"]);
+        assert_eq!(cfg.args, ["--name=web-serve", "$(UNSET)"]);
+        assert_eq!(cfg.working_dir, "/srv");
+        assert!(cfg.tty && !cfg.stdin);
+        assert_eq!(cfg.log_path, "app/2.log");
+        assert_eq!(
+            cfg.envs
+                .iter()
+                .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+                .collect::<Vec<_>>(),
+            [("CMD", "serve"), ("POD", "web-serve")]
+        );
+
+        let want_labels = [
+            (labels::POD_NAME, "web"),
+            (labels::POD_NAMESPACE, "prod"),
+            (labels::POD_UID, "uid-9"),
+            (labels::CONTAINER_NAME, "app"),
+            (labels::NODE_NAME, "node-1"),
+            (labels::CONTAINER_TYPE, "regular"),
+        ];
+        assert_eq!(cfg.labels.len(), want_labels.len());
+        for (k, v) in want_labels {
+            assert_eq!(cfg.labels[k], v, "{k}");
+        }
+        let want_annotations = [
+            (labels::CONTAINER_HASH, container_hash(&c)),
+            (labels::CONTAINER_RESTART_COUNT, "2".to_string()),
+            (
+                labels::CONTAINER_TERMINATION_MESSAGE_PATH,
+                "/dev/termination-log".to_string(),
+            ),
+            (
+                labels::CONTAINER_TERMINATION_MESSAGE_POLICY,
+                "File".to_string(),
+            ),
+            (labels::POD_TERMINATION_GRACE_PERIOD, "5".to_string()),
+            (
+                labels::CONTAINER_PORTS,
+                r#"[{"name":"http","hostPort":8080,"containerPort":80,"protocol":"TCP"}]"#
+                    .to_string(),
+            ),
+        ];
+        assert_eq!(cfg.annotations.len(), want_annotations.len());
+        for (k, v) in want_annotations {
+            assert_eq!(cfg.annotations[k], v, "{k}");
+        }
+    }
+
+    #[test]
+    fn resources_table() {
+        // (requests, limits, shares, quota, memory limit, oom_score_adj)
+        let cases = [
+            ("", "", 2, 0, 0, 1000),
+            ("cpu=250m,memory=1Gi", "", 256, 0, 0, 900),
+            (
+                "cpu=250m",
+                "cpu=500m,memory=512Mi",
+                256,
+                50_000,
+                512 << 20,
+                950,
+            ),
+            ("", "cpu=2,memory=1Gi", 2048, 200_000, 1 << 30, -997),
+            ("cpu=1m", "cpu=1m,memory=1Gi", 2, 1000, 1 << 30, -997),
+        ];
+        for (requests, limits, shares, quota, memory, oom) in cases {
+            let c = resourced("app", requests, limits);
+            let p = pod_with(vec![c.clone()]);
+            let volumes = BTreeMap::new();
+            let cfg = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+            let r = cfg.linux.unwrap().resources.unwrap();
+            assert_eq!(
+                (
+                    r.cpu_shares,
+                    r.cpu_quota,
+                    r.cpu_period,
+                    r.memory_limit_in_bytes,
+                    r.oom_score_adj
+                ),
+                (shares, quota, 100_000, memory, oom),
+                "{requests} / {limits}"
+            );
+            assert_eq!(r.unified["memory.oom.group"], "1");
+        }
+    }
+
+    #[test]
+    fn security_context_table() {
+        let mut c = resourced("app", "", "");
+        c.security_context = Some(SecurityContext {
+            privileged: Some(true),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".into()]),
+                drop: Some(vec!["ALL".into()]),
+            }),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            run_as_group: Some(2000),
+            proc_mount: Some("Unmasked".into()),
+            ..Default::default()
+        });
+        let mut p = pod_with(vec![c.clone()]);
+        let spec = p.spec.as_mut().unwrap();
+        spec.host_network = Some(true);
+        spec.share_process_namespace = Some(true);
+        spec.security_context = Some(PodSecurityContext {
+            run_as_user: Some(1000),
+            run_as_group: Some(1),
+            run_as_non_root: Some(true),
+            fs_group: Some(3000),
+            supplemental_groups: Some(vec![4000]),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "Localhost".into(),
+                localhost_profile: Some("audit.json".into()),
+            }),
+            ..Default::default()
+        });
+        let volumes = BTreeMap::new();
+        let sc = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes))
+            .unwrap()
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap();
+        assert!(sc.privileged && sc.readonly_rootfs && sc.no_new_privs);
+        let caps = sc.capabilities.unwrap();
+        assert_eq!(
+            (caps.add_capabilities, caps.drop_capabilities),
+            (vec!["NET_ADMIN".to_string()], vec!["ALL".to_string()])
+        );
+        assert_eq!(sc.run_as_user.map(|v| v.value), Some(1000));
+        assert_eq!(sc.run_as_group.map(|v| v.value), Some(2000));
+        assert_eq!(sc.supplemental_groups, [3000, 4000]);
+        assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty());
+        let ns = sc.namespace_options.unwrap();
+        assert_eq!(
+            (ns.network, ns.pid, ns.ipc),
+            (
+                api::NamespaceMode::Node as i32,
+                api::NamespaceMode::Pod as i32,
+                api::NamespaceMode::Pod as i32
+            )
+        );
+        let seccomp = sc.seccomp.unwrap();
+        assert_eq!(
+            seccomp.profile_type,
+            api::security_profile::ProfileType::Localhost as i32
+        );
+        assert_eq!(seccomp.localhost_ref, "/var/lib/nodelet/seccomp/audit.json");
+    }
+
+    #[test]
+    fn default_security_context() {
+        let c = resourced("app", "", "");
+        let p = pod_with(vec![c.clone()]);
+        let volumes = BTreeMap::new();
+        let mut context = ctx(&volumes);
+        let sc = container_config(&p, &c, ContainerKind::Init, &context)
+            .unwrap()
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap();
+        assert!(!sc.privileged && !sc.no_new_privs && sc.run_as_user.is_none());
+        assert_eq!(sc.masked_paths.len(), DEFAULT_MASKED_PATHS.len());
+        assert_eq!(sc.readonly_paths.len(), DEFAULT_READONLY_PATHS.len());
+        assert_eq!(
+            sc.namespace_options.unwrap().pid,
+            api::NamespaceMode::Container as i32
+        );
+        assert_eq!(
+            sc.seccomp.unwrap().profile_type,
+            api::security_profile::ProfileType::Unconfined as i32
+        );
+        context.seccomp_default = true;
+        let cfg = container_config(&p, &c, ContainerKind::Init, &context).unwrap();
+        assert_eq!(cfg.labels[labels::CONTAINER_TYPE], "init");
+        assert_eq!(
+            cfg.linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .seccomp
+                .unwrap()
+                .profile_type,
+            api::security_profile::ProfileType::RuntimeDefault as i32
+        );
+    }
+
+    fn mount(name: &str, path: &str) -> VolumeMount {
+        VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn mounts_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        fs::create_dir(&data).unwrap();
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o777)).unwrap();
+        let hosts = dir.path().join("etc-hosts");
+        let term = dir.path().join("term");
+        let volumes = BTreeMap::from([("data".to_string(), data.clone())]);
+
+        let mut c = resourced("app", "", "");
+        c.env = Some(vec![EnvVar {
+            name: "SUB".into(),
+            value: Some("by-env".into()),
+            value_from: None,
+        }]);
+        c.volume_mounts = Some(vec![
+            VolumeMount {
+                read_only: Some(true),
+                ..mount("data", "/data")
+            },
+            VolumeMount {
+                sub_path: Some("logs/app".into()),
+                mount_propagation: Some("HostToContainer".into()),
+                ..mount("data", "/logs")
+            },
+            VolumeMount {
+                sub_path_expr: Some("$(SUB)".into()),
+                mount_propagation: Some("Bidirectional".into()),
+                ..mount("data", "var/env")
+            },
+        ]);
+        c.termination_message_path = Some("/tmp/msg".into());
+        let p = pod_with(vec![c.clone()]);
+        let context = ContainerContext {
+            etc_hosts: Some(&hosts),
+            termination_message: Some(&term),
+            ..ctx(&volumes)
+        };
+        let mounts = container_config(&p, &c, ContainerKind::Regular, &context)
+            .unwrap()
+            .mounts;
+        let canonical = fs::canonicalize(&data).unwrap();
+        let got: Vec<(String, String, bool, i32)> = mounts
+            .into_iter()
+            .map(|m| (m.container_path, m.host_path, m.readonly, m.propagation))
+            .collect();
+        let s = |p: &Path| p.to_string_lossy().into_owned();
+        use api::MountPropagation as P;
+        assert_eq!(
+            got,
+            vec![
+                ("/data".into(), s(&data), true, P::PropagationPrivate as i32),
+                (
+                    "/logs".into(),
+                    s(&canonical.join("logs/app")),
+                    false,
+                    P::PropagationHostToContainer as i32
+                ),
+                (
+                    "/var/env".into(),
+                    s(&canonical.join("by-env")),
+                    false,
+                    P::PropagationBidirectional as i32
+                ),
+                (
+                    "/etc/hosts".into(),
+                    s(&hosts),
+                    false,
+                    P::PropagationPrivate as i32
+                ),
+                (
+                    "/tmp/msg".into(),
+                    s(&term),
+                    false,
+                    P::PropagationPrivate as i32
+                ),
+            ]
+        );
+        // subPath directories were created with the volume's mode
+        let mode = fs::metadata(data.join("logs/app"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o777);
+        assert!(data.join("by-env").is_dir());
+    }
+
+    #[test]
+    fn container_mounting_etc_hosts_keeps_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let volumes = BTreeMap::from([("h".to_string(), dir.path().to_path_buf())]);
+        let mut c = resourced("app", "", "");
+        c.volume_mounts = Some(vec![mount("h", "/etc/hosts")]);
+        let p = pod_with(vec![c.clone()]);
+        let hosts = dir.path().join("etc-hosts");
+        let context = ContainerContext {
+            etc_hosts: Some(&hosts),
+            ..ctx(&volumes)
+        };
+        let mounts = container_config(&p, &c, ContainerKind::Regular, &context)
+            .unwrap()
+            .mounts;
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].host_path, dir.path().to_string_lossy());
+    }
+
+    #[test]
+    fn mount_errors_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        symlink(outside.path(), dir.path().join("escape")).unwrap();
+        let volumes = BTreeMap::from([("v".to_string(), dir.path().to_path_buf())]);
+        let cases = [
+            (
+                mount("nope", "/x"),
+                "cannot find volume \"nope\" to mount into container \"app\"",
+            ),
+            (
+                VolumeMount {
+                    sub_path: Some("../etc".into()),
+                    ..mount("v", "/x")
+                },
+                "spec.containers[0].volumeMounts[0].subPath: Invalid value: \"../etc\": must not contain '..'",
+            ),
+            (
+                VolumeMount {
+                    sub_path: Some("/etc".into()),
+                    ..mount("v", "/x")
+                },
+                "spec.containers[0].volumeMounts[0].subPath: Invalid value: \"/etc\": must not be an absolute path",
+            ),
+            (
+                VolumeMount {
+                    sub_path: Some("escape/inner".into()),
+                    ..mount("v", "/x")
+                },
+                "failed to prepare subPath for volumeMount \"v\" of container \"app\"",
+            ),
+            (
+                VolumeMount {
+                    sub_path_expr: Some("$(NOPE)/x".into()),
+                    ..mount("v", "/x")
+                },
+                "spec.containers[0].volumeMounts[0].subPathExpr: Invalid value: \"$(NOPE)/x\": missing value for NOPE",
+            ),
+            (
+                VolumeMount {
+                    mount_propagation: Some("Sideways".into()),
+                    ..mount("v", "/x")
+                },
+                "spec.containers[0].volumeMounts[0].mountPropagation: Invalid value: \"Sideways\": invalid MountPropagation mode",
+            ),
+            (
+                VolumeMount {
+                    recursive_read_only: Some("Enabled".into()),
+                    ..mount("v", "/x")
+                },
+                "spec.containers[0].volumeMounts[0].recursiveReadOnly: Invalid value: \"Enabled\": requested recursive read-only mode, but the mount is not read-only",
+            ),
+        ];
+        for (m, want) in cases {
+            let mut c = resourced("app", "", "");
+            c.volume_mounts = Some(vec![m]);
+            let p = pod_with(vec![c.clone()]);
+            let err = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
+            assert_eq!(err.to_string(), want);
+        }
+        // nothing was created outside the volume
+        assert!(!outside.path().join("inner").exists());
+    }
+
+    #[test]
+    fn missing_image_is_a_required_field() {
+        let mut c = resourced("app", "", "");
+        c.image = None;
+        let p = pod_with(vec![c.clone()]);
+        let volumes = BTreeMap::new();
+        let err = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
+        assert_eq!(err.to_string(), "spec.containers[0].image: Required value");
+    }
+
+    #[test]
+    fn run_as_non_root_table() {
+        let c = resourced("app", "", "");
+        let mut p = pod_with(vec![c.clone()]);
+        let set = |p: &mut Pod, user: Option<i64>, non_root: Option<bool>| {
+            p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+                run_as_user: user,
+                run_as_non_root: non_root,
+                ..Default::default()
+            });
+        };
+        let cases = [
+            (None, None, Some(0), "", None),
+            (None, Some(false), Some(0), "", None),
+            (Some(1000), Some(true), Some(0), "", None),
+            (
+                Some(0),
+                Some(true),
+                None,
+                "",
+                Some("container's runAsUser breaks non-root policy (pod: \"web_prod(uid-9)\", container: app)"),
+            ),
+            (
+                None,
+                Some(true),
+                Some(0),
+                "",
+                Some("container has runAsNonRoot and image will run as root (pod: \"web_prod(uid-9)\", container: app)"),
+            ),
+            (
+                None,
+                Some(true),
+                None,
+                "nginx",
+                Some("container has runAsNonRoot and image has non-numeric user (nginx), cannot verify user is non-root (pod: \"web_prod(uid-9)\", container: app)"),
+            ),
+            (None, Some(true), Some(101), "", None),
+        ];
+        for (user, non_root, image_uid, image_user, want) in cases {
+            set(&mut p, user, non_root);
+            let got = verify_run_as_non_root(&p, &c, image_uid, image_user)
+                .err()
+                .map(|e| e.to_string());
+            assert_eq!(got.as_deref(), want, "{user:?} {non_root:?} {image_uid:?}");
+        }
+    }
+}

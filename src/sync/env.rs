@@ -1,0 +1,756 @@
+//! A container's environment (`makeEnvironmentVariables` in `pkg/kubelet/kubelet_pods.go`):
+//! literal values with `$(VAR)` expansion, the Downward API (`fieldRef`, `resourceFieldRef`),
+//! and the `$(VAR)` expansion itself (`third_party/forked/golang/expansion`).
+//!
+//! Standalone nodelet has no API server, so ConfigMap and Secret references fail the way the
+//! kubelet fails without a client, unless they are optional; and there are no service links.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, ObjectFieldSelector, Pod, ResourceFieldSelector,
+};
+
+use super::container_config::{container_field_path, ConfigError};
+use crate::cgroup::resources::{container_limits, container_requests, regular_containers};
+use crate::quantity::Quantity;
+
+/// What the environment needs besides the pod: addresses and the node's allocatable resources
+/// (the fallback for `limits.*` of a container without limits, as the seed's Downward API
+/// section says).
+#[derive(Debug, Clone, Copy)]
+pub struct EnvContext<'a> {
+    /// The pod's IPs, primary first (the host's IPs for host-network pods).
+    pub pod_ips: &'a [String],
+    /// The node's IPs, primary first.
+    pub host_ips: &'a [String],
+    /// The node's name, used for `spec.nodeName` when the pod does not carry it.
+    pub node_name: &'a str,
+    pub node_allocatable_cpu_milli: i64,
+    pub node_allocatable_memory: i64,
+    /// `None` when the node's ephemeral storage is unknown: `limits.ephemeral-storage` of a
+    /// container without that limit is then `0`.
+    pub node_allocatable_ephemeral_storage: Option<i64>,
+}
+
+/// Expands `$(VAR)` references in `input` with `env`.
+///
+/// `$$` is an escaped `$`; a reference to an unknown variable, an unterminated `$(`, and a `$`
+/// before anything else are left as written. Unlike the Go original, which copies the byte
+/// after a lone `$` as if it were a whole character, a multi-byte character there stays intact.
+pub fn expand(input: &str, env: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        match after.chars().next() {
+            None => {
+                out.push('$');
+                rest = after;
+            }
+            Some('$') => {
+                out.push('$');
+                rest = &after[1..];
+            }
+            Some('(') => match after[1..].find(')') {
+                Some(close) => {
+                    let name = &after[1..1 + close];
+                    match env(name) {
+                        Some(value) => out.push_str(&value),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &after[close + 2..];
+                }
+                None => {
+                    out.push_str("$(");
+                    rest = &after[1..];
+                }
+            },
+            Some(c) => {
+                out.push('$');
+                out.push(c);
+                rest = &after[c.len_utf8()..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Expands `input` against an ordered environment (later entries win, as a map would).
+pub fn expand_with(input: &str, envs: &[(String, String)]) -> String {
+    expand(input, &|name: &str| {
+        envs.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    })
+}
+
+/// Sets `name` in an ordered environment: a redefinition keeps the first position and takes
+/// the new value, as the kubelet's map does.
+fn set(envs: &mut Vec<(String, String)>, name: &str, value: String) {
+    match envs.iter_mut().find(|(k, _)| k == name) {
+        Some(entry) => entry.1 = value,
+        None => envs.push((name.to_string(), value)),
+    }
+}
+
+/// The container's environment, in declaration order.
+///
+/// Literal values are expanded against the variables declared before them; a `valueFrom`
+/// resolves its source. Optional ConfigMap/Secret keys are skipped (there is no API server to
+/// ask); required ones fail with the kubelet's own standalone message. The kubelet returns the
+/// variables in map order (random); nodelet keeps declaration order, which the kubelet's own
+/// comment intends.
+pub fn make_environment(
+    pod: &Pod,
+    container: &Container,
+    ctx: &EnvContext,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let base = container_field_path(pod, &container.name);
+    if container.env_from.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err(ConfigError::Unsupported {
+            field: format!("{base}.envFrom"),
+            feature: "envFrom".to_string(),
+        });
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let mut envs: Vec<(String, String)> = Vec::new();
+    for (i, var) in container.env.iter().flatten().enumerate() {
+        let field = format!("{base}.env[{i}]");
+        if let Some(value) = resolve(pod, container, var, &field, namespace, &envs, ctx)? {
+            set(&mut envs, &var.name, value);
+        }
+    }
+    Ok(envs)
+}
+
+/// One variable's value; `None` when an optional source is absent and the variable is skipped.
+fn resolve(
+    pod: &Pod,
+    container: &Container,
+    var: &EnvVar,
+    field: &str,
+    namespace: &str,
+    envs: &[(String, String)],
+    ctx: &EnvContext,
+) -> Result<Option<String>, ConfigError> {
+    let literal = var.value.as_deref().unwrap_or_default();
+    if !literal.is_empty() {
+        return Ok(Some(expand_with(literal, envs)));
+    }
+    let Some(source) = &var.value_from else {
+        return Ok(Some(String::new()));
+    };
+    let field = format!("{field}.valueFrom");
+    if let Some(fs) = &source.field_ref {
+        return field_ref_value(pod, fs, &format!("{field}.fieldRef"), ctx).map(Some);
+    }
+    if let Some(rs) = &source.resource_field_ref {
+        return resource_field_ref_value(
+            pod,
+            container,
+            rs,
+            &format!("{field}.resourceFieldRef"),
+            ctx,
+        )
+        .map(Some);
+    }
+    if let Some(cm) = &source.config_map_key_ref {
+        if cm.optional == Some(true) {
+            return Ok(None);
+        }
+        return Err(ConfigError::NoApiClient {
+            field: format!("{field}.configMapKeyRef"),
+            kind: "configMap",
+            namespace: namespace.to_string(),
+            name: cm.name.clone(),
+        });
+    }
+    if let Some(secret) = &source.secret_key_ref {
+        if secret.optional == Some(true) {
+            return Ok(None);
+        }
+        return Err(ConfigError::NoApiClient {
+            field: format!("{field}.secretKeyRef"),
+            kind: "secret",
+            namespace: namespace.to_string(),
+            name: secret.name.clone(),
+        });
+    }
+    if source.file_key_ref.is_some() {
+        return Err(ConfigError::Unsupported {
+            field: format!("{field}.fileKeyRef"),
+            feature: "fileKeyRef".to_string(),
+        });
+    }
+    Ok(Some(String::new()))
+}
+
+/// `metadata.labels['key']` → `("metadata.labels", "key")` (`SplitMaybeSubscriptedPath`).
+fn split_subscript(path: &str) -> Option<(&str, &str)> {
+    let inner = path.strip_suffix("']")?;
+    let (head, key) = inner.split_once("['")?;
+    (!head.is_empty()).then_some((head, key))
+}
+
+/// `key="value"` lines sorted by key (`fieldpath.FormatMap`).
+fn format_map(map: Option<&std::collections::BTreeMap<String, String>>) -> String {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The pod IPs with the node's address family first (the kubelet's `sortPodIPs`), so
+/// `status.podIP` is the address a client on the node would use.
+fn sort_pod_ips(pod_ips: &[String], host_ips: &[String]) -> Vec<String> {
+    let family = |ip: &str| ip.parse::<IpAddr>().ok().map(|a| a.is_ipv4());
+    let Some(preferred) = host_ips.first().and_then(|h| family(h)) else {
+        return pod_ips.to_vec();
+    };
+    let (mut first, rest): (Vec<String>, Vec<String>) = pod_ips
+        .iter()
+        .cloned()
+        .partition(|ip| family(ip) == Some(preferred));
+    first.extend(rest);
+    first
+}
+
+/// The value of a Downward API `fieldRef` (`podFieldSelectorRuntimeValue`).
+pub fn field_ref_value(
+    pod: &Pod,
+    selector: &ObjectFieldSelector,
+    field: &str,
+    ctx: &EnvContext,
+) -> Result<String, ConfigError> {
+    let version = selector.api_version.as_deref().unwrap_or("v1");
+    if version != "v1" {
+        return Err(ConfigError::Invalid {
+            field: format!("{field}.apiVersion"),
+            value: version.to_string(),
+            reason: "unsupported pod version".to_string(),
+        });
+    }
+    let path = selector.field_path.as_str();
+    let unsupported = |reason: &str| ConfigError::Invalid {
+        field: format!("{field}.fieldPath"),
+        value: path.to_string(),
+        reason: reason.to_string(),
+    };
+    let meta = &pod.metadata;
+    if let Some((head, key)) = split_subscript(path) {
+        let map = match head {
+            "metadata.annotations" => meta.annotations.as_ref(),
+            "metadata.labels" => meta.labels.as_ref(),
+            _ => return Err(unsupported("field label does not support subscript")),
+        };
+        return Ok(map.and_then(|m| m.get(key)).cloned().unwrap_or_default());
+    }
+    let spec = pod.spec.as_ref();
+    let pod_ips = sort_pod_ips(ctx.pod_ips, ctx.host_ips);
+    let value = match path {
+        "metadata.name" => meta.name.clone().unwrap_or_default(),
+        "metadata.namespace" => meta.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => meta.uid.clone().unwrap_or_default(),
+        "metadata.labels" => format_map(meta.labels.as_ref()),
+        "metadata.annotations" => format_map(meta.annotations.as_ref()),
+        // The kubelet sets spec.nodeName on every static pod it reads; fall back to the node
+        // for sources that do not.
+        "spec.nodeName" | "spec.host" => spec
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| ctx.node_name.to_string()),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.hostIP" => match ctx.host_ips.first() {
+            Some(ip) => ip.clone(),
+            None => return Err(unsupported("the node's IP is not known")),
+        },
+        "status.hostIPs" => {
+            if ctx.host_ips.is_empty() {
+                return Err(unsupported("the node's IP is not known"));
+            }
+            ctx.host_ips.join(",")
+        }
+        "status.podIP" => pod_ips.first().cloned().unwrap_or_default(),
+        "status.podIPs" => pod_ips.join(","),
+        "spec.restartPolicy" | "spec.schedulerName" | "status.phase" => {
+            return Err(unsupported("unsupported fieldPath"))
+        }
+        _ => return Err(unsupported("field label not supported")),
+    };
+    Ok(value)
+}
+
+/// `ceil(quantity / divisor)` as the kubelet prints it; cpu is compared in millicores (the
+/// API only allows `1m` and `1` as cpu divisors), everything else in whole units.
+fn divide_ceil(value: i64, divisor: i64) -> String {
+    if value <= 0 || divisor <= 0 {
+        return "0".to_string();
+    }
+    let quotient = (i128::from(value) + i128::from(divisor) - 1) / i128::from(divisor);
+    i64::try_from(quotient).unwrap_or(i64::MAX).to_string()
+}
+
+fn raw_quantity(
+    list: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+    name: &str,
+) -> Option<Quantity> {
+    list.and_then(|l| l.get(name))
+        .and_then(|q| Quantity::try_from(q).ok())
+}
+
+/// The value of a Downward API `resourceFieldRef` (`containerResourceRuntimeValue` with the
+/// kubelet's `defaultPodLimitsForDownwardAPI`): limits of cpu, memory and ephemeral storage
+/// fall back to the node's allocatable amount when the container sets none.
+pub fn resource_field_ref_value(
+    pod: &Pod,
+    container: &Container,
+    selector: &ResourceFieldSelector,
+    field: &str,
+    ctx: &EnvContext,
+) -> Result<String, ConfigError> {
+    let target_name = selector.container_name.as_deref().unwrap_or_default();
+    let (target, default_limits) = if target_name.is_empty() {
+        (container, true)
+    } else if let Some(c) = regular_containers(pod)
+        .iter()
+        .find(|c| c.name == target_name)
+    {
+        (c, true)
+    } else if let Some(c) = crate::cgroup::resources::init_containers(pod)
+        .iter()
+        .find(|c| c.name == target_name)
+    {
+        // The kubelet only defaults the limits of the pod's regular containers (and of the
+        // container being started), so an init container named here keeps its own.
+        (c, c.name == container.name)
+    } else {
+        return Err(ConfigError::Invalid {
+            field: format!("{field}.containerName"),
+            value: target_name.to_string(),
+            reason: "container not found".to_string(),
+        });
+    };
+
+    let divisor = match &selector.divisor {
+        None => Quantity::from_value(1),
+        Some(d) => match Quantity::try_from(d) {
+            Ok(q) if q.is_zero() => Quantity::from_value(1),
+            Ok(q) => q,
+            Err(e) => {
+                return Err(ConfigError::Invalid {
+                    field: format!("{field}.divisor"),
+                    value: d.0.clone(),
+                    reason: e.reason.to_string(),
+                })
+            }
+        },
+    };
+
+    let requests = container_requests(target);
+    let mut limits = container_limits(target);
+    if default_limits {
+        if limits.cpu_milli.unwrap_or(0) == 0 {
+            limits.cpu_milli = Some(ctx.node_allocatable_cpu_milli);
+        }
+        if limits.memory.unwrap_or(0) == 0 {
+            limits.memory = Some(ctx.node_allocatable_memory);
+        }
+        if limits.ephemeral_storage.unwrap_or(0) == 0 {
+            if let Some(storage) = ctx.node_allocatable_ephemeral_storage {
+                limits.ephemeral_storage = Some(storage);
+            }
+        }
+    }
+    let cpu = |milli: Option<i64>| divide_ceil(milli.unwrap_or(0), divisor.milli_value());
+    let whole = |value: Option<i64>| divide_ceil(value.unwrap_or(0), divisor.value());
+    let resources = target.resources.as_ref();
+    let value = match selector.resource.as_str() {
+        "limits.cpu" => cpu(limits.cpu_milli),
+        "requests.cpu" => cpu(requests.cpu_milli),
+        "limits.memory" => whole(limits.memory),
+        "requests.memory" => whole(requests.memory),
+        "limits.ephemeral-storage" => whole(limits.ephemeral_storage),
+        "requests.ephemeral-storage" => whole(requests.ephemeral_storage),
+        other => {
+            let hugepages = |list, name: &str| whole(raw_quantity(list, name).map(|q| q.value()));
+            let limits_list = resources.and_then(|r| r.limits.as_ref());
+            match other.split_once('.') {
+                Some(("limits", name)) if name.starts_with("hugepages-") => {
+                    hugepages(limits_list, name)
+                }
+                Some(("requests", name)) if name.starts_with("hugepages-") => {
+                    let requests_list = resources.and_then(|r| r.requests.as_ref());
+                    match raw_quantity(requests_list, name) {
+                        Some(q) => whole(Some(q.value())),
+                        None => hugepages(limits_list, name),
+                    }
+                }
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        field: format!("{field}.resource"),
+                        value: other.to_string(),
+                        reason: "unsupported container resource".to_string(),
+                    })
+                }
+            }
+        }
+    };
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+
+    use k8s_openapi::api::core::v1::{
+        ConfigMapKeySelector, EnvFromSource, EnvVarSource, PodSpec, SecretKeySelector,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
+    use super::*;
+    use crate::cgroup::resources::test_support::container;
+
+    #[test]
+    fn expand_table() {
+        let vars: HashMap<&str, &str> = [("VAR_A", "A"), ("VAR_B", "B"), ("EMPTY", "")].into();
+        let env = |name: &str| vars.get(name).map(|v| v.to_string());
+        let cases = [
+            ("plain", "plain"),
+            ("$(VAR_A)", "A"),
+            ("___$(VAR_A)___", "___A___"),
+            ("$(VAR_A)$(VAR_B)", "AB"),
+            ("$(EMPTY)x", "x"),
+            ("$(UNKNOWN)", "$(UNKNOWN)"),
+            ("$$(VAR_A)", "$(VAR_A)"),
+            ("$$$(VAR_A)", "$A"),
+            ("$$$$(VAR_A)", "$$(VAR_A)"),
+            ("$VAR_A", "$VAR_A"),
+            ("$(VAR_A", "$(VAR_A"),
+            ("x$", "x$"),
+            ("$", "$"),
+            ("$()", "$()"),
+            ("$($(VAR_A)", "$($(VAR_A)"),
+            ("$é$(VAR_B)", "$éB"),
+            ("ünï$(VAR_A)cødé", "ünïAcødé"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(expand(input, &env), want, "{input}");
+        }
+    }
+
+    fn env_var(name: &str, value: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            value_from: None,
+        }
+    }
+
+    fn field_env(name: &str, path: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    api_version: None,
+                    field_path: path.into(),
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn resource_env(name: &str, resource: &str, divisor: Option<&str>) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                resource_field_ref: Some(ResourceFieldSelector {
+                    container_name: None,
+                    divisor: divisor.map(|d| ApiQuantity(d.into())),
+                    resource: resource.into(),
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn test_pod(c: Container) -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("uid-1".into()),
+                labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                annotations: Some(BTreeMap::from([("note".into(), "hi \"there\"".into())])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![c],
+                service_account_name: Some("builder".into()),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    const CTX: EnvContext<'static> = EnvContext {
+        pod_ips: &[],
+        host_ips: &[],
+        node_name: "node-1",
+        node_allocatable_cpu_milli: 4000,
+        node_allocatable_memory: 8 << 30,
+        node_allocatable_ephemeral_storage: Some(100 << 30),
+    };
+
+    fn run(c: Container, ctx: &EnvContext) -> Result<Vec<(String, String)>, ConfigError> {
+        let p = test_pod(c.clone());
+        make_environment(&p, &c, ctx)
+    }
+
+    fn with_env(mut c: Container, env: Vec<EnvVar>) -> Container {
+        c.env = Some(env);
+        c
+    }
+
+    #[test]
+    fn environment_table() {
+        let pod_ips = ["10.0.0.5".to_string(), "fd00::5".to_string()];
+        let host_ips = ["192.168.1.2".to_string(), "fd00::1".to_string()];
+        let ctx = EnvContext {
+            pod_ips: &pod_ips,
+            host_ips: &host_ips,
+            ..CTX
+        };
+        let base = container("c", "cpu=250m,memory=64Mi", "memory=128Mi");
+        type Case<'a> = (&'a str, Vec<EnvVar>, Vec<(&'a str, &'a str)>);
+        let cases: Vec<Case> = vec![
+            (
+                "literal and expansion of earlier vars only",
+                vec![
+                    env_var("A", "a"),
+                    env_var("B", "$(A)-b-$(C)"),
+                    env_var("C", "c"),
+                    env_var("D", "$$(A)"),
+                ],
+                vec![("A", "a"), ("B", "a-b-$(C)"), ("C", "c"), ("D", "$(A)")],
+            ),
+            (
+                "redefinition keeps the first position",
+                vec![env_var("A", "1"), env_var("B", "2"), env_var("A", "3$(A)")],
+                vec![("A", "31"), ("B", "2")],
+            ),
+            (
+                "empty value without a source",
+                vec![EnvVar {
+                    name: "E".into(),
+                    ..Default::default()
+                }],
+                vec![("E", "")],
+            ),
+            (
+                "field refs",
+                vec![
+                    field_env("NAME", "metadata.name"),
+                    field_env("NS", "metadata.namespace"),
+                    field_env("UID", "metadata.uid"),
+                    field_env("APP", "metadata.labels['app']"),
+                    field_env("MISSING", "metadata.labels['nope']"),
+                    field_env("NOTE", "metadata.annotations['note']"),
+                    field_env("NODE", "spec.nodeName"),
+                    field_env("SA", "spec.serviceAccountName"),
+                    field_env("HOST_IP", "status.hostIP"),
+                    field_env("HOST_IPS", "status.hostIPs"),
+                    field_env("POD_IP", "status.podIP"),
+                    field_env("POD_IPS", "status.podIPs"),
+                    env_var("URL", "http://$(POD_IP):80/$(NAME)"),
+                ],
+                vec![
+                    ("NAME", "web"),
+                    ("NS", "default"),
+                    ("UID", "uid-1"),
+                    ("APP", "web"),
+                    ("MISSING", ""),
+                    ("NOTE", "hi \"there\""),
+                    ("NODE", "node-1"),
+                    ("SA", "builder"),
+                    ("HOST_IP", "192.168.1.2"),
+                    ("HOST_IPS", "192.168.1.2,fd00::1"),
+                    ("POD_IP", "10.0.0.5"),
+                    ("POD_IPS", "10.0.0.5,fd00::5"),
+                    ("URL", "http://10.0.0.5:80/web"),
+                ],
+            ),
+            (
+                "resource refs with divisors, rounding up, allocatable fallback",
+                vec![
+                    resource_env("CPU_REQ", "requests.cpu", None),
+                    resource_env("CPU_REQ_M", "requests.cpu", Some("1m")),
+                    resource_env("CPU_LIM", "limits.cpu", None),
+                    resource_env("MEM_REQ", "requests.memory", None),
+                    resource_env("MEM_REQ_MI", "requests.memory", Some("1Mi")),
+                    resource_env("MEM_LIM_GI", "limits.memory", Some("1Gi")),
+                    resource_env("EPH_LIM_GI", "limits.ephemeral-storage", Some("1Gi")),
+                    resource_env("EPH_REQ", "requests.ephemeral-storage", None),
+                ],
+                vec![
+                    ("CPU_REQ", "1"),
+                    ("CPU_REQ_M", "250"),
+                    ("CPU_LIM", "4"),
+                    ("MEM_REQ", "67108864"),
+                    ("MEM_REQ_MI", "64"),
+                    ("MEM_LIM_GI", "1"),
+                    ("EPH_LIM_GI", "100"),
+                    ("EPH_REQ", "0"),
+                ],
+            ),
+            (
+                "optional configMap and secret keys are skipped",
+                vec![
+                    EnvVar {
+                        name: "CM".into(),
+                        value: None,
+                        value_from: Some(EnvVarSource {
+                            config_map_key_ref: Some(ConfigMapKeySelector {
+                                key: "k".into(),
+                                name: "cm".into(),
+                                optional: Some(true),
+                            }),
+                            ..Default::default()
+                        }),
+                    },
+                    EnvVar {
+                        name: "SEC".into(),
+                        value: None,
+                        value_from: Some(EnvVarSource {
+                            secret_key_ref: Some(SecretKeySelector {
+                                key: "k".into(),
+                                name: "s".into(),
+                                optional: Some(true),
+                            }),
+                            ..Default::default()
+                        }),
+                    },
+                    env_var("X", "$(CM)"),
+                ],
+                vec![("X", "$(CM)")],
+            ),
+        ];
+        for (name, env, want) in cases {
+            let got = run(with_env(base.clone(), env), &ctx).unwrap();
+            let want: Vec<(String, String)> = want
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn pod_ip_follows_the_node_address_family() {
+        let pod_ips = ["10.0.0.5".to_string(), "fd00::5".to_string()];
+        let host_ips = ["fd00::1".to_string()];
+        let ctx = EnvContext {
+            pod_ips: &pod_ips,
+            host_ips: &host_ips,
+            ..CTX
+        };
+        let c = with_env(
+            container("c", "", ""),
+            vec![
+                field_env("IP", "status.podIP"),
+                field_env("IPS", "status.podIPs"),
+            ],
+        );
+        let got = run(c, &ctx).unwrap();
+        assert_eq!(got[0].1, "fd00::5");
+        assert_eq!(got[1].1, "fd00::5,10.0.0.5");
+    }
+
+    #[test]
+    fn errors_name_the_field_and_value() {
+        let cm_required = EnvVar {
+            name: "CM".into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                config_map_key_ref: Some(ConfigMapKeySelector {
+                    key: "k".into(),
+                    name: "settings".into(),
+                    optional: None,
+                }),
+                ..Default::default()
+            }),
+        };
+        let cases: Vec<(Vec<EnvVar>, &str)> = vec![
+            (
+                vec![env_var("A", "a"), cm_required],
+                "couldn't get configMap default/settings, no kubeClient defined",
+            ),
+            (
+                vec![field_env("X", "spec.bogus")],
+                "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Invalid value: \"spec.bogus\": field label not supported",
+            ),
+            (
+                vec![field_env("X", "spec.nodeName['x']")],
+                "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Invalid value: \"spec.nodeName['x']\": field label does not support subscript",
+            ),
+            (
+                vec![field_env("X", "status.hostIP")],
+                "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Invalid value: \"status.hostIP\": the node's IP is not known",
+            ),
+            (
+                vec![resource_env("X", "limits.gpu", None)],
+                "spec.containers[0].env[0].valueFrom.resourceFieldRef.resource: Invalid value: \"limits.gpu\": unsupported container resource",
+            ),
+        ];
+        for (env, want) in cases {
+            let err = run(with_env(container("c", "", ""), env), &CTX).unwrap_err();
+            assert_eq!(err.to_string(), want);
+        }
+
+        let mut c = container("c", "", "");
+        c.env_from = Some(vec![EnvFromSource::default()]);
+        assert_eq!(
+            run(c, &CTX).unwrap_err().to_string(),
+            "spec.containers[0].envFrom: envFrom is not supported yet"
+        );
+    }
+
+    #[test]
+    fn resource_ref_can_name_another_container() {
+        let app = container("app", "cpu=1500m", "cpu=2");
+        let mut helper = container("helper", "", "");
+        helper.env = Some(vec![EnvVar {
+            name: "APP_CPU".into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                resource_field_ref: Some(ResourceFieldSelector {
+                    container_name: Some("app".into()),
+                    divisor: Some(ApiQuantity("1".into())),
+                    resource: "requests.cpu".into(),
+                }),
+                ..Default::default()
+            }),
+        }]);
+        let mut p = test_pod(app);
+        p.spec.as_mut().unwrap().containers.push(helper.clone());
+        let got = make_environment(&p, &helper, &CTX).unwrap();
+        assert_eq!(got, vec![("APP_CPU".to_string(), "2".to_string())]);
+    }
+}

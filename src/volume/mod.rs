@@ -1,0 +1,745 @@
+//! Pod volumes and the pod's directory: emptyDir directories and tmpfs mounts, hostPath type
+//! checks, the managed /etc/hosts file, termination-message files, and removing all of it when
+//! the pod is gone. The layout is the kubelet's, under the configured root directory:
+//!
+//! ```text
+//! <root>/pods/<uid>/etc-hosts
+//! <root>/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
+//! <root>/pods/<uid>/containers/<container>/<random>      termination-message files
+//! ```
+
+pub mod emptydir;
+pub mod hostpath;
+pub mod hosts;
+pub mod mounts;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+
+use crate::quantity::Quantity;
+use crate::sync::container_config::ConfigError;
+use crate::sync::sandbox_config::pod_hostname_and_domain;
+use emptydir::Medium;
+use hostpath::{CheckError, HostPathType};
+
+const MOUNTINFO: &str = "/proc/self/mountinfo";
+const NODE_HOSTS: &str = "/etc/hosts";
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// The kubelet's own event text for a failed hostPath check.
+    #[error("MountVolume.SetUp failed for volume {volume:?} : hostPath type check failed: {} is not a {what} (type {type_})", path.display())]
+    HostPathType {
+        volume: String,
+        path: PathBuf,
+        type_: String,
+        what: &'static str,
+    },
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {type_} is an invalid volume type")]
+    InvalidHostPathType { volume: String, type_: String },
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {}: {source}", path.display())]
+    SetUp {
+        volume: String,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Mounting a memory-backed emptyDir failed, e.g. EPERM without CAP_SYS_ADMIN.
+    #[error("MountVolume.SetUp failed for volume {volume:?} : mount tmpfs at {}: {source}", path.display())]
+    Tmpfs {
+        volume: String,
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("volume {volume:?}: {kind} volumes are not supported yet")]
+    Unsupported { volume: String, kind: String },
+    #[error("{field}: Invalid value: {value:?}: {reason}")]
+    Invalid {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("unmount {}: {source}", path.display())]
+    Unmount {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    /// A pod directory is only removed once nothing is mounted below it.
+    #[error("refusing to remove {}: {} is still mounted", pod_dir.display(), mount.display())]
+    StillMounted { pod_dir: PathBuf, mount: PathBuf },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> VolumeError + '_ {
+    move |source| VolumeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// `<root>/pods/<uid>`.
+pub fn pod_dir(root_dir: &Path, uid: &str) -> PathBuf {
+    root_dir.join("pods").join(uid)
+}
+
+/// A name that is safe as one path component (API validation makes volume and container names
+/// DNS labels and UIDs UUIDs; this guards the filesystem against a source that did not check).
+fn check_component(field: &str, value: &str) -> Result<(), VolumeError> {
+    if value.is_empty()
+        || value == "."
+        || value == ".."
+        || value.contains('/')
+        || value.contains('\0')
+    {
+        return Err(VolumeError::Invalid {
+            field: field.to_string(),
+            value: value.to_string(),
+            reason: "must be a single path component".to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn pod_uid(pod: &Pod) -> Result<&str, VolumeError> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    check_component("metadata.uid", uid)?;
+    Ok(uid)
+}
+
+/// Creates the pod's data directories (`makePodDataDirs`): the pod dir, `volumes/` and
+/// `plugins/`, mode 0750.
+pub fn make_pod_dirs(root_dir: &Path, uid: &str) -> Result<PathBuf, VolumeError> {
+    check_component("metadata.uid", uid)?;
+    let dir = pod_dir(root_dir, uid);
+    for d in [dir.clone(), dir.join("volumes"), dir.join("plugins")] {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&d)
+            .map_err(io_err(&d))?;
+    }
+    Ok(dir)
+}
+
+/// The API's name for the kind of a volume source (`configMap`, `secret`, …), for messages.
+fn volume_kind(volume: &Volume) -> String {
+    serde_json::to_value(volume)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .and_then(|o| o.keys().find(|k| k.as_str() != "name").cloned())
+        })
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Sets up every volume of the pod and returns volume name → host path, for the container
+/// configs. emptyDirs are created (0777) and, for `medium: Memory`, backed by a tmpfs sized as
+/// the kubelet sizes it (pod memory limit, `sizeLimit`); hostPaths are checked against their
+/// `type` and created for the `…OrCreate` types. Safe to call on every sync: existing
+/// directories are kept and a tmpfs is not mounted twice.
+pub fn prepare_pod_volumes(
+    pod: &Pod,
+    root_dir: &Path,
+) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+    prepare_pod_volumes_with(pod, root_dir, None, Path::new(MOUNTINFO))
+}
+
+/// [`prepare_pod_volumes`] with the node's allocatable memory (the upper bound for a
+/// memory-backed emptyDir) and the mountinfo file to consult.
+pub fn prepare_pod_volumes_with(
+    pod: &Pod,
+    root_dir: &Path,
+    node_allocatable_memory: Option<i64>,
+    mountinfo: &Path,
+) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+    let uid = pod_uid(pod)?;
+    let dir = make_pod_dirs(root_dir, uid)?;
+    let mut paths = BTreeMap::new();
+    for (i, volume) in pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .enumerate()
+    {
+        let field = format!("spec.volumes[{i}]");
+        check_component(&format!("{field}.name"), &volume.name)?;
+        let path = if let Some(empty) = &volume.empty_dir {
+            let medium =
+                Medium::parse(empty.medium.as_deref()).ok_or_else(|| VolumeError::Unsupported {
+                    volume: volume.name.clone(),
+                    kind: format!(
+                        "emptyDir medium {:?}",
+                        empty.medium.as_deref().unwrap_or_default()
+                    ),
+                })?;
+            let size_limit = match &empty.size_limit {
+                None => None,
+                Some(q) => Some(
+                    Quantity::try_from(q)
+                        .map_err(|e| VolumeError::Invalid {
+                            field: format!("{field}.emptyDir.sizeLimit"),
+                            value: q.0.clone(),
+                            reason: e.reason.to_string(),
+                        })?
+                        .value(),
+                ),
+            };
+            let path = emptydir::empty_dir_path(&dir, &volume.name);
+            setup_empty_dir(
+                pod,
+                &volume.name,
+                &path,
+                medium,
+                size_limit,
+                node_allocatable_memory,
+                mountinfo,
+            )?;
+            path
+        } else if let Some(host) = &volume.host_path {
+            let path = PathBuf::from(&host.path);
+            let type_ = host.type_.clone().unwrap_or_default();
+            let kind = HostPathType::parse(Some(&type_)).ok_or_else(|| {
+                VolumeError::InvalidHostPathType {
+                    volume: volume.name.clone(),
+                    type_: type_.clone(),
+                }
+            })?;
+            hostpath::check_host_path(&path, kind).map_err(|e| match e {
+                CheckError::NotA(what) => VolumeError::HostPathType {
+                    volume: volume.name.clone(),
+                    path: path.clone(),
+                    type_: type_.clone(),
+                    what,
+                },
+                CheckError::Create(source) => VolumeError::SetUp {
+                    volume: volume.name.clone(),
+                    path: path.clone(),
+                    source,
+                },
+            })?;
+            path
+        } else {
+            return Err(VolumeError::Unsupported {
+                volume: volume.name.clone(),
+                kind: volume_kind(volume),
+            });
+        };
+        paths.insert(volume.name.clone(), path);
+    }
+    Ok(paths)
+}
+
+fn setup_empty_dir(
+    pod: &Pod,
+    volume: &str,
+    path: &Path,
+    medium: Medium,
+    size_limit: Option<i64>,
+    node_allocatable_memory: Option<i64>,
+    mountinfo: &Path,
+) -> Result<(), VolumeError> {
+    let set_up = |source| VolumeError::SetUp {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    emptydir::setup_dir(path).map_err(set_up)?;
+    if medium == Medium::Disk {
+        return Ok(());
+    }
+    let table = fs::read_to_string(mountinfo).map_err(io_err(mountinfo))?;
+    let canonical = fs::canonicalize(path).map_err(set_up)?;
+    if mounts::is_mount_point(&table, &canonical) {
+        return Ok(());
+    }
+    let size = emptydir::tmpfs_size(pod, size_limit, node_allocatable_memory);
+    emptydir::mount_tmpfs(&canonical, size).map_err(|source| VolumeError::Tmpfs {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        source,
+    })?;
+    // A fresh tmpfs root is 01777; give it the mode of an on-disk emptyDir.
+    fs::set_permissions(&canonical, fs::Permissions::from_mode(0o777)).map_err(set_up)
+}
+
+/// Writes the pod's managed hosts file (`ensureHostsFile`) and returns its path, for the
+/// containers' /etc/hosts mount. Rewritten in place on every call so running containers, which
+/// bind-mount the file, see the same inode. `cluster_domain` gives the FQDN line of pods with a
+/// subdomain.
+pub fn write_etc_hosts(
+    root_dir: &Path,
+    pod: &Pod,
+    pod_ips: &[String],
+    cluster_domain: &str,
+) -> Result<PathBuf, VolumeError> {
+    write_etc_hosts_from(
+        root_dir,
+        pod,
+        pod_ips,
+        cluster_domain,
+        Path::new(NODE_HOSTS),
+    )
+}
+
+/// [`write_etc_hosts`] with the node's hosts file given (host-network pods copy it).
+pub fn write_etc_hosts_from(
+    root_dir: &Path,
+    pod: &Pod,
+    pod_ips: &[String],
+    cluster_domain: &str,
+    node_hosts: &Path,
+) -> Result<PathBuf, VolumeError> {
+    let uid = pod_uid(pod)?;
+    let dir = make_pod_dirs(root_dir, uid)?;
+    let spec = pod.spec.as_ref();
+    let aliases = spec
+        .and_then(|s| s.host_aliases.as_deref())
+        .unwrap_or_default();
+    let content = if spec.and_then(|s| s.host_network) == Some(true) {
+        let node = fs::read_to_string(node_hosts).map_err(io_err(node_hosts))?;
+        hosts::host_network_hosts_content(&node, aliases)
+    } else {
+        let (hostname, domain) = pod_hostname_and_domain(pod, cluster_domain)?;
+        hosts::managed_hosts_content(pod_ips, &hostname, &domain, aliases)
+    };
+    let path = dir.join("etc-hosts");
+    fs::write(&path, content).map_err(io_err(&path))?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).map_err(io_err(&path))?;
+    Ok(path)
+}
+
+/// Eight random hex digits, like the kubelet's `makeUID`.
+fn random_id() -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("{:08x}", hasher.finish() as u32)
+}
+
+/// Creates an empty termination-message file for a new instance of `container` and returns its
+/// path, to be mounted at the container's terminationMessagePath. Each instance gets its own
+/// file (mode 0666 so any container user can write it) under `<pod>/containers/<name>/`, so the
+/// message of the previous instance survives a restart.
+pub fn termination_message_file(
+    root_dir: &Path,
+    uid: &str,
+    container: &str,
+) -> Result<PathBuf, VolumeError> {
+    check_component("metadata.uid", uid)?;
+    check_component("container name", container)?;
+    let dir = pod_dir(root_dir, uid).join("containers").join(container);
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(&dir)
+        .map_err(io_err(&dir))?;
+    loop {
+        let path = dir.join(random_id());
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .open(&path)
+        {
+            Ok(_) => {
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
+                    .map_err(io_err(&path))?;
+                return Ok(path);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+    }
+}
+
+/// Removes the pod's directory once the pod is gone: unmounts the tmpfs volumes under it,
+/// then deletes everything. Anything else still mounted below the directory (which nodelet did
+/// not mount) stops the removal rather than deleting through it.
+pub fn cleanup_pod_dir(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
+    cleanup_pod_dir_with(root_dir, uid, Path::new(MOUNTINFO))
+}
+
+/// [`cleanup_pod_dir`] with the mountinfo file given.
+pub fn cleanup_pod_dir_with(
+    root_dir: &Path,
+    uid: &str,
+    mountinfo: &Path,
+) -> Result<(), VolumeError> {
+    check_component("metadata.uid", uid)?;
+    let dir = pod_dir(root_dir, uid);
+    let dir = match fs::canonicalize(&dir) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(&dir)(e)),
+    };
+    let read = || fs::read_to_string(mountinfo).map_err(io_err(mountinfo));
+    let volumes = dir.join("volumes");
+    for mount in mounts::mounts_under(&read()?, &dir) {
+        if mount.starts_with(&volumes) {
+            nix::mount::umount(&mount).map_err(|source| VolumeError::Unmount {
+                path: mount.clone(),
+                source,
+            })?;
+        }
+    }
+    if let Some(mount) = mounts::mounts_under(&read()?, &dir).into_iter().next() {
+        return Err(VolumeError::StillMounted {
+            pod_dir: dir,
+            mount,
+        });
+    }
+    fs::remove_dir_all(&dir).map_err(io_err(&dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixListener;
+
+    use k8s_openapi::api::core::v1::{
+        ConfigMapVolumeSource, EmptyDirVolumeSource, HostAlias, HostPathVolumeSource, PodSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn pod(volumes: Vec<Volume>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                uid: Some("uid-1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(volumes),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn host_path(name: &str, path: &Path, type_: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            host_path: Some(HostPathVolumeSource {
+                path: path.to_string_lossy().into_owned(),
+                type_: (!type_.is_empty()).then(|| type_.to_string()),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn empty_dir(name: &str, medium: Option<&str>, size: Option<&str>) -> Volume {
+        Volume {
+            name: name.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: medium.map(str::to_string),
+                size_limit: size.map(|s| ApiQuantity(s.into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pod_dir_layout() {
+        assert_eq!(
+            pod_dir(Path::new("/var/lib/nodelet"), "u1"),
+            PathBuf::from("/var/lib/nodelet/pods/u1")
+        );
+    }
+
+    #[test]
+    fn host_path_type_table() {
+        let host = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let h = host.path();
+        fs::create_dir(h.join("dir")).unwrap();
+        fs::write(h.join("file"), "x").unwrap();
+        let _listener = UnixListener::bind(h.join("sock")).unwrap();
+        let cases: Vec<(&str, PathBuf, Result<(), &str>)> = vec![
+            ("", h.join("missing"), Ok(())),
+            ("Directory", h.join("dir"), Ok(())),
+            (
+                "Directory",
+                h.join("file"),
+                Err("is not a directory (type Directory)"),
+            ),
+            (
+                "Directory",
+                h.join("missing"),
+                Err("is not a directory (type Directory)"),
+            ),
+            ("DirectoryOrCreate", h.join("new/nested"), Ok(())),
+            (
+                "DirectoryOrCreate",
+                h.join("file"),
+                Err("is not a directory (type DirectoryOrCreate)"),
+            ),
+            ("File", h.join("file"), Ok(())),
+            ("File", h.join("dir"), Err("is not a file (type File)")),
+            ("FileOrCreate", h.join("created"), Ok(())),
+            (
+                "FileOrCreate",
+                h.join("dir"),
+                Err("is not a file (type FileOrCreate)"),
+            ),
+            ("Socket", h.join("sock"), Ok(())),
+            (
+                "Socket",
+                h.join("file"),
+                Err("is not a socket file (type Socket)"),
+            ),
+            ("CharDevice", PathBuf::from("/dev/null"), Ok(())),
+            (
+                "CharDevice",
+                h.join("file"),
+                Err("is not a character device (type CharDevice)"),
+            ),
+            (
+                "BlockDevice",
+                PathBuf::from("/dev/null"),
+                Err("is not a block device (type BlockDevice)"),
+            ),
+        ];
+        for (type_, path, want) in cases {
+            let p = pod(vec![host_path("v", &path, type_)]);
+            match (prepare_pod_volumes(&p, root.path()), want) {
+                (Ok(paths), Ok(())) => assert_eq!(paths["v"], path, "{type_}"),
+                (Err(err), Err(want)) => {
+                    let msg = err.to_string();
+                    assert!(
+                        msg.starts_with("MountVolume.SetUp failed for volume \"v\" : hostPath type check failed: "),
+                        "{msg}"
+                    );
+                    assert!(msg.contains(&path.display().to_string()), "{msg}");
+                    assert!(msg.ends_with(want), "{msg}");
+                }
+                (got, want) => panic!("{type_} {}: got {got:?}, want {want:?}", path.display()),
+            }
+        }
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&h.join("new/nested")), 0o755);
+        assert_eq!(mode(&h.join("created")), 0o644);
+        assert!(fs::metadata(h.join("created")).unwrap().is_file());
+
+        let p = pod(vec![host_path("v", h, "Sometimes")]);
+        assert_eq!(
+            prepare_pod_volumes(&p, root.path())
+                .unwrap_err()
+                .to_string(),
+            "MountVolume.SetUp failed for volume \"v\" : Sometimes is an invalid volume type"
+        );
+        // FileOrCreate does not create parents, as in the kubelet
+        let p = pod(vec![host_path("v", &h.join("no/parent"), "FileOrCreate")]);
+        assert!(matches!(
+            prepare_pod_volumes(&p, root.path()),
+            Err(VolumeError::SetUp { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_dirs_are_created_and_cleanup_removes_them() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod(vec![
+            empty_dir("cache", None, None),
+            empty_dir("data", Some(""), Some("1Gi")),
+        ]);
+        let paths = prepare_pod_volumes(&p, root.path()).unwrap();
+        let cache = root
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~empty-dir/cache");
+        assert_eq!(paths["cache"], cache);
+        assert_eq!(
+            fs::metadata(&cache).unwrap().permissions().mode() & 0o777,
+            0o777
+        );
+        fs::write(cache.join("f"), "data").unwrap();
+        // a second sync keeps the contents
+        prepare_pod_volumes(&p, root.path()).unwrap();
+        assert_eq!(fs::read_to_string(cache.join("f")).unwrap(), "data");
+
+        cleanup_pod_dir(root.path(), "uid-1").unwrap();
+        assert!(!root.path().join("pods/uid-1").exists());
+        // already gone: nothing to do
+        cleanup_pod_dir(root.path(), "uid-1").unwrap();
+    }
+
+    #[test]
+    fn memory_empty_dir_mounts_tmpfs_or_names_the_volume() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod(vec![empty_dir("shm", Some("Memory"), Some("16Mi"))]);
+        match prepare_pod_volumes(&p, root.path()) {
+            Ok(paths) => {
+                // running with CAP_SYS_ADMIN: a real tmpfs, sized by sizeLimit
+                let path = fs::canonicalize(&paths["shm"]).unwrap();
+                let table = fs::read_to_string(MOUNTINFO).unwrap();
+                let line = table
+                    .lines()
+                    .find(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap()))
+                    .expect("mounted");
+                assert!(
+                    line.contains("tmpfs") && line.contains("size=16384k"),
+                    "{line}"
+                );
+                // idempotent: no second mount on the next sync
+                prepare_pod_volumes(&p, root.path()).unwrap();
+                let table = fs::read_to_string(MOUNTINFO).unwrap();
+                assert_eq!(
+                    mounts::mounts_under(&table, path.parent().unwrap()).len(),
+                    1
+                );
+                cleanup_pod_dir(root.path(), "uid-1").unwrap();
+                let table = fs::read_to_string(MOUNTINFO).unwrap();
+                assert!(!mounts::is_mount_point(&table, &path));
+                assert!(!root.path().join("pods/uid-1").exists());
+            }
+            Err(err @ VolumeError::Tmpfs { .. }) => {
+                assert!(err
+                    .to_string()
+                    .starts_with("MountVolume.SetUp failed for volume \"shm\" : mount tmpfs at "));
+                cleanup_pod_dir(root.path(), "uid-1").unwrap();
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn cleanup_refuses_to_delete_through_a_foreign_mount() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = make_pod_dirs(root.path(), "uid-1").unwrap();
+        let canonical = fs::canonicalize(&dir).unwrap();
+        let foreign = canonical.join("plugins/bind");
+        fs::create_dir(&foreign).unwrap();
+        let mountinfo = root.path().join("mountinfo");
+        fs::write(
+            &mountinfo,
+            format!(
+                "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n90 22 8:1 /x {} rw - ext4 /dev/sda1 rw\n",
+                foreign.display()
+            ),
+        )
+        .unwrap();
+        let err = cleanup_pod_dir_with(root.path(), "uid-1", &mountinfo).unwrap_err();
+        assert!(matches!(err, VolumeError::StillMounted { .. }), "{err}");
+        assert!(foreign.exists());
+    }
+
+    #[test]
+    fn unsupported_and_invalid_volumes() {
+        let root = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                Volume {
+                    name: "cfg".into(),
+                    config_map: Some(ConfigMapVolumeSource {
+                        name: "settings".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                "volume \"cfg\": configMap volumes are not supported yet",
+            ),
+            (
+                empty_dir("huge", Some("HugePages"), None),
+                "volume \"huge\": emptyDir medium \"HugePages\" volumes are not supported yet",
+            ),
+            (
+                empty_dir("bad", None, Some("lots")),
+                "spec.volumes[0].emptyDir.sizeLimit: Invalid value: \"lots\":",
+            ),
+            (
+                empty_dir("../escape", None, None),
+                "spec.volumes[0].name: Invalid value: \"../escape\": must be a single path component",
+            ),
+        ];
+        for (volume, want) in cases {
+            let err = prepare_pod_volumes(&pod(vec![volume]), root.path())
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(want), "{err}");
+        }
+        assert!(!root.path().join("pods/escape").exists());
+    }
+
+    #[test]
+    fn etc_hosts_file() {
+        let root = tempfile::tempdir().unwrap();
+        let mut p = pod(vec![]);
+        let spec = p.spec.as_mut().unwrap();
+        spec.hostname = Some("foo".into());
+        spec.subdomain = Some("bar".into());
+        spec.host_aliases = Some(vec![HostAlias {
+            ip: "1.2.3.4".into(),
+            hostnames: Some(vec!["db".into()]),
+        }]);
+        let path = write_etc_hosts(root.path(), &p, &["10.0.0.5".into()], "cluster.local").unwrap();
+        assert_eq!(path, root.path().join("pods/uid-1/etc-hosts"));
+        let content = fs::read_to_string(&path).unwrap();
+        assert!(content.starts_with(hosts::MANAGED_HOSTS_HEADER));
+        assert!(
+            content.contains("10.0.0.5\tfoo.bar.ns.svc.cluster.local\tfoo\n"),
+            "{content}"
+        );
+        assert!(content.ends_with("1.2.3.4\tdb\n"));
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+
+        // rewritten in place: the same inode, new content
+        use std::os::unix::fs::MetadataExt;
+        let inode = fs::metadata(&path).unwrap().ino();
+        write_etc_hosts(root.path(), &p, &["10.0.0.6".into()], "cluster.local").unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().ino(), inode);
+        assert!(fs::read_to_string(&path).unwrap().contains("10.0.0.6\t"));
+
+        let node_hosts = root.path().join("node-hosts");
+        fs::write(&node_hosts, "127.0.0.1 localhost\n").unwrap();
+        p.spec.as_mut().unwrap().host_network = Some(true);
+        let path =
+            write_etc_hosts_from(root.path(), &p, &[], "cluster.local", &node_hosts).unwrap();
+        let content = fs::read_to_string(&path).unwrap();
+        assert!(content
+            .starts_with("# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n"));
+    }
+
+    #[test]
+    fn termination_message_files_are_unique_and_writable() {
+        let root = tempfile::tempdir().unwrap();
+        let a = termination_message_file(root.path(), "uid-1", "app").unwrap();
+        let b = termination_message_file(root.path(), "uid-1", "app").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(
+            a.parent().unwrap(),
+            root.path().join("pods/uid-1/containers/app")
+        );
+        assert_eq!(a.file_name().unwrap().len(), 8);
+        assert_eq!(
+            fs::metadata(&a).unwrap().permissions().mode() & 0o777,
+            0o666
+        );
+        assert_eq!(fs::metadata(&a).unwrap().len(), 0);
+        assert!(termination_message_file(root.path(), "uid-1", "../x").is_err());
+    }
+}
