@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod node;
 pub mod pleg;
 pub mod pod;
+pub mod podspec;
 pub mod quantity;
 pub mod server;
 pub mod source;

@@ -134,16 +134,7 @@ pub fn is_sidecar(container: &Container) -> bool {
     container.restart_policy.as_deref() == Some("Always")
 }
 
-pub fn regular_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice())
-}
-
-pub fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[])
-}
+pub use crate::podspec::{init_containers, regular_containers};
 
 /// Which list of the pod spec a container comes from, for aggregation callbacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

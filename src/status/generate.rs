@@ -37,27 +37,11 @@ const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
 /// together are cut to this many bytes, split evenly between containers.
 const MAX_POD_TERMINATION_MESSAGE_LENGTH: usize = 1024 * 12;
 
-/// Which of the pod's container lists a status list describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerKind {
-    /// `spec.initContainers` (sidecars included) → `status.initContainerStatuses`.
-    Init,
-    /// `spec.containers` → `status.containerStatuses`.
-    Regular,
-}
+pub use crate::podspec::ContainerKind;
 
 // ---- small accessors shared with phase.rs ----
 
-pub(super) fn regular_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice())
-}
-
-pub(super) fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[])
-}
+pub(super) use crate::podspec::{init_containers, regular_containers};
 
 /// A restartable init container (`restartPolicy: Always`), i.e. a sidecar.
 pub(super) fn is_sidecar(container: &Container) -> bool {
@@ -80,12 +64,7 @@ pub(super) fn last_terminated(s: &ContainerStatus) -> Option<&ContainerStateTerm
     s.last_state.as_ref().and_then(|st| st.terminated.as_ref())
 }
 
-fn host_network(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false)
-}
+use crate::podspec::host_network;
 
 /// Go omits empty strings (`omitempty`); so do we.
 fn non_empty(s: &str) -> Option<String> {

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::restart::{pod_restart_policy, should_container_be_restarted};
+use super::restart::should_container_be_restarted;
+use crate::podspec::{host_network, init_containers, regular_containers as containers, restart_policy as pod_restart_policy};
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
 
 /// Why a running container is being killed.
@@ -27,13 +28,6 @@ pub struct ContainerToKill {
     pub name: String,
     pub reason: KillReason,
     pub message: String,
-}
-
-/// Which spec list a container index refers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerKind {
-    Init,
-    Regular,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,24 +69,6 @@ pub struct ActionInputs<'a> {
     pub runtime: &'a PodRuntime,
     /// The current spec hash of each container by name (init and regular).
     pub spec_hashes: &'a BTreeMap<String, String>,
-}
-
-fn containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice())
-}
-
-fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[])
-}
-
-fn host_network(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false)
 }
 
 /// Whether the pod needs a new sandbox: none exists, more than one is ready, the newest is not

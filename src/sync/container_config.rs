@@ -74,22 +74,7 @@ pub enum ConfigError {
     },
 }
 
-/// Which list of the pod spec a container belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerKind {
-    Init,
-    Regular,
-}
-
-impl ContainerKind {
-    /// The value of the `io.nodelet.container.type` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerKind::Init => "init",
-            ContainerKind::Regular => "regular",
-        }
-    }
-}
+pub use crate::podspec::ContainerKind;
 
 /// Everything about the node and the pod's runtime state the config needs.
 #[derive(Debug, Clone, Copy)]

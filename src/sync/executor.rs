@@ -12,9 +12,11 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use tracing::Instrument;
 
-use super::actions::{compute_pod_actions, ActionInputs, ContainerKind, PodActions};
+use super::actions::{compute_pod_actions, ActionInputs, PodActions};
+use crate::podspec::{init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind};
 use super::container_config::{container_config, container_hash, ContainerContext};
-use super::sandbox_config::{pod_log_dir, sandbox_config, SandboxContext};
+use super::container_config::verify_run_as_non_root;
+use super::sandbox_config::{container_log_dir, pod_log_dir, sandbox_config, SandboxContext};
 use crate::cgroup;
 use crate::clock::Clock;
 use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
@@ -92,17 +94,6 @@ pub struct PodSyncer {
 
 pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
-}
-
-fn spec_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice())
-}
-
-fn spec_init_containers(pod: &Pod) -> &[Container] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[])
 }
 
 /// The pod's own grace period (`terminationGracePeriodSeconds`, default 30 s).
@@ -299,16 +290,16 @@ impl PodSyncer {
             (id, ips)
         };
 
-        let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
-        let etc_hosts = if host_network {
-            None
-        } else {
-            match volume::write_etc_hosts(&self.settings.root_dir, pod, &pod_ips) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    tracing::warn!(error = %e, "writing /etc/hosts for the pod; containers use the image's");
-                    None
-                }
+        let etc_hosts = match volume::write_etc_hosts(
+            &self.settings.root_dir,
+            pod,
+            &pod_ips,
+            &self.settings.cluster_domain,
+        ) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(error = %e, "writing /etc/hosts for the pod; containers use the image's");
+                None
             }
         };
         let env = StartEnv {
@@ -391,30 +382,32 @@ impl PodSyncer {
         Ok(id)
     }
 
-    /// Pulls the image as the container's imagePullPolicy says.
+    /// Pulls the image as the container's imagePullPolicy says; returns the image as the
+    /// runtime knows it (its ID), which is what the container is created from.
     async fn ensure_image(
         &self,
         container: &Container,
         sandbox_config: &api::PodSandboxConfig,
-    ) -> std::result::Result<(), StartFailure> {
+    ) -> std::result::Result<api::Image, StartFailure> {
         let image = container.image.as_deref().unwrap_or_default();
-        let present = self
-            .images
-            .image_status(image)
-            .await
-            .map_err(|e| StartFailure {
-                reason: "ImageInspectError".into(),
-                message: format!("Failed to inspect image {image:?}: {}", e.runtime_message()),
-            })?
-            .is_some();
-        match image_pull_policy(container) {
-            "Never" if !present => Err(StartFailure {
+        let inspect = || async {
+            self.images
+                .image_status(image)
+                .await
+                .map_err(|e| StartFailure {
+                    reason: "ImageInspectError".into(),
+                    message: format!("Failed to inspect image {image:?}: {}", e.runtime_message()),
+                })
+        };
+        let present = inspect().await?;
+        match (image_pull_policy(container), present) {
+            ("Never", None) => Err(StartFailure {
                 reason: "ErrImageNeverPull".into(),
                 message: format!(
                     "Container image {image:?} is not present with pull policy of Never"
                 ),
             }),
-            "Never" | "IfNotPresent" if present => Ok(()),
+            ("Never" | "IfNotPresent", Some(found)) => Ok(found),
             _ => {
                 tracing::info!(image, "Pulling image");
                 let started = tokio::time::Instant::now();
@@ -423,9 +416,15 @@ impl PodSyncer {
                     .pull_image(image, Some(sandbox_config.clone()))
                     .await
                 {
-                    Ok(_) => {
+                    Ok(image_ref) => {
                         tracing::info!(image, seconds = started.elapsed().as_secs_f64(), "Successfully pulled image");
-                        Ok(())
+                        match inspect().await? {
+                            Some(found) => Ok(found),
+                            None => Ok(api::Image {
+                                id: image_ref,
+                                ..Default::default()
+                            }),
+                        }
                     }
                     Err(e) => Err(StartFailure {
                         reason: "ErrImagePull".into(),
@@ -472,13 +471,35 @@ impl PodSyncer {
         runtime: &PodRuntime,
         env: &StartEnv<'_>,
     ) -> std::result::Result<String, StartFailure> {
-        self.ensure_image(container, env.sandbox_config).await?;
+        let image = self.ensure_image(container, env.sandbox_config).await?;
+        verify_run_as_non_root(
+            pod,
+            container,
+            image.uid.as_ref().map(|u| u.value),
+            &image.username,
+        )
+        .map_err(|e| StartFailure {
+            reason: "CreateContainerConfigError".into(),
+            message: e.to_string(),
+        })?;
         let restart_count = runtime
             .latest(&container.name)
             .map_or(0, |c| c.restart_count + 1);
         let uid = pod_uid(pod);
         let termination_message =
             volume::termination_message_file(&self.settings.root_dir, uid, &container.name).ok();
+        let log_dir = container_log_dir(
+            &self.settings.pod_logs_dir,
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            uid,
+            &container.name,
+        );
+        std::fs::create_dir_all(&log_dir).map_err(|e| StartFailure {
+            reason: "CreateContainerConfigError".into(),
+            message: format!("creating log directory {}: {e}", log_dir.display()),
+        })?;
+        let seccomp_root = self.settings.root_dir.join("seccomp");
         let cgroup_parent = env
             .sandbox_config
             .linux
@@ -499,11 +520,21 @@ impl PodSyncer {
             attempt: u32::try_from(restart_count).unwrap_or(0),
             cgroup_parent: &cgroup_parent,
             node_name_label: &self.node.name,
+            seccomp_profile_root: &seccomp_root,
+            seccomp_default: false,
         };
-        let config = container_config(pod, container, kind, &ctx).map_err(|e| StartFailure {
+        let mut config = container_config(pod, container, kind, &ctx).map_err(|e| StartFailure {
             reason: "CreateContainerConfigError".into(),
             message: e.to_string(),
         })?;
+        // Create from the resolved image, as the kubelet does, keeping what the user wrote.
+        if !image.id.is_empty() {
+            config.image = Some(api::ImageSpec {
+                image: image.id.clone(),
+                user_specified_image: container.image.clone().unwrap_or_default(),
+                ..config.image.unwrap_or_default()
+            });
+        }
         let id = self
             .runtime
             .create_container(env.sandbox_id, config, env.sandbox_config.clone())

@@ -4,13 +4,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cri::{ContainerState, PodRuntime};
 
-/// The pod's restartPolicy, defaulting to `Always` as the API does.
-pub fn pod_restart_policy(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
-}
+pub use crate::podspec::restart_policy as pod_restart_policy;
 
 /// True when the kubelet would (re)start this container now or after its backoff:
 /// never while the pod is being deleted; always when it never ran or is in an unknown/created

@@ -192,9 +192,7 @@ pub fn kernel_hostname(pod: &Pod, cluster_domain: &str) -> Result<String, Config
     Ok(fqdn)
 }
 
-fn host_network(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.host_network) == Some(true)
-}
+use crate::podspec::host_network;
 
 /// The pod's namespaces (`NamespacesForPod`): the node's network/PID/IPC namespaces when asked
 /// for; otherwise the pod's, except PID, which is per container unless `shareProcessNamespace`.

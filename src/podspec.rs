@@ -1,0 +1,55 @@
+//! Small accessors over the pod spec that every module needs, with the API defaults applied,
+//! so no module re-derives them differently.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// Which list of the pod spec a container belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// `spec.initContainers` (sidecars included) → `status.initContainerStatuses`.
+    Init,
+    /// `spec.containers` → `status.containerStatuses`.
+    Regular,
+}
+
+impl ContainerKind {
+    /// The value of the `io.nodelet.container.type` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerKind::Init => "init",
+            ContainerKind::Regular => "regular",
+        }
+    }
+}
+
+pub fn uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or_default()
+}
+
+/// `spec.containers`.
+pub fn regular_containers(pod: &Pod) -> &[Container] {
+    pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice())
+}
+
+/// `spec.initContainers` (sidecars included).
+pub fn init_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+pub fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The pod's restartPolicy, defaulting to `Always` as the API does.
+pub fn restart_policy(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
+}
