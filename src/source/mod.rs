@@ -18,7 +18,9 @@
 pub mod defaults;
 pub mod field;
 pub mod manifest;
+pub mod scan;
 pub mod validation;
+pub mod watch;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -28,7 +30,9 @@ use k8s_openapi::api::core::v1::Pod;
 pub use defaults::apply_defaults;
 pub use field::{FieldError, FieldPath, FieldReason};
 pub use manifest::{parse_manifest, static_pod_name, static_pod_uid};
+pub use scan::{scan_dir, scan_dir_at, ScanState};
 pub use validation::{validate_pod, validate_static_pod};
+pub use watch::FileSource;
 
 /// The source name of static pods from a directory (`kubetypes.FileSource`).
 pub const FILE_SOURCE: &str = "file";
