@@ -23,7 +23,11 @@ use nodelet::status::{printer, StatusManager};
 use nodelet::sync::executor::{PodSyncer, SyncSettings};
 
 #[derive(Parser)]
-#[command(name = "nodelet", version, about = "A node agent that does the kubelet's job on one node")]
+#[command(
+    name = "nodelet",
+    version,
+    about = "A node agent that does the kubelet's job on one node"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -195,7 +199,10 @@ fn pods(
         (None, Some(path)) => {
             let cfg = load_config(&path)?;
             if cfg.read_only_port == 0 {
-                bail!("{}: readOnlyPort is 0 (the local API is disabled)", path.display());
+                bail!(
+                    "{}: readOnlyPort is 0 (the local API is disabled)",
+                    path.display()
+                );
             }
             let host = if cfg.address.is_unspecified() {
                 "127.0.0.1".to_string()
@@ -241,7 +248,10 @@ fn pods(
     let namespaces: std::collections::BTreeSet<_> =
         pods.iter().map(|p| p.metadata.namespace.clone()).collect();
     let show_ns = all_namespaces || (namespace.is_none() && namespaces.len() > 1);
-    print!("{}", printer::pod_table(&pods, jiff::Timestamp::now(), show_ns));
+    print!(
+        "{}",
+        printer::pod_table(&pods, jiff::Timestamp::now(), show_ns)
+    );
     Ok(())
 }
 
@@ -253,7 +263,9 @@ fn init_tracing(cfg: &Config) {
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match cfg.logging.format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -368,7 +380,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         settings: Arc::new(SyncSettings {
             root_dir: cfg.root_dir.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
-            cgroup_driver: cfg.cgroup_driver.into(),
+            cgroup_driver: cfg.cgroup_driver,
             cgroup_root: cfg.cgroup_root.clone(),
             cgroups_per_qos: cfg.cgroups_per_qos,
             cluster_dns: cfg.cluster_dns.clone(),
@@ -404,8 +416,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     } else {
         drop(snap_tx);
     }
-    let (manager, mut ready) =
-        PodManager::new(workers.clone(), runtime.clone(), cfg.node_name.clone(), expected);
+    let (manager, mut ready) = PodManager::new(
+        workers.clone(),
+        runtime.clone(),
+        cfg.node_name.clone(),
+        expected,
+    );
     tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
 
     let health_pleg = pleg.clone();
@@ -451,7 +467,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         while tasks.join_next().await.is_some() {}
         workers.wait().await;
     };
-    if tokio::time::timeout(Duration::from_secs(5), drain).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), drain)
+        .await
+        .is_err()
+    {
         tracing::warn!("some tasks did not stop within 5s");
     }
     Ok(())

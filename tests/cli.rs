@@ -44,12 +44,27 @@ fn validate_checks_manifests_and_names_file_and_field() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web2\nspec:\n  containers:\n  - name: main\n",
     )
     .unwrap();
-    let (ok, out, _) = cli(&["validate", "--node-name", "n1", "--manifest", good.to_str().unwrap()]);
+    let (ok, out, _) = cli(&[
+        "validate",
+        "--node-name",
+        "n1",
+        "--manifest",
+        good.to_str().unwrap(),
+    ]);
     assert!(ok, "{out}");
     assert!(out.contains("web-n1"), "{out}");
-    let (ok, out, _) = cli(&["validate", "--node-name", "n1", "--manifest", bad.to_str().unwrap()]);
+    let (ok, out, _) = cli(&[
+        "validate",
+        "--node-name",
+        "n1",
+        "--manifest",
+        bad.to_str().unwrap(),
+    ]);
     assert!(!ok);
-    assert!(out.contains("bad.yaml") && out.contains("spec.containers[0].image"), "{out}");
+    assert!(
+        out.contains("bad.yaml") && out.contains("spec.containers[0].image"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -46,7 +46,13 @@ async fn two_containers_run_and_answer_on_the_pod_ip() {
         .iter()
         .map(|c| (c.type_.clone(), c.status.clone()))
         .collect();
-    for want in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+    for want in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+        "PodScheduled",
+    ] {
         assert!(
             conditions.contains(&(want.to_string(), "True".to_string())),
             "condition {want} not True in {conditions:?}"
@@ -57,25 +63,48 @@ async fn two_containers_run_and_answer_on_the_pod_ip() {
     assert_eq!(sandboxes.len(), 1);
     assert_eq!(containers.len(), 2);
     for c in &containers {
-        assert_eq!(c.labels.get("io.kubernetes.pod.name").map(String::as_str), Some(n.pod_name("web").as_str()));
-        assert_eq!(c.labels.get("io.kubernetes.pod.namespace").map(String::as_str), Some("default"));
+        assert_eq!(
+            c.labels.get("io.kubernetes.pod.name").map(String::as_str),
+            Some(n.pod_name("web").as_str())
+        );
+        assert_eq!(
+            c.labels
+                .get("io.kubernetes.pod.namespace")
+                .map(String::as_str),
+            Some("default")
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_policy_succeeds_on_exit_0_and_fails_on_exit_3() {
     let n = Nodelet::start("never");
-    n.write_manifest("ok.yaml", &testbox_pod("ok", "Never", &[("main", &["exit", "--code", "0"])]));
-    n.write_manifest("bad.yaml", &testbox_pod("bad", "Never", &[("main", &["exit", "--code", "3"])]));
-    let ok = n.wait_pod("ok", T, "Succeeded", |p| phase(p) == "Succeeded").await;
+    n.write_manifest(
+        "ok.yaml",
+        &testbox_pod("ok", "Never", &[("main", &["exit", "--code", "0"])]),
+    );
+    n.write_manifest(
+        "bad.yaml",
+        &testbox_pod("bad", "Never", &[("main", &["exit", "--code", "3"])]),
+    );
+    let ok = n
+        .wait_pod("ok", T, "Succeeded", |p| phase(p) == "Succeeded")
+        .await;
     assert_eq!(terminated(&ok, "main"), Some((0, "Completed".into())));
-    let bad = n.wait_pod("bad", T, "Failed", |p| phase(p) == "Failed").await;
+    let bad = n
+        .wait_pod("bad", T, "Failed", |p| phase(p) == "Failed")
+        .await;
     assert_eq!(terminated(&bad, "main"), Some((3, "Error".into())));
     assert_eq!(restart_count(&bad, "main"), 0);
     // The table shows them as kubectl would.
     let (ok_cli, out, err) = n.cli(&["pods", "--server", &n.base_url()]);
     assert!(ok_cli, "{err}");
-    let line = |name: &str| out.lines().find(|l| l.starts_with(&n.pod_name(name))).unwrap_or_default().to_string();
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&n.pod_name(name)))
+            .unwrap_or_default()
+            .to_string()
+    };
     assert!(line("ok").contains("Completed"), "{out}");
     assert!(line("bad").contains("Error"), "{out}");
     assert!(out.starts_with("NAME"), "{out}");
@@ -96,9 +125,15 @@ async fn on_failure_restarts_only_failed_containers() {
         ),
     );
     let pod = n
-        .wait_pod("p", T, "the failing container restarted", |p| restart_count(p, "fails") >= 1)
+        .wait_pod("p", T, "the failing container restarted", |p| {
+            restart_count(p, "fails") >= 1
+        })
         .await;
-    assert_eq!(restart_count(&pod, "succeeds"), 0, "a container that exited 0 is not restarted under OnFailure");
+    assert_eq!(
+        restart_count(&pod, "succeeds"),
+        0,
+        "a container that exited 0 is not restarted under OnFailure"
+    );
     assert_ne!(phase(&pod), "Succeeded");
     assert_ne!(phase(&pod), "Failed");
 }
@@ -106,22 +141,32 @@ async fn on_failure_restarts_only_failed_containers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn always_policy_restarts_exited_containers() {
     let n = Nodelet::start("always");
-    n.write_manifest("a.yaml", &testbox_pod("a", "Always", &[("main", &["exit", "--code", "0", "--after", "1s"])]));
+    n.write_manifest(
+        "a.yaml",
+        &testbox_pod(
+            "a",
+            "Always",
+            &[("main", &["exit", "--code", "0", "--after", "1s"])],
+        ),
+    );
     let pod = n
         .wait_pod("a", T, "restarted twice", |p| restart_count(p, "main") >= 2)
         .await;
     assert_eq!(phase(&pod), "Running");
-    let last = container_status(&pod, "main").and_then(|c| c.last_state.clone()).and_then(|s| s.terminated);
-    assert!(last.is_some(), "lastState.terminated is kept after a restart");
+    let last = container_status(&pod, "main")
+        .and_then(|c| c.last_state.clone())
+        .and_then(|s| s.terminated);
+    assert!(
+        last.is_some(),
+        "lastState.terminated is kept after a restart"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absent_image_with_never_pull_is_err_image_never_pull() {
     let n = Nodelet::start("never-pull");
-    let manifest = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: missing\nspec:\n  containers:\n  - name: main\n    image: localhost/does-not-exist:1\n    imagePullPolicy: Never\n"
-    );
-    n.write_manifest("missing.yaml", &manifest);
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: missing\nspec:\n  containers:\n  - name: main\n    image: localhost/does-not-exist:1\n    imagePullPolicy: Never\n";
+    n.write_manifest("missing.yaml", manifest);
     let pod = n
         .wait_pod("missing", T, "ErrImageNeverPull", |p| {
             waiting_reason(p, "main").as_deref() == Some("ErrImageNeverPull")
@@ -139,7 +184,10 @@ async fn absent_image_with_never_pull_is_err_image_never_pull() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_manifest_leaves_nothing_behind() {
     let n = Nodelet::start("remove");
-    n.write_manifest("r.yaml", &testbox_pod("r", "Always", &[("main", &["serve"])]));
+    n.write_manifest(
+        "r.yaml",
+        &testbox_pod("r", "Always", &[("main", &["serve"])]),
+    );
     n.wait_pod("r", T, "running", all_running).await;
     let (sandboxes, containers) = n.runtime_objects().await;
     assert_eq!((sandboxes.len(), containers.len()), (1, 1));
@@ -153,8 +201,14 @@ async fn removing_the_manifest_leaves_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_and_restart_adopts_running_containers() {
     let mut n = Nodelet::start("adopt");
-    n.write_manifest("keep.yaml", &testbox_pod("keep", "Always", &[("a", &["serve"]), ("b", &["serve"])]));
-    n.write_manifest("gone.yaml", &testbox_pod("gone", "Always", &[("main", &["serve"])]));
+    n.write_manifest(
+        "keep.yaml",
+        &testbox_pod("keep", "Always", &[("a", &["serve"]), ("b", &["serve"])]),
+    );
+    n.write_manifest(
+        "gone.yaml",
+        &testbox_pod("gone", "Always", &[("main", &["serve"])]),
+    );
     let before = n.wait_pod("keep", T, "running", all_running).await;
     n.wait_pod("gone", T, "running", all_running).await;
     let ids_before = running_ids(&before);
@@ -165,8 +219,14 @@ async fn sigkill_and_restart_adopts_running_containers() {
     n.remove_manifest("gone.yaml");
     n.restart();
 
-    let after = n.wait_pod("keep", T, "running after restart", all_running).await;
-    assert_eq!(running_ids(&after), ids_before, "containers were restarted instead of adopted");
+    let after = n
+        .wait_pod("keep", T, "running after restart", all_running)
+        .await;
+    assert_eq!(
+        running_ids(&after),
+        ids_before,
+        "containers were restarted instead of adopted"
+    );
     assert_eq!(restart_count(&after, "a") + restart_count(&after, "b"), 0);
     n.wait_gone("gone", T).await;
     // The pod whose manifest vanished is terminated and removed from the runtime.
@@ -174,12 +234,17 @@ async fn sigkill_and_restart_adopts_running_containers() {
     loop {
         let (sandboxes, _) = n.runtime_objects().await;
         let gone_left = sandboxes.iter().any(|s| {
-            s.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(n.pod_name("gone").as_str())
+            s.labels.get("io.kubernetes.pod.name").map(String::as_str)
+                == Some(n.pod_name("gone").as_str())
         });
         if !gone_left {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "orphaned sandbox not removed\n{}", tail(&n.logs(), 40));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "orphaned sandbox not removed\n{}",
+            tail(&n.logs(), 40)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (sandboxes, _) = n.runtime_objects().await;
@@ -189,7 +254,10 @@ async fn sigkill_and_restart_adopts_running_containers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_manifest_is_reported_and_the_good_pod_runs() {
     let n = Nodelet::start("broken");
-    n.write_manifest("good.yaml", &testbox_pod("good", "Always", &[("main", &["serve"])]));
+    n.write_manifest(
+        "good.yaml",
+        &testbox_pod("good", "Always", &[("main", &["serve"])]),
+    );
     n.write_manifest(
         "broken.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: broken\nspec:\n  containers:\n  - name: main\n",
@@ -201,7 +269,11 @@ async fn broken_manifest_is_reported_and_the_good_pod_runs() {
         if logs.contains("broken.yaml") && logs.contains("spec.containers[0].image") {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the error does not name the file and field:\n{}", tail(&logs, 40));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the error does not name the file and field:\n{}",
+            tail(&logs, 40)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(n.pod("broken").await.is_none());
@@ -210,10 +282,16 @@ async fn broken_manifest_is_reported_and_the_good_pod_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn editing_a_manifest_replaces_the_pod() {
     let n = Nodelet::start("edit");
-    n.write_manifest("e.yaml", &testbox_pod("e", "Always", &[("main", &["serve"])]));
+    n.write_manifest(
+        "e.yaml",
+        &testbox_pod("e", "Always", &[("main", &["serve"])]),
+    );
     let first = n.wait_pod("e", T, "running", all_running).await;
     let uid1 = first.metadata.uid.clone().unwrap();
-    n.write_manifest("e.yaml", &testbox_pod("e", "Always", &[("main", &["serve", "--http", "8080"])]));
+    n.write_manifest(
+        "e.yaml",
+        &testbox_pod("e", "Always", &[("main", &["serve", "--http", "8080"])]),
+    );
     let second = n
         .wait_pod("e", T, "a new pod UID running", |p| {
             p.metadata.uid.as_deref() != Some(uid1.as_str()) && all_running(p)
@@ -226,7 +304,10 @@ async fn editing_a_manifest_replaces_the_pod() {
         if sandboxes.len() == 1 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "old sandbox not removed: {sandboxes:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "old sandbox not removed: {sandboxes:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -118,13 +118,8 @@ pub fn pod_resource_config(
     }
 }
 
-/// The cgroup driver. (`crate::config::CgroupDriver` is the configuration's enum; the caller
-/// maps it onto this one so this module does not depend on config.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driver {
-    Cgroupfs,
-    Systemd,
-}
+/// The cgroup driver, as configured (`cgroupDriver`).
+pub use crate::config::CgroupDriver as Driver;
 
 /// The name of the top-level cgroup for pods.
 pub const KUBEPODS: &str = "kubepods";

@@ -384,7 +384,8 @@ mod tests {
         use api::ContainerState::*;
         use EventKind::*;
         type Listing = Vec<(&'static str, Seen)>;
-        let cases: Vec<(&str, Listing, Listing, Vec<(&str, &str, EventKind)>)> = vec![
+        type Expected = Vec<(&'static str, &'static str, EventKind)>;
+        let cases: Vec<(&str, Listing, Listing, Expected)> = vec![
             (
                 "nothing changes",
                 vec![("c1", seen("u", false, ContainerRunning))],

@@ -26,7 +26,10 @@ pub struct DesiredDiff {
 }
 
 /// Pure: what changed between two desired sets.
-pub fn diff_desired(old: &BTreeMap<String, Arc<Pod>>, new: &BTreeMap<String, Arc<Pod>>) -> DesiredDiff {
+pub fn diff_desired(
+    old: &BTreeMap<String, Arc<Pod>>,
+    new: &BTreeMap<String, Arc<Pod>>,
+) -> DesiredDiff {
     let mut d = DesiredDiff::default();
     for (uid, pod) in new {
         match old.get(uid) {
@@ -276,18 +279,48 @@ mod tests {
     #[test]
     fn diff_table() {
         let set = |pods: &[(&str, &str)]| -> BTreeMap<String, Arc<Pod>> {
-            pods.iter().map(|(u, i)| (u.to_string(), pod(u, i))).collect()
+            pods.iter()
+                .map(|(u, i)| (u.to_string(), pod(u, i)))
+                .collect()
         };
         let cases = [
-            ("empty to one", set(&[]), set(&[("a", "x")]), (vec!["a"], vec![], vec![])),
-            ("unchanged", set(&[("a", "x")]), set(&[("a", "x")]), (vec![], vec![], vec![])),
-            ("updated", set(&[("a", "x")]), set(&[("a", "y")]), (vec![], vec!["a"], vec![])),
-            ("removed and added", set(&[("a", "x")]), set(&[("b", "x")]), (vec!["b"], vec![], vec!["a"])),
+            (
+                "empty to one",
+                set(&[]),
+                set(&[("a", "x")]),
+                (vec!["a"], vec![], vec![]),
+            ),
+            (
+                "unchanged",
+                set(&[("a", "x")]),
+                set(&[("a", "x")]),
+                (vec![], vec![], vec![]),
+            ),
+            (
+                "updated",
+                set(&[("a", "x")]),
+                set(&[("a", "y")]),
+                (vec![], vec!["a"], vec![]),
+            ),
+            (
+                "removed and added",
+                set(&[("a", "x")]),
+                set(&[("b", "x")]),
+                (vec!["b"], vec![], vec!["a"]),
+            ),
         ];
         for (name, old, new, (added, updated, removed)) in cases {
             let d = diff_desired(&old, &new);
             let s = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
-            assert_eq!(d, DesiredDiff { added: s(added), updated: s(updated), removed: s(removed) }, "{name}");
+            assert_eq!(
+                d,
+                DesiredDiff {
+                    added: s(added),
+                    updated: s(updated),
+                    removed: s(removed)
+                },
+                "{name}"
+            );
         }
     }
 }

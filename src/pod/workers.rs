@@ -47,7 +47,9 @@ enum Phase {
     /// being removed: a later `Sync` for the same UID means it returned (a static pod manifest
     /// restored unchanged) and starts it afresh. A pod that finished or was killed in place
     /// stays terminated, as in the kubelet.
-    Terminated { comes_back: bool },
+    Terminated {
+        comes_back: bool,
+    },
 }
 
 struct Handle {
@@ -189,7 +191,11 @@ impl Worker {
                         Ok(SyncOutcome::Idle) => Next::WaitUntil(Instant::now() + self.resync),
                         Ok(SyncOutcome::Terminal) => {
                             tracing::info!("pod is terminal; stopping what remains");
-                            match self.syncer.terminate(pod, pod_grace_period(pod), &memory).await {
+                            match self
+                                .syncer
+                                .terminate(pod, pod_grace_period(pod), &memory)
+                                .await
+                            {
                                 Ok(()) => {
                                     phase = Phase::Terminated { comes_back: false };
                                     Next::WaitForUpdate
@@ -230,7 +236,9 @@ impl Worker {
                             Next::WaitUntil(Instant::now() + ERROR_RETRY)
                         }
                         Ok(()) => {
-                            phase = Phase::Terminated { comes_back: *remove };
+                            phase = Phase::Terminated {
+                                comes_back: *remove,
+                            };
                             if !*remove {
                                 Next::WaitForUpdate
                             } else {

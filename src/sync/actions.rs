@@ -10,8 +10,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::restart::should_container_be_restarted;
-use crate::podspec::{host_network, init_containers, regular_containers as containers, restart_policy as pod_restart_policy};
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
+use crate::podspec::{
+    host_network, init_containers, regular_containers as containers,
+    restart_policy as pod_restart_policy,
+};
 
 /// Why a running container is being killed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,15 +13,17 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use tracing::Instrument;
 
 use super::actions::{compute_pod_actions, ActionInputs, PodActions};
-use crate::podspec::{init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind};
-use super::container_config::{container_config, container_hash, ContainerContext};
 use super::container_config::verify_run_as_non_root;
+use super::container_config::{container_config, container_hash, ContainerContext};
 use super::sandbox_config::{container_log_dir, pod_log_dir, sandbox_config, SandboxContext};
 use crate::cgroup;
 use crate::clock::Clock;
 use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::metrics::metrics;
 use crate::node::NodeInfo;
+use crate::podspec::{
+    init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind,
+};
 use crate::status::{generate_pod_status, StartFailure, StatusInputs, StatusManager};
 use crate::volume;
 
@@ -191,13 +193,17 @@ impl PodSyncer {
             return;
         }
         let statuses = status.container_statuses.as_deref().unwrap_or_default();
-        let all_running =
-            !statuses.is_empty() && statuses.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        let all_running = !statuses.is_empty()
+            && statuses
+                .iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
         if all_running {
             memory.start_recorded = true;
             if let Some(first) = memory.first_seen {
                 let took = first.elapsed();
-                metrics().pod_start_duration_seconds.observe(took.as_secs_f64());
+                metrics()
+                    .pod_start_duration_seconds
+                    .observe(took.as_secs_f64());
                 tracing::info!(seconds = took.as_secs_f64(), "all containers running");
             }
         }
@@ -240,12 +246,11 @@ impl PodSyncer {
             return Ok(());
         }
 
-        let volumes = volume::prepare_pod_volumes(pod, &self.settings.root_dir).map_err(|e| {
-            Error::Sandbox {
+        let volumes =
+            volume::prepare_pod_volumes(pod, &self.settings.root_dir).map_err(|e| Error::Sandbox {
                 uid: uid.clone(),
                 message: e.to_string(),
-            }
-        });
+            });
         let volumes = match volumes {
             Ok(v) => v,
             Err(e) => {
@@ -417,7 +422,11 @@ impl PodSyncer {
                     .await
                 {
                     Ok(image_ref) => {
-                        tracing::info!(image, seconds = started.elapsed().as_secs_f64(), "Successfully pulled image");
+                        tracing::info!(
+                            image,
+                            seconds = started.elapsed().as_secs_f64(),
+                            "Successfully pulled image"
+                        );
                         match inspect().await? {
                             Some(found) => Ok(found),
                             None => Ok(api::Image {
@@ -458,7 +467,9 @@ impl PodSyncer {
             }
             Err(failure) => {
                 tracing::warn!(reason = %failure.reason, message = %failure.message, "container failed to start");
-                memory.start_failures.insert(container.name.clone(), failure);
+                memory
+                    .start_failures
+                    .insert(container.name.clone(), failure);
             }
         }
     }
@@ -523,10 +534,11 @@ impl PodSyncer {
             seccomp_profile_root: &seccomp_root,
             seccomp_default: false,
         };
-        let mut config = container_config(pod, container, kind, &ctx).map_err(|e| StartFailure {
-            reason: "CreateContainerConfigError".into(),
-            message: e.to_string(),
-        })?;
+        let mut config =
+            container_config(pod, container, kind, &ctx).map_err(|e| StartFailure {
+                reason: "CreateContainerConfigError".into(),
+                message: e.to_string(),
+            })?;
         // Create from the resolved image, as the kubelet does, keeping what the user wrote.
         if !image.id.is_empty() {
             config.image = Some(api::ImageSpec {
@@ -556,7 +568,9 @@ impl PodSyncer {
 
     async fn stop_container(&self, id: &str, name: &str, grace: Duration) {
         match self.runtime.stop_container(id, grace).await {
-            Ok(()) => tracing::info!(container = %name, grace_seconds = grace.as_secs(), "Stopped container"),
+            Ok(()) => {
+                tracing::info!(container = %name, grace_seconds = grace.as_secs(), "Stopped container")
+            }
             Err(e) if e.is_not_found() => {}
             Err(e) => tracing::warn!(container = %name, error = %e, "stopping container"),
         }

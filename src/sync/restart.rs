@@ -64,7 +64,13 @@ mod tests {
     fn table() {
         use ContainerState::*;
         // (policy, deleted, latest instance, expected)
-        let cases: Vec<(Option<&str>, bool, Option<(ContainerState, i32)>, bool)> = vec![
+        type Case = (
+            Option<&'static str>,
+            bool,
+            Option<(ContainerState, i32)>,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
             (Some("Always"), false, None, true),
             (Some("Never"), false, None, true),
             (Some("Always"), false, Some((Running, 0)), false),

@@ -188,7 +188,13 @@ impl Nodelet {
 
     /// Polls the local API until the pod satisfies `check`; fails with the last state and the
     /// nodelet log after `timeout`.
-    pub async fn wait_pod(&self, name: &str, timeout: Duration, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+    pub async fn wait_pod(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&Pod) -> bool,
+    ) -> Pod {
         let deadline = Instant::now() + timeout;
         let mut last = None;
         loop {
@@ -215,7 +221,10 @@ impl Nodelet {
         loop {
             if let Some(pods) = self.pods().await {
                 let full = self.pod_name(name);
-                if !pods.iter().any(|p| p.metadata.name.as_deref() == Some(full.as_str())) {
+                if !pods
+                    .iter()
+                    .any(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+                {
                     return;
                 }
             }
@@ -292,7 +301,10 @@ impl Drop for Nodelet {
         };
         // Drop may run inside or outside a tokio runtime; use a private one on a thread.
         let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 rt.block_on(cleanup);
             }
         })
@@ -306,10 +318,16 @@ pub fn tail(s: &str, lines: usize) -> String {
 }
 
 pub fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
-pub fn container_status<'a>(p: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
+pub fn container_status<'a>(
+    p: &'a Pod,
+    name: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
     p.status
         .as_ref()?
         .container_statuses
@@ -323,11 +341,21 @@ pub fn restart_count(p: &Pod, name: &str) -> i32 {
 }
 
 pub fn waiting_reason(p: &Pod, name: &str) -> Option<String> {
-    container_status(p, name)?.state.as_ref()?.waiting.as_ref()?.reason.clone()
+    container_status(p, name)?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
 }
 
 pub fn terminated(p: &Pod, name: &str) -> Option<(i32, String)> {
-    let t = container_status(p, name)?.state.as_ref()?.terminated.as_ref()?;
+    let t = container_status(p, name)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?;
     Some((t.exit_code, t.reason.clone().unwrap_or_default()))
 }
 
@@ -343,10 +371,17 @@ pub fn running_ids(p: &Pod) -> Vec<String> {
 }
 
 pub fn all_running(p: &Pod) -> bool {
-    let Some(cs) = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()) else {
+    let Some(cs) = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+    else {
         return false;
     };
-    !cs.is_empty() && cs.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    !cs.is_empty()
+        && cs
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
 }
 
 pub fn testbox_pod(name: &str, policy: &str, containers: &[(&str, &[&str])]) -> String {
