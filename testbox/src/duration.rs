@@ -88,8 +88,8 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
 /// `number` (digits with at most one `.`) times `per_unit` nanoseconds, truncating below 1 ns.
 fn scaled_nanos(input: &str, number: &str, per_unit: u128) -> Result<u128, DurationError> {
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let well_formed = !(whole.is_empty() && fraction.is_empty()) && !fraction.contains('.');
-    if !well_formed {
+    let malformed = (whole.is_empty() && fraction.is_empty()) || fraction.contains('.');
+    if malformed {
         return Err(DurationError::ExpectedNumber {
             input: input.to_owned(),
             at: 0,

@@ -202,11 +202,12 @@ mod tests {
 
     #[test]
     fn redirect_target_cases() {
-        let cases: &[(
-            Option<&str>,
+        type Case = (
+            Option<&'static str>,
             Option<u16>,
-            Result<(u16, &str), RedirectError>,
-        )] = &[
+            Result<(u16, &'static str), RedirectError>,
+        );
+        let cases: &[Case] = &[
             (Some("/healthz"), None, Ok((302, "/healthz"))),
             (
                 Some("http://127.0.0.1:9/x"),

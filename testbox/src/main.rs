@@ -419,8 +419,9 @@ mod tests {
 
     #[test]
     fn parse_cases() {
+        type Check = fn(&Cli) -> bool;
         // (argv, check)
-        let cases: Vec<(Vec<&str>, fn(&Cli) -> bool)> = vec![
+        let cases: Vec<(Vec<&str>, Check)> = vec![
             (vec!["testbox"], |cli| cli.command.is_none()),
             (vec!["testbox", "exit", "--code", "3"], |cli| {
                 matches!(
