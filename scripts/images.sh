@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Build and import the test images, with no docker and no registry.
+#
+#   images.sh build    build localhost/pause:1 and localhost/testbox:1 as OCI archives under
+#                      target/images/oci/ (skipped when their inputs are unchanged)
+#   images.sh import   import them into the project-local containerd (skipped when it already
+#                      has the same digests) and check they are listed
+#   images.sh list     show the images the project-local containerd has
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+TRIPLE="x86_64-unknown-linux-gnu"
+STAGE_DIR="$IMAGES_TARGET_DIR/stage"
+BUILD_IMAGE="$REPO_DIR/images/build-image.py"
+IMAGE_ENV="PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# A binary that asks for a program interpreter is dynamically linked and would not run in an
+# image that holds nothing else.
+require_static() {
+	if readelf -l "$1" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+		die "$1 is dynamically linked; the images need static binaries"
+	fi
+}
+
+# Copy with symbols stripped, only if the result differs (keeps mtimes, and so stamps, stable).
+stage_stripped() { # src dest
+	strip -o "$2.tmp.$$" "$1"
+	if cmp -s "$2.tmp.$$" "$2"; then rm -f "$2.tmp.$$"; else mv -f "$2.tmp.$$" "$2"; fi
+}
+
+build_testbox_binary() {
+	# --target keeps RUSTFLAGS (crt-static) away from build scripts and proc-macros, which must
+	# stay dynamic host binaries; no extra rustup target is needed for the host triple.
+	(cd "$REPO_DIR" && RUSTFLAGS="-C target-feature=+crt-static" \
+		cargo build --quiet --release --locked -p testbox --target "$TRIPLE" \
+		--target-dir "$IMAGES_TARGET_DIR")
+	local binary="$IMAGES_TARGET_DIR/$TRIPLE/release/testbox"
+	require_static "$binary"
+	stage_stripped "$binary" "$STAGE_DIR/testbox"
+}
+
+build_pause_binary() {
+	gcc -static -Os -Wall -Wextra -Werror -o "$STAGE_DIR/pause.unstripped" "$REPO_DIR/images/pause/pause.c"
+	require_static "$STAGE_DIR/pause.unstripped"
+	stage_stripped "$STAGE_DIR/pause.unstripped" "$STAGE_DIR/pause"
+}
+
+busybox_path() {
+	local candidate
+	for candidate in /bin/busybox /usr/bin/busybox; do
+		if [ -x "$candidate" ] && ! readelf -l "$candidate" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+			echo "$candidate"
+			return 0
+		fi
+	done
+	die "no static busybox (apt-get install busybox-static, or run scripts/install-deps.sh)"
+}
+
+cmd_build() {
+	mkdir -p "$STAGE_DIR" "$IMAGES_OUT_DIR"
+	build_pause_binary
+	build_testbox_binary
+
+	python3 "$BUILD_IMAGE" --name "$PAUSE_IMAGE" --out "$IMAGES_OUT_DIR/pause.tar" \
+		--file "/pause=$STAGE_DIR/pause:0755" \
+		--entrypoint '["/pause"]' --env "$IMAGE_ENV" --workdir / >/dev/null
+
+	local busybox applet args=()
+	busybox="$(busybox_path)"
+	for applet in $("$busybox" --list | sort); do
+		case "$applet" in busybox | "" | *[!A-Za-z0-9_.\[-]*) continue ;; esac
+		args+=(--symlink "/bin/$applet=busybox")
+	done
+	python3 "$BUILD_IMAGE" --name "$TESTBOX_IMAGE" --out "$IMAGES_OUT_DIR/testbox.tar" \
+		--file "/testbox=$STAGE_DIR/testbox:0755" \
+		--file "/bin/busybox=$busybox:0755" \
+		--file "/etc/passwd=$REPO_DIR/images/testbox/passwd:0644" \
+		--file "/etc/group=$REPO_DIR/images/testbox/group:0644" \
+		--dir /tmp:1777 --dir /var/tmp:1777 --dir /root:0700 \
+		--dir /proc:0555 --dir /sys:0555 --dir /dev:0755 --dir /etc:0755 \
+		--symlink /usr/bin=../bin --symlink /sbin=bin --symlink /usr/sbin=../bin \
+		"${args[@]}" \
+		--entrypoint '["/testbox"]' --env "$IMAGE_ENV" --workdir / >/dev/null
+}
+
+# The digest the project-local containerd has for an image name, or nothing.
+current_digest() {
+	ctr_local images ls 2>/dev/null | awk -v name="$1" '$1 == name {print $3}'
+}
+
+import_one() { # name archive
+	local name="$1" archive="$2" want
+	[ -f "$archive" ] || die "$archive is missing (run scripts/images.sh build)"
+	want="$(cat "$archive.digest")"
+	if [ "$(current_digest "$name")" = "$want" ]; then
+		return 0
+	fi
+	ctr_local images import "$archive" >/dev/null
+	local got
+	got="$(current_digest "$name")"
+	[ "$got" = "$want" ] || die "after importing $archive, $name has digest '${got:-<not listed>}', want $want"
+}
+
+cmd_import() {
+	require_root
+	ctd_responsive || die "the project-local containerd does not answer on $CTD_SOCK (run scripts/containerd.sh start)"
+	import_one "$PAUSE_IMAGE" "$IMAGES_OUT_DIR/pause.tar"
+	import_one "$TESTBOX_IMAGE" "$IMAGES_OUT_DIR/testbox.tar"
+}
+
+case "${1:-}" in
+build) cmd_build ;;
+import) cmd_import ;;
+list) ctr_local images ls ;;
+*)
+	sed -n '2,9s/^# \{0,1\}//p' "$0" >&2
+	exit 2
+	;;
+esac

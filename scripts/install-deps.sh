@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install the Debian packages nodelet's build and integration tests need; only the missing ones,
+# so a second run (or a machine that already has them) does nothing and needs no network.
+#   containerd, runc, containernetworking-plugins  the runtime under test (CNI plugins: /usr/lib/cni)
+#   protobuf-compiler                              protoc, for containerd-client's build script
+#   busybox-static                                 the shell and tools inside the testbox image
+#   gcc, libc6-dev                                 the static pause binary (libc6-dev has libc.a)
+#   iproute2, iptables                             CNI bridge/portmap and the clean-up in containerd.sh
+#   python3                                        images/build-image.py
+#   curl                                           poking test servers by hand
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+PACKAGES=(
+	containerd runc containernetworking-plugins protobuf-compiler busybox-static
+	iproute2 iptables gcc libc6-dev python3 curl
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$package")
+	fi
+done
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
+require_root
+log "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq || die "apt-get update failed"
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+	die "apt-get install ${missing[*]} failed"

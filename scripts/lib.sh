@@ -1,0 +1,101 @@
+# shellcheck shell=bash disable=SC2034 # settings are used by the scripts that source this file
+# Shared settings and helpers for nodelet's test-environment scripts. Source it; do not run it.
+#
+# Every path can be moved with an environment variable, so a second instance (or one inside the
+# test VM, whose containerd root must live on its own tmpfs) never collides with the default one.
+
+NODELET_TEST_VAR="${NODELET_TEST_VAR:-/var/lib/nodelet-test}"
+NODELET_TEST_RUN="${NODELET_TEST_RUN:-/run/nodelet-test}"
+NODELET_TEST_BRIDGE="${NODELET_TEST_BRIDGE:-nodelet0}"
+NODELET_TEST_SUBNET="${NODELET_TEST_SUBNET:-10.89.0.0/16}"
+NODELET_TEST_CNI_NETWORK="${NODELET_TEST_CNI_NETWORK:-nodelet-test}"
+NODELET_TEST_CNI_BIN="${NODELET_TEST_CNI_BIN:-/usr/lib/cni}"
+NODELET_TEST_LOG_LEVEL="${NODELET_TEST_LOG_LEVEL:-info}"
+
+CTD_ROOT="$NODELET_TEST_VAR/containerd"
+CTD_STATE="$NODELET_TEST_RUN/containerd"
+CTD_SOCK="$NODELET_TEST_RUN/containerd.sock"
+CTD_CONFIG="$NODELET_TEST_VAR/containerd.toml"
+CTD_LOG="$NODELET_TEST_VAR/containerd.log"
+CTD_PIDFILE="$NODELET_TEST_RUN/containerd.pid"
+# A copy of the config and CNI conflist the running instance was started with.
+CTD_RUNNING_CONFIG="$NODELET_TEST_RUN/containerd.running"
+CTD_LOCK="$NODELET_TEST_VAR/containerd.lock"
+CTD_RUNC_ROOT="$NODELET_TEST_RUN/runc"
+CNI_CONF_DIR="$NODELET_TEST_VAR/cni/net.d"
+CNI_CONFLIST="$CNI_CONF_DIR/10-$NODELET_TEST_CNI_NETWORK.conflist"
+CNI_DATA_DIR="$NODELET_TEST_VAR/cni/networks"
+REGISTRY_HOSTS_DIR="$NODELET_TEST_VAR/certs.d"
+K8S_NAMESPACE="k8s.io"
+
+PAUSE_IMAGE="localhost/pause:1"
+TESTBOX_IMAGE="localhost/testbox:1"
+
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+IMAGES_TARGET_DIR="${NODELET_TEST_IMAGES_TARGET:-$REPO_DIR/target/images}"
+IMAGES_OUT_DIR="$IMAGES_TARGET_DIR/oci"
+
+log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+die() {
+	printf '%s: error: %s\n' "${0##*/}" "$*" >&2
+	exit 1
+}
+
+require_root() {
+	[ "$(id -u)" = 0 ] || die "must run as root (containerd, mounts, network)"
+}
+
+# ctr against the project-local containerd, in the CRI's namespace.
+ctr_local() { ctr --address "$CTD_SOCK" --namespace "$K8S_NAMESPACE" "$@"; }
+
+# True when our containerd answers on its socket.
+ctd_responsive() { timeout 5 ctr --address "$CTD_SOCK" version >/dev/null 2>&1; }
+
+# The full argv of a process, NUL separators turned into spaces; empty if it is gone.
+proc_cmdline() { { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null || true; }
+
+# PIDs of processes whose argv[0] ends in "/$1" (or is "$1") and whose command line contains
+# every further argument as a substring. Exact by construction: never matches by a broad name.
+pids_matching() {
+	local name="$1" pid cmd argv0
+	shift
+	for dir in /proc/[0-9]*; do
+		pid="${dir#/proc/}"
+		cmd="$(proc_cmdline "$pid")"
+		[ -n "$cmd" ] || continue
+		argv0="${cmd%% *}"
+		[ "$argv0" = "$name" ] || [ "${argv0##*/}" = "$name" ] || continue
+		local needle ok=1
+		for needle in "$@"; do
+			case "$cmd" in *"$needle"*) ;; *) ok=0 ;; esac
+		done
+		[ "$ok" = 1 ] && echo "$pid"
+	done
+	return 0
+}
+
+# Direct children of a PID.
+child_pids() {
+	local parent="$1" dir ppid
+	for dir in /proc/[0-9]*; do
+		ppid="$(awk '/^PPid:/ {print $2}' "$dir/status" 2>/dev/null || true)"
+		[ "$ppid" = "$parent" ] && echo "${dir#/proc/}"
+	done
+	return 0
+}
+
+# Waits until none of the given PIDs exists (or the timeout in tenths of a second passes).
+wait_gone() {
+	local tenths="$1" pid alive
+	shift
+	while [ "$tenths" -gt 0 ]; do
+		alive=0
+		for pid in "$@"; do
+			[ -d "/proc/$pid" ] && alive=1
+		done
+		[ "$alive" = 0 ] && return 0
+		sleep 0.1
+		tenths=$((tenths - 1))
+	done
+	return 1
+}
