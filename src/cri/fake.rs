@@ -406,7 +406,12 @@ impl Runtime for FakeRuntime {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        if !st.images.contains(&image) {
+        // Like containerd, accept an image by name or by the ID ImageStatus reported.
+        let known = st.images.contains(&image)
+            || image
+                .strip_prefix("sha256:")
+                .is_some_and(|name| st.images.contains(name));
+        if !known {
             return Err(Error::Call {
                 op: "create_container",
                 target: image.clone(),

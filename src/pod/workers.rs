@@ -188,6 +188,7 @@ impl Worker {
                         .observe(started.elapsed().as_secs_f64());
                     match result {
                         Ok(SyncOutcome::Acted) => Next::Now,
+                        Ok(SyncOutcome::Retry) => Next::WaitUntil(Instant::now() + ERROR_RETRY),
                         Ok(SyncOutcome::Idle) => Next::WaitUntil(Instant::now() + self.resync),
                         Ok(SyncOutcome::Terminal) => {
                             tracing::info!("pod is terminal; stopping what remains");

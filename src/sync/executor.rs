@@ -57,6 +57,9 @@ pub struct PodMemory {
 pub enum SyncOutcome {
     /// Actions were taken; sync again right away to publish the new state.
     Acted,
+    /// Some container failed to start; sync again after a pause (or when woken), not in a
+    /// tight loop. (Per-container restart backoff refines this.)
+    Retry,
     /// Nothing to do until something changes.
     Idle,
     /// The pod reached Succeeded/Failed: no container will run again.
@@ -184,7 +187,13 @@ impl PodSyncer {
             return Ok(SyncOutcome::Idle);
         }
         tracing::debug!(?actions, "pod actions");
-        self.execute(pod, &runtime, actions, memory).await?;
+        let failed_starts = self.execute(pod, &runtime, actions, memory).await?;
+        if failed_starts > 0 {
+            // Publish the failure reasons now rather than at the next (delayed) sync.
+            let runtime = self.inspect(&uid).await?;
+            self.publish_status(pod, &runtime, memory, false);
+            return Ok(SyncOutcome::Retry);
+        }
         Ok(SyncOutcome::Acted)
     }
 
@@ -215,7 +224,7 @@ impl PodSyncer {
         runtime: &PodRuntime,
         actions: PodActions,
         memory: &mut PodMemory,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let uid = pod_uid(pod).to_string();
         if actions.kill_pod {
             self.kill_pod(pod, runtime, pod_grace_period(pod)).await;
@@ -243,7 +252,7 @@ impl PodSyncer {
         let wants_start =
             actions.next_init_container.is_some() || !actions.containers_to_start.is_empty();
         if !actions.create_sandbox && !wants_start {
-            return Ok(());
+            return Ok(0);
         }
 
         let volumes =
@@ -289,7 +298,7 @@ impl PodSyncer {
             (id, ips)
         } else {
             let Some(id) = actions.sandbox_id.clone() else {
-                return Ok(());
+                return Ok(0);
             };
             let ips = runtime.sandbox().map(|s| s.ips.clone()).unwrap_or_default();
             (id, ips)
@@ -317,19 +326,24 @@ impl PodSyncer {
         };
         // After a new sandbox, nothing of the old runtime state applies to restart counting
         // except the instance history, which `runtime` still holds.
+        let mut failed = 0;
         if let Some(idx) = actions.next_init_container {
             if let Some(c) = spec_init_containers(pod).get(idx) {
-                self.start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
+                let ok = self
+                    .start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
                     .await;
+                failed += usize::from(!ok);
             }
         }
         for idx in &actions.containers_to_start {
             if let Some(c) = spec_containers(pod).get(*idx) {
-                self.start_container(pod, c, ContainerKind::Regular, runtime, &env, memory)
+                let ok = self
+                    .start_container(pod, c, ContainerKind::Regular, runtime, &env, memory)
                     .await;
+                failed += usize::from(!ok);
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
     fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig> {
@@ -452,7 +466,7 @@ impl PodSyncer {
         runtime: &PodRuntime,
         env: &StartEnv<'_>,
         memory: &mut PodMemory,
-    ) {
+    ) -> bool {
         let span = tracing::info_span!("container", container = %container.name);
         let result = self
             .try_start_container(pod, container, kind, runtime, env)
@@ -464,12 +478,14 @@ impl PodSyncer {
                 memory.start_failures.remove(&container.name);
                 metrics().started_containers_total.inc();
                 tracing::info!(container.id = %id, "Started container");
+                true
             }
             Err(failure) => {
                 tracing::warn!(reason = %failure.reason, message = %failure.message, "container failed to start");
                 memory
                     .start_failures
                     .insert(container.name.clone(), failure);
+                false
             }
         }
     }

@@ -1,0 +1,326 @@
+//! Component tests: pod workers and the executor against the in-memory fake runtime, with
+//! tokio's clock paused so timings are exact and the tests take milliseconds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tokio_util::sync::CancellationToken;
+
+use nodelet::clock::Clock;
+use nodelet::cri::fake::FakeRuntime;
+use nodelet::node::NodeInfo;
+use nodelet::pod::{PodWork, PodWorkers};
+use nodelet::status::StatusManager;
+use nodelet::sync::executor::{PodSyncer, SyncSettings};
+
+struct Harness {
+    fake: Arc<FakeRuntime>,
+    status: StatusManager,
+    workers: PodWorkers,
+    _dir: tempfile::TempDir,
+    cancel: CancellationToken,
+}
+
+fn harness() -> Harness {
+    let clock = Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
+    let fake = Arc::new(FakeRuntime::new(clock));
+    fake.add_image("localhost/app:1");
+    let dir = tempfile::tempdir().unwrap();
+    let status = StatusManager::new();
+    let syncer = PodSyncer {
+        runtime: fake.clone(),
+        images: fake.clone(),
+        status: status.clone(),
+        node: Arc::new(NodeInfo {
+            name: "node1".into(),
+            host_ips: vec!["192.168.1.10".into()],
+            cpu_capacity_milli: 2000,
+            memory_capacity: 4 << 30,
+        }),
+        settings: Arc::new(SyncSettings {
+            root_dir: dir.path().join("root"),
+            pod_logs_dir: dir.path().join("logs"),
+            cgroup_driver: nodelet::cgroup::Driver::Cgroupfs,
+            cgroup_root: "/".into(),
+            cgroups_per_qos: true,
+            cluster_dns: vec![],
+            cluster_domain: String::new(),
+            resolv_conf: None,
+            runtime_name: "fake".into(),
+        }),
+        clock,
+    };
+    let cancel = CancellationToken::new();
+    let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone());
+    Harness {
+        fake,
+        status,
+        workers,
+        _dir: dir,
+        cancel,
+    }
+}
+
+fn pod(uid: &str, policy: &str, containers: &[&str], image: &str) -> Arc<Pod> {
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{uid}-node1")),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some(policy.into()),
+            termination_grace_period_seconds: Some(7),
+            containers: containers
+                .iter()
+                .map(|n| Container {
+                    name: n.to_string(),
+                    image: Some(image.into()),
+                    image_pull_policy: Some("Never".into()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+impl Harness {
+    /// Lets the workers run until `check` holds (at most 100 steps of 10 ms of paused time).
+    async fn settle(&self, what: &str, check: impl Fn(&Self) -> bool) {
+        for _ in 0..100 {
+            if check(self) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "never reached: {what}\ncalls: {:#?}\nstatuses: {:#?}",
+            self.fake
+                .calls()
+                .iter()
+                .map(|c| format!("{} {} {}", c.op, c.target, c.detail))
+                .collect::<Vec<_>>(),
+            self.status
+                .pods()
+                .iter()
+                .map(|p| p.status.clone())
+                .collect::<Vec<_>>()
+        );
+    }
+
+    fn phase(&self, uid: &str) -> String {
+        self.status
+            .status(uid)
+            .and_then(|s| s.phase)
+            .unwrap_or_default()
+    }
+
+    fn restart_count(&self, uid: &str, container: &str) -> i32 {
+        self.status
+            .status(uid)
+            .and_then(|s| s.container_statuses)
+            .and_then(|cs| cs.into_iter().find(|c| c.name == container))
+            .map_or(-1, |c| c.restart_count)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn starts_sandbox_then_containers_in_order_and_reports_running() {
+    let h = harness();
+    h.workers.update(PodWork::Sync(pod(
+        "u1",
+        "Always",
+        &["a", "b"],
+        "localhost/app:1",
+    )));
+    h.settle("both running and Ready", |h| {
+        h.phase("u1") == "Running" && h.fake.running_container_names() == ["a", "b"]
+    })
+    .await;
+    let ops: Vec<String> = h
+        .fake
+        .calls()
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.op,
+                "run_pod_sandbox" | "create_container" | "start_container"
+            )
+        })
+        .map(|c| format!("{} {}", c.op, c.target))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "run_pod_sandbox default/u1-node1",
+            "create_container a",
+            "start_container a",
+            "create_container b",
+            "start_container b"
+        ]
+    );
+    let status = h.status.status("u1").unwrap();
+    let ready = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.2"));
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn always_restarts_an_exited_container_and_keeps_its_last_state() {
+    let h = harness();
+    h.workers.update(PodWork::Sync(pod(
+        "u2",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    h.fake.exit_container("a", 2);
+    h.workers.wake("u2");
+    h.settle("restarted once", |h| {
+        h.restart_count("u2", "a") == 1 && h.fake.running_container_names() == ["a"]
+    })
+    .await;
+    let cs = h.status.status("u2").unwrap().container_statuses.unwrap();
+    let last = cs[0]
+        .last_state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .as_ref()
+        .unwrap();
+    assert_eq!(last.exit_code, 2);
+    assert_eq!(last.reason.as_deref(), Some("Error"));
+    assert_eq!(
+        h.fake.calls_of("run_pod_sandbox").len(),
+        1,
+        "the sandbox is kept"
+    );
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_policy_failure_makes_the_pod_failed_and_stops_the_sandbox() {
+    let h = harness();
+    h.workers
+        .update(PodWork::Sync(pod("u3", "Never", &["a"], "localhost/app:1")));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    h.fake.exit_container("a", 3);
+    h.workers.wake("u3");
+    h.settle("Failed", |h| h.phase("u3") == "Failed").await;
+    h.settle("sandbox stopped", |h| {
+        !h.fake.calls_of("stop_pod_sandbox").is_empty()
+    })
+    .await;
+    assert!(
+        h.fake.calls_of("create_container").len() == 1,
+        "never restarted"
+    );
+    // Resyncs after the pod is terminal do nothing.
+    let before = h.fake.calls().len();
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let after: Vec<_> = h.fake.calls()[before..]
+        .iter()
+        .filter(|c| !matches!(c.op, "image_status"))
+        .map(|c| c.op)
+        .collect();
+    assert!(
+        after
+            .iter()
+            .all(|op| *op != "create_container" && *op != "run_pod_sandbox"),
+        "{after:?}"
+    );
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn kill_with_remove_stops_with_the_grace_period_and_forgets_the_pod() {
+    let h = harness();
+    let p = pod("u4", "Always", &["a", "b"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names().len() == 2)
+        .await;
+    h.workers.update(PodWork::Kill {
+        pod: p,
+        grace: None,
+        remove: true,
+    });
+    h.settle("removed", |h| {
+        h.fake.sandbox_count() == 0 && !h.workers.has_worker("u4")
+    })
+    .await;
+    let stops: Vec<String> = h
+        .fake
+        .calls()
+        .iter()
+        .filter(|c| c.op == "stop_container")
+        .map(|c| c.detail.clone())
+        .collect();
+    assert_eq!(
+        stops,
+        ["timeout=7", "timeout=7"],
+        "both containers stopped with the pod's grace period"
+    );
+    assert_eq!(h.fake.container_count(), 0);
+    assert!(h.status.status("u4").is_none());
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_image_with_never_policy_waits_with_err_image_never_pull() {
+    let h = harness();
+    h.workers.update(PodWork::Sync(pod(
+        "u5",
+        "Always",
+        &["a"],
+        "localhost/missing:1",
+    )));
+    h.settle("ErrImageNeverPull", |h| {
+        h.status
+            .status("u5")
+            .and_then(|s| s.container_statuses)
+            .and_then(|cs| cs[0].state.clone())
+            .and_then(|s| s.waiting)
+            .and_then(|w| w.reason)
+            .as_deref()
+            == Some("ErrImageNeverPull")
+    })
+    .await;
+    assert_eq!(h.phase("u5"), "Pending");
+    assert!(h.fake.calls_of("create_container").is_empty());
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_pod_that_comes_back_is_started_again() {
+    let h = harness();
+    let p = pod("u6", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    // Removal and return in quick succession: the latest update wins.
+    h.workers.update(PodWork::Kill {
+        pod: p.clone(),
+        grace: Some(Duration::ZERO),
+        remove: true,
+    });
+    h.workers.update(PodWork::Sync(p));
+    h.settle("running again", |h| {
+        h.fake.running_container_names() == ["a"] && h.phase("u6") == "Running"
+    })
+    .await;
+    h.cancel.cancel();
+}
