@@ -387,6 +387,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             cluster_domain: cfg.cluster_domain.clone(),
             resolv_conf: Some(cfg.resolv_conf.clone()).filter(|p| !p.as_os_str().is_empty()),
             runtime_name,
+            crash_loop_backoff: cfg.crash_loop_back_off_delays(),
+            cgroup_v2: nodelet::cgroup::is_cgroup2_unified(std::path::Path::new("/sys/fs/cgroup")),
         }),
         clock: Clock::system(),
     };

@@ -24,6 +24,10 @@ struct Harness {
 }
 
 fn harness() -> Harness {
+    harness_with_backoff((Duration::from_secs(10), Duration::from_secs(300)))
+}
+
+fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
     let clock = Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
     let fake = Arc::new(FakeRuntime::new(clock));
     fake.add_image("localhost/app:1");
@@ -49,6 +53,8 @@ fn harness() -> Harness {
             cluster_domain: String::new(),
             resolv_conf: None,
             runtime_name: "fake".into(),
+            crash_loop_backoff,
+            cgroup_v2: false,
         }),
         clock,
     };
@@ -322,5 +328,94 @@ async fn a_removed_pod_that_comes_back_is_started_again() {
         h.fake.running_container_names() == ["a"] && h.phase("u6") == "Running"
     })
     .await;
+    h.cancel.cancel();
+}
+
+/// A container that fails the moment it starts is restarted at once the first time, then at 10,
+/// 30, 70, 150, 310 and 610 s (10 s doubling, capped at 300 s), measured from each instance's
+/// finishedAt.
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backoff_restart_times() {
+    let h = harness();
+    h.workers.update(PodWork::Sync(pod(
+        "u7",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    let t0 = tokio::time::Instant::now();
+    let mut starts = Vec::new();
+    let mut seen = 0;
+    while starts.len() < 8 {
+        let calls: Vec<_> = h
+            .fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == "start_container")
+            .collect();
+        if calls.len() > seen {
+            seen = calls.len();
+            starts.push((calls[seen - 1].at - t0).as_secs());
+            h.fake.exit_container("a", 1);
+            h.workers.wake("u7");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(1000),
+            "starts so far: {starts:?}"
+        );
+    }
+    // The first entry is the initial start; the restarts follow.
+    assert_eq!(starts, [0, 0, 10, 30, 70, 150, 310, 610]);
+    // Between restarts the container waits with the kubelet's reason and message.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let waiting = h.status.status("u7").unwrap().container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some("back-off 5m0s restarting failed container=a pod=u7-node1_default(u7)")
+    );
+    assert_eq!(h.restart_count("u7", "a"), 7);
+    h.cancel.cancel();
+}
+
+/// `maxContainerRestartPeriod: 2s`: the initial delay is min(10 s, 2 s) and the cap 2 s.
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backoff_with_a_two_second_cap() {
+    let h = harness_with_backoff((Duration::from_secs(2), Duration::from_secs(2)));
+    h.workers.update(PodWork::Sync(pod(
+        "u8",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    let t0 = tokio::time::Instant::now();
+    let mut starts = Vec::new();
+    let mut seen = 0;
+    while starts.len() < 6 {
+        let calls: Vec<_> = h
+            .fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == "start_container")
+            .collect();
+        if calls.len() > seen {
+            seen = calls.len();
+            starts.push((calls[seen - 1].at - t0).as_secs());
+            h.fake.exit_container("a", 1);
+            h.workers.wake("u8");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(100),
+            "starts so far: {starts:?}"
+        );
+    }
+    assert_eq!(starts, [0, 0, 2, 4, 6, 8]);
     h.cancel.cancel();
 }

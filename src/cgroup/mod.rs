@@ -209,8 +209,24 @@ pub fn pod_cgroup_parent(
     pod_cgroup_name(pod, cgroup_root).to_driver(driver)
 }
 
+/// True when `mount_point` (normally `/sys/fs/cgroup`) is the unified cgroup v2 hierarchy. Hybrid
+/// hosts (v1 controllers with a v2 mount at `/sys/fs/cgroup/unified`) are not unified.
+pub fn is_cgroup2_unified(mount_point: &std::path::Path) -> bool {
+    match nix::sys::statfs::statfs(mount_point) {
+        Ok(fs) => fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC,
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_plain_directory_is_not_cgroup2() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!super::is_cgroup2_unified(dir.path()));
+        assert!(!super::is_cgroup2_unified(&dir.path().join("missing")));
+    }
+
     use super::resources::test_support::{container, pod, sidecar};
     use super::*;
 

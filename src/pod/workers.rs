@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::metrics::metrics;
-use crate::sync::executor::{pod_grace_period, pod_uid, PodMemory, PodSyncer, SyncOutcome};
+use crate::sync::executor::{pod_grace_period, pod_uid, PodSyncer, SyncOutcome};
 
 /// What the pod manager wants of a pod.
 #[derive(Debug, Clone)]
@@ -173,10 +173,7 @@ enum Next {
 impl Worker {
     async fn run(mut self) {
         let mut phase = Phase::Syncing;
-        let mut memory = PodMemory {
-            first_seen: Some(Instant::now()),
-            ..Default::default()
-        };
+        let mut memory = self.syncer.new_memory();
         loop {
             let work = self.updates.borrow_and_update().clone();
             let next = match (&work, phase) {
@@ -188,7 +185,7 @@ impl Worker {
                         .observe(started.elapsed().as_secs_f64());
                     match result {
                         Ok(SyncOutcome::Acted) => Next::Now,
-                        Ok(SyncOutcome::Retry) => Next::WaitUntil(Instant::now() + ERROR_RETRY),
+                        Ok(SyncOutcome::Retry(after)) => Next::WaitUntil(Instant::now() + after),
                         Ok(SyncOutcome::Idle) => Next::WaitUntil(Instant::now() + self.resync),
                         Ok(SyncOutcome::Terminal) => {
                             tracing::info!("pod is terminal; stopping what remains");
@@ -216,10 +213,7 @@ impl Worker {
                 (PodWork::Sync(_), Phase::Terminated { comes_back: true }) => {
                     tracing::info!("pod returned after termination; starting it again");
                     phase = Phase::Syncing;
-                    memory = PodMemory {
-                        first_seen: Some(Instant::now()),
-                        ..Default::default()
-                    };
+                    memory = self.syncer.new_memory();
                     Next::Now
                 }
                 (PodWork::Sync(_), Phase::Terminated { comes_back: false }) => Next::WaitForUpdate,
@@ -268,10 +262,7 @@ impl Worker {
                     if self.updates.has_changed().unwrap_or(false) {
                         drop(registry);
                         phase = Phase::Syncing;
-                        memory = PodMemory {
-                            first_seen: Some(Instant::now()),
-                            ..Default::default()
-                        };
+                        memory = self.syncer.new_memory();
                         continue;
                     }
                     registry.remove(&self.uid);

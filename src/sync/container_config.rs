@@ -105,6 +105,8 @@ pub struct ContainerContext<'a> {
     /// KubeletConfiguration `seccompDefault`: RuntimeDefault instead of Unconfined when the
     /// pod sets no profile.
     pub seccomp_default: bool,
+    /// The node runs the unified cgroup v2 hierarchy (`cgroup::is_cgroup2_unified`).
+    pub cgroup_v2: bool,
 }
 
 /// The CFS period containers get (`cpuCFSQuotaPeriod` default).
@@ -438,9 +440,7 @@ pub(crate) fn supplemental_groups_policy(policy: Option<&str>) -> Result<i32, Co
 }
 
 /// `calculateLinuxResources`: cpu shares from the request (the limit when only that is set),
-/// CFS quota from the limit (0 = unlimited), the memory limit, and `memory.oom.group` so an OOM
-/// kills the whole container, as the kubelet does on cgroup v2 by default
-/// (`singleProcessOOMKill: false`).
+/// CFS quota from the limit (0 = unlimited), and the memory limit.
 pub(crate) fn linux_resources(
     cpu_request_milli: Option<i64>,
     cpu_limit_milli: i64,
@@ -454,7 +454,6 @@ pub(crate) fn linux_resources(
         memory_limit_in_bytes: memory_limit.max(0),
         cpu_period: i64::try_from(CPU_PERIOD).unwrap_or(i64::MAX),
         cpu_quota: milli_cpu_to_quota(cpu_limit_milli, CPU_PERIOD),
-        unified: HashMap::from([("memory.oom.group".to_string(), "1".to_string())]),
         ..Default::default()
     }
 }
@@ -465,6 +464,7 @@ fn container_resources(
     pod: &Pod,
     container: &Container,
     memory_capacity: u64,
+    cgroup_v2: bool,
 ) -> api::LinuxContainerResources {
     let requests = container_requests(container);
     let limits = container_limits(container);
@@ -481,6 +481,11 @@ fn container_resources(
     }
     let mut resources = linux_resources(requests.cpu_milli, cpu_limit, memory_limit);
     resources.oom_score_adj = oom_score_adj(pod, container, memory_capacity);
+    if cgroup_v2 {
+        // An OOM kills the whole container, as the kubelet does on cgroup v2 by default
+        // (`singleProcessOOMKill: false`). runc rejects `unified` on cgroup v1.
+        resources.unified = HashMap::from([("memory.oom.group".to_string(), "1".to_string())]);
+    }
     resources
 }
 
@@ -868,7 +873,12 @@ pub fn container_config(
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
-            resources: Some(container_resources(pod, container, ctx.memory_capacity)),
+            resources: Some(container_resources(
+                pod,
+                container,
+                ctx.memory_capacity,
+                ctx.cgroup_v2,
+            )),
             security_context: Some(linux_security_context(pod, container, &base, ctx)?),
         }),
         ..Default::default()
@@ -920,6 +930,7 @@ mod tests {
             node_name_label: "node-1",
             seccomp_profile_root: Path::new("/var/lib/nodelet/seccomp"),
             seccomp_default: false,
+            cgroup_v2: true,
         }
     }
 
@@ -1110,6 +1121,16 @@ mod tests {
             );
             assert_eq!(r.unified["memory.oom.group"], "1");
         }
+        // runc rejects `unified` on cgroup v1, so it is only set on v2.
+        let c = resourced("app", "", "memory=1Gi");
+        let p = pod_with(vec![c.clone()]);
+        let volumes = BTreeMap::new();
+        let v1 = ContainerContext {
+            cgroup_v2: false,
+            ..ctx(&volumes)
+        };
+        let cfg = container_config(&p, &c, ContainerKind::Regular, &v1).unwrap();
+        assert!(cfg.linux.unwrap().resources.unwrap().unified.is_empty());
     }
 
     #[test]

@@ -13,11 +13,13 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use tracing::Instrument;
 
 use super::actions::{compute_pod_actions, ActionInputs, PodActions};
-use super::container_config::verify_run_as_non_root;
 use super::container_config::{container_config, container_hash, ContainerContext};
+use super::container_config::{format_pod, verify_run_as_non_root};
 use super::sandbox_config::{container_log_dir, pod_log_dir, sandbox_config, SandboxContext};
+use crate::backoff::Backoff;
 use crate::cgroup;
 use crate::clock::Clock;
+use crate::config::format_duration;
 use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::metrics::metrics;
 use crate::node::NodeInfo;
@@ -40,13 +42,24 @@ pub struct SyncSettings {
     pub resolv_conf: Option<PathBuf>,
     /// The runtime's name for `containerID` (`containerd://<id>`).
     pub runtime_name: String,
+    /// Restart backoff (initial, max): 10 s / 300 s by default, see `crashLoopBackOff`.
+    pub crash_loop_backoff: (Duration, Duration),
+    /// Whether the node is on the unified cgroup v2 hierarchy.
+    pub cgroup_v2: bool,
 }
 
+/// Image pull backoff, as the kubelet's (10 s doubling to 300 s).
+pub const IMAGE_BACKOFF: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(300));
+
 /// Per-pod memory the worker keeps between syncs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PodMemory {
     /// The kubelet's "reason cache": why the last start of each container failed.
     pub start_failures: BTreeMap<String, StartFailure>,
+    /// Restart backoff, keyed per container (CrashLoopBackOff).
+    pub restart_backoff: Backoff,
+    /// Image pull backoff, keyed per image (ImagePullBackOff).
+    pub image_backoff: Backoff,
     /// When nodelet first saw the pod, for the pod start duration metric.
     pub first_seen: Option<tokio::time::Instant>,
     pub start_recorded: bool,
@@ -57,14 +70,18 @@ pub struct PodMemory {
 pub enum SyncOutcome {
     /// Actions were taken; sync again right away to publish the new state.
     Acted,
-    /// Some container failed to start; sync again after a pause (or when woken), not in a
-    /// tight loop. (Per-container restart backoff refines this.)
-    Retry,
+    /// Some container could not start (failure or backoff); sync again after this delay, or
+    /// earlier when something changes.
+    Retry(Duration),
     /// Nothing to do until something changes.
     Idle,
     /// The pod reached Succeeded/Failed: no container will run again.
     Terminal,
 }
+
+/// How long to wait before retrying a sync whose starts failed with no backoff of their own
+/// (the kubelet's pod worker error backoff).
+pub const SYNC_ERROR_RETRY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -125,6 +142,18 @@ fn image_pull_policy(container: &Container) -> &str {
 }
 
 impl PodSyncer {
+    /// Fresh per-pod memory with this node's backoff settings.
+    pub fn new_memory(&self) -> PodMemory {
+        let (initial, max) = self.settings.crash_loop_backoff;
+        PodMemory {
+            start_failures: BTreeMap::new(),
+            restart_backoff: Backoff::new(initial, max),
+            image_backoff: Backoff::new(IMAGE_BACKOFF.0, IMAGE_BACKOFF.1),
+            first_seen: Some(tokio::time::Instant::now()),
+            start_recorded: false,
+        }
+    }
+
     pub async fn inspect(&self, uid: &str) -> Result<PodRuntime> {
         cri::model::inspect_pod(self.runtime.as_ref(), &self.node.name, uid)
             .await
@@ -187,12 +216,11 @@ impl PodSyncer {
             return Ok(SyncOutcome::Idle);
         }
         tracing::debug!(?actions, "pod actions");
-        let failed_starts = self.execute(pod, &runtime, actions, memory).await?;
-        if failed_starts > 0 {
+        if let Some(retry) = self.execute(pod, &runtime, actions, memory).await? {
             // Publish the failure reasons now rather than at the next (delayed) sync.
             let runtime = self.inspect(&uid).await?;
             self.publish_status(pod, &runtime, memory, false);
-            return Ok(SyncOutcome::Retry);
+            return Ok(SyncOutcome::Retry(retry));
         }
         Ok(SyncOutcome::Acted)
     }
@@ -218,13 +246,14 @@ impl PodSyncer {
         }
     }
 
+    /// Carries out the actions; when a container could not start, returns when to retry.
     async fn execute(
         &self,
         pod: &Pod,
         runtime: &PodRuntime,
         actions: PodActions,
         memory: &mut PodMemory,
-    ) -> Result<usize> {
+    ) -> Result<Option<Duration>> {
         let uid = pod_uid(pod).to_string();
         if actions.kill_pod {
             self.kill_pod(pod, runtime, pod_grace_period(pod)).await;
@@ -252,7 +281,7 @@ impl PodSyncer {
         let wants_start =
             actions.next_init_container.is_some() || !actions.containers_to_start.is_empty();
         if !actions.create_sandbox && !wants_start {
-            return Ok(0);
+            return Ok(None);
         }
 
         let volumes =
@@ -298,7 +327,7 @@ impl PodSyncer {
             (id, ips)
         } else {
             let Some(id) = actions.sandbox_id.clone() else {
-                return Ok(0);
+                return Ok(None);
             };
             let ips = runtime.sandbox().map(|s| s.ips.clone()).unwrap_or_default();
             (id, ips)
@@ -326,24 +355,29 @@ impl PodSyncer {
         };
         // After a new sandbox, nothing of the old runtime state applies to restart counting
         // except the instance history, which `runtime` still holds.
-        let mut failed = 0;
-        if let Some(idx) = actions.next_init_container {
-            if let Some(c) = spec_init_containers(pod).get(idx) {
-                let ok = self
-                    .start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
-                    .await;
-                failed += usize::from(!ok);
+        let mut retry: Option<Duration> = None;
+        let starts = actions
+            .next_init_container
+            .and_then(|i| {
+                spec_init_containers(pod)
+                    .get(i)
+                    .map(|c| (c, ContainerKind::Init))
+            })
+            .into_iter()
+            .chain(actions.containers_to_start.iter().filter_map(|i| {
+                spec_containers(pod)
+                    .get(*i)
+                    .map(|c| (c, ContainerKind::Regular))
+            }));
+        for (c, kind) in starts {
+            if let Some(after) = self
+                .start_container(pod, c, kind, runtime, &env, memory)
+                .await
+            {
+                retry = Some(retry.map_or(after, |r| r.min(after)));
             }
         }
-        for idx in &actions.containers_to_start {
-            if let Some(c) = spec_containers(pod).get(*idx) {
-                let ok = self
-                    .start_container(pod, c, ContainerKind::Regular, runtime, &env, memory)
-                    .await;
-                failed += usize::from(!ok);
-            }
-        }
-        Ok(failed)
+        Ok(retry)
     }
 
     fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig> {
@@ -401,13 +435,53 @@ impl PodSyncer {
         Ok(id)
     }
 
+    /// The kubelet's `doBackOff`: a container whose newest exited instance finished less than
+    /// its backoff ago waits (CrashLoopBackOff); otherwise the backoff advances and it starts.
+    fn check_restart_backoff(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        runtime: &PodRuntime,
+        memory: &mut PodMemory,
+    ) -> std::result::Result<(), (StartFailure, Option<Duration>)> {
+        let Some(exited) = runtime
+            .instances(&container.name)
+            .find(|c| c.state == ContainerState::Exited)
+        else {
+            return Ok(());
+        };
+        let finished = exited.finished_at.unwrap_or(exited.created_at);
+        let key = format!("{}_{}", format_pod(pod), container.name);
+        let now = self.clock.now();
+        if let Some(remaining) = memory.restart_backoff.remaining_since(&key, finished, now) {
+            let delay = memory.restart_backoff.get(&key);
+            return Err((
+                StartFailure {
+                    reason: "CrashLoopBackOff".into(),
+                    message: format!(
+                        "back-off {} restarting failed container={} pod={}",
+                        format_duration(delay),
+                        container.name,
+                        format_pod(pod)
+                    ),
+                },
+                Some(remaining),
+            ));
+        }
+        memory.restart_backoff.next(&key, finished);
+        Ok(())
+    }
+
     /// Pulls the image as the container's imagePullPolicy says; returns the image as the
-    /// runtime knows it (its ID), which is what the container is created from.
+    /// runtime knows it (its ID), which is what the container is created from. Failed pulls
+    /// back off per image (ImagePullBackOff).
     async fn ensure_image(
         &self,
+        pod: &Pod,
         container: &Container,
         sandbox_config: &api::PodSandboxConfig,
-    ) -> std::result::Result<api::Image, StartFailure> {
+        memory: &mut PodMemory,
+    ) -> std::result::Result<api::Image, (StartFailure, Option<Duration>)> {
         let image = container.image.as_deref().unwrap_or_default();
         let inspect = || async {
             self.images
@@ -418,16 +492,30 @@ impl PodSyncer {
                     message: format!("Failed to inspect image {image:?}: {}", e.runtime_message()),
                 })
         };
-        let present = inspect().await?;
+        let present = inspect().await.map_err(|f| (f, None))?;
         match (image_pull_policy(container), present) {
-            ("Never", None) => Err(StartFailure {
-                reason: "ErrImageNeverPull".into(),
-                message: format!(
-                    "Container image {image:?} is not present with pull policy of Never"
-                ),
-            }),
+            ("Never", None) => Err((
+                StartFailure {
+                    reason: "ErrImageNeverPull".into(),
+                    message: format!(
+                        "Container image {image:?} is not present with pull policy of Never"
+                    ),
+                },
+                None,
+            )),
             ("Never" | "IfNotPresent", Some(found)) => Ok(found),
             _ => {
+                let key = format!("{}_{image}", pod_uid(pod));
+                let now = self.clock.now();
+                if let Some(remaining) = memory.image_backoff.remaining_since_update(&key, now) {
+                    return Err((
+                        StartFailure {
+                            reason: "ImagePullBackOff".into(),
+                            message: format!("Back-off pulling image {image:?}"),
+                        },
+                        Some(remaining),
+                    ));
+                }
                 tracing::info!(image, "Pulling image");
                 let started = tokio::time::Instant::now();
                 match self
@@ -441,7 +529,8 @@ impl PodSyncer {
                             seconds = started.elapsed().as_secs_f64(),
                             "Successfully pulled image"
                         );
-                        match inspect().await? {
+                        memory.image_backoff.reset(&key);
+                        match inspect().await.map_err(|f| (f, None))? {
                             Some(found) => Ok(found),
                             None => Ok(api::Image {
                                 id: image_ref,
@@ -449,10 +538,16 @@ impl PodSyncer {
                             }),
                         }
                     }
-                    Err(e) => Err(StartFailure {
-                        reason: "ErrImagePull".into(),
-                        message: e.runtime_message(),
-                    }),
+                    Err(e) => {
+                        memory.image_backoff.next(&key, self.clock.now());
+                        Err((
+                            StartFailure {
+                                reason: "ErrImagePull".into(),
+                                message: e.runtime_message(),
+                            },
+                            Some(memory.image_backoff.get(&key)),
+                        ))
+                    }
                 }
             }
         }
@@ -466,10 +561,10 @@ impl PodSyncer {
         runtime: &PodRuntime,
         env: &StartEnv<'_>,
         memory: &mut PodMemory,
-    ) -> bool {
+    ) -> Option<Duration> {
         let span = tracing::info_span!("container", container = %container.name);
         let result = self
-            .try_start_container(pod, container, kind, runtime, env)
+            .try_start_container(pod, container, kind, runtime, env, memory)
             .instrument(span.clone())
             .await;
         let _guard = span.enter();
@@ -478,14 +573,14 @@ impl PodSyncer {
                 memory.start_failures.remove(&container.name);
                 metrics().started_containers_total.inc();
                 tracing::info!(container.id = %id, "Started container");
-                true
+                None
             }
-            Err(failure) => {
+            Err((failure, retry)) => {
                 tracing::warn!(reason = %failure.reason, message = %failure.message, "container failed to start");
                 memory
                     .start_failures
                     .insert(container.name.clone(), failure);
-                false
+                Some(retry.unwrap_or(SYNC_ERROR_RETRY))
             }
         }
     }
@@ -497,8 +592,13 @@ impl PodSyncer {
         kind: ContainerKind,
         runtime: &PodRuntime,
         env: &StartEnv<'_>,
-    ) -> std::result::Result<String, StartFailure> {
-        let image = self.ensure_image(container, env.sandbox_config).await?;
+        memory: &mut PodMemory,
+    ) -> std::result::Result<String, (StartFailure, Option<Duration>)> {
+        self.check_restart_backoff(pod, container, runtime, memory)?;
+        let image = self
+            .ensure_image(pod, container, env.sandbox_config, memory)
+            .await?;
+        let no_retry = |f: StartFailure| (f, None);
         verify_run_as_non_root(
             pod,
             container,
@@ -508,7 +608,8 @@ impl PodSyncer {
         .map_err(|e| StartFailure {
             reason: "CreateContainerConfigError".into(),
             message: e.to_string(),
-        })?;
+        })
+        .map_err(no_retry)?;
         let restart_count = runtime
             .latest(&container.name)
             .map_or(0, |c| c.restart_count + 1);
@@ -522,10 +623,12 @@ impl PodSyncer {
             uid,
             &container.name,
         );
-        std::fs::create_dir_all(&log_dir).map_err(|e| StartFailure {
-            reason: "CreateContainerConfigError".into(),
-            message: format!("creating log directory {}: {e}", log_dir.display()),
-        })?;
+        std::fs::create_dir_all(&log_dir)
+            .map_err(|e| StartFailure {
+                reason: "CreateContainerConfigError".into(),
+                message: format!("creating log directory {}: {e}", log_dir.display()),
+            })
+            .map_err(no_retry)?;
         let seccomp_root = self.settings.root_dir.join("seccomp");
         let cgroup_parent = env
             .sandbox_config
@@ -549,12 +652,14 @@ impl PodSyncer {
             node_name_label: &self.node.name,
             seccomp_profile_root: &seccomp_root,
             seccomp_default: false,
+            cgroup_v2: self.settings.cgroup_v2,
         };
-        let mut config =
-            container_config(pod, container, kind, &ctx).map_err(|e| StartFailure {
+        let mut config = container_config(pod, container, kind, &ctx)
+            .map_err(|e| StartFailure {
                 reason: "CreateContainerConfigError".into(),
                 message: e.to_string(),
-            })?;
+            })
+            .map_err(no_retry)?;
         // Create from the resolved image, as the kubelet does, keeping what the user wrote.
         if !image.id.is_empty() {
             config.image = Some(api::ImageSpec {
@@ -570,7 +675,8 @@ impl PodSyncer {
             .map_err(|e| StartFailure {
                 reason: "CreateContainerError".into(),
                 message: e.runtime_message(),
-            })?;
+            })
+            .map_err(no_retry)?;
         tracing::info!(container.id = %id, "Created container");
         self.runtime
             .start_container(&id)
@@ -578,7 +684,8 @@ impl PodSyncer {
             .map_err(|e| StartFailure {
                 reason: "RunContainerError".into(),
                 message: e.runtime_message(),
-            })?;
+            })
+            .map_err(no_retry)?;
         Ok(id)
     }
 
