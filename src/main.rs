@@ -257,9 +257,10 @@ fn pods(
 
 fn init_tracing(cfg: &Config) {
     use tracing_subscriber::EnvFilter;
+    // The kubelet's -v levels: up to 2 is the normal operator level, 4 is debugging.
     let default = match cfg.logging.verbosity {
-        0..=1 => "info",
-        2..=3 => "nodelet=debug,info",
+        0..=2 => "info",
+        3..=5 => "nodelet=debug,info",
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));

@@ -311,3 +311,128 @@ async fn editing_a_manifest_replaces_the_pod() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_env_and_downward_api_reach_the_container() {
+    use nodelet::cri::Runtime;
+    let n = Nodelet::start("volumes");
+    let host_dir = n.dir.path().join("host-data");
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::write(host_dir.join("greeting"), "hello from the host").unwrap();
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: vol
+  labels:
+    tier: backend
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: scratch
+    emptyDir: {{}}
+  - name: host
+    hostPath:
+      path: {host}
+      type: Directory
+  containers:
+  - name: writer
+    image: {TESTBOX}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "echo written > /data/file && exec /testbox sleep infinity"]
+    volumeMounts:
+    - name: scratch
+      mountPath: /data
+  - name: reader
+    image: {TESTBOX}
+    imagePullPolicy: Never
+    args: ["serve"]
+    env:
+    - name: GREETING
+      value: hi
+    - name: MESSAGE
+      value: "$(GREETING) there"
+    - name: MY_POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    - name: MY_TIER
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.labels['tier']
+    - name: MEM_LIMIT_MI
+      valueFrom:
+        resourceFieldRef:
+          resource: limits.memory
+          divisor: 1Mi
+    resources:
+      limits:
+        memory: 64Mi
+    volumeMounts:
+    - name: scratch
+      mountPath: /data
+      readOnly: true
+    - name: host
+      mountPath: /host
+      readOnly: true
+"#,
+        host = host_dir.display()
+    );
+    n.write_manifest("vol.yaml", &manifest);
+    let pod = n.wait_pod("vol", T, "running", all_running).await;
+    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let reader = container_status(&pod, "reader")
+        .and_then(|c| c.container_id.clone())
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let rt = runtime();
+    let exec = |cmd: &str| {
+        let rt = rt.clone();
+        let reader = reader.clone();
+        let cmd = cmd.to_string();
+        async move {
+            let r = rt
+                .exec_sync(
+                    &reader,
+                    vec!["/bin/sh".into(), "-c".into(), cmd.clone()],
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("exec {cmd}: {e}"));
+            (
+                r.exit_code,
+                String::from_utf8_lossy(&r.stdout).trim().to_string(),
+            )
+        }
+    };
+    // The emptyDir is shared; the writer may need a moment after it started.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if exec("cat /data/file").await == (0, "written".to_string()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "emptyDir content not visible to the reader"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        exec("cat /host/greeting").await,
+        (0, "hello from the host".into())
+    );
+    assert_ne!(
+        exec("touch /data/x").await.0,
+        0,
+        "a readOnly mount is read-only"
+    );
+    assert_eq!(exec("echo $MESSAGE").await.1, "hi there");
+    assert_eq!(exec("echo $MY_POD_IP").await.1, ip);
+    assert_eq!(exec("echo $MY_TIER").await.1, "backend");
+    assert_eq!(exec("echo $MEM_LIMIT_MI").await.1, "64");
+    assert!(
+        exec("cat /etc/hosts").await.1.contains(&ip),
+        "managed /etc/hosts names the pod IP"
+    );
+}

@@ -17,7 +17,7 @@ use super::SourceSnapshot;
 use crate::clock::Clock;
 
 /// Quiet time after the last filesystem event before rescanning.
-pub const DEBOUNCE: Duration = Duration::from_millis(100);
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
 /// A directory that never goes quiet is still rescanned this often.
 pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 /// `tokio::time::interval` cannot tick at zero; a zero period means "as often as sensible".
