@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::phase::{container_should_restart, get_phase_with_initialized, is_terminal_phase};
+use super::phase::{get_phase_with_initialized, is_terminal_phase};
 use super::{StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING};
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
 use crate::quantity::Quantity;
@@ -238,7 +238,7 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
                 continue;
             }
         }
-        if !should_restart(c, pod, runtime) {
+        if !should_container_be_restarted(c, pod, runtime) {
             continue;
         }
         let Some(failure) = inputs.start_failures.get(&c.name) else {
@@ -264,21 +264,6 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
         statuses.sort_by(|a, b| a.name.cmp(&b.name));
     }
     statuses
-}
-
-/// `ShouldContainerBeRestarted` with the container-level restart policy and rules
-/// (ContainerRestartRules, on by default since 1.35) for an exited container; everything else
-/// is `sync::restart::should_container_be_restarted`.
-fn should_restart(container: &Container, pod: &Pod, runtime: &PodRuntime) -> bool {
-    match runtime.latest(&container.name) {
-        Some(latest)
-            if latest.state == RuntimeState::Exited
-                && pod.metadata.deletion_timestamp.is_none() =>
-        {
-            container_should_restart(container, pod, latest.exit_code)
-        }
-        _ => should_container_be_restarted(container, pod, runtime),
-    }
 }
 
 fn any_regular_container_created(pod: &Pod, runtime: &PodRuntime) -> bool {

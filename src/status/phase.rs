@@ -1,7 +1,7 @@
 //! The pod phase, as the kubelet's `getPhase` computes it (with the ContainerRestartRules
 //! feature, on by default since Kubernetes 1.35).
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 use super::generate::{
     init_containers, is_sidecar, last_terminated, regular_containers, running, terminated, waiting,
@@ -17,43 +17,7 @@ pub fn is_terminal_phase(phase: Option<&str>) -> bool {
     matches!(phase, Some(SUCCEEDED) | Some(FAILED))
 }
 
-/// Whether a container that exited with `exit_code` is restarted, per the API's
-/// `ContainerShouldRestart`: the container's own `restartPolicyRules` first (an `In`/`NotIn`
-/// exit-code rule with action `Restart`), then its own `restartPolicy`, then the pod's
-/// `restartPolicy` (default `Always`).
-pub fn container_should_restart(container: &Container, pod: &Pod, exit_code: i32) -> bool {
-    if let Some(policy) = container.restart_policy.as_deref() {
-        let matched_restart_rule = container
-            .restart_policy_rules
-            .iter()
-            .flatten()
-            .find(|rule| {
-                rule.exit_codes.as_ref().is_some_and(|codes| {
-                    let listed = codes.values.iter().flatten().any(|v| *v == exit_code);
-                    match codes.operator.as_str() {
-                        "In" => listed,
-                        "NotIn" => !listed,
-                        _ => false,
-                    }
-                })
-            })
-            .is_some_and(|rule| rule.action == "Restart");
-        if matched_restart_rule {
-            return true;
-        }
-        match policy {
-            "Always" => return true,
-            "OnFailure" => return exit_code != 0,
-            "Never" => return false,
-            _ => {}
-        }
-    }
-    match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
-        Some("OnFailure") => exit_code != 0,
-        Some("Never") => false,
-        _ => true,
-    }
-}
+pub use crate::sync::restart::container_should_restart;
 
 /// The kubelet's `getPhase` for `statuses` (init and regular container statuses together).
 ///
@@ -206,7 +170,7 @@ fn phase_from_counts(n: &Counts, pod_is_terminal: bool, pod_has_initialized: boo
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        ContainerRestartRule, ContainerRestartRuleOnExitCodes, ContainerState,
+        Container, ContainerRestartRule, ContainerRestartRuleOnExitCodes, ContainerState,
         ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, PodSpec,
     };
 

@@ -6,9 +6,48 @@ use crate::cri::{ContainerState, PodRuntime};
 
 pub use crate::podspec::restart_policy as pod_restart_policy;
 
+/// Whether a container that exited with `exit_code` is restarted, per the API's
+/// `ContainerShouldRestart`: the container's own `restartPolicyRules` first (an `In`/`NotIn`
+/// exit-code rule with action `Restart`), then its own `restartPolicy`, then the pod's
+/// `restartPolicy` (default `Always`).
+pub fn container_should_restart(container: &Container, pod: &Pod, exit_code: i32) -> bool {
+    if let Some(policy) = container.restart_policy.as_deref() {
+        let matched_restart_rule = container
+            .restart_policy_rules
+            .iter()
+            .flatten()
+            .find(|rule| {
+                rule.exit_codes.as_ref().is_some_and(|codes| {
+                    let listed = codes.values.iter().flatten().any(|v| *v == exit_code);
+                    match codes.operator.as_str() {
+                        "In" => listed,
+                        "NotIn" => !listed,
+                        _ => false,
+                    }
+                })
+            })
+            .is_some_and(|rule| rule.action == "Restart");
+        if matched_restart_rule {
+            return true;
+        }
+        match policy {
+            "Always" => return true,
+            "OnFailure" => return exit_code != 0,
+            "Never" => return false,
+            _ => {}
+        }
+    }
+    match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+        Some("OnFailure") => exit_code != 0,
+        Some("Never") => false,
+        _ => true,
+    }
+}
+
 /// True when the kubelet would (re)start this container now or after its backoff:
 /// never while the pod is being deleted; always when it never ran or is in an unknown/created
-/// state; otherwise as the restart policy says for the exit code of its newest instance.
+/// state; otherwise as [`container_should_restart`] says for the exit code of its newest
+/// instance (container rules, then the container's policy, then the pod's).
 pub fn should_container_be_restarted(
     container: &Container,
     pod: &Pod,
@@ -23,11 +62,7 @@ pub fn should_container_be_restarted(
     match latest.state {
         ContainerState::Running => false,
         ContainerState::Unknown | ContainerState::Created => true,
-        ContainerState::Exited => match pod_restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => latest.exit_code != 0,
-            _ => true,
-        },
+        ContainerState::Exited => container_should_restart(container, pod, latest.exit_code),
     }
 }
 
