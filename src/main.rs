@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use nodelet::clock::Clock;
 use nodelet::config::{self, Config, Environment, LogFormat};
+use nodelet::cri::containerd::ContainerdTasks;
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{ImageService, Runtime};
 use nodelet::node::NodeInfo;
@@ -392,6 +393,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             cgroup_v2: nodelet::cgroup::is_cgroup2_unified(std::path::Path::new("/sys/fs/cgroup")),
         }),
         clock: Clock::system(),
+        tasks: match ContainerdTasks::connect(&cfg.containerd_endpoint, &cfg.containerd_namespace) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(e) => {
+                tracing::warn!(error = %e, "containerd task API unavailable; lifecycle.stopSignal falls back to the runtime's stop signal");
+                None
+            }
+        },
     };
     let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
 

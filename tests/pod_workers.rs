@@ -57,6 +57,7 @@ fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
             cgroup_v2: false,
         }),
         clock,
+        tasks: Some(fake.clone()),
     };
     let cancel = CancellationToken::new();
     let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone());
@@ -417,5 +418,216 @@ async fn crash_loop_backoff_with_a_two_second_cap() {
         );
     }
     assert_eq!(starts, [0, 0, 2, 4, 6, 8]);
+    h.cancel.cancel();
+}
+
+fn with_lifecycle(p: Arc<Pod>, f: impl FnOnce(&mut Container)) -> Arc<Pod> {
+    let mut p = (*p).clone();
+    f(&mut p.spec.as_mut().unwrap().containers[0]);
+    Arc::new(p)
+}
+
+fn exec_handler(cmd: &[&str]) -> k8s_openapi::api::core::v1::LifecycleHandler {
+    k8s_openapi::api::core::v1::LifecycleHandler {
+        exec: Some(k8s_openapi::api::core::v1::ExecAction {
+            command: Some(cmd.iter().map(|s| s.to_string()).collect()),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A preStop hook that outlives the grace period is abandoned at its end, and the container
+/// still gets the 2 s minimum window after the stop signal.
+#[tokio::test(start_paused = true)]
+async fn pre_stop_outliving_the_grace_period_gets_a_2s_window() {
+    let h = harness();
+    h.fake.set_exec_behaviour("a", 0, Duration::from_secs(100));
+    let p = with_lifecycle(pod("u9", "Always", &["a"], "localhost/app:1"), |c| {
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            pre_stop: Some(exec_handler(&["sleep", "100"])),
+            ..Default::default()
+        });
+    });
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    let t0 = tokio::time::Instant::now();
+    h.workers.update(PodWork::Kill {
+        pod: p,
+        grace: None,
+        remove: false,
+    });
+    for _ in 0..200 {
+        if !h.fake.calls_of("stop_container").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let calls = h.fake.calls();
+    let hook = calls
+        .iter()
+        .find(|c| c.op == "exec_sync")
+        .expect("preStop ran");
+    assert_eq!(hook.detail, "sleep 100");
+    let stop = calls
+        .iter()
+        .find(|c| c.op == "stop_container")
+        .expect("stopped");
+    assert_eq!(
+        (stop.at - t0).as_secs(),
+        7,
+        "the hook had the whole grace period (7 s)"
+    );
+    assert_eq!(stop.detail, "timeout=2", "then the 2 s minimum window");
+    h.cancel.cancel();
+}
+
+/// preStop time counts against the grace period.
+#[tokio::test(start_paused = true)]
+async fn pre_stop_time_counts_against_the_grace_period() {
+    let h = harness();
+    h.fake.set_exec_behaviour("a", 0, Duration::from_secs(3));
+    let p = with_lifecycle(pod("u10", "Always", &["a"], "localhost/app:1"), |c| {
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            pre_stop: Some(exec_handler(&["drain"])),
+            ..Default::default()
+        });
+    });
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    h.workers.update(PodWork::Kill {
+        pod: p,
+        grace: None,
+        remove: false,
+    });
+    for _ in 0..100 {
+        if !h.fake.calls_of("stop_container").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stop = h
+        .fake
+        .calls()
+        .into_iter()
+        .find(|c| c.op == "stop_container")
+        .expect("stopped");
+    assert_eq!(stop.detail, "timeout=4", "7 s grace - 3 s of preStop");
+    h.cancel.cancel();
+}
+
+/// A grace override of 0 (force) skips preStop and kills at once.
+#[tokio::test(start_paused = true)]
+async fn force_kill_skips_pre_stop() {
+    let h = harness();
+    let p = with_lifecycle(pod("u11", "Always", &["a"], "localhost/app:1"), |c| {
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            pre_stop: Some(exec_handler(&["drain"])),
+            ..Default::default()
+        });
+    });
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    h.workers.update(PodWork::Kill {
+        pod: p,
+        grace: Some(Duration::ZERO),
+        remove: false,
+    });
+    h.settle("stopped", |h| !h.fake.calls_of("stop_container").is_empty())
+        .await;
+    let calls = h.fake.calls();
+    assert!(
+        calls.iter().all(|c| c.op != "exec_sync"),
+        "no preStop on force kill"
+    );
+    let stop = calls.iter().find(|c| c.op == "stop_container").unwrap();
+    assert_eq!(stop.detail, "timeout=0");
+    h.cancel.cancel();
+}
+
+/// `lifecycle.stopSignal` is sent through the task API, then the runtime SIGKILLs what is left.
+#[tokio::test(start_paused = true)]
+async fn stop_signal_is_delivered_before_the_kill() {
+    let h = harness();
+    let p = with_lifecycle(pod("u12", "Always", &["a"], "localhost/app:1"), |c| {
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            stop_signal: Some("SIGUSR1".into()),
+            ..Default::default()
+        });
+    });
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    h.workers.update(PodWork::Kill {
+        pod: p,
+        grace: None,
+        remove: false,
+    });
+    h.settle("stopped", |h| !h.fake.calls_of("stop_container").is_empty())
+        .await;
+    let ops: Vec<String> = h
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c.op, "signal" | "stop_container"))
+        .map(|c| format!("{} {}", c.op, c.detail))
+        .collect();
+    assert_eq!(ops, ["signal signal=10", "stop_container timeout=0"]);
+    h.cancel.cancel();
+}
+
+/// `activeDeadlineSeconds` fails the pod with DeadlineExceeded and kills its containers.
+#[tokio::test(start_paused = true)]
+async fn active_deadline_fails_the_pod() {
+    let h = harness();
+    let mut p = (*pod("u13", "Always", &["a"], "localhost/app:1")).clone();
+    p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+    h.workers.update(PodWork::Sync(Arc::new(p)));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    let t0 = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    assert_eq!(h.phase("u13"), "Running");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.settle("Failed", |h| h.phase("u13") == "Failed").await;
+    let status = h.status.status("u13").unwrap();
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    assert!(h.fake.running_container_names().is_empty());
+    assert!(t0.elapsed() < Duration::from_secs(40));
+    h.cancel.cancel();
+}
+
+/// A failing postStart hook kills the container (reason PostStartHookError) and the pod
+/// restarts it with backoff.
+#[tokio::test(start_paused = true)]
+async fn failing_post_start_kills_the_container() {
+    let h = harness();
+    h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
+    let p = with_lifecycle(pod("u14", "Always", &["a"], "localhost/app:1"), |c| {
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            post_start: Some(exec_handler(&["false"])),
+            ..Default::default()
+        });
+    });
+    h.workers.update(PodWork::Sync(p));
+    h.settle("PostStartHookError", |h| {
+        h.status
+            .status("u14")
+            .and_then(|s| s.container_statuses)
+            .and_then(|cs| cs[0].state.clone()?.waiting?.reason)
+            .is_some_and(|r| r == "PostStartHookError" || r == "CrashLoopBackOff")
+    })
+    .await;
+    assert!(
+        h.fake.running_container_names().is_empty(),
+        "the container was killed"
+    );
+    assert_eq!(h.fake.calls_of("stop_container").len(), 1);
     h.cancel.cancel();
 }

@@ -53,6 +53,8 @@ struct State {
     calls: Vec<Call>,
     /// Exit code a container reports when stopped (per container name); 143 if unset.
     stop_exit_codes: HashMap<String, i32>,
+    /// How ExecSync behaves per container name: (exit code, how long it takes).
+    exec_behaviour: HashMap<String, (i32, Duration)>,
 }
 
 #[derive(Clone)]
@@ -112,6 +114,14 @@ impl FakeRuntime {
         self.lock()
             .stop_exit_codes
             .insert(container_name.to_string(), code);
+    }
+
+    /// ExecSync in containers of this name exits with `code` after `takes` (honouring the
+    /// call's timeout like the CRI: a timeout is an error).
+    pub fn set_exec_behaviour(&self, container_name: &str, code: i32, takes: Duration) {
+        self.lock()
+            .exec_behaviour
+            .insert(container_name.to_string(), (code, takes));
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -541,12 +551,68 @@ impl Runtime for FakeRuntime {
         &self,
         container_id: &str,
         cmd: Vec<String>,
-        _timeout: Duration,
+        timeout: Duration,
     ) -> Result<api::ExecSyncResponse> {
-        let mut st = self.lock();
-        let name = Self::container_name(&st, container_id);
-        self.record(&mut st, "exec_sync", name, cmd.join(" "))?;
-        Ok(api::ExecSyncResponse::default())
+        let (code, takes) = {
+            let mut st = self.lock();
+            let name = Self::container_name(&st, container_id);
+            self.record(&mut st, "exec_sync", name.clone(), cmd.join(" "))?;
+            st.exec_behaviour
+                .get(&name)
+                .copied()
+                .unwrap_or((0, Duration::ZERO))
+        };
+        if !timeout.is_zero() && takes > timeout {
+            tokio::time::sleep(timeout).await;
+            return Err(Error::Call {
+                op: "exec_sync",
+                target: container_id.to_string(),
+                status: tonic::Status::deadline_exceeded(format!(
+                    "command timed out after {}s",
+                    timeout.as_secs()
+                )),
+            });
+        }
+        tokio::time::sleep(takes).await;
+        Ok(api::ExecSyncResponse {
+            exit_code: code,
+            ..Default::default()
+        })
+    }
+}
+
+#[async_trait]
+impl super::containerd::TaskSignaller for FakeRuntime {
+    /// Records the signal; a running container exits as if the signal killed it (128 + signal),
+    /// unless a stop exit code was set for its name.
+    async fn signal(&self, container_id: &str, signal: i32) -> Result<()> {
+        let now = self.now_nanos();
+        let changed = {
+            let mut st = self.lock();
+            let name = Self::container_name(&st, container_id);
+            self.record(&mut st, "signal", name.clone(), format!("signal={signal}"))?;
+            let code = st.stop_exit_codes.get(&name).copied();
+            match st.containers.get_mut(container_id) {
+                Some(c) if c.state == api::ContainerState::ContainerRunning => {
+                    c.state = api::ContainerState::ContainerExited;
+                    c.finished_at = now;
+                    c.exit_code = code.unwrap_or(128 + signal);
+                    c.reason = if c.exit_code == 0 {
+                        "Completed"
+                    } else {
+                        "Error"
+                    }
+                    .into();
+                    true
+                }
+                Some(_) => false,
+                None => return Err(Self::not_found("signal", container_id)),
+            }
+        };
+        if changed {
+            let _ = self.changes.send(container_id.to_string());
+        }
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! nodelet talks to (`Runtime`, `ImageService`), a gRPC client over a unix socket, an in-memory
 //! fake for component tests, and the runtime-side view of one pod (`PodRuntime`).
 
+pub mod containerd;
 pub mod fake;
 pub mod labels;
 pub mod model;

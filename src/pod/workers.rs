@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::metrics::metrics;
-use crate::sync::executor::{pod_grace_period, pod_uid, PodSyncer, SyncOutcome};
+use crate::sync::executor::{pod_uid, PodSyncer, SyncOutcome};
 
 /// What the pod manager wants of a pod.
 #[derive(Debug, Clone)]
@@ -186,14 +186,12 @@ impl Worker {
                     match result {
                         Ok(SyncOutcome::Acted) => Next::Now,
                         Ok(SyncOutcome::Retry(after)) => Next::WaitUntil(Instant::now() + after),
-                        Ok(SyncOutcome::Idle) => Next::WaitUntil(Instant::now() + self.resync),
+                        Ok(SyncOutcome::Idle(deadline)) => Next::WaitUntil(
+                            Instant::now() + deadline.map_or(self.resync, |d| d.min(self.resync)),
+                        ),
                         Ok(SyncOutcome::Terminal) => {
                             tracing::info!("pod is terminal; stopping what remains");
-                            match self
-                                .syncer
-                                .terminate(pod, pod_grace_period(pod), &memory)
-                                .await
-                            {
+                            match self.syncer.terminate(pod, None, &memory).await {
                                 Ok(()) => {
                                     phase = Phase::Terminated { comes_back: false };
                                     Next::WaitForUpdate
@@ -218,12 +216,11 @@ impl Worker {
                 }
                 (PodWork::Sync(_), Phase::Terminated { comes_back: false }) => Next::WaitForUpdate,
                 (PodWork::Kill { pod, grace, remove }, _) => {
-                    let grace = grace.unwrap_or_else(|| pod_grace_period(pod));
                     let result = if matches!(phase, Phase::Terminated { .. }) {
                         Ok(())
                     } else {
-                        tracing::info!(grace_seconds = grace.as_secs(), "terminating pod");
-                        self.syncer.terminate(pod, grace, &memory).await
+                        tracing::info!(grace_override = ?grace, "terminating pod");
+                        self.syncer.terminate(pod, *grace, &memory).await
                     };
                     match result {
                         Err(e) => {
@@ -237,7 +234,7 @@ impl Worker {
                             if !*remove {
                                 Next::WaitForUpdate
                             } else {
-                                match self.syncer.remove(&self.uid).await {
+                                match self.syncer.remove(pod).await {
                                     Ok(()) => Next::Exit,
                                     Err(e) => {
                                         tracing::warn!(error = %e, "removing pod");

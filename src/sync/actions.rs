@@ -17,12 +17,28 @@ use crate::podspec::{
 };
 
 /// Why a running container is being killed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KillReason {
     /// Its spec (hash) changed; it is restarted whatever the restart policy.
     SpecChanged,
     /// The runtime does not know its state; killed before a restart to avoid two instances.
     UnknownState,
+    /// Its liveness probe failed.
+    LivenessProbe,
+    /// Its startup probe failed.
+    StartupProbe,
+}
+
+impl KillReason {
+    /// Which grace period applies to the kill.
+    pub fn stop_reason(self) -> super::kill::StopReason {
+        use super::kill::StopReason;
+        match self {
+            KillReason::LivenessProbe => StopReason::LivenessProbe,
+            KillReason::StartupProbe => StopReason::StartupProbe,
+            KillReason::SpecChanged | KillReason::UnknownState => StopReason::Other,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +88,9 @@ pub struct ActionInputs<'a> {
     pub runtime: &'a PodRuntime,
     /// The current spec hash of each container by name (init and regular).
     pub spec_hashes: &'a BTreeMap<String, String>,
+    /// Running containers whose liveness or startup probe failed, by container ID
+    /// (`KillReason::LivenessProbe` or `KillReason::StartupProbe`).
+    pub probe_failures: &'a BTreeMap<String, KillReason>,
 }
 
 /// Whether the pod needs a new sandbox: none exists, more than one is ready, the newest is not
@@ -241,19 +260,39 @@ pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
         let latest = runtime.latest(&container.name);
         match latest {
             Some(c) if c.state == ContainerState::Running => {
-                if spec_changed(container, c, inputs.spec_hashes) {
-                    actions.containers_to_kill.push(ContainerToKill {
-                        container_id: c.id.clone(),
-                        name: container.name.clone(),
-                        reason: KillReason::SpecChanged,
-                        message: format!(
-                            "Container {} definition changed, will be restarted",
-                            container.name
-                        ),
-                    });
-                    actions.containers_to_start.push(idx);
+                let (reason, message, restart) = if spec_changed(container, c, inputs.spec_hashes) {
+                    // A changed spec restarts the container whatever the restart policy.
+                    let m = format!("Container {} definition changed", container.name);
+                    (KillReason::SpecChanged, m, true)
+                } else if let Some(probe) = inputs.probe_failures.get(&c.id) {
+                    let which = if *probe == KillReason::StartupProbe {
+                        "startup"
+                    } else {
+                        "liveness"
+                    };
+                    let m = format!("Container {} failed {which} probe", container.name);
+                    // Restarted if a failure (exit 137) would be restarted.
+                    (
+                        *probe,
+                        m,
+                        super::restart::container_should_restart(container, pod, 137),
+                    )
                 } else {
                     keep += 1;
+                    continue;
+                };
+                actions.containers_to_kill.push(ContainerToKill {
+                    container_id: c.id.clone(),
+                    name: container.name.clone(),
+                    reason,
+                    message: if restart {
+                        format!("{message}, will be restarted")
+                    } else {
+                        message
+                    },
+                });
+                if restart {
+                    actions.containers_to_start.push(idx);
                 }
             }
             _ => {
@@ -382,6 +421,7 @@ mod tests {
             pod: Pod,
             runtime: PodRuntime,
             hashes: BTreeMap<String, String>,
+            probes: BTreeMap<String, KillReason>,
             want: PodActions,
         }
         let ready = || vec![sandbox("s1", 0, true, 1)];
@@ -391,6 +431,7 @@ mod tests {
                 pod: pod("Always", &["a", "b"], &[]),
                 runtime: runtime(vec![], vec![]),
                 hashes: hashes(&["a", "b"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     create_sandbox: true,
@@ -406,6 +447,7 @@ mod tests {
                     vec![ctr("a", "c1", Running, 0, 2), ctr("b", "c2", Running, 0, 2)],
                 ),
                 hashes: hashes(&["a", "b"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     ..Default::default()
@@ -416,6 +458,7 @@ mod tests {
                 pod: pod("Always", &["a"], &[]),
                 runtime: runtime(ready(), vec![ctr("a", "c1", Exited, 0, 2)]),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     containers_to_start: vec![0],
@@ -427,6 +470,7 @@ mod tests {
                 pod: pod("OnFailure", &["a"], &[]),
                 runtime: runtime(ready(), vec![ctr("a", "c1", Exited, 0, 2)]),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     sandbox_id: Some("s1".into()),
@@ -438,6 +482,7 @@ mod tests {
                 pod: pod("OnFailure", &["a"], &[]),
                 runtime: runtime(ready(), vec![ctr("a", "c1", Exited, 1, 2)]),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     containers_to_start: vec![0],
@@ -452,6 +497,7 @@ mod tests {
                     vec![ctr("a", "c1", Exited, 3, 2), ctr("b", "c2", Running, 0, 2)],
                 ),
                 hashes: hashes(&["a", "b"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     ..Default::default()
@@ -465,6 +511,7 @@ mod tests {
                     vec![ctr("a", "c1", Exited, 0, 2)],
                 ),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     attempt: 1,
@@ -479,6 +526,7 @@ mod tests {
                     vec![ctr("a", "c1", Exited, 137, 2)],
                 ),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     create_sandbox: true,
@@ -495,6 +543,7 @@ mod tests {
                     vec![ctr("a", "c1", Exited, 0, 2), ctr("b", "c2", Exited, 1, 2)],
                 ),
                 hashes: hashes(&["a", "b"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     create_sandbox: true,
@@ -508,6 +557,7 @@ mod tests {
                 pod: pod("Never", &["a"], &[]),
                 runtime: runtime(ready(), vec![ctr("a", "c1", Running, 0, 2)]),
                 hashes: [("a".to_string(), "new".to_string())].into(),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     containers_to_start: vec![0],
@@ -521,10 +571,58 @@ mod tests {
                 },
             },
             Case {
+                name: "liveness failure: kill and restart under Always",
+                pod: pod("Always", &["a"], &[]),
+                runtime: runtime(ready(), vec![ctr("a", "c1", Running, 0, 2)]),
+                hashes: hashes(&["a"]),
+                probes: [("c1".to_string(), KillReason::LivenessProbe)].into(),
+                want: PodActions {
+                    sandbox_id: Some("s1".into()),
+                    containers_to_start: vec![0],
+                    containers_to_kill: vec![ContainerToKill {
+                        container_id: "c1".into(),
+                        name: "a".into(),
+                        reason: KillReason::LivenessProbe,
+                        message: "Container a failed liveness probe, will be restarted".into(),
+                    }],
+                    ..Default::default()
+                },
+            },
+            Case {
+                name: "startup failure under Never: kill, no restart",
+                pod: pod("Never", &["a"], &[]),
+                runtime: runtime(ready(), vec![ctr("a", "c1", Running, 0, 2)]),
+                hashes: hashes(&["a"]),
+                probes: [("c1".to_string(), KillReason::StartupProbe)].into(),
+                want: PodActions {
+                    kill_pod: true,
+                    sandbox_id: Some("s1".into()),
+                    containers_to_kill: vec![ContainerToKill {
+                        container_id: "c1".into(),
+                        name: "a".into(),
+                        reason: KillReason::StartupProbe,
+                        message: "Container a failed startup probe".into(),
+                    }],
+                    ..Default::default()
+                },
+            },
+            Case {
+                name: "probe failure of an old instance is ignored",
+                pod: pod("Always", &["a"], &[]),
+                runtime: runtime(ready(), vec![ctr("a", "c2", Running, 0, 2)]),
+                hashes: hashes(&["a"]),
+                probes: [("c1".to_string(), KillReason::LivenessProbe)].into(),
+                want: PodActions {
+                    sandbox_id: Some("s1".into()),
+                    ..Default::default()
+                },
+            },
+            Case {
                 name: "unknown state: kill then start",
                 pod: pod("Always", &["a"], &[]),
                 runtime: runtime(ready(), vec![ctr("a", "c1", Unknown, 0, 2)]),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     containers_to_start: vec![0],
@@ -551,6 +649,7 @@ mod tests {
                     ],
                 ),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     containers_to_remove: vec!["c1".into()],
@@ -565,6 +664,7 @@ mod tests {
                     vec![],
                 ),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     create_sandbox: true,
@@ -581,6 +681,7 @@ mod tests {
                     vec![ctr("a", "c1", Running, 0, 3)],
                 ),
                 hashes: hashes(&["a"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     attempt: 1,
@@ -593,6 +694,7 @@ mod tests {
                 pod: pod("Always", &["a"], &["i1", "i2"]),
                 runtime: runtime(vec![], vec![]),
                 hashes: hashes(&["a", "i1", "i2"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     create_sandbox: true,
@@ -605,6 +707,7 @@ mod tests {
                 pod: pod("Always", &["a"], &["i1", "i2"]),
                 runtime: runtime(ready(), vec![ctr("i1", "c1", Exited, 0, 2)]),
                 hashes: hashes(&["a", "i1", "i2"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     next_init_container: Some(1),
@@ -616,6 +719,7 @@ mod tests {
                 pod: pod("Always", &["a"], &["i1"]),
                 runtime: runtime(ready(), vec![ctr("i1", "c1", Running, 0, 2)]),
                 hashes: hashes(&["a", "i1"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     ..Default::default()
@@ -626,6 +730,7 @@ mod tests {
                 pod: pod("Never", &["a"], &["i1"]),
                 runtime: runtime(ready(), vec![ctr("i1", "c1", Exited, 1, 2)]),
                 hashes: hashes(&["a", "i1"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     kill_pod: true,
                     sandbox_id: Some("s1".into()),
@@ -637,6 +742,7 @@ mod tests {
                 pod: pod("Always", &["a"], &["i1"]),
                 runtime: runtime(ready(), vec![ctr("i1", "c1", Exited, 1, 2)]),
                 hashes: hashes(&["a", "i1"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     next_init_container: Some(0),
@@ -648,6 +754,7 @@ mod tests {
                 pod: pod("Always", &["a", "b"], &["i1"]),
                 runtime: runtime(ready(), vec![ctr("i1", "c1", Exited, 0, 2)]),
                 hashes: hashes(&["a", "b", "i1"]),
+                probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
                     containers_to_start: vec![0, 1],
@@ -660,6 +767,7 @@ mod tests {
                 pod: &case.pod,
                 runtime: &case.runtime,
                 spec_hashes: &case.hashes,
+                probe_failures: &case.probes,
             });
             assert_eq!(got, case.want, "case: {}", case.name);
         }
@@ -678,6 +786,7 @@ mod tests {
             pod: &p,
             runtime: &r,
             spec_hashes: &hashes(&["a"]),
+            probe_failures: &BTreeMap::new(),
         });
         assert!(got.kill_pod);
         assert!(got.containers_to_start.is_empty());

@@ -15,11 +15,14 @@ use tracing::Instrument;
 use super::actions::{compute_pod_actions, ActionInputs, PodActions};
 use super::container_config::{container_config, container_hash, ContainerContext};
 use super::container_config::{format_pod, verify_run_as_non_root};
+use super::hooks::run_hook;
+use super::kill::StopReason;
 use super::sandbox_config::{container_log_dir, pod_log_dir, sandbox_config, SandboxContext};
 use crate::backoff::Backoff;
 use crate::cgroup;
 use crate::clock::Clock;
 use crate::config::format_duration;
+use crate::cri::containerd::TaskSignaller;
 use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::metrics::metrics;
 use crate::node::NodeInfo;
@@ -60,6 +63,9 @@ pub struct PodMemory {
     pub restart_backoff: Backoff,
     /// Image pull backoff, keyed per image (ImagePullBackOff).
     pub image_backoff: Backoff,
+    /// Set when nodelet itself ended the pod (activeDeadlineSeconds, eviction): the status is
+    /// Failed with this reason and message.
+    pub terminal_reason: Option<(String, String)>,
     /// When nodelet first saw the pod, for the pod start duration metric.
     pub first_seen: Option<tokio::time::Instant>,
     pub start_recorded: bool,
@@ -73,8 +79,8 @@ pub enum SyncOutcome {
     /// Some container could not start (failure or backoff); sync again after this delay, or
     /// earlier when something changes.
     Retry(Duration),
-    /// Nothing to do until something changes.
-    Idle,
+    /// Nothing to do until something changes, or at the latest after this long (a deadline).
+    Idle(Option<Duration>),
     /// The pod reached Succeeded/Failed: no container will run again.
     Terminal,
 }
@@ -112,6 +118,9 @@ pub struct PodSyncer {
     pub node: Arc<NodeInfo>,
     pub settings: Arc<SyncSettings>,
     pub clock: Clock,
+    /// Sends `lifecycle.stopSignal` (containerd's task API); `None` when the runtime offers
+    /// none, and the runtime's own stop signal is used.
+    pub tasks: Option<Arc<dyn TaskSignaller>>,
 }
 
 pub fn pod_uid(pod: &Pod) -> &str {
@@ -149,6 +158,7 @@ impl PodSyncer {
             start_failures: BTreeMap::new(),
             restart_backoff: Backoff::new(initial, max),
             image_backoff: Backoff::new(IMAGE_BACKOFF.0, IMAGE_BACKOFF.1),
+            terminal_reason: None,
             first_seen: Some(tokio::time::Instant::now()),
             start_recorded: false,
         }
@@ -193,6 +203,12 @@ impl PodSyncer {
             now: self.clock.now(),
             runtime_name: &self.settings.runtime_name,
         });
+        let mut status = status;
+        if let Some((reason, message)) = &memory.terminal_reason {
+            status.phase = Some("Failed".into());
+            status.reason = Some(reason.clone());
+            status.message = Some(message.clone());
+        }
         self.status.set_pod_status(pod, status.clone());
         status
     }
@@ -201,8 +217,16 @@ impl PodSyncer {
     pub async fn sync(&self, pod: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
         let uid = pod_uid(pod).to_string();
         let runtime = self.inspect(&uid).await?;
-        let status = self.publish_status(pod, &runtime, memory, false);
+        let mut status = self.publish_status(pod, &runtime, memory, false);
         self.record_pod_started(&status, memory);
+        let start_time = status.start_time.as_ref().map(|t| t.0);
+        let deadline = active_deadline_remaining(pod, start_time, self.clock.now());
+        if deadline == Some(Duration::ZERO) && memory.terminal_reason.is_none() {
+            let message = "Pod was active on the node longer than the specified deadline";
+            tracing::info!(reason = "DeadlineExceeded", message, "pod failed");
+            memory.terminal_reason = Some(("DeadlineExceeded".into(), message.into()));
+            status = self.publish_status(pod, &runtime, memory, false);
+        }
         if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
             return Ok(SyncOutcome::Terminal);
         }
@@ -211,9 +235,10 @@ impl PodSyncer {
             pod,
             runtime: &runtime,
             spec_hashes: &hashes,
+            probe_failures: &BTreeMap::new(),
         });
         if actions.is_empty() {
-            return Ok(SyncOutcome::Idle);
+            return Ok(SyncOutcome::Idle(deadline));
         }
         tracing::debug!(?actions, "pod actions");
         if let Some(retry) = self.execute(pod, &runtime, actions, memory).await? {
@@ -255,14 +280,21 @@ impl PodSyncer {
         memory: &mut PodMemory,
     ) -> Result<Option<Duration>> {
         let uid = pod_uid(pod).to_string();
+        let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
+        let kills = actions.containers_to_kill.iter().filter_map(|k| {
+            let c = runtime.containers.iter().find(|c| c.id == k.container_id)?;
+            Some(self.kill_container(
+                pod,
+                c,
+                k.reason.stop_reason(),
+                &k.message,
+                None,
+                pod_ip.as_deref(),
+            ))
+        });
+        join_all(kills).await;
         if actions.kill_pod {
-            self.kill_pod(pod, runtime, pod_grace_period(pod)).await;
-        } else {
-            let stops = actions.containers_to_kill.iter().map(|k| {
-                tracing::info!(container = %k.name, reason = %k.message, "killing container");
-                self.stop_container(&k.container_id, &k.name, pod_grace_period(pod))
-            });
-            join_all(stops).await;
+            self.kill_pod(pod, runtime, None).await;
         }
         for id in &actions.containers_to_remove {
             if let Err(e) = self.runtime.remove_container(id).await {
@@ -686,88 +718,80 @@ impl PodSyncer {
                 message: e.runtime_message(),
             })
             .map_err(no_retry)?;
+        if let Some(hook) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref())
+        {
+            // The next container of the pod starts only once this hook is done.
+            let pod_ip = env.pod_ips.first().map(String::as_str);
+            if let Err(e) = run_hook(
+                self.runtime.as_ref(),
+                pod,
+                container,
+                &id,
+                hook,
+                pod_ip,
+                None,
+            )
+            .await
+            {
+                tracing::warn!(error = %e, "FailedPostStartHook");
+                let instance = crate::cri::RuntimeContainer {
+                    id: id.clone(),
+                    name: container.name.clone(),
+                    sandbox_id: env.sandbox_id.to_string(),
+                    state: ContainerState::Running,
+                    attempt: 0,
+                    created_at: self.clock.now(),
+                    started_at: None,
+                    finished_at: None,
+                    exit_code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                    image: String::new(),
+                    image_ref: String::new(),
+                    hash: String::new(),
+                    restart_count,
+                    labels: Default::default(),
+                    annotations: Default::default(),
+                };
+                self.kill_container(
+                    pod,
+                    &instance,
+                    StopReason::Other,
+                    "FailedPostStartHook",
+                    None,
+                    pod_ip,
+                )
+                .await;
+                return Err((
+                    StartFailure {
+                        reason: "PostStartHookError".into(),
+                        message: e.to_string(),
+                    },
+                    None,
+                ));
+            }
+        }
         Ok(id)
     }
+}
 
-    async fn stop_container(&self, id: &str, name: &str, grace: Duration) {
-        match self.runtime.stop_container(id, grace).await {
-            Ok(()) => {
-                tracing::info!(container = %name, grace_seconds = grace.as_secs(), "Stopped container")
-            }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => tracing::warn!(container = %name, error = %e, "stopping container"),
-        }
-    }
-
-    /// Stops every running container (in parallel, each with the grace period) and then every
-    /// sandbox of the pod.
-    pub async fn kill_pod(&self, pod: &Pod, runtime: &PodRuntime, grace: Duration) {
-        let _ = pod;
-        let stops = runtime
-            .containers
-            .iter()
-            .filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown | ContainerState::Created))
-            .map(|c| {
-                tracing::info!(container = %c.name, grace_seconds = grace.as_secs(), "Killing container");
-                self.stop_container(&c.id, &c.name, grace)
-            });
-        join_all(stops).await;
-        for sandbox in &runtime.sandboxes {
-            if !sandbox.ready {
-                continue;
-            }
-            match self.runtime.stop_pod_sandbox(&sandbox.id).await {
-                Ok(()) => tracing::info!(sandbox.id = %sandbox.id, "Stopped pod sandbox"),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => tracing::warn!(sandbox.id = %sandbox.id, error = %e, "stopping sandbox"),
-            }
-        }
-    }
-
-    /// Terminates the pod: kills what runs with `grace` and publishes the final status.
-    pub async fn terminate(&self, pod: &Pod, grace: Duration, memory: &PodMemory) -> Result<()> {
-        let uid = pod_uid(pod).to_string();
-        let runtime = self.inspect(&uid).await?;
-        self.kill_pod(pod, &runtime, grace).await;
-        let runtime = self.inspect(&uid).await?;
-        self.publish_status(pod, &runtime, memory, true);
-        Ok(())
-    }
-
-    /// Removes everything the runtime still holds for the pod, its volumes and its status.
-    pub async fn remove(&self, uid: &str) -> Result<()> {
-        let runtime = self.inspect(uid).await?;
-        for c in &runtime.containers {
-            if let Err(e) = self.runtime.remove_container(&c.id).await {
-                if !e.is_not_found() {
-                    return Err(Error::Runtime {
-                        uid: uid.to_string(),
-                        op: "RemoveContainer",
-                        source: e,
-                    });
-                }
-            }
-        }
-        for s in &runtime.sandboxes {
-            // StopPodSandbox before RemovePodSandbox, as the CRI asks; both are idempotent.
-            let _ = self.runtime.stop_pod_sandbox(&s.id).await;
-            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await {
-                if !e.is_not_found() {
-                    return Err(Error::Runtime {
-                        uid: uid.to_string(),
-                        op: "RemovePodSandbox",
-                        source: e,
-                    });
-                }
-            }
-        }
-        if let Err(e) = volume::cleanup_pod_dir(&self.settings.root_dir, uid) {
-            tracing::warn!(error = %e, "cleaning up pod directory");
-        }
-        self.status.remove(uid);
-        tracing::info!("pod removed");
-        Ok(())
-    }
+/// What is left of the pod's `activeDeadlineSeconds` (counted from `startTime`): `None` without
+/// a deadline, zero once it has passed.
+pub fn active_deadline_remaining(
+    pod: &Pod,
+    start_time: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Option<Duration> {
+    let deadline = pod.spec.as_ref()?.active_deadline_seconds?;
+    let deadline = Duration::from_secs(u64::try_from(deadline).unwrap_or(0));
+    let Some(start) = start_time else {
+        return Some(deadline);
+    };
+    let elapsed = Duration::try_from(now.duration_since(start)).unwrap_or(Duration::ZERO);
+    Some(deadline.saturating_sub(elapsed))
 }
 
 struct StartEnv<'a> {

@@ -5,5 +5,8 @@ pub mod actions;
 pub mod container_config;
 pub mod env;
 pub mod executor;
+pub mod hooks;
+pub mod kill;
 pub mod restart;
 pub mod sandbox_config;
+pub mod stop;
