@@ -1,0 +1,179 @@
+//! Container lifecycle on a real containerd: graceful termination, hooks, restart rules, OOM
+//! kills, activeDeadlineSeconds — through the real `nodelet` binary.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(90);
+
+fn pod_yaml(name: &str, spec: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{spec}")
+}
+
+/// activeDeadlineSeconds ends the pod; the container that ignores SIGTERM is SIGKILLed after
+/// the grace period (exit 137), the one that handles it exits 0 (Completed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ignored_is_killed_after_grace_and_handled_is_completed() {
+    let n = Nodelet::start("sigterm");
+    n.write_manifest(
+        "d.yaml",
+        &pod_yaml(
+            "d",
+            &format!(
+                "  restartPolicy: Never\n  activeDeadlineSeconds: 3\n  terminationGracePeriodSeconds: 3\n  containers:\n\
+                 \x20 - name: stubborn\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --on-sigterm, ignore]\n\
+                 \x20 - name: polite\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --sigterm-exit-code, \"0\"]\n"
+            ),
+        ),
+    );
+    n.wait_pod("d", T, "running", all_running).await;
+    let pod = n
+        .wait_pod(
+            "d",
+            T,
+            "Failed with DeadlineExceeded and both containers terminated",
+            |p| {
+                phase(p) == "Failed"
+                    && terminated(p, "stubborn").is_some()
+                    && terminated(p, "polite").is_some()
+            },
+        )
+        .await;
+    let status = pod.status.as_ref().unwrap();
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(terminated(&pod, "stubborn"), Some((137, "Error".into())));
+    assert_eq!(terminated(&pod, "polite"), Some((0, "Completed".into())));
+    // The stubborn container got its grace period (3 s) before the SIGKILL.
+    let t = |name: &str| {
+        container_status(&pod, name)
+            .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.clone())
+            .unwrap()
+            .0
+    };
+    let gap = t("stubborn").duration_since(t("polite"));
+    assert!(
+        gap.as_secs() >= 2,
+        "SIGKILL came only {gap:?} after the polite container stopped"
+    );
+    // Never reported running or waiting again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = n.pod("d").await.unwrap();
+    assert_eq!(phase(&later), "Failed");
+    assert!(terminated(&later, "stubborn").is_some());
+}
+
+/// postStart runs after the container starts, preStop before the stop signal; both observed
+/// through files the hooks write into a hostPath.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_start_and_pre_stop_hooks_run_inside_the_container() {
+    let n = Nodelet::start("hooks");
+    let host = n.dir.path().join("hooks");
+    std::fs::create_dir_all(&host).unwrap();
+    n.write_manifest(
+        "h.yaml",
+        &pod_yaml(
+            "h",
+            &format!(
+                "  terminationGracePeriodSeconds: 10\n  volumes:\n  - name: out\n    hostPath:\n      path: {host}\n  containers:\n\
+                 \x20 - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n\
+                 \x20   volumeMounts:\n    - name: out\n      mountPath: /out\n\
+                 \x20   lifecycle:\n      postStart:\n        exec:\n          command: [/bin/sh, -c, \"echo started > /out/poststart\"]\n\
+                 \x20     preStop:\n        exec:\n          command: [/bin/sh, -c, \"echo stopping > /out/prestop\"]\n",
+                host = host.display()
+            ),
+        ),
+    );
+    n.wait_pod("h", T, "running", all_running).await;
+    assert_eq!(
+        std::fs::read_to_string(host.join("poststart"))
+            .unwrap()
+            .trim(),
+        "started"
+    );
+    assert!(!host.join("prestop").exists());
+    n.remove_manifest("h.yaml");
+    n.wait_gone("h", T).await;
+    assert_eq!(
+        std::fs::read_to_string(host.join("prestop"))
+            .unwrap()
+            .trim(),
+        "stopping"
+    );
+}
+
+/// A failing postStart hook kills the container; it is restarted with backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_post_start_hook_kills_and_restarts() {
+    let n = Nodelet::start("poststart-fail");
+    n.write_manifest(
+        "f.yaml",
+        &pod_yaml(
+            "f",
+            &format!(
+                "  terminationGracePeriodSeconds: 2\n  containers:\n\
+                 \x20 - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n\
+                 \x20   lifecycle:\n      postStart:\n        exec:\n          command: [/bin/sh, -c, \"exit 3\"]\n"
+            ),
+        ),
+    );
+    let pod = n
+        .wait_pod("f", T, "restarted after the hook failed", |p| {
+            restart_count(p, "main") >= 1
+        })
+        .await;
+    container_status(&pod, "main")
+        .and_then(|c| c.last_state.clone()?.terminated)
+        .expect("the killed instance is the last state");
+    assert!(n.logs().contains("FailedPostStartHook"), "{}", tail(&n.logs(), 30));
+}
+
+/// Container restart rules: restartPolicy Never with a rule restarting on exit code 42 restarts
+/// the container that exits 42 and not the one that exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_policy_rules_restart_only_on_exit_code_42() {
+    let n = Nodelet::start("rules");
+    let rule = "    restartPolicy: Never\n    restartPolicyRules:\n    - action: Restart\n      exitCodes:\n        operator: In\n        values: [42]\n";
+    n.write_manifest(
+        "r.yaml",
+        &pod_yaml(
+            "r",
+            &format!(
+                "  restartPolicy: Never\n  containers:\n\
+                 \x20 - name: answer\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [exit, --code, \"42\", --after, 1s]\n{rule}\
+                 \x20 - name: other\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [exit, --code, \"1\", --after, 1s]\n{rule}"
+            ),
+        ),
+    );
+    let pod = n
+        .wait_pod("r", T, "exit 42 restarted", |p| {
+            restart_count(p, "answer") >= 1
+        })
+        .await;
+    assert_eq!(restart_count(&pod, "other"), 0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pod = n.pod("r").await.unwrap();
+    assert_eq!(restart_count(&pod, "other"), 0, "exit 1 is not restarted");
+    assert_eq!(terminated(&pod, "other"), Some((1, "Error".into())));
+}
+
+/// A container allocating past its memory limit is OOM-killed and reported as OOMKilled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_limit_exceeded_is_oom_killed() {
+    let n = Nodelet::start("oom");
+    n.write_manifest(
+        "o.yaml",
+        &pod_yaml(
+            "o",
+            &format!(
+                "  restartPolicy: Never\n  containers:\n\
+                 \x20 - name: hog\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [alloc, --mib, \"256\", --hold]\n\
+                 \x20   resources:\n      limits:\n        memory: 64Mi\n"
+            ),
+        ),
+    );
+    let pod = n.wait_pod("o", T, "Failed", |p| phase(p) == "Failed").await;
+    assert_eq!(terminated(&pod, "hog"), Some((137, "OOMKilled".into())));
+}
