@@ -51,10 +51,12 @@ impl<V> Lru<V> {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub(crate) fn contains(&self, key: &str) -> bool {
         self.entries.contains_key(key)
     }
@@ -365,6 +367,8 @@ mod tests {
 
     /// What the correlator wrote for one input: (name, count, first second, message), or None.
     type Out = Option<(String, i32, i64, String)>;
+    /// Events fed at (seconds since T0, event).
+    type Inputs = Vec<(i64, Event)>;
 
     fn run(inputs: &[(i64, Event)]) -> Vec<Out> {
         let mut c = Correlator::new();
@@ -396,7 +400,7 @@ mod tests {
     #[test]
     fn identical_events_are_counted_into_the_first() {
         let pulled = || ev("web", Some("app"), "Normal", "Pulled", "already present");
-        let cases: Vec<(&str, Vec<(i64, Event)>, Vec<Out>)> = vec![
+        let cases: Vec<(&str, Inputs, Vec<Out>)> = vec![
             (
                 "repeats increment count and keep name and firstTimestamp",
                 vec![(0, pulled()), (10, pulled()), (700, pulled())],
@@ -516,7 +520,7 @@ mod tests {
             .collect();
         other_reason_expected.push(out("web.9", 1, 9, "probe"));
 
-        let cases: Vec<(&str, Vec<(i64, Event)>, Vec<Out>)> = vec![
+        let cases: Vec<(&str, Inputs, Vec<Out>)> = vec![
             ("ten distinct messages", nine_then_two, expected),
             ("gap over ten minutes resets", spread, spread_expected),
             (
@@ -557,7 +561,7 @@ mod tests {
         let mut long_idle = burst(25, 0);
         long_idle.extend(burst(30, 3600 * 24));
 
-        let cases: Vec<(&str, Vec<(i64, Event)>, usize)> = vec![
+        let cases: Vec<(&str, Inputs, usize)> = vec![
             ("burst of 25", burst(25, 0), 25),
             ("26th at once is dropped", burst(26, 0), 25),
             // One token after 300 s, none at 299 s or again at 301 s.
@@ -592,7 +596,8 @@ mod tests {
     #[test]
     fn token_bucket_table() {
         // (seconds since the previous call, accepted)
-        let cases: Vec<(&str, u32, Vec<(i64, bool)>)> = vec![
+        type Steps = Vec<(i64, bool)>;
+        let cases: Vec<(&str, u32, Steps)> = vec![
             (
                 "burst then empty",
                 2,
