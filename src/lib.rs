@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod clock;
 pub mod config;
 pub mod cri;
+pub mod events;
 pub mod metrics;
 pub mod node;
 pub mod pleg;

@@ -1,4 +1,4 @@
-//! The `nodelet` command: `run`, `validate`, `pods`, `version`.
+//! The `nodelet` command: `run`, `validate`, `pods`, `events`, `version`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use nodelet::config::{self, Config, Environment, LogFormat};
 use nodelet::cri::containerd::ContainerdTasks;
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{ImageService, Runtime};
+use nodelet::events::{event_table, EventRecorder};
 use nodelet::node::NodeInfo;
 use nodelet::pleg::Pleg;
 use nodelet::pod::{PodManager, PodWorkers};
@@ -68,6 +69,21 @@ enum Command {
         #[arg(short = 'o', long, value_parser = ["json", "table"], default_value = "table")]
         output: String,
     },
+    /// List the events of a running nodelet, like `kubectl get events`.
+    Events {
+        /// Base URL of nodelet's read-only API.
+        #[arg(long)]
+        server: Option<String>,
+        /// Read the API address and port from this configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only events of this namespace.
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// Print the EventList JSON instead of a table.
+        #[arg(short = 'o', long, value_parser = ["json", "table"], default_value = "table")]
+        output: String,
+    },
     /// Print the version.
     Version,
 }
@@ -116,6 +132,12 @@ fn main() -> std::process::ExitCode {
             all_namespaces,
             output,
         } => pods(server, config, namespace, all_namespaces, &output),
+        Command::Events {
+            server,
+            config,
+            namespace,
+            output,
+        } => events(server, config, namespace, &output),
         Command::Version => {
             println!("nodelet {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -253,6 +275,75 @@ fn pods(
         "{}",
         printer::pod_table(&pods, jiff::Timestamp::now(), show_ns)
     );
+    Ok(())
+}
+
+/// The base URL of the local API: `--server`, else the address and `readOnlyPort` of `--config`,
+/// else the kubelet's default read-only port on loopback.
+fn local_api_base(server: Option<String>, config_path: Option<PathBuf>) -> anyhow::Result<String> {
+    Ok(match (server, config_path) {
+        (Some(s), _) => s.trim_end_matches('/').to_string(),
+        (None, Some(path)) => {
+            let cfg = load_config(&path)?;
+            if cfg.read_only_port == 0 {
+                bail!(
+                    "{}: readOnlyPort is 0 (the local API is disabled)",
+                    path.display()
+                );
+            }
+            let host = if cfg.address.is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                cfg.address.to_string()
+            };
+            format!("http://{host}:{}", cfg.read_only_port)
+        }
+        (None, None) => "http://127.0.0.1:10255".to_string(),
+    })
+}
+
+fn events(
+    server: Option<String>,
+    config_path: Option<PathBuf>,
+    namespace: Option<String>,
+    output: &str,
+) -> anyhow::Result<()> {
+    let url = format!("{}/events", local_api_base(server, config_path)?);
+    let mut query = Vec::new();
+    if let Some(ns) = &namespace {
+        query.push(("fieldSelector", format!("metadata.namespace={ns}")));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let body: serde_json::Value = rt.block_on(async {
+        let resp = reqwest::Client::new()
+            .get(&url)
+            .query(&query)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        if !resp.status().is_success() {
+            bail!("GET {url}: {}", resp.status());
+        }
+        resp.json().await.with_context(|| format!("decoding {url}"))
+    })?;
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(());
+    }
+    let items = body.get("items").cloned().unwrap_or_default();
+    let events: Vec<k8s_openapi::api::core::v1::Event> =
+        serde_json::from_value(items).context("decoding the event list")?;
+    if events.is_empty() {
+        match namespace {
+            Some(ns) => eprintln!("No resources found in {ns} namespace."),
+            None => eprintln!("No resources found."),
+        }
+        return Ok(());
+    }
+    print!("{}", event_table(&events, jiff::Timestamp::now()));
     Ok(())
 }
 
@@ -435,6 +526,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     );
     tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
 
+    // The local event log; the pod workers record into it once they hold this recorder.
+    let recorder = EventRecorder::new(Clock::system(), "kubelet", &cfg.node_name);
     let health_pleg = pleg.clone();
     let state = ApiState {
         pods: Arc::new({
@@ -448,6 +541,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
                 Err("pleg was last seen active more than 3m0s ago".into())
             }
         }),
+        events: Arc::new(move || recorder.events()),
     };
     if cfg.read_only_port != 0 {
         let addr = std::net::SocketAddr::new(cfg.address, cfg.read_only_port);

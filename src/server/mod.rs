@@ -1,18 +1,22 @@
 //! The local read-only HTTP API: `/healthz`, `/pods` (a PodList in the Kubernetes JSON shape),
-//! `/metrics` (Prometheus text). It binds loopback by default (`address`), like the kubelet's
-//! healthz endpoint, because it is unauthenticated.
+//! `/events` (an EventList of the local event log), `/metrics` (Prometheus text). It binds
+//! loopback by default (`address`), like the kubelet's healthz endpoint, because it is
+//! unauthenticated.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::State;
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use tokio_util::sync::CancellationToken;
 
+use crate::events::FieldSelector;
 use crate::metrics::metrics;
 
 /// Everything the API reads, as small closures so the server does not depend on how the
@@ -22,6 +26,8 @@ pub struct ApiState {
     pub pods: Arc<dyn Fn() -> Vec<Arc<Pod>> + Send + Sync>,
     /// `Ok` when healthy, else the reasons.
     pub health: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    /// The local event log, least recently updated first (`EventRecorder::events`).
+    pub events: Arc<dyn Fn() -> Vec<Event> + Send + Sync>,
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -29,6 +35,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        .route("/events", get(events))
+        .route("/events/", get(events))
         .route("/metrics", get(metrics_text))
         .with_state(state)
 }
@@ -59,6 +67,59 @@ async fn pods(State(state): State<ApiState>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         list.to_string(),
+    )
+        .into_response()
+}
+
+/// `GET /events`: an `EventList`, least recently updated first. Filters, both optional and
+/// combined with AND: `?pod=<uid>` (the events of one pod and its containers) and
+/// `?fieldSelector=…` with the API server's syntax and event fields (so
+/// `fieldSelector=involvedObject.uid=<uid>` is the same as `pod=<uid>`). A selector the API
+/// server would reject is a 400 with its message, as a `Status`.
+async fn events(
+    State(state): State<ApiState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let mut selector = match query.get("fieldSelector").map(|s| FieldSelector::parse(s)) {
+        None => FieldSelector::default(),
+        Some(Ok(selector)) => selector,
+        Some(Err(e)) => return bad_request(&e.to_string()),
+    };
+    if let Some(uid) = query.get("pod") {
+        selector = selector.and(FieldSelector::involved_uid(uid));
+    }
+    let items: Vec<Event> = (state.events)()
+        .into_iter()
+        .filter(|e| selector.matches(e))
+        .collect();
+    let list = serde_json::json!({
+        "kind": "EventList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": items,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        list.to_string(),
+    )
+        .into_response()
+}
+
+/// A `Status` failure as the API server sends it for a bad request.
+fn bad_request(message: &str) -> Response {
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "BadRequest",
+        "code": 400,
+    });
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        status.to_string(),
     )
         .into_response()
 }
@@ -130,6 +191,7 @@ mod tests {
                     Err("pleg is not healthy".into())
                 }
             }),
+            events: Arc::new(Vec::new),
         };
         let cancel = CancellationToken::new();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -169,6 +231,118 @@ mod tests {
             text.contains("# TYPE nodelet_pleg_relist_duration_seconds histogram"),
             "{text}"
         );
+
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn serves_events_filtered_by_pod_or_field_selector() {
+        use crate::clock::Clock;
+        use crate::events::{container_ref, pod_ref, EventRecorder, EventType};
+        use crate::podspec::ContainerKind;
+
+        let pod = |name: &str, uid: &str| Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (web, db) = (pod("web-n1", "u1"), pod("db-n1", "u2"));
+        let recorder = EventRecorder::new(Clock::system(), "kubelet", "n1");
+        let app = container_ref(&web, "app", ContainerKind::Regular);
+        recorder.record(
+            &app,
+            EventType::Normal,
+            "Pulling",
+            "Pulling image \"busybox\"",
+        );
+        recorder.record(
+            &pod_ref(&db),
+            EventType::Warning,
+            "FailedMount",
+            "no such file",
+        );
+        recorder.record(
+            &app,
+            EventType::Warning,
+            "BackOff",
+            "Back-off restarting failed container app in pod web-n1_default(u1)",
+        );
+
+        let r = recorder.clone();
+        let state = ApiState {
+            pods: Arc::new(Vec::new),
+            health: Arc::new(|| Ok(())),
+            events: Arc::new(move || r.events()),
+        };
+        let cancel = CancellationToken::new();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let task = serve(addr, router(state), cancel.clone()).await.unwrap();
+        let client = reqwest::Client::new();
+
+        // (query, status, reasons in order)
+        let cases: &[(&str, u16, &[&str])] = &[
+            ("", 200, &["Pulling", "FailedMount", "BackOff"]),
+            ("?pod=u1", 200, &["Pulling", "BackOff"]),
+            (
+                "?fieldSelector=involvedObject.uid%3Du2",
+                200,
+                &["FailedMount"],
+            ),
+            ("?fieldSelector=type%3DWarning&pod=u1", 200, &["BackOff"]),
+            ("?pod=nope", 200, &[]),
+            ("?fieldSelector=spec.nodeName%3Dn1", 400, &[]),
+        ];
+        for (query, status, reasons) in cases {
+            let r = client
+                .get(format!("http://{addr}/events{query}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), *status, "{query}");
+            let body: serde_json::Value = r.json().await.unwrap();
+            if *status != 200 {
+                assert_eq!(body["kind"], "Status", "{query}");
+                assert_eq!(
+                    body["message"], "field label not supported: spec.nodeName",
+                    "{query}"
+                );
+                continue;
+            }
+            assert_eq!(body["kind"], "EventList", "{query}");
+            assert_eq!(body["apiVersion"], "v1", "{query}");
+            let got: Vec<&str> = body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["reason"].as_str().unwrap())
+                .collect();
+            assert_eq!(got, *reasons, "{query}");
+        }
+
+        let all: serde_json::Value = client
+            .get(format!("http://{addr}/events"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let first = &all["items"][0];
+        assert_eq!(first["kind"], "Event");
+        assert_eq!(first["involvedObject"]["fieldPath"], "spec.containers{app}");
+        assert_eq!(first["source"]["component"], "kubelet");
+        assert_eq!(first["reportingInstance"], "n1");
+        assert!(first["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("web-n1."));
 
         cancel.cancel();
         task.await.unwrap();
