@@ -464,6 +464,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         cfg.node_ip,
         std::path::Path::new("/proc"),
     ));
+    // The local event log (the API server's, in cluster mode).
+    let recorder = EventRecorder::new(Clock::system(), "kubelet", &cfg.node_name);
     let status = StatusManager::new();
     let syncer = PodSyncer {
         runtime: runtime.clone(),
@@ -484,6 +486,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             cgroup_v2: nodelet::cgroup::is_cgroup2_unified(std::path::Path::new("/sys/fs/cgroup")),
         }),
         clock: Clock::system(),
+        events: recorder.clone(),
         tasks: match ContainerdTasks::connect(&cfg.containerd_endpoint, &cfg.containerd_namespace) {
             Ok(t) => Some(Arc::new(t)),
             Err(e) => {
@@ -526,8 +529,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     );
     tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
 
-    // The local event log; the pod workers record into it once they hold this recorder.
-    let recorder = EventRecorder::new(Clock::system(), "kubelet", &cfg.node_name);
     let health_pleg = pleg.clone();
     let state = ApiState {
         pods: Arc::new({

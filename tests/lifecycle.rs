@@ -127,7 +127,11 @@ async fn failing_post_start_hook_kills_and_restarts() {
     container_status(&pod, "main")
         .and_then(|c| c.last_state.clone()?.terminated)
         .expect("the killed instance is the last state");
-    assert!(n.logs().contains("FailedPostStartHook"), "{}", tail(&n.logs(), 30));
+    assert!(
+        n.logs().contains("FailedPostStartHook"),
+        "{}",
+        tail(&n.logs(), 30)
+    );
 }
 
 /// Container restart rules: restartPolicy Never with a rule restarting on exit code 42 restarts

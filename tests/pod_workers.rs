@@ -17,6 +17,7 @@ use nodelet::sync::executor::{PodSyncer, SyncSettings};
 
 struct Harness {
     fake: Arc<FakeRuntime>,
+    events: nodelet::events::EventRecorder,
     status: StatusManager,
     workers: PodWorkers,
     _dir: tempfile::TempDir,
@@ -33,6 +34,7 @@ fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
     fake.add_image("localhost/app:1");
     let dir = tempfile::tempdir().unwrap();
     let status = StatusManager::new();
+    let events = nodelet::events::EventRecorder::new(clock, "kubelet", "node1");
     let syncer = PodSyncer {
         runtime: fake.clone(),
         images: fake.clone(),
@@ -58,11 +60,13 @@ fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
         }),
         clock,
         tasks: Some(fake.clone()),
+        events: events.clone(),
     };
     let cancel = CancellationToken::new();
     let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone());
     Harness {
         fake,
+        events,
         status,
         workers,
         _dir: dir,
@@ -629,5 +633,74 @@ async fn failing_post_start_kills_the_container() {
         "the container was killed"
     );
     assert_eq!(h.fake.calls_of("stop_container").len(), 1);
+    h.cancel.cancel();
+}
+
+/// The kubelet's events, in order, for a pod that starts, crashes into backoff and is killed.
+#[tokio::test(start_paused = true)]
+async fn records_the_kubelets_events() {
+    let h = harness();
+    let p = pod("u15", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    h.fake.exit_container("a", 1);
+    h.workers.wake("u15");
+    h.settle("restarted", |h| h.restart_count("u15", "a") == 1)
+        .await;
+    h.fake.exit_container("a", 1);
+    h.workers.wake("u15");
+    h.settle("backing off", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("BackOff"))
+    })
+    .await;
+    h.workers.update(PodWork::Kill {
+        pod: p,
+        grace: None,
+        remove: false,
+    });
+    h.settle("killed", |h| {
+        !h.fake.calls_of("stop_pod_sandbox").is_empty()
+    })
+    .await;
+    let events: Vec<(String, String, String)> = h
+        .events
+        .events()
+        .into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.involved_object.field_path.unwrap_or_default(),
+            )
+        })
+        .collect();
+    let reasons: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(
+        reasons,
+        ["Pulled", "Created", "Started", "BackOff"],
+        "{events:#?}"
+    );
+    assert_eq!(
+        events[0].1,
+        "Container image \"localhost/app:1\" already present on machine"
+    );
+    assert_eq!(events[1].1, "Created container: a");
+    assert_eq!(events[2].2, "spec.containers{a}");
+    assert_eq!(
+        events[3].1,
+        "Back-off restarting failed container a in pod u15-node1_default(u15)"
+    );
+    // Repeats are counted, not duplicated.
+    let started = h
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("Started"))
+        .unwrap();
+    assert_eq!(started.count, Some(2));
     h.cancel.cancel();
 }

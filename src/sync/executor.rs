@@ -24,6 +24,7 @@ use crate::clock::Clock;
 use crate::config::format_duration;
 use crate::cri::containerd::TaskSignaller;
 use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
+use crate::events::{container_ref, pod_ref, EventRecorder, EventType};
 use crate::metrics::metrics;
 use crate::node::NodeInfo;
 use crate::podspec::{
@@ -121,6 +122,8 @@ pub struct PodSyncer {
     /// Sends `lifecycle.stopSignal` (containerd's task API); `None` when the runtime offers
     /// none, and the runtime's own stop signal is used.
     pub tasks: Option<Arc<dyn TaskSignaller>>,
+    /// Where Pulling, Created, Started, Killing, BackOff, ... go.
+    pub events: EventRecorder,
 }
 
 pub fn pod_uid(pod: &Pod) -> &str {
@@ -151,6 +154,27 @@ fn image_pull_policy(container: &Container) -> &str {
 }
 
 impl PodSyncer {
+    /// Records an event about one container of the pod.
+    pub fn container_event(
+        &self,
+        pod: &Pod,
+        container: &str,
+        type_: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        let kind = if spec_init_containers(pod)
+            .iter()
+            .any(|c| c.name == container)
+        {
+            ContainerKind::Init
+        } else {
+            ContainerKind::Regular
+        };
+        self.events
+            .record(&container_ref(pod, container, kind), type_, reason, message);
+    }
+
     /// Fresh per-pod memory with this node's backoff settings.
     pub fn new_memory(&self) -> PodMemory {
         let (initial, max) = self.settings.crash_loop_backoff;
@@ -224,6 +248,12 @@ impl PodSyncer {
         if deadline == Some(Duration::ZERO) && memory.terminal_reason.is_none() {
             let message = "Pod was active on the node longer than the specified deadline";
             tracing::info!(reason = "DeadlineExceeded", message, "pod failed");
+            self.events.record(
+                &pod_ref(pod),
+                EventType::Normal,
+                "DeadlineExceeded",
+                message,
+            );
             memory.terminal_reason = Some(("DeadlineExceeded".into(), message.into()));
             status = self.publish_status(pod, &runtime, memory, false);
         }
@@ -344,6 +374,14 @@ impl PodSyncer {
             runtime.sandbox().map_or(0, |s| s.attempt)
         };
         let sandbox_cfg = self.sandbox_config(pod, attempt)?;
+        if actions.create_sandbox && actions.attempt > 0 {
+            self.events.record(
+                &pod_ref(pod),
+                EventType::Normal,
+                "SandboxChanged",
+                "Pod sandbox changed, it will be killed and re-created.",
+            );
+        }
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
             let id = self.create_sandbox(pod, sandbox_cfg.clone()).await?;
             let ips = match self.runtime.pod_sandbox_status(&id).await {
@@ -487,6 +525,17 @@ impl PodSyncer {
         let now = self.clock.now();
         if let Some(remaining) = memory.restart_backoff.remaining_since(&key, finished, now) {
             let delay = memory.restart_backoff.get(&key);
+            self.container_event(
+                pod,
+                &container.name,
+                EventType::Warning,
+                "BackOff",
+                format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    container.name,
+                    format_pod(pod)
+                ),
+            );
             return Err((
                 StartFailure {
                     reason: "CrashLoopBackOff".into(),
@@ -525,21 +574,39 @@ impl PodSyncer {
                 })
         };
         let present = inspect().await.map_err(|f| (f, None))?;
+        let event = |type_, reason: &str, message: String| {
+            self.container_event(pod, &container.name, type_, reason, message);
+        };
         match (image_pull_policy(container), present) {
-            ("Never", None) => Err((
-                StartFailure {
-                    reason: "ErrImageNeverPull".into(),
-                    message: format!(
-                        "Container image {image:?} is not present with pull policy of Never"
-                    ),
-                },
-                None,
-            )),
-            ("Never" | "IfNotPresent", Some(found)) => Ok(found),
+            ("Never", None) => {
+                let message =
+                    format!("Container image {image:?} is not present with pull policy of Never");
+                event(EventType::Warning, "ErrImageNeverPull", message.clone());
+                Err((
+                    StartFailure {
+                        reason: "ErrImageNeverPull".into(),
+                        message,
+                    },
+                    None,
+                ))
+            }
+            ("Never" | "IfNotPresent", Some(found)) => {
+                event(
+                    EventType::Normal,
+                    "Pulled",
+                    format!("Container image {image:?} already present on machine"),
+                );
+                Ok(found)
+            }
             _ => {
                 let key = format!("{}_{image}", pod_uid(pod));
                 let now = self.clock.now();
                 if let Some(remaining) = memory.image_backoff.remaining_since_update(&key, now) {
+                    event(
+                        EventType::Normal,
+                        "BackOff",
+                        format!("Back-off pulling image {image:?}"),
+                    );
                     return Err((
                         StartFailure {
                             reason: "ImagePullBackOff".into(),
@@ -549,6 +616,11 @@ impl PodSyncer {
                     ));
                 }
                 tracing::info!(image, "Pulling image");
+                event(
+                    EventType::Normal,
+                    "Pulling",
+                    format!("Pulling image {image:?}"),
+                );
                 let started = tokio::time::Instant::now();
                 match self
                     .images
@@ -562,15 +634,25 @@ impl PodSyncer {
                             "Successfully pulled image"
                         );
                         memory.image_backoff.reset(&key);
-                        match inspect().await.map_err(|f| (f, None))? {
-                            Some(found) => Ok(found),
-                            None => Ok(api::Image {
-                                id: image_ref,
-                                ..Default::default()
-                            }),
-                        }
+                        let found = inspect().await.map_err(|f| (f, None))?;
+                        let took = format_duration(started.elapsed());
+                        let size = found.as_ref().map_or(0, |i| i.size);
+                        event(
+                            EventType::Normal,
+                            "Pulled",
+                            format!("Successfully pulled image {image:?} in {took} ({took} including waiting). Image size: {size} bytes."),
+                        );
+                        Ok(found.unwrap_or(api::Image {
+                            id: image_ref,
+                            ..Default::default()
+                        }))
                     }
                     Err(e) => {
+                        event(
+                            EventType::Warning,
+                            "Failed",
+                            format!("Failed to pull image {image:?}: {}", e.runtime_message()),
+                        );
                         memory.image_backoff.next(&key, self.clock.now());
                         Err((
                             StartFailure {
@@ -605,9 +687,29 @@ impl PodSyncer {
                 memory.start_failures.remove(&container.name);
                 metrics().started_containers_total.inc();
                 tracing::info!(container.id = %id, "Started container");
+                self.container_event(
+                    pod,
+                    &container.name,
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container: {}", container.name),
+                );
                 None
             }
             Err((failure, retry)) => {
+                // Start errors (not waits) get the kubelet's "Failed" event.
+                if matches!(
+                    failure.reason.as_str(),
+                    "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError"
+                ) {
+                    self.container_event(
+                        pod,
+                        &container.name,
+                        EventType::Warning,
+                        "Failed",
+                        format!("Error: {}", failure.message),
+                    );
+                }
                 tracing::warn!(reason = %failure.reason, message = %failure.message, "container failed to start");
                 memory
                     .start_failures
@@ -710,6 +812,13 @@ impl PodSyncer {
             })
             .map_err(no_retry)?;
         tracing::info!(container.id = %id, "Created container");
+        self.container_event(
+            pod,
+            &container.name,
+            EventType::Normal,
+            "Created",
+            format!("Created container: {}", container.name),
+        );
         self.runtime
             .start_container(&id)
             .await
@@ -737,6 +846,14 @@ impl PodSyncer {
             .await
             {
                 tracing::warn!(error = %e, "FailedPostStartHook");
+                // Like the kubelet, the event does not carry the hook's output (it may hold secrets).
+                self.container_event(
+                    pod,
+                    &container.name,
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    "PostStartHook failed",
+                );
                 let instance = crate::cri::RuntimeContainer {
                     id: id.clone(),
                     name: container.name.clone(),

@@ -13,6 +13,7 @@ use super::hooks::run_hook;
 use super::kill::{stop_timeout_after_hook, termination_grace_period, StopReason};
 use crate::cri::containerd::parse_signal;
 use crate::cri::{api, ContainerState, PodRuntime, RuntimeContainer};
+use crate::events::EventType;
 use crate::podspec::{init_containers, regular_containers};
 use crate::volume;
 
@@ -47,6 +48,13 @@ impl PodSyncer {
             message.to_string()
         };
         tracing::info!(container = %container.name, grace_seconds = grace.as_secs(), %message, "Killing");
+        self.container_event(
+            pod,
+            &container.name,
+            EventType::Normal,
+            "Killing",
+            message.clone(),
+        );
         let mut hook_ran = Duration::ZERO;
         let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
         if let (Some(c), Some(hook)) = (spec, pre_stop) {
@@ -66,6 +74,13 @@ impl PodSyncer {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
                         tracing::warn!(container = %container.name, error = %e, "FailedPreStopHook");
+                        self.container_event(
+                            pod,
+                            &container.name,
+                            EventType::Warning,
+                            "FailedPreStopHook",
+                            "PreStopHook failed",
+                        );
                     }
                     Err(_) => {
                         tracing::warn!(container = %container.name, grace_seconds = grace.as_secs(), "preStop hook did not finish within the grace period");
