@@ -110,9 +110,15 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.crash_loop_back_off.max_container_restart_period = if config
         .feature_enabled(KUBELET_CRASH_LOOP_BACK_OFF_MAX)
     {
-        decoded
-            .max_container_restart_period
-            .unwrap_or(DEFAULT_MAX_CONTAINER_RESTART_PERIOD)
+        // An explicit maximum wins; without one, the reduced-decay gate's 60 s cap applies
+        // (the kubelet would fall back to its 300 s default here and lose the gate's cap).
+        decoded.max_container_restart_period.unwrap_or(
+            if config.feature_enabled(REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY) {
+                REDUCED_MAX_CONTAINER_RESTART_PERIOD
+            } else {
+                DEFAULT_MAX_CONTAINER_RESTART_PERIOD
+            },
+        )
     } else {
         if decoded.max_container_restart_period.is_some() {
             errors.push(FieldError {

@@ -516,7 +516,7 @@ fn crash_loop_back_off_follows_the_kubelet_gates() {
         ("", s(10), s(300)),
         ("crashLoopBackOff: {maxContainerRestartPeriod: 100s}", s(10), s(100)),
         ("crashLoopBackOff: {maxContainerRestartPeriod: 2s}", s(2), s(2)),
-        ("featureGates: {ReduceDefaultCrashLoopBackOffDecay: true}", s(1), s(300)),
+        ("featureGates: {ReduceDefaultCrashLoopBackOffDecay: true}", s(1), s(60)),
         ("featureGates: {ReduceDefaultCrashLoopBackOffDecay: true}\ncrashLoopBackOff: {maxContainerRestartPeriod: 30s}", s(1), s(30)),
         ("featureGates: {ReduceDefaultCrashLoopBackOffDecay: true, KubeletCrashLoopBackOffMax: false}", s(1), s(60)),
         ("featureGates: {KubeletCrashLoopBackOffMax: false}", s(10), s(300)),
