@@ -704,3 +704,46 @@ async fn records_the_kubelets_events() {
     assert_eq!(started.count, Some(2));
     h.cancel.cancel();
 }
+
+/// ReduceDefaultCrashLoopBackOffDecay: 1 s initial delay doubling to a 60 s cap.
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backoff_with_the_reduced_decay_gate() {
+    let cfg = nodelet::config::parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: {ReduceDefaultCrashLoopBackOffDecay: true}\n",
+        std::path::Path::new("test.yaml"),
+        &nodelet::config::Environment { hostname: "node1".into() },
+    )
+    .unwrap()
+    .config;
+    let h = harness_with_backoff(cfg.crash_loop_back_off_delays());
+    h.workers.update(PodWork::Sync(pod(
+        "u16",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    let t0 = tokio::time::Instant::now();
+    let mut starts = Vec::new();
+    let mut seen = 0;
+    while starts.len() < 10 {
+        let calls: Vec<_> = h
+            .fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == "start_container")
+            .collect();
+        if calls.len() > seen {
+            seen = calls.len();
+            starts.push((calls[seen - 1].at - t0).as_secs());
+            h.fake.exit_container("a", 1);
+            h.workers.wake("u16");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(400),
+            "starts so far: {starts:?}"
+        );
+    }
+    assert_eq!(starts, [0, 0, 1, 3, 7, 15, 31, 63, 123, 183]);
+    h.cancel.cancel();
+}
