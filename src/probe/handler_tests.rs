@@ -202,7 +202,8 @@ async fn http_headers_table() {
     let server = serve(routes).await;
     let p = server.port;
     let host = format!("host: 127.0.0.1:{p}");
-    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<String>, Vec<&str>)> = vec![
+    type Spec<'a> = Vec<(&'a str, &'a str)>;
+    let cases: Vec<(&str, Spec, Vec<String>, Vec<&str>)> = vec![
         (
             "defaults",
             vec![],

@@ -571,7 +571,8 @@ mod tests {
             ..Default::default()
         };
         use ProbeResult::Success as S;
-        let cases: Vec<(&str, Pod, (Option<ProbeResult>, Option<ProbeResult>))> = vec![
+        type Seeds = (Option<ProbeResult>, Option<ProbeResult>);
+        let cases: Vec<(&str, Pod, Seeds)> = vec![
             ("no status", Pod::default(), (None, None)),
             (
                 "same instance, started and ready",

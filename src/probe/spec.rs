@@ -460,7 +460,8 @@ mod tests {
 
     #[test]
     fn request_headers_table() {
-        let cases: Vec<(&str, Vec<HTTPHeader>, Vec<(String, String)>)> = vec![
+        type Headers = Vec<(String, String)>;
+        let cases: Vec<(&str, Vec<HTTPHeader>, Headers)> = vec![
             (
                 "defaults",
                 vec![],
