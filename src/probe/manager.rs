@@ -394,7 +394,9 @@ impl Inner {
             if w.container_id == target.container_id {
                 return;
             }
+            // A slot bound to another instance is never silently overwritten.
             w.token.cancel();
+            pod.workers.remove(&key);
         }
         let results = pod
             .results
