@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, HTTPGetAction, HTTPHeader, Probe};
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, HTTPHeader, Pod, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::HandlerError;
+use super::{HandlerError, ProbeKind};
 use crate::sync::env::expand_with;
 
 /// The User-Agent the kubelet sends (`kube-probe/<major>.<minor>`), the Kubernetes version
@@ -48,6 +48,18 @@ impl ProbeSettings {
             failure_threshold: at_least_one(probe.failure_threshold, 3),
         }
     }
+}
+
+/// The grace period for killing a container whose liveness or startup probe failed, when the
+/// probe sets its own `terminationGracePeriodSeconds` (`setTerminationGracePeriod`): a pod
+/// being deleted keeps its deletion grace period, and readiness never kills. `None` means the
+/// usual pod grace period applies. The caller still runs preStop within it and applies the
+/// kubelet's 2 s minimum, as for any kill.
+pub fn probe_kill_grace_period(pod: &Pod, container: &Container, kind: ProbeKind) -> Option<i64> {
+    if pod.metadata.deletion_grace_period_seconds.is_some() || kind == ProbeKind::Readiness {
+        return None;
+    }
+    kind.spec(container)?.termination_grace_period_seconds
 }
 
 /// A probe handler resolved against its container and pod IP.
@@ -344,6 +356,49 @@ mod tests {
         ];
         for (name, probe, want) in cases {
             assert_eq!(ProbeSettings::from_probe(&probe), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn probe_kill_grace_period_table() {
+        let with_grace = |grace: Option<i64>| {
+            Some(Probe {
+                termination_grace_period_seconds: grace,
+                ..Default::default()
+            })
+        };
+        let c = Container {
+            name: "app".into(),
+            liveness_probe: with_grace(Some(60)),
+            startup_probe: with_grace(None),
+            readiness_probe: with_grace(Some(5)),
+            ..Default::default()
+        };
+        let mut deleting = Pod::default();
+        deleting.metadata.deletion_grace_period_seconds = Some(10);
+        let cases = [
+            (
+                "liveness with its own grace",
+                Pod::default(),
+                ProbeKind::Liveness,
+                Some(60),
+            ),
+            (
+                "startup without one",
+                Pod::default(),
+                ProbeKind::Startup,
+                None,
+            ),
+            (
+                "readiness never kills",
+                Pod::default(),
+                ProbeKind::Readiness,
+                None,
+            ),
+            ("deletion grace wins", deleting, ProbeKind::Liveness, None),
+        ];
+        for (name, pod, kind, want) in cases {
+            assert_eq!(probe_kill_grace_period(&pod, &c, kind), want, "{name}");
         }
     }
 
