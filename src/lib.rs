@@ -16,6 +16,7 @@ pub mod node;
 pub mod pleg;
 pub mod pod;
 pub mod podspec;
+pub mod probe;
 pub mod quantity;
 pub mod server;
 pub mod source;
