@@ -15,10 +15,11 @@ use nodelet::config::{self, Config, Environment, LogFormat};
 use nodelet::cri::containerd::ContainerdTasks;
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{ImageService, Runtime};
-use nodelet::events::{event_table, EventRecorder};
+use nodelet::events::{event_table, EventRecorder, EventType, ObjectRef};
 use nodelet::node::NodeInfo;
-use nodelet::pleg::Pleg;
+use nodelet::pleg::{EventKind, Pleg, PodLifecycleEvent};
 use nodelet::pod::{PodManager, PodWorkers};
+use nodelet::probe::{ProbeEvent, ProbeManager};
 use nodelet::server::{self, ApiState};
 use nodelet::source::{self, FileSource};
 use nodelet::status::{printer, StatusManager};
@@ -467,6 +468,35 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     // The local event log (the API server's, in cluster mode).
     let recorder = EventRecorder::new(Clock::system(), "kubelet", &cfg.node_name);
     let status = StatusManager::new();
+    // Probe result changes wake the pod's worker through the same channel as runtime events.
+    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
+    let probes = ProbeManager::new(
+        runtime.clone(),
+        Clock::system(),
+        Arc::new({
+            let tx = pleg_tx.clone();
+            move |uid: &str| {
+                let _ = tx.try_send(PodLifecycleEvent {
+                    pod_uid: uid.to_string(),
+                    id: String::new(),
+                    kind: EventKind::ProbeResult,
+                });
+            }
+        }),
+        Arc::new({
+            let recorder = recorder.clone();
+            move |e: ProbeEvent| {
+                let object = ObjectRef {
+                    kind: "Pod".into(),
+                    namespace: e.pod_namespace.clone(),
+                    name: e.pod_name.clone(),
+                    uid: e.pod_uid.clone(),
+                    field_path: Some(format!("spec.containers{{{}}}", e.container_name)),
+                };
+                recorder.record(&object, EventType::Warning, e.reason, e.message);
+            }
+        }),
+    );
     let syncer = PodSyncer {
         runtime: runtime.clone(),
         images,
@@ -487,6 +517,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         }),
         clock: Clock::system(),
         events: recorder.clone(),
+        probes: probes.clone(),
         tasks: match ContainerdTasks::connect(&cfg.containerd_endpoint, &cfg.containerd_namespace) {
             Ok(t) => Some(Arc::new(t)),
             Err(e) => {
@@ -497,7 +528,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
 
-    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
     let pleg = Pleg::new(
         runtime.clone(),
         cfg.node_name.clone(),
@@ -569,6 +599,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     tracing::info!("shutting down; pods keep running");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     cancel.cancel();
+    probes.shutdown();
     let drain = async {
         while tasks.join_next().await.is_some() {}
         workers.wait().await;

@@ -35,6 +35,8 @@ fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let status = StatusManager::new();
     let events = nodelet::events::EventRecorder::new(clock, "kubelet", "node1");
+    // Probe result changes wake the pod's worker, as the PLEG channel does in nodelet.
+    let (probe_tx, mut probe_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let syncer = PodSyncer {
         runtime: fake.clone(),
         images: fake.clone(),
@@ -61,9 +63,42 @@ fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
         clock,
         tasks: Some(fake.clone()),
         events: events.clone(),
+        probes: nodelet::probe::ProbeManager::new(
+            fake.clone(),
+            clock,
+            Arc::new(move |uid: &str| {
+                let _ = probe_tx.send(uid.to_string());
+            }),
+            Arc::new({
+                let events = events.clone();
+                move |e: nodelet::probe::ProbeEvent| {
+                    let object = nodelet::events::ObjectRef {
+                        kind: "Pod".into(),
+                        namespace: e.pod_namespace.clone(),
+                        name: e.pod_name.clone(),
+                        uid: e.pod_uid.clone(),
+                        field_path: Some(format!("spec.containers{{{}}}", e.container_name)),
+                    };
+                    events.record(
+                        &object,
+                        nodelet::events::EventType::Warning,
+                        e.reason,
+                        e.message,
+                    );
+                }
+            }),
+        ),
     };
     let cancel = CancellationToken::new();
     let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone());
+    tokio::spawn({
+        let workers = workers.clone();
+        async move {
+            while let Some(uid) = probe_rx.recv().await {
+                workers.wake(&uid);
+            }
+        }
+    });
     Harness {
         fake,
         events,
@@ -745,5 +780,146 @@ async fn crash_loop_backoff_with_the_reduced_decay_gate() {
         );
     }
     assert_eq!(starts, [0, 0, 1, 3, 7, 15, 31, 63, 123, 183]);
+    h.cancel.cancel();
+}
+
+fn exec_probe(period: i32, failure_threshold: i32) -> k8s_openapi::api::core::v1::Probe {
+    k8s_openapi::api::core::v1::Probe {
+        exec: Some(k8s_openapi::api::core::v1::ExecAction {
+            command: Some(vec!["check".into()]),
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failure_threshold),
+        ..Default::default()
+    }
+}
+
+/// A failing liveness probe kills the container after failureThreshold periods and the pod
+/// restarts it; the Unhealthy events and the Killing reason say why.
+#[tokio::test(start_paused = true)]
+async fn liveness_failure_kills_and_restarts_the_container() {
+    let h = harness();
+    h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
+    let p = with_lifecycle(pod("u17", "Always", &["a"], "localhost/app:1"), |c| {
+        c.liveness_probe = Some(exec_probe(10, 3));
+    });
+    h.workers.update(PodWork::Sync(p));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    // The first probe runs when the container starts.
+    let t0 = h
+        .fake
+        .calls()
+        .into_iter()
+        .find(|c| c.op == "start_container")
+        .unwrap()
+        .at;
+    for _ in 0..400 {
+        if !h.fake.calls_of("stop_container").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stop = h
+        .fake
+        .calls()
+        .into_iter()
+        .find(|c| c.op == "stop_container")
+        .expect("killed");
+    assert_eq!(
+        (stop.at - t0).as_secs(),
+        20,
+        "3rd failed probe, 20 s after the first"
+    );
+    assert_eq!(stop.detail, "timeout=7");
+    h.settle("restarted", |h| {
+        h.restart_count("u17", "a") == 1 && h.fake.running_container_names() == ["a"]
+    })
+    .await;
+    let reasons: Vec<(String, String)> = h
+        .events
+        .events()
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|(r, m)| r == "Unhealthy" && m.starts_with("Liveness probe failed")),
+        "{reasons:#?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|(r, m)| r == "Killing"
+                && m == "Container a failed liveness probe, will be restarted"),
+        "{reasons:#?}"
+    );
+    h.cancel.cancel();
+}
+
+/// A failing readiness probe keeps the pod not Ready without restarting anything; once it
+/// succeeds the pod becomes Ready.
+#[tokio::test(start_paused = true)]
+async fn readiness_drives_ready_without_restarts() {
+    let h = harness();
+    h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
+    let p = with_lifecycle(pod("u18", "Always", &["a"], "localhost/app:1"), |c| {
+        c.readiness_probe = Some(exec_probe(5, 3));
+    });
+    h.workers.update(PodWork::Sync(p));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    let ready = |h: &Harness| {
+        h.status
+            .status("u18")
+            .and_then(|s| s.conditions)
+            .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status)
+            .unwrap_or_default()
+    };
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(ready(&h), "False");
+    assert_eq!(h.restart_count("u18", "a"), 0);
+    assert!(h.fake.calls_of("stop_container").is_empty());
+    h.fake.set_exec_behaviour("a", 0, Duration::ZERO);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    h.settle("Ready", |h| ready(h) == "True").await;
+    h.cancel.cancel();
+}
+
+/// A startup probe holds liveness back: the liveness probe (which would fail) never runs
+/// before startup succeeds.
+#[tokio::test(start_paused = true)]
+async fn startup_probe_gates_liveness() {
+    let h = harness();
+    h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
+    let p = with_lifecycle(pod("u19", "Always", &["a"], "localhost/app:1"), |c| {
+        let mut startup = exec_probe(10, 30);
+        startup.exec = Some(k8s_openapi::api::core::v1::ExecAction {
+            command: Some(vec!["started?".into()]),
+        });
+        c.startup_probe = Some(startup);
+        c.liveness_probe = Some(exec_probe(10, 1));
+    });
+    h.workers.update(PodWork::Sync(p));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    let probes: Vec<String> = h
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == "exec_sync")
+        .map(|c| c.detail)
+        .collect();
+    assert!(
+        !probes.is_empty() && probes.iter().all(|d| d == "started?"),
+        "{probes:?}"
+    );
+    assert!(
+        h.fake.calls_of("stop_container").is_empty(),
+        "liveness did not kill during startup"
+    );
     h.cancel.cancel();
 }

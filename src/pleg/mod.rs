@@ -29,6 +29,8 @@ pub enum EventKind {
     /// Created, or a state the diff cannot name.
     ContainerChanged,
     SandboxChanged,
+    /// A probe result changed (not a runtime event; routed the same way to wake the worker).
+    ProbeResult,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

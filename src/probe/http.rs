@@ -24,7 +24,9 @@ pub enum RedirectAction {
     /// Another host: do not follow; the redirect response itself is the answer, which the
     /// probe reports as a success with a `ProbeWarning`.
     Stop,
-    /// The limit was reached: the probe fails with "stopped after 10 redirects".
+    /// The limit was reached: like a redirect to another host, the last redirect response is the
+    /// answer — a success with a `ProbeWarning`, as the Kubernetes documentation (and the seed)
+    /// specify. (The kubelet's code fails the probe with "stopped after 10 redirects" instead.)
     TooMany,
 }
 
@@ -57,7 +59,7 @@ fn redirect_policy(attempt: RedirectAttempt) -> reqwest::redirect::Action {
     match action {
         RedirectAction::Follow => attempt.follow(),
         RedirectAction::Stop => attempt.stop(),
-        RedirectAction::TooMany => attempt.error(TooManyRedirects),
+        RedirectAction::TooMany => attempt.stop(),
     }
 }
 

@@ -12,6 +12,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use tracing::Instrument;
 
+use super::actions::KillReason;
 use super::actions::{compute_pod_actions, ActionInputs, PodActions};
 use super::container_config::{container_config, container_hash, ContainerContext};
 use super::container_config::{format_pod, verify_run_as_non_root};
@@ -30,6 +31,7 @@ use crate::node::NodeInfo;
 use crate::podspec::{
     init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind,
 };
+use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::status::{generate_pod_status, StartFailure, StatusInputs, StatusManager};
 use crate::volume;
 
@@ -124,6 +126,8 @@ pub struct PodSyncer {
     pub tasks: Option<Arc<dyn TaskSignaller>>,
     /// Where Pulling, Created, Started, Killing, BackOff, ... go.
     pub events: EventRecorder,
+    /// Startup, liveness and readiness probes of running containers.
+    pub probes: ProbeManager,
 }
 
 pub fn pod_uid(pod: &Pod) -> &str {
@@ -154,6 +158,40 @@ fn image_pull_policy(container: &Container) -> &str {
 }
 
 impl PodSyncer {
+    /// The running containers the prober should watch, with the address network probes dial.
+    fn running_for_probes(&self, pod: &Pod, runtime: &PodRuntime) -> Vec<RunningContainer> {
+        let pod_ip = if crate::podspec::host_network(pod) {
+            self.node.host_ips.first().cloned()
+        } else {
+            runtime.sandbox().and_then(|s| s.ips.first().cloned())
+        };
+        runtime
+            .running_containers()
+            .map(|c| RunningContainer {
+                name: c.name.clone(),
+                id: c.id.clone(),
+                started_at: c.started_at.unwrap_or(c.created_at),
+                pod_ip: pod_ip.clone(),
+            })
+            .collect()
+    }
+
+    /// Containers whose liveness or startup probe has failed, as kill reasons.
+    fn probe_failures(&self, uid: &str) -> BTreeMap<String, KillReason> {
+        self.probes
+            .failed(uid)
+            .into_iter()
+            .map(|(id, (kind, _))| {
+                let reason = if kind == ProbeKind::Startup {
+                    KillReason::StartupProbe
+                } else {
+                    KillReason::LivenessProbe
+                };
+                (id, reason)
+            })
+            .collect()
+    }
+
     /// Records an event about one container of the pod.
     pub fn container_event(
         &self,
@@ -213,15 +251,17 @@ impl PodSyncer {
         memory: &PodMemory,
         pod_is_terminal: bool,
     ) -> PodStatus {
-        let previous = self.status.status(pod_uid(pod));
-        let empty = BTreeMap::new();
+        let uid = pod_uid(pod);
+        let previous = self.status.status(uid);
+        let readiness = self.probes.readiness(uid);
+        let startup = self.probes.startup(uid);
         let status = generate_pod_status(&StatusInputs {
             pod,
             runtime,
             previous: previous.as_ref(),
             start_failures: &memory.start_failures,
-            readiness: &empty,
-            startup: &empty,
+            readiness: &readiness,
+            startup: &startup,
             host_ips: &self.node.host_ips,
             pod_is_terminal,
             now: self.clock.now(),
@@ -241,6 +281,8 @@ impl PodSyncer {
     pub async fn sync(&self, pod: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
         let uid = pod_uid(pod).to_string();
         let runtime = self.inspect(&uid).await?;
+        self.probes
+            .sync_pod(pod, &self.running_for_probes(pod, &runtime));
         let mut status = self.publish_status(pod, &runtime, memory, false);
         self.record_pod_started(&status, memory);
         let start_time = status.start_time.as_ref().map(|t| t.0);
@@ -265,7 +307,7 @@ impl PodSyncer {
             pod,
             runtime: &runtime,
             spec_hashes: &hashes,
-            probe_failures: &BTreeMap::new(),
+            probe_failures: &self.probe_failures(&uid),
         });
         if actions.is_empty() {
             return Ok(SyncOutcome::Idle(deadline));

@@ -190,10 +190,13 @@ impl PodSyncer {
         memory: &PodMemory,
     ) -> Result<()> {
         let uid = pod_uid(pod).to_string();
+        // Liveness and startup probes stop now; readiness keeps reporting until the end.
+        self.probes.pod_terminating(&uid);
         let runtime = self.inspect(&uid).await?;
         self.kill_pod(pod, &runtime, grace_override).await;
         let runtime = self.inspect(&uid).await?;
         self.publish_status(pod, &runtime, memory, true);
+        self.probes.remove_pod(&uid);
         Ok(())
     }
 
@@ -238,6 +241,7 @@ impl PodSyncer {
                 }
             }
         }
+        self.probes.remove_pod(&uid);
         self.status.remove(&uid);
         tracing::info!("pod removed");
         Ok(())
