@@ -923,3 +923,79 @@ async fn startup_probe_gates_liveness() {
     );
     h.cancel.cancel();
 }
+
+/// A container that ran ten minutes without trouble starts its backoff over: it is restarted
+/// at once, and the crash after that waits the initial 10 s again.
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backoff_resets_after_ten_minutes_of_running() {
+    let h = harness();
+    h.workers.update(PodWork::Sync(pod(
+        "u20",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    let t0 = tokio::time::Instant::now();
+    let mut starts = Vec::new();
+    let mut seen = 0;
+    while starts.len() < 7 {
+        let calls: Vec<_> = h
+            .fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == "start_container")
+            .collect();
+        if calls.len() > seen {
+            seen = calls.len();
+            let at = (calls[seen - 1].at - t0).as_secs();
+            starts.push(at);
+            if starts.len() == 5 {
+                // This instance runs for 11 minutes before it crashes.
+                tokio::time::sleep(Duration::from_secs(660)).await;
+            }
+            h.fake.exit_container("a", 1);
+            h.workers.wake("u20");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(2000),
+            "starts so far: {starts:?}"
+        );
+    }
+    // 0 (start), 0, 10, 30, 70 (backoff 40 s), crash at 730 → restarted at once, then 10 s.
+    assert_eq!(starts, [0, 0, 10, 30, 70, 730, 740]);
+    h.cancel.cancel();
+}
+
+/// Failed pulls back off per image: ErrImagePull, then ImagePullBackOff for 10 s, 20 s, ...
+#[tokio::test(start_paused = true)]
+async fn image_pull_backoff() {
+    let h = harness();
+    let mut p = (*pod("u21", "Always", &["a"], "localhost/unpullable:1")).clone();
+    p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
+    h.workers.update(PodWork::Sync(Arc::new(p)));
+    let waiting = |h: &Harness| {
+        h.status
+            .status("u21")
+            .and_then(|s| s.container_statuses)
+            .and_then(|cs| cs[0].state.clone()?.waiting?.reason)
+            .unwrap_or_default()
+    };
+    h.settle("ErrImagePull", |h| waiting(h) == "ErrImagePull")
+        .await;
+    h.workers.wake("u21");
+    h.settle("ImagePullBackOff", |h| waiting(h) == "ImagePullBackOff")
+        .await;
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let calls: Vec<_> = h
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == "pull_image")
+        .collect();
+    let first = calls[0].at;
+    let pulls: Vec<u64> = calls.iter().map(|c| (c.at - first).as_secs()).collect();
+    // After the first failure, pulls wait 10 s, then 20 s, then 40 s.
+    assert_eq!(pulls, [0, 10, 30], "pull times");
+    h.cancel.cancel();
+}
