@@ -1,179 +1,13 @@
 //! Component tests: pod workers and the executor against the in-memory fake runtime, with
 //! tokio's clock paused so timings are exact and the tests take milliseconds.
 
+mod harness;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use tokio_util::sync::CancellationToken;
-
-use nodelet::clock::Clock;
-use nodelet::cri::fake::FakeRuntime;
-use nodelet::node::NodeInfo;
-use nodelet::pod::{PodWork, PodWorkers};
-use nodelet::status::StatusManager;
-use nodelet::sync::executor::{PodSyncer, SyncSettings};
-
-struct Harness {
-    fake: Arc<FakeRuntime>,
-    events: nodelet::events::EventRecorder,
-    status: StatusManager,
-    workers: PodWorkers,
-    _dir: tempfile::TempDir,
-    cancel: CancellationToken,
-}
-
-fn harness() -> Harness {
-    harness_with_backoff((Duration::from_secs(10), Duration::from_secs(300)))
-}
-
-fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
-    let clock = Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
-    let fake = Arc::new(FakeRuntime::new(clock));
-    fake.add_image("localhost/app:1");
-    let dir = tempfile::tempdir().unwrap();
-    let status = StatusManager::new();
-    let events = nodelet::events::EventRecorder::new(clock, "kubelet", "node1");
-    // Probe result changes wake the pod's worker, as the PLEG channel does in nodelet.
-    let (probe_tx, mut probe_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let syncer = PodSyncer {
-        runtime: fake.clone(),
-        images: fake.clone(),
-        status: status.clone(),
-        node: Arc::new(NodeInfo {
-            name: "node1".into(),
-            host_ips: vec!["192.168.1.10".into()],
-            cpu_capacity_milli: 2000,
-            memory_capacity: 4 << 30,
-        }),
-        settings: Arc::new(SyncSettings {
-            root_dir: dir.path().join("root"),
-            pod_logs_dir: dir.path().join("logs"),
-            cgroup_driver: nodelet::cgroup::Driver::Cgroupfs,
-            cgroup_root: "/".into(),
-            cgroups_per_qos: true,
-            cluster_dns: vec![],
-            cluster_domain: String::new(),
-            resolv_conf: None,
-            runtime_name: "fake".into(),
-            crash_loop_backoff,
-            cgroup_v2: false,
-        }),
-        clock,
-        tasks: Some(fake.clone()),
-        events: events.clone(),
-        probes: nodelet::probe::ProbeManager::new(
-            fake.clone(),
-            clock,
-            Arc::new(move |uid: &str| {
-                let _ = probe_tx.send(uid.to_string());
-            }),
-            Arc::new({
-                let events = events.clone();
-                move |e: nodelet::probe::ProbeEvent| {
-                    let object = nodelet::events::ObjectRef {
-                        kind: "Pod".into(),
-                        namespace: e.pod_namespace.clone(),
-                        name: e.pod_name.clone(),
-                        uid: e.pod_uid.clone(),
-                        field_path: Some(format!("spec.containers{{{}}}", e.container_name)),
-                    };
-                    events.record(
-                        &object,
-                        nodelet::events::EventType::Warning,
-                        e.reason,
-                        e.message,
-                    );
-                }
-            }),
-        ),
-    };
-    let cancel = CancellationToken::new();
-    let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone());
-    tokio::spawn({
-        let workers = workers.clone();
-        async move {
-            while let Some(uid) = probe_rx.recv().await {
-                workers.wake(&uid);
-            }
-        }
-    });
-    Harness {
-        fake,
-        events,
-        status,
-        workers,
-        _dir: dir,
-        cancel,
-    }
-}
-
-fn pod(uid: &str, policy: &str, containers: &[&str], image: &str) -> Arc<Pod> {
-    Arc::new(Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("{uid}-node1")),
-            namespace: Some("default".into()),
-            uid: Some(uid.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            restart_policy: Some(policy.into()),
-            termination_grace_period_seconds: Some(7),
-            containers: containers
-                .iter()
-                .map(|n| Container {
-                    name: n.to_string(),
-                    image: Some(image.into()),
-                    image_pull_policy: Some("Never".into()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-}
-
-impl Harness {
-    /// Lets the workers run until `check` holds (at most 100 steps of 10 ms of paused time).
-    async fn settle(&self, what: &str, check: impl Fn(&Self) -> bool) {
-        for _ in 0..100 {
-            if check(self) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!(
-            "never reached: {what}\ncalls: {:#?}\nstatuses: {:#?}",
-            self.fake
-                .calls()
-                .iter()
-                .map(|c| format!("{} {} {}", c.op, c.target, c.detail))
-                .collect::<Vec<_>>(),
-            self.status
-                .pods()
-                .iter()
-                .map(|p| p.status.clone())
-                .collect::<Vec<_>>()
-        );
-    }
-
-    fn phase(&self, uid: &str) -> String {
-        self.status
-            .status(uid)
-            .and_then(|s| s.phase)
-            .unwrap_or_default()
-    }
-
-    fn restart_count(&self, uid: &str, container: &str) -> i32 {
-        self.status
-            .status(uid)
-            .and_then(|s| s.container_statuses)
-            .and_then(|cs| cs.into_iter().find(|c| c.name == container))
-            .map_or(-1, |c| c.restart_count)
-    }
-}
+use harness::*;
+use nodelet::pod::PodWork;
 
 #[tokio::test(start_paused = true)]
 async fn starts_sandbox_then_containers_in_order_and_reports_running() {
@@ -458,21 +292,6 @@ async fn crash_loop_backoff_with_a_two_second_cap() {
     }
     assert_eq!(starts, [0, 0, 2, 4, 6, 8]);
     h.cancel.cancel();
-}
-
-fn with_lifecycle(p: Arc<Pod>, f: impl FnOnce(&mut Container)) -> Arc<Pod> {
-    let mut p = (*p).clone();
-    f(&mut p.spec.as_mut().unwrap().containers[0]);
-    Arc::new(p)
-}
-
-fn exec_handler(cmd: &[&str]) -> k8s_openapi::api::core::v1::LifecycleHandler {
-    k8s_openapi::api::core::v1::LifecycleHandler {
-        exec: Some(k8s_openapi::api::core::v1::ExecAction {
-            command: Some(cmd.iter().map(|s| s.to_string()).collect()),
-        }),
-        ..Default::default()
-    }
 }
 
 /// A preStop hook that outlives the grace period is abandoned at its end, and the container
@@ -781,17 +600,6 @@ async fn crash_loop_backoff_with_the_reduced_decay_gate() {
     }
     assert_eq!(starts, [0, 0, 1, 3, 7, 15, 31, 63, 123, 183]);
     h.cancel.cancel();
-}
-
-fn exec_probe(period: i32, failure_threshold: i32) -> k8s_openapi::api::core::v1::Probe {
-    k8s_openapi::api::core::v1::Probe {
-        exec: Some(k8s_openapi::api::core::v1::ExecAction {
-            command: Some(vec!["check".into()]),
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(failure_threshold),
-        ..Default::default()
-    }
 }
 
 /// A failing liveness probe kills the container after failureThreshold periods and the pod

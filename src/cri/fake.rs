@@ -53,6 +53,9 @@ struct State {
     calls: Vec<Call>,
     /// Exit code a container reports when stopped (per container name); 143 if unset.
     stop_exit_codes: HashMap<String, i32>,
+    /// Containers (by name) that ignore the stop signal: StopContainer waits its whole timeout,
+    /// then they die of SIGKILL (137).
+    ignores_sigterm: HashSet<String>,
     /// How ExecSync behaves per container name: (exit code, how long it takes).
     exec_behaviour: HashMap<String, (i32, Duration)>,
 }
@@ -122,6 +125,13 @@ impl FakeRuntime {
         self.lock()
             .exec_behaviour
             .insert(container_name.to_string(), (code, takes));
+    }
+
+    /// Containers of this name ignore SIGTERM: stopping them takes the whole timeout.
+    pub fn set_ignores_sigterm(&self, container_name: &str) {
+        self.lock()
+            .ignores_sigterm
+            .insert(container_name.to_string());
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -472,13 +482,36 @@ impl Runtime for FakeRuntime {
             self.record(
                 &mut st,
                 "stop_container",
-                name,
+                name.clone(),
                 format!("timeout={}", timeout.as_secs()),
             )?;
             if !st.containers.contains_key(container_id) {
                 return Err(Self::not_found("stop_container", container_id));
             }
-            self.stop_locked(&mut st, container_id, now)
+            if st.ignores_sigterm.contains(&name) {
+                None
+            } else {
+                Some(self.stop_locked(&mut st, container_id, now))
+            }
+        };
+        let changed = match changed {
+            Some(changed) => changed,
+            None => {
+                // SIGTERM ignored: SIGKILL when the timeout runs out.
+                tokio::time::sleep(timeout).await;
+                let now = self.now_nanos();
+                let mut st = self.lock();
+                match st.containers.get_mut(container_id) {
+                    Some(c) if c.state == api::ContainerState::ContainerRunning => {
+                        c.state = api::ContainerState::ContainerExited;
+                        c.finished_at = now;
+                        c.exit_code = 137;
+                        c.reason = "Error".into();
+                        true
+                    }
+                    _ => false,
+                }
+            }
         };
         if changed {
             let _ = self.changes.send(container_id.to_string());

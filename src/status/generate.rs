@@ -20,6 +20,7 @@ use crate::quantity::Quantity;
 use crate::sync::restart::should_container_be_restarted;
 
 pub const POD_SCHEDULED: &str = "PodScheduled";
+pub const POD_RESTART_IN_PLACE: &str = "PodRestartInPlace";
 pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";
 pub const INITIALIZED: &str = "Initialized";
 pub const CONTAINERS_READY: &str = "ContainersReady";
@@ -700,14 +701,24 @@ fn pod_conditions(
     conditions.push(ready);
     conditions.push(containers_ready);
     conditions.push(condition(POD_SCHEDULED, true, None, None, generation));
+    if let Some(restarting) = inputs.restart_in_place {
+        conditions.retain(|c| c.type_ != POD_RESTART_IN_PLACE);
+        conditions.push(condition(
+            POD_RESTART_IN_PLACE,
+            restarting,
+            None,
+            None,
+            generation,
+        ));
+    }
 
     let old = old_status(inputs)
         .and_then(|s| s.conditions.as_deref())
         .unwrap_or(&[]);
-    for c in conditions
-        .iter_mut()
-        .filter(|c| is_kubelet_condition(&c.type_))
-    {
+    for c in conditions.iter_mut().filter(|c| {
+        is_kubelet_condition(&c.type_)
+            || (c.type_ == POD_RESTART_IN_PLACE && inputs.restart_in_place.is_some())
+    }) {
         let kept = old
             .iter()
             .find(|o| o.type_ == c.type_ && o.status == c.status)

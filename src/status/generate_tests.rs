@@ -164,6 +164,7 @@ struct Fixture {
     startup: BTreeMap<String, bool>,
     host_ips: Vec<String>,
     terminal: bool,
+    restart_in_place: Option<bool>,
 }
 
 impl Fixture {
@@ -177,6 +178,7 @@ impl Fixture {
             startup: BTreeMap::new(),
             host_ips: vec!["192.168.1.10".into()],
             terminal: false,
+            restart_in_place: None,
         }
     }
 
@@ -218,6 +220,7 @@ impl Fixture {
             pod_is_terminal: self.terminal,
             now: Timestamp::from_nanosecond(i128::from(NOW) * 1_000_000_000 + 700_000_000).unwrap(),
             runtime_name: "containerd",
+            restart_in_place: self.restart_in_place,
         }
     }
 
@@ -1542,4 +1545,34 @@ fn regenerating_with_the_previous_status_is_stable() {
     let first = f.status();
     f.previous = Some(first.clone());
     assert_eq!(f.status(), first);
+}
+
+#[test]
+fn pod_restart_in_place_condition_follows_the_restart() {
+    let pod = pod("Always", vec![], vec![c("app")]);
+    let runtime = runtime(ready_sandbox(), vec![]);
+    let find = |s: &PodStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodRestartInPlace")
+            .map(|c| (c.status.clone(), c.last_transition_time.clone()))
+    };
+    let mut f = Fixture::new(pod.clone(), runtime.clone());
+    assert_eq!(
+        find(&f.status()),
+        None,
+        "no condition before any in-place restart"
+    );
+    f.restart_in_place = Some(true);
+    let during = f.status();
+    assert_eq!(find(&during).unwrap().0, "True");
+    let mut f = Fixture::new(pod, runtime).previous(during.clone());
+    f.restart_in_place = Some(false);
+    let after = f.status();
+    assert_eq!(find(&after).unwrap().0, "False");
+    // Kept (as False) once the restart is over, even when the worker no longer sets it.
+    let mut g = Fixture::new(f.pod.clone(), f.runtime.clone()).previous(after.clone());
+    g.restart_in_place = None;
+    assert_eq!(find(&g.status()).unwrap().0, "False");
 }

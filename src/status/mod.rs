@@ -73,4 +73,7 @@ pub struct StatusInputs<'a> {
     pub now: Timestamp,
     /// Runtime name used in container IDs (`containerd` gives `containerd://<id>`).
     pub runtime_name: &'a str,
+    /// `PodRestartInPlace`: `Some(true)` while a `RestartAllContainers` restart kills the
+    /// containers, `Some(false)` after; `None` adds no condition.
+    pub restart_in_place: Option<bool>,
 }

@@ -2,10 +2,14 @@
 //!
 //! A pure function of the desired pod and what the runtime reports, like the kubelet's
 //! `computePodActions`: (re)create the sandbox when it is missing, dead, duplicated or lost its IP;
-//! run init containers one at a time; start containers that should (re)start per the restart
-//! policy; kill containers whose spec changed; and kill the whole pod when nothing is left to run.
+//! run init containers one at a time, starting sidecars (restartable init containers) in their
+//! place and keeping them running; start containers that should (re)start per the restart
+//! policy; kill containers whose spec changed or whose probes failed; restart the whole pod in
+//! place on a `RestartAllContainers` rule; and kill the pod when nothing is left to run.
 
 use std::collections::BTreeMap;
+
+use super::restart::restart_all_containers_on_exit;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -59,8 +63,12 @@ pub struct PodActions {
     pub sandbox_id: Option<String>,
     /// Attempt number for the new sandbox.
     pub attempt: u32,
-    /// Index into `spec.initContainers` of the init container to start next.
-    pub next_init_container: Option<usize>,
+    /// Indices into `spec.initContainers` to start, in spec order: the next regular init
+    /// container and/or sidecars to (re)start.
+    pub init_containers_to_start: Vec<usize>,
+    /// A container exited under a `RestartAllContainers` rule (its name): kill every container
+    /// at once, keep the sandbox, and start over from the first init container.
+    pub restart_all: Option<String>,
     /// Indices into `spec.containers`, in spec order.
     pub containers_to_start: Vec<usize>,
     pub containers_to_kill: Vec<ContainerToKill>,
@@ -75,7 +83,8 @@ impl PodActions {
     pub fn is_empty(&self) -> bool {
         !self.kill_pod
             && !self.create_sandbox
-            && self.next_init_container.is_none()
+            && self.init_containers_to_start.is_empty()
+            && self.restart_all.is_none()
             && self.containers_to_start.is_empty()
             && self.containers_to_kill.is_empty()
             && self.containers_to_remove.is_empty()
@@ -91,6 +100,9 @@ pub struct ActionInputs<'a> {
     /// Running containers whose liveness or startup probe failed, by container ID
     /// (`KillReason::LivenessProbe` or `KillReason::StartupProbe`).
     pub probe_failures: &'a BTreeMap<String, KillReason>,
+    /// Startup probe results by container ID (true = succeeded); a sidecar with a startup probe
+    /// counts as started only once it is true.
+    pub startup: &'a BTreeMap<String, bool>,
 }
 
 /// Whether the pod needs a new sandbox: none exists, more than one is ready, the newest is not
@@ -120,29 +132,29 @@ fn succeeded(runtime: &PodRuntime, name: &str) -> bool {
         .is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
 }
 
-/// Init containers that are done: the newest instance exited 0.
-fn init_done(runtime: &PodRuntime, name: &str) -> bool {
-    succeeded(runtime, name)
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
 }
 
-/// The classic init container walk: the first init container that has not succeeded, whether
-/// the last attempt failed, and whether initialization is complete.
-fn next_init_container<'a>(
-    pod: &'a Pod,
-    runtime: &'a PodRuntime,
-) -> (
-    Option<(usize, &'a Container)>,
-    Option<&'a RuntimeContainer>,
-    bool,
-) {
-    let inits = init_containers(pod);
-    for (idx, c) in inits.iter().enumerate() {
-        if init_done(runtime, &c.name) {
-            continue;
-        }
-        return (Some((idx, c)), runtime.latest(&c.name), false);
-    }
-    (None, None, true)
+/// The kubelet's `isInitContainerFailed`.
+fn init_failed(c: &RuntimeContainer) -> bool {
+    c.reason.contains("OOMKilled")
+        || (c.state == ContainerState::Exited && c.exit_code != 0)
+        || c.state == ContainerState::Unknown
+}
+
+/// A container exited under a `RestartAllContainers` rule and has not been handled yet (the
+/// executor removes every instance when it restarts the pod, so each exit triggers once).
+fn restart_all_trigger(pod: &Pod, runtime: &PodRuntime) -> Option<String> {
+    init_containers(pod)
+        .iter()
+        .chain(containers(pod))
+        .find_map(|c| {
+            let latest = runtime.latest(&c.name)?;
+            (latest.state == ContainerState::Exited
+                && restart_all_containers_on_exit(c, latest.exit_code))
+            .then(|| c.name.clone())
+        })
 }
 
 fn spec_changed(
@@ -211,47 +223,43 @@ pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
             })
             .map(|(i, _)| i)
             .collect();
-        if to_start.is_empty() && next_init_container(pod, runtime).2 {
+        // Initialization is done if any regular container was ever created; with nothing left
+        // to start there is no reason for a new sandbox.
+        let initialized = containers(pod)
+            .iter()
+            .any(|c| runtime.latest(&c.name).is_some());
+        if to_start.is_empty() && initialized {
             actions.create_sandbox = false;
             return actions;
         }
         if !init_containers(pod).is_empty() {
-            // A new sandbox re-runs every init container from the first.
-            actions.next_init_container = Some(0);
+            // A new sandbox re-runs every init container from the first; the old instances
+            // are purged so they cannot count as done.
+            actions.init_containers_to_start = vec![0];
+            for c in init_containers(pod) {
+                for instance in runtime.instances(&c.name) {
+                    if instance.state != ContainerState::Running
+                        && !actions.containers_to_remove.contains(&instance.id)
+                    {
+                        actions.containers_to_remove.push(instance.id.clone());
+                    }
+                }
+            }
             return actions;
         }
         actions.containers_to_start = to_start;
         return actions;
     }
 
-    // Initialization: one init container at a time, each must exit 0 before the next.
-    let (next, last, done) = next_init_container(pod, runtime);
-    if !done {
-        if let Some((idx, container)) = next {
-            let failed =
-                last.is_some_and(|l| l.state == ContainerState::Exited && l.exit_code != 0);
-            if failed && !restart_on_failure {
-                actions.kill_pod = true;
-                return actions;
-            }
-            match last.map(|l| l.state) {
-                Some(ContainerState::Running) | Some(ContainerState::Created) => {}
-                Some(ContainerState::Unknown) => {
-                    let l = last.expect("matched Some");
-                    actions.containers_to_kill.push(ContainerToKill {
-                        container_id: l.id.clone(),
-                        name: container.name.clone(),
-                        reason: KillReason::UnknownState,
-                        message: format!(
-                            "Init container {} is in \"unknown\" state, try killing it before restart",
-                            container.name
-                        ),
-                    });
-                    actions.next_init_container = Some(idx);
-                }
-                _ => actions.next_init_container = Some(idx),
-            }
-        }
+    if let Some(trigger) = restart_all_trigger(pod, runtime) {
+        actions.restart_all = Some(trigger);
+        actions.containers_to_remove.clear();
+        return actions;
+    }
+
+    let initialized = compute_init_container_actions(inputs, &mut actions);
+    if actions.kill_pod || !initialized {
+        // Initialization failed or is still in progress: regular containers wait.
         return actions;
     }
 
@@ -315,8 +323,139 @@ pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
     }
     if keep == 0 && actions.containers_to_start.is_empty() {
         actions.kill_pod = true;
+        // Sidecars do not keep a pod alive whose regular containers are done for good.
+        actions.init_containers_to_start.clear();
     }
     actions
+}
+
+/// The kubelet's `computeInitContainerActions` (sidecar-aware): walks the init containers from
+/// the last one that has a status back to the first, decides which to (re)start, and returns
+/// whether the pod has been initialized. Regular init containers run one at a time and must
+/// exit 0; a sidecar counts as started once it runs (and its startup probe, if any, succeeded),
+/// and is restarted whenever it exits.
+fn compute_init_container_actions(inputs: &ActionInputs<'_>, actions: &mut PodActions) -> bool {
+    let pod = inputs.pod;
+    let runtime = inputs.runtime;
+    let inits = init_containers(pod);
+    if inits.is_empty() {
+        return true;
+    }
+    // A created or running regular container means initialization happened before.
+    let mut initialized = containers(pod).iter().any(|c| {
+        runtime
+            .latest(&c.name)
+            .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
+    });
+    let mut previously_initialized = initialized;
+    let restart_on_failure = pod_restart_policy(pod) != "Never";
+    let mut to_start: Vec<usize> = Vec::new();
+    let last = inits.len() - 1;
+    let kill = |actions: &mut PodActions, status: &RuntimeContainer, reason, message: String| {
+        actions.containers_to_kill.push(ContainerToKill {
+            container_id: status.id.clone(),
+            name: status.name.clone(),
+            reason,
+            message,
+        });
+    };
+
+    for (i, container) in inits.iter().enumerate().rev() {
+        let sidecar = is_sidecar(container);
+        let Some(status) = runtime.latest(&container.name) else {
+            // Initialized before but its status is gone: a sidecar is started again.
+            if previously_initialized && sidecar {
+                to_start.push(i);
+            }
+            continue;
+        };
+        if previously_initialized && !sidecar {
+            // After initialization only sidecars are kept running.
+            continue;
+        }
+        match status.state {
+            ContainerState::Created => to_start.push(i),
+            ContainerState::Running if sidecar => {
+                let probe_failure = inputs.probe_failures.get(&status.id).copied();
+                if container.startup_probe.is_some() {
+                    if probe_failure == Some(KillReason::StartupProbe) {
+                        let m = format!("Init container {} failed startup probe", container.name);
+                        kill(actions, status, KillReason::StartupProbe, m);
+                        to_start.push(i);
+                    }
+                    if inputs.startup.get(&status.id) != Some(&true) {
+                        // Not started yet: the next init container waits.
+                        if !previously_initialized {
+                            previously_initialized = true;
+                        }
+                        continue;
+                    }
+                }
+                if i == last {
+                    initialized = true;
+                } else if !previously_initialized {
+                    // Started for the first time: the next init container may go.
+                    to_start.push(i + 1);
+                }
+                if spec_changed(container, status, inputs.spec_hashes) {
+                    let m = format!("Init container {} definition changed", container.name);
+                    kill(actions, status, KillReason::SpecChanged, m);
+                    to_start.push(i);
+                } else if probe_failure == Some(KillReason::LivenessProbe) {
+                    let m = format!("Init container {} failed liveness probe", container.name);
+                    kill(actions, status, KillReason::LivenessProbe, m);
+                    to_start.push(i);
+                }
+            }
+            // A regular init container that is running: wait for it to finish.
+            ContainerState::Running => {}
+            ContainerState::Exited if sidecar => to_start.push(i),
+            ContainerState::Exited => {
+                if init_failed(status) {
+                    // The container's own restartPolicy wins over the pod's (rules are not
+                    // evaluated: the exit may not be a failure the rules describe).
+                    let restart = match container.restart_policy.as_deref() {
+                        Some(policy) => policy != "Never",
+                        None => restart_on_failure,
+                    };
+                    if !restart {
+                        actions.kill_pod = true;
+                        actions.init_containers_to_start.clear();
+                        return false;
+                    }
+                    to_start.push(i);
+                } else if i == last {
+                    initialized = true;
+                } else {
+                    to_start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    actions.kill_pod = true;
+                    actions.init_containers_to_start.clear();
+                    return false;
+                }
+                let m = format!(
+                    "Init container {} is in \"unknown\" state, try killing it before restart",
+                    container.name
+                );
+                kill(actions, status, KillReason::UnknownState, m);
+                to_start.push(i);
+            }
+        }
+        if !previously_initialized {
+            // Everything before this init container has been initialized.
+            previously_initialized = true;
+        }
+    }
+    if !previously_initialized {
+        to_start.push(0);
+    }
+    to_start.reverse();
+    to_start.dedup();
+    actions.init_containers_to_start = to_start;
+    initialized
 }
 
 #[cfg(test)]
@@ -698,7 +837,7 @@ mod tests {
                 want: PodActions {
                     kill_pod: true,
                     create_sandbox: true,
-                    next_init_container: Some(0),
+                    init_containers_to_start: vec![0],
                     ..Default::default()
                 },
             },
@@ -710,7 +849,7 @@ mod tests {
                 probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
-                    next_init_container: Some(1),
+                    init_containers_to_start: vec![1],
                     ..Default::default()
                 },
             },
@@ -745,7 +884,7 @@ mod tests {
                 probes: BTreeMap::new(),
                 want: PodActions {
                     sandbox_id: Some("s1".into()),
-                    next_init_container: Some(0),
+                    init_containers_to_start: vec![0],
                     ..Default::default()
                 },
             },
@@ -768,6 +907,7 @@ mod tests {
                 runtime: &case.runtime,
                 spec_hashes: &case.hashes,
                 probe_failures: &case.probes,
+                startup: &BTreeMap::new(),
             });
             assert_eq!(got, case.want, "case: {}", case.name);
         }
@@ -787,8 +927,305 @@ mod tests {
             runtime: &r,
             spec_hashes: &hashes(&["a"]),
             probe_failures: &BTreeMap::new(),
+            startup: &BTreeMap::new(),
         });
         assert!(got.kill_pod);
         assert!(got.containers_to_start.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod sidecar_tests {
+    use super::*;
+    use crate::cri::RuntimeSandbox;
+    use jiff::Timestamp;
+    use k8s_openapi::api::core::v1::{
+        ContainerRestartRule, ContainerRestartRuleOnExitCodes, PodSpec, Probe,
+    };
+    use ContainerState::*;
+
+    fn c(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("img".into()),
+            ..Default::default()
+        }
+    }
+
+    fn sidecar(name: &str) -> Container {
+        Container {
+            restart_policy: Some("Always".into()),
+            ..c(name)
+        }
+    }
+
+    /// inits: i1, s1 (sidecar), i2; containers: a.
+    fn pod(policy: &str, s1: Container) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                restart_policy: Some(policy.into()),
+                init_containers: Some(vec![c("i1"), s1, c("i2")]),
+                containers: vec![c("a")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ctr(
+        name: &str,
+        id: &str,
+        state: ContainerState,
+        exit: i32,
+        created: i64,
+    ) -> RuntimeContainer {
+        RuntimeContainer {
+            id: id.into(),
+            name: name.into(),
+            sandbox_id: "s".into(),
+            state,
+            attempt: 0,
+            created_at: Timestamp::from_second(created).unwrap(),
+            started_at: None,
+            finished_at: None,
+            exit_code: exit,
+            reason: String::new(),
+            message: String::new(),
+            image: "img".into(),
+            image_ref: String::new(),
+            hash: "h".into(),
+            restart_count: 0,
+            labels: Default::default(),
+            annotations: Default::default(),
+        }
+    }
+
+    fn runtime(containers: Vec<RuntimeContainer>) -> PodRuntime {
+        let mut r = PodRuntime {
+            uid: "u".into(),
+            sandboxes: vec![RuntimeSandbox {
+                id: "s".into(),
+                attempt: 0,
+                ready: true,
+                created_at: Timestamp::from_second(1).unwrap(),
+                ips: vec!["10.0.0.1".into()],
+                host_network: false,
+            }],
+            containers,
+            ..Default::default()
+        };
+        r.sort();
+        r
+    }
+
+    fn actions(pod: &Pod, runtime: &PodRuntime, startup: &[(&str, bool)]) -> PodActions {
+        let hashes = ["i1", "s1", "i2", "a"]
+            .iter()
+            .map(|n| (n.to_string(), "h".to_string()))
+            .collect();
+        let startup = startup.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        compute_pod_actions(&ActionInputs {
+            pod,
+            runtime,
+            spec_hashes: &hashes,
+            probe_failures: &BTreeMap::new(),
+            startup: &startup,
+        })
+    }
+
+    fn with_startup_probe(mut s: Container) -> Container {
+        s.startup_probe = Some(Probe::default());
+        s
+    }
+
+    #[test]
+    fn table() {
+        // (case, pod, instances, startup results, init to start, regular to start, kill pod)
+        type Case = (
+            &'static str,
+            Pod,
+            Vec<RuntimeContainer>,
+            Vec<(&'static str, bool)>,
+            Vec<usize>,
+            Vec<usize>,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "nothing ran yet: first init",
+                pod("Always", sidecar("s1")),
+                vec![],
+                vec![],
+                vec![0],
+                vec![],
+                false,
+            ),
+            (
+                "i1 running: wait",
+                pod("Always", sidecar("s1")),
+                vec![ctr("i1", "1", Running, 0, 2)],
+                vec![],
+                vec![],
+                vec![],
+                false,
+            ),
+            (
+                "i1 done: start the sidecar",
+                pod("Always", sidecar("s1")),
+                vec![ctr("i1", "1", Exited, 0, 2)],
+                vec![],
+                vec![1],
+                vec![],
+                false,
+            ),
+            (
+                "sidecar running: start i2",
+                pod("Always", sidecar("s1")),
+                vec![ctr("i1", "1", Exited, 0, 2), ctr("s1", "2", Running, 0, 3)],
+                vec![],
+                vec![2],
+                vec![],
+                false,
+            ),
+            (
+                "sidecar with startup probe not started: wait",
+                pod("Always", with_startup_probe(sidecar("s1"))),
+                vec![ctr("i1", "1", Exited, 0, 2), ctr("s1", "2", Running, 0, 3)],
+                vec![("2", false)],
+                vec![],
+                vec![],
+                false,
+            ),
+            (
+                "sidecar startup probe succeeded: start i2",
+                pod("Always", with_startup_probe(sidecar("s1"))),
+                vec![ctr("i1", "1", Exited, 0, 2), ctr("s1", "2", Running, 0, 3)],
+                vec![("2", true)],
+                vec![2],
+                vec![],
+                false,
+            ),
+            (
+                "initialized: regular containers start",
+                pod("Always", sidecar("s1")),
+                vec![
+                    ctr("i1", "1", Exited, 0, 2),
+                    ctr("s1", "2", Running, 0, 3),
+                    ctr("i2", "3", Exited, 0, 4),
+                ],
+                vec![],
+                vec![],
+                vec![0],
+                false,
+            ),
+            (
+                "sidecar exited after initialization: restarted, main kept",
+                pod("Never", sidecar("s1")),
+                vec![
+                    ctr("i1", "1", Exited, 0, 2),
+                    ctr("s1", "2", Exited, 1, 3),
+                    ctr("i2", "3", Exited, 0, 4),
+                    ctr("a", "4", Running, 0, 5),
+                ],
+                vec![],
+                vec![1],
+                vec![],
+                false,
+            ),
+            (
+                "main done for good: sidecars do not keep the pod alive",
+                pod("Never", sidecar("s1")),
+                vec![
+                    ctr("i1", "1", Exited, 0, 2),
+                    ctr("s1", "2", Running, 0, 3),
+                    ctr("i2", "3", Exited, 0, 4),
+                    ctr("a", "4", Exited, 0, 5),
+                ],
+                vec![],
+                vec![],
+                vec![],
+                true,
+            ),
+            (
+                "init failure under Never fails the pod",
+                pod("Never", sidecar("s1")),
+                vec![
+                    ctr("i1", "1", Exited, 0, 2),
+                    ctr("s1", "2", Running, 0, 3),
+                    ctr("i2", "3", Exited, 1, 4),
+                ],
+                vec![],
+                vec![],
+                vec![],
+                true,
+            ),
+            (
+                "init failure under Always (= OnFailure) retries it",
+                pod("Always", sidecar("s1")),
+                vec![
+                    ctr("i1", "1", Exited, 0, 2),
+                    ctr("s1", "2", Running, 0, 3),
+                    ctr("i2", "3", Exited, 1, 4),
+                ],
+                vec![],
+                vec![2],
+                vec![],
+                false,
+            ),
+            (
+                "init success under Always is not re-run after a main restart",
+                pod("Always", sidecar("s1")),
+                vec![
+                    ctr("i1", "1", Exited, 0, 2),
+                    ctr("s1", "2", Running, 0, 3),
+                    ctr("i2", "3", Exited, 0, 4),
+                    ctr("a", "4", Exited, 1, 5),
+                ],
+                vec![],
+                vec![],
+                vec![0],
+                false,
+            ),
+        ];
+        for (name, pod, instances, startup, init, regular, kill) in cases {
+            let rt = runtime(instances);
+            let got = actions(&pod, &rt, &startup);
+            assert_eq!(
+                (
+                    got.init_containers_to_start.clone(),
+                    got.containers_to_start.clone(),
+                    got.kill_pod
+                ),
+                (init, regular, kill),
+                "case: {name}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn restart_all_containers_rule_triggers_once_on_its_exit_code() {
+        let mut s1 = sidecar("s1");
+        s1.restart_policy_rules = Some(vec![ContainerRestartRule {
+            action: "RestartAllContainers".into(),
+            exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                operator: "In".into(),
+                values: Some(vec![88]),
+            }),
+        }]);
+        let p = pod("Never", s1);
+        let base = vec![
+            ctr("i1", "1", Exited, 0, 2),
+            ctr("i2", "3", Exited, 0, 4),
+            ctr("a", "4", Running, 0, 5),
+        ];
+        let mut with = base.clone();
+        with.push(ctr("s1", "2", Exited, 88, 3));
+        let got = actions(&p, &runtime(with), &[]);
+        assert_eq!(got.restart_all.as_deref(), Some("s1"));
+        let mut other = base;
+        other.push(ctr("s1", "2", Exited, 1, 3));
+        let got = actions(&p, &runtime(other), &[]);
+        assert_eq!(got.restart_all, None, "exit 1 is a plain sidecar restart");
+        assert_eq!(got.init_containers_to_start, vec![1]);
     }
 }

@@ -66,6 +66,11 @@ pub struct PodMemory {
     pub restart_backoff: Backoff,
     /// Image pull backoff, keyed per image (ImagePullBackOff).
     pub image_backoff: Backoff,
+    /// `PodRestartInPlace`: true while a `RestartAllContainers` restart kills the containers,
+    /// false after; `None` until the pod first restarts in place.
+    pub restart_in_place: Option<bool>,
+    /// Restart counts of containers whose instances an in-place restart removed.
+    pub restart_count_base: BTreeMap<String, i32>,
     /// Set when nodelet itself ended the pod (activeDeadlineSeconds, eviction): the status is
     /// Failed with this reason and message.
     pub terminal_reason: Option<(String, String)>,
@@ -221,6 +226,8 @@ impl PodSyncer {
             restart_backoff: Backoff::new(initial, max),
             image_backoff: Backoff::new(IMAGE_BACKOFF.0, IMAGE_BACKOFF.1),
             terminal_reason: None,
+            restart_in_place: None,
+            restart_count_base: BTreeMap::new(),
             first_seen: Some(tokio::time::Instant::now()),
             start_recorded: false,
         }
@@ -266,6 +273,7 @@ impl PodSyncer {
             pod_is_terminal,
             now: self.clock.now(),
             runtime_name: &self.settings.runtime_name,
+            restart_in_place: memory.restart_in_place,
         });
         let mut status = status;
         if let Some((reason, message)) = &memory.terminal_reason {
@@ -308,11 +316,17 @@ impl PodSyncer {
             runtime: &runtime,
             spec_hashes: &hashes,
             probe_failures: &self.probe_failures(&uid),
+            startup: &self.probes.startup(&uid),
         });
         if actions.is_empty() {
             return Ok(SyncOutcome::Idle(deadline));
         }
         tracing::debug!(?actions, "pod actions");
+        if let Some(trigger) = &actions.restart_all {
+            self.restart_in_place(pod, &runtime, trigger, memory)
+                .await?;
+            return Ok(SyncOutcome::Acted);
+        }
         if let Some(retry) = self.execute(pod, &runtime, actions, memory).await? {
             // Publish the failure reasons now rather than at the next (delayed) sync.
             let runtime = self.inspect(&uid).await?;
@@ -362,6 +376,7 @@ impl PodSyncer {
                 &k.message,
                 None,
                 pod_ip.as_deref(),
+                None,
             ))
         });
         join_all(kills).await;
@@ -383,7 +398,7 @@ impl PodSyncer {
             }
         }
         let wants_start =
-            actions.next_init_container.is_some() || !actions.containers_to_start.is_empty();
+            !actions.init_containers_to_start.is_empty() || !actions.containers_to_start.is_empty();
         if !actions.create_sandbox && !wants_start {
             return Ok(None);
         }
@@ -468,28 +483,98 @@ impl PodSyncer {
         // After a new sandbox, nothing of the old runtime state applies to restart counting
         // except the instance history, which `runtime` still holds.
         let mut retry: Option<Duration> = None;
-        let starts = actions
-            .next_init_container
-            .and_then(|i| {
-                spec_init_containers(pod)
-                    .get(i)
-                    .map(|c| (c, ContainerKind::Init))
-            })
-            .into_iter()
-            .chain(actions.containers_to_start.iter().filter_map(|i| {
-                spec_containers(pod)
-                    .get(*i)
-                    .map(|c| (c, ContainerKind::Regular))
-            }));
-        for (c, kind) in starts {
-            if let Some(after) = self
-                .start_container(pod, c, kind, runtime, &env, memory)
-                .await
-            {
-                retry = Some(retry.map_or(after, |r| r.min(after)));
+        let mut note = |after: Option<Duration>| {
+            if let Some(after) = after {
+                retry = Some(retry.map_or(after, |r: Duration| r.min(after)));
+            }
+        };
+        for idx in &actions.init_containers_to_start {
+            let Some(c) = spec_init_containers(pod).get(*idx) else {
+                continue;
+            };
+            let failed = self
+                .start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
+                .await;
+            let stop_here = failed.is_some() && c.restart_policy.as_deref() != Some("Always");
+            note(failed);
+            if stop_here {
+                // A regular init container that could not start holds back everything after it;
+                // a sidecar that could not start does not.
+                return Ok(retry);
+            }
+        }
+        for idx in &actions.containers_to_start {
+            if let Some(c) = spec_containers(pod).get(*idx) {
+                note(
+                    self.start_container(pod, c, ContainerKind::Regular, runtime, &env, memory)
+                        .await,
+                );
             }
         }
         Ok(retry)
+    }
+
+    /// `RestartAllContainers`: kill every container at once (no preStop, no grace), keep the
+    /// sandbox, its IP and the volumes, forget the old instances so initialization runs again
+    /// from the first init container; `PodRestartInPlace` is True during the kill.
+    async fn restart_in_place(
+        &self,
+        pod: &Pod,
+        runtime: &PodRuntime,
+        trigger: &str,
+        memory: &mut PodMemory,
+    ) -> Result<()> {
+        let uid = pod_uid(pod).to_string();
+        tracing::info!(
+            container = trigger,
+            "RestartAllContainers: restarting the pod in place"
+        );
+        self.events.record(
+            &pod_ref(pod),
+            EventType::Normal,
+            "RestartAllContainers",
+            format!("Container {trigger} exited under a RestartAllContainers rule; restarting all containers in place"),
+        );
+        memory.restart_in_place = Some(true);
+        self.publish_status(pod, runtime, memory, false);
+        let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
+        let kills = runtime
+            .containers
+            .iter()
+            .filter(|c| c.state != ContainerState::Exited)
+            .map(|c| {
+                self.kill_container(
+                    pod,
+                    c,
+                    StopReason::Other,
+                    "Restarting all containers in place",
+                    Some(Duration::ZERO),
+                    pod_ip.as_deref(),
+                    None,
+                )
+            });
+        join_all(kills).await;
+        for c in &runtime.containers {
+            let base = memory
+                .restart_count_base
+                .entry(c.name.clone())
+                .or_insert(c.restart_count);
+            *base = (*base).max(c.restart_count);
+            if let Err(e) = self.runtime.remove_container(&c.id).await {
+                if !e.is_not_found() {
+                    return Err(Error::Runtime {
+                        uid,
+                        op: "RemoveContainer",
+                        source: e,
+                    });
+                }
+            }
+        }
+        memory.start_failures.clear();
+        memory.restart_in_place = Some(false);
+        let runtime = self.inspect(&uid).await?;
+        self.publish_status(pod, &runtime, memory, false);
+        Ok(())
     }
 
     fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig> {
@@ -786,9 +871,17 @@ impl PodSyncer {
             message: e.to_string(),
         })
         .map_err(no_retry)?;
+        // After an in-place restart of the pod the old instances are gone; counting goes on.
         let restart_count = runtime
             .latest(&container.name)
-            .map_or(0, |c| c.restart_count + 1);
+            .map(|c| c.restart_count + 1)
+            .or_else(|| {
+                memory
+                    .restart_count_base
+                    .get(&container.name)
+                    .map(|b| b + 1)
+            })
+            .unwrap_or(0);
         let uid = pod_uid(pod);
         let termination_message =
             volume::termination_message_file(&self.settings.root_dir, uid, &container.name).ok();
@@ -922,6 +1015,7 @@ impl PodSyncer {
                     "FailedPostStartHook",
                     None,
                     pod_ip,
+                    None,
                 )
                 .await;
                 return Err((

@@ -252,3 +252,172 @@ mod tests {
         }
     }
 }
+
+/// The kubelet's `terminationOrdering`: regular containers stop first (in parallel); each
+/// sidecar waits for every regular container and then for the sidecar after it in the spec, so
+/// sidecars stop in reverse order. Waiting never outlasts the grace period.
+pub struct TerminationOrdering {
+    prereqs: std::collections::HashMap<String, Vec<tokio_util::sync::CancellationToken>>,
+    terminated: std::collections::HashMap<String, tokio_util::sync::CancellationToken>,
+}
+
+/// Pure: for each container, the containers whose termination it waits for.
+pub fn termination_prerequisites(
+    pod: &Pod,
+    running: &[&str],
+) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut prereqs = std::collections::BTreeMap::new();
+    let regular: Vec<String> = crate::podspec::regular_containers(pod)
+        .iter()
+        .map(|c| c.name.clone())
+        .filter(|n| running.contains(&n.as_str()))
+        .collect();
+    let mut later_sidecar: Option<String> = None;
+    for c in crate::podspec::init_containers(pod).iter().rev() {
+        if c.restart_policy.as_deref() != Some("Always") {
+            continue;
+        }
+        let mut waits = regular.clone();
+        if let Some(next) = &later_sidecar {
+            if running.contains(&next.as_str()) {
+                waits.push(next.clone());
+            }
+        }
+        prereqs.insert(c.name.clone(), waits);
+        later_sidecar = Some(c.name.clone());
+    }
+    prereqs
+}
+
+impl TerminationOrdering {
+    pub fn new(pod: &Pod, running: &[&str]) -> Self {
+        use tokio_util::sync::CancellationToken;
+        let mut terminated = std::collections::HashMap::new();
+        for c in crate::podspec::regular_containers(pod)
+            .iter()
+            .chain(crate::podspec::init_containers(pod))
+        {
+            let token = CancellationToken::new();
+            if !running.contains(&c.name.as_str()) {
+                // Nothing waits for a container that is not running.
+                token.cancel();
+            }
+            terminated.insert(c.name.clone(), token);
+        }
+        let prereqs = termination_prerequisites(pod, running)
+            .into_iter()
+            .map(|(name, waits)| {
+                let tokens = waits
+                    .iter()
+                    .filter_map(|w| terminated.get(w).cloned())
+                    .collect();
+                (name, tokens)
+            })
+            .collect();
+        TerminationOrdering {
+            prereqs,
+            terminated,
+        }
+    }
+
+    /// Waits until `name` may stop, at most `grace`; returns how long it waited.
+    pub async fn wait_for_turn(&self, name: &str, grace: Duration) -> Duration {
+        if grace.is_zero() {
+            return Duration::ZERO;
+        }
+        let started = tokio::time::Instant::now();
+        let deadline = started + grace;
+        for token in self.prereqs.get(name).into_iter().flatten() {
+            tokio::select! {
+                _ = token.cancelled() => {}
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        started.elapsed()
+    }
+
+    pub fn container_terminated(&self, name: &str) {
+        if let Some(token) = self.terminated.get(name) {
+            token.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod ordering_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    #[test]
+    fn sidecars_wait_for_main_containers_and_later_sidecars() {
+        let c = |n: &str, sidecar: bool| Container {
+            name: n.into(),
+            restart_policy: sidecar.then(|| "Always".to_string()),
+            ..Default::default()
+        };
+        let pod = Pod {
+            spec: Some(PodSpec {
+                init_containers: Some(vec![
+                    c("init1", false),
+                    c("s1", true),
+                    c("init2", false),
+                    c("s2", true),
+                ]),
+                containers: vec![c("a", false), c("b", false)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let all = termination_prerequisites(&pod, &["a", "b", "s1", "s2"]);
+        assert_eq!(
+            all.get("s2").unwrap(),
+            &vec!["a".to_string(), "b".to_string()]
+        );
+        assert_eq!(
+            all.get("s1").unwrap(),
+            &vec!["a".to_string(), "b".to_string(), "s2".to_string()]
+        );
+        assert!(!all.contains_key("a") && !all.contains_key("init1"));
+        // Containers that are not running are not waited for.
+        let some = termination_prerequisites(&pod, &["b", "s1"]);
+        assert_eq!(some.get("s1").unwrap(), &vec!["b".to_string()]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_ends_at_the_turn_or_the_grace_period() {
+        let c = |n: &str, sidecar: bool| Container {
+            name: n.into(),
+            restart_policy: sidecar.then(|| "Always".to_string()),
+            ..Default::default()
+        };
+        let pod = Pod {
+            spec: Some(PodSpec {
+                init_containers: Some(vec![c("s1", true)]),
+                containers: vec![c("a", false)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let o = std::sync::Arc::new(TerminationOrdering::new(&pod, &["a", "s1"]));
+        let o2 = o.clone();
+        let waiter =
+            tokio::spawn(async move { o2.wait_for_turn("s1", Duration::from_secs(30)).await });
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        o.container_terminated("a");
+        assert_eq!(waiter.await.unwrap().as_secs(), 4);
+        // Nobody terminates: the wait ends with the grace period.
+        let o = TerminationOrdering::new(&pod, &["a", "s1"]);
+        assert_eq!(
+            o.wait_for_turn("s1", Duration::from_secs(10))
+                .await
+                .as_secs(),
+            10
+        );
+        assert_eq!(
+            o.wait_for_turn("a", Duration::from_secs(10))
+                .await
+                .as_secs(),
+            0
+        );
+    }
+}

@@ -12,22 +12,7 @@ pub use crate::podspec::restart_policy as pod_restart_policy;
 /// `restartPolicy` (default `Always`).
 pub fn container_should_restart(container: &Container, pod: &Pod, exit_code: i32) -> bool {
     if let Some(policy) = container.restart_policy.as_deref() {
-        let matched_restart_rule = container
-            .restart_policy_rules
-            .iter()
-            .flatten()
-            .find(|rule| {
-                rule.exit_codes.as_ref().is_some_and(|codes| {
-                    let listed = codes.values.iter().flatten().any(|v| *v == exit_code);
-                    match codes.operator.as_str() {
-                        "In" => listed,
-                        "NotIn" => !listed,
-                        _ => false,
-                    }
-                })
-            })
-            .is_some_and(|rule| rule.action == "Restart");
-        if matched_restart_rule {
+        if matching_rule_action(container, exit_code) == Some("Restart") {
             return true;
         }
         match policy {
@@ -42,6 +27,30 @@ pub fn container_should_restart(container: &Container, pod: &Pod, exit_code: i32
         Some("Never") => false,
         _ => true,
     }
+}
+
+/// The action of the first of the container's `restartPolicyRules` whose exit codes match.
+fn matching_rule_action(container: &Container, exit_code: i32) -> Option<&str> {
+    container
+        .restart_policy_rules
+        .iter()
+        .flatten()
+        .find(|rule| {
+            rule.exit_codes.as_ref().is_some_and(|codes| {
+                let listed = codes.values.iter().flatten().any(|v| *v == exit_code);
+                match codes.operator.as_str() {
+                    "In" => listed,
+                    "NotIn" => !listed,
+                    _ => false,
+                }
+            })
+        })
+        .map(|rule| rule.action.as_str())
+}
+
+/// Whether this exit triggers an in-place restart of the whole pod (`RestartAllContainers`).
+pub fn restart_all_containers_on_exit(container: &Container, exit_code: i32) -> bool {
+    matching_rule_action(container, exit_code) == Some("RestartAllContainers")
 }
 
 /// True when the kubelet would (re)start this container now or after its backoff:

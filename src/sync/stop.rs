@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::executor::{pod_uid, Error, PodMemory, PodSyncer, Result};
 use super::hooks::run_hook;
-use super::kill::{stop_timeout_after_hook, termination_grace_period, StopReason};
+use super::kill::{
+    stop_timeout_after_hook, termination_grace_period, StopReason, TerminationOrdering,
+};
 use crate::cri::containerd::parse_signal;
 use crate::cri::{api, ContainerState, PodRuntime, RuntimeContainer};
 use crate::events::EventType;
@@ -39,6 +41,7 @@ impl PodSyncer {
         message: &str,
         grace_override: Option<Duration>,
         pod_ip: Option<&str>,
+        ordering: Option<&TerminationOrdering>,
     ) {
         let spec = spec_of(pod, &container.name);
         let grace = termination_grace_period(pod, spec, reason, grace_override);
@@ -89,17 +92,27 @@ impl PodSyncer {
                 hook_ran = started.elapsed();
             }
         }
-        let timeout = stop_timeout_after_hook(grace, hook_ran);
+        // Sidecars wait for their turn (every regular container, then the sidecars after
+        // them), within what is left of the grace period.
+        let mut waited = Duration::ZERO;
+        if let Some(o) = ordering {
+            let left = grace.saturating_sub(Duration::from_secs(hook_ran.as_secs()));
+            waited = o.wait_for_turn(&container.name, left).await;
+        }
+        let timeout = stop_timeout_after_hook(grace, hook_ran + waited);
         let stop_signal = spec
             .and_then(|c| c.lifecycle.as_ref()?.stop_signal.as_deref())
             .and_then(parse_signal);
         if let (Some(signal), Some(tasks), false) = (stop_signal, &self.tasks, timeout.is_zero()) {
             self.stop_with_signal(container, signal, timeout, tasks.as_ref())
                 .await;
-            return;
+        } else {
+            self.stop_container(&container.id, &container.name, timeout)
+                .await;
         }
-        self.stop_container(&container.id, &container.name, timeout)
-            .await;
+        if let Some(o) = ordering {
+            o.container_terminated(&container.name);
+        }
     }
 
     /// `lifecycle.stopSignal`: the CRI of containerd 1.6 always sends the image's STOPSIGNAL, so
@@ -152,7 +165,7 @@ impl PodSyncer {
         grace_override: Option<Duration>,
     ) {
         let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
-        let stops = runtime
+        let live: Vec<&RuntimeContainer> = runtime
             .containers
             .iter()
             .filter(|c| {
@@ -161,16 +174,20 @@ impl PodSyncer {
                     ContainerState::Running | ContainerState::Unknown | ContainerState::Created
                 )
             })
-            .map(|c| {
-                self.kill_container(
-                    pod,
-                    c,
-                    StopReason::PodTermination,
-                    "",
-                    grace_override,
-                    pod_ip.as_deref(),
-                )
-            });
+            .collect();
+        let names: Vec<&str> = live.iter().map(|c| c.name.as_str()).collect();
+        let ordering = TerminationOrdering::new(pod, &names);
+        let stops = live.iter().map(|c| {
+            self.kill_container(
+                pod,
+                c,
+                StopReason::PodTermination,
+                "",
+                grace_override,
+                pod_ip.as_deref(),
+                Some(&ordering),
+            )
+        });
         join_all(stops).await;
         for sandbox in runtime.sandboxes.iter().filter(|s| s.ready) {
             match self.runtime.stop_pod_sandbox(&sandbox.id).await {
