@@ -54,7 +54,8 @@ pub fn decode_manifest(
         vec![ManifestError::new(file, field.map(str::to_string), reason)]
     };
 
-    let value = decode_single_document(bytes).map_err(|reason| fail(None, reason))?;
+    let mut value = decode_single_document(bytes).map_err(|reason| fail(None, reason))?;
+    lift_on_exit_exit_codes(&mut value);
     let type_errors = check_type_meta(&value);
     if !type_errors.is_empty() {
         return Err(type_errors
@@ -99,6 +100,47 @@ pub fn decode_manifest(
 
 /// Decode exactly one YAML or JSON document into a JSON value. Empty YAML documents (a trailing
 /// `---`) do not count.
+/// The seed's `ml-worker` example nests a rule's condition as `onExit: {exitCodes: ...}`; the
+/// API type has `exitCodes` on the rule itself. Accept both spellings by lifting `onExit.exitCodes`
+/// when the rule has no `exitCodes` of its own.
+fn lift_on_exit_exit_codes(value: &mut Value) {
+    for list in ["containers", "initContainers"] {
+        let Some(containers) = value
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for container in containers {
+            let Some(rules) = container
+                .get_mut("restartPolicyRules")
+                .and_then(Value::as_array_mut)
+            else {
+                continue;
+            };
+            for rule in rules.iter_mut().filter_map(Value::as_object_mut) {
+                if rule.contains_key("exitCodes") {
+                    continue;
+                }
+                let lifted = rule
+                    .get_mut("onExit")
+                    .and_then(Value::as_object_mut)
+                    .and_then(|on_exit| on_exit.remove("exitCodes"));
+                if let Some(codes) = lifted {
+                    rule.insert("exitCodes".to_string(), codes);
+                    if rule
+                        .get("onExit")
+                        .and_then(Value::as_object)
+                        .is_some_and(|o| o.is_empty())
+                    {
+                        rule.remove("onExit");
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn decode_single_document(bytes: &[u8]) -> Result<Value, String> {
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(format!(
@@ -650,5 +692,54 @@ spec:
             Some("2026-03-01T10:20:30.5Z")
         );
         assert_eq!(pod.metadata.uid, uid_before);
+    }
+}
+
+#[cfg(test)]
+mod seed_tests {
+    use super::*;
+
+    /// The seed's `ml-worker` pod, as written there (`onExit.exitCodes`), is accepted.
+    #[test]
+    fn the_seeds_ml_worker_parses() {
+        let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: ml-worker
+spec:
+  restartPolicy: Never
+  initContainers:
+  - name: setup-environment
+    image: registry.k8s.io/busybox:1.27.2
+    command: ['sh', '-c', 'echo "Setting up environment"']
+  - name: watcher-sidecar
+    image: registry.k8s.io/busybox:1.27.2
+    command: ['sh', '-c', 'sleep 60; exit 88']
+    restartPolicy: Always
+    restartPolicyRules:
+    - action: RestartAllContainers
+      onExit:
+        exitCodes:
+          operator: In
+          values: [88]
+  containers:
+  - name: main-application
+    image: registry.k8s.io/busybox:1.27.2
+    command: ['sh', '-c', 'echo "Application is running"; sleep 3600']
+"#;
+        let parsed = decode_manifest(yaml.as_bytes(), Path::new("ml-worker.yaml"), "n1")
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let rule = &parsed.pod.spec.unwrap().init_containers.unwrap()[1]
+            .restart_policy_rules
+            .clone()
+            .unwrap()[0];
+        assert_eq!(rule.action, "RestartAllContainers");
+        assert_eq!(rule.exit_codes.as_ref().unwrap().values, Some(vec![88]));
+        assert!(
+            parsed.unknown_fields.is_empty(),
+            "{:?}",
+            parsed.unknown_fields
+        );
     }
 }

@@ -69,6 +69,8 @@ pub struct PodMemory {
     /// `PodRestartInPlace`: true while a `RestartAllContainers` restart kills the containers,
     /// false after; `None` until the pod first restarts in place.
     pub restart_in_place: Option<bool>,
+    /// Set right after an in-place restart removed every container instance.
+    pub fresh_start: bool,
     /// Restart counts of containers whose instances an in-place restart removed.
     pub restart_count_base: BTreeMap<String, i32>,
     /// Set when nodelet itself ended the pod (activeDeadlineSeconds, eviction): the status is
@@ -228,6 +230,7 @@ impl PodSyncer {
             terminal_reason: None,
             restart_in_place: None,
             restart_count_base: BTreeMap::new(),
+            fresh_start: false,
             first_seen: Some(tokio::time::Instant::now()),
             start_recorded: false,
         }
@@ -259,7 +262,15 @@ impl PodSyncer {
         pod_is_terminal: bool,
     ) -> PodStatus {
         let uid = pod_uid(pod);
-        let previous = self.status.status(uid);
+        let mut previous = self.status.status(uid);
+        if memory.fresh_start {
+            // After an in-place restart the old instances are gone on purpose: they must not
+            // read as containers that vanished (which the kubelet reports as terminated).
+            if let Some(p) = previous.as_mut() {
+                p.container_statuses = None;
+                p.init_container_statuses = None;
+            }
+        }
         let readiness = self.probes.readiness(uid);
         let startup = self.probes.startup(uid);
         let status = generate_pod_status(&StatusInputs {
@@ -572,8 +583,10 @@ impl PodSyncer {
         }
         memory.start_failures.clear();
         memory.restart_in_place = Some(false);
+        memory.fresh_start = true;
         let runtime = self.inspect(&uid).await?;
         self.publish_status(pod, &runtime, memory, false);
+        memory.fresh_start = false;
         Ok(())
     }
 
