@@ -19,6 +19,7 @@ use super::container_config::{format_pod, verify_run_as_non_root};
 use super::hooks::run_hook;
 use super::kill::StopReason;
 use super::sandbox_config::{container_log_dir, pod_log_dir, sandbox_config, SandboxContext};
+use super::stop::Kill;
 use crate::backoff::Backoff;
 use crate::cgroup;
 use crate::clock::Clock;
@@ -383,11 +384,13 @@ impl PodSyncer {
             Some(self.kill_container(
                 pod,
                 c,
-                k.reason.stop_reason(),
-                &k.message,
-                None,
-                pod_ip.as_deref(),
-                None,
+                Kill {
+                    reason: k.reason.stop_reason(),
+                    message: &k.message,
+                    grace_override: None,
+                    pod_ip: pod_ip.as_deref(),
+                    ordering: None,
+                },
             ))
         });
         join_all(kills).await;
@@ -557,11 +560,13 @@ impl PodSyncer {
                 self.kill_container(
                     pod,
                     c,
-                    StopReason::Other,
-                    "Restarting all containers in place",
-                    Some(Duration::ZERO),
-                    pod_ip.as_deref(),
-                    None,
+                    Kill {
+                        reason: StopReason::Other,
+                        message: "Restarting all containers in place",
+                        grace_override: Some(Duration::ZERO),
+                        pod_ip: pod_ip.as_deref(),
+                        ordering: None,
+                    },
                 )
             });
         join_all(kills).await;
@@ -1024,11 +1029,13 @@ impl PodSyncer {
                 self.kill_container(
                     pod,
                     &instance,
-                    StopReason::Other,
-                    "FailedPostStartHook",
-                    None,
-                    pod_ip,
-                    None,
+                    Kill {
+                        reason: StopReason::Other,
+                        message: "FailedPostStartHook",
+                        grace_override: None,
+                        pod_ip,
+                        ordering: None,
+                    },
                 )
                 .await;
                 return Err((

@@ -29,20 +29,31 @@ fn spec_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
         .find(|c| c.name == name)
 }
 
+/// How to stop one container.
+pub struct Kill<'a> {
+    pub reason: StopReason,
+    /// The Killing event's message; empty gives "Stopping container <name>".
+    pub message: &'a str,
+    /// Replaces every grace period (force delete, in-place restart).
+    pub grace_override: Option<Duration>,
+    /// The pod's IP, for httpGet preStop hooks.
+    pub pod_ip: Option<&'a str>,
+    /// Termination order of the whole pod (sidecars after regular containers).
+    pub ordering: Option<&'a TerminationOrdering>,
+}
+
 impl PodSyncer {
     /// Stops one container: Killing is logged, the preStop hook (if any, and if there is time)
     /// runs first and its time counts against the grace period, then the stop signal is sent and
     /// SIGKILL follows after what is left (at least 2 s, unless the grace period is 0).
-    pub async fn kill_container(
-        &self,
-        pod: &Pod,
-        container: &RuntimeContainer,
-        reason: StopReason,
-        message: &str,
-        grace_override: Option<Duration>,
-        pod_ip: Option<&str>,
-        ordering: Option<&TerminationOrdering>,
-    ) {
+    pub async fn kill_container(&self, pod: &Pod, container: &RuntimeContainer, kill: Kill<'_>) {
+        let Kill {
+            reason,
+            message,
+            grace_override,
+            pod_ip,
+            ordering,
+        } = kill;
         let spec = spec_of(pod, &container.name);
         let grace = termination_grace_period(pod, spec, reason, grace_override);
         let message = if message.is_empty() {
@@ -181,11 +192,13 @@ impl PodSyncer {
             self.kill_container(
                 pod,
                 c,
-                StopReason::PodTermination,
-                "",
-                grace_override,
-                pod_ip.as_deref(),
-                Some(&ordering),
+                Kill {
+                    reason: StopReason::PodTermination,
+                    message: "",
+                    grace_override,
+                    pod_ip: pod_ip.as_deref(),
+                    ordering: Some(&ordering),
+                },
             )
         });
         join_all(stops).await;
