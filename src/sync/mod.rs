@@ -9,4 +9,5 @@ pub mod hooks;
 pub mod kill;
 pub mod restart;
 pub mod sandbox_config;
+pub mod start;
 pub mod stop;

@@ -1,0 +1,454 @@
+//! Starting one container, as the kubelet's `startContainer`: restart backoff
+//! (CrashLoopBackOff), the image by its pull policy (with ImagePullBackOff), the container
+//! config, CreateContainer, StartContainer, and the postStart hook.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tracing::Instrument;
+
+use super::container_config::{
+    container_config, format_pod, verify_run_as_non_root, ContainerContext,
+};
+use super::executor::{pod_uid, PodMemory, PodSyncer, SYNC_ERROR_RETRY};
+use super::hooks::run_hook;
+use super::kill::StopReason;
+use super::sandbox_config::container_log_dir;
+use super::stop::Kill;
+use crate::config::format_duration;
+use crate::cri::{api, ContainerState, PodRuntime};
+use crate::events::EventType;
+use crate::metrics::metrics;
+use crate::podspec::ContainerKind;
+use crate::status::StartFailure;
+use crate::volume;
+
+/// What every container started in one sync shares: its sandbox and the pod's volumes.
+pub(super) struct StartEnv<'a> {
+    pub(super) sandbox_id: &'a str,
+    pub(super) sandbox_config: &'a api::PodSandboxConfig,
+    pub(super) pod_ips: &'a [String],
+    pub(super) volumes: &'a BTreeMap<String, PathBuf>,
+    pub(super) etc_hosts: Option<&'a std::path::Path>,
+    #[allow(dead_code)]
+    pub(super) attempt: u32,
+}
+
+/// The effective pull policy: the spec's, else Always for `:latest` or no tag, IfNotPresent
+/// otherwise (the API's defaulting, for pods that were not defaulted).
+fn image_pull_policy(container: &Container) -> &str {
+    if let Some(p) = container.image_pull_policy.as_deref() {
+        return p;
+    }
+    let image = container.image.as_deref().unwrap_or_default();
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || (last.contains(':') && !last.ends_with(":latest")) {
+        "IfNotPresent"
+    } else {
+        "Always"
+    }
+}
+
+impl PodSyncer {
+    /// The kubelet's `doBackOff`: a container whose newest exited instance finished less than
+    /// its backoff ago waits (CrashLoopBackOff); otherwise the backoff advances and it starts.
+    fn check_restart_backoff(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        runtime: &PodRuntime,
+        memory: &mut PodMemory,
+    ) -> std::result::Result<(), (StartFailure, Option<Duration>)> {
+        let Some(exited) = runtime
+            .instances(&container.name)
+            .find(|c| c.state == ContainerState::Exited)
+        else {
+            return Ok(());
+        };
+        let finished = exited.finished_at.unwrap_or(exited.created_at);
+        let key = format!("{}_{}", format_pod(pod), container.name);
+        let now = self.clock.now();
+        if let Some(remaining) = memory.restart_backoff.remaining_since(&key, finished, now) {
+            let delay = memory.restart_backoff.get(&key);
+            self.container_event(
+                pod,
+                &container.name,
+                EventType::Warning,
+                "BackOff",
+                format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    container.name,
+                    format_pod(pod)
+                ),
+            );
+            return Err((
+                StartFailure {
+                    reason: "CrashLoopBackOff".into(),
+                    message: format!(
+                        "back-off {} restarting failed container={} pod={}",
+                        format_duration(delay),
+                        container.name,
+                        format_pod(pod)
+                    ),
+                },
+                Some(remaining),
+            ));
+        }
+        memory.restart_backoff.next(&key, finished);
+        Ok(())
+    }
+
+    /// Pulls the image as the container's imagePullPolicy says; returns the image as the
+    /// runtime knows it (its ID), which is what the container is created from. Failed pulls
+    /// back off per image (ImagePullBackOff).
+    async fn ensure_image(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        sandbox_config: &api::PodSandboxConfig,
+        memory: &mut PodMemory,
+    ) -> std::result::Result<api::Image, (StartFailure, Option<Duration>)> {
+        let image = container.image.as_deref().unwrap_or_default();
+        let inspect = || async {
+            self.images
+                .image_status(image)
+                .await
+                .map_err(|e| StartFailure {
+                    reason: "ImageInspectError".into(),
+                    message: format!("Failed to inspect image {image:?}: {}", e.runtime_message()),
+                })
+        };
+        let present = inspect().await.map_err(|f| (f, None))?;
+        let event = |type_, reason: &str, message: String| {
+            self.container_event(pod, &container.name, type_, reason, message);
+        };
+        match (image_pull_policy(container), present) {
+            ("Never", None) => {
+                let message =
+                    format!("Container image {image:?} is not present with pull policy of Never");
+                event(EventType::Warning, "ErrImageNeverPull", message.clone());
+                Err((
+                    StartFailure {
+                        reason: "ErrImageNeverPull".into(),
+                        message,
+                    },
+                    None,
+                ))
+            }
+            ("Never" | "IfNotPresent", Some(found)) => {
+                event(
+                    EventType::Normal,
+                    "Pulled",
+                    format!("Container image {image:?} already present on machine"),
+                );
+                Ok(found)
+            }
+            _ => {
+                let key = format!("{}_{image}", pod_uid(pod));
+                let now = self.clock.now();
+                if let Some(remaining) = memory.image_backoff.remaining_since_update(&key, now) {
+                    event(
+                        EventType::Normal,
+                        "BackOff",
+                        format!("Back-off pulling image {image:?}"),
+                    );
+                    return Err((
+                        StartFailure {
+                            reason: "ImagePullBackOff".into(),
+                            message: format!("Back-off pulling image {image:?}"),
+                        },
+                        Some(remaining),
+                    ));
+                }
+                tracing::info!(image, "Pulling image");
+                event(
+                    EventType::Normal,
+                    "Pulling",
+                    format!("Pulling image {image:?}"),
+                );
+                let started = tokio::time::Instant::now();
+                match self
+                    .images
+                    .pull_image(image, Some(sandbox_config.clone()))
+                    .await
+                {
+                    Ok(image_ref) => {
+                        tracing::info!(
+                            image,
+                            seconds = started.elapsed().as_secs_f64(),
+                            "Successfully pulled image"
+                        );
+                        memory.image_backoff.reset(&key);
+                        let found = inspect().await.map_err(|f| (f, None))?;
+                        let took = format_duration(started.elapsed());
+                        let size = found.as_ref().map_or(0, |i| i.size);
+                        event(
+                            EventType::Normal,
+                            "Pulled",
+                            format!("Successfully pulled image {image:?} in {took} ({took} including waiting). Image size: {size} bytes."),
+                        );
+                        Ok(found.unwrap_or(api::Image {
+                            id: image_ref,
+                            ..Default::default()
+                        }))
+                    }
+                    Err(e) => {
+                        event(
+                            EventType::Warning,
+                            "Failed",
+                            format!("Failed to pull image {image:?}: {}", e.runtime_message()),
+                        );
+                        memory.image_backoff.next(&key, self.clock.now());
+                        Err((
+                            StartFailure {
+                                reason: "ErrImagePull".into(),
+                                message: e.runtime_message(),
+                            },
+                            Some(memory.image_backoff.get(&key)),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) async fn start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        runtime: &PodRuntime,
+        env: &StartEnv<'_>,
+        memory: &mut PodMemory,
+    ) -> Option<Duration> {
+        let span = tracing::info_span!("container", container = %container.name);
+        let result = self
+            .try_start_container(pod, container, kind, runtime, env, memory)
+            .instrument(span.clone())
+            .await;
+        let _guard = span.enter();
+        match result {
+            Ok(id) => {
+                memory.start_failures.remove(&container.name);
+                metrics().started_containers_total.inc();
+                tracing::info!(container.id = %id, "Started container");
+                self.container_event(
+                    pod,
+                    &container.name,
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container: {}", container.name),
+                );
+                None
+            }
+            Err((failure, retry)) => {
+                // Start errors (not waits) get the kubelet's "Failed" event.
+                if matches!(
+                    failure.reason.as_str(),
+                    "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError"
+                ) {
+                    self.container_event(
+                        pod,
+                        &container.name,
+                        EventType::Warning,
+                        "Failed",
+                        format!("Error: {}", failure.message),
+                    );
+                }
+                tracing::warn!(reason = %failure.reason, message = %failure.message, "container failed to start");
+                memory
+                    .start_failures
+                    .insert(container.name.clone(), failure);
+                Some(retry.unwrap_or(SYNC_ERROR_RETRY))
+            }
+        }
+    }
+
+    async fn try_start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        runtime: &PodRuntime,
+        env: &StartEnv<'_>,
+        memory: &mut PodMemory,
+    ) -> std::result::Result<String, (StartFailure, Option<Duration>)> {
+        self.check_restart_backoff(pod, container, runtime, memory)?;
+        let image = self
+            .ensure_image(pod, container, env.sandbox_config, memory)
+            .await?;
+        let no_retry = |f: StartFailure| (f, None);
+        verify_run_as_non_root(
+            pod,
+            container,
+            image.uid.as_ref().map(|u| u.value),
+            &image.username,
+        )
+        .map_err(|e| StartFailure {
+            reason: "CreateContainerConfigError".into(),
+            message: e.to_string(),
+        })
+        .map_err(no_retry)?;
+        // After an in-place restart of the pod the old instances are gone; counting goes on.
+        let restart_count = runtime
+            .latest(&container.name)
+            .map(|c| c.restart_count + 1)
+            .or_else(|| {
+                memory
+                    .restart_count_base
+                    .get(&container.name)
+                    .map(|b| b + 1)
+            })
+            .unwrap_or(0);
+        let uid = pod_uid(pod);
+        let termination_message =
+            volume::termination_message_file(&self.settings.root_dir, uid, &container.name).ok();
+        let log_dir = container_log_dir(
+            &self.settings.pod_logs_dir,
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            uid,
+            &container.name,
+        );
+        std::fs::create_dir_all(&log_dir)
+            .map_err(|e| StartFailure {
+                reason: "CreateContainerConfigError".into(),
+                message: format!("creating log directory {}: {e}", log_dir.display()),
+            })
+            .map_err(no_retry)?;
+        let seccomp_root = self.settings.root_dir.join("seccomp");
+        let cgroup_parent = env
+            .sandbox_config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default();
+        let ctx = ContainerContext {
+            pod_ips: env.pod_ips,
+            host_ips: &self.node.host_ips,
+            node_name: &self.node.name,
+            node_allocatable_cpu_milli: self.node.cpu_capacity_milli,
+            node_allocatable_memory: i64::try_from(self.node.memory_capacity).unwrap_or(i64::MAX),
+            memory_capacity: self.node.memory_capacity,
+            volumes: env.volumes,
+            etc_hosts: env.etc_hosts,
+            termination_message: termination_message.as_deref(),
+            restart_count,
+            attempt: u32::try_from(restart_count).unwrap_or(0),
+            cgroup_parent: &cgroup_parent,
+            node_name_label: &self.node.name,
+            seccomp_profile_root: &seccomp_root,
+            seccomp_default: false,
+            cgroup_v2: self.settings.cgroup_v2,
+        };
+        let mut config = container_config(pod, container, kind, &ctx)
+            .map_err(|e| StartFailure {
+                reason: "CreateContainerConfigError".into(),
+                message: e.to_string(),
+            })
+            .map_err(no_retry)?;
+        // Create from the resolved image, as the kubelet does, keeping what the user wrote.
+        if !image.id.is_empty() {
+            config.image = Some(api::ImageSpec {
+                image: image.id.clone(),
+                user_specified_image: container.image.clone().unwrap_or_default(),
+                ..config.image.unwrap_or_default()
+            });
+        }
+        let id = self
+            .runtime
+            .create_container(env.sandbox_id, config, env.sandbox_config.clone())
+            .await
+            .map_err(|e| StartFailure {
+                reason: "CreateContainerError".into(),
+                message: e.runtime_message(),
+            })
+            .map_err(no_retry)?;
+        tracing::info!(container.id = %id, "Created container");
+        self.container_event(
+            pod,
+            &container.name,
+            EventType::Normal,
+            "Created",
+            format!("Created container: {}", container.name),
+        );
+        self.runtime
+            .start_container(&id)
+            .await
+            .map_err(|e| StartFailure {
+                reason: "RunContainerError".into(),
+                message: e.runtime_message(),
+            })
+            .map_err(no_retry)?;
+        if let Some(hook) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref())
+        {
+            // The next container of the pod starts only once this hook is done.
+            let pod_ip = env.pod_ips.first().map(String::as_str);
+            if let Err(e) = run_hook(
+                self.runtime.as_ref(),
+                pod,
+                container,
+                &id,
+                hook,
+                pod_ip,
+                None,
+            )
+            .await
+            {
+                tracing::warn!(error = %e, "FailedPostStartHook");
+                // Like the kubelet, the event does not carry the hook's output (it may hold secrets).
+                self.container_event(
+                    pod,
+                    &container.name,
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    "PostStartHook failed",
+                );
+                let instance = crate::cri::RuntimeContainer {
+                    id: id.clone(),
+                    name: container.name.clone(),
+                    sandbox_id: env.sandbox_id.to_string(),
+                    state: ContainerState::Running,
+                    attempt: 0,
+                    created_at: self.clock.now(),
+                    started_at: None,
+                    finished_at: None,
+                    exit_code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                    image: String::new(),
+                    image_ref: String::new(),
+                    hash: String::new(),
+                    restart_count,
+                    labels: Default::default(),
+                    annotations: Default::default(),
+                };
+                self.kill_container(
+                    pod,
+                    &instance,
+                    Kill {
+                        reason: StopReason::Other,
+                        message: "FailedPostStartHook",
+                        grace_override: None,
+                        pod_ip,
+                        ordering: None,
+                    },
+                )
+                .await;
+                return Err((
+                    StartFailure {
+                        reason: "PostStartHookError".into(),
+                        message: e.to_string(),
+                    },
+                    None,
+                ));
+            }
+        }
+        Ok(id)
+    }
+}
