@@ -172,14 +172,18 @@ impl ApiError {
         )
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// 415; `accepted` lists the media types of the API server's message for this kind of request.
+    pub fn unsupported_media_type(content_type: &str, accepted: &str) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"),
+            format!("the body of the request was in an unknown format - accepted media types include: {accepted} (got {content_type:?})"),
             None,
         )
     }
+
+    pub const PATCH_MEDIA_TYPES: &'static str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json";
+    pub const BODY_MEDIA_TYPES: &'static str = "application/json, application/yaml, application/vnd.kubernetes.protobuf";
 
     /// The watch cache no longer holds the requested resourceVersion.
     pub fn expired(requested: u64, oldest: u64) -> Self {

@@ -24,6 +24,7 @@ pub mod log;
 pub mod patch;
 pub mod path;
 pub mod pod;
+pub mod protobuf;
 pub mod resource;
 pub mod selector;
 pub mod server;

@@ -83,6 +83,11 @@ pub fn decode_body(content_type: Option<&str>, bytes: &[u8]) -> Option<Value> {
     if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
         return Some(v);
     }
+    if content_type.is_some_and(|c| c.contains("protobuf")) {
+        if let Ok(v) = crate::protobuf::decode(bytes) {
+            return Some(v);
+        }
+    }
     if content_type.is_some_and(|c| c.contains("yaml")) {
         if let Ok(v) = serde_yaml::from_slice::<Value>(bytes) {
             return Some(v);

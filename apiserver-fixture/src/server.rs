@@ -21,6 +21,7 @@ use crate::error::ApiError;
 use crate::log::{self, RequestLog};
 use crate::patch::PatchType;
 use crate::path;
+use crate::protobuf;
 use crate::resource::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{to_served, EventType, FieldValidation, StoredEvent, Store, WatchStart, WriteOptions};
@@ -153,8 +154,14 @@ impl Query {
 
 fn parse_json_body(rt: &ResourceType, headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    if content_type.contains("protobuf") || content_type.contains("cbor") {
-        return Err(ApiError::unsupported_media_type(content_type));
+    if content_type.contains("protobuf") {
+        return protobuf::decode(body).map_err(|e| match e {
+            protobuf::ProtobufError::UnsupportedKind(_) => ApiError::unsupported_media_type(content_type, ApiError::BODY_MEDIA_TYPES),
+            other => ApiError::bad_request(other.to_string()),
+        });
+    }
+    if content_type.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(content_type, ApiError::BODY_MEDIA_TYPES));
     }
     if content_type.contains("yaml") {
         return serde_yaml::from_slice(body).map_err(|e| {
@@ -248,7 +255,8 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
             let opts = query.write_options()?;
             let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
             let patch_type =
-                PatchType::from_content_type(content_type).ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
+                PatchType::from_content_type(content_type)
+                .ok_or_else(|| ApiError::unsupported_media_type(content_type, ApiError::PATCH_MEDIA_TYPES))?;
             if patch_type == PatchType::Apply && query.get("fieldManager").unwrap_or("").is_empty() {
                 return Err(ApiError {
                     code: 422,
