@@ -84,6 +84,15 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
     for rt in types {
         resources.push(resource_entry(rt));
+        if rt.is_pod() {
+            resources.push(json!({
+                "name": "pods/binding",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Binding",
+                "verbs": ["create"],
+            }));
+        }
         if rt.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", rt.plural),

@@ -297,6 +297,13 @@ impl Fixture {
         items.into_iter().map(|v| decode(K::KIND, v)).collect()
     }
 
+    /// Binds a pod to a node as the scheduler does (`pods/binding`): watchers with
+    /// `fieldSelector=spec.nodeName=NODE` see it ADDED.
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<(), FixtureError> {
+        self.state.store.bind_pod(namespace, name, node)?;
+        Ok(())
+    }
+
     /// Deletes with the API server's semantics (grace periods, finalizers, preconditions); returns
     /// the response body (the object for pods, a Status otherwise).
     pub fn delete<K>(&self, namespace: Option<&str>, name: &str, options: &DeleteOptions) -> Result<Value, FixtureError>

@@ -77,7 +77,12 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
         return Err(PathError::NotFound);
     }
     if let Some(sub) = &target.subresource {
-        if sub != "status" || !target.resource.status_subresource {
+        let served = match sub.as_str() {
+            "status" => target.resource.status_subresource,
+            "binding" => target.resource.is_pod(),
+            _ => false,
+        };
+        if !served {
             return Err(PathError::NotFound);
         }
     }
@@ -105,6 +110,11 @@ mod tests {
             ("/api/v1/namespaces/default/status", Some(("namespaces", None, Some("default"), Some("status")))),
             ("/api/v1/nodes/n1", Some(("nodes", None, Some("n1"), None))),
             ("/api/v1/nodes/n1/status", Some(("nodes", None, Some("n1"), Some("status")))),
+            (
+                "/api/v1/namespaces/default/pods/web/binding",
+                Some(("pods", Some("default"), Some("web"), Some("binding"))),
+            ),
+            ("/api/v1/nodes/n1/binding", None),
             (
                 "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",
                 Some(("leases", Some("kube-node-lease"), Some("n1"), None)),

@@ -235,6 +235,16 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
             }
             Ok(json_response(StatusCode::OK, &obj))
         }
+        (Method::POST, Some(name)) if target.subresource.as_deref() == Some("binding") => {
+            let binding = parse_json_body(rt, headers, body)?;
+            let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("");
+            if node.is_empty() {
+                return Err(ApiError::invalid(rt, name, &[crate::error::FieldError::required("target.name", "")]));
+            }
+            store.bind_pod(ns.unwrap_or("default"), name, node)?;
+            Ok(json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+        }
+        (_, Some(_)) if target.subresource.as_deref() == Some("binding") => Err(ApiError::method_not_allowed()),
         (Method::POST, None) => {
             if rt.namespaced && ns.is_none() {
                 return Err(ApiError::method_not_allowed());

@@ -746,6 +746,37 @@ impl Store {
         self.update_locked(&mut inner, rt, namespace, name, patched, status, opts)
     }
 
+    /// `pods/binding`: what the scheduler does to put a pod on a node (spec.nodeName and the
+    /// PodScheduled condition).
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        let pods = resource::find_by_plural("", "v1", "pods").ok_or_else(|| ApiError::internal("pods are not served"))?;
+        let k = key(pods, Some(namespace), name);
+        let Some(old) = inner.objects.get(&k).cloned() else {
+            return Err(ApiError::not_found(pods, name));
+        };
+        if old.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::precondition_conflict(pods, name, &format!("pod {name} is being deleted, cannot be assigned to a host")));
+        }
+        let current = old.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
+        if !current.is_empty() {
+            return Err(ApiError::precondition_conflict(pods, name, &format!("pod {name} is already assigned to node {current:?}")));
+        }
+        let mut new = old.clone();
+        new["spec"]["nodeName"] = json!(node);
+        let now = format_time(self.now());
+        let scheduled = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+        if !new.get("status").is_some_and(Value::is_object) {
+            new["status"] = json!({});
+        }
+        let conditions = new["status"].as_object_mut().map(|s| s.entry("conditions").or_insert_with(|| json!([])));
+        if let Some(Value::Array(list)) = conditions {
+            list.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
+            list.push(scheduled);
+        }
+        Ok(self.commit(&mut inner, k, new, EventType::Modified, Some(old)))
+    }
+
     /// DELETE: the object (pods, namespaces, or anything kept by a grace period or finalizers) or
     /// a `Status` of success.
     pub fn delete(&self, rt: &ResourceType, namespace: Option<&str>, name: &str, options: &DeleteOptions) -> Result<Value, ApiError> {
