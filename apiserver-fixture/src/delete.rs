@@ -69,7 +69,11 @@ pub enum DeleteDecision {
 pub struct PreconditionFailed(pub String);
 
 /// Decides what DELETE does; `now` is the server's clock.
-pub fn decide(subject: &DeleteSubject, options: &DeleteOptions, now: Timestamp) -> Result<DeleteDecision, PreconditionFailed> {
+pub fn decide(
+    subject: &DeleteSubject,
+    options: &DeleteOptions,
+    now: Timestamp,
+) -> Result<DeleteDecision, PreconditionFailed> {
     if let Some(pre) = &options.preconditions {
         if let Some(uid) = &pre.uid {
             if *uid != subject.uid {
@@ -89,8 +93,12 @@ pub fn decide(subject: &DeleteSubject, options: &DeleteOptions, now: Timestamp) 
         }
     }
     // Negative values are treated as 1 s on the delete path.
-    let requested = options.grace_period_seconds.map(|g| if g < 0 { 1 } else { g });
-    let existing_grace = subject.deletion_grace_period_seconds.map(|g| if g < 0 { 1 } else { g });
+    let requested = options
+        .grace_period_seconds
+        .map(|g| if g < 0 { 1 } else { g });
+    let existing_grace = subject
+        .deletion_grace_period_seconds
+        .map(|g| if g < 0 { 1 } else { g });
 
     let Some(pod) = &subject.pod else {
         return Ok(not_graceful(subject, now));
@@ -110,16 +118,23 @@ pub fn decide(subject: &DeleteSubject, options: &DeleteOptions, now: Timestamp) 
         // Move the deletion timestamp back by the old grace period and forward by the new one, but
         // never into the past; a graceful request that would land in the past becomes 1 s so the
         // kubelet still does the final delete.
-        let mut deletion_timestamp = ts - SignedDuration::from_secs(existing) + SignedDuration::from_secs(period);
+        let mut deletion_timestamp =
+            ts - SignedDuration::from_secs(existing) + SignedDuration::from_secs(period);
         if deletion_timestamp < now {
             deletion_timestamp = now;
             if period != 0 {
                 period = 1;
             }
         }
-        DeletionMark { deletion_timestamp, grace_period_seconds: period, bump_generation: false }
+        DeletionMark {
+            deletion_timestamp,
+            grace_period_seconds: period,
+            bump_generation: false,
+        }
     } else {
-        let mut period = requested.or(pod.termination_grace_period_seconds).unwrap_or(0);
+        let mut period = requested
+            .or(pod.termination_grace_period_seconds)
+            .unwrap_or(0);
         if pod.node_name.as_deref().unwrap_or("").is_empty() {
             period = 0;
         }
@@ -138,7 +153,9 @@ pub fn decide(subject: &DeleteSubject, options: &DeleteOptions, now: Timestamp) 
     if subject.has_finalizers || mark.grace_period_seconds > 0 {
         Ok(DeleteDecision::Mark(mark))
     } else {
-        Ok(DeleteDecision::Remove { mark_first: Some(mark) })
+        Ok(DeleteDecision::Remove {
+            mark_first: Some(mark),
+        })
     }
 }
 
@@ -197,11 +214,18 @@ mod tests {
     }
 
     fn grace(g: Option<i64>) -> DeleteOptions {
-        DeleteOptions { grace_period_seconds: g, ..Default::default() }
+        DeleteOptions {
+            grace_period_seconds: g,
+            ..Default::default()
+        }
     }
 
     fn mark(at: &str, grace: i64, bump: bool) -> DeletionMark {
-        DeletionMark { deletion_timestamp: ts(at), grace_period_seconds: grace, bump_generation: bump }
+        DeletionMark {
+            deletion_timestamp: ts(at),
+            grace_period_seconds: grace,
+            bump_generation: bump,
+        }
     }
 
     #[test]
@@ -216,8 +240,15 @@ mod tests {
         let mut due_with_finalizer = bound_with_finalizer.clone();
         due_with_finalizer.deletion_timestamp = Some(ts("2024-12-31T23:59:00Z"));
         due_with_finalizer.deletion_grace_period_seconds = Some(0);
-        let configmap = DeleteSubject { pod: None, generation: 0, ..bound.clone() };
-        let configmap_with_finalizer = DeleteSubject { has_finalizers: true, ..configmap.clone() };
+        let configmap = DeleteSubject {
+            pod: None,
+            generation: 0,
+            ..bound.clone()
+        };
+        let configmap_with_finalizer = DeleteSubject {
+            has_finalizers: true,
+            ..configmap.clone()
+        };
 
         let cases: Vec<(&str, DeleteSubject, DeleteOptions, DeleteDecision)> = vec![
             (
@@ -236,7 +267,9 @@ mod tests {
                 "bound pod without terminationGracePeriodSeconds deletes at once",
                 pod(Some("n1"), Some("Running"), None),
                 grace(None),
-                DeleteDecision::Remove { mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)) },
+                DeleteDecision::Remove {
+                    mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)),
+                },
             ),
             (
                 "bound pod, negative grace is 1 s",
@@ -248,29 +281,52 @@ mod tests {
                 "bound pod, grace 0 (force)",
                 bound.clone(),
                 grace(Some(0)),
-                DeleteDecision::Remove { mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)) },
+                DeleteDecision::Remove {
+                    mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)),
+                },
             ),
             (
                 "unbound pod is removed at once",
                 pod(None, Some("Pending"), Some(30)),
                 grace(Some(30)),
-                DeleteDecision::Remove { mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)) },
+                DeleteDecision::Remove {
+                    mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)),
+                },
             ),
             (
                 "succeeded pod is removed at once",
                 pod(Some("n1"), Some("Succeeded"), Some(30)),
                 grace(None),
-                DeleteDecision::Remove { mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)) },
+                DeleteDecision::Remove {
+                    mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)),
+                },
             ),
             (
                 "failed pod is removed at once",
                 pod(Some("n1"), Some("Failed"), Some(30)),
                 grace(Some(10)),
-                DeleteDecision::Remove { mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)) },
+                DeleteDecision::Remove {
+                    mark_first: Some(mark("2025-01-01T00:00:00Z", 0, true)),
+                },
             ),
-            ("terminating pod, same grace: pending", terminating.clone(), grace(Some(30)), DeleteDecision::Pending),
-            ("terminating pod, longer grace: pending", terminating.clone(), grace(Some(60)), DeleteDecision::Pending),
-            ("terminating pod, no grace given: pending", terminating.clone(), grace(None), DeleteDecision::Pending),
+            (
+                "terminating pod, same grace: pending",
+                terminating.clone(),
+                grace(Some(30)),
+                DeleteDecision::Pending,
+            ),
+            (
+                "terminating pod, longer grace: pending",
+                terminating.clone(),
+                grace(Some(60)),
+                DeleteDecision::Pending,
+            ),
+            (
+                "terminating pod, no grace given: pending",
+                terminating.clone(),
+                grace(None),
+                DeleteDecision::Pending,
+            ),
             (
                 "terminating pod, shorter grace moves the timestamp back",
                 terminating.clone(),
@@ -287,7 +343,9 @@ mod tests {
                 "kubelet's final delete with grace 0",
                 terminating.clone(),
                 grace(Some(0)),
-                DeleteDecision::Remove { mark_first: Some(mark("2025-01-01T00:00:00Z", 0, false)) },
+                DeleteDecision::Remove {
+                    mark_first: Some(mark("2025-01-01T00:00:00Z", 0, false)),
+                },
             ),
             (
                 "bound pod with finalizer, grace 0: marked, kept",
@@ -301,7 +359,12 @@ mod tests {
                 grace(Some(0)),
                 DeleteDecision::Mark(mark("2024-12-31T23:59:00Z", 0, false)),
             ),
-            ("configmap is removed at once", configmap.clone(), grace(Some(30)), DeleteDecision::Remove { mark_first: None }),
+            (
+                "configmap is removed at once",
+                configmap.clone(),
+                grace(Some(30)),
+                DeleteDecision::Remove { mark_first: None },
+            ),
             (
                 "configmap with finalizer: marked with grace 0",
                 configmap_with_finalizer.clone(),
@@ -320,7 +383,10 @@ mod tests {
         let subject = pod(Some("n1"), None, Some(30));
         let with = |uid: Option<&str>, rv: Option<&str>| DeleteOptions {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: uid.map(String::from), resource_version: rv.map(String::from) }),
+            preconditions: Some(Preconditions {
+                uid: uid.map(String::from),
+                resource_version: rv.map(String::from),
+            }),
             ..Default::default()
         };
         let cases = [
@@ -352,7 +418,11 @@ mod tests {
             (false, None, None, false),
         ];
         for (has_finalizers, dt, grace, want) in cases {
-            assert_eq!(should_delete_during_update(has_finalizers, dt, grace), want, "{has_finalizers} {dt:?} {grace:?}");
+            assert_eq!(
+                should_delete_during_update(has_finalizers, dt, grace),
+                want,
+                "{has_finalizers} {dt:?} {grace:?}"
+            );
         }
     }
 }

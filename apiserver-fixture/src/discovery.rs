@@ -103,8 +103,14 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             }));
         }
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }
 
 /// Path keys of the OpenAPI v3 root document (`api/v1`, `apis/coordination.k8s.io/v1`, ...).
@@ -119,7 +125,10 @@ fn openapi_v3_paths() -> Vec<(String, &'static str, &'static str)> {
 pub fn openapi_v3_root() -> Value {
     let mut paths = serde_json::Map::new();
     for (key, _, _) in openapi_v3_paths() {
-        paths.insert(key.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash=FIXTURE")}));
+        paths.insert(
+            key.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash=FIXTURE")}),
+        );
     }
     json!({"paths": paths})
 }
@@ -128,7 +137,9 @@ pub fn openapi_v3_root() -> Value {
 /// PATCH operation that names the GVK and accepts `fieldValidation`. No schemas: kubectl then
 /// leaves validation to the server and computes apply patches from its built-in types.
 pub fn openapi_v3_document(path: &str) -> Option<Value> {
-    let (_, group, version) = openapi_v3_paths().into_iter().find(|(k, _, _)| k == path.trim_matches('/'))?;
+    let (_, group, version) = openapi_v3_paths()
+        .into_iter()
+        .find(|(k, _, _)| k == path.trim_matches('/'))?;
     let mut paths = serde_json::Map::new();
     for rt in resource::in_group_version(group, version) {
         let item_path = if rt.namespaced {
@@ -169,12 +180,31 @@ mod tests {
     #[test]
     fn core_resource_list_has_status_subresources() {
         let list = resource_list("", "v1").unwrap();
-        let names: Vec<&str> = list["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
-        for want in ["pods", "pods/status", "nodes", "nodes/status", "events", "configmaps", "secrets", "namespaces"] {
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for want in [
+            "pods",
+            "pods/status",
+            "nodes",
+            "nodes/status",
+            "events",
+            "configmaps",
+            "secrets",
+            "namespaces",
+        ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
         assert!(!names.contains(&"leases"));
-        let pods = list["resources"].as_array().unwrap().iter().find(|r| r["name"] == "pods").unwrap();
+        let pods = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "pods")
+            .unwrap();
         assert_eq!(pods["shortNames"], json!(["po"]));
         assert_eq!(pods["namespaced"], true);
         assert!(resource_list("apps", "v1").is_none());
@@ -183,16 +213,31 @@ mod tests {
     #[test]
     fn groups_and_openapi() {
         let groups = api_group_list();
-        let names: Vec<&str> = groups["groups"].as_array().unwrap().iter().filter_map(|g| g["name"].as_str()).collect();
+        let names: Vec<&str> = groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|g| g["name"].as_str())
+            .collect();
         assert_eq!(names, ["coordination.k8s.io", "events.k8s.io"]);
-        assert_eq!(api_group("events.k8s.io").unwrap()["preferredVersion"]["version"], "v1");
+        assert_eq!(
+            api_group("events.k8s.io").unwrap()["preferredVersion"]["version"],
+            "v1"
+        );
         assert!(api_group("apps").is_none());
         let root = openapi_v3_root();
-        assert_eq!(root["paths"]["api/v1"]["serverRelativeURL"], "/openapi/v3/api/v1?hash=FIXTURE");
+        assert_eq!(
+            root["paths"]["api/v1"]["serverRelativeURL"],
+            "/openapi/v3/api/v1?hash=FIXTURE"
+        );
         let doc = openapi_v3_document("api/v1").unwrap();
         let pod_patch = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
         assert_eq!(pod_patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
-        assert!(pod_patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        assert!(pod_patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "fieldValidation"));
         assert!(doc["paths"]["/api/v1/nodes/{name}"].is_object());
         assert!(openapi_v3_document("apis/apps/v1").is_none());
     }

@@ -23,7 +23,11 @@ impl FieldError {
         } else {
             format!("Required value: {detail}")
         };
-        FieldError { reason: "FieldValueRequired", field: field.into(), message }
+        FieldError {
+            reason: "FieldValueRequired",
+            field: field.into(),
+            message,
+        }
     }
 
     pub fn invalid(field: impl Into<String>, value: &Value, detail: &str) -> Self {
@@ -63,7 +67,12 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: String, details: Option<Value>) -> Self {
-        ApiError { code, reason, message, details }
+        ApiError {
+            code,
+            reason,
+            message,
+            details,
+        }
     }
 
     /// `pods "web" not found` (details.kind is the resource, as the API server does).
@@ -72,12 +81,22 @@ impl ApiError {
         if !rt.group.is_empty() {
             details["group"] = json!(rt.group);
         }
-        Self::new(404, "NotFound", format!("{} {name:?} not found", rt.qualified_resource()), Some(details))
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} {name:?} not found", rt.qualified_resource()),
+            Some(details),
+        )
     }
 
     /// 404 for a path the server does not serve.
     pub fn path_not_found() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource".into(), Some(json!({})))
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource".into(),
+            Some(json!({})),
+        )
     }
 
     pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
@@ -143,7 +162,12 @@ impl ApiError {
         if !rt.group.is_empty() {
             details["group"] = json!(rt.group);
         }
-        Self::new(422, "Invalid", format!("{} {name:?} is invalid: {joined}", rt.kind), Some(details))
+        Self::new(
+            422,
+            "Invalid",
+            format!("{} {name:?} is invalid: {joined}", rt.kind),
+            Some(details),
+        )
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -158,7 +182,10 @@ impl ApiError {
         Self::new(
             403,
             "Forbidden",
-            format!("{} {name:?} is forbidden: {detail}", rt.qualified_resource()),
+            format!(
+                "{} {name:?} is forbidden: {detail}",
+                rt.qualified_resource()
+            ),
             Some(details),
         )
     }
@@ -183,7 +210,8 @@ impl ApiError {
     }
 
     pub const PATCH_MEDIA_TYPES: &'static str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json";
-    pub const BODY_MEDIA_TYPES: &'static str = "application/json, application/yaml, application/vnd.kubernetes.protobuf";
+    pub const BODY_MEDIA_TYPES: &'static str =
+        "application/json, application/yaml, application/vnd.kubernetes.protobuf";
 
     /// The watch cache no longer holds the requested resourceVersion.
     pub fn expired(requested: u64, oldest: u64) -> Self {
@@ -227,13 +255,27 @@ pub enum FixtureError {
     #[error("type {kind} is not served by the fixture")]
     UnknownKind { kind: String },
     #[error("encoding {kind} {name:?}: {source}")]
-    Encode { kind: String, name: String, source: serde_json::Error },
+    Encode {
+        kind: String,
+        name: String,
+        source: serde_json::Error,
+    },
     #[error("decoding {kind} {name:?} from the store: {source}")]
-    Decode { kind: String, name: String, source: serde_json::Error },
+    Decode {
+        kind: String,
+        name: String,
+        source: serde_json::Error,
+    },
     #[error("state file {path}: {source}")]
-    StateIo { path: String, source: std::io::Error },
+    StateIo {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("state file {path}: {source}")]
-    StateJson { path: String, source: serde_json::Error },
+    StateJson {
+        path: String,
+        source: serde_json::Error,
+    },
 }
 
 #[cfg(test)]
@@ -304,6 +346,9 @@ mod tests {
         let status = err.to_status();
         assert_eq!(status["details"]["kind"], "Pod");
         assert_eq!(status["details"]["causes"][0]["field"], "spec.containers");
-        assert_eq!(status["details"]["causes"][0]["reason"], "FieldValueRequired");
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldValueRequired"
+        );
     }
 }

@@ -40,7 +40,11 @@ pub fn core_to_events_v1(core: &Value) -> Value {
         .get("reportingComponent")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-        .or_else(|| c.get("source").and_then(|s| s.get("component")).and_then(Value::as_str));
+        .or_else(|| {
+            c.get("source")
+                .and_then(|s| s.get("component"))
+                .and_then(Value::as_str)
+        });
     if let Some(controller) = controller {
         e.insert("reportingController".into(), Value::from(controller));
     }
@@ -48,7 +52,11 @@ pub fn core_to_events_v1(core: &Value) -> Value {
         .get("reportingInstance")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-        .or_else(|| c.get("source").and_then(|s| s.get("host")).and_then(Value::as_str));
+        .or_else(|| {
+            c.get("source")
+                .and_then(|s| s.get("host"))
+                .and_then(Value::as_str)
+        });
     if let Some(instance) = instance {
         e.insert("reportingInstance".into(), Value::from(instance));
     }
@@ -119,7 +127,16 @@ mod tests {
             assert_eq!(grouped.pointer(pointer), Some(want), "{pointer}");
         }
         let back = events_v1_to_core(&grouped);
-        for key in ["involvedObject", "reason", "message", "type", "source", "count", "firstTimestamp", "lastTimestamp"] {
+        for key in [
+            "involvedObject",
+            "reason",
+            "message",
+            "type",
+            "source",
+            "count",
+            "firstTimestamp",
+            "lastTimestamp",
+        ] {
             assert_eq!(back.get(key), core.get(key), "{key}");
         }
         assert_eq!(back["reportingComponent"], "kubelet");

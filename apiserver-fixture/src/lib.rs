@@ -98,9 +98,15 @@ fn bind(port: u16) -> Result<TcpListener, FixtureError> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let socket = TcpSocket::new_v4().map_err(|source| FixtureError::Bind { port, source })?;
     // Resume binds the same port again right after stop closed it.
-    socket.set_reuseaddr(true).map_err(|source| FixtureError::Bind { port, source })?;
-    socket.bind(addr).map_err(|source| FixtureError::Bind { port, source })?;
-    socket.listen(1024).map_err(|source| FixtureError::Bind { port, source })
+    socket
+        .set_reuseaddr(true)
+        .map_err(|source| FixtureError::Bind { port, source })?;
+    socket
+        .bind(addr)
+        .map_err(|source| FixtureError::Bind { port, source })?;
+    socket
+        .listen(1024)
+        .map_err(|source| FixtureError::Bind { port, source })
 }
 
 /// Accepts connections until the token is cancelled, then closes the listener and every open
@@ -138,14 +144,26 @@ fn resource_of<K: k8s_openapi::Resource>() -> Result<&'static ResourceType, Fixt
 }
 
 fn decode<K: DeserializeOwned>(kind: &str, value: Value) -> Result<K, FixtureError> {
-    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-    serde_json::from_value(value).map_err(|source| FixtureError::Decode { kind: kind.to_string(), name, source })
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    serde_json::from_value(value).map_err(|source| FixtureError::Decode {
+        kind: kind.to_string(),
+        name,
+        source,
+    })
 }
 
 impl Fixture {
     /// Binds 127.0.0.1:`port` (or a free port) and serves in the background.
     pub async fn start(port: Option<u16>) -> Result<Fixture, FixtureError> {
-        Fixture::start_with(FixtureOptions { port, ..FixtureOptions::default() }).await
+        Fixture::start_with(FixtureOptions {
+            port,
+            ..FixtureOptions::default()
+        })
+        .await
     }
 
     pub async fn start_with(options: FixtureOptions) -> Result<Fixture, FixtureError> {
@@ -156,7 +174,10 @@ impl Fixture {
         let listener = bind(options.port.unwrap_or(0))?;
         let port = listener
             .local_addr()
-            .map_err(|source| FixtureError::Bind { port: options.port.unwrap_or(0), source })?
+            .map_err(|source| FixtureError::Bind {
+                port: options.port.unwrap_or(0),
+                source,
+            })?
             .port();
         let token = CancellationToken::new();
         let state = Arc::new(AppState {
@@ -168,7 +189,12 @@ impl Fixture {
         let log = Arc::new(log::RequestLog::default());
         let router = server::router(state.clone(), log.clone());
         let task = tokio::spawn(serve(listener, router, token.clone()));
-        Ok(Fixture { state, log, port, serving: tokio::sync::Mutex::new(Some(Serving { token, task })) })
+        Ok(Fixture {
+            state,
+            log,
+            port,
+            serving: tokio::sync::Mutex::new(Some(Serving { token, task })),
+        })
     }
 
     /// `http://127.0.0.1:PORT`
@@ -200,7 +226,11 @@ impl Fixture {
         }
         let listener = bind(self.port)?;
         let token = CancellationToken::new();
-        *self.state.shutdown.lock().unwrap_or_else(|p| p.into_inner()) = token.clone();
+        *self
+            .state
+            .shutdown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = token.clone();
         let router = server::router(self.state.clone(), self.log.clone());
         let task = tokio::spawn(serve(listener, router, token.clone()));
         *serving = Some(Serving { token, task });
@@ -244,8 +274,14 @@ impl Fixture {
         })?;
         value["apiVersion"] = Value::from(K::API_VERSION);
         value["kind"] = Value::from(K::KIND);
-        let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str).map(String::from);
-        let written = self.state.store.create(rt, namespace.as_deref(), value, &WriteOptions::default())?;
+        let namespace = value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let written =
+            self.state
+                .store
+                .create(rt, namespace.as_deref(), value, &WriteOptions::default())?;
         decode(K::KIND, written.object)
     }
 
@@ -263,9 +299,23 @@ impl Fixture {
         })?;
         value["apiVersion"] = Value::from(K::API_VERSION);
         value["kind"] = Value::from(K::KIND);
-        let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str).map(String::from);
-        let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-        let written = self.state.store.update(rt, namespace.as_deref(), &name, value, status, &WriteOptions::default())?;
+        let namespace = value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let written = self.state.store.update(
+            rt,
+            namespace.as_deref(),
+            &name,
+            value,
+            status,
+            &WriteOptions::default(),
+        )?;
         decode(K::KIND, written.object)
     }
 
@@ -306,7 +356,12 @@ impl Fixture {
 
     /// Deletes with the API server's semantics (grace periods, finalizers, preconditions); returns
     /// the response body (the object for pods, a Status otherwise).
-    pub fn delete<K>(&self, namespace: Option<&str>, name: &str, options: &DeleteOptions) -> Result<Value, FixtureError>
+    pub fn delete<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Value, FixtureError>
     where
         K: k8s_openapi::Resource,
     {

@@ -31,7 +31,10 @@ pub struct LoggedRequest {
 impl LoggedRequest {
     /// A decoded query parameter (`gracePeriodSeconds`, `fieldSelector`, ...).
     pub fn query_param(&self, name: &str) -> Option<String> {
-        parse_query(&self.query).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
+        parse_query(&self.query)
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
     }
 
     pub fn is_watch(&self) -> bool {
@@ -103,15 +106,24 @@ pub struct RequestLog {
 
 impl RequestLog {
     pub fn push(&self, entry: LoggedRequest) {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(entry);
     }
 
     pub fn entries(&self) -> Vec<LoggedRequest> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn clear(&self) {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 }
 
@@ -119,20 +131,32 @@ impl RequestLog {
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
 
 /// Middleware: buffers the body, runs the request, logs it with the response status.
-pub async fn log_requests(State(log): State<Arc<RequestLog>>, request: Request, next: Next) -> Response {
+pub async fn log_requests(
+    State(log): State<Arc<RequestLog>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let (parts, body) = request.into_parts();
     let bytes: Bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
         Err(_) => Bytes::new(),
     };
-    let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(String::from);
+    let header = |name| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
     let content_type = header(CONTENT_TYPE);
     let user_agent = header(USER_AGENT);
     let method = parts.method.to_string();
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or("").to_string();
     let body_value = decode_body(content_type.as_deref(), &bytes);
-    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
     log.push(LoggedRequest {
         at: Timestamp::now(),
         method,
@@ -158,14 +182,20 @@ mod tests {
             ("watch=1", vec![("watch", "1")]),
             (
                 "fieldSelector=spec.nodeName%3Dnode-1&labelSelector=a+in+(b)",
-                vec![("fieldSelector", "spec.nodeName=node-1"), ("labelSelector", "a in (b)")],
+                vec![
+                    ("fieldSelector", "spec.nodeName=node-1"),
+                    ("labelSelector", "a in (b)"),
+                ],
             ),
             ("x=%zz", vec![("x", "%zz")]),
             ("flag", vec![("flag", "")]),
         ];
         for (query, want) in cases {
             let got = parse_query(query);
-            let want: Vec<(String, String)> = want.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let want: Vec<(String, String)> = want
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             assert_eq!(got, want, "{query}");
         }
     }
@@ -174,8 +204,16 @@ mod tests {
     fn body_decoding() {
         let cases = [
             (None, "", None),
-            (Some("application/json"), r#"{"a":1}"#, Some(json!({"a": 1}))),
-            (Some("application/apply-patch+yaml"), "a: 1\nb: x\n", Some(json!({"a": 1, "b": "x"}))),
+            (
+                Some("application/json"),
+                r#"{"a":1}"#,
+                Some(json!({"a": 1})),
+            ),
+            (
+                Some("application/apply-patch+yaml"),
+                "a: 1\nb: x\n",
+                Some(json!({"a": 1, "b": "x"})),
+            ),
             (Some("text/plain"), "hello", Some(json!("hello"))),
         ];
         for (ct, body, want) in cases {
@@ -196,7 +234,10 @@ mod tests {
             status: 200,
         };
         assert!(entry.is_watch());
-        assert_eq!(entry.query_param("gracePeriodSeconds").as_deref(), Some("0"));
+        assert_eq!(
+            entry.query_param("gracePeriodSeconds").as_deref(),
+            Some("0")
+        );
         assert_eq!(entry.query_param("nope"), None);
     }
 }

@@ -9,7 +9,10 @@ use apiserver_fixture::{Fixture, FixtureOptions};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "apiserver-fixture", about = "In-memory Kubernetes API server for tests (plain HTTP on 127.0.0.1)")]
+#[command(
+    name = "apiserver-fixture",
+    about = "In-memory Kubernetes API server for tests (plain HTTP on 127.0.0.1)"
+)]
 struct Args {
     /// Port on 127.0.0.1 (0 picks a free one).
     #[arg(long, default_value_t = 6443)]

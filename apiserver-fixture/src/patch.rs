@@ -26,7 +26,9 @@ impl PatchType {
             "application/json-patch+json" => Some(PatchType::Json),
             "application/merge-patch+json" => Some(PatchType::Merge),
             "application/strategic-merge-patch+json" => Some(PatchType::StrategicMerge),
-            "application/apply-patch+yaml" | "application/apply-patch+cbor" => Some(PatchType::Apply),
+            "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+                Some(PatchType::Apply)
+            }
             _ => None,
         }
     }
@@ -64,18 +66,28 @@ pub fn list_strategy(kind: &str, path: &str) -> ListStrategy {
     }
     match (kind, path) {
         ("Pod", p) => {
-            let container_field = ["spec.containers.", "spec.initContainers.", "spec.ephemeralContainers."]
-                .iter()
-                .find_map(|prefix| p.strip_prefix(prefix));
+            let container_field = [
+                "spec.containers.",
+                "spec.initContainers.",
+                "spec.ephemeralContainers.",
+            ]
+            .iter()
+            .find_map(|prefix| p.strip_prefix(prefix));
             match (p, container_field) {
                 (_, Some("ports")) => MergeByKey("containerPort"),
                 (_, Some("env")) => MergeByKey("name"),
                 (_, Some("volumeMounts")) => MergeByKey("mountPath"),
                 (_, Some("volumeDevices")) => MergeByKey("devicePath"),
-                ("spec.containers" | "spec.initContainers" | "spec.ephemeralContainers", _) => MergeByKey("name"),
-                ("spec.volumes" | "spec.imagePullSecrets" | "spec.schedulingGates" | "spec.resourceClaims", _) => {
+                ("spec.containers" | "spec.initContainers" | "spec.ephemeralContainers", _) => {
                     MergeByKey("name")
                 }
+                (
+                    "spec.volumes"
+                    | "spec.imagePullSecrets"
+                    | "spec.schedulingGates"
+                    | "spec.resourceClaims",
+                    _,
+                ) => MergeByKey("name"),
                 ("spec.hostAliases", _) => MergeByKey("ip"),
                 ("status.conditions", _) => MergeByKey("type"),
                 ("status.podIPs" | "status.hostIPs", _) => MergeByKey("ip"),
@@ -93,26 +105,37 @@ pub fn list_strategy(kind: &str, path: &str) -> ListStrategy {
 }
 
 /// Applies a patch of `patch_type` to `original` (an object of `kind`) and returns the result.
-pub fn apply(patch_type: PatchType, kind: &str, original: &Value, patch: &Value) -> Result<Value, PatchError> {
+pub fn apply(
+    patch_type: PatchType,
+    kind: &str,
+    original: &Value,
+    patch: &Value,
+) -> Result<Value, PatchError> {
     match patch_type {
         PatchType::Merge => {
             if !patch.is_object() {
-                return Err(PatchError::Malformed("a merge patch must be a JSON object".into()));
+                return Err(PatchError::Malformed(
+                    "a merge patch must be a JSON object".into(),
+                ));
             }
             let mut doc = original.clone();
             json_patch::merge(&mut doc, patch);
             Ok(doc)
         }
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
-                .map_err(|e| PatchError::Malformed(format!("json: cannot unmarshal the patch: {e}")))?;
+            let ops: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| {
+                PatchError::Malformed(format!("json: cannot unmarshal the patch: {e}"))
+            })?;
             let mut doc = original.clone();
-            json_patch::patch(&mut doc, &ops).map_err(|e| PatchError::Unapplicable(e.to_string()))?;
+            json_patch::patch(&mut doc, &ops)
+                .map_err(|e| PatchError::Unapplicable(e.to_string()))?;
             Ok(doc)
         }
         PatchType::StrategicMerge | PatchType::Apply => {
             let Value::Object(patch_map) = patch else {
-                return Err(PatchError::Malformed("a strategic merge patch must be a JSON object".into()));
+                return Err(PatchError::Malformed(
+                    "a strategic merge patch must be a JSON object".into(),
+                ));
             };
             let mut doc = match original {
                 Value::Object(m) => m.clone(),
@@ -151,7 +174,11 @@ fn strip_directives(value: &Value) -> Value {
         Value::Array(items) => Value::Array(
             items
                 .iter()
-                .filter(|v| !(v.is_object() && v.get("$patch").is_some() && v.as_object().is_some_and(|m| m.len() == 1)))
+                .filter(|v| {
+                    !(v.is_object()
+                        && v.get("$patch").is_some()
+                        && v.as_object().is_some_and(|m| m.len() == 1))
+                })
                 .map(strip_directives)
                 .collect(),
         ),
@@ -159,7 +186,12 @@ fn strip_directives(value: &Value) -> Value {
     }
 }
 
-fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, kind: &str, path: &str) -> Result<MapOutcome, PatchError> {
+fn merge_map(
+    doc: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    kind: &str,
+    path: &str,
+) -> Result<MapOutcome, PatchError> {
     match patch.get("$patch").and_then(Value::as_str) {
         Some("replace") => {
             if let Value::Object(m) = strip_directives(&Value::Object(patch.clone())) {
@@ -169,7 +201,11 @@ fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, kind: &st
         }
         Some("delete") => return Ok(MapOutcome::Delete),
         Some("merge") | None => {}
-        Some(other) => return Err(PatchError::Malformed(format!("unknown patch type: {other:?}"))),
+        Some(other) => {
+            return Err(PatchError::Malformed(format!(
+                "unknown patch type: {other:?}"
+            )))
+        }
     }
     for (key, value) in patch {
         if key.starts_with('$') {
@@ -182,7 +218,9 @@ fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, kind: &st
             }
             Value::Object(patch_child) => {
                 if let Some(Value::Object(doc_child)) = doc.get_mut(key) {
-                    if let MapOutcome::Delete = merge_map(doc_child, patch_child, kind, &field_path)? {
+                    if let MapOutcome::Delete =
+                        merge_map(doc_child, patch_child, kind, &field_path)?
+                    {
                         doc.remove(key);
                     }
                 } else if patch_child.get("$patch").and_then(Value::as_str) == Some("delete") {
@@ -199,7 +237,10 @@ fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, kind: &st
                     _ => Vec::new(),
                 };
                 let merged = match list_strategy(kind, &field_path) {
-                    ListStrategy::Replace => strip_directives(value).as_array().cloned().unwrap_or_default(),
+                    ListStrategy::Replace => strip_directives(value)
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
                     ListStrategy::MergePrimitive => merge_primitive_list(current, patch_items),
                     ListStrategy::MergeByKey(merge_key) => {
                         merge_keyed_list(current, patch_items, merge_key, kind, &field_path)?
@@ -276,9 +317,13 @@ fn merge_keyed_list(
             )));
         };
         let key_value = patch_item.get(merge_key).ok_or_else(|| {
-            PatchError::Unapplicable(format!("map: {item} does not contain declared merge key: {merge_key}"))
+            PatchError::Unapplicable(format!(
+                "map: {item} does not contain declared merge key: {merge_key}"
+            ))
         })?;
-        let position = current.iter().position(|c| c.get(merge_key) == Some(key_value));
+        let position = current
+            .iter()
+            .position(|c| c.get(merge_key) == Some(key_value));
         if patch_item.get("$patch").and_then(Value::as_str) == Some("delete") {
             current.retain(|c| c.get(merge_key) != Some(key_value));
             continue;
@@ -329,7 +374,10 @@ mod tests {
     fn content_types() {
         let cases = [
             ("application/merge-patch+json", Some(PatchType::Merge)),
-            ("application/strategic-merge-patch+json; charset=utf-8", Some(PatchType::StrategicMerge)),
+            (
+                "application/strategic-merge-patch+json; charset=utf-8",
+                Some(PatchType::StrategicMerge),
+            ),
             ("application/json-patch+json", Some(PatchType::Json)),
             ("application/apply-patch+yaml", Some(PatchType::Apply)),
             ("application/json", None),
@@ -343,15 +391,31 @@ mod tests {
     fn list_strategies() {
         let cases = [
             ("Pod", "spec.containers", ListStrategy::MergeByKey("name")),
-            ("Pod", "spec.initContainers.env", ListStrategy::MergeByKey("name")),
-            ("Pod", "spec.containers.ports", ListStrategy::MergeByKey("containerPort")),
-            ("Pod", "spec.containers.volumeMounts", ListStrategy::MergeByKey("mountPath")),
+            (
+                "Pod",
+                "spec.initContainers.env",
+                ListStrategy::MergeByKey("name"),
+            ),
+            (
+                "Pod",
+                "spec.containers.ports",
+                ListStrategy::MergeByKey("containerPort"),
+            ),
+            (
+                "Pod",
+                "spec.containers.volumeMounts",
+                ListStrategy::MergeByKey("mountPath"),
+            ),
             ("Pod", "spec.containers.args", ListStrategy::Replace),
             ("Pod", "spec.tolerations", ListStrategy::Replace),
             ("Pod", "status.conditions", ListStrategy::MergeByKey("type")),
             ("Pod", "status.containerStatuses", ListStrategy::Replace),
             ("Pod", "metadata.finalizers", ListStrategy::MergePrimitive),
-            ("ConfigMap", "metadata.finalizers", ListStrategy::MergePrimitive),
+            (
+                "ConfigMap",
+                "metadata.finalizers",
+                ListStrategy::MergePrimitive,
+            ),
             ("Node", "status.addresses", ListStrategy::MergeByKey("type")),
             ("Node", "status.images", ListStrategy::Replace),
             ("Lease", "spec.holderIdentity", ListStrategy::Replace),
@@ -500,12 +564,24 @@ mod tests {
         let cases = [
             (PatchType::Merge, json!([1])),
             (PatchType::Json, json!({"op": "add"})),
-            (PatchType::Json, json!([{"op": "remove", "path": "/spec/nothing"}])),
-            (PatchType::StrategicMerge, json!({"spec": {"containers": [{"image": "x"}]}})),
-            (PatchType::StrategicMerge, json!({"spec": {"$patch": "explode"}})),
+            (
+                PatchType::Json,
+                json!([{"op": "remove", "path": "/spec/nothing"}]),
+            ),
+            (
+                PatchType::StrategicMerge,
+                json!({"spec": {"containers": [{"image": "x"}]}}),
+            ),
+            (
+                PatchType::StrategicMerge,
+                json!({"spec": {"$patch": "explode"}}),
+            ),
         ];
         for (patch_type, patch) in cases {
-            assert!(apply(patch_type, "Pod", &pod, &patch).is_err(), "{patch_type:?} {patch}");
+            assert!(
+                apply(patch_type, "Pod", &pod, &patch).is_err(),
+                "{patch_type:?} {patch}"
+            );
         }
     }
 }

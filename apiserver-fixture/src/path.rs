@@ -30,24 +30,42 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return Err(PathError::NotFound),
     };
-    let lookup = |plural: &str| resource::find_by_plural(group, version, plural).ok_or(PathError::NotFound);
+    let lookup =
+        |plural: &str| resource::find_by_plural(group, version, plural).ok_or(PathError::NotFound);
     let owned = |s: &str| Some(s.to_string());
     let target = match rest {
-        [plural] => Target { resource: lookup(plural)?, namespace: None, name: None, subresource: None },
-        ["namespaces", ns, sub] if group.is_empty() && (*sub == "status" || *sub == "finalize") => Target {
-            resource: lookup("namespaces")?,
+        [plural] => Target {
+            resource: lookup(plural)?,
             namespace: None,
-            name: owned(ns),
-            subresource: owned(sub),
+            name: None,
+            subresource: None,
         },
+        ["namespaces", ns, sub] if group.is_empty() && (*sub == "status" || *sub == "finalize") => {
+            Target {
+                resource: lookup("namespaces")?,
+                namespace: None,
+                name: owned(ns),
+                subresource: owned(sub),
+            }
+        }
         ["namespaces", ns, plural, tail @ ..] => {
             let rt = lookup(plural)?;
             if !rt.namespaced {
                 return Err(PathError::NotFound);
             }
             match tail {
-                [] => Target { resource: rt, namespace: owned(ns), name: None, subresource: None },
-                [name] => Target { resource: rt, namespace: owned(ns), name: owned(name), subresource: None },
+                [] => Target {
+                    resource: rt,
+                    namespace: owned(ns),
+                    name: None,
+                    subresource: None,
+                },
+                [name] => Target {
+                    resource: rt,
+                    namespace: owned(ns),
+                    name: owned(name),
+                    subresource: None,
+                },
                 [name, sub] => Target {
                     resource: rt,
                     namespace: owned(ns),
@@ -62,14 +80,24 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
             if rt.namespaced {
                 return Err(PathError::NotFound);
             }
-            Target { resource: rt, namespace: None, name: owned(name), subresource: None }
+            Target {
+                resource: rt,
+                namespace: None,
+                name: owned(name),
+                subresource: None,
+            }
         }
         [plural, name, sub] => {
             let rt = lookup(plural)?;
             if rt.namespaced {
                 return Err(PathError::NotFound);
             }
-            Target { resource: rt, namespace: None, name: owned(name), subresource: owned(sub) }
+            Target {
+                resource: rt,
+                namespace: None,
+                name: owned(name),
+                subresource: owned(sub),
+            }
         }
         _ => return Err(PathError::NotFound),
     };
@@ -96,20 +124,40 @@ mod tests {
     #[test]
     fn parses_resource_paths() {
         // (path, plural, namespace, name, subresource) or None for 404
-        type Expect = Option<(&'static str, Option<&'static str>, Option<&'static str>, Option<&'static str>)>;
+        type Expect = Option<(
+            &'static str,
+            Option<&'static str>,
+            Option<&'static str>,
+            Option<&'static str>,
+        )>;
         let cases: &[(&str, Expect)] = &[
             ("/api/v1/pods", Some(("pods", None, None, None))),
-            ("/api/v1/namespaces/default/pods", Some(("pods", Some("default"), None, None))),
-            ("/api/v1/namespaces/default/pods/web", Some(("pods", Some("default"), Some("web"), None))),
+            (
+                "/api/v1/namespaces/default/pods",
+                Some(("pods", Some("default"), None, None)),
+            ),
+            (
+                "/api/v1/namespaces/default/pods/web",
+                Some(("pods", Some("default"), Some("web"), None)),
+            ),
             (
                 "/api/v1/namespaces/default/pods/web/status",
                 Some(("pods", Some("default"), Some("web"), Some("status"))),
             ),
             ("/api/v1/namespaces", Some(("namespaces", None, None, None))),
-            ("/api/v1/namespaces/default", Some(("namespaces", None, Some("default"), None))),
-            ("/api/v1/namespaces/default/status", Some(("namespaces", None, Some("default"), Some("status")))),
+            (
+                "/api/v1/namespaces/default",
+                Some(("namespaces", None, Some("default"), None)),
+            ),
+            (
+                "/api/v1/namespaces/default/status",
+                Some(("namespaces", None, Some("default"), Some("status"))),
+            ),
             ("/api/v1/nodes/n1", Some(("nodes", None, Some("n1"), None))),
-            ("/api/v1/nodes/n1/status", Some(("nodes", None, Some("n1"), Some("status")))),
+            (
+                "/api/v1/nodes/n1/status",
+                Some(("nodes", None, Some("n1"), Some("status"))),
+            ),
             (
                 "/api/v1/namespaces/default/pods/web/binding",
                 Some(("pods", Some("default"), Some("web"), Some("binding"))),
@@ -119,7 +167,10 @@ mod tests {
                 "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",
                 Some(("leases", Some("kube-node-lease"), Some("n1"), None)),
             ),
-            ("/apis/events.k8s.io/v1/events", Some(("events", None, None, None))),
+            (
+                "/apis/events.k8s.io/v1/events",
+                Some(("events", None, None, None)),
+            ),
             // not served
             ("/api/v1/namespaces/default/pods/web/log", None),
             ("/api/v1/namespaces/default/configmaps/c/status", None),
@@ -133,10 +184,20 @@ mod tests {
         ];
         for (path, expect) in cases {
             let got = parse(path).ok().map(|t| {
-                (t.resource.plural, t.namespace.clone(), t.name.clone(), t.subresource.clone())
+                (
+                    t.resource.plural,
+                    t.namespace.clone(),
+                    t.name.clone(),
+                    t.subresource.clone(),
+                )
             });
             let want = expect.map(|(p, ns, n, s)| {
-                (p, ns.map(String::from), n.map(String::from), s.map(String::from))
+                (
+                    p,
+                    ns.map(String::from),
+                    n.map(String::from),
+                    s.map(String::from),
+                )
             });
             assert_eq!(got, want, "{path}");
         }

@@ -9,7 +9,10 @@ use serde_json::{json, Map, Value};
 
 use crate::error::FieldError;
 
-const PRIORITY_CLASSES: &[(&str, i64)] = &[("system-node-critical", 2_000_001_000), ("system-cluster-critical", 2_000_000_000)];
+const PRIORITY_CLASSES: &[(&str, i64)] = &[
+    ("system-node-critical", 2_000_001_000),
+    ("system-cluster-critical", 2_000_000_000),
+];
 
 fn set_default(map: &mut Map<String, Value>, key: &str, value: Value) {
     match map.get(key) {
@@ -20,7 +23,10 @@ fn set_default(map: &mut Map<String, Value>, key: &str, value: Value) {
     }
 }
 
-fn object_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
+fn object_mut<'a>(
+    map: &'a mut Map<String, Value>,
+    key: &str,
+) -> Option<&'a mut Map<String, Value>> {
     map.get_mut(key).and_then(Value::as_object_mut)
 }
 
@@ -58,7 +64,11 @@ fn default_handler(handler: &mut Map<String, Value>) {
 }
 
 fn default_container(c: &mut Map<String, Value>, host_network: bool) {
-    let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+    let image = c
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if !image.is_empty() {
         set_default(c, "imagePullPolicy", json!(default_pull_policy(&image)));
     }
@@ -113,12 +123,41 @@ fn default_container(c: &mut Map<String, Value>, host_network: bool) {
 
 fn default_volume(v: &mut Map<String, Value>) {
     const SOURCES: &[&str] = &[
-        "hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs", "iscsi",
-        "glusterfs", "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "downwardAPI", "fc",
-        "azureFile", "configMap", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "projected",
-        "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image",
+        "hostPath",
+        "emptyDir",
+        "gcePersistentDisk",
+        "awsElasticBlockStore",
+        "gitRepo",
+        "secret",
+        "nfs",
+        "iscsi",
+        "glusterfs",
+        "persistentVolumeClaim",
+        "rbd",
+        "flexVolume",
+        "cinder",
+        "cephfs",
+        "flocker",
+        "downwardAPI",
+        "fc",
+        "azureFile",
+        "configMap",
+        "vsphereVolume",
+        "quobyte",
+        "azureDisk",
+        "photonPersistentDisk",
+        "projected",
+        "portworxVolume",
+        "scaleIO",
+        "storageos",
+        "csi",
+        "ephemeral",
+        "image",
     ];
-    if !SOURCES.iter().any(|s| v.get(*s).is_some_and(|x| !x.is_null())) {
+    if !SOURCES
+        .iter()
+        .any(|s| v.get(*s).is_some_and(|x| !x.is_null()))
+    {
         v.insert("emptyDir".into(), json!({}));
     }
     for source in ["secret", "configMap", "downwardAPI", "projected"] {
@@ -142,7 +181,10 @@ pub fn apply_defaults(pod: &mut Value) {
     set_default(spec, "terminationGracePeriodSeconds", json!(30));
     set_default(spec, "schedulerName", json!("default-scheduler"));
     set_default(spec, "enableServiceLinks", json!(true));
-    let host_network = spec.get("hostNetwork").and_then(Value::as_bool).unwrap_or(false);
+    let host_network = spec
+        .get("hostNetwork")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     for list in ["initContainers", "containers", "ephemeralContainers"] {
         if let Some(Value::Array(containers)) = spec.get_mut(list) {
             for c in containers.iter_mut().filter_map(Value::as_object_mut) {
@@ -157,19 +199,30 @@ pub fn apply_defaults(pod: &mut Value) {
     }
     // Priority admission plugin.
     if spec.get("priority").is_none_or(Value::is_null) {
-        let class = spec.get("priorityClassName").and_then(Value::as_str).unwrap_or("");
-        let priority = PRIORITY_CLASSES.iter().find(|(n, _)| *n == class).map(|(_, p)| *p).unwrap_or(0);
+        let class = spec
+            .get("priorityClassName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let priority = PRIORITY_CLASSES
+            .iter()
+            .find(|(n, _)| *n == class)
+            .map(|(_, p)| *p)
+            .unwrap_or(0);
         spec.insert("priority".into(), json!(priority));
     }
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     // DefaultTolerationSeconds admission plugin.
     let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
     if let Value::Array(list) = tolerations {
-        for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
             let present = list.iter().any(|t| {
                 let k = t.get("key").and_then(Value::as_str);
                 let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
-                let exists_all = k.is_none() && t.get("operator").and_then(Value::as_str) == Some("Exists");
+                let exists_all =
+                    k.is_none() && t.get("operator").and_then(Value::as_str) == Some("Exists");
                 exists_all || (k == Some(key) && (effect.is_empty() || effect == "NoExecute"))
             });
             if !present {
@@ -186,7 +239,9 @@ pub fn apply_defaults(pod: &mut Value) {
 
 /// Whether an unknown PriorityClass is named (the Priority admission plugin rejects the pod).
 pub fn unknown_priority_class(pod: &Value) -> Option<String> {
-    let class = pod.pointer("/spec/priorityClassName").and_then(Value::as_str)?;
+    let class = pod
+        .pointer("/spec/priorityClassName")
+        .and_then(Value::as_str)?;
     if class.is_empty() || PRIORITY_CLASSES.iter().any(|(n, _)| *n == class) {
         None
     } else {
@@ -247,7 +302,9 @@ pub fn qos_class(pod: &Value) -> &'static str {
     }
     let mut any_set = false;
     let mut guaranteed = true;
-    let qty = |m: &Map<String, Value>, name: &str| m.get(name).and_then(Value::as_str).and_then(quantity_milli);
+    let qty = |m: &Map<String, Value>, name: &str| {
+        m.get(name).and_then(Value::as_str).and_then(quantity_milli)
+    };
     for c in containers {
         let requests = resource_map(c, "requests");
         let limits = resource_map(c, "limits");
@@ -297,7 +354,8 @@ pub fn initial_status(pod: &Value, now: &str) -> Value {
 fn is_dns1123_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -313,7 +371,10 @@ pub fn validate_create(pod: &Value) -> Vec<FieldError> {
     }
     let mut names: Vec<String> = Vec::new();
     for list in ["initContainers", "containers"] {
-        let Some(items) = pod.pointer(&format!("/spec/{list}")).and_then(Value::as_array) else {
+        let Some(items) = pod
+            .pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+        else {
             continue;
         };
         for (i, c) in items.iter().enumerate() {
@@ -338,7 +399,11 @@ pub fn validate_create(pod: &Value) -> Vec<FieldError> {
                     names.push(name.to_string());
                 }
             }
-            if c.get("image").and_then(Value::as_str).unwrap_or("").is_empty() {
+            if c.get("image")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+            {
                 errors.push(FieldError::required(format!("{path}.image"), ""));
             }
         }
@@ -382,7 +447,10 @@ pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
     for list in ["containers", "initContainers"] {
         let len = |s: &Value| s.get(list).and_then(Value::as_array).map_or(0, Vec::len);
         if len(&new_spec) != len(&old_spec) {
-            errors.push(FieldError::forbidden(format!("spec.{list}"), "pod updates may not add or remove containers"));
+            errors.push(FieldError::forbidden(
+                format!("spec.{list}"),
+                "pod updates may not add or remove containers",
+            ));
             return errors;
         }
     }
@@ -399,13 +467,20 @@ pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
 /// terminated container may not be reported as running or waiting again.
 pub fn validate_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    let policy = old.pointer("/spec/restartPolicy").and_then(Value::as_str).unwrap_or("Always");
+    let policy = old
+        .pointer("/spec/restartPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("Always");
     if policy == "Always" {
         return errors;
     }
     for list in ["containerStatuses", "initContainerStatuses"] {
-        let old_statuses = old.pointer(&format!("/status/{list}")).and_then(Value::as_array);
-        let new_statuses = new.pointer(&format!("/status/{list}")).and_then(Value::as_array);
+        let old_statuses = old
+            .pointer(&format!("/status/{list}"))
+            .and_then(Value::as_array);
+        let new_statuses = new
+            .pointer(&format!("/status/{list}"))
+            .and_then(Value::as_array);
         let (Some(old_statuses), Some(new_statuses)) = (old_statuses, new_statuses) else {
             continue;
         };
@@ -413,7 +488,10 @@ pub fn validate_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
             let Some(terminated) = old_status.pointer("/state/terminated") else {
                 continue;
             };
-            let exit_code = terminated.get("exitCode").and_then(Value::as_i64).unwrap_or(0);
+            let exit_code = terminated
+                .get("exitCode")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             if exit_code != 0 && policy == "OnFailure" {
                 continue;
             }
@@ -478,21 +556,42 @@ mod tests {
             ("/spec/priority", json!(0)),
             ("/spec/preemptionPolicy", json!("PreemptLowerPriority")),
             ("/spec/containers/0/imagePullPolicy", json!("IfNotPresent")),
-            ("/spec/containers/0/terminationMessagePath", json!("/dev/termination-log")),
+            (
+                "/spec/containers/0/terminationMessagePath",
+                json!("/dev/termination-log"),
+            ),
             ("/spec/containers/0/terminationMessagePolicy", json!("File")),
             ("/spec/containers/0/ports/0/protocol", json!("TCP")),
             ("/spec/containers/0/resources/requests/cpu", json!("500m")),
             ("/spec/containers/0/livenessProbe/timeoutSeconds", json!(1)),
             ("/spec/containers/0/livenessProbe/periodSeconds", json!(10)),
-            ("/spec/containers/0/livenessProbe/successThreshold", json!(1)),
-            ("/spec/containers/0/livenessProbe/failureThreshold", json!(3)),
+            (
+                "/spec/containers/0/livenessProbe/successThreshold",
+                json!(1),
+            ),
+            (
+                "/spec/containers/0/livenessProbe/failureThreshold",
+                json!(3),
+            ),
             ("/spec/containers/0/livenessProbe/httpGet/path", json!("/")),
-            ("/spec/containers/0/livenessProbe/httpGet/scheme", json!("HTTP")),
-            ("/spec/containers/0/env/0/valueFrom/fieldRef/apiVersion", json!("v1")),
+            (
+                "/spec/containers/0/livenessProbe/httpGet/scheme",
+                json!("HTTP"),
+            ),
+            (
+                "/spec/containers/0/env/0/valueFrom/fieldRef/apiVersion",
+                json!("v1"),
+            ),
             ("/spec/volumes/0/emptyDir", json!({})),
             ("/spec/volumes/1/configMap/defaultMode", json!(420)),
-            ("/spec/tolerations/0/key", json!("node.kubernetes.io/not-ready")),
-            ("/spec/tolerations/1/key", json!("node.kubernetes.io/unreachable")),
+            (
+                "/spec/tolerations/0/key",
+                json!("node.kubernetes.io/not-ready"),
+            ),
+            (
+                "/spec/tolerations/1/key",
+                json!("node.kubernetes.io/unreachable"),
+            ),
             ("/spec/tolerations/1/tolerationSeconds", json!(300)),
         ];
         for (pointer, want) in cases {
@@ -552,13 +651,20 @@ mod tests {
         let cases = [
             (with(json!({})), "BestEffort"),
             (with(json!({"requests": {"cpu": "100m"}})), "Burstable"),
-            (with(json!({"limits": {"cpu": "1", "memory": "1Gi"}})), "Guaranteed"),
             (
-                with(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m", "memory": "1Gi"}})),
+                with(json!({"limits": {"cpu": "1", "memory": "1Gi"}})),
                 "Guaranteed",
             ),
             (
-                with(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1Gi"}})),
+                with(
+                    json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m", "memory": "1Gi"}}),
+                ),
+                "Guaranteed",
+            ),
+            (
+                with(
+                    json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1Gi"}}),
+                ),
                 "Burstable",
             ),
             (with(json!({"limits": {"cpu": "1"}})), "Burstable"),
@@ -587,21 +693,31 @@ mod tests {
             ),
         ];
         for (pod, want) in cases {
-            let got: Vec<String> = validate_create(&pod).iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+            let got: Vec<String> = validate_create(&pod)
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect();
             assert_eq!(got, want, "{pod}");
         }
     }
 
     #[test]
     fn update_validation() {
-        let old = json!({"spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "x:1"}]}});
+        let old =
+            json!({"spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "x:1"}]}});
         let cases = [
-            (json!({"spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "x:2"}]}}), 0),
+            (
+                json!({"spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "x:2"}]}}),
+                0,
+            ),
             (
                 json!({"spec": {"nodeName": "n1", "activeDeadlineSeconds": 5, "containers": [{"name": "a", "image": "x:1"}]}}),
                 0,
             ),
-            (json!({"spec": {"nodeName": "n2", "containers": [{"name": "a", "image": "x:1"}]}}), 1),
+            (
+                json!({"spec": {"nodeName": "n2", "containers": [{"name": "a", "image": "x:1"}]}}),
+                1,
+            ),
             (json!({"spec": {"nodeName": "n1", "containers": []}}), 1),
             (
                 json!({"spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "x:1", "args": ["y"]}]}}),
@@ -615,9 +731,7 @@ mod tests {
 
     #[test]
     fn status_update_validation() {
-        let pod = |policy: &str, state: Value| {
-            json!({"spec": {"restartPolicy": policy}, "status": {"containerStatuses": [{"name": "a", "state": state}]}})
-        };
+        let pod = |policy: &str, state: Value| json!({"spec": {"restartPolicy": policy}, "status": {"containerStatuses": [{"name": "a", "state": state}]}});
         let done = json!({"terminated": {"exitCode": 0}});
         let failed = json!({"terminated": {"exitCode": 1}});
         let running = json!({"running": {}});
@@ -630,7 +744,10 @@ mod tests {
             ("Never", &running, &done, 0),
         ];
         for (policy, old_state, new_state, want) in cases {
-            let errors = validate_status_update(&pod(policy, new_state.clone()), &pod(policy, old_state.clone()));
+            let errors = validate_status_update(
+                &pod(policy, new_state.clone()),
+                &pod(policy, old_state.clone()),
+            );
             assert_eq!(errors.len(), want, "{policy} {old_state} -> {new_state}");
         }
     }

@@ -35,7 +35,10 @@ impl<'a> Reader<'a> {
     fn varint(&mut self) -> Result<u64, ProtobufError> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
-            let byte = *self.data.get(self.pos).ok_or(ProtobufError::Malformed(self.pos))?;
+            let byte = *self
+                .data
+                .get(self.pos)
+                .ok_or(ProtobufError::Malformed(self.pos))?;
             self.pos += 1;
             value |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
@@ -62,8 +65,13 @@ impl<'a> Reader<'a> {
                 Field::Fixed
             }
             2 => {
-                let len = usize::try_from(self.varint()?).map_err(|_| ProtobufError::Malformed(self.pos))?;
-                let end = self.pos.checked_add(len).filter(|e| *e <= self.data.len()).ok_or(ProtobufError::Malformed(self.pos))?;
+                let len = usize::try_from(self.varint()?)
+                    .map_err(|_| ProtobufError::Malformed(self.pos))?;
+                let end = self
+                    .pos
+                    .checked_add(len)
+                    .filter(|e| *e <= self.data.len())
+                    .ok_or(ProtobufError::Malformed(self.pos))?;
                 let bytes = &self.data[self.pos..end];
                 self.pos = end;
                 Field::Bytes(bytes)
@@ -99,10 +107,18 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 fn base64(data: &[u8]) -> String {
     let mut out = String::new();
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
-            out.push(if i <= chunk.len() { char::from(B64[((n >> (18 - 6 * i)) & 63) as usize]) } else { '=' });
+            out.push(if i <= chunk.len() {
+                char::from(B64[((n >> (18 - 6 * i)) & 63) as usize])
+            } else {
+                '='
+            });
         }
     }
     out
@@ -115,14 +131,25 @@ fn map_entry(bytes: &[u8], base64_values: bool) -> Result<(String, Value), Proto
     for (n, f) in fields(bytes)? {
         match (n, f) {
             (1, Field::Bytes(b)) => key = text(b),
-            (2, Field::Bytes(b)) => value = if base64_values { Value::from(base64(b)) } else { Value::from(text(b)) },
+            (2, Field::Bytes(b)) => {
+                value = if base64_values {
+                    Value::from(base64(b))
+                } else {
+                    Value::from(text(b))
+                }
+            }
             _ => {}
         }
     }
     Ok((key, value))
 }
 
-fn insert_map(target: &mut Map<String, Value>, field: &str, bytes: &[u8], base64_values: bool) -> Result<(), ProtobufError> {
+fn insert_map(
+    target: &mut Map<String, Value>,
+    field: &str,
+    bytes: &[u8],
+    base64_values: bool,
+) -> Result<(), ProtobufError> {
     let (k, v) = map_entry(bytes, base64_values)?;
     let entry = target.entry(field).or_insert_with(|| json!({}));
     if let Some(m) = entry.as_object_mut() {
@@ -259,8 +286,14 @@ mod tests {
     #[test]
     fn decodes_kubectl_bodies() {
         let cases = [
-            (CONFIGMAP, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}})),
-            (SECRET, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"}, "data": {"p": "c2VjcmV0"}})),
+            (
+                CONFIGMAP,
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}}),
+            ),
+            (
+                SECRET,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"}, "data": {"p": "c2VjcmV0"}}),
+            ),
         ];
         for (body, want) in cases {
             assert_eq!(decode(body).unwrap(), want);
@@ -272,7 +305,10 @@ mod tests {
         let cases: [(&[u8], ProtobufError); 3] = [
             (b"{}", ProtobufError::NoMagic),
             (b"k8s\0\n\x05\n\x02v1", ProtobufError::Malformed(2)),
-            (b"k8s\0\n\x09\n\x02v1\x12\x03Pod", ProtobufError::UnsupportedKind("Pod".into())),
+            (
+                b"k8s\0\n\x09\n\x02v1\x12\x03Pod",
+                ProtobufError::UnsupportedKind("Pod".into()),
+            ),
         ];
         for (body, want) in cases {
             assert_eq!(decode(body).unwrap_err(), want, "{body:?}");

@@ -65,7 +65,16 @@ impl ResourceType {
     }
 }
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// The verbs every served resource supports.
 pub fn verbs() -> &'static [&'static str] {
@@ -212,10 +221,15 @@ pub fn find_by_plural(group: &str, version: &str, plural: &str) -> Option<&'stat
 
 /// Resource type for an `apiVersion`/`kind` pair (typed helpers, state files).
 pub fn find_by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
-    RESOURCES.iter().find(|r| r.api_version() == api_version && r.kind == kind)
+    RESOURCES
+        .iter()
+        .find(|r| r.api_version() == api_version && r.kind == kind)
 }
 
-pub fn in_group_version<'a>(group: &'a str, version: &'a str) -> impl Iterator<Item = &'static ResourceType> + use<'a> {
+pub fn in_group_version<'a>(
+    group: &'a str,
+    version: &'a str,
+) -> impl Iterator<Item = &'static ResourceType> + use<'a> {
     RESOURCES
         .iter()
         .filter(move |r| r.group == group && r.version == version)
@@ -236,9 +250,16 @@ mod tests {
             ("apps", "v1", "deployments", None),
         ];
         for (group, version, plural, kind) in cases {
-            assert_eq!(find_by_plural(group, version, plural).map(|r| r.kind), *kind, "{group}/{plural}");
+            assert_eq!(
+                find_by_plural(group, version, plural).map(|r| r.kind),
+                *kind,
+                "{group}/{plural}"
+            );
         }
-        assert_eq!(find_by_kind("coordination.k8s.io/v1", "Lease").map(|r| r.plural), Some("leases"));
+        assert_eq!(
+            find_by_kind("coordination.k8s.io/v1", "Lease").map(|r| r.plural),
+            Some("leases")
+        );
         assert_eq!(find_by_kind("v1", "Lease"), None);
     }
 

@@ -89,25 +89,52 @@ impl LabelSelector {
             let part = raw.trim();
             let err = || SelectorError::Label(part.to_string());
             let requirement = if let Some(key) = part.strip_prefix('!') {
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::NotExists }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::NotExists,
+                }
             } else if let Some((key, value)) = part.split_once("!=") {
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::NotEquals(value.trim().to_string()) }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::NotEquals(value.trim().to_string()),
+                }
             } else if let Some((key, value)) = part.split_once("==") {
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::Equals(value.trim().to_string()) }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::Equals(value.trim().to_string()),
+                }
             } else if let Some((key, value)) = part.split_once('=') {
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::Equals(value.trim().to_string()) }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::Equals(value.trim().to_string()),
+                }
             } else if let Some((key, set)) = part.split_once(" notin ") {
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::NotIn(parse_set(set, part)?) }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::NotIn(parse_set(set, part)?),
+                }
             } else if let Some((key, set)) = part.split_once(" in ") {
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::In(parse_set(set, part)?) }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::In(parse_set(set, part)?),
+                }
             } else if let Some((key, value)) = part.split_once('>') {
                 let n = value.trim().parse().map_err(|_| err())?;
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::Gt(n) }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::Gt(n),
+                }
             } else if let Some((key, value)) = part.split_once('<') {
                 let n = value.trim().parse().map_err(|_| err())?;
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::Lt(n) }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::Lt(n),
+                }
             } else {
-                LabelRequirement { key: part.to_string(), op: LabelOp::Exists }
+                LabelRequirement {
+                    key: part.to_string(),
+                    op: LabelOp::Exists,
+                }
             };
             if !valid_label_key(&requirement.key) {
                 return Err(err());
@@ -127,8 +154,12 @@ impl LabelSelector {
                 LabelOp::NotEquals(v) => value != Some(v),
                 LabelOp::In(set) => value.is_some_and(|v| set.contains(v)),
                 LabelOp::NotIn(set) => value.is_none_or(|v| !set.contains(v)),
-                LabelOp::Gt(n) => value.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-                LabelOp::Lt(n) => value.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+                LabelOp::Gt(n) => value
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v > *n),
+                LabelOp::Lt(n) => value
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v < *n),
             }
         })
     }
@@ -345,7 +376,10 @@ mod tests {
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -383,7 +417,10 @@ mod tests {
     #[test]
     fn label_selector_errors() {
         for bad in ["app in web", "a b c=d", "n>x", "=x"] {
-            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} should not parse");
+            assert!(
+                LabelSelector::parse(bad).is_err(),
+                "{bad:?} should not parse"
+            );
         }
     }
 
@@ -421,20 +458,28 @@ mod tests {
         let parsed = FieldSelector::parse(r"metadata.name=a\,b").unwrap();
         assert!(parsed.matches_object("configmaps", &json!({"metadata": {"name": "a,b"}})));
         assert_eq!(
-            FieldSelector::parse("spec.foo=x").unwrap().check_supported("pods"),
+            FieldSelector::parse("spec.foo=x")
+                .unwrap()
+                .check_supported("pods"),
             Err(SelectorError::UnsupportedField("spec.foo".into()))
         );
         assert_eq!(
-            FieldSelector::parse("spec.nodeName=x").unwrap().check_supported("configmaps"),
+            FieldSelector::parse("spec.nodeName=x")
+                .unwrap()
+                .check_supported("configmaps"),
             Err(SelectorError::UnsupportedField("spec.nodeName".into()))
         );
         assert!(FieldSelector::parse("nonsense").is_err());
         let event = json!({"involvedObject": {"kind": "Pod", "name": "web"}, "source": {"component": "kubelet"}});
-        let sel = FieldSelector::parse("involvedObject.kind=Pod,involvedObject.name=web,source=kubelet").unwrap();
+        let sel =
+            FieldSelector::parse("involvedObject.kind=Pod,involvedObject.name=web,source=kubelet")
+                .unwrap();
         sel.check_supported("events").unwrap();
         assert!(sel.matches_object("events", &event));
         assert_eq!(
-            FieldSelector::parse("spec.nodeName=n1").unwrap().equality_value("spec.nodeName"),
+            FieldSelector::parse("spec.nodeName=n1")
+                .unwrap()
+                .equality_value("spec.nodeName"),
             Some("n1")
         );
     }

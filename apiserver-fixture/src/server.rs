@@ -24,7 +24,9 @@ use crate::path;
 use crate::protobuf;
 use crate::resource::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{to_served, EventType, FieldValidation, StoredEvent, Store, WatchStart, WriteOptions};
+use crate::store::{
+    to_served, EventType, FieldValidation, Store, StoredEvent, WatchStart, WriteOptions,
+};
 use crate::table;
 
 /// Shared by all handlers.
@@ -38,38 +40,69 @@ pub struct AppState {
 
 impl AppState {
     fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shutdown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
 pub fn router(state: Arc<AppState>, request_log: Arc<RequestLog>) -> Router {
     Router::new()
-        .route("/version", get(|| async { json_response(StatusCode::OK, &discovery::version()) }))
+        .route(
+            "/version",
+            get(|| async { json_response(StatusCode::OK, &discovery::version()) }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .route("/api", get(api_versions))
-        .route("/api/v1", get(|| async { discovery_response(discovery::resource_list("", "v1")) }))
-        .route("/apis", get(|| async { json_response(StatusCode::OK, &discovery::api_group_list()) }))
-        .route("/apis/{group}", get(|Path(group): Path<String>| async move { discovery_response(discovery::api_group(&group)) }))
         .route(
-            "/apis/{group}/{version}",
-            get(|Path((group, version)): Path<(String, String)>| async move {
-                discovery_response(discovery::resource_list(&group, &version))
+            "/api/v1",
+            get(|| async { discovery_response(discovery::resource_list("", "v1")) }),
+        )
+        .route(
+            "/apis",
+            get(|| async { json_response(StatusCode::OK, &discovery::api_group_list()) }),
+        )
+        .route(
+            "/apis/{group}",
+            get(|Path(group): Path<String>| async move {
+                discovery_response(discovery::api_group(&group))
             }),
         )
-        .route("/openapi/v3", get(|| async { json_response(StatusCode::OK, &discovery::openapi_v3_root()) }))
+        .route(
+            "/apis/{group}/{version}",
+            get(
+                |Path((group, version)): Path<(String, String)>| async move {
+                    discovery_response(discovery::resource_list(&group, &version))
+                },
+            ),
+        )
+        .route(
+            "/openapi/v3",
+            get(|| async { json_response(StatusCode::OK, &discovery::openapi_v3_root()) }),
+        )
         .route(
             "/openapi/v3/{*path}",
-            get(|Path(p): Path<String>| async move { discovery_response(discovery::openapi_v3_document(&p)) }),
+            get(|Path(p): Path<String>| async move {
+                discovery_response(discovery::openapi_v3_document(&p))
+            }),
         )
         .fallback(resources)
         .with_state(state)
-        .layer(axum::middleware::from_fn_with_state(request_log, log::log_requests))
+        .layer(axum::middleware::from_fn_with_state(
+            request_log,
+            log::log_requests,
+        ))
 }
 
 async fn api_versions(State(app): State<Arc<AppState>>) -> Response {
-    let address = app.server_address.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let address = app
+        .server_address
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     json_response(StatusCode::OK, &discovery::api_versions(&address))
 }
 
@@ -82,7 +115,9 @@ fn discovery_response(doc: Option<Value>) -> Response {
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
     let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -106,7 +141,10 @@ struct Query(Vec<(String, String)>);
 
 impl Query {
     fn get(&self, name: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     fn flag(&self, name: &str) -> bool {
@@ -133,10 +171,17 @@ impl Query {
                 )))
             }
         };
-        Ok(WriteOptions { dry_run, field_validation })
+        Ok(WriteOptions {
+            dry_run,
+            field_validation,
+        })
     }
 
-    fn selectors(&self, rt: &ResourceType, name: Option<&str>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    fn selectors(
+        &self,
+        rt: &ResourceType,
+        name: Option<&str>,
+    ) -> Result<(LabelSelector, FieldSelector), ApiError> {
         let labels = LabelSelector::parse(self.get("labelSelector").unwrap_or(""))
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let mut field_text = self.get("fieldSelector").unwrap_or("").to_string();
@@ -146,29 +191,49 @@ impl Query {
             }
             field_text.push_str(&format!("metadata.name={name}"));
         }
-        let fields = FieldSelector::parse(&field_text).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        fields.check_supported(rt.storage).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let fields =
+            FieldSelector::parse(&field_text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        fields
+            .check_supported(rt.storage)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok((labels, fields))
     }
 }
 
-fn parse_json_body(rt: &ResourceType, headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
-    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+fn parse_json_body(
+    rt: &ResourceType,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     if content_type.contains("protobuf") {
         return protobuf::decode(body).map_err(|e| match e {
-            protobuf::ProtobufError::UnsupportedKind(_) => ApiError::unsupported_media_type(content_type, ApiError::BODY_MEDIA_TYPES),
+            protobuf::ProtobufError::UnsupportedKind(_) => {
+                ApiError::unsupported_media_type(content_type, ApiError::BODY_MEDIA_TYPES)
+            }
             other => ApiError::bad_request(other.to_string()),
         });
     }
     if content_type.contains("cbor") {
-        return Err(ApiError::unsupported_media_type(content_type, ApiError::BODY_MEDIA_TYPES));
+        return Err(ApiError::unsupported_media_type(
+            content_type,
+            ApiError::BODY_MEDIA_TYPES,
+        ));
     }
     if content_type.contains("yaml") {
         return serde_yaml::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("{} in version \"{}\" cannot be handled as a {}: {e}", rt.kind, rt.version, rt.kind))
+            ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {e}",
+                rt.kind, rt.version, rt.kind
+            ))
         });
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
 }
 
 /// Strips `apiVersion`/`kind` from list items, as the API server's typed lists encode them.
@@ -200,7 +265,13 @@ async fn resources(
     }
 }
 
-fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Result<Response, ApiError> {
+fn handle(
+    app: &Arc<AppState>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
     let target = path::parse(uri.path()).map_err(|_| ApiError::path_not_found())?;
     let query = Query(log::parse_query(uri.query().unwrap_or("")));
     let rt = target.resource;
@@ -210,13 +281,23 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
     match (method.clone(), target.name.as_deref()) {
         (Method::GET, name) if query.flag("watch") => {
             let (labels, fields) = query.selectors(rt, name)?;
-            Ok(watch_response(app, rt, ns.map(String::from), labels, fields, &query))
+            Ok(watch_response(
+                app,
+                rt,
+                ns.map(String::from),
+                labels,
+                fields,
+                &query,
+            ))
         }
         (Method::GET, None) => {
             let (labels, fields) = query.selectors(rt, None)?;
             let (items, rv) = store.list(rt, ns, &labels, &fields);
             if wants_table(headers) {
-                return Ok(json_response(StatusCode::OK, &table::table(rt, &items, &rv.to_string(), store.now())));
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &table::table(rt, &items, &rv.to_string(), store.now()),
+                ));
             }
             let items: Vec<Value> = items.into_iter().map(list_item).collect();
             let list = json!({
@@ -230,21 +311,40 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
         (Method::GET, Some(name)) => {
             let obj = store.get(rt, ns, name)?;
             if wants_table(headers) && !status {
-                let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
-                return Ok(json_response(StatusCode::OK, &table::table(rt, &[obj], &rv, store.now())));
+                let rv = obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &table::table(rt, &[obj], &rv, store.now()),
+                ));
             }
             Ok(json_response(StatusCode::OK, &obj))
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("binding") => {
             let binding = parse_json_body(rt, headers, body)?;
-            let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("");
+            let node = binding
+                .pointer("/target/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             if node.is_empty() {
-                return Err(ApiError::invalid(rt, name, &[crate::error::FieldError::required("target.name", "")]));
+                return Err(ApiError::invalid(
+                    rt,
+                    name,
+                    &[crate::error::FieldError::required("target.name", "")],
+                ));
             }
             store.bind_pod(ns.unwrap_or("default"), name, node)?;
-            Ok(json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+            Ok(json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
         }
-        (_, Some(_)) if target.subresource.as_deref() == Some("binding") => Err(ApiError::method_not_allowed()),
+        (_, Some(_)) if target.subresource.as_deref() == Some("binding") => {
+            Err(ApiError::method_not_allowed())
+        }
         (Method::POST, None) => {
             if rt.namespaced && ns.is_none() {
                 return Err(ApiError::method_not_allowed());
@@ -252,22 +352,36 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
             let opts = query.write_options()?;
             let obj = parse_json_body(rt, headers, body)?;
             let written = store.create(rt, ns, obj, &opts)?;
-            Ok(with_warnings(json_response(StatusCode::CREATED, &written.object), &written.warnings))
+            Ok(with_warnings(
+                json_response(StatusCode::CREATED, &written.object),
+                &written.warnings,
+            ))
         }
         (Method::PUT, Some(name)) => {
             let opts = query.write_options()?;
             let obj = parse_json_body(rt, headers, body)?;
             let written = store.update(rt, ns, name, obj, status, &opts)?;
-            let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
-            Ok(with_warnings(json_response(code, &written.object), &written.warnings))
+            let code = if written.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(with_warnings(
+                json_response(code, &written.object),
+                &written.warnings,
+            ))
         }
         (Method::PATCH, Some(name)) => {
             let opts = query.write_options()?;
-            let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-            let patch_type =
-                PatchType::from_content_type(content_type)
-                .ok_or_else(|| ApiError::unsupported_media_type(content_type, ApiError::PATCH_MEDIA_TYPES))?;
-            if patch_type == PatchType::Apply && query.get("fieldManager").unwrap_or("").is_empty() {
+            let content_type = headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
+                ApiError::unsupported_media_type(content_type, ApiError::PATCH_MEDIA_TYPES)
+            })?;
+            if patch_type == PatchType::Apply && query.get("fieldManager").unwrap_or("").is_empty()
+            {
                 return Err(ApiError {
                     code: 422,
                     reason: "Invalid",
@@ -276,13 +390,22 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
                 });
             }
             let patch_body: Value = if patch_type == PatchType::Apply {
-                serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+                serde_yaml::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
             } else {
-                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
+                serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
             };
             let written = store.patch(rt, ns, name, patch_type, &patch_body, status, &opts)?;
-            let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
-            Ok(with_warnings(json_response(code, &written.object), &written.warnings))
+            let code = if written.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(with_warnings(
+                json_response(code, &written.object),
+                &written.warnings,
+            ))
         }
         (Method::DELETE, name) => {
             if status {
@@ -290,11 +413,18 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
             }
             let options = delete_options(&query, body)?;
             match name {
-                Some(name) => Ok(json_response(StatusCode::OK, &store.delete(rt, ns, name, &options)?)),
+                Some(name) => Ok(json_response(
+                    StatusCode::OK,
+                    &store.delete(rt, ns, name, &options)?,
+                )),
                 None => {
                     let (labels, fields) = query.selectors(rt, None)?;
                     let deleted = store.delete_collection(rt, ns, &labels, &fields, &options)?;
-                    let items: Vec<Value> = deleted.into_iter().filter(|d| d["kind"] != "Status").map(list_item).collect();
+                    let items: Vec<Value> = deleted
+                        .into_iter()
+                        .filter(|d| d["kind"] != "Status")
+                        .map(list_item)
+                        .collect();
                     let list = json!({
                         "kind": rt.list_kind(),
                         "apiVersion": rt.api_version(),
@@ -313,9 +443,9 @@ fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, 
 fn delete_options(query: &Query, body: &Bytes) -> Result<DeleteOptions, ApiError> {
     let mut options = DeleteOptions::default();
     if let Some(g) = query.get("gracePeriodSeconds") {
-        let grace = g
-            .parse::<i64>()
-            .map_err(|_| ApiError::bad_request(format!("gracePeriodSeconds: invalid value {g:?}")))?;
+        let grace = g.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!("gracePeriodSeconds: invalid value {g:?}"))
+        })?;
         options.grace_period_seconds = Some(grace);
     }
     if let Some(p) = query.get("propagationPolicy") {
@@ -325,8 +455,11 @@ fn delete_options(query: &Query, body: &Bytes) -> Result<DeleteOptions, ApiError
         options.dry_run = vec![d.to_string()];
     }
     if !body.is_empty() {
-        let from_body: DeleteOptions = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("DeleteOptions in version \"v1\" cannot be handled as a DeleteOptions: {e}")))?;
+        let from_body: DeleteOptions = serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "DeleteOptions in version \"v1\" cannot be handled as a DeleteOptions: {e}"
+            ))
+        })?;
         if from_body.grace_period_seconds.is_some() {
             options.grace_period_seconds = from_body.grace_period_seconds;
         }
@@ -364,22 +497,37 @@ impl WatchFilter {
         if event.storage != self.storage {
             return None;
         }
-        if self.namespace.as_deref().is_some_and(|ns| ns != event.namespace) {
+        if self
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ns != event.namespace)
+        {
             return None;
         }
         let now_matches = self.matches(&event.object);
         match event.event_type {
-            EventType::Added | EventType::Deleted => now_matches.then(|| (event.event_type, event.object.clone())),
+            EventType::Added | EventType::Deleted => {
+                now_matches.then(|| (event.event_type, event.object.clone()))
+            }
             EventType::Modified => {
-                let before = event.previous.as_ref().map_or(now_matches, |p| self.matches(p));
+                let before = event
+                    .previous
+                    .as_ref()
+                    .map_or(now_matches, |p| self.matches(p));
                 match (before, now_matches) {
                     (true, true) => Some((EventType::Modified, event.object.clone())),
                     (false, true) => Some((EventType::Added, event.object.clone())),
                     (true, false) => {
                         // The previous content, at the event's resourceVersion.
-                        let mut old = event.previous.clone().unwrap_or_else(|| event.object.clone());
+                        let mut old = event
+                            .previous
+                            .clone()
+                            .unwrap_or_else(|| event.object.clone());
                         if let Some(m) = old.get_mut("metadata").and_then(Value::as_object_mut) {
-                            m.insert("resourceVersion".into(), json!(event.resource_version.to_string()));
+                            m.insert(
+                                "resourceVersion".into(),
+                                json!(event.resource_version.to_string()),
+                            );
                         }
                         Some((EventType::Deleted, old))
                     }
@@ -436,7 +584,12 @@ fn watch_response(
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(1800));
-    let filter = WatchFilter { storage: rt.storage.to_string(), namespace, labels, fields };
+    let filter = WatchFilter {
+        storage: rt.storage.to_string(),
+        namespace,
+        labels,
+        fields,
+    };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
     let token = app.shutdown_token();
     let bookmark_interval = app.bookmark_interval;
@@ -445,13 +598,13 @@ fn watch_response(
             // The watch cache answers a too-old resourceVersion with an ERROR event, not an HTTP error.
             let _ = tx.try_send(Ok(watch_line("ERROR", &e.to_status())));
         }
-        Ok((first, receiver, start_rv)) => {
+        Ok(started) => {
             tokio::spawn(stream_events(WatchStream {
                 rt,
                 filter,
-                first,
-                receiver,
-                start_rv,
+                first: started.first,
+                receiver: started.receiver,
+                start_rv: started.resource_version,
                 tx,
                 token,
                 timeout,
@@ -463,7 +616,9 @@ fn watch_response(
     }
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let mut response = Response::new(body);
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -495,12 +650,21 @@ async fn stream_events(mut w: WatchStream) {
         }
         last_rv = last_rv.max(event.resource_version);
     }
-    if w.initial_events_end && !send(&w.tx, watch_line("BOOKMARK", &bookmark(w.rt, w.start_rv, true))).await {
+    if w.initial_events_end
+        && !send(
+            &w.tx,
+            watch_line("BOOKMARK", &bookmark(w.rt, w.start_rv, true)),
+        )
+        .await
+    {
         return;
     }
     let deadline = tokio::time::sleep(w.timeout);
     tokio::pin!(deadline);
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + w.bookmark_interval, w.bookmark_interval);
+    let mut ticker = tokio::time::interval_at(
+        tokio::time::Instant::now() + w.bookmark_interval,
+        w.bookmark_interval,
+    );
     loop {
         tokio::select! {
             _ = w.token.cancelled() => return,
@@ -558,38 +722,70 @@ mod tests {
             fields: FieldSelector::parse("spec.nodeName=n1").unwrap(),
         };
         let cases = [
-            (event(EventType::Added, on("n1"), None), Some(EventType::Added)),
+            (
+                event(EventType::Added, on("n1"), None),
+                Some(EventType::Added),
+            ),
             (event(EventType::Added, on("n2"), None), None),
-            (event(EventType::Modified, on("n1"), Some(on("n1"))), Some(EventType::Modified)),
-            (event(EventType::Modified, on("n1"), Some(on(""))), Some(EventType::Added)),
-            (event(EventType::Modified, on("n2"), Some(on("n1"))), Some(EventType::Deleted)),
+            (
+                event(EventType::Modified, on("n1"), Some(on("n1"))),
+                Some(EventType::Modified),
+            ),
+            (
+                event(EventType::Modified, on("n1"), Some(on(""))),
+                Some(EventType::Added),
+            ),
+            (
+                event(EventType::Modified, on("n2"), Some(on("n1"))),
+                Some(EventType::Deleted),
+            ),
             (event(EventType::Modified, on("n2"), Some(on("n3"))), None),
-            (event(EventType::Deleted, on("n1"), None), Some(EventType::Deleted)),
+            (
+                event(EventType::Deleted, on("n1"), None),
+                Some(EventType::Deleted),
+            ),
         ];
         for (ev, want) in cases {
             let got = filter.view(&ev);
             assert_eq!(got.as_ref().map(|(k, _)| *k), want, "{ev:?}");
             if want == Some(EventType::Deleted) && ev.event_type == EventType::Modified {
                 let (_, obj) = got.unwrap();
-                assert_eq!(obj["spec"]["nodeName"], "n1", "DELETED carries the previous content");
+                assert_eq!(
+                    obj["spec"]["nodeName"], "n1",
+                    "DELETED carries the previous content"
+                );
                 assert_eq!(obj["metadata"]["resourceVersion"], "42");
             }
         }
-        let other_ns = WatchFilter { namespace: Some("kube-system".into()), fields: FieldSelector::default(), ..filter };
-        assert!(other_ns.view(&event(EventType::Added, on("n1"), None)).is_none());
+        let other_ns = WatchFilter {
+            namespace: Some("kube-system".into()),
+            fields: FieldSelector::default(),
+            ..filter
+        };
+        assert!(other_ns
+            .view(&event(EventType::Added, on("n1"), None))
+            .is_none());
     }
 
     #[test]
     fn delete_options_from_query_and_body() {
-        let query = Query(log::parse_query("gracePeriodSeconds=5&propagationPolicy=Background"));
-        let body = Bytes::from(r#"{"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0,"preconditions":{"uid":"u"}}"#);
+        let query = Query(log::parse_query(
+            "gracePeriodSeconds=5&propagationPolicy=Background",
+        ));
+        let body = Bytes::from(
+            r#"{"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0,"preconditions":{"uid":"u"}}"#,
+        );
         let from_query = delete_options(&query, &Bytes::new()).unwrap();
         assert_eq!(from_query.grace_period_seconds, Some(5));
         assert_eq!(from_query.propagation_policy.as_deref(), Some("Background"));
         let both = delete_options(&query, &body).unwrap();
         assert_eq!(both.grace_period_seconds, Some(0));
         assert_eq!(both.preconditions.unwrap().uid.as_deref(), Some("u"));
-        assert!(delete_options(&Query(log::parse_query("gracePeriodSeconds=x")), &Bytes::new()).is_err());
+        assert!(delete_options(
+            &Query(log::parse_query("gracePeriodSeconds=x")),
+            &Bytes::new()
+        )
+        .is_err());
         assert!(delete_options(&Query(vec![]), &Bytes::from("{")).is_err());
     }
 }

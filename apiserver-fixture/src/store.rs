@@ -10,7 +10,9 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
-use crate::delete::{self, DeleteDecision, DeleteOptions, DeleteSubject, DeletionMark, PodDeleteFacts};
+use crate::delete::{
+    self, DeleteDecision, DeleteOptions, DeleteSubject, DeletionMark, PodDeleteFacts,
+};
 use crate::error::{ApiError, FieldError};
 use crate::events;
 use crate::patch::{self, PatchError, PatchType};
@@ -100,6 +102,15 @@ pub enum WatchStart {
     After(u64),
 }
 
+/// A started watch: the events to send first, then everything from `receiver`.
+#[derive(Debug)]
+pub struct WatchStarted {
+    pub first: Vec<Arc<StoredEvent>>,
+    pub receiver: broadcast::Receiver<Arc<StoredEvent>>,
+    /// The resourceVersion when the watch started; later events are above it.
+    pub resource_version: u64,
+}
+
 type Key = (String, String, String);
 
 struct Inner {
@@ -120,7 +131,11 @@ pub struct Store {
 }
 
 fn key(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
-    let ns = if rt.namespaced { namespace.unwrap_or("") } else { "" };
+    let ns = if rt.namespaced {
+        namespace.unwrap_or("")
+    } else {
+        ""
+    };
     (rt.storage.to_string(), ns.to_string(), name.to_string())
 }
 
@@ -139,7 +154,9 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     let Value::Object(root) = obj else {
         unreachable!("made an object above")
     };
-    let slot = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let slot = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !slot.is_object() {
         *slot = Value::Object(Map::new());
     }
@@ -153,7 +170,11 @@ fn finalizers(obj: &Value) -> Vec<String> {
     meta(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -180,7 +201,9 @@ fn to_storage(rt: &ResourceType, served: Value) -> Value {
 
 /// The storage (primary) resource type for a storage key.
 fn storage_type(storage: &str) -> Option<&'static ResourceType> {
-    resource::RESOURCES.iter().find(|r| r.storage == storage && r.group.is_empty())
+    resource::RESOURCES
+        .iter()
+        .find(|r| r.storage == storage && r.group.is_empty())
         .or_else(|| resource::RESOURCES.iter().find(|r| r.storage == storage))
 }
 
@@ -189,7 +212,9 @@ fn is_dns1123_subdomain(s: &str) -> bool {
         && s.len() <= 253
         && s.split('.').all(|label| {
             !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
@@ -224,7 +249,11 @@ const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 fn base64_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -267,14 +296,24 @@ fn check_type_meta(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
 }
 
 /// Decodes the body as its type; applies `fieldValidation` to unknown fields.
-fn check_fields(rt: &ResourceType, obj: &Value, mode: FieldValidation) -> Result<Vec<String>, ApiError> {
+fn check_fields(
+    rt: &ResourceType,
+    obj: &Value,
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
     let unknown = typed::check(rt, obj).map_err(ApiError::bad_request)?;
     match mode {
         FieldValidation::Ignore => Ok(Vec::new()),
-        FieldValidation::Warn => Ok(unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect()),
+        FieldValidation::Warn => Ok(unknown
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect()),
         FieldValidation::Strict if unknown.is_empty() => Ok(Vec::new()),
         FieldValidation::Strict => {
-            let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+            let listed: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect();
             Err(ApiError::bad_request(format!(
                 "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {}",
                 listed.join(", "),
@@ -317,7 +356,9 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn now(&self) -> Timestamp {
@@ -332,13 +373,17 @@ impl Store {
     /// Persist the state to this file after every write (and load it now if it exists).
     pub fn set_state_file(&self, path: PathBuf) -> Result<(), crate::error::FixtureError> {
         if path.exists() {
-            let text = std::fs::read_to_string(&path).map_err(|source| crate::error::FixtureError::StateIo {
-                path: path.display().to_string(),
-                source,
+            let text = std::fs::read_to_string(&path).map_err(|source| {
+                crate::error::FixtureError::StateIo {
+                    path: path.display().to_string(),
+                    source,
+                }
             })?;
-            let state: Value = serde_json::from_str(&text).map_err(|source| crate::error::FixtureError::StateJson {
-                path: path.display().to_string(),
-                source,
+            let state: Value = serde_json::from_str(&text).map_err(|source| {
+                crate::error::FixtureError::StateJson {
+                    path: path.display().to_string(),
+                    source,
+                }
             })?;
             self.restore(&state);
         }
@@ -357,13 +402,24 @@ impl Store {
         let mut inner = self.lock();
         inner.objects.clear();
         inner.history.clear();
-        inner.rv = state.get("resourceVersion").and_then(Value::as_u64).unwrap_or(0);
+        inner.rv = state
+            .get("resourceVersion")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         inner.counter = state.get("counter").and_then(Value::as_u64).unwrap_or(0);
         inner.compacted = inner.rv;
-        for obj in state.get("objects").and_then(Value::as_array).into_iter().flatten() {
+        for obj in state
+            .get("objects")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
             let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
-            let (Some(rt), Some(name)) = (resource::find_by_kind(api_version, kind), meta_str(obj, "name")) else {
+            let (Some(rt), Some(name)) = (
+                resource::find_by_kind(api_version, kind),
+                meta_str(obj, "name"),
+            ) else {
                 continue;
             };
             let k = key(rt, meta_str(obj, "namespace"), name);
@@ -372,12 +428,17 @@ impl Store {
     }
 
     fn persist(&self, inner: &Inner) {
-        let path = self.state_path.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let path = self
+            .state_path
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let Some(path) = path else {
             return;
         };
         let objects: Vec<&Value> = inner.objects.values().collect();
-        let state = json!({"resourceVersion": inner.rv, "counter": inner.counter, "objects": objects});
+        let state =
+            json!({"resourceVersion": inner.rv, "counter": inner.counter, "objects": objects});
         let tmp = path.with_extension("tmp");
         let result = serde_json::to_vec_pretty(&state)
             .map_err(std::io::Error::other)
@@ -401,7 +462,14 @@ impl Store {
         b[6] = (b[6] & 0x0f) | 0x40;
         b[8] = (b[8] & 0x3f) | 0x80;
         let h = hex::encode(b);
-        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
     }
 
     /// `names.SimpleNameGenerator`: 5 random characters from a consonant/digit alphabet.
@@ -414,7 +482,9 @@ impl Store {
             .chunks(2)
             .take(5)
             .map(|pair| {
-                let n = pair.iter().fold(0usize, |acc, b| acc * 31 + usize::from(*b));
+                let n = pair
+                    .iter()
+                    .fold(0usize, |acc, b| acc * 31 + usize::from(*b));
                 char::from(ALPHABET[n % ALPHABET.len()])
             })
             .collect()
@@ -422,7 +492,14 @@ impl Store {
 
     /// Records a change: bumps the resourceVersion, stores or removes, appends to the history,
     /// notifies watchers. Returns the object as stored (with the new resourceVersion).
-    fn commit(&self, inner: &mut Inner, k: Key, mut obj: Value, event_type: EventType, previous: Option<Value>) -> Value {
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        k: Key,
+        mut obj: Value,
+        event_type: EventType,
+        previous: Option<Value>,
+    ) -> Value {
         inner.rv += 1;
         let rv = inner.rv;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -454,7 +531,12 @@ impl Store {
         obj
     }
 
-    pub fn get(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
+    pub fn get(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let inner = self.lock();
         inner
             .objects
@@ -476,14 +558,22 @@ impl Store {
         let items = inner
             .objects
             .iter()
-            .filter(|((storage, ns, _), _)| storage == rt.storage && namespace.is_none_or(|want| want == ns))
+            .filter(|((storage, ns, _), _)| {
+                storage == rt.storage && namespace.is_none_or(|want| want == ns)
+            })
             .filter(|(_, obj)| labels.matches_object(obj) && fields.matches_object(rt.storage, obj))
             .map(|(_, obj)| to_served(rt, obj))
             .collect();
         (items, inner.rv)
     }
 
-    pub fn create(&self, rt: &ResourceType, namespace: Option<&str>, body: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+    pub fn create(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         let mut inner = self.lock();
         self.create_locked(&mut inner, rt, namespace, body, opts)
     }
@@ -530,7 +620,10 @@ impl Store {
                 return Err(ApiError::invalid(
                     rt,
                     "",
-                    &[FieldError::required("metadata.name", "name or generateName is required")],
+                    &[FieldError::required(
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
                 ));
             }
             name = format!("{generate}{}", self.generated_suffix(inner));
@@ -540,7 +633,9 @@ impl Store {
             return Err(ApiError::invalid(rt, &name, &[err]));
         }
         if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
-            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
 
         if let Some(ns) = &ns {
@@ -555,7 +650,11 @@ impl Store {
         match rt.storage {
             "pods" => {
                 if let Some(class) = pod::unknown_priority_class(&obj) {
-                    return Err(ApiError::forbidden(rt, &name, &format!("no PriorityClass with name {class} was found")));
+                    return Err(ApiError::forbidden(
+                        rt,
+                        &name,
+                        &format!("no PriorityClass with name {class} was found"),
+                    ));
                 }
                 pod::apply_defaults(&mut obj);
                 let errors = pod::validate_create(&obj);
@@ -568,7 +667,9 @@ impl Store {
             "namespaces" => {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
                 obj["status"] = json!({"phase": "Active"});
-                let labels = meta_mut(&mut obj).entry("labels").or_insert_with(|| json!({}));
+                let labels = meta_mut(&mut obj)
+                    .entry("labels")
+                    .or_insert_with(|| json!({}));
                 if let Some(labels) = labels.as_object_mut() {
                     labels.insert("kubernetes.io/metadata.name".into(), json!(name));
                 }
@@ -601,10 +702,18 @@ impl Store {
         m.remove("managedFields");
         m.remove("selfLink");
         if opts.dry_run {
-            return Ok(Written { object: to_served(rt, &obj), warnings, created: true });
+            return Ok(Written {
+                object: to_served(rt, &obj),
+                warnings,
+                created: true,
+            });
         }
         let stored = self.commit(inner, k, obj, EventType::Added, None);
-        Ok(Written { object: to_served(rt, &stored), warnings, created: true })
+        Ok(Written {
+            object: to_served(rt, &stored),
+            warnings,
+            created: true,
+        })
     }
 
     pub fn update(
@@ -667,7 +776,10 @@ impl Store {
         let mut errors = Vec::new();
         if old.pointer("/metadata/deletionTimestamp").is_some() {
             let old_finalizers = finalizers(&old);
-            let added: Vec<String> = finalizers(&new).into_iter().filter(|f| !old_finalizers.contains(f)).collect();
+            let added: Vec<String> = finalizers(&new)
+                .into_iter()
+                .filter(|f| !old_finalizers.contains(f))
+                .collect();
             if !added.is_empty() {
                 errors.push(FieldError::forbidden(
                     "metadata.finalizers",
@@ -687,25 +799,46 @@ impl Store {
         }
         if new == old {
             // A no-op update writes nothing: no new resourceVersion, no watch event.
-            return Ok(Written { object: to_served(rt, &old), warnings, created: false });
+            return Ok(Written {
+                object: to_served(rt, &old),
+                warnings,
+                created: false,
+            });
         }
         if delete::should_delete_during_update(
             !finalizers(&new).is_empty(),
             parse_time(&old, "deletionTimestamp"),
-            old.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64),
+            old.pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64),
         ) {
             if opts.dry_run {
-                return Ok(Written { object: to_served(rt, &old), warnings, created: false });
+                return Ok(Written {
+                    object: to_served(rt, &old),
+                    warnings,
+                    created: false,
+                });
             }
             // The API server deletes the stored object (finalizers and all) instead of writing.
             let deleted = self.commit(inner, k, old, EventType::Deleted, None);
-            return Ok(Written { object: to_served(rt, &deleted), warnings, created: false });
+            return Ok(Written {
+                object: to_served(rt, &deleted),
+                warnings,
+                created: false,
+            });
         }
         if opts.dry_run {
-            return Ok(Written { object: to_served(rt, &new), warnings, created: false });
+            return Ok(Written {
+                object: to_served(rt, &new),
+                warnings,
+                created: false,
+            });
         }
         let stored = self.commit(inner, k, new, EventType::Modified, Some(old));
-        Ok(Written { object: to_served(rt, &stored), warnings, created: false })
+        Ok(Written {
+            object: to_served(rt, &stored),
+            warnings,
+            created: false,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -734,15 +867,16 @@ impl Store {
             return Err(ApiError::not_found(rt, name));
         };
         let served = to_served(rt, &old);
-        let patched = patch::apply(patch_type, rt.kind, &served, patch_body).map_err(|e| match e {
-            PatchError::Malformed(m) => ApiError::bad_request(m),
-            PatchError::Unapplicable(m) => ApiError {
-                code: 422,
-                reason: "Invalid",
-                message: m,
-                details: None,
-            },
-        })?;
+        let patched =
+            patch::apply(patch_type, rt.kind, &served, patch_body).map_err(|e| match e {
+                PatchError::Malformed(m) => ApiError::bad_request(m),
+                PatchError::Unapplicable(m) => ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: m,
+                    details: None,
+                },
+            })?;
         self.update_locked(&mut inner, rt, namespace, name, patched, status, opts)
     }
 
@@ -750,17 +884,29 @@ impl Store {
     /// PodScheduled condition).
     pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, ApiError> {
         let mut inner = self.lock();
-        let pods = resource::find_by_plural("", "v1", "pods").ok_or_else(|| ApiError::internal("pods are not served"))?;
+        let pods = resource::find_by_plural("", "v1", "pods")
+            .ok_or_else(|| ApiError::internal("pods are not served"))?;
         let k = key(pods, Some(namespace), name);
         let Some(old) = inner.objects.get(&k).cloned() else {
             return Err(ApiError::not_found(pods, name));
         };
         if old.pointer("/metadata/deletionTimestamp").is_some() {
-            return Err(ApiError::precondition_conflict(pods, name, &format!("pod {name} is being deleted, cannot be assigned to a host")));
+            return Err(ApiError::precondition_conflict(
+                pods,
+                name,
+                &format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
         }
-        let current = old.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
+        let current = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if !current.is_empty() {
-            return Err(ApiError::precondition_conflict(pods, name, &format!("pod {name} is already assigned to node {current:?}")));
+            return Err(ApiError::precondition_conflict(
+                pods,
+                name,
+                &format!("pod {name} is already assigned to node {current:?}"),
+            ));
         }
         let mut new = old.clone();
         new["spec"]["nodeName"] = json!(node);
@@ -769,7 +915,9 @@ impl Store {
         if !new.get("status").is_some_and(Value::is_object) {
             new["status"] = json!({});
         }
-        let conditions = new["status"].as_object_mut().map(|s| s.entry("conditions").or_insert_with(|| json!([])));
+        let conditions = new["status"]
+            .as_object_mut()
+            .map(|s| s.entry("conditions").or_insert_with(|| json!([])));
         if let Some(Value::Array(list)) = conditions {
             list.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
             list.push(scheduled);
@@ -779,7 +927,13 @@ impl Store {
 
     /// DELETE: the object (pods, namespaces, or anything kept by a grace period or finalizers) or
     /// a `Status` of success.
-    pub fn delete(&self, rt: &ResourceType, namespace: Option<&str>, name: &str, options: &DeleteOptions) -> Result<Value, ApiError> {
+    pub fn delete(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         self.delete_locked(&mut inner, rt, namespace, name, options)
     }
@@ -797,19 +951,36 @@ impl Store {
             return Err(ApiError::not_found(rt, name));
         };
         if rt.storage == "namespaces" && ["default", "kube-system", "kube-public"].contains(&name) {
-            return Err(ApiError::forbidden(rt, name, "this namespace may not be deleted"));
+            return Err(ApiError::forbidden(
+                rt,
+                name,
+                "this namespace may not be deleted",
+            ));
         }
         let subject = DeleteSubject {
             uid: meta_str(&old, "uid").unwrap_or("").to_string(),
             resource_version: meta_str(&old, "resourceVersion").unwrap_or("").to_string(),
             deletion_timestamp: parse_time(&old, "deletionTimestamp"),
-            deletion_grace_period_seconds: old.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64),
+            deletion_grace_period_seconds: old
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64),
             has_finalizers: !finalizers(&old).is_empty(),
-            generation: old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0),
+            generation: old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
             pod: rt.is_pod().then(|| PodDeleteFacts {
-                node_name: old.pointer("/spec/nodeName").and_then(Value::as_str).map(String::from),
-                phase: old.pointer("/status/phase").and_then(Value::as_str).map(String::from),
-                termination_grace_period_seconds: old.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64),
+                node_name: old
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                phase: old
+                    .pointer("/status/phase")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                termination_grace_period_seconds: old
+                    .pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64),
             }),
         };
         let decision = delete::decide(&subject, options, self.now())
@@ -833,7 +1004,8 @@ impl Store {
                 if let Some(mark) = mark_first {
                     let marked = with_mark(&old, &mark);
                     if marked != old {
-                        last = self.commit(inner, k.clone(), marked, EventType::Modified, Some(old));
+                        last =
+                            self.commit(inner, k.clone(), marked, EventType::Modified, Some(old));
                     }
                 }
                 if rt.storage == "namespaces" {
@@ -847,7 +1019,12 @@ impl Store {
 
     /// The namespace controller's job, done at once: every object in the namespace is removed.
     fn empty_namespace(&self, inner: &mut Inner, namespace: &str) {
-        let keys: Vec<Key> = inner.objects.keys().filter(|(_, ns, _)| ns == namespace).cloned().collect();
+        let keys: Vec<Key> = inner
+            .objects
+            .keys()
+            .filter(|(_, ns, _)| ns == namespace)
+            .cloned()
+            .collect();
         for k in keys {
             if let Some(obj) = inner.objects.get(&k).cloned() {
                 self.commit(inner, k, obj, EventType::Deleted, None);
@@ -884,7 +1061,9 @@ impl Store {
         let names: Vec<(String, String)> = inner
             .objects
             .iter()
-            .filter(|((storage, ns, _), _)| storage == rt.storage && namespace.is_none_or(|want| want == ns))
+            .filter(|((storage, ns, _), _)| {
+                storage == rt.storage && namespace.is_none_or(|want| want == ns)
+            })
             .filter(|(_, obj)| labels.matches_object(obj) && fields.matches_object(rt.storage, obj))
             .map(|((_, ns, name), _)| (ns.clone(), name.clone()))
             .collect();
@@ -902,11 +1081,7 @@ impl Store {
 
     /// Starts a watch: the events to send first, a receiver for later ones (subscribed under the
     /// lock, so nothing is lost between them), and the resourceVersion at the start.
-    pub fn watch(
-        &self,
-        rt: &ResourceType,
-        start: WatchStart,
-    ) -> Result<(Vec<Arc<StoredEvent>>, broadcast::Receiver<Arc<StoredEvent>>, u64), ApiError> {
+    pub fn watch(&self, rt: &ResourceType, start: WatchStart) -> Result<WatchStarted, ApiError> {
         let inner = self.lock();
         let receiver = self.tx.subscribe();
         let first = match start {
@@ -916,7 +1091,9 @@ impl Store {
                 .filter(|((storage, _, _), _)| storage == rt.storage)
                 .map(|((storage, ns, _), obj)| {
                     Arc::new(StoredEvent {
-                        resource_version: meta_str(obj, "resourceVersion").and_then(|s| s.parse().ok()).unwrap_or(0),
+                        resource_version: meta_str(obj, "resourceVersion")
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(0),
                         event_type: EventType::Added,
                         storage: storage.clone(),
                         namespace: ns.clone(),
@@ -937,7 +1114,11 @@ impl Store {
                     .collect()
             }
         };
-        Ok((first, receiver, inner.rv))
+        Ok(WatchStarted {
+            first,
+            receiver,
+            resource_version: inner.rv,
+        })
     }
 
     /// The storage resource type for events of `storage` (typed helpers).
@@ -972,8 +1153,14 @@ fn fold_string_data(obj: &mut Value) {
 fn with_mark(old: &Value, mark: &DeletionMark) -> Value {
     let mut marked = old.clone();
     let m = meta_mut(&mut marked);
-    m.insert("deletionTimestamp".into(), json!(format_time(mark.deletion_timestamp)));
-    m.insert("deletionGracePeriodSeconds".into(), json!(mark.grace_period_seconds));
+    m.insert(
+        "deletionTimestamp".into(),
+        json!(format_time(mark.deletion_timestamp)),
+    );
+    m.insert(
+        "deletionGracePeriodSeconds".into(),
+        json!(mark.grace_period_seconds),
+    );
     if mark.bump_generation {
         let generation = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
         m.insert("generation".into(), json!(generation + 1));
@@ -1003,14 +1190,20 @@ pub fn prepare_update(rt: &ResourceType, old: &Value, body: Value, status: bool)
                 None => m.remove("ownerReferences"),
             };
             if new.pointer("/status/qosClass").is_none() {
-                if let (Some(q), Some(s)) = (old.pointer("/status/qosClass").cloned(), new.get_mut("status")) {
+                if let (Some(q), Some(s)) = (
+                    old.pointer("/status/qosClass").cloned(),
+                    new.get_mut("status"),
+                ) {
                     if let Some(s) = s.as_object_mut() {
                         s.insert("qosClass".into(), q);
                     }
                 }
             }
             if new.pointer("/status/observedGeneration").is_none() {
-                if let (Some(g), Some(s)) = (old.pointer("/status/observedGeneration").cloned(), new.get_mut("status")) {
+                if let (Some(g), Some(s)) = (
+                    old.pointer("/status/observedGeneration").cloned(),
+                    new.get_mut("status"),
+                ) {
                     if let Some(s) = s.as_object_mut() {
                         s.insert("observedGeneration".into(), g);
                     }
@@ -1029,7 +1222,14 @@ pub fn prepare_update(rt: &ResourceType, old: &Value, body: Value, status: bool)
     let old_generation = old.pointer("/metadata/generation").cloned();
     let spec_changed = new.get("spec") != old.get("spec");
     let m = meta_mut(&mut new);
-    for field in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "resourceVersion"] {
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "namespace",
+        "resourceVersion",
+    ] {
         match old.pointer(&format!("/metadata/{field}")) {
             Some(v) => m.insert(field.into(), v.clone()),
             None => m.remove(field),
@@ -1081,7 +1281,13 @@ mod tests {
 
     #[test]
     fn base64_matches_the_standard_alphabet() {
-        let cases = [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("hello world", "aGVsbG8gd29ybGQ=")];
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("hello world", "aGVsbG8gd29ybGQ="),
+        ];
         for (input, want) in cases {
             assert_eq!(base64_encode(input.as_bytes()), want, "{input}");
         }
@@ -1090,18 +1296,36 @@ mod tests {
     #[test]
     fn starts_with_the_standard_namespaces() {
         let s = store();
-        let (items, rv) = s.list(rt("namespaces"), None, &LabelSelector::default(), &FieldSelector::default());
+        let (items, rv) = s.list(
+            rt("namespaces"),
+            None,
+            &LabelSelector::default(),
+            &FieldSelector::default(),
+        );
         let names: Vec<&str> = items.iter().filter_map(|n| meta_str(n, "name")).collect();
-        assert_eq!(names, ["default", "kube-node-lease", "kube-public", "kube-system"]);
+        assert_eq!(
+            names,
+            ["default", "kube-node-lease", "kube-public", "kube-system"]
+        );
         assert_eq!(rv, 4);
         assert_eq!(items[0]["status"]["phase"], "Active");
-        assert_eq!(items[0]["metadata"]["labels"]["kubernetes.io/metadata.name"], "default");
+        assert_eq!(
+            items[0]["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            "default"
+        );
     }
 
     #[test]
     fn create_sets_system_fields_and_defaults() {
         let s = store();
-        let w = s.create(rt("pods"), Some("default"), pod_body("web", None), &WriteOptions::default()).unwrap();
+        let w = s
+            .create(
+                rt("pods"),
+                Some("default"),
+                pod_body("web", None),
+                &WriteOptions::default(),
+            )
+            .unwrap();
         let p = &w.object;
         assert!(w.created);
         assert_eq!(p["metadata"]["namespace"], "default");
@@ -1109,12 +1333,28 @@ mod tests {
         assert_eq!(p["metadata"]["generation"], 1);
         assert_eq!(p["metadata"]["creationTimestamp"], "2025-01-01T00:00:00Z");
         assert_eq!(p["metadata"]["uid"].as_str().unwrap().len(), 36);
-        assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+        assert_eq!(
+            p["status"],
+            json!({"phase": "Pending", "qosClass": "BestEffort"})
+        );
         assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 30);
-        let again = s.create(rt("pods"), Some("default"), pod_body("web", None), &WriteOptions::default());
+        let again = s.create(
+            rt("pods"),
+            Some("default"),
+            pod_body("web", None),
+            &WriteOptions::default(),
+        );
         assert_eq!(again.unwrap_err().reason, "AlreadyExists");
-        let elsewhere = s.create(rt("pods"), Some("nope"), pod_body("web", None), &WriteOptions::default());
-        assert_eq!(elsewhere.unwrap_err().message, r#"namespaces "nope" not found"#);
+        let elsewhere = s.create(
+            rt("pods"),
+            Some("nope"),
+            pod_body("web", None),
+            &WriteOptions::default(),
+        );
+        assert_eq!(
+            elsewhere.unwrap_err().message,
+            r#"namespaces "nope" not found"#
+        );
     }
 
     #[test]
@@ -1123,19 +1363,46 @@ mod tests {
         let no_image = json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a"}]}});
         let bad_name = pod_body("Web", None);
         let with_rv = json!({"metadata": {"name": "x", "resourceVersion": "3"}, "spec": {"containers": [{"name": "a", "image": "b"}]}});
-        let nameless = json!({"metadata": {}, "spec": {"containers": [{"name": "a", "image": "b"}]}});
+        let nameless =
+            json!({"metadata": {}, "spec": {"containers": [{"name": "a", "image": "b"}]}});
         let wrong_kind = json!({"kind": "Node", "metadata": {"name": "x"}});
         let cases = [
-            (no_image, 422, r#"Pod "x" is invalid: spec.containers[0].image: Required value"#),
-            (bad_name, 422, r#"Pod "Web" is invalid: metadata.name: Invalid value: "Web": a lowercase RFC 1123 subdomain"#),
-            (with_rv, 400, "resourceVersion should not be set on objects to be created"),
-            (nameless, 422, r#"Pod "" is invalid: metadata.name: Required value: name or generateName is required"#),
-            (wrong_kind, 400, "the kind in the data (Node) does not match the expected kind (Pod)"),
+            (
+                no_image,
+                422,
+                r#"Pod "x" is invalid: spec.containers[0].image: Required value"#,
+            ),
+            (
+                bad_name,
+                422,
+                r#"Pod "Web" is invalid: metadata.name: Invalid value: "Web": a lowercase RFC 1123 subdomain"#,
+            ),
+            (
+                with_rv,
+                400,
+                "resourceVersion should not be set on objects to be created",
+            ),
+            (
+                nameless,
+                422,
+                r#"Pod "" is invalid: metadata.name: Required value: name or generateName is required"#,
+            ),
+            (
+                wrong_kind,
+                400,
+                "the kind in the data (Node) does not match the expected kind (Pod)",
+            ),
         ];
         for (body, code, message) in cases {
-            let err = s.create(rt("pods"), Some("default"), body, &WriteOptions::default()).unwrap_err();
+            let err = s
+                .create(rt("pods"), Some("default"), body, &WriteOptions::default())
+                .unwrap_err();
             assert_eq!(err.code, code, "{message}");
-            assert!(err.message.starts_with(message), "{} does not start with {message}", err.message);
+            assert!(
+                err.message.starts_with(message),
+                "{} does not start with {message}",
+                err.message
+            );
         }
     }
 
@@ -1143,8 +1410,19 @@ mod tests {
     fn generate_name() {
         let s = store();
         let body = json!({"metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "a", "image": "b"}]}});
-        let a = s.create(rt("pods"), Some("default"), body.clone(), &WriteOptions::default()).unwrap().object;
-        let b = s.create(rt("pods"), Some("default"), body, &WriteOptions::default()).unwrap().object;
+        let a = s
+            .create(
+                rt("pods"),
+                Some("default"),
+                body.clone(),
+                &WriteOptions::default(),
+            )
+            .unwrap()
+            .object;
+        let b = s
+            .create(rt("pods"), Some("default"), body, &WriteOptions::default())
+            .unwrap()
+            .object;
         let (na, nb) = (meta_str(&a, "name").unwrap(), meta_str(&b, "name").unwrap());
         assert!(na.starts_with("web-") && na.len() == 9, "{na}");
         assert_ne!(na, nb);
@@ -1154,67 +1432,161 @@ mod tests {
     fn update_semantics() {
         let s = store();
         let pods = rt("pods");
-        let created = s.create(pods, Some("default"), pod_body("web", Some("n1")), &WriteOptions::default()).unwrap().object;
+        let created = s
+            .create(
+                pods,
+                Some("default"),
+                pod_body("web", Some("n1")),
+                &WriteOptions::default(),
+            )
+            .unwrap()
+            .object;
         // Main resource ignores status; image change bumps generation.
         let mut body = created.clone();
         body["status"]["phase"] = json!("Running");
         body["spec"]["containers"][0]["image"] = json!("nginx:2");
-        let updated = s.update(pods, Some("default"), "web", body, false, &WriteOptions::default()).unwrap().object;
+        let updated = s
+            .update(
+                pods,
+                Some("default"),
+                "web",
+                body,
+                false,
+                &WriteOptions::default(),
+            )
+            .unwrap()
+            .object;
         assert_eq!(updated["status"]["phase"], "Pending");
         assert_eq!(updated["metadata"]["generation"], 2);
         // Stale resourceVersion.
-        let stale = s.update(pods, Some("default"), "web", created.clone(), false, &WriteOptions::default());
+        let stale = s.update(
+            pods,
+            Some("default"),
+            "web",
+            created.clone(),
+            false,
+            &WriteOptions::default(),
+        );
         assert_eq!(stale.unwrap_err().reason, "Conflict");
         // Status ignores spec, keeps generation.
         let mut status_body = updated.clone();
         status_body["status"]["phase"] = json!("Running");
         status_body["spec"]["containers"][0]["image"] = json!("nginx:3");
-        let st = s.update(pods, Some("default"), "web", status_body, true, &WriteOptions::default()).unwrap().object;
+        let st = s
+            .update(
+                pods,
+                Some("default"),
+                "web",
+                status_body,
+                true,
+                &WriteOptions::default(),
+            )
+            .unwrap()
+            .object;
         assert_eq!(st["status"]["phase"], "Running");
         assert_eq!(st["spec"]["containers"][0]["image"], "nginx:2");
         assert_eq!(st["metadata"]["generation"], 2);
         // No-op update: no new resourceVersion.
         let rv = s.resource_version();
-        let same = s.update(pods, Some("default"), "web", st.clone(), true, &WriteOptions::default()).unwrap().object;
+        let same = s
+            .update(
+                pods,
+                Some("default"),
+                "web",
+                st.clone(),
+                true,
+                &WriteOptions::default(),
+            )
+            .unwrap()
+            .object;
         assert_eq!(s.resource_version(), rv);
-        assert_eq!(same["metadata"]["resourceVersion"], st["metadata"]["resourceVersion"]);
+        assert_eq!(
+            same["metadata"]["resourceVersion"],
+            st["metadata"]["resourceVersion"]
+        );
         // Forbidden spec change.
         let mut bad = same.clone();
         bad["spec"]["restartPolicy"] = json!("Never");
-        assert_eq!(s.update(pods, Some("default"), "web", bad, false, &WriteOptions::default()).unwrap_err().code, 422);
+        assert_eq!(
+            s.update(
+                pods,
+                Some("default"),
+                "web",
+                bad,
+                false,
+                &WriteOptions::default()
+            )
+            .unwrap_err()
+            .code,
+            422
+        );
     }
 
     #[test]
     fn graceful_delete_then_final_delete() {
         let s = Store::new(fixed_clock("2025-01-01T00:00:00Z"), 1000);
         let pods = rt("pods");
-        let created = s.create(pods, Some("default"), pod_body("web", Some("n1")), &WriteOptions::default()).unwrap().object;
+        let created = s
+            .create(
+                pods,
+                Some("default"),
+                pod_body("web", Some("n1")),
+                &WriteOptions::default(),
+            )
+            .unwrap()
+            .object;
         let uid = meta_str(&created, "uid").unwrap().to_string();
-        let (_, mut rx, _) = s.watch(pods, WatchStart::After(s.resource_version())).unwrap();
-        let graceful = DeleteOptions { grace_period_seconds: Some(5), ..Default::default() };
+        let mut rx = s
+            .watch(pods, WatchStart::After(s.resource_version()))
+            .unwrap()
+            .receiver;
+        let graceful = DeleteOptions {
+            grace_period_seconds: Some(5),
+            ..Default::default()
+        };
         let marked = s.delete(pods, Some("default"), "web", &graceful).unwrap();
-        assert_eq!(marked["metadata"]["deletionTimestamp"], "2025-01-01T00:00:05Z");
+        assert_eq!(
+            marked["metadata"]["deletionTimestamp"],
+            "2025-01-01T00:00:05Z"
+        );
         assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 5);
         assert_eq!(marked["metadata"]["generation"], 2);
         assert!(s.get(pods, Some("default"), "web").is_ok());
         let wrong_uid = DeleteOptions {
             grace_period_seconds: Some(0),
-            preconditions: Some(delete::Preconditions { uid: Some("other".into()), resource_version: None }),
+            preconditions: Some(delete::Preconditions {
+                uid: Some("other".into()),
+                resource_version: None,
+            }),
             ..Default::default()
         };
-        let err = s.delete(pods, Some("default"), "web", &wrong_uid).unwrap_err();
+        let err = s
+            .delete(pods, Some("default"), "web", &wrong_uid)
+            .unwrap_err();
         assert_eq!(err.code, 409);
-        assert!(err.message.starts_with(r#"Operation cannot be fulfilled on Pod "web": the UID in the precondition (other)"#));
+        assert!(err.message.starts_with(
+            r#"Operation cannot be fulfilled on Pod "web": the UID in the precondition (other)"#
+        ));
         let final_delete = DeleteOptions {
             grace_period_seconds: Some(0),
-            preconditions: Some(delete::Preconditions { uid: Some(uid), resource_version: None }),
+            preconditions: Some(delete::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
             ..Default::default()
         };
-        let gone = s.delete(pods, Some("default"), "web", &final_delete).unwrap();
+        let gone = s
+            .delete(pods, Some("default"), "web", &final_delete)
+            .unwrap();
         assert_eq!(gone["kind"], "Pod");
         assert_eq!(s.get(pods, Some("default"), "web").unwrap_err().code, 404);
-        let types: Vec<EventType> = std::iter::from_fn(|| rx.try_recv().ok()).map(|e| e.event_type).collect();
-        assert_eq!(types, [EventType::Modified, EventType::Modified, EventType::Deleted]);
+        let types: Vec<EventType> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| e.event_type)
+            .collect();
+        assert_eq!(
+            types,
+            [EventType::Modified, EventType::Modified, EventType::Deleted]
+        );
     }
 
     #[test]
@@ -1222,15 +1594,37 @@ mod tests {
         let s = store();
         let cms = rt("configmaps");
         let body = json!({"metadata": {"name": "c", "finalizers": ["example.com/keep"]}, "data": {"a": "1"}});
-        s.create(cms, Some("default"), body, &WriteOptions::default()).unwrap();
-        let marked = s.delete(cms, Some("default"), "c", &DeleteOptions::default()).unwrap();
+        s.create(cms, Some("default"), body, &WriteOptions::default())
+            .unwrap();
+        let marked = s
+            .delete(cms, Some("default"), "c", &DeleteOptions::default())
+            .unwrap();
         assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 0);
         assert!(marked["metadata"]["deletionTimestamp"].is_string());
         let add = json!({"metadata": {"finalizers": ["example.com/keep", "x/y"]}});
-        let err = s.patch(cms, Some("default"), "c", PatchType::Merge, &add, false, &WriteOptions::default()).unwrap_err();
+        let err = s
+            .patch(
+                cms,
+                Some("default"),
+                "c",
+                PatchType::Merge,
+                &add,
+                false,
+                &WriteOptions::default(),
+            )
+            .unwrap_err();
         assert_eq!(err.code, 422);
         let remove = json!({"metadata": {"finalizers": null}});
-        s.patch(cms, Some("default"), "c", PatchType::Merge, &remove, false, &WriteOptions::default()).unwrap();
+        s.patch(
+            cms,
+            Some("default"),
+            "c",
+            PatchType::Merge,
+            &remove,
+            false,
+            &WriteOptions::default(),
+        )
+        .unwrap();
         assert_eq!(s.get(cms, Some("default"), "c").unwrap_err().code, 404);
     }
 
@@ -1240,15 +1634,23 @@ mod tests {
         let cms = rt("configmaps");
         for i in 0..5 {
             let body = json!({"metadata": {"name": format!("c{i}")}});
-            s.create(cms, Some("default"), body, &WriteOptions::default()).unwrap();
+            s.create(cms, Some("default"), body, &WriteOptions::default())
+                .unwrap();
         }
         // rv 5..9 are the configmaps; history holds 7, 8, 9.
-        let (events, _, rv) = s.watch(cms, WatchStart::After(7)).unwrap();
+        let started = s.watch(cms, WatchStart::After(7)).unwrap();
+        let (events, rv) = (started.first, started.resource_version);
         assert_eq!(rv, 9);
-        assert_eq!(events.iter().map(|e| e.resource_version).collect::<Vec<_>>(), [8, 9]);
+        assert_eq!(
+            events
+                .iter()
+                .map(|e| e.resource_version)
+                .collect::<Vec<_>>(),
+            [8, 9]
+        );
         let err = s.watch(cms, WatchStart::After(2)).unwrap_err();
         assert_eq!((err.code, err.reason), (410, "Expired"));
-        let (initial, _, _) = s.watch(cms, WatchStart::InitialState).unwrap();
+        let initial = s.watch(cms, WatchStart::InitialState).unwrap().first;
         assert_eq!(initial.len(), 5);
     }
 
@@ -1258,18 +1660,35 @@ mod tests {
         let path = dir.path().join("state.json");
         let s = store();
         s.set_state_file(path.clone()).unwrap();
-        s.create(rt("configmaps"), Some("default"), json!({"metadata": {"name": "c"}}), &WriteOptions::default()).unwrap();
+        s.create(
+            rt("configmaps"),
+            Some("default"),
+            json!({"metadata": {"name": "c"}}),
+            &WriteOptions::default(),
+        )
+        .unwrap();
         let t = store();
         t.set_state_file(path).unwrap();
         assert_eq!(t.resource_version(), s.resource_version());
-        assert_eq!(t.get(rt("configmaps"), Some("default"), "c").unwrap(), s.get(rt("configmaps"), Some("default"), "c").unwrap());
+        assert_eq!(
+            t.get(rt("configmaps"), Some("default"), "c").unwrap(),
+            s.get(rt("configmaps"), Some("default"), "c").unwrap()
+        );
     }
 
     #[test]
     fn secrets_fold_string_data() {
         let s = store();
         let body = json!({"metadata": {"name": "s"}, "stringData": {"k": "foo"}});
-        let secret = s.create(rt("secrets"), Some("default"), body, &WriteOptions::default()).unwrap().object;
+        let secret = s
+            .create(
+                rt("secrets"),
+                Some("default"),
+                body,
+                &WriteOptions::default(),
+            )
+            .unwrap()
+            .object;
         assert_eq!(secret["data"]["k"], "Zm9v");
         assert_eq!(secret["type"], "Opaque");
         assert!(secret.get("stringData").is_none());

@@ -21,7 +21,11 @@ pub fn human_duration(seconds: i64) -> String {
     let minutes = seconds / 60;
     if minutes < 10 {
         let s = seconds % 60;
-        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
     }
     if minutes < 180 {
         return format!("{minutes}m");
@@ -29,27 +33,42 @@ pub fn human_duration(seconds: i64) -> String {
     let hours = seconds / 3600;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
     }
     if hours < 24 * 365 * 8 {
         let d = (hours / 24) % 365;
-        return if d == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{d}d", hours / 24 / 365) };
+        return if d == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{d}d", hours / 24 / 365)
+        };
     }
     format!("{}y", hours / 24 / 365)
 }
 
 fn since(value: Option<&Value>, now: Timestamp) -> String {
-    match value.and_then(Value::as_str).and_then(|s| s.parse::<Timestamp>().ok()) {
+    match value
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse::<Timestamp>().ok())
+    {
         Some(t) => human_duration(now.as_second() - t.as_second()),
         None => "<unknown>".into(),
     }
@@ -68,7 +87,10 @@ fn or_none(s: &str) -> String {
 }
 
 fn list<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
-    obj.pointer(pointer).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+    obj.pointer(pointer)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 fn terminated_reason(t: &Value, prefix: &str) -> String {
@@ -80,16 +102,26 @@ fn terminated_reason(t: &Value, prefix: &str) -> String {
     if signal != 0 {
         format!("{prefix}Signal:{signal}")
     } else {
-        format!("{prefix}ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0))
+        format!(
+            "{prefix}ExitCode:{}",
+            t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+        )
     }
 }
 
 /// The READY, STATUS and RESTARTS cells of `kubectl get pods`.
 pub fn pod_status_cells(pod: &Value, now: Timestamp) -> (String, String, String) {
     let phase = str_at(pod, "/status/phase");
-    let mut reason = if str_at(pod, "/status/reason").is_empty() { phase.to_string() } else { str_at(pod, "/status/reason").to_string() };
+    let mut reason = if str_at(pod, "/status/reason").is_empty() {
+        phase.to_string()
+    } else {
+        str_at(pod, "/status/reason").to_string()
+    };
     let conditions = list(pod, "/status/conditions");
-    if conditions.iter().any(|c| str_at(c, "/type") == "PodScheduled" && str_at(c, "/reason") == "SchedulingGated") {
+    if conditions
+        .iter()
+        .any(|c| str_at(c, "/type") == "PodScheduled" && str_at(c, "/reason") == "SchedulingGated")
+    {
         reason = "SchedulingGated".into();
     }
     let init_specs = list(pod, "/spec/initContainers");
@@ -100,11 +132,19 @@ pub fn pod_status_cells(pod: &Value, now: Timestamp) -> (String, String, String)
     let mut last_restart: Option<Timestamp> = None;
     let mut last_sidecar_restart: Option<Timestamp> = None;
     let finished_at = |s: &Value| {
-        s.pointer("/lastState/terminated/finishedAt").and_then(Value::as_str).and_then(|t| t.parse::<Timestamp>().ok())
+        s.pointer("/lastState/terminated/finishedAt")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<Timestamp>().ok())
     };
     let mut initializing = false;
-    for (i, status) in list(pod, "/status/initContainerStatuses").iter().enumerate() {
-        let count = status.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+    for (i, status) in list(pod, "/status/initContainerStatuses")
+        .iter()
+        .enumerate()
+    {
+        let count = status
+            .get("restartCount")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
         restarts += count;
         if let Some(t) = finished_at(status) {
             last_restart = last_restart.max(Some(t));
@@ -139,13 +179,18 @@ pub fn pod_status_cells(pod: &Value, now: Timestamp) -> (String, String, String)
         initializing = true;
         break;
     }
-    let initialized = conditions.iter().any(|c| str_at(c, "/type") == "Initialized" && str_at(c, "/status") == "True");
+    let initialized = conditions
+        .iter()
+        .any(|c| str_at(c, "/type") == "Initialized" && str_at(c, "/status") == "True");
     if !initializing || initialized {
         restarts = sidecar_restarts;
         last_restart = last_sidecar_restart;
         let mut has_running = false;
         for status in list(pod, "/status/containerStatuses").iter().rev() {
-            restarts += status.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+            restarts += status
+                .get("restartCount")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             if let Some(t) = finished_at(status) {
                 last_restart = last_restart.max(Some(t));
             }
@@ -154,14 +199,22 @@ pub fn pod_status_cells(pod: &Value, now: Timestamp) -> (String, String, String)
                 reason = waiting_reason.to_string();
             } else if let Some(t) = status.pointer("/state/terminated") {
                 reason = terminated_reason(t, "");
-            } else if status.get("ready").and_then(Value::as_bool) == Some(true) && status.pointer("/state/running").is_some() {
+            } else if status.get("ready").and_then(Value::as_bool) == Some(true)
+                && status.pointer("/state/running").is_some()
+            {
                 has_running = true;
                 ready += 1;
             }
         }
         if reason == "Completed" && has_running {
-            let pod_ready = conditions.iter().any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True");
-            reason = if pod_ready { "Running".into() } else { "NotReady".into() };
+            let pod_ready = conditions
+                .iter()
+                .any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True");
+            reason = if pod_ready {
+                "Running".into()
+            } else {
+                "NotReady".into()
+            };
         }
     }
     let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
@@ -171,14 +224,18 @@ pub fn pod_status_cells(pod: &Value, now: Timestamp) -> (String, String, String)
         reason = "Terminating".into();
     }
     let restarts_text = match last_restart {
-        Some(t) if restarts != 0 => format!("{restarts} ({} ago)", human_duration(now.as_second() - t.as_second())),
+        Some(t) if restarts != 0 => format!(
+            "{restarts} ({} ago)",
+            human_duration(now.as_second() - t.as_second())
+        ),
         _ => restarts.to_string(),
     };
     (format!("{ready}/{total}"), reason, restarts_text)
 }
 
 fn column(name: &str, kind: &str, priority: u8) -> Value {
-    let mut c = json!({"name": name, "type": kind, "format": "", "description": "", "priority": priority});
+    let mut c =
+        json!({"name": name, "type": kind, "format": "", "description": "", "priority": priority});
     if name == "Name" {
         c["format"] = json!("name");
     }
@@ -200,7 +257,9 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
                     .iter()
                     .filter(|g| {
                         let t = str_at(g, "/conditionType");
-                        conditions.iter().any(|c| str_at(c, "/type") == t && str_at(c, "/status") == "True")
+                        conditions
+                            .iter()
+                            .any(|c| str_at(c, "/type") == t && str_at(c, "/status") == "True")
                     })
                     .count();
                 format!("{true_count}/{}", gates.len())
@@ -231,7 +290,10 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
             )
         }
         ("", "Node") => {
-            let ready = list(obj, "/status/conditions").iter().find(|c| str_at(c, "/type") == "Ready").map(|c| str_at(c, "/status"));
+            let ready = list(obj, "/status/conditions")
+                .iter()
+                .find(|c| str_at(c, "/type") == "Ready")
+                .map(|c| str_at(c, "/status"));
             let mut status = match ready {
                 Some("True") => "Ready".to_string(),
                 Some("False") => "NotReady".to_string(),
@@ -278,20 +340,33 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
                 vec![
                     json!(name),
                     json!(status),
-                    json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
+                    json!(if roles.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        roles.join(",")
+                    }),
                     json!(age),
                     json!(str_at(obj, "/status/nodeInfo/kubeletVersion")),
                     json!(address("InternalIP")),
                     json!(address("ExternalIP")),
                     json!(or_none(str_at(obj, "/status/nodeInfo/osImage"))),
                     json!(or_none(str_at(obj, "/status/nodeInfo/kernelVersion"))),
-                    json!(or_none(str_at(obj, "/status/nodeInfo/containerRuntimeVersion"))),
+                    json!(or_none(str_at(
+                        obj,
+                        "/status/nodeInfo/containerRuntimeVersion"
+                    ))),
                 ],
             )
         }
         ("", "Event") => {
-            let first = obj.pointer("/firstTimestamp").filter(|v| !v.is_null()).or_else(|| obj.pointer("/eventTime"));
-            let last = obj.pointer("/lastTimestamp").filter(|v| !v.is_null()).or(first);
+            let first = obj
+                .pointer("/firstTimestamp")
+                .filter(|v| !v.is_null())
+                .or_else(|| obj.pointer("/eventTime"));
+            let last = obj
+                .pointer("/lastTimestamp")
+                .filter(|v| !v.is_null())
+                .or(first);
             let count = obj.get("count").and_then(Value::as_i64).unwrap_or(0);
             let last_seen = if count > 1 {
                 format!("{} (x{count} over {})", since(last, now), since(first, now))
@@ -300,9 +375,17 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
             };
             let source = {
                 let component = str_at(obj, "/source/component");
-                let component = if component.is_empty() { str_at(obj, "/reportingComponent") } else { component };
+                let component = if component.is_empty() {
+                    str_at(obj, "/reportingComponent")
+                } else {
+                    component
+                };
                 let host = str_at(obj, "/source/host");
-                if host.is_empty() { component.to_string() } else { format!("{component}, {host}") }
+                if host.is_empty() {
+                    component.to_string()
+                } else {
+                    format!("{component}, {host}")
+                }
             };
             (
                 vec![
@@ -336,19 +419,36 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
             )
         }
         ("", "Namespace") => (
-            vec![column("Name", "string", 0), column("Status", "string", 0), column("Age", "string", 0)],
+            vec![
+                column("Name", "string", 0),
+                column("Status", "string", 0),
+                column("Age", "string", 0),
+            ],
             vec![json!(name), json!(str_at(obj, "/status/phase")), json!(age)],
         ),
         ("", "ConfigMap") => {
-            let data = obj.get("data").and_then(Value::as_object).map_or(0, |m| m.len())
-                + obj.get("binaryData").and_then(Value::as_object).map_or(0, |m| m.len());
+            let data = obj
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len())
+                + obj
+                    .get("binaryData")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len());
             (
-                vec![column("Name", "string", 0), column("Data", "integer", 0), column("Age", "string", 0)],
+                vec![
+                    column("Name", "string", 0),
+                    column("Data", "integer", 0),
+                    column("Age", "string", 0),
+                ],
                 vec![json!(name), json!(data), json!(age)],
             )
         }
         ("", "Secret") => {
-            let data = obj.get("data").and_then(Value::as_object).map_or(0, |m| m.len());
+            let data = obj
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len());
             (
                 vec![
                     column("Name", "string", 0),
@@ -356,12 +456,25 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
                     column("Data", "integer", 0),
                     column("Age", "string", 0),
                 ],
-                vec![json!(name), json!(str_at(obj, "/type")), json!(data), json!(age)],
+                vec![
+                    json!(name),
+                    json!(str_at(obj, "/type")),
+                    json!(data),
+                    json!(age),
+                ],
             )
         }
         ("coordination.k8s.io", "Lease") => (
-            vec![column("Name", "string", 0), column("Holder", "string", 0), column("Age", "string", 0)],
-            vec![json!(name), json!(str_at(obj, "/spec/holderIdentity")), json!(age)],
+            vec![
+                column("Name", "string", 0),
+                column("Holder", "string", 0),
+                column("Age", "string", 0),
+            ],
+            vec![
+                json!(name),
+                json!(str_at(obj, "/spec/holderIdentity")),
+                json!(age),
+            ],
         ),
         _ => (
             vec![column("Name", "string", 0), column("Age", "string", 0)],
@@ -425,7 +538,8 @@ mod tests {
     #[test]
     fn pod_status_column() {
         let now: Timestamp = "2025-01-01T01:00:00Z".parse().unwrap();
-        let running = json!({"ready": true, "restartCount": 0, "state": {"running": {}}, "name": "a"});
+        let running =
+            json!({"ready": true, "restartCount": 0, "state": {"running": {}}, "name": "a"});
         let crash = json!({"ready": false, "restartCount": 3, "name": "a",
             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
             "lastState": {"terminated": {"exitCode": 1, "finishedAt": "2025-01-01T00:59:00Z"}}});
@@ -443,17 +557,39 @@ mod tests {
             "status": {"phase": "Pending", "initContainerStatuses": [{"name": "i", "state": {"running": {}}, "restartCount": 0}]}});
         let cases = [
             (pod("Pending", vec![], false), ("0/1", "Pending", "0")),
-            (pod("Running", vec![running.clone()], false), ("1/1", "Running", "0")),
-            (pod("Running", vec![running], true), ("1/1", "Terminating", "0")),
-            (pod("Running", vec![crash], false), ("0/1", "CrashLoopBackOff", "3 (60s ago)")),
-            (pod("Succeeded", vec![done.clone()], false), ("0/1", "Completed", "0")),
-            (pod("Succeeded", vec![done], true), ("0/1", "Completed", "0")),
-            (pod("Failed", vec![killed], false), ("0/1", "ExitCode:137", "0")),
+            (
+                pod("Running", vec![running.clone()], false),
+                ("1/1", "Running", "0"),
+            ),
+            (
+                pod("Running", vec![running], true),
+                ("1/1", "Terminating", "0"),
+            ),
+            (
+                pod("Running", vec![crash], false),
+                ("0/1", "CrashLoopBackOff", "3 (60s ago)"),
+            ),
+            (
+                pod("Succeeded", vec![done.clone()], false),
+                ("0/1", "Completed", "0"),
+            ),
+            (
+                pod("Succeeded", vec![done], true),
+                ("0/1", "Completed", "0"),
+            ),
+            (
+                pod("Failed", vec![killed], false),
+                ("0/1", "ExitCode:137", "0"),
+            ),
             (init_pod, ("0/1", "Init:0/1", "0")),
         ];
         for (p, (ready, status, restarts)) in cases {
             let got = pod_status_cells(&p, now);
-            assert_eq!((got.0.as_str(), got.1.as_str(), got.2.as_str()), (ready, status, restarts), "{p}");
+            assert_eq!(
+                (got.0.as_str(), got.1.as_str(), got.2.as_str()),
+                (ready, status, restarts),
+                "{p}"
+            );
         }
     }
 
@@ -468,7 +604,21 @@ mod tests {
         let t = table(nodes, &[node], "7", now);
         assert_eq!(t["kind"], "Table");
         assert_eq!(t["columnDefinitions"][1]["name"], "Status");
-        assert_eq!(t["rows"][0]["cells"], json!(["n1", "Ready", "worker", "10m", "nodelet-0.1", "<none>", "<none>", "<none>", "<none>", "<none>"]));
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!([
+                "n1",
+                "Ready",
+                "worker",
+                "10m",
+                "nodelet-0.1",
+                "<none>",
+                "<none>",
+                "<none>",
+                "<none>",
+                "<none>"
+            ])
+        );
         assert_eq!(t["rows"][0]["object"]["metadata"]["name"], "n1");
         let empty = table(nodes, &[], "7", now);
         assert_eq!(empty["rows"], json!([]));

@@ -20,7 +20,11 @@ fn diff_fields(given: &Value, known: &Value, path: &str, unknown: &mut Vec<Strin
     match (given, known) {
         (Value::Object(g), Value::Object(k)) => {
             for (key, value) in g {
-                let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
                 match k.get(key) {
                     Some(known_value) => diff_fields(value, known_value, &child, unknown),
                     // Nulls and empty values are dropped by the typed round trip, not unknown.
@@ -41,14 +45,25 @@ fn diff_fields(given: &Value, known: &Value, path: &str, unknown: &mut Vec<Strin
 
 /// Free-form maps whose keys are data, not fields.
 fn is_map_field(path: &str) -> bool {
-    ["labels", "annotations", "data", "binaryData", "stringData", "nodeSelector", "capacity", "allocatable"]
-        .iter()
-        .any(|m| path == *m || path.ends_with(&format!(".{m}")))
+    [
+        "labels",
+        "annotations",
+        "data",
+        "binaryData",
+        "stringData",
+        "nodeSelector",
+        "capacity",
+        "allocatable",
+    ]
+    .iter()
+    .any(|m| path == *m || path.ends_with(&format!(".{m}")))
 }
 
 /// Decodes `obj` as the type of `rt`; returns unknown field paths, or the API server's 400 message.
 pub fn check(rt: &ResourceType, obj: &Value) -> Result<Vec<String>, String> {
-    use k8s_openapi::api::{coordination::v1 as coordination, core::v1 as core, events::v1 as events};
+    use k8s_openapi::api::{
+        coordination::v1 as coordination, core::v1 as core, events::v1 as events,
+    };
     let result = match (rt.group, rt.kind) {
         ("", "Pod") => roundtrip::<core::Pod>(obj),
         ("", "Node") => roundtrip::<core::Node>(obj),
@@ -80,7 +95,8 @@ mod tests {
     fn decoding_and_unknown_fields() {
         let pods = find_by_plural("", "v1", "pods").unwrap();
         let cms = find_by_plural("", "v1", "configmaps").unwrap();
-        let cases: Vec<(&ResourceType, Value, Result<Vec<&str>, ()>)> = vec![
+        type Case<'a> = (&'a ResourceType, Value, Result<Vec<&'a str>, ()>);
+        let cases: Vec<Case> = vec![
             (
                 pods,
                 json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "labels": {"x": "y"}},
@@ -93,8 +109,16 @@ mod tests {
                        "spec": {"containers": [{"name": "a", "image": "b", "imagePullPolicyy": "Never"}], "foo": 1}}),
                 Ok(vec!["spec.containers[0].imagePullPolicyy", "spec.foo"]),
             ),
-            (pods, json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": "nope"}}), Err(())),
-            (cms, json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"any-key": "v"}}), Ok(vec![])),
+            (
+                pods,
+                json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": "nope"}}),
+                Err(()),
+            ),
+            (
+                cms,
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"any-key": "v"}}),
+                Ok(vec![]),
+            ),
         ];
         for (rt, obj, want) in cases {
             let got = check(rt, &obj);
@@ -102,7 +126,10 @@ mod tests {
                 Ok(fields) => assert_eq!(got.unwrap(), fields, "{obj}"),
                 Err(()) => {
                     let err = got.unwrap_err();
-                    assert!(err.starts_with("Pod in version \"v1\" cannot be handled as a Pod: "), "{err}");
+                    assert!(
+                        err.starts_with("Pod in version \"v1\" cannot be handled as a Pod: "),
+                        "{err}"
+                    );
                 }
             }
         }

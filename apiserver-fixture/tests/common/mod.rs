@@ -26,7 +26,9 @@ pub async fn kubectl(fixture: &Fixture, args: &[&str]) -> KubectlOutput {
         .args(args)
         .output()
         .await
-        .unwrap_or_else(|e| panic!("running {KUBECTL}: {e} (the kubectl integration tests need it installed)"));
+        .unwrap_or_else(|e| {
+            panic!("running {KUBECTL}: {e} (the kubectl integration tests need it installed)")
+        });
     KubectlOutput {
         success: output.status.success(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -37,12 +39,19 @@ pub async fn kubectl(fixture: &Fixture, args: &[&str]) -> KubectlOutput {
 /// kubectl that must succeed; returns stdout.
 pub async fn kubectl_ok(fixture: &Fixture, args: &[&str]) -> String {
     let out = kubectl(fixture, args).await;
-    assert!(out.success, "kubectl {args:?} failed:\nstdout: {}\nstderr: {}", out.stdout, out.stderr);
+    assert!(
+        out.success,
+        "kubectl {args:?} failed:\nstdout: {}\nstderr: {}",
+        out.stdout, out.stderr
+    );
     out.stdout
 }
 
 pub fn http() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
 }
 
 pub const POD_YAML: &str = "\
