@@ -281,6 +281,7 @@ fn handle(
     match (method.clone(), target.name.as_deref()) {
         (Method::GET, name) if query.flag("watch") => {
             let (labels, fields) = query.selectors(rt, name)?;
+            let as_table = wants_table(headers);
             Ok(watch_response(
                 app,
                 rt,
@@ -288,6 +289,7 @@ fn handle(
                 labels,
                 fields,
                 &query,
+                as_table,
             ))
         }
         (Method::GET, None) => {
@@ -563,6 +565,7 @@ fn watch_response(
     labels: LabelSelector,
     fields: FieldSelector,
     query: &Query,
+    as_table: bool,
 ) -> Response {
     let send_initial = query.flag("sendInitialEvents");
     let bookmarks = query.flag("allowWatchBookmarks");
@@ -611,6 +614,10 @@ fn watch_response(
                 bookmarks,
                 bookmark_interval,
                 initial_events_end: send_initial && bookmarks,
+                table: as_table.then(|| TableState {
+                    store: app.store.clone(),
+                    header_sent: false,
+                }),
             }));
         }
     }
@@ -634,6 +641,34 @@ struct WatchStream {
     bookmarks: bool,
     bookmark_interval: Duration,
     initial_events_end: bool,
+    /// `kubectl get -w` asks for Tables: each event carries a one-row Table (column definitions
+    /// on the first only).
+    table: Option<TableState>,
+}
+
+struct TableState {
+    store: Arc<Store>,
+    header_sent: bool,
+}
+
+impl WatchStream {
+    fn render(&mut self, kind: EventType, obj: &Value) -> Bytes {
+        let served = to_served(self.rt, obj);
+        let Some(t) = &mut self.table else {
+            return watch_line(kind.as_str(), &served);
+        };
+        let rv = served
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let mut rendered = table::table(self.rt, std::slice::from_ref(&served), &rv, t.store.now());
+        if t.header_sent {
+            rendered["columnDefinitions"] = json!([]);
+        }
+        t.header_sent = true;
+        watch_line(kind.as_str(), &rendered)
+    }
 }
 
 async fn stream_events(mut w: WatchStream) {
@@ -642,9 +677,11 @@ async fn stream_events(mut w: WatchStream) {
         async move { tx.send(Ok(line)).await.is_ok() }
     };
     let mut last_rv = w.start_rv;
-    for event in &w.first {
+    let first = std::mem::take(&mut w.first);
+    for event in &first {
         if let Some((kind, obj)) = w.filter.view(event) {
-            if !send(&w.tx, watch_line(kind.as_str(), &to_served(w.rt, &obj))).await {
+            let line = w.render(kind, &obj);
+            if !send(&w.tx, line).await {
                 return;
             }
         }
@@ -684,7 +721,8 @@ async fn stream_events(mut w: WatchStream) {
                         last_rv = event.resource_version;
                     }
                     if let Some((kind, obj)) = w.filter.view(&event) {
-                        if !send(&w.tx, watch_line(kind.as_str(), &to_served(w.rt, &obj))).await {
+                        let line = w.render(kind, &obj);
+                        if !send(&w.tx, line).await {
                             return;
                         }
                     }

@@ -459,3 +459,49 @@ async fn kubectl_survives_stop_and_resume() {
     assert_eq!(got, format!("1 {rv}"));
     assert_eq!(fixture.resource_version(), rv);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_watch_prints_rows_like_a_real_cluster() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let fixture = Fixture::start(None).await.unwrap();
+    let (_dir, path) = manifest(POD_YAML);
+    kubectl_ok(&fixture, &["apply", "-f", &path]).await;
+    let mut child = tokio::process::Command::new(common::KUBECTL)
+        .env("KUBECONFIG", "/dev/null")
+        .args(["--server", &fixture.url(), "get", "pods", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while let Ok(Ok(Some(line))) = tokio::time::timeout_at(deadline, lines.next_line()).await {
+        seen.push(
+            line.split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        );
+        if seen.len() == 2 {
+            // The initial list printed; now a graceful delete shows up as a Terminating row.
+            fixture
+                .delete::<Pod>(
+                    Some("default"),
+                    "web",
+                    &apiserver_fixture::DeleteOptions::default(),
+                )
+                .unwrap();
+        }
+        if seen
+            .last()
+            .is_some_and(|row| row.contains(&"Terminating".to_string()))
+        {
+            break;
+        }
+    }
+    child.kill().await.unwrap();
+    assert_eq!(seen[0][..3], ["NAME", "READY", "STATUS"]);
+    assert_eq!(seen[1][..3], ["web", "0/1", "Pending"]);
+    let last = seen.last().unwrap();
+    assert_eq!(last[..3], ["web", "0/1", "Terminating"], "{seen:?}");
+}
