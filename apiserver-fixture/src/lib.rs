@@ -1,0 +1,382 @@
+//! A small, in-memory Kubernetes API server for nodelet's cluster-mode tests.
+//!
+//! It speaks JSON over plain HTTP on 127.0.0.1 and is good enough for the real `kubectl` and for
+//! kube-rs: discovery, get/list/watch/create/update/patch/delete of pods (with the status
+//! subresource and the API server's graceful deletion), nodes, events (core and events.k8s.io),
+//! configmaps, secrets, services, namespaces and leases. Every request is logged so tests can
+//! assert on what a client sent. See `docs/apiserver-fixture.md` for what is faithful and what is
+//! approximated.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), apiserver_fixture::FixtureError> {
+//! let fixture = apiserver_fixture::Fixture::start(None).await?;
+//! println!("kubectl --server {} get pods", fixture.url());
+//! fixture.stop().await;      // the "API server" goes away; state is kept
+//! fixture.resume().await?;   // same port, same objects, same resourceVersions
+//! # Ok(()) }
+//! ```
+
+pub mod delete;
+pub mod discovery;
+pub mod error;
+pub mod events;
+pub mod log;
+pub mod patch;
+pub mod path;
+pub mod pod;
+pub mod protobuf;
+pub mod resource;
+pub mod selector;
+pub mod server;
+pub mod store;
+pub mod table;
+pub mod typed;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use k8s_openapi::serde::{de::DeserializeOwned, Serialize};
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+pub use delete::{DeleteOptions, Preconditions};
+pub use error::{ApiError, FixtureError};
+pub use log::LoggedRequest;
+pub use store::{Clock, Store, WriteOptions};
+
+use resource::ResourceType;
+use server::AppState;
+
+/// Settings of a fixture; `Fixture::start(port)` uses the defaults.
+#[derive(Clone)]
+pub struct FixtureOptions {
+    /// Port on 127.0.0.1; `None` picks a free one.
+    pub port: Option<u16>,
+    /// How many watch events are kept for watches that resume from a resourceVersion.
+    pub history_limit: usize,
+    /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// Source of creation/deletion timestamps.
+    pub clock: Clock,
+    /// Load the state from this JSON file if it exists, and save it after every write.
+    pub state_file: Option<PathBuf>,
+}
+
+impl Default for FixtureOptions {
+    fn default() -> Self {
+        FixtureOptions {
+            port: None,
+            history_limit: 1000,
+            bookmark_interval: Duration::from_secs(60),
+            clock: store::system_clock(),
+            state_file: None,
+        }
+    }
+}
+
+struct Serving {
+    token: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// A running (or stopped) fixture API server.
+pub struct Fixture {
+    state: Arc<AppState>,
+    log: Arc<log::RequestLog>,
+    port: u16,
+    serving: tokio::sync::Mutex<Option<Serving>>,
+}
+
+fn bind(port: u16) -> Result<TcpListener, FixtureError> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let socket = TcpSocket::new_v4().map_err(|source| FixtureError::Bind { port, source })?;
+    // Resume binds the same port again right after stop closed it.
+    socket
+        .set_reuseaddr(true)
+        .map_err(|source| FixtureError::Bind { port, source })?;
+    socket
+        .bind(addr)
+        .map_err(|source| FixtureError::Bind { port, source })?;
+    socket
+        .listen(1024)
+        .map_err(|source| FixtureError::Bind { port, source })
+}
+
+/// Accepts connections until the token is cancelled, then closes the listener and every open
+/// connection (keep-alive pools and watch streams see the server go away, as when a real API
+/// server stops).
+async fn serve(listener: TcpListener, router: Router, token: CancellationToken) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let service = TowerToHyperService::new(router.clone());
+                let token = token.clone();
+                connections.spawn(async move {
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = token.cancelled() => {}
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    connections.shutdown().await;
+}
+
+fn resource_of<K: k8s_openapi::Resource>() -> Result<&'static ResourceType, FixtureError> {
+    resource::find_by_kind(K::API_VERSION, K::KIND).ok_or_else(|| FixtureError::UnknownKind {
+        kind: format!("{}/{}", K::API_VERSION, K::KIND),
+    })
+}
+
+fn decode<K: DeserializeOwned>(kind: &str, value: Value) -> Result<K, FixtureError> {
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    serde_json::from_value(value).map_err(|source| FixtureError::Decode {
+        kind: kind.to_string(),
+        name,
+        source,
+    })
+}
+
+impl Fixture {
+    /// Binds 127.0.0.1:`port` (or a free port) and serves in the background.
+    pub async fn start(port: Option<u16>) -> Result<Fixture, FixtureError> {
+        Fixture::start_with(FixtureOptions {
+            port,
+            ..FixtureOptions::default()
+        })
+        .await
+    }
+
+    pub async fn start_with(options: FixtureOptions) -> Result<Fixture, FixtureError> {
+        let store = Arc::new(Store::new(options.clock.clone(), options.history_limit));
+        if let Some(path) = options.state_file.clone() {
+            store.set_state_file(path)?;
+        }
+        let listener = bind(options.port.unwrap_or(0))?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| FixtureError::Bind {
+                port: options.port.unwrap_or(0),
+                source,
+            })?
+            .port();
+        let token = CancellationToken::new();
+        let state = Arc::new(AppState {
+            store,
+            shutdown: Mutex::new(token.clone()),
+            bookmark_interval: options.bookmark_interval,
+            server_address: Mutex::new(format!("127.0.0.1:{port}")),
+        });
+        let log = Arc::new(log::RequestLog::default());
+        let router = server::router(state.clone(), log.clone());
+        let task = tokio::spawn(serve(listener, router, token.clone()));
+        Ok(Fixture {
+            state,
+            log,
+            port,
+            serving: tokio::sync::Mutex::new(Some(Serving { token, task })),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops listening and closes every connection (watches end). Objects, resourceVersions and
+    /// the request log are kept.
+    pub async fn stop(&self) {
+        let serving = self.serving.lock().await.take();
+        if let Some(s) = serving {
+            s.token.cancel();
+            // The task only ends by cancellation; a join error means it panicked, which the
+            // next resume replaces anyway.
+            let _ = s.task.await;
+        }
+    }
+
+    /// Listens again on the same port, with the same state. A no-op while serving.
+    pub async fn resume(&self) -> Result<(), FixtureError> {
+        let mut serving = self.serving.lock().await;
+        if serving.is_some() {
+            return Ok(());
+        }
+        let listener = bind(self.port)?;
+        let token = CancellationToken::new();
+        *self
+            .state
+            .shutdown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = token.clone();
+        let router = server::router(self.state.clone(), self.log.clone());
+        let task = tokio::spawn(serve(listener, router, token.clone()));
+        *serving = Some(Serving { token, task });
+        Ok(())
+    }
+
+    pub async fn is_serving(&self) -> bool {
+        self.serving.lock().await.is_some()
+    }
+
+    /// Every request so far, in order.
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.log.entries()
+    }
+
+    pub fn clear_log(&self) {
+        self.log.clear();
+    }
+
+    /// The object store, for untyped access.
+    pub fn store(&self) -> &Store {
+        &self.state.store
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.state.store.resource_version()
+    }
+
+    /// Creates an object directly (as a POST would, without the request log); the namespace comes
+    /// from the object's metadata (default: `default`).
+    pub fn create<K>(&self, obj: &K) -> Result<K, FixtureError>
+    where
+        K: k8s_openapi::Resource + Serialize + DeserializeOwned,
+    {
+        let rt = resource_of::<K>()?;
+        let mut value = serde_json::to_value(obj).map_err(|source| FixtureError::Encode {
+            kind: K::KIND.to_string(),
+            name: String::new(),
+            source,
+        })?;
+        value["apiVersion"] = Value::from(K::API_VERSION);
+        value["kind"] = Value::from(K::KIND);
+        let namespace = value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let written =
+            self.state
+                .store
+                .create(rt, namespace.as_deref(), value, &WriteOptions::default())?;
+        decode(K::KIND, written.object)
+    }
+
+    /// Replaces an object (PUT semantics: `status` is ignored for pods and nodes); with
+    /// `status = true`, replaces the status subresource instead.
+    pub fn replace<K>(&self, obj: &K, status: bool) -> Result<K, FixtureError>
+    where
+        K: k8s_openapi::Resource + Serialize + DeserializeOwned,
+    {
+        let rt = resource_of::<K>()?;
+        let mut value = serde_json::to_value(obj).map_err(|source| FixtureError::Encode {
+            kind: K::KIND.to_string(),
+            name: String::new(),
+            source,
+        })?;
+        value["apiVersion"] = Value::from(K::API_VERSION);
+        value["kind"] = Value::from(K::KIND);
+        let namespace = value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let written = self.state.store.update(
+            rt,
+            namespace.as_deref(),
+            &name,
+            value,
+            status,
+            &WriteOptions::default(),
+        )?;
+        decode(K::KIND, written.object)
+    }
+
+    /// The object, or `None` if it does not exist.
+    pub fn get<K>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>, FixtureError>
+    where
+        K: k8s_openapi::Resource + DeserializeOwned,
+    {
+        let rt = resource_of::<K>()?;
+        match self.state.store.get(rt, namespace, name) {
+            Ok(v) => decode(K::KIND, v).map(Some),
+            Err(e) if e.code == 404 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// All objects of a type (in one namespace, or all).
+    pub fn list<K>(&self, namespace: Option<&str>) -> Result<Vec<K>, FixtureError>
+    where
+        K: k8s_openapi::Resource + DeserializeOwned,
+    {
+        let rt = resource_of::<K>()?;
+        let (items, _) = self.state.store.list(
+            rt,
+            namespace,
+            &selector::LabelSelector::default(),
+            &selector::FieldSelector::default(),
+        );
+        items.into_iter().map(|v| decode(K::KIND, v)).collect()
+    }
+
+    /// Binds a pod to a node as the scheduler does (`pods/binding`): watchers with
+    /// `fieldSelector=spec.nodeName=NODE` see it ADDED.
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<(), FixtureError> {
+        self.state.store.bind_pod(namespace, name, node)?;
+        Ok(())
+    }
+
+    /// Deletes with the API server's semantics (grace periods, finalizers, preconditions); returns
+    /// the response body (the object for pods, a Status otherwise).
+    pub fn delete<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Value, FixtureError>
+    where
+        K: k8s_openapi::Resource,
+    {
+        let rt = resource_of::<K>()?;
+        Ok(self.state.store.delete(rt, namespace, name, options)?)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Ok(mut serving) = self.serving.try_lock() {
+            if let Some(s) = serving.take() {
+                s.token.cancel();
+                s.task.abort();
+            }
+        }
+    }
+}
