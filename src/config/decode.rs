@@ -53,10 +53,16 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "containerdEndpoint",
     "containerdNamespace",
     "plegRelistPeriod",
+    "registerNode",
+    "registerWithTaints",
+    "kubeconfig",
+    "nodeLabels",
+    "podCleanup",
 ];
 
 const IMPLEMENTED_LOGGING_FIELDS: &[&str] = &["format", "verbosity"];
 const CRASH_LOOP_BACK_OFF_FIELDS: &[&str] = &["maxContainerRestartPeriod"];
+const POD_CLEANUP_FIELDS: &[&str] = &["enabled", "retention", "barePods"];
 const TOP_LEVEL_FIELDS: &[&[&str]] = &[IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_FIELDS];
 const LOGGING_FIELDS: &[&[&str]] = &[IMPLEMENTED_LOGGING_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS];
 
@@ -104,6 +110,13 @@ pub(super) struct Decoded {
     pub containerd_endpoint: Option<String>,
     pub containerd_namespace: Option<String>,
     pub pleg_relist_period: Option<Duration>,
+    pub register_node: Option<bool>,
+    pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    pub kubeconfig: Option<String>,
+    pub node_labels: Option<BTreeMap<String, String>>,
+    pub pod_cleanup_enabled: Option<bool>,
+    pub pod_cleanup_retention: Option<Duration>,
+    pub pod_cleanup_bare_pods: Option<bool>,
     pub errors: Vec<FieldError>,
     pub warnings: Vec<Warning>,
 }
@@ -167,6 +180,11 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "containerdEndpoint" => d.containerd_endpoint = d.endpoint(name, value),
             "containerdNamespace" => d.containerd_namespace = d.containerd_namespace(name, value),
             "plegRelistPeriod" => d.pleg_relist_period = d.positive_duration(name, value),
+            "registerNode" => d.register_node = d.boolean(name, value),
+            "registerWithTaints" => d.register_with_taints = d.taints(name, value),
+            "kubeconfig" => d.kubeconfig = d.optional_absolute_path(name, value),
+            "nodeLabels" => d.node_labels = d.string_map(name, value),
+            "podCleanup" => d.pod_cleanup(name, value),
             _ if NOT_IMPLEMENTED_FIELDS.contains(&name) => d.warn(name, NOT_IMPLEMENTED_MESSAGE),
             _ => d.unknown_field(name, TOP_LEVEL_FIELDS),
         }
@@ -677,6 +695,93 @@ impl Decoded {
                     self.warn(&field_path, NOT_IMPLEMENTED_MESSAGE)
                 }
                 _ => self.unknown_field(&field_path, LOGGING_FIELDS),
+            }
+        }
+    }
+
+    /// `registerWithTaints`: a list of Taint objects (`key`, `value`, `effect`).
+    fn taints(
+        &mut self,
+        path: &str,
+        value: &Value,
+    ) -> Option<Vec<k8s_openapi::api::core::v1::Taint>> {
+        if value.is_null() {
+            return None;
+        }
+        let json = match serde_json::to_value(value) {
+            Ok(j) => j,
+            Err(_) => {
+                self.invalid(path, value, "expected a list of taints");
+                return None;
+            }
+        };
+        match serde_json::from_value::<Vec<k8s_openapi::api::core::v1::Taint>>(json) {
+            Ok(taints) => {
+                for (i, t) in taints.iter().enumerate() {
+                    if !matches!(
+                        t.effect.as_str(),
+                        "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+                    ) {
+                        self.errors.push(FieldError {
+                            path: format!("{path}[{i}].effect"),
+                            value: format!("{:?}", t.effect),
+                            reason: "supported values: \"NoExecute\", \"NoSchedule\", \"PreferNoSchedule\"".into(),
+                            kind: FieldErrorKind::Unsupported,
+                        });
+                    }
+                    if t.key.is_empty() {
+                        self.errors.push(FieldError {
+                            path: format!("{path}[{i}].key"),
+                            value: String::new(),
+                            reason: String::new(),
+                            kind: FieldErrorKind::Required,
+                        });
+                    }
+                }
+                Some(taints)
+            }
+            Err(e) => {
+                self.invalid(path, value, format!("expected a list of taints: {e}"));
+                None
+            }
+        }
+    }
+
+    /// A mapping of strings to strings (`nodeLabels`).
+    fn string_map(&mut self, path: &str, value: &Value) -> Option<BTreeMap<String, String>> {
+        let map = self.mapping(path, value)?;
+        let mut out = BTreeMap::new();
+        for (k, v) in map {
+            match (k.as_str(), v.as_str()) {
+                (Some(k), Some(v)) => {
+                    out.insert(k.to_string(), v.to_string());
+                }
+                _ => self.invalid(
+                    &format!("{path}[{}]", render(k)),
+                    v,
+                    "expected string keys and values",
+                ),
+            }
+        }
+        Some(out)
+    }
+
+    /// `podCleanup`: nodelet's deletion of failed pods nobody deletes (evicted, rejected).
+    fn pod_cleanup(&mut self, path: &str, value: &Value) {
+        let Some(map) = self.mapping(path, value) else {
+            return;
+        };
+        for (key, value) in map {
+            let Some(name) = key.as_str() else {
+                self.unknown_field(&format!("{path}.{}", render(key)), &[POD_CLEANUP_FIELDS]);
+                continue;
+            };
+            let field_path = format!("{path}.{name}");
+            match name {
+                "enabled" => self.pod_cleanup_enabled = self.boolean(&field_path, value),
+                "retention" => self.pod_cleanup_retention = self.duration(&field_path, value),
+                "barePods" => self.pod_cleanup_bare_pods = self.boolean(&field_path, value),
+                _ => self.unknown_field(&field_path, &[POD_CLEANUP_FIELDS]),
             }
         }
     }

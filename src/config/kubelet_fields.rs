@@ -73,8 +73,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "protectKernelDefaults",
     "providerID",
     "qosReserved",
-    "registerNode",
-    "registerWithTaints",
     "registryBurst",
     "registryPullQPS",
     "reservedMemory",

@@ -40,7 +40,7 @@ pub const DEFAULT_CONTAINERD_NAMESPACE: &str = "k8s.io";
 pub const DEFAULT_MAX_CONTAINER_RESTART_PERIOD: Duration = Duration::from_secs(300);
 
 /// Everything nodelet reads from its configuration file, defaulted and validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `containerRuntimeEndpoint`: the CRI runtime service socket (`unix:///...`).
     pub container_runtime_endpoint: String,
@@ -95,6 +95,17 @@ pub struct Config {
     pub node_ip: Option<IpAddr>,
     /// `containerdEndpoint`: containerd's native API, for its task event stream.
     pub containerd_endpoint: String,
+    /// `registerNode` (kubelet): register the Node object in cluster mode (default true).
+    pub register_node: bool,
+    /// `registerWithTaints` (kubelet): taints the Node is registered with.
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `kubeconfig` (nodelet; the kubelet's `--kubeconfig`): join the cluster this file points
+    /// to. Unset = standalone mode.
+    pub kubeconfig: Option<PathBuf>,
+    /// `nodeLabels` (nodelet; the kubelet's `--node-labels`): labels the Node is registered with.
+    pub node_labels: BTreeMap<String, String>,
+    /// `podCleanup` (nodelet): deletion of failed pods that nobody deletes.
+    pub pod_cleanup: PodCleanup,
     /// `containerdNamespace`: the containerd namespace CRI containers live in.
     pub containerd_namespace: String,
     /// `plegRelistPeriod`: the periodic relist; containerd events are the fast path.
@@ -149,6 +160,30 @@ pub struct Logging {
     pub format: LogFormat,
     /// klog-style verbosity: 0 logs only the most important messages, higher logs more.
     pub verbosity: u32,
+}
+
+/// `podCleanup`: pods this node failed (evicted, rejected at admission) carry no
+/// deletionTimestamp, so the kubelet never deletes them and they pile up (seed 001). nodelet
+/// deletes them after `retention` when a controller owns them (it creates a replacement), and bare
+/// pods only with `barePods: true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodCleanup {
+    /// `enabled` (default true).
+    pub enabled: bool,
+    /// `retention` (default 1h): how long a failed pod stays visible before it is deleted.
+    pub retention: Duration,
+    /// `barePods` (default false): also delete failed pods without a controller owner.
+    pub bare_pods: bool,
+}
+
+impl Default for PodCleanup {
+    fn default() -> Self {
+        PodCleanup {
+            enabled: true,
+            retention: Duration::from_secs(3600),
+            bare_pods: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +262,7 @@ impl fmt::Display for FieldError {
 }
 
 /// A configuration file nodelet accepted, and what it ignored on the way.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
     pub config: Config,
     pub warnings: Vec<Warning>,
@@ -324,6 +359,11 @@ impl Config {
             node_ip: None,
             containerd_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_string(),
             containerd_namespace: DEFAULT_CONTAINERD_NAMESPACE.to_string(),
+            register_node: true,
+            register_with_taints: Vec::new(),
+            kubeconfig: None,
+            node_labels: BTreeMap::new(),
+            pod_cleanup: PodCleanup::default(),
             pleg_relist_period: Duration::from_secs(5),
         }
     }

@@ -10,7 +10,8 @@ use super::kubelet_fields::{
     KUBELET_CRASH_LOOP_BACK_OFF_MAX, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
 };
 use super::{
-    Config, Environment, FieldError, FieldErrorKind, Warning, DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
+    Config, Environment, FieldError, FieldErrorKind, PodCleanup, Warning,
+    DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
 };
 
 /// The maximum back-off under `ReduceDefaultCrashLoopBackOffDecay` (the kubelet's
@@ -140,6 +141,21 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     }
     config.node_name = resolve_node_name(decoded.node_name, env, &mut errors);
     config.node_ip = decoded.node_ip;
+    config.register_node = decoded.register_node.unwrap_or(defaults.register_node);
+    config.register_with_taints = decoded.register_with_taints.unwrap_or_default();
+    config.kubeconfig = non_empty(decoded.kubeconfig).map(PathBuf::from);
+    config.node_labels = decoded.node_labels.unwrap_or_default();
+    config.pod_cleanup = PodCleanup {
+        enabled: decoded
+            .pod_cleanup_enabled
+            .unwrap_or(defaults.pod_cleanup.enabled),
+        retention: decoded
+            .pod_cleanup_retention
+            .unwrap_or(defaults.pod_cleanup.retention),
+        bare_pods: decoded
+            .pod_cleanup_bare_pods
+            .unwrap_or(defaults.pod_cleanup.bare_pods),
+    };
     config.containerd_namespace =
         non_empty(decoded.containerd_namespace).unwrap_or(defaults.containerd_namespace);
     config.pleg_relist_period = decoded

@@ -676,13 +676,25 @@ fn documentation_lists_every_field() {
     let doc = include_str!("../../docs/configuration.md");
     let implemented = IMPLEMENTED_FIELDS
         .iter()
-        .filter(|n| !["apiVersion", "kind", "logging", "crashLoopBackOff"].contains(n))
+        .filter(|n| {
+            ![
+                "apiVersion",
+                "kind",
+                "logging",
+                "crashLoopBackOff",
+                "podCleanup",
+            ]
+            .contains(n)
+        })
         .map(|n| format!("| `{n}` |"))
         .chain(
             [
                 "logging.format",
                 "logging.verbosity",
                 "crashLoopBackOff.maxContainerRestartPeriod",
+                "podCleanup.enabled",
+                "podCleanup.retention",
+                "podCleanup.barePods",
             ]
             .iter()
             .map(|n| format!("| `{n}` |")),
@@ -705,5 +717,42 @@ fn documentation_lists_every_field() {
             "docs/configuration.md does not list gate {}",
             gate.name
         );
+    }
+}
+
+#[test]
+fn cluster_mode_fields() {
+    let c = ok("kubeconfig: /etc/nodelet/kubeconfig\nregisterNode: false\nnodeLabels: {zone: a, tier: edge}\nregisterWithTaints:\n- {key: dedicated, value: gpu, effect: NoSchedule}\npodCleanup: {retention: 10m, barePods: true}\n").config;
+    assert_eq!(
+        c.kubeconfig.as_deref(),
+        Some(std::path::Path::new("/etc/nodelet/kubeconfig"))
+    );
+    assert!(!c.register_node);
+    assert_eq!(c.node_labels.get("zone").map(String::as_str), Some("a"));
+    assert_eq!(c.register_with_taints[0].key, "dedicated");
+    assert_eq!(
+        c.pod_cleanup,
+        PodCleanup {
+            enabled: true,
+            retention: s(600),
+            bare_pods: true
+        }
+    );
+    let d = ok("").config;
+    assert_eq!(
+        (d.kubeconfig, d.register_node, d.pod_cleanup),
+        (None, true, PodCleanup::default())
+    );
+    for (body, want) in [
+        ("kubeconfig: etc/kubeconfig", "kubeconfig: Invalid value: \"etc/kubeconfig\": must be an absolute path"),
+        ("registerWithTaints:\n- {key: a, effect: Sometimes}", "registerWithTaints[0].effect: Unsupported value: \"Sometimes\": supported values: \"NoExecute\", \"NoSchedule\", \"PreferNoSchedule\""),
+        ("podCleanup: {retain: 1h}", "podCleanup.retain: Unknown field"),
+        ("podCleanup: {retention: soon}", "podCleanup.retention: Invalid value: \"soon\""),
+    ] {
+        let errors = match parse(&format!("{HEADER}{body}"), source(), &env()) {
+            Err(Error::Invalid { errors, .. }) => errors,
+            other => panic!("{body}: {other:?}"),
+        };
+        assert!(errors[0].to_string().starts_with(want), "{body}: {}", errors[0]);
     }
 }
