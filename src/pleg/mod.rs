@@ -256,15 +256,21 @@ impl Pleg {
     /// task exit before its CRI plugin has recorded it; waking the worker before that would make
     /// it read a stale "running" state.
     async fn await_cri_exit(&self, id: &str) {
-        let mut delay = Duration::from_millis(5);
-        let deadline = Instant::now() + Duration::from_secs(2);
+        // The CRI usually catches up within tens of milliseconds: poll briskly at first, then
+        // back off so a slow runtime is not hammered.
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(2);
         while Instant::now() < deadline {
             match self.runtime.container_status(id).await {
                 Ok(s) if s.state == api::ContainerState::ContainerRunning as i32 => {}
                 _ => return,
             }
+            let delay = if started.elapsed() < Duration::from_millis(200) {
+                Duration::from_millis(2)
+            } else {
+                Duration::from_millis(50)
+            };
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(200));
         }
     }
 
