@@ -2,7 +2,7 @@
 //! tells pod workers what changed. It also finds orphans — pods the runtime holds for this node
 //! that no source wants (a manifest removed while nodelet was down) — and has them terminated.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::admission::{self, NodeCapacity};
 use super::workers::{PodWork, PodWorkers};
+use crate::events::{pod_ref, EventRecorder, EventType};
+use crate::status::StatusManager;
+use k8s_openapi::api::core::v1::PodStatus;
 use crate::cri::{api, labels, model, Runtime};
 use crate::pleg::PodLifecycleEvent;
 use crate::source::SourceSnapshot;
@@ -74,6 +78,20 @@ pub struct PodManager {
     orphan_check_period: Duration,
     /// Becomes true once every expected source has reported and orphans were handled.
     ready: watch::Sender<bool>,
+    /// Cluster mode: admission of API pods, and where rejections are reported.
+    admission: Option<Admission>,
+    /// UIDs of pods rejected at admission: never started, never admitted again.
+    rejected: BTreeSet<String>,
+    /// The current static pods, for the mirror pod manager.
+    static_pods: watch::Sender<Vec<Pod>>,
+}
+
+/// What the pod manager needs to admit API pods (cluster mode).
+pub struct Admission {
+    pub node: NodeCapacity,
+    pub node_name: String,
+    pub status: StatusManager,
+    pub events: EventRecorder,
 }
 
 impl PodManager {
@@ -93,9 +111,82 @@ impl PodManager {
                 expected_sources,
                 orphan_check_period: Duration::from_secs(10),
                 ready,
+                admission: None,
+                rejected: BTreeSet::new(),
+                static_pods: watch::channel(Vec::new()).0,
             },
             ready_rx,
         )
+    }
+
+    /// Admits pods from the API server before they run (cluster mode).
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = Some(admission);
+        self
+    }
+
+    /// The static pods, as they change (for mirror pods).
+    pub fn static_pods(&self) -> watch::Receiver<Vec<Pod>> {
+        self.static_pods.subscribe()
+    }
+
+    /// Pods admitted and not finished: what admission counts against the node.
+    fn active_pods(&self, desired: &BTreeMap<String, Arc<Pod>>) -> Vec<Arc<Pod>> {
+        let status = self.admission.as_ref().map(|a| &a.status);
+        desired
+            .iter()
+            .filter(|(uid, _)| !self.rejected.contains(*uid) && self.workers.has_worker(uid))
+            .filter(|(uid, _)| {
+                let phase = status.and_then(|s| s.status(uid)).and_then(|s| s.phase);
+                !matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+            })
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
+    /// Admission of a new API pod; a rejected pod becomes Failed with the reason and never
+    /// starts.
+    fn admit(&mut self, pod: &Arc<Pod>, desired: &BTreeMap<String, Arc<Pod>>) -> bool {
+        let Some(admission) = &self.admission else {
+            return true;
+        };
+        // A pod the API already shows as finished is not admitted again (after a restart).
+        if matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ) {
+            return true;
+        }
+        let active = self.active_pods(desired);
+        let refs: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
+        match admission::admit(pod, &refs, &admission.node, &admission.node_name) {
+            Ok(()) => true,
+            Err(rejection) => {
+                tracing::warn!(
+                    pod.uid = pod_uid(pod),
+                    pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
+                    reason = %rejection.reason,
+                    message = %rejection.message,
+                    "pod rejected at admission"
+                );
+                admission.events.record(
+                    &pod_ref(pod),
+                    EventType::Warning,
+                    &rejection.reason,
+                    rejection.message.clone(),
+                );
+                let status = PodStatus {
+                    phase: Some("Failed".into()),
+                    reason: Some(rejection.reason),
+                    message: Some(format!("Pod was rejected: {}", rejection.message)),
+                    qos_class: Some(crate::cgroup::qos_class(pod).as_str().to_string()),
+                    ..Default::default()
+                };
+                admission.status.set_pod_status(pod, status);
+                self.rejected.insert(pod_uid(pod).to_string());
+                false
+            }
+        }
     }
 
     fn desired(&self) -> BTreeMap<String, Arc<Pod>> {
@@ -126,15 +217,44 @@ impl PodManager {
             .filter(|p| !pod_uid(p).is_empty())
             .map(|p| (pod_uid(&p).to_string(), Arc::new(p)))
             .collect();
+        if snapshot.source == crate::source::FILE_SOURCE {
+            self.static_pods
+                .send_replace(pods.values().map(|p| (**p).clone()).collect());
+        }
+        let from_api = snapshot.source == crate::source::api::API_SOURCE;
         self.sources.insert(snapshot.source, pods);
         let new = self.desired();
         let diff = diff_desired(&old, &new);
-        for uid in diff.added.iter().chain(&diff.updated) {
+        // New pods are admitted oldest first, as the kubelet does.
+        let mut added: Vec<Arc<Pod>> = diff.added.iter().filter_map(|u| new.get(u).cloned()).collect();
+        added.sort_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        });
+        for pod in added {
+            if from_api && !self.rejected.contains(pod_uid(&pod)) && !self.admit(&pod, &new) {
+                continue;
+            }
+            self.dispatch(pod);
+        }
+        for uid in &diff.updated {
             if let Some(pod) = new.get(uid) {
-                self.workers.update(PodWork::Sync(pod.clone()));
+                if !self.rejected.contains(uid) {
+                    self.dispatch(pod.clone());
+                }
             }
         }
         for uid in &diff.removed {
+            if self.rejected.remove(uid) {
+                // Never started: only its status is left to forget.
+                if let Some(a) = &self.admission {
+                    a.status.remove(uid);
+                }
+                continue;
+            }
             if let Some(pod) = old.get(uid) {
                 tracing::info!(pod.uid = %uid, pod.name = pod.metadata.name.as_deref().unwrap_or_default(), "pod removed from its source; terminating");
                 self.workers.update(PodWork::Kill {
@@ -143,6 +263,16 @@ impl PodManager {
                     remove: true,
                 });
             }
+        }
+    }
+
+    /// Hands a desired pod to its worker: to run it, or — once the API server set its
+    /// deletionTimestamp — to terminate it with its deletion grace period and reclaim what it used.
+    fn dispatch(&self, pod: Arc<Pod>) {
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.workers.update(PodWork::Delete { pod });
+        } else {
+            self.workers.update(PodWork::Sync(pod));
         }
     }
 

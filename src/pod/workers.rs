@@ -30,12 +30,17 @@ pub enum PodWork {
         grace: Option<Duration>,
         remove: bool,
     },
+    /// The API server set the pod's deletionTimestamp: terminate it (its
+    /// `deletionGracePeriodSeconds` applies), remove its containers, sandbox and volumes, and
+    /// report it reclaimed so the final DELETE can go out. The status stays until the pod is
+    /// gone from the API.
+    Delete { pod: Arc<Pod> },
 }
 
 impl PodWork {
     pub fn pod(&self) -> &Arc<Pod> {
         match self {
-            PodWork::Sync(pod) | PodWork::Kill { pod, .. } => pod,
+            PodWork::Sync(pod) | PodWork::Kill { pod, .. } | PodWork::Delete { pod } => pod,
         }
     }
 }
@@ -174,6 +179,8 @@ impl Worker {
     async fn run(mut self) {
         let mut phase = Phase::Syncing;
         let mut memory = self.syncer.new_memory();
+        // Set once a deleted pod's containers, sandbox and volumes are gone.
+        let mut reclaimed = false;
         loop {
             let work = self.updates.borrow_and_update().clone();
             let next = match (&work, phase) {
@@ -215,6 +222,34 @@ impl Worker {
                     Next::Now
                 }
                 (PodWork::Sync(_), Phase::Terminated { comes_back: false }) => Next::WaitForUpdate,
+                (PodWork::Delete { pod }, _) if !reclaimed => {
+                    let result = if matches!(phase, Phase::Terminated { .. }) {
+                        Ok(())
+                    } else {
+                        tracing::info!("pod deleted through the API; terminating");
+                        self.syncer.terminate(pod, None, &memory).await
+                    };
+                    match result.map(|()| ()) {
+                        Ok(()) => match self.syncer.reclaim(pod).await {
+                            Ok(()) => {
+                                reclaimed = true;
+                                phase = Phase::Terminated { comes_back: false };
+                                Next::WaitForUpdate
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "reclaiming the pod's resources");
+                                phase = Phase::Terminated { comes_back: false };
+                                Next::WaitUntil(Instant::now() + ERROR_RETRY)
+                            }
+                        },
+                        Err(e) => {
+                            tracing::warn!(error = %e, "terminating pod");
+                            Next::WaitUntil(Instant::now() + ERROR_RETRY)
+                        }
+                    }
+                }
+                // Reclaimed: nothing to do until the pod is gone from the API.
+                (PodWork::Delete { .. }, _) => Next::WaitForUpdate,
                 (PodWork::Kill { pod, grace, remove }, _) => {
                     let result = if matches!(phase, Phase::Terminated { .. }) {
                         Ok(())

@@ -15,6 +15,7 @@
 //! [`validation`] (API validation and static-pod rules), [`manifest`] (decoding, naming, UID),
 //! [`scan`] (one pass over the directory), [`watch`] (the long-running source).
 
+pub mod api;
 pub mod defaults;
 pub mod field;
 pub mod manifest;

@@ -230,9 +230,27 @@ impl PodSyncer {
         Ok(())
     }
 
+    /// After a deletion through the API: removes what the runtime holds for the pod and its
+    /// volumes, keeping its status, and tells the status manager the resources are reclaimed
+    /// (which lets the final DELETE go out).
+    pub async fn reclaim(&self, pod: &Pod) -> Result<()> {
+        self.remove_runtime_objects(pod).await?;
+        self.status.set_reclaimed(pod_uid(pod));
+        Ok(())
+    }
+
     /// Removes everything the runtime still holds for the pod, its volumes, its logs and its
     /// status.
     pub async fn remove(&self, pod: &Pod) -> Result<()> {
+        self.remove_runtime_objects(pod).await?;
+        let uid = pod_uid(pod);
+        self.probes.remove_pod(uid);
+        self.status.remove(uid);
+        tracing::info!("pod removed");
+        Ok(())
+    }
+
+    async fn remove_runtime_objects(&self, pod: &Pod) -> Result<()> {
         let uid = pod_uid(pod).to_string();
         let runtime = self.inspect(&uid).await?;
         for c in &runtime.containers {
@@ -271,9 +289,6 @@ impl PodSyncer {
                 }
             }
         }
-        self.probes.remove_pod(&uid);
-        self.status.remove(&uid);
-        tracing::info!("pod removed");
         Ok(())
     }
 }

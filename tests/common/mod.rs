@@ -68,6 +68,36 @@ pub struct Nodelet {
 impl Nodelet {
     /// Starts nodelet with a fresh node name, directories and port.
     pub fn start(test: &str) -> Nodelet {
+        Self::start_with(test, "")
+    }
+
+    /// Joins the cluster of the API server at `api_url` (a kubeconfig is written for it);
+    /// `extra` is appended to the configuration.
+    pub fn start_in_cluster(test: &str, api_url: &str, extra: &str) -> Nodelet {
+        let dir = tempfile::Builder::new()
+            .prefix("nodelet-kubeconfig-")
+            .tempdir()
+            .expect("tempdir");
+        let path = dir.keep().join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fixture\n  cluster:\n    server: {api_url}\n\
+                 users:\n- name: nodelet\n  user: {{}}\ncontexts:\n- name: fixture\n  context:\n    cluster: fixture\n    user: nodelet\n\
+                 current-context: fixture\n"
+            ),
+        )
+        .expect("write kubeconfig");
+        Self::start_with(
+            test,
+            &format!(
+                "kubeconfig: {}\nnodeStatusUpdateFrequency: 2s\nnodeLeaseDurationSeconds: 8\n{extra}",
+                path.display()
+            ),
+        )
+    }
+
+    pub fn start_with(test: &str, extra: &str) -> Nodelet {
         let endpoint = cri_endpoint();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let node = format!("it-{}-{}-{n}", test.replace('_', "-"), std::process::id());
@@ -93,7 +123,7 @@ impl Nodelet {
              readOnlyPort: {port}\n\
              healthzPort: 0\n\
              plegRelistPeriod: 2s\n\
-             logging:\n  verbosity: 2\n",
+             logging:\n  verbosity: 2\n{extra}",
             manifests = manifests.display(),
             logs = dir.path().join("logs").display(),
             root = dir.path().join("root").display(),

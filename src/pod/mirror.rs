@@ -1,0 +1,325 @@
+//! Mirror pods (cluster mode): for every static pod, a read-only copy in the API server so the
+//! cluster can see it — annotation `kubernetes.io/config.mirror` (the static pod's config hash)
+//! and an ownerReference to this Node with `controller: true`, as the kubelet creates them.
+//! Deleting a mirror pod through the API does not stop its static pod: nodelet deletes the
+//! marked copy at once and creates a fresh one. Removing the manifest deletes the mirror pod.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::source::api::{is_mirror_pod, MIRROR_ANNOTATION};
+use crate::source::CONFIG_HASH_ANNOTATION;
+
+/// How often mirror pods are reconciled even when nothing was noticed.
+const RECONCILE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MirrorAction {
+    Create(Box<Pod>),
+    /// Delete the mirror pod (namespace, name, uid) with grace 0.
+    Delete {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+}
+
+fn key(p: &Pod) -> (String, String) {
+    (
+        p.metadata.namespace.clone().unwrap_or_default(),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn annotation<'a>(p: &'a Pod, name: &str) -> Option<&'a str> {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(name))
+        .map(String::as_str)
+}
+
+fn delete_of(p: &Pod) -> MirrorAction {
+    let (namespace, name) = key(p);
+    MirrorAction::Delete {
+        namespace,
+        name,
+        uid: p.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
+/// The mirror pod of a static pod on `node`.
+pub fn mirror_pod(static_pod: &Pod, node: &Node) -> Pod {
+    let mut annotations = static_pod.metadata.annotations.clone().unwrap_or_default();
+    let hash = annotation(static_pod, CONFIG_HASH_ANNOTATION)
+        .map(str::to_string)
+        .or_else(|| static_pod.metadata.uid.clone())
+        .unwrap_or_default();
+    annotations.insert(MIRROR_ANNOTATION.to_string(), hash);
+    Pod {
+        metadata: ObjectMeta {
+            name: static_pod.metadata.name.clone(),
+            namespace: static_pod.metadata.namespace.clone(),
+            labels: static_pod.metadata.labels.clone(),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.metadata.name.clone().unwrap_or_default(),
+                uid: node.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: static_pod.spec.clone(),
+        status: None,
+    }
+}
+
+/// What to do so every static pod has exactly one current mirror pod and nothing else does.
+/// Mirror pods being deleted, or made from an older manifest, are deleted (a new one is
+/// created on a later pass, once the old one is gone).
+pub fn mirror_actions(static_pods: &[Pod], mirrors: &[Pod], node: &Node) -> Vec<MirrorAction> {
+    let by_key: BTreeMap<(String, String), &Pod> = mirrors.iter().map(|m| (key(m), m)).collect();
+    let mut actions = Vec::new();
+    let mut wanted = std::collections::BTreeSet::new();
+    for s in static_pods {
+        let k = key(s);
+        wanted.insert(k.clone());
+        let hash = annotation(s, CONFIG_HASH_ANNOTATION).or(s.metadata.uid.as_deref());
+        match by_key.get(&k) {
+            None => actions.push(MirrorAction::Create(Box::new(mirror_pod(s, node)))),
+            Some(m) if m.metadata.deletion_timestamp.is_some() => actions.push(delete_of(m)),
+            Some(m) if annotation(m, MIRROR_ANNOTATION) != hash => actions.push(delete_of(m)),
+            Some(_) => {}
+        }
+    }
+    for m in mirrors {
+        if !wanted.contains(&key(m)) {
+            actions.push(delete_of(m));
+        }
+    }
+    actions
+}
+
+pub struct MirrorPods {
+    client: Client,
+    node_name: String,
+    store: Store<Pod>,
+}
+
+impl MirrorPods {
+    pub fn new(client: Client, node_name: String, store: Store<Pod>) -> Self {
+        MirrorPods {
+            client,
+            node_name,
+            store,
+        }
+    }
+
+    async fn reconcile(&self, static_pods: &[Pod]) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = match nodes.get_opt(&self.node_name).await {
+            Ok(Some(n)) => n,
+            // Not registered yet, or the API server is away: try again on the next pass.
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the Node for mirror pods");
+                return;
+            }
+        };
+        let mirrors: Vec<Pod> = self
+            .store
+            .state()
+            .iter()
+            .filter(|p| is_mirror_pod(p))
+            .map(|p| (**p).clone())
+            .collect();
+        for action in mirror_actions(static_pods, &mirrors, &node) {
+            match action {
+                MirrorAction::Create(pod) => {
+                    let (ns, name) = key(&pod);
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+                    match api.create(&PostParams::default(), &pod).await {
+                        Ok(_) => {
+                            tracing::info!(pod.namespace = %ns, pod.name = %name, "created mirror pod")
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => {
+                            tracing::warn!(pod.namespace = %ns, pod.name = %name, error = %e, "creating mirror pod")
+                        }
+                    }
+                }
+                MirrorAction::Delete {
+                    namespace,
+                    name,
+                    uid,
+                } => {
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+                    let params = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        preconditions: Some(kube::api::Preconditions {
+                            uid: Some(uid),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    match api.delete(&name, &params).await {
+                        Ok(_) => {
+                            tracing::info!(pod.namespace = %namespace, pod.name = %name, "deleted mirror pod")
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                        Err(e) => {
+                            tracing::warn!(pod.namespace = %namespace, pod.name = %name, error = %e, "deleting mirror pod")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reconciles whenever the static pods change and every couple of seconds (which catches a
+    /// mirror pod deleted through the API) until cancelled.
+    pub async fn run(self, mut static_pods: watch::Receiver<Vec<Pod>>, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(RECONCILE);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                changed = static_pods.changed() => if changed.is_err() { return },
+                _ = tick.tick() => {}
+            }
+            let current = static_pods.borrow_and_update().clone();
+            self.reconcile(&current).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn static_pod(name: &str, hash: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(hash.into()),
+                labels: Some([("app".to_string(), name.to_string())].into()),
+                annotations: Some(
+                    [
+                        (CONFIG_HASH_ANNOTATION.to_string(), hash.to_string()),
+                        (
+                            "kubernetes.io/config.source".to_string(),
+                            "file".to_string(),
+                        ),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(Default::default()),
+            ..Default::default()
+        }
+    }
+
+    fn node() -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                uid: Some("node-uid".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn mirror(name: &str, hash: &str, uid: &str, deleting: bool) -> Pod {
+        let mut m = mirror_pod(&static_pod(name, hash), &node());
+        m.metadata.uid = Some(uid.into());
+        if deleting {
+            m.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn mirror_pod_shape() {
+        let m = mirror_pod(&static_pod("web-n1", "abc"), &node());
+        let ann = m.metadata.annotations.clone().unwrap();
+        assert_eq!(ann.get(MIRROR_ANNOTATION).map(String::as_str), Some("abc"));
+        let owner = &m.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                owner.kind.as_str(),
+                owner.name.as_str(),
+                owner.uid.as_str(),
+                owner.controller
+            ),
+            ("Node", "n1", "node-uid", Some(true))
+        );
+        assert_eq!(
+            m.metadata.labels.unwrap().get("app").map(String::as_str),
+            Some("web-n1")
+        );
+        assert!(m.metadata.uid.is_none());
+    }
+
+    #[test]
+    fn actions_table() {
+        let del = |name: &str, uid: &str| MirrorAction::Delete {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: uid.into(),
+        };
+        let cases: Vec<(&str, Vec<Pod>, Vec<Pod>, Vec<MirrorAction>)> = vec![
+            (
+                "missing mirror is created",
+                vec![static_pod("a", "h1")],
+                vec![],
+                vec![MirrorAction::Create(Box::new(mirror_pod(
+                    &static_pod("a", "h1"),
+                    &node(),
+                )))],
+            ),
+            (
+                "current mirror is kept",
+                vec![static_pod("a", "h1")],
+                vec![mirror("a", "h1", "m1", false)],
+                vec![],
+            ),
+            (
+                "mirror being deleted is deleted now",
+                vec![static_pod("a", "h1")],
+                vec![mirror("a", "h1", "m1", true)],
+                vec![del("a", "m1")],
+            ),
+            (
+                "stale mirror (edited manifest) is deleted",
+                vec![static_pod("a", "h2")],
+                vec![mirror("a", "h1", "m1", false)],
+                vec![del("a", "m1")],
+            ),
+            (
+                "orphan mirror is deleted",
+                vec![],
+                vec![mirror("b", "h1", "m2", false)],
+                vec![del("b", "m2")],
+            ),
+        ];
+        for (name, statics, mirrors, want) in cases {
+            assert_eq!(mirror_actions(&statics, &mirrors, &node()), want, "{name}");
+        }
+    }
+}
