@@ -8,6 +8,7 @@
 //! not wait on it. Events past the spam limit are dropped with a debug log and counted
 //! ([`EventRecorder::dropped`]).
 
+pub mod api_sink;
 pub mod correlator;
 pub mod selector;
 pub mod store;

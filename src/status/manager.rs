@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::sync::watch;
 
@@ -22,10 +23,25 @@ pub struct VersionedStatus {
     pub pod: Arc<Pod>,
 }
 
+/// What the API server sync needs to know about a pod besides its status: facts about its end
+/// of life that the pod worker and the sync itself record (see [`StatusManager::set_reclaimed`],
+/// [`StatusManager::mark_terminal_published`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PodLifecycle {
+    /// The pod worker has stopped every container, removed the sandbox and cleaned the volumes:
+    /// the kubelet's `podIsFinished`. Until then a pod being deleted keeps its API object.
+    pub reclaimed: bool,
+    /// When nodelet first saw the API server hold the terminal phase it generated for this pod
+    /// (delivered by its PATCH, or already there). Failed-pod cleanup counts its retention from
+    /// here.
+    pub terminal_since: Option<Timestamp>,
+}
+
 /// Cheap to clone; all clones share one cache.
 #[derive(Debug, Clone)]
 pub struct StatusManager {
     statuses: Arc<Mutex<HashMap<String, VersionedStatus>>>,
+    lifecycle: Arc<Mutex<HashMap<String, PodLifecycle>>>,
     changes: Arc<watch::Sender<u64>>,
 }
 
@@ -87,6 +103,7 @@ impl StatusManager {
         let (changes, _) = watch::channel(0);
         StatusManager {
             statuses: Arc::new(Mutex::new(HashMap::new())),
+            lifecycle: Arc::new(Mutex::new(HashMap::new())),
             changes: Arc::new(changes),
         }
     }
@@ -95,6 +112,13 @@ impl StatusManager {
     /// still usable, so keep serving rather than cascade the panic.
     fn lock(&self) -> MutexGuard<'_, HashMap<String, VersionedStatus>> {
         self.statuses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Same poisoning argument as [`Self::lock`].
+    fn lock_lifecycle(&self) -> MutexGuard<'_, HashMap<String, PodLifecycle>> {
+        self.lifecycle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -151,11 +175,56 @@ impl StatusManager {
         pods
     }
 
+    /// Every cached pod with its version, sorted by namespace then name: what the API server
+    /// sync walks on every pass (one lock, no await while holding it).
+    pub fn versioned(&self) -> Vec<VersionedStatus> {
+        let mut all: Vec<VersionedStatus> = self.lock().values().cloned().collect();
+        all.sort_by(|a, b| {
+            (&a.pod.metadata.namespace, &a.pod.metadata.name)
+                .cmp(&(&b.pod.metadata.namespace, &b.pod.metadata.name))
+        });
+        all
+    }
+
     pub fn remove(&self, uid: &str) {
         let removed = self.lock().remove(uid).is_some();
-        if removed {
+        let had_lifecycle = self.lock_lifecycle().remove(uid).is_some();
+        if removed || had_lifecycle {
             self.notify();
         }
+    }
+
+    /// The pod worker's "this pod's resources are reclaimed" (the kubelet's `podIsFinished`):
+    /// call it after the containers are stopped, the sandbox removed and the volumes cleaned.
+    /// Only then does the API server sync send the final DELETE (grace 0) of a pod whose
+    /// deletion was requested, so the pod object outlives everything it held on the node.
+    /// Idempotent; wakes the sync.
+    pub fn set_reclaimed(&self, uid: &str) {
+        let changed = {
+            let mut lifecycle = self.lock_lifecycle();
+            let entry = lifecycle.entry(uid.to_string()).or_default();
+            !std::mem::replace(&mut entry.reclaimed, true)
+        };
+        if changed {
+            self.notify();
+        }
+    }
+
+    /// Records that the API server now holds the terminal phase nodelet generated for `uid`,
+    /// at `at`, unless an earlier time is already recorded; returns the recorded time. Called
+    /// by the API server sync; retention of failed pods counts from it.
+    pub fn mark_terminal_published(&self, uid: &str, at: Timestamp) -> Timestamp {
+        let mut lifecycle = self.lock_lifecycle();
+        *lifecycle
+            .entry(uid.to_string())
+            .or_default()
+            .terminal_since
+            .get_or_insert(at)
+    }
+
+    /// What is known about the end of life of `uid` (default: nothing yet).
+    pub fn lifecycle(&self, uid: &str) -> PodLifecycle {
+        self.lock_lifecycle().get(uid).copied().unwrap_or_default()
     }
 
     /// A counter that moves on every change (set or remove) of any pod.
@@ -380,6 +449,50 @@ mod tests {
         // A removed UID starts over at version 1.
         m.set_pod_status(&pod("1", "default", "z"), status("Pending", None, vec![]));
         assert_eq!(m.get("1").unwrap().version, 1);
+    }
+
+    #[test]
+    fn lifecycle_records() {
+        let m = StatusManager::new();
+        let rx = m.subscribe();
+        assert_eq!(m.lifecycle("u"), PodLifecycle::default());
+
+        m.set_reclaimed("u");
+        assert!(m.lifecycle("u").reclaimed);
+        assert_eq!(*rx.borrow(), 1, "reclaiming wakes the sync");
+        m.set_reclaimed("u");
+        assert_eq!(*rx.borrow(), 1, "a second call is no change");
+
+        let t = |s| Timestamp::from_second(s).unwrap();
+        assert_eq!(m.mark_terminal_published("u", t(10)), t(10));
+        assert_eq!(
+            m.mark_terminal_published("u", t(20)),
+            t(10),
+            "the first time stays"
+        );
+        assert_eq!(m.lifecycle("u").terminal_since, Some(t(10)));
+
+        m.remove("u");
+        assert_eq!(
+            m.lifecycle("u"),
+            PodLifecycle::default(),
+            "removed with the pod"
+        );
+        assert_eq!(*rx.borrow(), 2);
+    }
+
+    #[test]
+    fn versioned_lists_every_pod_with_its_version() {
+        let m = StatusManager::new();
+        m.set_pod_status(&pod("2", "default", "b"), status("Pending", None, vec![]));
+        m.set_pod_status(&pod("1", "default", "a"), status("Pending", None, vec![]));
+        m.set_pod_status(&pod("1", "default", "a"), status("Running", None, vec![]));
+        let got: Vec<(String, u64)> = m
+            .versioned()
+            .iter()
+            .map(|v| (v.pod.metadata.name.clone().unwrap(), v.version))
+            .collect();
+        assert_eq!(got, [("a".to_string(), 2), ("b".to_string(), 1)]);
     }
 
     #[tokio::test]

@@ -10,11 +10,15 @@
 //!   sync) reads; it enforces the rules the kubelet's status manager enforces (terminal phase is
 //!   never left, `startTime` never changes, unchanged statuses do not bump the version).
 //! * [`printer`] renders pods the way `kubectl get pods` does.
+//! * [`api_sync`] delivers the cached statuses to the API server (cluster mode), sends the final
+//!   DELETE of pods whose deletion was requested, and cleans up failed pods.
 
+pub mod api_sync;
 mod generate;
 #[cfg(test)]
 mod generate_tests;
 mod manager;
+pub mod patch;
 mod phase;
 pub mod printer;
 
@@ -25,8 +29,9 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use crate::cri::PodRuntime;
 
+pub use api_sync::{ApiStatusSync, ApiStatusSyncOptions};
 pub use generate::{container_statuses, generate_pod_status, ContainerKind};
-pub use manager::{StatusManager, VersionedStatus};
+pub use manager::{PodLifecycle, StatusManager, VersionedStatus};
 pub use phase::{container_should_restart, get_phase, get_phase_with_initialized};
 
 /// Waiting reason of a container that has not been created yet (pod without init containers).
