@@ -348,12 +348,13 @@ mod tests {
             }),
         };
         // (base, owner offered, want: resourceVersion, owner uid, duration)
-        let cases: Vec<(
+        type Case = (
             Option<Lease>,
             Option<OwnerReference>,
-            Option<&str>,
-            Option<&str>,
-        )> = vec![
+            Option<&'static str>,
+            Option<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
             (None, Some(owner("u1")), None, Some("u1")),
             (None, None, None, None),
             // An existing owner is kept; the base's resourceVersion makes the PUT conditional.

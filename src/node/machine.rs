@@ -150,6 +150,8 @@ pub fn read_hugepages(dir: &Path) -> Vec<(u64, u64)> {
 /// Total bytes of the filesystem holding `path` (cAdvisor's `Capacity`: blocks × fragment size).
 pub fn filesystem_capacity(path: &Path) -> Option<u64> {
     let stat = nix::sys::statvfs::statvfs(path).ok()?;
+    // The field types are u32 on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
     u64::from(stat.blocks()).checked_mul(u64::from(stat.fragment_size()))
 }
 
