@@ -433,6 +433,14 @@ async fn lease_is_created_owned_by_the_node_and_renewed_every_10s() {
     // Renewals write the Lease last written: no GET before each PUT.
     assert_eq!(count(&fixture, "PUT", lease_path), 6);
     assert_eq!(count(&fixture, "GET", lease_path), 1, "only the first look");
+    assert_eq!(
+        running
+            .counters
+            .lease_writes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        7,
+        "one create, six renewals"
+    );
     running.stop().await;
 }
 
