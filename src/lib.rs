@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod cgroup;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod cri;
 pub mod events;

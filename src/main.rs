@@ -16,13 +16,19 @@ use nodelet::cri::containerd::ContainerdTasks;
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{ImageService, Runtime};
 use nodelet::events::{event_table, EventRecorder, EventType, ObjectRef};
-use nodelet::node::NodeInfo;
+use nodelet::cluster;
+use nodelet::node::{NodeFacts, NodeInfo};
 use nodelet::pleg::{EventKind, Pleg, PodLifecycleEvent};
 use nodelet::pod::{PodManager, PodWorkers};
 use nodelet::probe::{ProbeEvent, ProbeManager};
 use nodelet::server::{self, ApiState};
 use nodelet::source::{self, FileSource};
 use nodelet::status::{printer, StatusManager};
+use nodelet::events::api_sink::ApiEventSink;
+use nodelet::pod::admission::NodeCapacity;
+use nodelet::pod::manager::Admission;
+use nodelet::pod::mirror::MirrorPods;
+use nodelet::status::api_sync::{ApiStatusSync, ApiStatusSyncOptions};
 use nodelet::sync::executor::{PodSyncer, SyncSettings};
 
 #[derive(Parser)]
@@ -416,7 +422,10 @@ async fn shutdown_signal() {
     }
 }
 
-async fn wait_for_runtime(runtime: &RemoteRuntime, endpoint: &str) -> anyhow::Result<String> {
+async fn wait_for_runtime(
+    runtime: &RemoteRuntime,
+    endpoint: &str,
+) -> anyhow::Result<nodelet::cri::api::VersionResponse> {
     let mut attempt = 0u32;
     loop {
         match runtime.version().await {
@@ -427,7 +436,7 @@ async fn wait_for_runtime(runtime: &RemoteRuntime, endpoint: &str) -> anyhow::Re
                     api = %v.runtime_api_version,
                     "container runtime reachable"
                 );
-                return Ok(v.runtime_name);
+                return Ok(v);
             }
             Err(e) => {
                 if attempt % 10 == 0 {
@@ -448,10 +457,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         &cfg.image_service_endpoint,
         cfg.runtime_request_timeout,
     )?;
-    let runtime_name = tokio::select! {
-        name = wait_for_runtime(&remote, &cfg.container_runtime_endpoint) => name?,
+    let runtime_version = tokio::select! {
+        version = wait_for_runtime(&remote, &cfg.container_runtime_endpoint) => version?,
         _ = shutdown_signal() => return Ok(()),
     };
+    let runtime_name = runtime_version.runtime_name.clone();
     std::fs::create_dir_all(&cfg.root_dir)
         .with_context(|| format!("creating rootDir {}", cfg.root_dir.display()))?;
     std::fs::create_dir_all(&cfg.pod_logs_dir)
@@ -547,17 +557,96 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     if let Some(dir) = &cfg.static_pod_path {
         expected.push(source::FILE_SOURCE);
         let file = FileSource::new(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
-        tasks.spawn(file.run(snap_tx, cancel.clone()));
-    } else {
-        drop(snap_tx);
+        tasks.spawn(file.run(snap_tx.clone(), cancel.clone()));
     }
-    let (manager, mut ready) = PodManager::new(
+    let cluster = match &cfg.kubeconfig {
+        Some(_) => Some(
+            cluster::client(&cfg)
+                .await
+                .context("connecting to the API server")?,
+        ),
+        None => None,
+    };
+    let pod_store = if let Some(client) = &cluster {
+        expected.push(source::api::API_SOURCE);
+        let (store, writer) = kube::runtime::reflector::store::<k8s_openapi::api::core::v1::Pod>();
+        let api = source::api::ApiSource::new(client.clone(), cfg.node_name.clone(), writer);
+        tasks.spawn(api.run(snap_tx.clone(), cancel.clone()));
+        Some(store)
+    } else {
+        None
+    };
+    drop(snap_tx);
+    let (mut manager, mut ready) = PodManager::new(
         workers.clone(),
         runtime.clone(),
         cfg.node_name.clone(),
         expected,
     );
+    if let (Some(client), Some(store)) = (&cluster, &pod_store) {
+        manager = manager.with_admission(Admission {
+            node: NodeCapacity {
+                cpu_milli: node.cpu_capacity_milli,
+                memory: i64::try_from(node.memory_capacity).unwrap_or(i64::MAX),
+                pods: cfg.max_pods,
+                labels: nodelet::node::register::initial_node(
+                    &nodelet::node::register::Registration {
+                        node_name: &cfg.node_name,
+                        hostname: &cfg.node_name,
+                        node_labels: &cfg.node_labels,
+                        taints: &cfg.register_with_taints,
+                    },
+                    Default::default(),
+                )
+                .metadata
+                .labels
+                .unwrap_or_default(),
+            },
+            node_name: cfg.node_name.clone(),
+            status: status.clone(),
+            events: recorder.clone(),
+        });
+        let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone());
+        tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
+        let sync = ApiStatusSync::new(
+            status.clone(),
+            client.clone(),
+            store.clone(),
+            cfg.node_name.clone(),
+            Clock::system(),
+            ApiStatusSyncOptions {
+                pod_cleanup: cfg.pod_cleanup.clone(),
+                ..Default::default()
+            },
+        );
+        tasks.spawn(sync.run(cancel.clone()));
+        let sink = ApiEventSink::new(client.clone(), Default::default());
+        tasks.spawn(sink.run(recorder.subscribe(), cancel.clone()));
+    }
     tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
+
+    if cluster.is_some() {
+        // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
+        let heartbeat = cluster::heartbeat_client(&cfg)
+            .await
+            .context("connecting to the API server")?;
+        let facts = NodeFacts::detect(&cfg, &node, &runtime_version);
+        let node_pleg = pleg.clone();
+        let health: nodelet::node::HealthFn = Arc::new(move || {
+            if node_pleg.healthy() {
+                Ok(())
+            } else {
+                Err("PLEG is not healthy: pleg was last seen active more than 3m0s ago".into())
+            }
+        });
+        let pressure: nodelet::node::PressureFn = Arc::new(Default::default);
+        let loops_cfg = cfg.clone();
+        let loops_cancel = cancel.clone();
+        tasks.spawn(async move {
+            nodelet::node::run_node_loops(heartbeat, &loops_cfg, facts, health, pressure, loops_cancel)
+                .await;
+        });
+    }
 
     let health_pleg = pleg.clone();
     let state = ApiState {

@@ -1,9 +1,32 @@
-//! Facts about this node that pods see: its IPs (status.hostIP, Downward API), CPU and memory
-//! capacity (resourceFieldRef defaults, oom_score_adj). Cluster-mode registration, node status and
-//! leases will live here too.
+//! This node as the cluster sees it.
+//!
+//! - [`NodeInfo`]: facts pods see (IPs for `status.hostIP` and the Downward API, CPU and memory
+//!   capacity for `resourceFieldRef` defaults and `oom_score_adj`); standalone and cluster mode.
+//! - Cluster mode: Node registration ([`register`]), the node status ([`status`], pure, and
+//!   [`updater`], the loop that patches it) and the Lease heartbeat ([`lease`]), run together
+//!   by [`run_node_loops`]. Machine facts come from [`machine`].
 
+pub mod lease;
+pub mod machine;
+pub mod register;
+pub mod status;
+pub mod updater;
+
+use std::future::Future;
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use kube::api::Api;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::config::Config;
+pub use machine::MachineInfo;
+pub use status::{build_node_status, AllocatableReservation, NodeStatusInputs, Pressure};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -72,6 +95,343 @@ pub fn detect_host_ip() -> Option<IpAddr> {
         }
     }
     None
+}
+
+/// Errors talking to the API server about this node. Each names what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server answered with a failure `Status`.
+    #[error("{context}: {message} ({reason}, {code})")]
+    Api {
+        context: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// No answer (connection refused, reset, TLS, decoding).
+    #[error("{context}: {source}")]
+    Request {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{context}: no answer within {timeout:?}")]
+    Timeout { context: String, timeout: Duration },
+    #[error("{context}")]
+    Other { context: String },
+}
+
+impl Error {
+    /// The HTTP status of an API error (404, 409, ...).
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Error::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The same error, saying what was being done.
+    pub fn context(self, context: String) -> Error {
+        let join = |inner: String| {
+            if inner.is_empty() {
+                context.clone()
+            } else {
+                format!("{context}: {inner}")
+            }
+        };
+        match self {
+            Error::Api {
+                context: inner,
+                code,
+                reason,
+                message,
+            } => Error::Api {
+                context: join(inner),
+                code,
+                reason,
+                message,
+            },
+            Error::Request {
+                context: inner,
+                source,
+            } => Error::Request {
+                context: join(inner),
+                source,
+            },
+            Error::Timeout {
+                context: inner,
+                timeout,
+            } => Error::Timeout {
+                context: join(inner),
+                timeout,
+            },
+            Error::Other { context: inner } => Error::Other {
+                context: join(inner),
+            },
+        }
+    }
+}
+
+/// Runs one API request with a deadline; callers add the context.
+pub(crate) async fn api_call<T>(
+    timeout: Duration,
+    request: impl Future<Output = kube::Result<T>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(kube::Error::Api(status))) => Err(Error::Api {
+            context: String::new(),
+            code: status.code,
+            reason: status.reason.clone(),
+            message: status.message.clone(),
+        }),
+        Ok(Err(source)) => Err(Error::Request {
+            context: String::new(),
+            source,
+        }),
+        Err(_) => Err(Error::Timeout {
+            context: String::new(),
+            timeout,
+        }),
+    }
+}
+
+/// Writes nodelet made for this node, for metrics and for tests that assert a steady node
+/// stays quiet.
+#[derive(Debug, Default)]
+pub struct NodeCounters {
+    /// PATCHes of `nodes/<name>/status` by the status loop.
+    pub status_patches: AtomicU64,
+    /// Lease creations and renewals.
+    pub lease_writes: AtomicU64,
+}
+
+/// `Err(reason)` when the node is not healthy (runtime down, PLEG not healthy); the reason
+/// becomes the message of `Ready=False`.
+pub type HealthFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// The eviction manager's view of resource pressure.
+pub type PressureFn = Arc<dyn Fn() -> Pressure + Send + Sync>;
+
+/// The node's facts that do not change while nodelet runs.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub machine: MachineInfo,
+    /// The InternalIP address.
+    pub internal_ip: Option<IpAddr>,
+    /// `containerd://1.6.20`: the CRI Version call's `runtime_name://runtime_version`.
+    pub container_runtime_version: String,
+}
+
+impl NodeFacts {
+    /// Facts of this host: machine info from `/` and the filesystem of `rootDir`, the IP from
+    /// `nodeIP` or the detected one in `info`, the runtime from its Version answer.
+    pub fn detect(
+        config: &Config,
+        info: &NodeInfo,
+        runtime: &crate::cri::api::VersionResponse,
+    ) -> NodeFacts {
+        NodeFacts {
+            machine: MachineInfo::read(Path::new("/"), &config.root_dir),
+            internal_ip: config
+                .node_ip
+                .or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
+            container_runtime_version: container_runtime_version(runtime),
+        }
+    }
+}
+
+/// `<runtime_name>://<runtime_version>`, as the kubelet reports `containerRuntimeVersion`.
+pub fn container_runtime_version(runtime: &crate::cri::api::VersionResponse) -> String {
+    format!("{}://{}", runtime.runtime_name, runtime.runtime_version)
+}
+
+/// Settings of the node loops, from the configuration.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    pub node_name: String,
+    pub register_node: bool,
+    pub node_labels: std::collections::BTreeMap<String, String>,
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    pub max_pods: u32,
+    pub update_frequency: Duration,
+    pub report_frequency: Duration,
+    pub lease_duration_seconds: u32,
+    /// Capacity held back from allocatable. Defaults to the kubelet's default hard eviction
+    /// thresholds (`memory.available<100Mi`, `nodefs.available<10%`).
+    pub reserved: AllocatableReservation,
+    /// `daemonEndpoints.kubeletEndpoint.Port`: where the API server reaches the node agent's
+    /// authenticated API (logs, exec). nodelet serves none, so 0 until it does.
+    pub kubelet_port: i32,
+}
+
+impl NodeSettings {
+    pub fn from_config(config: &Config) -> NodeSettings {
+        NodeSettings {
+            node_name: config.node_name.clone(),
+            register_node: config.register_node,
+            node_labels: config.node_labels.clone(),
+            register_with_taints: config.register_with_taints.clone(),
+            max_pods: config.max_pods,
+            update_frequency: config.node_status_update_frequency,
+            report_frequency: config.node_status_report_frequency,
+            lease_duration_seconds: config.node_lease_duration_seconds,
+            reserved: AllocatableReservation::KUBELET_DEFAULT,
+            kubelet_port: 0,
+        }
+    }
+
+    /// The heartbeat client's request timeout in the kubelet: the status update period, at
+    /// most the lease duration.
+    pub fn request_timeout(&self) -> Duration {
+        self.update_frequency
+            .min(Duration::from_secs(u64::from(self.lease_duration_seconds)))
+            .max(Duration::from_secs(1))
+    }
+}
+
+/// Registration, the node status loop and the Lease heartbeat of one node.
+pub struct NodeAgent {
+    settings: NodeSettings,
+    facts: Arc<NodeFacts>,
+    health: HealthFn,
+    pressure: PressureFn,
+    clock: Clock,
+    counters: Arc<NodeCounters>,
+}
+
+impl NodeAgent {
+    pub fn new(
+        settings: NodeSettings,
+        facts: NodeFacts,
+        health: HealthFn,
+        pressure: PressureFn,
+        clock: Clock,
+    ) -> NodeAgent {
+        NodeAgent {
+            settings,
+            facts: Arc::new(facts),
+            health,
+            pressure,
+            clock,
+            counters: Arc::new(NodeCounters::default()),
+        }
+    }
+
+    pub fn counters(&self) -> Arc<NodeCounters> {
+        self.counters.clone()
+    }
+
+    /// The status nodelet would report now, on top of `previous` (the API server's).
+    pub fn status_fn(&self) -> updater::StatusFn {
+        let settings = self.settings.clone();
+        let facts = self.facts.clone();
+        let health = self.health.clone();
+        let pressure = self.pressure.clone();
+        let clock = self.clock;
+        let kubelet_version = status::kubelet_version();
+        Arc::new(move |previous: Option<&NodeStatus>| {
+            let inputs = NodeStatusInputs {
+                hostname: &settings.node_name,
+                internal_ip: facts.internal_ip,
+                machine: &facts.machine,
+                max_pods: settings.max_pods,
+                reserved: settings.reserved,
+                container_runtime_version: &facts.container_runtime_version,
+                kubelet_version: &kubelet_version,
+                kubelet_port: settings.kubelet_port,
+                pressure: pressure(),
+                health: health(),
+            };
+            build_node_status(previous, &inputs, clock.now())
+        })
+    }
+
+    /// The Node nodelet registers, with a status computed now.
+    pub fn initial_node(&self) -> Node {
+        let registration = register::Registration {
+            node_name: &self.settings.node_name,
+            hostname: &self.settings.node_name,
+            node_labels: &self.settings.node_labels,
+            taints: &self.settings.register_with_taints,
+        };
+        register::initial_node(&registration, (self.status_fn())(None))
+    }
+
+    /// Runs until cancelled: the Lease heartbeat from the start, and the status loop after
+    /// registration (skipped with `registerNode: false`, when someone else creates the Node).
+    /// API server outages are logged and retried; nothing here gives up.
+    pub async fn run(self, client: kube::Client, cancel: CancellationToken) {
+        let timeout = self.settings.request_timeout();
+        let lease = lease::LeaseController::new(
+            client.clone(),
+            &self.settings.node_name,
+            self.settings.lease_duration_seconds,
+            timeout,
+            self.clock,
+            self.counters.clone(),
+        );
+        let status_loop = self.run_status_loop(client, timeout, cancel.clone());
+        tokio::join!(lease.run(cancel.clone()), status_loop);
+    }
+
+    async fn run_status_loop(
+        &self,
+        client: kube::Client,
+        timeout: Duration,
+        cancel: CancellationToken,
+    ) {
+        let nodes: Api<Node> = Api::all(client.clone());
+        if self.settings.register_node
+            && register::register(&nodes, || self.initial_node(), timeout, &cancel)
+                .await
+                .is_none()
+        {
+            return;
+        }
+        let mut updater = updater::NodeStatusUpdater::new(
+            client,
+            &self.settings.node_name,
+            self.settings.report_frequency,
+            timeout,
+            self.status_fn(),
+            self.counters.clone(),
+        );
+        loop {
+            tokio::select! {
+                result = updater.update() => {
+                    if let Err(error) = result {
+                        tracing::error!(%error, "unable to update node status");
+                    }
+                }
+                _ = cancel.cancelled() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.update_frequency) => {}
+                _ = cancel.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// Cluster mode's node work, as `main.rs` starts it: registers the Node, keeps its status and
+/// Lease current until `cancel`. Use [`crate::cluster::heartbeat_client`] for `client`.
+pub async fn run_node_loops(
+    client: kube::Client,
+    config: &Config,
+    facts: NodeFacts,
+    health: HealthFn,
+    pressure: PressureFn,
+    cancel: CancellationToken,
+) {
+    NodeAgent::new(
+        NodeSettings::from_config(config),
+        facts,
+        health,
+        pressure,
+        Clock::system(),
+    )
+    .run(client, cancel)
+    .await
 }
 
 #[cfg(test)]

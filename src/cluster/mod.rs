@@ -1,0 +1,151 @@
+//! Cluster mode: the API server client.
+//!
+//! The kubelet builds its clients from `--kubeconfig`; nodelet reads the file named by the
+//! `kubeconfig` field of its configuration. Authentication (client certificates, bearer tokens,
+//! token files, exec plugins) is whatever kube supports for that file, so nodelet never parses
+//! credentials itself. Like the kubelet, there are two clients:
+//!
+//! - [`client`]: everything nodelet does (pod watch, pod status, events), limited to
+//!   `kubeAPIQPS`/`kubeAPIBurst` by a client-side token bucket ([`rate_limit`]).
+//! - [`heartbeat_client`]: node status and Lease renewals only. The kubelet gives its heartbeat
+//!   client no rate limit (`QPS = -1`) so a burst of pod traffic can never delay the heartbeat
+//!   that keeps the node Ready.
+
+pub mod rate_limit;
+
+use std::path::{Path, PathBuf};
+
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::config::Config;
+
+pub use rate_limit::{RateLimitLayer, TokenBucket};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cluster mode needs `kubeconfig` in the configuration")]
+    NoKubeconfig,
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {}: building the API client: {source}", path.display())]
+    Client {
+        path: PathBuf,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The API client nodelet uses for pods and events: the kubeconfig's cluster and credentials,
+/// with `kubeAPIQPS`/`kubeAPIBurst` as a client-side rate limit (requests wait for a token,
+/// they never fail for lack of one; a watch takes one token).
+pub async fn client(config: &Config) -> Result<kube::Client> {
+    let path = kubeconfig_path(config)?;
+    let kube_config = kube_config(path).await?;
+    let builder = ClientBuilder::try_from(kube_config).map_err(|source| Error::Client {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(builder
+        .with_layer(&RateLimitLayer::new(
+            config.kube_api_qps,
+            config.kube_api_burst,
+        ))
+        .build())
+}
+
+/// The client for node status and Lease heartbeats: same cluster and credentials, no rate
+/// limit (the kubelet's `heartbeatClient`).
+pub async fn heartbeat_client(config: &Config) -> Result<kube::Client> {
+    let path = kubeconfig_path(config)?;
+    let kube_config = kube_config(path).await?;
+    kube::Client::try_from(kube_config).map_err(|source| Error::Client {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn kubeconfig_path(config: &Config) -> Result<&Path> {
+    config.kubeconfig.as_deref().ok_or(Error::NoKubeconfig)
+}
+
+/// Reads the kubeconfig file (relative certificate paths resolve against its directory) and
+/// resolves its current context into a kube `Config`.
+pub async fn kube_config(path: &Path) -> Result<kube::Config> {
+    let wrap = |source| Error::Kubeconfig {
+        path: path.to_path_buf(),
+        source,
+    };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(wrap)?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(wrap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Environment;
+
+    fn config_with(kubeconfig: Option<PathBuf>) -> Config {
+        let mut config = Config::defaults(&Environment {
+            hostname: "n1".into(),
+        });
+        config.kubeconfig = kubeconfig;
+        config
+    }
+
+    #[tokio::test]
+    async fn errors_name_the_kubeconfig_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.yaml");
+        let garbage = dir.path().join("garbage.yaml");
+        std::fs::write(&garbage, "apiVersion: v1\nclusters: 7\n").unwrap();
+        let no_server = dir.path().join("no-server.yaml");
+        std::fs::write(
+            &no_server,
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nclusters:\n- name: k\n  cluster: {}\nusers:\n- name: u\n  user: {}\n",
+        )
+        .unwrap();
+        for path in [missing, garbage, no_server] {
+            let err = client(&config_with(Some(path.clone())))
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{} should fail", path.display()));
+            let message = err.to_string();
+            assert!(
+                message.starts_with(&format!("kubeconfig {}: ", path.display())),
+                "{message}"
+            );
+        }
+        let err = client(&config_with(None)).await.err().unwrap();
+        assert!(matches!(err, Error::NoKubeconfig), "{err}");
+    }
+
+    #[tokio::test]
+    async fn reads_server_token_and_namespace_from_the_current_context() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\ncurrent-context: node\ncontexts:\n- name: node\n  context: {cluster: k, user: u, namespace: kube-system}\n- name: other\n  context: {cluster: x, user: u}\nclusters:\n- name: k\n  cluster: {server: 'http://127.0.0.1:6443'}\n- name: x\n  cluster: {server: 'http://10.0.0.1:6443'}\nusers:\n- name: u\n  user: {token: abc}\n",
+        )
+        .unwrap();
+        let kube_config = kube_config(&path).await.unwrap();
+        assert_eq!(
+            kube_config.cluster_url.to_string(),
+            "http://127.0.0.1:6443/"
+        );
+        assert_eq!(kube_config.default_namespace, "kube-system");
+        assert!(kube_config.auth_info.token.is_some());
+        // Both clients build from it.
+        client(&config_with(Some(path.clone()))).await.unwrap();
+        heartbeat_client(&config_with(Some(path))).await.unwrap();
+    }
+}

@@ -1,0 +1,308 @@
+//! What the kubelet learns from cAdvisor's `MachineInfo` and `VersionInfo`, read from files.
+//!
+//! Every reader takes the host's root (`/` in production, a temp dir in tests) and reads the
+//! same files cAdvisor does: `/proc/meminfo`, `/sys/devices/system/cpu/online`,
+//! `/sys/kernel/mm/hugepages`, `/etc/os-release`, `/etc/machine-id`,
+//! `/proc/sys/kernel/random/boot_id`, `/sys/class/dmi/id/product_uuid`,
+//! `/proc/sys/kernel/osrelease` (what `uname -r` prints). Missing or unreadable files give
+//! empty values, as cAdvisor reports them; only the CPU count falls back to what the process
+//! can see.
+
+use std::path::Path;
+
+/// The node's hardware and OS facts, read once at start (cAdvisor caches them the same way).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MachineInfo {
+    /// Online logical CPUs.
+    pub num_cores: u32,
+    /// `MemTotal`, bytes.
+    pub memory_capacity: u64,
+    /// `SwapTotal`, bytes.
+    pub swap_capacity: u64,
+    /// `(page size in bytes, number of pages)` for every huge page size the kernel supports.
+    pub hugepages: Vec<(u64, u64)>,
+    /// Total bytes of the filesystem holding the root directory (`statfs` blocks × fragment
+    /// size); `None` when it could not be read.
+    pub ephemeral_storage_capacity: Option<u64>,
+    pub kernel_version: String,
+    /// `PRETTY_NAME` of os-release, `Linux` when there is none (cAdvisor's fallback).
+    pub os_image: String,
+    pub machine_id: String,
+    pub boot_id: String,
+    pub system_uuid: String,
+}
+
+impl MachineInfo {
+    /// Reads the facts under `host_root`, and the capacity of the filesystem of `root_dir`
+    /// (nodelet's state directory, as the kubelet's nodefs is the filesystem of its root dir).
+    pub fn read(host_root: &Path, root_dir: &Path) -> MachineInfo {
+        let read = |rel: &str| std::fs::read_to_string(host_root.join(rel)).ok();
+        let meminfo = read("proc/meminfo").unwrap_or_default();
+        let num_cores = read("sys/devices/system/cpu/online")
+            .and_then(|s| count_cpu_list(&s))
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+            });
+        let machine_id = read("etc/machine-id")
+            .or_else(|| read("var/lib/dbus/machine-id"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        MachineInfo {
+            num_cores,
+            memory_capacity: meminfo_bytes(&meminfo, "MemTotal").unwrap_or(0),
+            swap_capacity: meminfo_bytes(&meminfo, "SwapTotal").unwrap_or(0),
+            hugepages: read_hugepages(&host_root.join("sys/kernel/mm/hugepages")),
+            ephemeral_storage_capacity: filesystem_capacity(root_dir),
+            kernel_version: read("proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+            os_image: read("etc/os-release")
+                .and_then(|s| os_release_pretty_name(&s))
+                .unwrap_or_else(|| "Linux".to_string()),
+            machine_id,
+            boot_id: read("proc/sys/kernel/random/boot_id")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+            system_uuid: read("sys/class/dmi/id/product_uuid")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// `MemTotal:  24597084 kB` → bytes, for any `/proc/meminfo` key.
+pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo.lines().find_map(|line| {
+        let (name, rest) = line.split_once(':')?;
+        if name.trim() != key {
+            return None;
+        }
+        let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        kb.checked_mul(1024)
+    })
+}
+
+/// The number of CPUs in a kernel CPU list (`0-3,8,10-11` → 7).
+pub fn count_cpu_list(list: &str) -> Option<u32> {
+    let list = list.trim();
+    if list.is_empty() {
+        return None;
+    }
+    let mut count: u32 = 0;
+    for part in list.split(',') {
+        let part = part.trim();
+        let n = match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+                b.checked_sub(a)?.checked_add(1)?
+            }
+            None => {
+                part.parse::<u32>().ok()?;
+                1
+            }
+        };
+        count = count.checked_add(n)?;
+    }
+    Some(count)
+}
+
+/// `PRETTY_NAME` from an os-release file, unquoted.
+pub fn os_release_pretty_name(os_release: &str) -> Option<String> {
+    os_release.lines().find_map(|line| {
+        let value = line.trim().strip_prefix("PRETTY_NAME=")?;
+        let value = value.trim();
+        let unquoted = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(value);
+        Some(unquoted.to_string()).filter(|v| !v.is_empty())
+    })
+}
+
+/// `hugepages-2048kB/nr_hugepages` → `(2 MiB, count)`, sorted by page size.
+pub fn read_hugepages(dir: &Path) -> Vec<(u64, u64)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut pages: Vec<(u64, u64)> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name();
+            let kb: u64 = name
+                .to_str()?
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            let count = std::fs::read_to_string(entry.path().join("nr_hugepages"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            Some((kb.checked_mul(1024)?, count))
+        })
+        .collect();
+    pages.sort_unstable();
+    pages
+}
+
+/// Total bytes of the filesystem holding `path` (cAdvisor's `Capacity`: blocks × fragment size).
+pub fn filesystem_capacity(path: &Path) -> Option<u64> {
+    let stat = nix::sys::statvfs::statvfs(path).ok()?;
+    // The field types are u32 on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    u64::from(stat.blocks()).checked_mul(u64::from(stat.fragment_size()))
+}
+
+/// The `kubernetes.io/arch` value (Go's `GOARCH`) for a Rust target architecture.
+pub fn go_arch(rust_arch: &str) -> &str {
+    match rust_arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => {
+            if cfg!(target_endian = "little") {
+                "ppc64le"
+            } else {
+                "ppc64"
+            }
+        }
+        "loongarch64" => "loong64",
+        "mips64" => "mips64le",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_table() {
+        let meminfo = "MemTotal:       24597084 kB\nMemFree: 1 kB\nSwapTotal:  2048 kB\n";
+        let cases = [
+            (meminfo, "MemTotal", Some(24_597_084 * 1024)),
+            (meminfo, "SwapTotal", Some(2048 * 1024)),
+            (meminfo, "Swap", None),
+            ("MemTotal: lots\n", "MemTotal", None),
+        ];
+        for (input, key, want) in cases {
+            assert_eq!(meminfo_bytes(input, key), want, "{key} in {input:?}");
+        }
+    }
+
+    #[test]
+    fn cpu_list_table() {
+        let cases = [
+            ("0-3\n", Some(4)),
+            ("0", Some(1)),
+            ("0-3,8,10-11", Some(7)),
+            ("", None),
+            ("3-1", None),
+            ("a-b", None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(count_cpu_list(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn os_release_table() {
+        let cases = [
+            (
+                "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n",
+                Some("Debian GNU/Linux 12 (bookworm)"),
+            ),
+            (
+                "PRETTY_NAME='Alpine Linux v3.19'\n",
+                Some("Alpine Linux v3.19"),
+            ),
+            ("PRETTY_NAME=Plain\n", Some("Plain")),
+            ("NAME=x\n", None),
+            ("PRETTY_NAME=\"\"\n", None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(os_release_pretty_name(input).as_deref(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn go_arch_table() {
+        let cases = [
+            ("x86_64", "amd64"),
+            ("aarch64", "arm64"),
+            ("x86", "386"),
+            ("s390x", "s390x"),
+            ("riscv64", "riscv64"),
+            ("arm", "arm"),
+        ];
+        for (rust, go) in cases {
+            assert_eq!(go_arch(rust), go, "{rust}");
+        }
+    }
+
+    fn write(root: &Path, rel: &str, content: &str) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    #[test]
+    fn reads_a_fake_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(
+            root,
+            "proc/meminfo",
+            "MemTotal: 16384000 kB\nSwapTotal: 0 kB\n",
+        );
+        write(root, "sys/devices/system/cpu/online", "0-3\n");
+        write(
+            root,
+            "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
+            "4\n",
+        );
+        write(
+            root,
+            "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages",
+            "0\n",
+        );
+        write(
+            root,
+            "etc/os-release",
+            "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n",
+        );
+        write(root, "var/lib/dbus/machine-id", "abc123\n");
+        write(root, "proc/sys/kernel/random/boot_id", "b00t\n");
+        write(root, "proc/sys/kernel/osrelease", "6.1.0-18-amd64\n");
+        let info = MachineInfo::read(root, root);
+        assert_eq!(
+            info,
+            MachineInfo {
+                num_cores: 4,
+                memory_capacity: 16_384_000 * 1024,
+                swap_capacity: 0,
+                hugepages: vec![(2 << 20, 4), (1 << 30, 0)],
+                ephemeral_storage_capacity: info.ephemeral_storage_capacity,
+                kernel_version: "6.1.0-18-amd64".into(),
+                os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+                machine_id: "abc123".into(),
+                boot_id: "b00t".into(),
+                system_uuid: String::new(),
+            }
+        );
+        assert!(info.ephemeral_storage_capacity.unwrap() > 0);
+    }
+
+    #[test]
+    fn an_empty_host_gives_cadvisor_fallbacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = MachineInfo::read(dir.path(), &dir.path().join("no-such-dir"));
+        assert_eq!(info.os_image, "Linux");
+        assert_eq!(info.memory_capacity, 0);
+        assert_eq!(info.ephemeral_storage_capacity, None);
+        assert!(info.hugepages.is_empty());
+        assert!(info.num_cores >= 1);
+    }
+}

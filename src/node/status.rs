@@ -1,0 +1,560 @@
+//! The Node's status, built the way the kubelet's `nodestatus` setters build it, and the
+//! decision whether (and what) to patch.
+//!
+//! [`build_node_status`] is pure: it takes the status the API server holds (or `None` when
+//! registering), the node's facts and health, and `now`, and returns the new status. Like the
+//! kubelet's setters it *updates* the previous status rather than replacing it, so fields other
+//! agents own (extended resources in capacity, conditions set by node-problem-detector or a
+//! CNI, images, volumes) survive, and a condition keeps its `lastTransitionTime` while its
+//! status does not change.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSwapStatus,
+    NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{json, Map, Value};
+
+use super::machine::{go_arch, MachineInfo};
+use crate::quantity::Quantity;
+
+/// The Kubernetes release whose API and kubelet behaviour nodelet follows (k8s-openapi `v1_37`).
+pub const KUBERNETES_VERSION: &str = "v1.37.0";
+
+/// What nodelet reports as `nodeInfo.kubeletVersion`: the Kubernetes version it follows, with
+/// nodelet's own version as semver build metadata (`v1.37.0+nodelet.0.1.0`). Build metadata,
+/// as k3s does (`v1.28.3+k3s1`), keeps version comparisons (`>= v1.37.0`) true; a pre-release
+/// suffix (`-nodelet...`) would sort *before* v1.37.0.
+pub fn kubelet_version() -> String {
+    format!("{KUBERNETES_VERSION}+nodelet.{}", env!("CARGO_PKG_VERSION"))
+}
+
+pub const CONDITION_MEMORY_PRESSURE: &str = "MemoryPressure";
+pub const CONDITION_DISK_PRESSURE: &str = "DiskPressure";
+pub const CONDITION_PID_PRESSURE: &str = "PIDPressure";
+pub const CONDITION_READY: &str = "Ready";
+
+/// Which resource pressures the eviction manager currently reports. All false until it sets
+/// them: this is the seam through which it turns the pressure conditions True.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pressure {
+    pub memory: bool,
+    pub disk: bool,
+    pub pid: bool,
+}
+
+/// What is held back from capacity to get allocatable: kube/system reserved plus the hard
+/// eviction thresholds (the kubelet's `GetNodeAllocatableReservation`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AllocatableReservation {
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    pub ephemeral_storage_bytes: i64,
+    /// A `nodefs.available` threshold given as a share of capacity (`10%` → 0.1). It is an
+    /// `f32` because the kubelet's `ThresholdValue.Percentage` is one, and the reserved bytes
+    /// (`int64(float64(capacity) * float64(percentage))`) must come out the same.
+    pub ephemeral_storage_fraction: f32,
+}
+
+impl AllocatableReservation {
+    /// The kubelet's default hard eviction thresholds that reserve capacity:
+    /// `memory.available<100Mi` and `nodefs.available<10%`.
+    pub const KUBELET_DEFAULT: AllocatableReservation = AllocatableReservation {
+        cpu_milli: 0,
+        memory_bytes: 100 * 1024 * 1024,
+        ephemeral_storage_bytes: 0,
+        ephemeral_storage_fraction: 0.1,
+    };
+
+    pub const NONE: AllocatableReservation = AllocatableReservation {
+        cpu_milli: 0,
+        memory_bytes: 0,
+        ephemeral_storage_bytes: 0,
+        ephemeral_storage_fraction: 0.0,
+    };
+}
+
+/// Everything the node status is computed from, besides the previous status and `now`.
+#[derive(Debug, Clone)]
+pub struct NodeStatusInputs<'a> {
+    /// The Hostname address (the kubelet's `hostname`, which `nodeName` overrides).
+    pub hostname: &'a str,
+    /// The InternalIP address: `nodeIP` from the configuration, else the detected one.
+    pub internal_ip: Option<IpAddr>,
+    pub machine: &'a MachineInfo,
+    pub max_pods: u32,
+    pub reserved: AllocatableReservation,
+    /// `<runtime name>://<runtime version>` from the CRI Version call (`containerd://1.6.20`).
+    pub container_runtime_version: &'a str,
+    pub kubelet_version: &'a str,
+    /// `daemonEndpoints.kubeletEndpoint.Port`.
+    pub kubelet_port: i32,
+    pub pressure: Pressure,
+    /// `Err(reason)` when the runtime or the PLEG is unhealthy; the reason becomes the
+    /// message of `Ready=False`.
+    pub health: Result<(), String>,
+}
+
+/// The new status: `previous` (the API server's) updated with the node's current facts.
+pub fn build_node_status(
+    previous: Option<&NodeStatus>,
+    inputs: &NodeStatusInputs<'_>,
+    now: Timestamp,
+) -> NodeStatus {
+    // metav1.Time travels with second precision; computing with it keeps what is compared in
+    // memory equal to what comes back from the API server.
+    let now = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let mut status = previous.cloned().unwrap_or_default();
+    status.addresses = Some(addresses(inputs));
+    set_resources(&mut status, inputs);
+    set_node_info(&mut status, inputs);
+    status.daemon_endpoints = Some(NodeDaemonEndpoints {
+        kubelet_endpoint: Some(DaemonEndpoint {
+            port: inputs.kubelet_port,
+        }),
+    });
+
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    for (kind, under_pressure) in [
+        (CONDITION_MEMORY_PRESSURE, inputs.pressure.memory),
+        (CONDITION_DISK_PRESSURE, inputs.pressure.disk),
+        (CONDITION_PID_PRESSURE, inputs.pressure.pid),
+    ] {
+        set_pressure_condition(conditions, kind, under_pressure, &now);
+    }
+    let missing = missing_capacities(status.capacity.as_ref());
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    set_ready_condition(conditions, ready_errors(&inputs.health, &missing), &now);
+    status
+}
+
+fn addresses(inputs: &NodeStatusInputs<'_>) -> Vec<NodeAddress> {
+    let mut addresses = Vec::with_capacity(2);
+    if let Some(ip) = inputs.internal_ip {
+        addresses.push(NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.to_string(),
+        });
+    }
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: inputs.hostname.to_string(),
+    });
+    addresses
+}
+
+/// Capacity and allocatable, as the kubelet's `MachineInfo` setter: our resources are set,
+/// other keys stay, allocatable is capacity minus the reservation (never negative), and huge
+/// pages come out of allocatable memory.
+fn set_resources(status: &mut NodeStatus, inputs: &NodeStatusInputs<'_>) {
+    let machine = inputs.machine;
+    let reserved = &inputs.reserved;
+    let cpu_milli = i64::from(machine.num_cores) * 1000;
+    let memory = to_i64(machine.memory_capacity);
+    let hugepages: Vec<(String, i64)> = machine
+        .hugepages
+        .iter()
+        .map(|(size, count)| {
+            (
+                format!("hugepages-{}", format_binary_si(to_i64(*size))),
+                to_i64(size.saturating_mul(*count)),
+            )
+        })
+        .collect();
+
+    // (name, capacity, allocatable) of the resources nodelet owns.
+    let mut ours: Vec<(String, String, String)> = vec![
+        (
+            "cpu".into(),
+            format_decimal_si_milli(cpu_milli),
+            format_decimal_si_milli((cpu_milli - reserved.cpu_milli).max(0)),
+        ),
+        {
+            let hugepage_bytes: i64 = hugepages.iter().map(|(_, b)| *b).sum();
+            let allocatable = memory - reserved.memory_bytes - hugepage_bytes;
+            (
+                "memory".into(),
+                format_binary_si(memory),
+                format_binary_si(allocatable.max(0)),
+            )
+        },
+        (
+            "pods".into(),
+            format_decimal_si_milli(i64::from(inputs.max_pods) * 1000),
+            format_decimal_si_milli(i64::from(inputs.max_pods) * 1000),
+        ),
+    ];
+    if let Some(storage) = machine.ephemeral_storage_capacity {
+        let storage = to_i64(storage);
+        let by_fraction = (storage as f64 * f64::from(reserved.ephemeral_storage_fraction)) as i64;
+        let allocatable = storage - reserved.ephemeral_storage_bytes - by_fraction;
+        ours.push((
+            "ephemeral-storage".into(),
+            format_binary_si(storage),
+            format_binary_si(allocatable.max(0)),
+        ));
+    }
+    for (name, bytes) in &hugepages {
+        ours.push((
+            name.clone(),
+            format_binary_si(*bytes),
+            format_binary_si(*bytes),
+        ));
+    }
+
+    let mut capacity = status.capacity.take().unwrap_or_default();
+    let mut allocatable = status.allocatable.take().unwrap_or_default();
+    for (name, cap, _) in &ours {
+        capacity.insert(name.clone(), K8sQuantity(cap.clone()));
+    }
+    // Extended resources that left capacity leave allocatable too.
+    allocatable.retain(|name, _| capacity.contains_key(name) || !is_extended_resource(name));
+    // Keys others put in capacity (an extended resource advertised by hand) become
+    // allocatable as they are: nothing is reserved for them.
+    for (name, cap) in &capacity {
+        allocatable.insert(name.clone(), cap.clone());
+    }
+    for (name, _, alloc) in ours {
+        allocatable.insert(name, K8sQuantity(alloc));
+    }
+    status.capacity = Some(capacity);
+    status.allocatable = Some(allocatable);
+}
+
+fn set_node_info(status: &mut NodeStatus, inputs: &NodeStatusInputs<'_>) {
+    let machine = inputs.machine;
+    let mut info: NodeSystemInfo = status.node_info.take().unwrap_or_default();
+    info.machine_id = machine.machine_id.clone();
+    info.system_uuid = machine.system_uuid.clone();
+    info.boot_id = machine.boot_id.clone();
+    info.kernel_version = machine.kernel_version.clone();
+    info.os_image = machine.os_image.clone();
+    info.container_runtime_version = inputs.container_runtime_version.to_string();
+    info.kubelet_version = inputs.kubelet_version.to_string();
+    info.operating_system = std::env::consts::OS.to_string();
+    info.architecture = go_arch(std::env::consts::ARCH).to_string();
+    info.swap = Some(NodeSwapStatus {
+        capacity: Some(to_i64(machine.swap_capacity)),
+    });
+    status.node_info = Some(info);
+}
+
+/// The kubelet's Memory/Disk/PIDPressure setters: the heartbeat moves every time; status,
+/// reason, message and transition time change only on a transition (a new condition starts
+/// from `Unknown`, so it always transitions).
+fn set_pressure_condition(
+    conditions: &mut Vec<NodeCondition>,
+    kind: &str,
+    under_pressure: bool,
+    now: &Time,
+) {
+    let index = match conditions.iter().position(|c| c.type_ == kind) {
+        Some(i) => i,
+        None => {
+            conditions.push(NodeCondition {
+                type_: kind.to_string(),
+                status: "Unknown".into(),
+                ..Default::default()
+            });
+            conditions.len() - 1
+        }
+    };
+    let condition = &mut conditions[index];
+    condition.last_heartbeat_time = Some(now.clone());
+    let (status, reason, message) = pressure_condition_text(kind, under_pressure);
+    if condition.status != status {
+        condition.status = status.to_string();
+        condition.reason = Some(reason.to_string());
+        condition.message = Some(message.to_string());
+        condition.last_transition_time = Some(now.clone());
+    }
+}
+
+/// `(status, reason, message)` of a pressure condition, word for word the kubelet's.
+pub fn pressure_condition_text(
+    kind: &str,
+    under_pressure: bool,
+) -> (&'static str, &'static str, &'static str) {
+    match (kind, under_pressure) {
+        (CONDITION_MEMORY_PRESSURE, true) => (
+            "True",
+            "KubeletHasInsufficientMemory",
+            "kubelet has insufficient memory available",
+        ),
+        (CONDITION_MEMORY_PRESSURE, false) => (
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        (CONDITION_DISK_PRESSURE, true) => (
+            "True",
+            "KubeletHasDiskPressure",
+            "kubelet has disk pressure",
+        ),
+        (CONDITION_DISK_PRESSURE, false) => (
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure",
+        ),
+        (_, true) => (
+            "True",
+            "KubeletHasInsufficientPID",
+            "kubelet has insufficient PID available",
+        ),
+        (_, false) => (
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
+    }
+}
+
+/// The capacities without which the kubelet reports NotReady.
+const REQUIRED_CAPACITIES: [&str; 4] = ["cpu", "memory", "pods", "ephemeral-storage"];
+
+fn missing_capacities(capacity: Option<&BTreeMap<String, K8sQuantity>>) -> Vec<&'static str> {
+    REQUIRED_CAPACITIES
+        .into_iter()
+        .filter(|r| !capacity.is_some_and(|c| c.contains_key(*r)))
+        .collect()
+}
+
+/// The errors behind `Ready=False`, in the kubelet's order: runtime health, then missing
+/// capacity.
+fn ready_errors(health: &Result<(), String>, missing: &[&str]) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let Err(reason) = health {
+        errors.push(reason.clone());
+    }
+    if !missing.is_empty() {
+        errors.push(format!(
+            "Missing node capacity for resources: {}",
+            missing.join(", ")
+        ));
+    }
+    errors
+}
+
+/// The kubelet's `ReadyCondition` setter: the condition is rebuilt every time; its transition
+/// time is kept while the status stays the same. Several errors read like Go's
+/// `errors.NewAggregate`: `[first, second]`.
+fn set_ready_condition(conditions: &mut Vec<NodeCondition>, errors: Vec<String>, now: &Time) {
+    let (status, reason, message) = match errors.len() {
+        0 => (
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status".to_string(),
+        ),
+        1 => ("False", "KubeletNotReady", errors.concat()),
+        _ => (
+            "False",
+            "KubeletNotReady",
+            format!("[{}]", errors.join(", ")),
+        ),
+    };
+    let mut condition = NodeCondition {
+        type_: CONDITION_READY.to_string(),
+        status: status.to_string(),
+        reason: Some(reason.to_string()),
+        message: Some(message),
+        last_heartbeat_time: Some(now.clone()),
+        last_transition_time: Some(now.clone()),
+    };
+    match conditions.iter_mut().find(|c| c.type_ == CONDITION_READY) {
+        Some(existing) => {
+            if existing.status == condition.status {
+                condition.last_transition_time = existing.last_transition_time.clone();
+            }
+            *existing = condition;
+        }
+        None => conditions.push(condition),
+    }
+}
+
+/// An extended resource: a domain-prefixed name outside `kubernetes.io/` that is not a
+/// `requests.` quota name (`v1helper.IsExtendedResourceName`).
+pub fn is_extended_resource(name: &str) -> bool {
+    let native = !name.contains('/') || name.contains("kubernetes.io/");
+    !native && !name.starts_with("requests.")
+}
+
+/// Whether anything but heartbeat times differs (the kubelet's `nodeStatusHasChanged`).
+/// Quantities compare by value, as `apiequality.Semantic` does (`1Gi` equals `1024Mi`).
+pub fn node_status_changed(original: &NodeStatus, new: &NodeStatus) -> bool {
+    normalized(original) != normalized(new)
+}
+
+fn normalized(status: &NodeStatus) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+    if let Some(conditions) = value.get_mut("conditions").and_then(Value::as_array_mut) {
+        for condition in conditions.iter_mut() {
+            if let Some(c) = condition.as_object_mut() {
+                c.remove("lastHeartbeatTime");
+            }
+        }
+        conditions.sort_by(|a, b| {
+            let key = |v: &Value| {
+                v.get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            key(a).cmp(&key(b))
+        });
+    }
+    for field in ["capacity", "allocatable"] {
+        if let Some(map) = value.get_mut(field).and_then(Value::as_object_mut) {
+            for quantity in map.values_mut() {
+                if let Some(parsed) = quantity.as_str().and_then(|s| Quantity::parse(s).ok()) {
+                    *quantity = Value::String(format!("{parsed}"));
+                }
+            }
+        }
+    }
+    value
+}
+
+/// The strategic merge patch that turns `original` into `new`, as `{"status": {...}}`:
+/// changed fields only; conditions merged by type (each changed condition in full);
+/// addresses replaced as a whole when they change, as the kubelet's
+/// `fixupPatchForNodeStatusAddresses` does, because their merge key (`type`) cannot express a
+/// changed list.
+pub fn status_patch(original: &NodeStatus, new: &NodeStatus) -> Value {
+    let original = serde_json::to_value(original).unwrap_or(Value::Null);
+    let new = serde_json::to_value(new).unwrap_or(Value::Null);
+    let empty = Map::new();
+    let original = original.as_object().unwrap_or(&empty);
+    let new = new.as_object().unwrap_or(&empty);
+    let mut patch = Map::new();
+    for (key, value) in new {
+        let before = original.get(key);
+        if before == Some(value) {
+            continue;
+        }
+        let entry = match key.as_str() {
+            "conditions" => conditions_patch(before, value),
+            "addresses" => {
+                let had_addresses = before
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty());
+                match value.as_array() {
+                    Some(list) if had_addresses => {
+                        let mut list = list.clone();
+                        list.push(json!({"$patch": "replace"}));
+                        Some(Value::Array(list))
+                    }
+                    _ => Some(value.clone()),
+                }
+            }
+            _ => match before {
+                Some(before) => merge_diff(before, value),
+                None => Some(value.clone()),
+            },
+        };
+        if let Some(entry) = entry {
+            patch.insert(key.clone(), entry);
+        }
+    }
+    for key in original.keys() {
+        if !new.contains_key(key) {
+            patch.insert(key.clone(), Value::Null);
+        }
+    }
+    json!({ "status": patch })
+}
+
+/// Changed conditions in full (merged by `type`), and a `$patch: delete` for each type gone.
+fn conditions_patch(before: Option<&Value>, after: &Value) -> Option<Value> {
+    let none = Vec::new();
+    let before = before.and_then(Value::as_array).unwrap_or(&none);
+    let after = after.as_array().unwrap_or(&none);
+    let type_of = |v: &Value| v.get("type").cloned().unwrap_or(Value::Null);
+    let mut items: Vec<Value> = after
+        .iter()
+        .filter(|c| !before.contains(c))
+        .cloned()
+        .collect();
+    for gone in before {
+        if !after.iter().any(|c| type_of(c) == type_of(gone)) {
+            items.push(json!({"type": type_of(gone), "$patch": "delete"}));
+        }
+    }
+    (!items.is_empty()).then_some(Value::Array(items))
+}
+
+/// JSON merge diff: objects recurse (removed keys become null), anything else is replaced.
+fn merge_diff(before: &Value, after: &Value) -> Option<Value> {
+    if before == after {
+        return None;
+    }
+    match (before.as_object(), after.as_object()) {
+        (Some(b), Some(a)) => {
+            let mut diff = Map::new();
+            for (key, value) in a {
+                match b.get(key) {
+                    Some(old) => {
+                        if let Some(d) = merge_diff(old, value) {
+                            diff.insert(key.clone(), d);
+                        }
+                    }
+                    None => {
+                        diff.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in b.keys() {
+                if !a.contains_key(key) {
+                    diff.insert(key.clone(), Value::Null);
+                }
+            }
+            (!diff.is_empty()).then_some(Value::Object(diff))
+        }
+        _ => Some(after.clone()),
+    }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A count in the canonical `DecimalSI` form of Go's `resource.Quantity`, from thousandths:
+/// `4000` → `4`, `1500` → `1500m`, `1000000` → `1k`, `0` → `0`.
+pub fn format_decimal_si_milli(milli: i64) -> String {
+    if milli == 0 {
+        return "0".into();
+    }
+    const SUFFIXES: [&str; 8] = ["m", "", "k", "M", "G", "T", "P", "E"];
+    let mut mantissa = milli;
+    let mut index = 0;
+    while mantissa % 1000 == 0 && index + 1 < SUFFIXES.len() {
+        mantissa /= 1000;
+        index += 1;
+    }
+    format!("{mantissa}{}", SUFFIXES[index])
+}
+
+/// A byte count in the canonical `BinarySI` form of Go's `resource.Quantity`: the largest
+/// power-of-1024 suffix that divides it exactly (`16384000Ki`, `2Mi`); no suffix when none
+/// does (`94580335255`); values below 1024 in `DecimalSI` as Go does (`0`, `512`).
+pub fn format_binary_si(bytes: i64) -> String {
+    if bytes.unsigned_abs() < 1024 {
+        return format_decimal_si_milli(bytes * 1000);
+    }
+    const SUFFIXES: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let mut mantissa = bytes;
+    let mut index = 0;
+    while mantissa % 1024 == 0 && index + 1 < SUFFIXES.len() {
+        mantissa /= 1024;
+        index += 1;
+    }
+    format!("{mantissa}{}", SUFFIXES[index])
+}
+
+#[cfg(test)]
+#[path = "status_tests.rs"]
+mod tests;

@@ -1,0 +1,647 @@
+use super::*;
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn machine() -> MachineInfo {
+    MachineInfo {
+        num_cores: 4,
+        memory_capacity: 16_393_756 * 1024,
+        swap_capacity: 0,
+        hugepages: vec![(2 << 20, 0), (1 << 30, 0)],
+        ephemeral_storage_capacity: Some(102_687_672 * 1024),
+        kernel_version: "6.1.0-18-amd64".into(),
+        os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+        machine_id: "m-id".into(),
+        boot_id: "b-id".into(),
+        system_uuid: "s-uuid".into(),
+    }
+}
+
+fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
+    NodeStatusInputs {
+        hostname: "node-1",
+        internal_ip: Some("10.0.0.5".parse().unwrap()),
+        machine,
+        max_pods: 110,
+        reserved: AllocatableReservation::KUBELET_DEFAULT,
+        container_runtime_version: "containerd://1.6.20",
+        kubelet_version: "v1.37.0+nodelet.0.1.0",
+        kubelet_port: 10250,
+        pressure: Pressure::default(),
+        health: Ok(()),
+    }
+}
+
+fn condition(status: &NodeStatus, kind: &str) -> NodeCondition {
+    status
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == kind)
+        .unwrap_or_else(|| panic!("no {kind} condition"))
+        .clone()
+}
+
+#[test]
+fn first_status_matches_the_kubelet_field_by_field() {
+    let machine = machine();
+    let status = build_node_status(None, &inputs(&machine), ts("2026-01-01T00:00:00.750Z"));
+    let t = "2026-01-01T00:00:00Z";
+    let cond = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastHeartbeatTime": t, "lastTransitionTime": t})
+    };
+    let want = json!({
+        "addresses": [
+            {"type": "InternalIP", "address": "10.0.0.5"},
+            {"type": "Hostname", "address": "node-1"}
+        ],
+        "capacity": {
+            "cpu": "4",
+            "ephemeral-storage": "102687672Ki",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "memory": "16393756Ki",
+            "pods": "110"
+        },
+        "allocatable": {
+            "cpu": "4",
+            // 105152176128 - int64(105152176128 * float64(float32(0.1))): the kubelet's float32
+            // percentage holds back 10515217769 bytes, not 10515217612.
+            "ephemeral-storage": "94636958359",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "memory": "16291356Ki",
+            "pods": "110"
+        },
+        "conditions": [
+            cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "architecture": go_arch(std::env::consts::ARCH),
+            "bootID": "b-id",
+            "containerRuntimeVersion": "containerd://1.6.20",
+            "kernelVersion": "6.1.0-18-amd64",
+            "kubeProxyVersion": "",
+            "kubeletVersion": "v1.37.0+nodelet.0.1.0",
+            "machineID": "m-id",
+            "operatingSystem": "linux",
+            "osImage": "Debian GNU/Linux 12 (bookworm)",
+            "swap": {"capacity": 0},
+            "systemUUID": "s-uuid"
+        }
+    });
+    assert_eq!(serde_json::to_value(&status).unwrap(), want);
+}
+
+#[test]
+fn allocatable_table() {
+    // (reservation, hugepages, capacity in the previous status, want allocatable subset)
+    type Case = (
+        AllocatableReservation,
+        Vec<(u64, u64)>,
+        Vec<(&'static str, &'static str)>,
+        Vec<(&'static str, Option<&'static str>)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            AllocatableReservation::NONE,
+            vec![],
+            vec![],
+            vec![
+                ("cpu", Some("4")),
+                ("memory", Some("16393756Ki")),
+                ("ephemeral-storage", Some("102687672Ki")),
+            ],
+        ),
+        (
+            AllocatableReservation {
+                cpu_milli: 500,
+                memory_bytes: 1 << 30,
+                ephemeral_storage_bytes: 1 << 30,
+                ephemeral_storage_fraction: 0.0,
+            },
+            vec![],
+            vec![],
+            vec![
+                ("cpu", Some("3500m")),
+                ("memory", Some("15345180Ki")),
+                ("ephemeral-storage", Some("101639096Ki")),
+            ],
+        ),
+        // Huge pages come out of allocatable memory.
+        (
+            AllocatableReservation::NONE,
+            vec![(2 << 20, 512)],
+            vec![],
+            vec![
+                ("memory", Some("15345180Ki")),
+                ("hugepages-2Mi", Some("1Gi")),
+            ],
+        ),
+        // Never negative.
+        (
+            AllocatableReservation {
+                cpu_milli: 10_000,
+                ..AllocatableReservation::NONE
+            },
+            vec![],
+            vec![],
+            vec![("cpu", Some("0"))],
+        ),
+        // An extended resource someone advertised in capacity becomes allocatable; one that
+        // left capacity leaves allocatable.
+        (
+            AllocatableReservation::NONE,
+            vec![],
+            vec![("example.com/dongle", "4")],
+            vec![
+                ("example.com/dongle", Some("4")),
+                ("example.com/gone", None),
+            ],
+        ),
+    ];
+    for (reserved, hugepages, extra_capacity, want) in cases {
+        let mut machine = machine();
+        machine.hugepages = hugepages;
+        let mut inputs = inputs(&machine);
+        inputs.reserved = reserved;
+        let previous = NodeStatus {
+            capacity: Some(
+                extra_capacity
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+                    .collect(),
+            ),
+            allocatable: Some(
+                [("example.com/gone".to_string(), K8sQuantity("1".into()))]
+                    .into_iter()
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let status = build_node_status(Some(&previous), &inputs, ts("2026-01-01T00:00:00Z"));
+        let allocatable = status.allocatable.unwrap();
+        for (name, value) in want {
+            assert_eq!(
+                allocatable.get(name).map(|q| q.0.as_str()),
+                value,
+                "{name} with {reserved:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn conditions_table() {
+    let t0 = "2026-01-01T00:00:00Z";
+    let t1 = ts("2026-01-01T00:10:00Z");
+    let old = |kind: &str, status: &str, reason: &str| NodeCondition {
+        type_: kind.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some("old message".into()),
+        last_heartbeat_time: Some(Time(ts(t0))),
+        last_transition_time: Some(Time(ts(t0))),
+    };
+    // (previous conditions, pressure, health, condition type,
+    //  want (status, reason, message, transition time))
+    type Case = (
+        Vec<NodeCondition>,
+        Pressure,
+        Result<(), String>,
+        &'static str,
+        (&'static str, &'static str, &'static str, &'static str),
+    );
+    let t1s = "2026-01-01T00:10:00Z";
+    let cases: Vec<Case> = vec![
+        // Unchanged status keeps the transition time (and, like the kubelet, the old text).
+        (
+            vec![old("MemoryPressure", "False", "KubeletHasSufficientMemory")],
+            Pressure::default(),
+            Ok(()),
+            "MemoryPressure",
+            ("False", "KubeletHasSufficientMemory", "old message", t0),
+        ),
+        // The eviction manager reports pressure: True now.
+        (
+            vec![old("MemoryPressure", "False", "KubeletHasSufficientMemory")],
+            Pressure {
+                memory: true,
+                ..Default::default()
+            },
+            Ok(()),
+            "MemoryPressure",
+            (
+                "True",
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+                t1s,
+            ),
+        ),
+        (
+            vec![],
+            Pressure {
+                disk: true,
+                ..Default::default()
+            },
+            Ok(()),
+            "DiskPressure",
+            (
+                "True",
+                "KubeletHasDiskPressure",
+                "kubelet has disk pressure",
+                t1s,
+            ),
+        ),
+        (
+            vec![],
+            Pressure {
+                pid: true,
+                ..Default::default()
+            },
+            Ok(()),
+            "PIDPressure",
+            (
+                "True",
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+                t1s,
+            ),
+        ),
+        // The node lifecycle controller set Unknown while nodelet was away: back to False.
+        (
+            vec![old("DiskPressure", "Unknown", "NodeStatusUnknown")],
+            Pressure::default(),
+            Ok(()),
+            "DiskPressure",
+            (
+                "False",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+                t1s,
+            ),
+        ),
+        // Ready is rebuilt each time but keeps its transition time while True.
+        (
+            vec![old("Ready", "True", "KubeletReady")],
+            Pressure::default(),
+            Ok(()),
+            "Ready",
+            (
+                "True",
+                "KubeletReady",
+                "kubelet is posting ready status",
+                t0,
+            ),
+        ),
+        (
+            vec![old("Ready", "True", "KubeletReady")],
+            Pressure::default(),
+            Err(
+                "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s".into(),
+            ),
+            "Ready",
+            (
+                "False",
+                "KubeletNotReady",
+                "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s",
+                t1s,
+            ),
+        ),
+        (
+            vec![old("Ready", "False", "KubeletNotReady")],
+            Pressure::default(),
+            Err("container runtime is down".into()),
+            "Ready",
+            ("False", "KubeletNotReady", "container runtime is down", t0),
+        ),
+        (
+            vec![old("Ready", "Unknown", "NodeStatusUnknown")],
+            Pressure::default(),
+            Ok(()),
+            "Ready",
+            (
+                "True",
+                "KubeletReady",
+                "kubelet is posting ready status",
+                t1s,
+            ),
+        ),
+    ];
+    let machine = machine();
+    for (previous, pressure, health, kind, want) in cases {
+        let mut inputs = inputs(&machine);
+        inputs.pressure = pressure;
+        inputs.health = health.clone();
+        let previous_status = NodeStatus {
+            conditions: Some(previous.clone()),
+            ..Default::default()
+        };
+        let status = build_node_status(Some(&previous_status), &inputs, t1);
+        let c = condition(&status, kind);
+        let got = (
+            c.status.as_str(),
+            c.reason.as_deref().unwrap_or(""),
+            c.message.as_deref().unwrap_or(""),
+            c.last_transition_time.as_ref().unwrap().0.to_string(),
+        );
+        assert_eq!(
+            got,
+            (want.0, want.1, want.2, want.3.to_string()),
+            "{kind} from {previous:?} with {pressure:?} {health:?}"
+        );
+        assert_eq!(
+            c.last_heartbeat_time.unwrap().0,
+            t1,
+            "heartbeat always moves"
+        );
+    }
+}
+
+#[test]
+fn missing_capacity_makes_the_node_not_ready() {
+    let mut machine = machine();
+    machine.ephemeral_storage_capacity = None;
+    let cases = [
+        (
+            Ok(()),
+            "Missing node capacity for resources: ephemeral-storage",
+        ),
+        (
+            Err("container runtime is down".to_string()),
+            "[container runtime is down, Missing node capacity for resources: ephemeral-storage]",
+        ),
+    ];
+    for (health, want) in cases {
+        let mut inputs = inputs(&machine);
+        inputs.health = health;
+        let status = build_node_status(None, &inputs, ts("2026-01-01T00:00:00Z"));
+        let ready = condition(&status, "Ready");
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.message.as_deref(), Some(want));
+    }
+}
+
+#[test]
+fn foreign_conditions_and_fields_are_kept_in_place() {
+    let machine = machine();
+    let previous = NodeStatus {
+        conditions: Some(vec![NodeCondition {
+            type_: "NetworkUnavailable".into(),
+            status: "False".into(),
+            reason: Some("RouteCreated".into()),
+            ..Default::default()
+        }]),
+        volumes_in_use: Some(vec!["kubernetes.io/csi/x".into()]),
+        ..Default::default()
+    };
+    let status = build_node_status(
+        Some(&previous),
+        &inputs(&machine),
+        ts("2026-01-01T00:00:00Z"),
+    );
+    let types: Vec<&str> = status
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "NetworkUnavailable",
+            "MemoryPressure",
+            "DiskPressure",
+            "PIDPressure",
+            "Ready"
+        ]
+    );
+    assert_eq!(status.volumes_in_use, previous.volumes_in_use);
+}
+
+#[test]
+fn no_internal_ip_reports_only_the_hostname() {
+    let machine = machine();
+    let mut inputs = inputs(&machine);
+    inputs.internal_ip = None;
+    let status = build_node_status(None, &inputs, ts("2026-01-01T00:00:00Z"));
+    assert_eq!(
+        serde_json::to_value(status.addresses).unwrap(),
+        json!([{"type": "Hostname", "address": "node-1"}])
+    );
+}
+
+#[test]
+fn changed_table() {
+    let machine = machine();
+    let base = build_node_status(None, &inputs(&machine), ts("2026-01-01T00:00:00Z"));
+    type Mutation = fn(&mut NodeStatus);
+    let cases: Vec<(&str, Mutation, bool)> = vec![
+        ("identical", |_| {}, false),
+        (
+            "heartbeat only",
+            |s| {
+                for c in s.conditions.as_mut().unwrap() {
+                    c.last_heartbeat_time = Some(Time(ts("2026-01-01T01:00:00Z")));
+                }
+            },
+            false,
+        ),
+        (
+            "same quantity, other spelling",
+            |s| {
+                s.capacity
+                    .as_mut()
+                    .unwrap()
+                    .insert("memory".into(), K8sQuantity("16787206144".into()));
+            },
+            false,
+        ),
+        (
+            "conditions in another order",
+            |s| s.conditions.as_mut().unwrap().reverse(),
+            false,
+        ),
+        (
+            "condition status",
+            |s| s.conditions.as_mut().unwrap()[3].status = "False".into(),
+            true,
+        ),
+        (
+            "capacity value",
+            |s| {
+                s.capacity
+                    .as_mut()
+                    .unwrap()
+                    .insert("pods".into(), K8sQuantity("111".into()));
+            },
+            true,
+        ),
+        (
+            "address",
+            |s| s.addresses.as_mut().unwrap()[0].address = "10.0.0.6".into(),
+            true,
+        ),
+        (
+            "boot id",
+            |s| s.node_info.as_mut().unwrap().boot_id = "other".into(),
+            true,
+        ),
+        (
+            "a condition less",
+            |s| {
+                s.conditions.as_mut().unwrap().pop();
+            },
+            true,
+        ),
+    ];
+    for (name, mutate, want) in cases {
+        let mut other = base.clone();
+        mutate(&mut other);
+        assert_eq!(node_status_changed(&base, &other), want, "{name}");
+        assert_eq!(
+            node_status_changed(&other, &base),
+            want,
+            "{name} (reversed)"
+        );
+    }
+}
+
+#[test]
+fn patch_table() {
+    let machine = machine();
+    let t0 = ts("2026-01-01T00:00:00Z");
+    let base = build_node_status(None, &inputs(&machine), t0);
+    let t = "2026-01-01T00:05:00Z";
+    type Mutation = fn(&mut NodeStatus);
+    let cases: Vec<(&str, Mutation, Value)> = vec![
+        ("nothing changed", |_| {}, json!({"status": {}})),
+        (
+            "a capacity value: only that key",
+            |s| {
+                s.capacity
+                    .as_mut()
+                    .unwrap()
+                    .insert("pods".into(), K8sQuantity("111".into()));
+            },
+            json!({"status": {"capacity": {"pods": "111"}}}),
+        ),
+        (
+            "one condition: in full, merged by type",
+            |s| {
+                let c = &mut s.conditions.as_mut().unwrap()[0];
+                c.last_heartbeat_time = Some(Time("2026-01-01T00:05:00Z".parse().unwrap()));
+            },
+            json!({"status": {"conditions": [{
+                "type": "MemoryPressure", "status": "False",
+                "reason": "KubeletHasSufficientMemory",
+                "message": "kubelet has sufficient memory available",
+                "lastHeartbeatTime": t, "lastTransitionTime": "2026-01-01T00:00:00Z"
+            }]}}),
+        ),
+        (
+            "addresses: replaced as a whole",
+            |s| s.addresses.as_mut().unwrap()[0].address = "10.0.0.6".into(),
+            json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": "10.0.0.6"},
+                {"type": "Hostname", "address": "node-1"},
+                {"$patch": "replace"}
+            ]}}),
+        ),
+        (
+            "a nodeInfo field",
+            |s| s.node_info.as_mut().unwrap().boot_id = "new-boot".into(),
+            json!({"status": {"nodeInfo": {"bootID": "new-boot"}}}),
+        ),
+        (
+            "a removed capacity key becomes null",
+            |s| {
+                s.capacity.as_mut().unwrap().remove("hugepages-1Gi");
+            },
+            json!({"status": {"capacity": {"hugepages-1Gi": null}}}),
+        ),
+        (
+            "a condition type gone",
+            |s| {
+                s.conditions.as_mut().unwrap().remove(0);
+            },
+            json!({"status": {"conditions": [{"type": "MemoryPressure", "$patch": "delete"}]}}),
+        ),
+    ];
+    for (name, mutate, want) in cases {
+        let mut new = base.clone();
+        mutate(&mut new);
+        assert_eq!(status_patch(&base, &new), want, "{name}");
+    }
+}
+
+#[test]
+fn patch_sets_every_field_of_an_empty_status() {
+    let machine = machine();
+    let new = build_node_status(None, &inputs(&machine), ts("2026-01-01T00:00:00Z"));
+    let patch = status_patch(&NodeStatus::default(), &new);
+    assert_eq!(patch["status"], serde_json::to_value(&new).unwrap());
+}
+
+#[test]
+fn quantity_format_table() {
+    let binary = [
+        (0, "0"),
+        (512, "512"),
+        (1000, "1k"),
+        (1024, "1Ki"),
+        (2 << 20, "2Mi"),
+        (1 << 30, "1Gi"),
+        (16_384_000 * 1024, "16000Mi"),
+        (16_393_756 * 1024, "16393756Ki"),
+        (94_580_335_255, "94580335255"),
+        (1536 * 1024 * 1024, "1536Mi"),
+    ];
+    for (bytes, want) in binary {
+        assert_eq!(format_binary_si(bytes), want, "{bytes} bytes");
+    }
+    let decimal = [
+        (0, "0"),
+        (4000, "4"),
+        (1500, "1500m"),
+        (110_000, "110"),
+        (1_000_000, "1k"),
+        (250, "250m"),
+    ];
+    for (milli, want) in decimal {
+        assert_eq!(format_decimal_si_milli(milli), want, "{milli}m");
+    }
+}
+
+#[test]
+fn extended_resource_table() {
+    let cases = [
+        ("cpu", false),
+        ("hugepages-2Mi", false),
+        ("kubernetes.io/foo", false),
+        ("example.com/dongle", true),
+        ("nvidia.com/gpu", true),
+        ("requests.example.com/x", false),
+    ];
+    for (name, want) in cases {
+        assert_eq!(is_extended_resource(name), want, "{name}");
+    }
+}
+
+#[test]
+fn kubelet_version_sorts_as_the_kubernetes_release() {
+    let version = kubelet_version();
+    assert_eq!(
+        version,
+        format!("v1.37.0+nodelet.{}", env!("CARGO_PKG_VERSION"))
+    );
+}
