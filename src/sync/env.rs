@@ -343,20 +343,19 @@ impl EnvRefs<'_> {
             field: field.to_string(),
             message,
         };
+        // `None`: no such object; `Some(None)`: the object lacks the key.
         let value = match kind {
-            ObjectKind::ConfigMap => match self.objects.config_map(name).map_err(unavailable)? {
-                Some(cm) => Some(cm.data.as_ref().and_then(|d| d.get(key)).cloned()),
-                None => None,
-            },
-            ObjectKind::Secret => match self.objects.secret(name).map_err(unavailable)? {
-                Some(s) => Some(
-                    s.data
-                        .as_ref()
-                        .and_then(|d| d.get(key))
-                        .map(|v| String::from_utf8_lossy(&v.0).into_owned()),
-                ),
-                None => None,
-            },
+            ObjectKind::ConfigMap => self
+                .objects
+                .config_map(name)
+                .map_err(unavailable)?
+                .map(|cm| cm.data.as_ref().and_then(|d| d.get(key)).cloned()),
+            ObjectKind::Secret => self.objects.secret(name).map_err(unavailable)?.map(|s| {
+                s.data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            }),
         };
         match value {
             Some(Some(v)) => Ok(Some(v)),

@@ -23,6 +23,9 @@ const NEW_DATA_DIR: &str = "..data_tmp";
 const MAX_FILE_NAME_LENGTH: usize = 255;
 const MAX_PATH_LENGTH: usize = 4096;
 
+/// A hook run on a freshly written data directory (its path) before it is swapped in.
+pub type SetPerms<'a> = &'a dyn Fn(&Path) -> io::Result<()>;
+
 /// One file of a payload: its bytes and its mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileProjection {
@@ -252,7 +255,7 @@ pub fn write_payload(
     target: &Path,
     payload: &Payload,
     now: jiff::Timestamp,
-    set_perms: Option<&dyn Fn(&Path) -> io::Result<()>>,
+    set_perms: Option<SetPerms<'_>>,
 ) -> Result<WriteOutcome, WriteError> {
     let payload = clean_payload(payload)?;
     let data_dir = target.join(DATA_DIR);
