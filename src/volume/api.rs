@@ -61,7 +61,8 @@ impl ApiVolumes {
 
 /// Reads what the pod's configMap, secret and projected volumes refer to from `objects`, then
 /// sets up or refreshes every configMap, secret, downwardAPI and projected volume of the pod
-/// (see [`set_up_api_volumes`]).
+/// (see [`set_up_api_volumes`]). Like the kubelet's atomic writer, it must not run twice at
+/// once for one pod (the pod worker never syncs a pod twice at once).
 pub async fn update_api_volumes(
     pod: &Pod,
     root_dir: &Path,
