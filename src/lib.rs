@@ -14,6 +14,7 @@ pub mod cri;
 pub mod events;
 pub mod metrics;
 pub mod node;
+pub mod objects;
 pub mod pleg;
 pub mod pod;
 pub mod podspec;

@@ -2838,6 +2838,25 @@ mod tests {
         }
     }
 
+    /// API pods come from the API server, which validated them: only static pods are held
+    /// to the no-API-references rule (`validate_static_pod` runs for manifests only).
+    #[test]
+    fn api_pods_may_reference_api_objects() {
+        let src = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n    envFrom:\n    - configMapRef: {name: conf}\n      prefix: APP_\n    - secretRef: {name: creds, optional: true}\n    env:\n    - name: PW\n      valueFrom: {secretKeyRef: {name: creds, key: password}}\n    - name: LEVEL\n      valueFrom: {configMapKeyRef: {name: conf, key: level, optional: true}}\n    volumeMounts:\n    - {name: a, mountPath: /a}\n    - {name: b, mountPath: /b}\n    - {name: p, mountPath: /p}\n  volumes:\n  - name: a\n    configMap: {name: conf, items: [{key: level, path: lvl, mode: 256}]}\n  - name: b\n    secret: {secretName: creds, defaultMode: 256}\n  - name: p\n    projected:\n      sources:\n      - configMap: {name: conf}\n      - secret: {name: creds}\n      - downwardAPI:\n          items: [{path: n, fieldRef: {fieldPath: metadata.name}}]\n";
+        let mut pod: Pod = serde_yaml::from_str(src).unwrap();
+        apply_defaults(&mut pod);
+        let api: Vec<String> = validate_pod(&pod).iter().map(|e| e.to_string()).collect();
+        assert!(api.is_empty(), "{api:?}");
+        let static_errors: Vec<String> = validate_static_pod(&pod)
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(static_errors.len(), 8, "{static_errors:?}");
+        assert!(static_errors
+            .iter()
+            .all(|e| e.contains("Forbidden: static pods may not reference")));
+    }
+
     #[test]
     fn every_error_is_collected() {
         let spec = "  restartPolicy: Sometimes\n  containers:\n  - name: Bad_Name\n  - name: ok\n    image: x\n    ports: [{containerPort: 0}]\n";

@@ -20,6 +20,7 @@ use crate::cgroup::resources::{
 };
 use crate::cgroup::{milli_cpu_to_quota, milli_cpu_to_shares, oom_score_adj, QUOTA_PERIOD};
 use crate::cri::{api, labels};
+use crate::objects::{FetchedObjects, ObjectKind};
 
 /// Why the kubelet could not build a container's (or sandbox's) runtime config. The Display
 /// text becomes the container's `CreateContainerConfigError` message; where the kubelet has a
@@ -43,6 +44,27 @@ pub enum ConfigError {
     NoApiClient {
         field: String,
         kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    /// A ConfigMap or Secret the environment needs does not exist: the API's NotFound message,
+    /// which the kubelet passes on (`configmap "x" not found`).
+    #[error("{} {name:?} not found", kind.resource())]
+    ObjectNotFound {
+        field: String,
+        kind: ObjectKind,
+        name: String,
+    },
+    /// A ConfigMap or Secret could not be read (API server unreachable before the first read,
+    /// forbidden, ...); the message is the reader's.
+    #[error("{message}")]
+    ObjectUnavailable { field: String, message: String },
+    /// A `configMapKeyRef`/`secretKeyRef` names a key the object does not have.
+    #[error("couldn't find key {key} in {} {namespace}/{name}", kind.kind())]
+    MissingKey {
+        field: String,
+        kind: ObjectKind,
+        key: String,
         namespace: String,
         name: String,
     },
@@ -808,16 +830,34 @@ fn make_mounts(
     Ok(mounts)
 }
 
-/// The CRI config to create `container` of `pod` with.
-///
-/// `image.image` is the image as written in the spec; the kubelet puts the resolved image
-/// reference from the pull there (keeping the spec's in `user_specified_image`), so the caller
-/// should overwrite it with the reference `PullImage`/`ImageStatus` returned.
+/// The CRI config to create `container` of `pod` with, without an API server: any ConfigMap
+/// or Secret the environment refers to fails as it does in a kubelet without a client. See
+/// [`container_config_with_env`].
 pub fn container_config(
     pod: &Pod,
     container: &Container,
     kind: ContainerKind,
     ctx: &ContainerContext,
+) -> Result<api::ContainerConfig, ConfigError> {
+    let standalone = FetchedObjects {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        ..FetchedObjects::default()
+    };
+    container_config_with_env(pod, container, kind, ctx, &standalone)
+}
+
+/// The CRI config to create `container` of `pod` with; `env_objects` are the ConfigMaps and
+/// Secrets its `env`/`envFrom` refer to (`env::gather_env_objects`).
+///
+/// `image.image` is the image as written in the spec; the kubelet puts the resolved image
+/// reference from the pull there (keeping the spec's in `user_specified_image`), so the caller
+/// should overwrite it with the reference `PullImage`/`ImageStatus` returned.
+pub fn container_config_with_env(
+    pod: &Pod,
+    container: &Container,
+    kind: ContainerKind,
+    ctx: &ContainerContext,
+    env_objects: &FetchedObjects,
 ) -> Result<api::ContainerConfig, ConfigError> {
     let base = container_field_path(pod, &container.name);
     let image = container
@@ -835,7 +875,7 @@ pub fn container_config(
         node_allocatable_memory: ctx.node_allocatable_memory,
         node_allocatable_ephemeral_storage: None,
     };
-    let envs = make_environment(pod, container, &env_ctx)?;
+    let envs = make_environment(pod, container, &env_ctx, env_objects)?;
     let lookup: HashMap<&str, &str> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let expand_all = |list: &Option<Vec<String>>| -> Vec<String> {
         list.iter()

@@ -1,9 +1,12 @@
 //! A container's environment (`makeEnvironmentVariables` in `pkg/kubelet/kubelet_pods.go`):
-//! literal values with `$(VAR)` expansion, the Downward API (`fieldRef`, `resourceFieldRef`),
-//! and the `$(VAR)` expansion itself (`third_party/forked/golang/expansion`).
+//! `envFrom` ConfigMaps and Secrets, literal values with `$(VAR)` expansion, the Downward API
+//! (`fieldRef`, `resourceFieldRef`), ConfigMap and Secret keys, and the `$(VAR)` expansion
+//! itself (`third_party/forked/golang/expansion`).
 //!
-//! Standalone nodelet has no API server, so ConfigMap and Secret references fail the way the
-//! kubelet fails without a client, unless they are optional; and there are no service links.
+//! The environment is a pure function of the pod, the container and the objects read for it
+//! ([`FetchedObjects`], gathered by [`gather_env_objects`]). Without an API server (standalone
+//! nodelet) every ConfigMap or Secret reference fails the way the kubelet fails without a
+//! client. There are no service links.
 
 use std::net::IpAddr;
 
@@ -13,7 +16,9 @@ use k8s_openapi::api::core::v1::{
 
 use super::container_config::{container_field_path, ConfigError};
 use crate::cgroup::resources::{container_limits, container_requests, regular_containers};
+use crate::objects::{FetchedObjects, ObjectKind, ObjectSource, References};
 use crate::quantity::Quantity;
+use crate::source::field::env_var_name;
 
 /// What the environment needs besides the pod: addresses and the node's allocatable resources
 /// (the fallback for `limits.*` of a container without limits, as the seed's Downward API
@@ -101,34 +106,275 @@ fn set(envs: &mut Vec<(String, String)>, name: &str, value: String) {
     }
 }
 
-/// The container's environment, in declaration order.
+/// The ConfigMaps and Secrets the container's `env` and `envFrom` refer to.
+pub fn env_references(container: &Container) -> References {
+    let mut refs = References::default();
+    for from in container.env_from.iter().flatten() {
+        if let Some(r) = &from.config_map_ref {
+            refs.config_maps.insert(r.name.clone());
+        }
+        if let Some(r) = &from.secret_ref {
+            refs.secrets.insert(r.name.clone());
+        }
+    }
+    for var in container.env.iter().flatten() {
+        if let Some(from) = &var.value_from {
+            if let Some(r) = &from.config_map_key_ref {
+                refs.config_maps.insert(r.name.clone());
+            }
+            if let Some(r) = &from.secret_key_ref {
+                refs.secrets.insert(r.name.clone());
+            }
+        }
+    }
+    refs
+}
+
+/// Reads the objects the container's environment needs, each once, from `source`.
+pub async fn gather_env_objects(
+    pod: &Pod,
+    container: &Container,
+    source: &dyn ObjectSource,
+) -> FetchedObjects {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    FetchedObjects::fetch(source, namespace, &env_references(container)).await
+}
+
+/// One `envFrom` source read: the object's entries, `None` when an optional object is absent.
+fn env_from_entries(
+    objects: &FetchedObjects,
+    kind: ObjectKind,
+    name: &str,
+    optional: bool,
+    field: &str,
+) -> Result<Option<Vec<(String, String)>>, ConfigError> {
+    let entries = match kind {
+        ObjectKind::ConfigMap => objects.config_map(name).map(|cm| {
+            cm.map(|cm| {
+                cm.data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<Vec<_>>()
+            })
+        }),
+        ObjectKind::Secret => objects.secret(name).map(|s| {
+            s.map(|s| {
+                s.data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+                    .collect::<Vec<_>>()
+            })
+        }),
+    };
+    match entries {
+        Ok(Some(entries)) => Ok(Some(entries)),
+        Ok(None) if optional => Ok(None),
+        Ok(None) => Err(ConfigError::ObjectNotFound {
+            field: field.to_string(),
+            kind,
+            name: name.to_string(),
+        }),
+        Err(message) => Err(ConfigError::ObjectUnavailable {
+            field: field.to_string(),
+            message,
+        }),
+    }
+}
+
+/// The `envFrom` sources of the container as `(field, kind, name, prefix, optional)`.
+fn env_from_sources<'a>(
+    container: &'a Container,
+    base: &str,
+) -> Vec<(String, ObjectKind, &'a str, &'a str, bool)> {
+    let mut out = Vec::new();
+    for (i, from) in container.env_from.iter().flatten().enumerate() {
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        if let Some(r) = &from.config_map_ref {
+            out.push((
+                format!("{base}.envFrom[{i}].configMapRef"),
+                ObjectKind::ConfigMap,
+                r.name.as_str(),
+                prefix,
+                r.optional == Some(true),
+            ));
+        } else if let Some(r) = &from.secret_ref {
+            out.push((
+                format!("{base}.envFrom[{i}].secretRef"),
+                ObjectKind::Secret,
+                r.name.as_str(),
+                prefix,
+                r.optional == Some(true),
+            ));
+        }
+    }
+    out
+}
+
+/// `envFrom` keys that cannot be environment variable names, for the kubelet's
+/// `InvalidEnvironmentVariableNames` warning event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidEnvFromKeys {
+    pub kind: ObjectKind,
+    pub namespace: String,
+    pub name: String,
+    /// With the prefix, sorted.
+    pub keys: Vec<String>,
+}
+
+impl InvalidEnvFromKeys {
+    /// The event reason.
+    pub const REASON: &'static str = "InvalidEnvironmentVariableNames";
+
+    /// The event message, word for word the kubelet's.
+    pub fn message(&self) -> String {
+        let kind = match self.kind {
+            ObjectKind::ConfigMap => "configMap",
+            ObjectKind::Secret => "secret",
+        };
+        format!(
+            "Keys [{}] from the EnvFrom {kind} {}/{} were skipped since they are considered invalid environment variable names.",
+            self.keys.join(", "),
+            self.namespace,
+            self.name
+        )
+    }
+}
+
+/// Whether an `envFrom` key (with its prefix) can be a variable name. Since
+/// `RelaxedEnvironmentVariableValidation` every printable ASCII name without `=` can, which
+/// every valid ConfigMap or Secret key with a valid prefix is; only objects the API server
+/// would not have stored fail this.
+fn usable_env_name(name: &str) -> bool {
+    env_var_name(name).is_empty()
+}
+
+/// The `envFrom` keys [`make_environment`] skips, per source, for the warning events the
+/// executor records when it starts the container. Sources that cannot be read are left out
+/// (their error fails the container instead).
+pub fn invalid_env_from_keys(
+    pod: &Pod,
+    container: &Container,
+    objects: &FetchedObjects,
+) -> Vec<InvalidEnvFromKeys> {
+    let base = container_field_path(pod, &container.name);
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut out = Vec::new();
+    for (field, kind, name, prefix, optional) in env_from_sources(container, &base) {
+        let Ok(Some(entries)) = env_from_entries(objects, kind, name, optional, &field) else {
+            continue;
+        };
+        let mut keys: Vec<String> = entries
+            .into_iter()
+            .map(|(k, _)| format!("{prefix}{k}"))
+            .filter(|k| !usable_env_name(k))
+            .collect();
+        if !keys.is_empty() {
+            keys.sort();
+            out.push(InvalidEnvFromKeys {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                keys,
+            });
+        }
+    }
+    out
+}
+
+/// The container's environment, in declaration order: `envFrom` sources first (their keys in
+/// order, `prefix` prepended), then `env`, whose variables override `envFrom` ones.
 ///
-/// Literal values are expanded against the variables declared before them; a `valueFrom`
-/// resolves its source. Optional ConfigMap/Secret keys are skipped (there is no API server to
-/// ask); required ones fail with the kubelet's own standalone message. The kubelet returns the
-/// variables in map order (random); nodelet keeps declaration order, which the kubelet's own
-/// comment intends.
+/// Literal values are expanded against the variables defined before them (including every
+/// `envFrom` variable); a `valueFrom` resolves its source. A missing ConfigMap or Secret fails
+/// with the API's NotFound message (`configmap "x" not found`) unless the reference is
+/// `optional`, a missing key with `couldn't find key k in ConfigMap ns/x`; a ConfigMap or
+/// Secret that could not be read fails even when optional, as in the kubelet. The kubelet
+/// returns the variables in map order (random); nodelet keeps declaration order, which the
+/// kubelet's own comment intends.
 pub fn make_environment(
     pod: &Pod,
     container: &Container,
     ctx: &EnvContext,
+    objects: &FetchedObjects,
 ) -> Result<Vec<(String, String)>, ConfigError> {
     let base = container_field_path(pod, &container.name);
-    if container.env_from.as_ref().is_some_and(|f| !f.is_empty()) {
-        return Err(ConfigError::Unsupported {
-            field: format!("{base}.envFrom"),
-            feature: "envFrom".to_string(),
-        });
+    let mut envs: Vec<(String, String)> = Vec::new();
+    for (field, kind, name, prefix, optional) in env_from_sources(container, &base) {
+        let Some(entries) = env_from_entries(objects, kind, name, optional, &field)? else {
+            continue;
+        };
+        for (key, value) in entries {
+            let key = format!("{prefix}{key}");
+            if usable_env_name(&key) {
+                set(&mut envs, &key, value);
+            }
+        }
     }
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let mut envs: Vec<(String, String)> = Vec::new();
     for (i, var) in container.env.iter().flatten().enumerate() {
         let field = format!("{base}.env[{i}]");
-        if let Some(value) = resolve(pod, container, var, &field, namespace, &envs, ctx)? {
+        let refs = EnvRefs { namespace, objects };
+        if let Some(value) = resolve(pod, container, var, &field, &refs, &envs, ctx)? {
             set(&mut envs, &var.name, value);
         }
     }
     Ok(envs)
+}
+
+/// What `valueFrom` references to ConfigMaps and Secrets resolve against.
+struct EnvRefs<'a> {
+    namespace: &'a str,
+    objects: &'a FetchedObjects,
+}
+
+impl EnvRefs<'_> {
+    /// A key of a ConfigMap or Secret; `None` when an optional object or key is absent.
+    fn key(
+        &self,
+        kind: ObjectKind,
+        name: &str,
+        key: &str,
+        optional: bool,
+        field: &str,
+    ) -> Result<Option<String>, ConfigError> {
+        let unavailable = |message: String| ConfigError::ObjectUnavailable {
+            field: field.to_string(),
+            message,
+        };
+        // `None`: no such object; `Some(None)`: the object lacks the key.
+        let value = match kind {
+            ObjectKind::ConfigMap => self
+                .objects
+                .config_map(name)
+                .map_err(unavailable)?
+                .map(|cm| cm.data.as_ref().and_then(|d| d.get(key)).cloned()),
+            ObjectKind::Secret => self.objects.secret(name).map_err(unavailable)?.map(|s| {
+                s.data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            }),
+        };
+        match value {
+            Some(Some(v)) => Ok(Some(v)),
+            None if optional => Ok(None),
+            None => Err(ConfigError::ObjectNotFound {
+                field: field.to_string(),
+                kind,
+                name: name.to_string(),
+            }),
+            Some(None) if optional => Ok(None),
+            Some(None) => Err(ConfigError::MissingKey {
+                field: field.to_string(),
+                kind,
+                key: key.to_string(),
+                namespace: self.namespace.to_string(),
+                name: name.to_string(),
+            }),
+        }
+    }
 }
 
 /// One variable's value; `None` when an optional source is absent and the variable is skipped.
@@ -137,7 +383,7 @@ fn resolve(
     container: &Container,
     var: &EnvVar,
     field: &str,
-    namespace: &str,
+    refs: &EnvRefs,
     envs: &[(String, String)],
     ctx: &EnvContext,
 ) -> Result<Option<String>, ConfigError> {
@@ -163,26 +409,22 @@ fn resolve(
         .map(Some);
     }
     if let Some(cm) = &source.config_map_key_ref {
-        if cm.optional == Some(true) {
-            return Ok(None);
-        }
-        return Err(ConfigError::NoApiClient {
-            field: format!("{field}.configMapKeyRef"),
-            kind: "configMap",
-            namespace: namespace.to_string(),
-            name: cm.name.clone(),
-        });
+        return refs.key(
+            ObjectKind::ConfigMap,
+            &cm.name,
+            &cm.key,
+            cm.optional == Some(true),
+            &format!("{field}.configMapKeyRef"),
+        );
     }
     if let Some(secret) = &source.secret_key_ref {
-        if secret.optional == Some(true) {
-            return Ok(None);
-        }
-        return Err(ConfigError::NoApiClient {
-            field: format!("{field}.secretKeyRef"),
-            kind: "secret",
-            namespace: namespace.to_string(),
-            name: secret.name.clone(),
-        });
+        return refs.key(
+            ObjectKind::Secret,
+            &secret.name,
+            &secret.key,
+            secret.optional == Some(true),
+            &format!("{field}.secretKeyRef"),
+        );
     }
     if source.file_key_ref.is_some() {
         return Err(ConfigError::Unsupported {
@@ -194,19 +436,52 @@ fn resolve(
 }
 
 /// `metadata.labels['key']` → `("metadata.labels", "key")` (`SplitMaybeSubscriptedPath`).
-fn split_subscript(path: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_subscript(path: &str) -> Option<(&str, &str)> {
     let inner = path.strip_suffix("']")?;
     let (head, key) = inner.split_once("['")?;
     (!head.is_empty()).then_some((head, key))
 }
 
-/// `key="value"` lines sorted by key (`fieldpath.FormatMap`).
-fn format_map(map: Option<&std::collections::BTreeMap<String, String>>) -> String {
+/// `key="value"` lines sorted by key (`fieldpath.FormatMap`), values quoted as Go's `%q`.
+pub(crate) fn format_map(map: Option<&std::collections::BTreeMap<String, String>>) -> String {
     map.into_iter()
         .flatten()
-        .map(|(k, v)| format!("{k}={v:?}"))
+        .map(|(k, v)| format!("{k}={}", go_quote(v)))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A Go `strconv.Quote` string literal: printable characters as they are, `\"` and `\\`,
+/// the C escapes, other control characters as `\xHH` (ASCII) or `\uHHHH`. Go's notion of
+/// "printable" is approximated by "not a control character and not a space other than ' '".
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                let code = u32::from(c);
+                if code <= 0xffff {
+                    out.push_str(&format!("\\u{code:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{code:08x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The pod IPs with the node's address family first (the kubelet's `sortPodIPs`), so
@@ -419,9 +694,11 @@ mod tests {
     use std::collections::{BTreeMap, HashMap};
 
     use k8s_openapi::api::core::v1::{
-        ConfigMapKeySelector, EnvFromSource, EnvVarSource, PodSpec, SecretKeySelector,
+        ConfigMap, ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVarSource, PodSpec,
+        Secret, SecretEnvSource, SecretKeySelector,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+    use k8s_openapi::ByteString;
 
     use super::*;
     use crate::cgroup::resources::test_support::container;
@@ -519,9 +796,17 @@ mod tests {
         node_allocatable_ephemeral_storage: Some(100 << 30),
     };
 
+    /// Standalone: no object was read.
+    fn standalone() -> FetchedObjects {
+        FetchedObjects {
+            namespace: "default".into(),
+            ..FetchedObjects::default()
+        }
+    }
+
     fn run(c: Container, ctx: &EnvContext) -> Result<Vec<(String, String)>, ConfigError> {
         let p = test_pod(c.clone());
-        make_environment(&p, &c, ctx)
+        make_environment(&p, &c, ctx, &standalone())
     }
 
     fn with_env(mut c: Container, env: Vec<EnvVar>) -> Container {
@@ -620,37 +905,6 @@ mod tests {
                     ("EPH_REQ", "0"),
                 ],
             ),
-            (
-                "optional configMap and secret keys are skipped",
-                vec![
-                    EnvVar {
-                        name: "CM".into(),
-                        value: None,
-                        value_from: Some(EnvVarSource {
-                            config_map_key_ref: Some(ConfigMapKeySelector {
-                                key: "k".into(),
-                                name: "cm".into(),
-                                optional: Some(true),
-                            }),
-                            ..Default::default()
-                        }),
-                    },
-                    EnvVar {
-                        name: "SEC".into(),
-                        value: None,
-                        value_from: Some(EnvVarSource {
-                            secret_key_ref: Some(SecretKeySelector {
-                                key: "k".into(),
-                                name: "s".into(),
-                                optional: Some(true),
-                            }),
-                            ..Default::default()
-                        }),
-                    },
-                    env_var("X", "$(CM)"),
-                ],
-                vec![("X", "$(CM)")],
-            ),
         ];
         for (name, env, want) in cases {
             let got = run(with_env(base.clone(), env), &ctx).unwrap();
@@ -724,11 +978,21 @@ mod tests {
             assert_eq!(err.to_string(), want);
         }
 
+        // standalone: even an optional reference needs the API server, as in the kubelet
         let mut c = container("c", "", "");
-        c.env_from = Some(vec![EnvFromSource::default()]);
+        c.env_from = Some(vec![
+            EnvFromSource::default(),
+            EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: "creds".into(),
+                    optional: Some(true),
+                }),
+                ..Default::default()
+            },
+        ]);
         assert_eq!(
             run(c, &CTX).unwrap_err().to_string(),
-            "spec.containers[0].envFrom: envFrom is not supported yet"
+            "couldn't get secret default/creds, no kubeClient defined"
         );
     }
 
@@ -750,7 +1014,318 @@ mod tests {
         }]);
         let mut p = test_pod(app);
         p.spec.as_mut().unwrap().containers.push(helper.clone());
-        let got = make_environment(&p, &helper, &CTX).unwrap();
+        let got = make_environment(&p, &helper, &CTX, &standalone()).unwrap();
         assert_eq!(got, vec![("APP_CPU".to_string(), "2".to_string())]);
+    }
+
+    fn cm_key(name: &str, cm: &str, key: &str, optional: bool) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                config_map_key_ref: Some(ConfigMapKeySelector {
+                    key: key.into(),
+                    name: cm.into(),
+                    optional: optional.then_some(true),
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn secret_key(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    key: key.into(),
+                    name: secret.into(),
+                    optional: optional.then_some(true),
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn from_cm(name: &str, prefix: &str, optional: bool) -> EnvFromSource {
+        EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: name.into(),
+                optional: optional.then_some(true),
+            }),
+            prefix: (!prefix.is_empty()).then(|| prefix.to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn from_secret(name: &str, prefix: &str, optional: bool) -> EnvFromSource {
+        EnvFromSource {
+            secret_ref: Some(SecretEnvSource {
+                name: name.into(),
+                optional: optional.then_some(true),
+            }),
+            prefix: (!prefix.is_empty()).then(|| prefix.to_string()),
+            ..Default::default()
+        }
+    }
+
+    /// `settings` {LOG_LEVEL: debug, PORT: "8080", bad=key: x}, `creds` {PASSWORD: s3cret},
+    /// `missing-cm`/`missing-secret` absent, `broken` unreadable.
+    fn objects() -> FetchedObjects {
+        let cm = ConfigMap {
+            data: Some(BTreeMap::from([
+                ("LOG_LEVEL".to_string(), "debug".to_string()),
+                ("PORT".to_string(), "8080".to_string()),
+                ("bad=key".to_string(), "x".to_string()),
+            ])),
+            ..Default::default()
+        };
+        let secret = Secret {
+            data: Some(BTreeMap::from([(
+                "PASSWORD".to_string(),
+                ByteString(b"s3cret".to_vec()),
+            )])),
+            ..Default::default()
+        };
+        FetchedObjects {
+            namespace: "default".into(),
+            config_maps: BTreeMap::from([
+                ("settings".to_string(), Ok(Some(cm))),
+                ("missing-cm".to_string(), Ok(None)),
+                (
+                    "broken".to_string(),
+                    Err(
+                        "failed to sync configmap cache: timed out waiting for the condition"
+                            .to_string(),
+                    ),
+                ),
+            ]),
+            secrets: BTreeMap::from([
+                ("creds".to_string(), Ok(Some(secret))),
+                ("missing-secret".to_string(), Ok(None)),
+            ]),
+        }
+    }
+
+    #[test]
+    fn api_object_environment_table() {
+        type Case<'a> = (
+            &'a str,
+            Vec<EnvFromSource>,
+            Vec<EnvVar>,
+            Result<Vec<(&'a str, &'a str)>, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "envFrom with prefix, env overrides it, literals expand envFrom variables",
+                vec![
+                    from_cm("settings", "APP_", false),
+                    from_secret("creds", "", false),
+                ],
+                vec![
+                    env_var("APP_PORT", "9090"),
+                    env_var("URL", "http://localhost:$(APP_PORT)/?pw=$(PASSWORD)"),
+                    env_var("LEVEL", "$(APP_LOG_LEVEL)"),
+                ],
+                Ok(vec![
+                    ("APP_LOG_LEVEL", "debug"),
+                    ("APP_PORT", "9090"),
+                    ("PASSWORD", "s3cret"),
+                    ("URL", "http://localhost:9090/?pw=s3cret"),
+                    ("LEVEL", "debug"),
+                ]),
+            ),
+            (
+                "keys from configMapKeyRef and secretKeyRef",
+                vec![],
+                vec![
+                    cm_key("LEVEL", "settings", "LOG_LEVEL", false),
+                    secret_key("PW", "creds", "PASSWORD", false),
+                    env_var("BOTH", "$(LEVEL):$(PW)"),
+                ],
+                Ok(vec![
+                    ("LEVEL", "debug"),
+                    ("PW", "s3cret"),
+                    ("BOTH", "debug:s3cret"),
+                ]),
+            ),
+            (
+                "optional absent objects and keys are skipped",
+                vec![
+                    from_cm("missing-cm", "", true),
+                    from_secret("missing-secret", "X_", true),
+                ],
+                vec![
+                    cm_key("A", "missing-cm", "k", true),
+                    cm_key("B", "settings", "nope", true),
+                    secret_key("C", "missing-secret", "k", true),
+                    secret_key("D", "creds", "nope", true),
+                    env_var("E", "$(A)"),
+                ],
+                Ok(vec![("E", "$(A)")]),
+            ),
+            (
+                "missing configMap",
+                vec![],
+                vec![cm_key("A", "missing-cm", "k", false)],
+                Err("configmap \"missing-cm\" not found"),
+            ),
+            (
+                "missing configMap key",
+                vec![],
+                vec![cm_key("A", "settings", "nope", false)],
+                Err("couldn't find key nope in ConfigMap default/settings"),
+            ),
+            (
+                "missing secret",
+                vec![],
+                vec![secret_key("A", "missing-secret", "k", false)],
+                Err("secret \"missing-secret\" not found"),
+            ),
+            (
+                "missing secret key",
+                vec![],
+                vec![secret_key("A", "creds", "nope", false)],
+                Err("couldn't find key nope in Secret default/creds"),
+            ),
+            (
+                "missing envFrom configMap",
+                vec![from_cm("missing-cm", "", false)],
+                vec![],
+                Err("configmap \"missing-cm\" not found"),
+            ),
+            (
+                "missing envFrom secret",
+                vec![from_secret("missing-secret", "", false)],
+                vec![],
+                Err("secret \"missing-secret\" not found"),
+            ),
+            (
+                "an unreadable object fails even when optional",
+                vec![],
+                vec![cm_key("A", "broken", "k", true)],
+                Err("failed to sync configmap cache: timed out waiting for the condition"),
+            ),
+            (
+                "the first failure wins: envFrom before env",
+                vec![from_secret("missing-secret", "", false)],
+                vec![cm_key("A", "missing-cm", "k", false)],
+                Err("secret \"missing-secret\" not found"),
+            ),
+        ];
+        for (name, env_from, env, want) in cases {
+            let mut c = container("c", "", "");
+            c.env_from = Some(env_from);
+            c.env = Some(env);
+            let p = test_pod(c.clone());
+            let got = make_environment(&p, &c, &CTX, &objects()).map_err(|e| e.to_string());
+            let want = want
+                .map(|vars| {
+                    vars.into_iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<Vec<_>>()
+                })
+                .map_err(str::to_string);
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn errors_keep_the_field_path() {
+        let c = with_env(
+            container("c", "", ""),
+            vec![env_var("A", "a"), cm_key("B", "settings", "nope", false)],
+        );
+        let p = test_pod(c.clone());
+        let err = make_environment(&p, &c, &CTX, &objects()).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::MissingKey { field, .. } if field == "spec.containers[0].env[1].valueFrom.configMapKeyRef"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn invalid_env_from_keys_are_skipped_and_reported() {
+        let mut c = container("c", "", "");
+        c.env_from = Some(vec![
+            from_cm("settings", "", false),
+            from_cm("settings", "P=", false),
+            from_secret("creds", "", false),
+            from_cm("missing-cm", "", true),
+        ]);
+        let p = test_pod(c.clone());
+        let env = make_environment(&p, &c, &CTX, &objects()).unwrap();
+        assert!(env.iter().all(|(k, _)| !k.contains('=')), "{env:?}");
+        assert_eq!(env.len(), 3);
+        let got: Vec<String> = invalid_env_from_keys(&p, &c, &objects())
+            .iter()
+            .map(InvalidEnvFromKeys::message)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "Keys [bad=key] from the EnvFrom configMap default/settings were skipped since they are considered invalid environment variable names.",
+                "Keys [P=LOG_LEVEL, P=PORT, P=bad=key] from the EnvFrom configMap default/settings were skipped since they are considered invalid environment variable names.",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn gather_reads_each_referenced_object_once() {
+        use crate::objects::FakeObjects;
+        let fake = FakeObjects::new();
+        fake.set_config_map(ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("settings".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([("PORT".to_string(), "1".to_string())])),
+            ..Default::default()
+        });
+        let mut c = container("c", "", "");
+        c.env_from = Some(vec![from_cm("settings", "", false)]);
+        c.env = Some(vec![
+            cm_key("A", "settings", "PORT", false),
+            secret_key("B", "creds", "k", true),
+            field_env("N", "metadata.name"),
+        ]);
+        let p = test_pod(c.clone());
+        let objects = gather_env_objects(&p, &c, &fake).await;
+        assert_eq!(fake.reads(), 2);
+        assert_eq!(objects.config_maps.len(), 1);
+        assert!(matches!(objects.secrets.get("creds"), Some(Ok(None))));
+        let env = make_environment(&p, &c, &CTX, &objects).unwrap();
+        assert_eq!(
+            env,
+            [
+                ("PORT".to_string(), "1".to_string()),
+                ("A".to_string(), "1".to_string()),
+                ("N".to_string(), "web".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn go_quote_table() {
+        let cases = [
+            ("plain", "\"plain\""),
+            ("say \"hi\"", "\"say \\\"hi\\\"\""),
+            ("back\\slash", "\"back\\\\slash\""),
+            ("tab\tnl\n", "\"tab\\tnl\\n\""),
+            ("\u{1}\u{7f}", "\"\\x01\\x7f\""),
+            ("ünï 日本", "\"ünï 日本\""),
+            ("nb\u{a0}sp", "\"nb\\u00a0sp\""),
+            ("'single'", "\"'single'\""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(go_quote(input), want, "{input:?}");
+        }
+        let labels = BTreeMap::from([
+            ("b".to_string(), "2".to_string()),
+            ("a".to_string(), "x\"y".to_string()),
+        ]);
+        assert_eq!(format_map(Some(&labels)), "a=\"x\\\"y\"\nb=\"2\"");
     }
 }

@@ -1,17 +1,29 @@
 //! Pod volumes and the pod's directory: emptyDir directories and tmpfs mounts, hostPath type
-//! checks, the managed /etc/hosts file, termination-message files, and removing all of it when
-//! the pod is gone. The layout is the kubelet's, under the configured root directory:
+//! checks, configMap/secret/downwardAPI/projected volumes projected with the kubelet's atomic
+//! writer ([`api`]), the managed /etc/hosts file, termination-message files, and removing all
+//! of it when the pod is gone. The layout is the kubelet's, under the configured root
+//! directory:
 //!
 //! ```text
 //! <root>/pods/<uid>/etc-hosts
 //! <root>/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
+//! <root>/pods/<uid>/volumes/kubernetes.io~configmap/<volume>/..data -> ..<timestamp>
+//! <root>/pods/<uid>/volumes/kubernetes.io~secret/<volume>          (tmpfs)
+//! <root>/pods/<uid>/volumes/kubernetes.io~downward-api/<volume>    (tmpfs)
+//! <root>/pods/<uid>/volumes/kubernetes.io~projected/<volume>       (tmpfs)
 //! <root>/pods/<uid>/containers/<container>/<random>      termination-message files
 //! ```
 
+pub mod api;
+pub mod atomic_writer;
 pub mod emptydir;
 pub mod hostpath;
 pub mod hosts;
 pub mod mounts;
+pub mod projection;
+
+pub use api::{update_api_volumes, ApiVolumeContext, ApiVolumes};
+pub use projection::NodeAllocatable;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -58,6 +70,10 @@ pub enum VolumeError {
         #[source]
         source: nix::Error,
     },
+    /// A configMap, secret, downwardAPI or projected volume could not be set up or refreshed:
+    /// the kubelet's `FailedMount` event text.
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {message}")]
+    MountFailed { volume: String, message: String },
     #[error("volume {volume:?}: {kind} volumes are not supported yet")]
     Unsupported { volume: String, kind: String },
     #[error("{field}: Invalid value: {value:?}: {reason}")]
@@ -147,11 +163,13 @@ fn volume_kind(volume: &Volume) -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-/// Sets up every volume of the pod and returns volume name → host path, for the container
-/// configs. emptyDirs are created (0777) and, for `medium: Memory`, backed by a tmpfs sized as
-/// the kubelet sizes it (pod memory limit, `sizeLimit`); hostPaths are checked against their
-/// `type` and created for the `…OrCreate` types. Safe to call on every sync: existing
-/// directories are kept and a tmpfs is not mounted twice.
+/// Sets up the emptyDir and hostPath volumes of the pod and returns volume name → host path,
+/// for the container configs. emptyDirs are created (0777) and, for `medium: Memory`, backed
+/// by a tmpfs sized as the kubelet sizes it (pod memory limit, `sizeLimit`); hostPaths are
+/// checked against their `type` and created for the `…OrCreate` types. Safe to call on every
+/// sync: existing directories are kept and a tmpfs is not mounted twice. configMap, secret,
+/// downwardAPI and projected volumes are left to [`update_api_volumes`], which adds their
+/// paths.
 pub fn prepare_pod_volumes(
     pod: &Pod,
     root_dir: &Path,
@@ -178,6 +196,9 @@ pub fn prepare_pod_volumes_with(
     {
         let field = format!("spec.volumes[{i}]");
         check_component(&format!("{field}.name"), &volume.name)?;
+        if projection::ApiVolumeKind::of(volume).is_some() {
+            continue;
+        }
         let path = if let Some(empty) = &volume.empty_dir {
             let medium =
                 Medium::parse(empty.medium.as_deref()).ok_or_else(|| VolumeError::Unsupported {
@@ -335,6 +356,18 @@ fn random_id() -> String {
     format!("{:08x}", hasher.finish() as u32)
 }
 
+/// A random decimal number, the suffix Go's `MkdirTemp` gives a temporary directory.
+fn random_number() -> u32 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    hasher.finish() as u32
+}
+
 /// Creates an empty termination-message file for a new instance of `container` and returns its
 /// path, to be mounted at the container's terminationMessagePath. Each instance gets its own
 /// file (mode 0666 so any container user can write it) under `<pod>/containers/<name>/`, so the
@@ -415,7 +448,8 @@ mod tests {
     use std::os::unix::net::UnixListener;
 
     use k8s_openapi::api::core::v1::{
-        ConfigMapVolumeSource, EmptyDirVolumeSource, HostAlias, HostPathVolumeSource, PodSpec,
+        ConfigMapVolumeSource, EmptyDirVolumeSource, HostAlias, HostPathVolumeSource,
+        NFSVolumeSource, PodSpec,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -651,14 +685,15 @@ mod tests {
         let cases = [
             (
                 Volume {
-                    name: "cfg".into(),
-                    config_map: Some(ConfigMapVolumeSource {
-                        name: "settings".into(),
+                    name: "share".into(),
+                    nfs: Some(NFSVolumeSource {
+                        server: "nfs".into(),
+                        path: "/x".into(),
                         ..Default::default()
                     }),
                     ..Default::default()
                 },
-                "volume \"cfg\": configMap volumes are not supported yet",
+                "volume \"share\": nfs volumes are not supported yet",
             ),
             (
                 empty_dir("huge", Some("HugePages"), None),
@@ -680,6 +715,28 @@ mod tests {
             assert!(err.starts_with(want), "{err}");
         }
         assert!(!root.path().join("pods/escape").exists());
+    }
+
+    #[test]
+    fn api_volumes_are_left_to_update_api_volumes() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod(vec![
+            Volume {
+                name: "cfg".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: "settings".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            empty_dir("cache", None, None),
+        ]);
+        let paths = prepare_pod_volumes(&p, root.path()).unwrap();
+        assert_eq!(paths.keys().collect::<Vec<_>>(), ["cache"]);
+        assert!(!root
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~configmap")
+            .exists());
     }
 
     #[test]

@@ -1,0 +1,167 @@
+//! An in-memory [`ObjectSource`] for tests: objects are set and removed directly, and reads
+//! can be made to fail.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
+use super::{ObjectError, ObjectKind, ObjectSource, Result};
+
+type Key = (String, String);
+
+#[derive(Debug, Default)]
+struct Objects {
+    config_maps: BTreeMap<Key, ConfigMap>,
+    secrets: BTreeMap<Key, Secret>,
+    failures: BTreeMap<(ObjectKind, String, String), String>,
+    reads: usize,
+}
+
+/// ConfigMaps and Secrets held in memory, keyed by their own namespace and name.
+#[derive(Debug, Default)]
+pub struct FakeObjects {
+    inner: Mutex<Objects>,
+}
+
+fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl FakeObjects {
+    pub fn new() -> FakeObjects {
+        FakeObjects::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Objects> {
+        // A test that panicked while holding the lock has failed already; keep serving.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds or replaces a ConfigMap (namespace `default` when unset).
+    pub fn set_config_map(&self, cm: ConfigMap) {
+        let key = key_of(&cm.metadata);
+        self.lock().config_maps.insert(key, cm);
+    }
+
+    /// Adds or replaces a Secret (namespace `default` when unset).
+    pub fn set_secret(&self, secret: Secret) {
+        let key = key_of(&secret.metadata);
+        self.lock().secrets.insert(key, secret);
+    }
+
+    pub fn remove_config_map(&self, namespace: &str, name: &str) {
+        self.lock()
+            .config_maps
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    pub fn remove_secret(&self, namespace: &str, name: &str) {
+        self.lock()
+            .secrets
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// Makes reads of one object fail with `message` until [`FakeObjects::clear_failure`].
+    pub fn fail(&self, kind: ObjectKind, namespace: &str, name: &str, message: &str) {
+        self.lock().failures.insert(
+            (kind, namespace.to_string(), name.to_string()),
+            message.to_string(),
+        );
+    }
+
+    pub fn clear_failure(&self, kind: ObjectKind, namespace: &str, name: &str) {
+        self.lock()
+            .failures
+            .remove(&(kind, namespace.to_string(), name.to_string()));
+    }
+
+    /// How many reads were served (for tests that check objects are fetched once).
+    pub fn reads(&self) -> usize {
+        self.lock().reads
+    }
+
+    fn injected(
+        objects: &Objects,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<ObjectError> {
+        objects
+            .failures
+            .get(&(kind, namespace.to_string(), name.to_string()))
+            .map(|message| ObjectError::Injected {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                message: message.clone(),
+            })
+    }
+}
+
+#[async_trait]
+impl ObjectSource for FakeObjects {
+    async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>> {
+        let mut objects = self.lock();
+        objects.reads += 1;
+        if let Some(e) = Self::injected(&objects, ObjectKind::ConfigMap, namespace, name) {
+            return Err(e);
+        }
+        Ok(objects
+            .config_maps
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
+    }
+
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>> {
+        let mut objects = self.lock();
+        objects.reads += 1;
+        if let Some(e) = Self::injected(&objects, ObjectKind::Secret, namespace, name) {
+            return Err(e);
+        }
+        Ok(objects
+            .secrets
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn set_read_fail_remove() {
+        let fake = FakeObjects::new();
+        fake.set_config_map(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("cm".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        assert!(fake.config_map("default", "cm").await.unwrap().is_some());
+        assert!(fake.config_map("other", "cm").await.unwrap().is_none());
+        fake.fail(ObjectKind::ConfigMap, "default", "cm", "boom");
+        assert_eq!(
+            fake.config_map("default", "cm")
+                .await
+                .unwrap_err()
+                .to_string(),
+            "boom"
+        );
+        fake.clear_failure(ObjectKind::ConfigMap, "default", "cm");
+        fake.remove_config_map("default", "cm");
+        assert!(fake.config_map("default", "cm").await.unwrap().is_none());
+        assert!(fake.secret("default", "cm").await.unwrap().is_none());
+        assert_eq!(fake.reads(), 5);
+    }
+}

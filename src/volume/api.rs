@@ -1,0 +1,608 @@
+//! Setting up and refreshing configMap, secret, downwardAPI and projected volumes: read the
+//! objects, build each volume's payload ([`super::projection`]), make its directory (a tmpfs
+//! for everything but ConfigMaps, as the kubelet wraps them) and project the payload with the
+//! atomic writer. Called on every pod sync, so a changed ConfigMap, Secret or pod label reaches
+//! running containers through the `..data` swap.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{lchown, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::atomic_writer::{write_payload, WriteOutcome};
+use super::projection::{volume_payload, volume_references, ApiVolumeKind, NodeAllocatable};
+use super::{check_component, emptydir, make_pod_dirs, mounts, pod_uid, VolumeError};
+use crate::objects::{FetchedObjects, ObjectSource};
+
+const MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// What setting up API volumes needs from the node.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiVolumeContext<'a> {
+    pub node: NodeAllocatable,
+    /// The mount table consulted before mounting a tmpfs (`/proc/self/mountinfo`).
+    pub mountinfo: &'a Path,
+}
+
+impl ApiVolumeContext<'static> {
+    pub fn new(node: NodeAllocatable) -> ApiVolumeContext<'static> {
+        ApiVolumeContext {
+            node,
+            mountinfo: Path::new(MOUNTINFO),
+        }
+    }
+}
+
+/// The result of one pass over a pod's API volumes.
+#[derive(Debug, Default)]
+pub struct ApiVolumes {
+    /// Volume name → host path of every API volume containers can mount: set up now, or set
+    /// up by an earlier pass and kept as it was because this pass failed (the kubelet keeps a
+    /// mounted volume when a refresh fails).
+    pub paths: BTreeMap<String, PathBuf>,
+    /// Volumes this pass could not set up or refresh, each a `FailedMount` event
+    /// (`MountVolume.SetUp failed for volume "x" : configmap "y" not found`).
+    pub failures: Vec<VolumeError>,
+}
+
+impl ApiVolumes {
+    /// The first failure of a volume that was never set up: the pod's containers cannot start
+    /// yet and stay `ContainerCreating` (the kubelet waits for every volume of the pod).
+    pub fn unmounted(&self) -> Option<&VolumeError> {
+        self.failures.iter().find(|e| match e {
+            VolumeError::MountFailed { volume, .. } => !self.paths.contains_key(volume),
+            _ => true,
+        })
+    }
+}
+
+/// Reads what the pod's configMap, secret and projected volumes refer to from `objects`, then
+/// sets up or refreshes every configMap, secret, downwardAPI and projected volume of the pod
+/// (see [`set_up_api_volumes`]). Like the kubelet's atomic writer, it must not run twice at
+/// once for one pod (the pod worker never syncs a pod twice at once).
+pub async fn update_api_volumes(
+    pod: &Pod,
+    root_dir: &Path,
+    objects: &dyn ObjectSource,
+    ctx: &ApiVolumeContext<'_>,
+) -> ApiVolumes {
+    let refs = volume_references(pod);
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let fetched = FetchedObjects::fetch(objects, namespace, &refs).await;
+    set_up_api_volumes(pod, root_dir, &fetched, ctx, jiff::Timestamp::now())
+}
+
+/// `<pod>/volumes/<plugin dir>/<volume>`.
+pub fn api_volume_path(pod_dir: &Path, kind: ApiVolumeKind, volume: &str) -> PathBuf {
+    pod_dir.join("volumes").join(kind.plugin_dir()).join(volume)
+}
+
+/// The effects of [`update_api_volumes`] once the objects are read: for each volume, its
+/// payload is built first (a missing object leaves the directory alone), then the directory
+/// is created (and a tmpfs mounted on it, falling back to the disk with a warning where
+/// mounting is not permitted), then the payload is written atomically; `now` names the data
+/// directory. With `spec.securityContext.fsGroup`, new data gets that group and group read
+/// access (`SetVolumeOwnership` of a read-only volume).
+pub fn set_up_api_volumes(
+    pod: &Pod,
+    root_dir: &Path,
+    objects: &FetchedObjects,
+    ctx: &ApiVolumeContext<'_>,
+    now: jiff::Timestamp,
+) -> ApiVolumes {
+    let mut out = ApiVolumes::default();
+    let volumes: Vec<_> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .enumerate()
+        .filter_map(|(i, v)| ApiVolumeKind::of(v).map(|k| (i, v, k)))
+        .collect();
+    if volumes.is_empty() {
+        return out;
+    }
+    let pod_dir = match pod_uid(pod).and_then(|uid| make_pod_dirs(root_dir, uid)) {
+        Ok(dir) => dir,
+        Err(e) => {
+            out.failures.push(e);
+            return out;
+        }
+    };
+    let fs_group = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group);
+    for (index, volume, kind) in volumes {
+        if let Err(e) = check_component(&format!("spec.volumes[{index}].name"), &volume.name) {
+            out.failures.push(e);
+            continue;
+        }
+        let dir = api_volume_path(&pod_dir, kind, &volume.name);
+        let set_up_before = fs::symlink_metadata(dir.join("..data")).is_ok();
+        let failed = |message: String| VolumeError::MountFailed {
+            volume: volume.name.clone(),
+            message,
+        };
+        let payload = match volume_payload(volume, index, pod, objects, &ctx.node) {
+            Some(Ok(payload)) => payload,
+            Some(Err(message)) => {
+                out.failures.push(failed(message));
+                if set_up_before {
+                    out.paths.insert(volume.name.clone(), dir);
+                }
+                continue;
+            }
+            None => continue,
+        };
+        if !set_up_before {
+            if let Err(e) = prepare_dir(pod, &volume.name, &dir, kind, ctx) {
+                out.failures.push(e);
+                continue;
+            }
+        }
+        let chown = |_: &Path| -> io::Result<()> {
+            if let Some(gid) = fs_group {
+                apply_fs_group(&dir, gid);
+            }
+            Ok(())
+        };
+        match write_payload(&dir, &payload, now, Some(&chown)) {
+            Ok(WriteOutcome::Written(data)) => {
+                tracing::debug!(volume = %volume.name, %data, "wrote volume data");
+                out.paths.insert(volume.name.clone(), dir);
+            }
+            Ok(WriteOutcome::Unchanged) => {
+                out.paths.insert(volume.name.clone(), dir);
+            }
+            Err(e) => {
+                out.failures.push(failed(e.to_string()));
+                if set_up_before {
+                    out.paths.insert(volume.name.clone(), dir);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Creates the volume directory (0777, as the kubelet's wrapped emptyDir) and, for
+/// memory-backed kinds, mounts a tmpfs on it sized like a memory emptyDir without a size
+/// limit. Where mounting is not permitted (an unprivileged nodelet, a test), the directory
+/// stays on the node's disk and a warning says so: secrets then touch the disk.
+fn prepare_dir(
+    pod: &Pod,
+    volume: &str,
+    dir: &Path,
+    kind: ApiVolumeKind,
+    ctx: &ApiVolumeContext<'_>,
+) -> Result<(), VolumeError> {
+    let set_up = |source| VolumeError::SetUp {
+        volume: volume.to_string(),
+        path: dir.to_path_buf(),
+        source,
+    };
+    emptydir::setup_dir(dir).map_err(set_up)?;
+    if !kind.memory_backed() {
+        return Ok(());
+    }
+    let table = fs::read_to_string(ctx.mountinfo).map_err(|source| VolumeError::Io {
+        path: ctx.mountinfo.to_path_buf(),
+        source,
+    })?;
+    let canonical = fs::canonicalize(dir).map_err(set_up)?;
+    if mounts::is_mount_point(&table, &canonical) {
+        return Ok(());
+    }
+    let size = emptydir::tmpfs_size(pod, None, Some(ctx.node.memory));
+    match emptydir::mount_tmpfs(&canonical, size) {
+        Ok(()) => {
+            fs::set_permissions(&canonical, fs::Permissions::from_mode(0o777)).map_err(set_up)
+        }
+        Err(error) => {
+            tracing::warn!(
+                volume,
+                path = %dir.display(),
+                %error,
+                "cannot mount a tmpfs for the volume; its files stay on the node's disk"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The mode bits `SetVolumeOwnership` adds for fsGroup on a read-only volume: group read, and
+/// for directories also group search and setgid.
+pub fn fs_group_mode(mode: u32, is_dir: bool) -> u32 {
+    const READ: u32 = 0o440;
+    const SEARCH: u32 = 0o110;
+    const SETGID: u32 = 0o2000;
+    if is_dir {
+        mode | READ | SEARCH | SETGID
+    } else {
+        mode | READ
+    }
+}
+
+/// Gives everything below `dir` (and `dir`) the group `gid` and group read access, without
+/// following symlinks. Like the kubelet, failures are logged and do not fail the volume.
+fn apply_fs_group(dir: &Path, gid: i64) {
+    let Ok(gid) = u32::try_from(gid) else {
+        tracing::warn!(gid, "fsGroup out of range; volume ownership unchanged");
+        return;
+    };
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "reading volume ownership");
+                continue;
+            }
+        };
+        if let Err(error) = lchown(&path, None, Some(gid)) {
+            tracing::warn!(path = %path.display(), %error, "lchown for fsGroup");
+        }
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let is_dir = meta.is_dir();
+        let mode = meta.permissions().mode() & 0o7777;
+        let want = fs_group_mode(mode, is_dir);
+        if want != mode {
+            if let Err(error) = fs::set_permissions(&path, fs::Permissions::from_mode(want)) {
+                tracing::warn!(path = %path.display(), %error, "chmod for fsGroup");
+            }
+        }
+        if is_dir {
+            match fs::read_dir(&path) {
+                Ok(entries) => stack.extend(entries.flatten().map(|e| e.path())),
+                Err(error) => tracing::warn!(path = %path.display(), %error, "listing volume"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, ConfigMapVolumeSource, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
+        ObjectFieldSelector, PodSecurityContext, PodSpec, Secret, SecretVolumeSource, Volume,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::ByteString;
+
+    use super::*;
+
+    const NODE: NodeAllocatable = NodeAllocatable {
+        cpu_milli: 2000,
+        memory: 1 << 30,
+        ephemeral_storage: None,
+    };
+
+    /// Unmounts whatever a test mounted below its root, even when the test fails.
+    struct Root(tempfile::TempDir);
+
+    impl Drop for Root {
+        fn drop(&mut self) {
+            let _ = super::super::cleanup_pod_dir(self.0.path(), "uid-1");
+        }
+    }
+
+    fn root() -> Root {
+        Root(tempfile::tempdir().unwrap())
+    }
+
+    fn now() -> jiff::Timestamp {
+        "2024-05-01T10:00:00Z".parse().unwrap()
+    }
+
+    fn pod(volumes: Vec<Volume>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("prod".into()),
+                uid: Some("uid-1".into()),
+                labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(volumes),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn cm_volume(mode: Option<i32>) -> Volume {
+        Volume {
+            name: "cfg".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: "settings".into(),
+                default_mode: mode,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn objects(cm: Option<&[(&str, &str)]>) -> FetchedObjects {
+        let cm = cm.map(|data| ConfigMap {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        FetchedObjects {
+            namespace: "prod".into(),
+            config_maps: BTreeMap::from([("settings".to_string(), Ok(cm))]),
+            secrets: BTreeMap::from([(
+                "creds".to_string(),
+                Ok(Some(Secret {
+                    data: Some(BTreeMap::from([(
+                        "password".to_string(),
+                        ByteString(b"pw".to_vec()),
+                    )])),
+                    ..Default::default()
+                })),
+            )]),
+        }
+    }
+
+    fn ctx(mountinfo: &Path) -> ApiVolumeContext<'_> {
+        ApiVolumeContext {
+            node: NODE,
+            mountinfo,
+        }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut out: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with("..2024"))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn config_map_volume_is_written_and_updated_in_place() {
+        let root = root();
+        let p = pod(vec![cm_volume(None)]);
+        let mountinfo = Path::new(MOUNTINFO);
+        let first = objects(Some(&[("a.conf", "1"), ("b.conf", "2")]));
+        let out = set_up_api_volumes(&p, root.0.path(), &first, &ctx(mountinfo), now());
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+        let dir = root
+            .0
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~configmap/cfg");
+        assert_eq!(out.paths["cfg"], dir);
+        assert_eq!(names(&dir), ["..data", "a.conf", "b.conf"]);
+        assert_eq!(fs::read_to_string(dir.join("a.conf")).unwrap(), "1");
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o7777,
+            0o777
+        );
+        assert_eq!(
+            fs::metadata(dir.join("a.conf"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o644
+        );
+        let data_before = fs::read_link(dir.join("..data")).unwrap();
+
+        // an unchanged object writes nothing
+        set_up_api_volumes(&p, root.0.path(), &first, &ctx(mountinfo), now());
+        assert_eq!(fs::read_link(dir.join("..data")).unwrap(), data_before);
+
+        // a change swaps the data; a removed key disappears
+        let second = objects(Some(&[("a.conf", "one")]));
+        let out = set_up_api_volumes(&p, root.0.path(), &second, &ctx(mountinfo), now());
+        assert!(out.failures.is_empty());
+        assert_ne!(fs::read_link(dir.join("..data")).unwrap(), data_before);
+        assert_eq!(names(&dir), ["..data", "a.conf"]);
+        assert_eq!(fs::read_to_string(dir.join("a.conf")).unwrap(), "one");
+    }
+
+    #[test]
+    fn missing_object_is_a_failed_mount_and_a_set_up_volume_is_kept() {
+        let root = root();
+        let p = pod(vec![cm_volume(None)]);
+        let mountinfo = Path::new(MOUNTINFO);
+        let dir = root
+            .0
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~configmap/cfg");
+
+        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        let messages: Vec<String> = out.failures.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            messages,
+            ["MountVolume.SetUp failed for volume \"cfg\" : configmap \"settings\" not found"]
+        );
+        assert!(out.paths.is_empty());
+        assert!(out.unmounted().is_some());
+        assert!(!dir.exists());
+
+        let present = objects(Some(&[("k", "v")]));
+        let out = set_up_api_volumes(&p, root.0.path(), &present, &ctx(mountinfo), now());
+        assert!(out.unmounted().is_none() && out.failures.is_empty());
+
+        // deleted later: the event again, but running and new containers keep the last data
+        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        assert_eq!(out.failures.len(), 1);
+        assert!(out.unmounted().is_none());
+        assert_eq!(out.paths["cfg"], dir);
+        assert_eq!(fs::read_to_string(dir.join("k")).unwrap(), "v");
+    }
+
+    #[test]
+    fn memory_backed_volumes_use_a_tmpfs_or_fall_back_to_disk() {
+        let root = root();
+        let secret = Volume {
+            name: "creds".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("creds".into()),
+                default_mode: Some(0o400),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let p = pod(vec![secret]);
+        let mountinfo = Path::new(MOUNTINFO);
+        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+        let dir = &out.paths["creds"];
+        assert!(dir.ends_with("volumes/kubernetes.io~secret/creds"));
+        assert_eq!(fs::read_to_string(dir.join("password")).unwrap(), "pw");
+        assert_eq!(
+            fs::metadata(dir.join("password"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o400
+        );
+        let canonical = fs::canonicalize(dir).unwrap();
+        let table = fs::read_to_string(MOUNTINFO).unwrap();
+        let mounted = mounts::is_mount_point(&table, &canonical);
+        if mounted {
+            let line = table
+                .lines()
+                .find(|l| l.split(' ').nth(4) == canonical.to_str())
+                .unwrap();
+            // sized to the node's allocatable memory (the pod has no limit)
+            assert!(
+                line.contains("tmpfs") && line.contains("size=1048576k"),
+                "{line}"
+            );
+        }
+        // a second pass neither mounts again nor fails
+        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        assert!(out.failures.is_empty());
+        let table = fs::read_to_string(MOUNTINFO).unwrap();
+        let count = mounts::mount_points(&table)
+            .iter()
+            .filter(|m| **m == canonical)
+            .count();
+        assert_eq!(count, usize::from(mounted));
+    }
+
+    #[test]
+    fn downward_api_volume_follows_label_changes() {
+        let root = root();
+        let volume = Volume {
+            name: "info".into(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                items: Some(vec![DownwardAPIVolumeFile {
+                    path: "labels".into(),
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: None,
+                        field_path: "metadata.labels".into(),
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut p = pod(vec![volume]);
+        let mountinfo = Path::new(MOUNTINFO);
+        let none = FetchedObjects::default();
+        let out = set_up_api_volumes(&p, root.0.path(), &none, &ctx(mountinfo), now());
+        let file = out.paths["info"].join("labels");
+        assert_eq!(fs::read_to_string(&file).unwrap(), "app=\"web\"");
+        p.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("tier".into(), "front".into());
+        set_up_api_volumes(&p, root.0.path(), &none, &ctx(mountinfo), now());
+        assert_eq!(
+            fs::read_to_string(&file).unwrap(),
+            "app=\"web\"\ntier=\"front\""
+        );
+    }
+
+    #[test]
+    fn fs_group_owns_the_volume_with_group_read() {
+        let root = root();
+        // The process's own group, so the test needs no privilege.
+        let gid = nix::unistd::getgid().as_raw();
+        let mut p = pod(vec![cm_volume(Some(0o400))]);
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            fs_group: Some(i64::from(gid)),
+            ..Default::default()
+        });
+        let mountinfo = Path::new(MOUNTINFO);
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &objects(Some(&[("k", "v")])),
+            &ctx(mountinfo),
+            now(),
+        );
+        let dir = &out.paths["cfg"];
+        let data = dir.join(fs::read_link(dir.join("..data")).unwrap());
+        let cases = [
+            (data.join("k"), 0o440),
+            (data.clone(), 0o2755),
+            (dir.clone(), 0o2777),
+        ];
+        for (path, mode) in cases {
+            let meta = fs::metadata(&path).unwrap();
+            assert_eq!(
+                meta.permissions().mode() & 0o7777,
+                mode,
+                "{}",
+                path.display()
+            );
+            assert_eq!(meta.gid(), gid, "{}", path.display());
+        }
+    }
+
+    #[test]
+    fn fs_group_mode_table() {
+        let cases = [
+            (0o400, false, 0o440),
+            (0o644, false, 0o644),
+            (0o600, false, 0o640),
+            (0o755, true, 0o2755),
+            (0o700, true, 0o2750),
+            (0o777, true, 0o2777),
+        ];
+        for (mode, is_dir, want) in cases {
+            assert_eq!(fs_group_mode(mode, is_dir), want, "{mode:o} {is_dir}");
+        }
+    }
+
+    #[test]
+    fn invalid_uid_or_name_is_reported() {
+        let root = root();
+        let mut p = pod(vec![cm_volume(None)]);
+        p.metadata.uid = Some("../x".into());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &objects(Some(&[])),
+            &ctx(Path::new(MOUNTINFO)),
+            now(),
+        );
+        assert_eq!(
+            out.failures[0].to_string(),
+            "metadata.uid: Invalid value: \"../x\": must be a single path component"
+        );
+        assert!(out.unmounted().is_some());
+    }
+}

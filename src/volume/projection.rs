@@ -1,0 +1,962 @@
+//! What goes into a configMap, secret, downwardAPI or projected volume: pure functions from the
+//! volume source, the pod and the objects read for it to a [`Payload`] for the atomic writer
+//! (`MakePayload` in `pkg/volume/configmap` and `pkg/volume/secret`, `CollectData` in
+//! `pkg/volume/downwardapi`, `collectData` in `pkg/volume/projected`). Error texts are the
+//! kubelet's; the caller prefixes them with `MountVolume.SetUp failed for volume "x" : `.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
+};
+
+use super::atomic_writer::{FileProjection, Payload};
+use crate::objects::{not_found_message, Fetched, FetchedObjects, ObjectKind};
+use crate::sync::env::{format_map, resource_field_ref_value, split_subscript, EnvContext};
+
+/// The API default of `defaultMode` for configMap, secret, downwardAPI and projected volumes
+/// (`0644`, 420 in JSON), used when a pod was not defaulted (static pods read from disk are).
+pub const DEFAULT_MODE: i32 = 0o644;
+
+/// The node's allocatable resources: the Downward API's `limits.*` of a container that sets no
+/// limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeAllocatable {
+    pub cpu_milli: i64,
+    pub memory: i64,
+    /// `None` when unknown: `limits.ephemeral-storage` is then `0`.
+    pub ephemeral_storage: Option<i64>,
+}
+
+/// The volume types whose content nodelet projects, with the kubelet's plugin directory and
+/// backing: secrets, the Downward API and projected volumes live on a tmpfs, ConfigMaps on the
+/// node's disk (the kubelet's `wrappedVolumeSpec` of each plugin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ApiVolumeKind {
+    ConfigMap,
+    Secret,
+    DownwardApi,
+    Projected,
+}
+
+impl ApiVolumeKind {
+    /// The kind of `volume`, if it is one of the projected-content types.
+    pub fn of(volume: &Volume) -> Option<ApiVolumeKind> {
+        if volume.config_map.is_some() {
+            Some(ApiVolumeKind::ConfigMap)
+        } else if volume.secret.is_some() {
+            Some(ApiVolumeKind::Secret)
+        } else if volume.downward_api.is_some() {
+            Some(ApiVolumeKind::DownwardApi)
+        } else if volume.projected.is_some() {
+            Some(ApiVolumeKind::Projected)
+        } else {
+            None
+        }
+    }
+
+    /// The directory under `<pod>/volumes/`.
+    pub fn plugin_dir(self) -> &'static str {
+        match self {
+            ApiVolumeKind::ConfigMap => "kubernetes.io~configmap",
+            ApiVolumeKind::Secret => "kubernetes.io~secret",
+            ApiVolumeKind::DownwardApi => "kubernetes.io~downward-api",
+            ApiVolumeKind::Projected => "kubernetes.io~projected",
+        }
+    }
+
+    /// Whether the kubelet backs the volume with a tmpfs (so secrets never touch the disk).
+    pub fn memory_backed(self) -> bool {
+        !matches!(self, ApiVolumeKind::ConfigMap)
+    }
+}
+
+/// A mode from the API (validated to 0..=0777) as file mode bits.
+fn file_mode(mode: Option<i32>, default_mode: i32) -> u32 {
+    let mode = mode.unwrap_or(default_mode);
+    u32::try_from(mode).unwrap_or(0o644) & 0o7777
+}
+
+/// `utilerrors.NewAggregate(errs).Error()`: one message as is, several (duplicates dropped) as
+/// `[a, b]`.
+pub fn aggregate(errs: &[String]) -> Option<String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for e in errs {
+        if !seen.contains(&e.as_str()) {
+            seen.push(e);
+        }
+    }
+    match seen.len() {
+        0 => None,
+        1 => Some(seen[0].to_string()),
+        _ => Some(format!("[{}]", seen.join(", "))),
+    }
+}
+
+/// `configmap.MakePayload`: every key (`data` then `binaryData`) at its own name, or only the
+/// listed `items` at their paths. A listed key that is missing fails the volume unless it is
+/// `optional`.
+pub fn config_map_payload(
+    items: &[KeyToPath],
+    config_map: Option<&ConfigMap>,
+    default_mode: i32,
+    optional: bool,
+) -> Result<Payload, String> {
+    let data = config_map.and_then(|c| c.data.as_ref());
+    let binary = config_map.and_then(|c| c.binary_data.as_ref());
+    let mut payload = Payload::new();
+    if items.is_empty() {
+        for (name, value) in data.into_iter().flatten() {
+            payload.insert(
+                name.clone(),
+                FileProjection {
+                    data: value.as_bytes().to_vec(),
+                    mode: file_mode(None, default_mode),
+                },
+            );
+        }
+        for (name, value) in binary.into_iter().flatten() {
+            payload.insert(
+                name.clone(),
+                FileProjection {
+                    data: value.0.clone(),
+                    mode: file_mode(None, default_mode),
+                },
+            );
+        }
+        return Ok(payload);
+    }
+    for item in items {
+        let content = match (
+            data.and_then(|d| d.get(&item.key)),
+            binary.and_then(|b| b.get(&item.key)),
+        ) {
+            (Some(s), _) => s.as_bytes().to_vec(),
+            (None, Some(b)) => b.0.clone(),
+            (None, None) if optional => continue,
+            (None, None) => {
+                return Err(format!(
+                    "configmap references non-existent config key: {}",
+                    item.key
+                ))
+            }
+        };
+        payload.insert(
+            item.path.clone(),
+            FileProjection {
+                data: content,
+                mode: file_mode(item.mode, default_mode),
+            },
+        );
+    }
+    Ok(payload)
+}
+
+/// `secret.MakePayload`: like [`config_map_payload`] over the Secret's `data`.
+pub fn secret_payload(
+    items: &[KeyToPath],
+    secret: Option<&Secret>,
+    default_mode: i32,
+    optional: bool,
+) -> Result<Payload, String> {
+    let data = secret.and_then(|s| s.data.as_ref());
+    let mut payload = Payload::new();
+    if items.is_empty() {
+        for (name, value) in data.into_iter().flatten() {
+            payload.insert(
+                name.clone(),
+                FileProjection {
+                    data: value.0.clone(),
+                    mode: file_mode(None, default_mode),
+                },
+            );
+        }
+        return Ok(payload);
+    }
+    for item in items {
+        let Some(content) = data.and_then(|d| d.get(&item.key)) else {
+            if optional {
+                continue;
+            }
+            return Err(format!("references non-existent secret key: {}", item.key));
+        };
+        payload.insert(
+            item.path.clone(),
+            FileProjection {
+                data: content.0.clone(),
+                mode: file_mode(item.mode, default_mode),
+            },
+        );
+    }
+    Ok(payload)
+}
+
+/// The object a volume refers to, or the kubelet's error: a missing object is an empty one
+/// when `optional`, else `configmap "x" not found`; a failed read is its error.
+fn resolve<'a, T>(
+    read: Fetched<&'a T>,
+    kind: ObjectKind,
+    name: &str,
+    optional: bool,
+) -> Result<Option<&'a T>, String> {
+    match read {
+        Ok(Some(object)) => Ok(Some(object)),
+        Ok(None) if optional => Ok(None),
+        Ok(None) => Err(not_found_message(kind, name)),
+        Err(message) => Err(message),
+    }
+}
+
+/// `fieldpath.ExtractFieldPathAsString` on the pod: the metadata fields a downwardAPI volume
+/// may project.
+pub fn volume_field_value(pod: &Pod, path: &str) -> Result<String, String> {
+    let meta = &pod.metadata;
+    if let Some((head, key)) = split_subscript(path) {
+        return match head {
+            "metadata.annotations" => Ok(meta
+                .annotations
+                .as_ref()
+                .and_then(|m| m.get(key))
+                .cloned()
+                .unwrap_or_default()),
+            "metadata.labels" => Ok(meta
+                .labels
+                .as_ref()
+                .and_then(|m| m.get(key))
+                .cloned()
+                .unwrap_or_default()),
+            _ => Err(format!("fieldPath {path:?} does not support subscript")),
+        };
+    }
+    match path {
+        "metadata.annotations" => Ok(format_map(meta.annotations.as_ref())),
+        "metadata.labels" => Ok(format_map(meta.labels.as_ref())),
+        "metadata.name" => Ok(meta.name.clone().unwrap_or_default()),
+        "metadata.namespace" => Ok(meta.namespace.clone().unwrap_or_default()),
+        "metadata.uid" => Ok(meta.uid.clone().unwrap_or_default()),
+        _ => Err(format!("unsupported fieldPath: {path}")),
+    }
+}
+
+/// The container named `name` (regular first, then init), as `findContainerInPod`.
+fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers.iter().find(|c| c.name == name).or_else(|| {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)
+    })
+}
+
+/// `downwardapi.CollectData`: one file per item (an item with neither reference is an empty
+/// file); errors of all items are collected, not just the first.
+pub fn downward_api_payload(
+    items: &[DownwardAPIVolumeFile],
+    pod: &Pod,
+    default_mode: i32,
+    node: &NodeAllocatable,
+    field: &str,
+) -> Result<Payload, String> {
+    let ctx = EnvContext {
+        pod_ips: &[],
+        host_ips: &[],
+        node_name: "",
+        node_allocatable_cpu_milli: node.cpu_milli,
+        node_allocatable_memory: node.memory,
+        node_allocatable_ephemeral_storage: node.ephemeral_storage,
+    };
+    let mut errs = Vec::new();
+    let mut payload = Payload::new();
+    for (i, item) in items.iter().enumerate() {
+        let mut data = Vec::new();
+        if let Some(f) = &item.field_ref {
+            match volume_field_value(pod, &f.field_path) {
+                Ok(v) => data = v.into_bytes(),
+                Err(e) => errs.push(e),
+            }
+        } else if let Some(r) = &item.resource_field_ref {
+            let name = r.container_name.as_deref().unwrap_or_default();
+            match find_container(pod, name) {
+                None => errs.push(format!("container {name} not found")),
+                Some(container) => {
+                    let item_field = format!("{field}.items[{i}].resourceFieldRef");
+                    match resource_field_ref_value(pod, container, r, &item_field, &ctx) {
+                        Ok(v) => data = v.into_bytes(),
+                        Err(e) => errs.push(e.to_string()),
+                    }
+                }
+            }
+        }
+        payload.insert(
+            item.path.clone(),
+            FileProjection {
+                data,
+                mode: file_mode(item.mode, default_mode),
+            },
+        );
+    }
+    match aggregate(&errs) {
+        Some(e) => Err(e),
+        None => Ok(payload),
+    }
+}
+
+/// The payload of one configMap, secret, downwardAPI or projected volume of `pod` (`index` is
+/// its position in `spec.volumes`, for error paths); `None` for other volume types.
+pub fn volume_payload(
+    volume: &Volume,
+    index: usize,
+    pod: &Pod,
+    objects: &FetchedObjects,
+    node: &NodeAllocatable,
+) -> Option<Result<Payload, String>> {
+    let field = format!("spec.volumes[{index}]");
+    if let Some(source) = &volume.config_map {
+        let optional = source.optional == Some(true);
+        let items = source.items.as_deref().unwrap_or_default();
+        let mode = source.default_mode.unwrap_or(DEFAULT_MODE);
+        return Some(
+            resolve(
+                objects.config_map(&source.name),
+                ObjectKind::ConfigMap,
+                &source.name,
+                optional,
+            )
+            .and_then(|cm| config_map_payload(items, cm, mode, optional)),
+        );
+    }
+    if let Some(source) = &volume.secret {
+        let name = source.secret_name.as_deref().unwrap_or_default();
+        let optional = source.optional == Some(true);
+        let items = source.items.as_deref().unwrap_or_default();
+        let mode = source.default_mode.unwrap_or(DEFAULT_MODE);
+        return Some(
+            resolve(objects.secret(name), ObjectKind::Secret, name, optional)
+                .and_then(|s| secret_payload(items, s, mode, optional)),
+        );
+    }
+    if let Some(source) = &volume.downward_api {
+        let items = source.items.as_deref().unwrap_or_default();
+        let mode = source.default_mode.unwrap_or(DEFAULT_MODE);
+        return Some(downward_api_payload(
+            items,
+            pod,
+            mode,
+            node,
+            &format!("{field}.downwardAPI"),
+        ));
+    }
+    let projected = volume.projected.as_ref()?;
+    let mode = projected.default_mode.unwrap_or(DEFAULT_MODE);
+    let mut errs = Vec::new();
+    let mut payload = Payload::new();
+    for (i, src) in projected.sources.iter().flatten().enumerate() {
+        let part = if let Some(cm) = &src.config_map {
+            let optional = cm.optional == Some(true);
+            let items = cm.items.as_deref().unwrap_or_default();
+            resolve(
+                objects.config_map(&cm.name),
+                ObjectKind::ConfigMap,
+                &cm.name,
+                optional,
+            )
+            .and_then(|c| config_map_payload(items, c, mode, optional))
+        } else if let Some(s) = &src.secret {
+            let optional = s.optional == Some(true);
+            let items = s.items.as_deref().unwrap_or_default();
+            resolve(
+                objects.secret(&s.name),
+                ObjectKind::Secret,
+                &s.name,
+                optional,
+            )
+            .and_then(|x| secret_payload(items, x, mode, optional))
+        } else if let Some(d) = &src.downward_api {
+            downward_api_payload(
+                d.items.as_deref().unwrap_or_default(),
+                pod,
+                mode,
+                node,
+                &format!("{field}.projected.sources[{i}].downwardAPI"),
+            )
+        } else if src.service_account_token.is_some() {
+            Err(unsupported_source("serviceAccountToken"))
+        } else if src.cluster_trust_bundle.is_some() {
+            Err(unsupported_source("clusterTrustBundle"))
+        } else if src.pod_certificate.is_some() {
+            Err(unsupported_source("podCertificate"))
+        } else {
+            Ok(Payload::new())
+        };
+        match part {
+            Ok(files) => payload.extend(files),
+            Err(e) => errs.push(e),
+        }
+    }
+    Some(match aggregate(&errs) {
+        Some(e) => Err(e),
+        None => Ok(payload),
+    })
+}
+
+fn unsupported_source(kind: &str) -> String {
+    format!("projected volume sources of type {kind} are not supported by nodelet yet")
+}
+
+/// The objects the projected-content volumes of `pod` refer to, for
+/// [`FetchedObjects::fetch`].
+pub fn volume_references(pod: &Pod) -> crate::objects::References {
+    let mut refs = crate::objects::References::default();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if let Some(c) = &v.config_map {
+            refs.config_maps.insert(c.name.clone());
+        }
+        if let Some(s) = &v.secret {
+            refs.secrets
+                .insert(s.secret_name.clone().unwrap_or_default());
+        }
+        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(c) = &src.config_map {
+                refs.config_maps.insert(c.name.clone());
+            }
+            if let Some(s) = &src.secret {
+                refs.secrets.insert(s.name.clone());
+            }
+        }
+    }
+    refs
+}
+
+/// Keeps only names, for error-free display in tests and logs.
+pub fn payload_summary(payload: &Payload) -> BTreeMap<String, (String, u32)> {
+    payload
+        .iter()
+        .map(|(k, f)| {
+            (
+                k.clone(),
+                (String::from_utf8_lossy(&f.data).into_owned(), f.mode),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        ConfigMapProjection, ConfigMapVolumeSource, DownwardAPIProjection, DownwardAPIVolumeSource,
+        ObjectFieldSelector, PodSpec, ProjectedVolumeSource, ResourceFieldSelector,
+        SecretProjection, SecretVolumeSource, ServiceAccountTokenProjection, VolumeProjection,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::ByteString;
+
+    use super::*;
+    use crate::cgroup::resources::test_support::container;
+
+    const NODE: NodeAllocatable = NodeAllocatable {
+        cpu_milli: 4000,
+        memory: 8 << 30,
+        ephemeral_storage: None,
+    };
+
+    fn item(key: &str, path: &str, mode: Option<i32>) -> KeyToPath {
+        KeyToPath {
+            key: key.into(),
+            path: path.into(),
+            mode,
+            ..Default::default()
+        }
+    }
+
+    fn summary(p: &Payload) -> Vec<(String, String, u32)> {
+        payload_summary(p)
+            .into_iter()
+            .map(|(k, (d, m))| (k, d, m))
+            .collect()
+    }
+
+    fn owned(v: &[(&str, &str, u32)]) -> Vec<(String, String, u32)> {
+        v.iter()
+            .map(|(k, d, m)| (k.to_string(), d.to_string(), *m))
+            .collect()
+    }
+
+    fn settings() -> ConfigMap {
+        ConfigMap {
+            data: Some(BTreeMap::from([
+                ("app.conf".to_string(), "port=80".to_string()),
+                ("level".to_string(), "debug".to_string()),
+            ])),
+            binary_data: Some(BTreeMap::from([(
+                "logo.png".to_string(),
+                ByteString(vec![0x89, b'P']),
+            )])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn config_map_payload_table() {
+        type Case<'a> = (
+            &'a str,
+            Vec<KeyToPath>,
+            Option<ConfigMap>,
+            bool,
+            Result<Vec<(&'a str, &'a str, u32)>, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "every key with the default mode",
+                vec![],
+                Some(settings()),
+                false,
+                Ok(vec![
+                    ("app.conf", "port=80", 0o644),
+                    ("level", "debug", 0o644),
+                    ("logo.png", "\u{fffd}P", 0o644),
+                ]),
+            ),
+            (
+                "items map keys to paths with their own modes",
+                vec![
+                    item("app.conf", "etc/app.conf", Some(0o400)),
+                    item("level", "lvl", None),
+                ],
+                Some(settings()),
+                false,
+                Ok(vec![
+                    ("etc/app.conf", "port=80", 0o400),
+                    ("lvl", "debug", 0o644),
+                ]),
+            ),
+            (
+                "a missing item key fails",
+                vec![item("nope", "x", None)],
+                Some(settings()),
+                false,
+                Err("configmap references non-existent config key: nope"),
+            ),
+            (
+                "a missing item key of an optional volume is left out",
+                vec![item("nope", "x", None), item("level", "l", None)],
+                Some(settings()),
+                true,
+                Ok(vec![("l", "debug", 0o644)]),
+            ),
+            (
+                "an absent optional object is empty",
+                vec![],
+                None,
+                true,
+                Ok(vec![]),
+            ),
+        ];
+        for (name, items, cm, optional, want) in cases {
+            let got = config_map_payload(&items, cm.as_ref(), DEFAULT_MODE, optional)
+                .map(|p| summary(&p));
+            assert_eq!(
+                got,
+                want.map(|w| owned(&w)).map_err(str::to_string),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn secret_payload_table() {
+        let secret = Secret {
+            data: Some(BTreeMap::from([
+                ("tls.key".to_string(), ByteString(b"KEY".to_vec())),
+                ("token".to_string(), ByteString(b"t0k".to_vec())),
+            ])),
+            ..Default::default()
+        };
+        type Case<'a> = (
+            Vec<KeyToPath>,
+            bool,
+            Result<Vec<(&'a str, &'a str, u32)>, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                vec![],
+                false,
+                Ok(vec![("tls.key", "KEY", 0o400), ("token", "t0k", 0o400)]),
+            ),
+            (
+                vec![item("token", "auth/token", Some(0o440))],
+                false,
+                Ok(vec![("auth/token", "t0k", 0o440)]),
+            ),
+            (
+                vec![item("nope", "x", None)],
+                false,
+                Err("references non-existent secret key: nope"),
+            ),
+            (vec![item("nope", "x", None)], true, Ok(vec![])),
+        ];
+        for (items, optional, want) in cases {
+            let got = secret_payload(&items, Some(&secret), 0o400, optional).map(|p| summary(&p));
+            assert_eq!(
+                got,
+                want.map(|w| owned(&w)).map_err(str::to_string),
+                "{items:?}"
+            );
+        }
+    }
+
+    fn downward_pod() -> Pod {
+        let app = container("app", "cpu=250m,memory=64Mi", "memory=128Mi");
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("prod".into()),
+                uid: Some("uid-1".into()),
+                labels: Some(BTreeMap::from([
+                    ("app".to_string(), "web".to_string()),
+                    ("tier".to_string(), "front".to_string()),
+                ])),
+                annotations: Some(BTreeMap::from([(
+                    "note".to_string(),
+                    "say \"hi\"".to_string(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![app],
+                init_containers: Some(vec![container("setup", "", "")]),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn field_item(path: &str, field: &str) -> DownwardAPIVolumeFile {
+        DownwardAPIVolumeFile {
+            path: path.into(),
+            field_ref: Some(ObjectFieldSelector {
+                api_version: Some("v1".into()),
+                field_path: field.into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn resource_item(path: &str, c: &str, resource: &str, divisor: &str) -> DownwardAPIVolumeFile {
+        DownwardAPIVolumeFile {
+            path: path.into(),
+            resource_field_ref: Some(ResourceFieldSelector {
+                container_name: Some(c.into()),
+                divisor: Some(ApiQuantity(divisor.into())),
+                resource: resource.into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn downward_api_payload_table() {
+        type Case<'a> = (
+            &'a str,
+            Vec<DownwardAPIVolumeFile>,
+            Result<Vec<(&'a str, &'a str, u32)>, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "metadata fields and subscripts",
+                vec![
+                    field_item("labels", "metadata.labels"),
+                    field_item("annotations", "metadata.annotations"),
+                    field_item("name", "metadata.name"),
+                    field_item("ns", "metadata.namespace"),
+                    field_item("uid", "metadata.uid"),
+                    field_item("app", "metadata.labels['app']"),
+                    field_item("none", "metadata.annotations['none']"),
+                    DownwardAPIVolumeFile {
+                        mode: Some(0o600),
+                        ..field_item("sub/dir/name", "metadata.name")
+                    },
+                ],
+                Ok(vec![
+                    ("annotations", "note=\"say \\\"hi\\\"\"", 0o644),
+                    ("app", "web", 0o644),
+                    ("labels", "app=\"web\"\ntier=\"front\"", 0o644),
+                    ("name", "web", 0o644),
+                    ("none", "", 0o644),
+                    ("ns", "prod", 0o644),
+                    ("sub/dir/name", "web", 0o600),
+                    ("uid", "uid-1", 0o644),
+                ]),
+            ),
+            (
+                "resources with divisors; missing limits fall back to the node",
+                vec![
+                    resource_item("cpu_req", "app", "requests.cpu", "1m"),
+                    resource_item("cpu_lim", "app", "limits.cpu", "1"),
+                    resource_item("mem_lim", "app", "limits.memory", "1Mi"),
+                    resource_item("init_mem", "setup", "limits.memory", "1Gi"),
+                ],
+                Ok(vec![
+                    ("cpu_lim", "4", 0o644),
+                    ("cpu_req", "250", 0o644),
+                    ("init_mem", "8", 0o644),
+                    ("mem_lim", "128", 0o644),
+                ]),
+            ),
+            (
+                "every error is reported",
+                vec![
+                    field_item("a", "spec.nodeName"),
+                    field_item("b", "metadata.name['x']"),
+                    resource_item("c", "ghost", "limits.cpu", "1"),
+                    field_item("ok", "metadata.name"),
+                ],
+                Err("[unsupported fieldPath: spec.nodeName, fieldPath \"metadata.name['x']\" does not support subscript, container ghost not found]"),
+            ),
+        ];
+        let pod = downward_pod();
+        for (name, items, want) in cases {
+            let got = downward_api_payload(&items, &pod, DEFAULT_MODE, &NODE, "spec.volumes[0]")
+                .map(|p| summary(&p));
+            assert_eq!(
+                got,
+                want.map(|w| owned(&w)).map_err(str::to_string),
+                "{name}"
+            );
+        }
+    }
+
+    fn fetched() -> FetchedObjects {
+        FetchedObjects {
+            namespace: "prod".into(),
+            config_maps: BTreeMap::from([
+                ("settings".to_string(), Ok(Some(settings()))),
+                ("absent".to_string(), Ok(None)),
+                (
+                    "broken".to_string(),
+                    Err(
+                        "failed to sync configmap cache: timed out waiting for the condition"
+                            .to_string(),
+                    ),
+                ),
+            ]),
+            secrets: BTreeMap::from([
+                (
+                    "creds".to_string(),
+                    Ok(Some(Secret {
+                        data: Some(BTreeMap::from([(
+                            "password".to_string(),
+                            ByteString(b"pw".to_vec()),
+                        )])),
+                        ..Default::default()
+                    })),
+                ),
+                ("absent".to_string(), Ok(None)),
+            ]),
+        }
+    }
+
+    fn cm_volume(name: &str, optional: bool) -> Volume {
+        Volume {
+            name: "v".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: name.into(),
+                optional: optional.then_some(true),
+                items: Some(vec![item("level", "level", None)]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn secret_volume(name: &str, optional: bool, mode: Option<i32>) -> Volume {
+        Volume {
+            name: "v".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(name.into()),
+                optional: optional.then_some(true),
+                default_mode: mode,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn projected(sources: Vec<VolumeProjection>, mode: Option<i32>) -> Volume {
+        Volume {
+            name: "v".into(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(sources),
+                default_mode: mode,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn volume_payload_table() {
+        type Case<'a> = (
+            &'a str,
+            Volume,
+            Option<Result<Vec<(&'a str, &'a str, u32)>, &'a str>>,
+        );
+        let cases: Vec<Case> = vec![
+            ("not an API volume", Volume { name: "v".into(), ..Default::default() }, None),
+            ("configMap", cm_volume("settings", false), Some(Ok(vec![("level", "debug", 0o644)]))),
+            (
+                "missing configMap",
+                cm_volume("absent", false),
+                Some(Err("configmap \"absent\" not found")),
+            ),
+            ("missing optional configMap", cm_volume("absent", true), Some(Ok(vec![]))),
+            (
+                "unreadable configMap, even optional",
+                cm_volume("broken", true),
+                Some(Err("failed to sync configmap cache: timed out waiting for the condition")),
+            ),
+            (
+                "secret with defaultMode",
+                secret_volume("creds", false, Some(0o400)),
+                Some(Ok(vec![("password", "pw", 0o400)])),
+            ),
+            (
+                "missing secret",
+                secret_volume("absent", false, None),
+                Some(Err("secret \"absent\" not found")),
+            ),
+            (
+                "downwardAPI",
+                Volume {
+                    name: "v".into(),
+                    downward_api: Some(DownwardAPIVolumeSource {
+                        items: Some(vec![field_item("name", "metadata.name")]),
+                        default_mode: Some(0o444),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Some(Ok(vec![("name", "web", 0o444)])),
+            ),
+            (
+                "projected: all sources merged with the volume's default mode",
+                projected(
+                    vec![
+                        VolumeProjection {
+                            config_map: Some(ConfigMapProjection {
+                                name: "settings".into(),
+                                items: Some(vec![item("level", "cfg/level", None)]),
+                                optional: None,
+                            }),
+                            ..Default::default()
+                        },
+                        VolumeProjection {
+                            secret: Some(SecretProjection {
+                                name: "creds".into(),
+                                items: None,
+                                optional: None,
+                            }),
+                            ..Default::default()
+                        },
+                        VolumeProjection {
+                            downward_api: Some(DownwardAPIProjection {
+                                items: Some(vec![field_item("ns", "metadata.namespace")]),
+                            }),
+                            ..Default::default()
+                        },
+                        VolumeProjection {
+                            secret: Some(SecretProjection {
+                                name: "absent".into(),
+                                items: None,
+                                optional: Some(true),
+                            }),
+                            ..Default::default()
+                        },
+                    ],
+                    Some(0o440),
+                ),
+                Some(Ok(vec![
+                    ("cfg/level", "debug", 0o440),
+                    ("ns", "prod", 0o440),
+                    ("password", "pw", 0o440),
+                ])),
+            ),
+            (
+                "projected: errors of every source, service account tokens unsupported",
+                projected(
+                    vec![
+                        VolumeProjection {
+                            config_map: Some(ConfigMapProjection {
+                                name: "absent".into(),
+                                items: None,
+                                optional: None,
+                            }),
+                            ..Default::default()
+                        },
+                        VolumeProjection {
+                            service_account_token: Some(ServiceAccountTokenProjection {
+                                path: "token".into(),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                    ],
+                    None,
+                ),
+                Some(Err("[configmap \"absent\" not found, projected volume sources of type serviceAccountToken are not supported by nodelet yet]")),
+            ),
+        ];
+        let pod = downward_pod();
+        for (name, volume, want) in cases {
+            let got =
+                volume_payload(&volume, 0, &pod, &fetched(), &NODE).map(|r| r.map(|p| summary(&p)));
+            let want = want.map(|w| w.map(|v| owned(&v)).map_err(str::to_string));
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn aggregate_table() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let cases: Vec<(Vec<String>, Option<&str>)> = vec![
+            (s(&[]), None),
+            (s(&["a"]), Some("a")),
+            (s(&["a", "b"]), Some("[a, b]")),
+            (s(&["a", "a"]), Some("a")),
+            (s(&["a", "b", "a"]), Some("[a, b]")),
+        ];
+        for (errs, want) in cases {
+            assert_eq!(aggregate(&errs).as_deref(), want, "{errs:?}");
+        }
+    }
+
+    #[test]
+    fn volume_references_cover_volumes_only() {
+        let mut pod = downward_pod();
+        pod.spec.as_mut().unwrap().volumes = Some(vec![
+            cm_volume("settings", false),
+            secret_volume("creds", false, None),
+            projected(
+                vec![VolumeProjection {
+                    secret: Some(SecretProjection {
+                        name: "more".into(),
+                        items: None,
+                        optional: None,
+                    }),
+                    ..Default::default()
+                }],
+                None,
+            ),
+        ]);
+        let refs = volume_references(&pod);
+        assert_eq!(
+            refs.config_maps.into_iter().collect::<Vec<_>>(),
+            ["settings"]
+        );
+        assert_eq!(
+            refs.secrets.into_iter().collect::<Vec<_>>(),
+            ["creds", "more"]
+        );
+    }
+}

@@ -1,0 +1,438 @@
+//! ConfigMaps, Secrets and the Downward API against the project's API server fixture: the
+//! watch-based object cache (created and changed with the real kubectl), and volumes and
+//! environments built from what it holds.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use apiserver_fixture::Fixture;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use nodelet::objects::{FakeObjects, ObjectCache, ObjectKind, ObjectSource};
+use nodelet::sync::env::{gather_env_objects, make_environment, EnvContext};
+use nodelet::volume::{update_api_volumes, ApiVolumeContext, NodeAllocatable};
+
+const KUBECTL: &str = "/usr/bin/kubectl";
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn kubectl(fixture: &Fixture, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(KUBECTL)
+        .env("KUBECONFIG", "/dev/null")
+        .env("HOME", std::env::temp_dir())
+        .arg("--server")
+        .arg(fixture.url())
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running {KUBECTL}: {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn client(fixture: &Fixture) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(fixture.url().parse().unwrap())).unwrap()
+}
+
+/// A pod in `default` whose container reads `settings` (envFrom and a volume) and `creds`.
+fn pod(uid: &str) -> Pod {
+    serde_yaml::from_str(&format!(
+        "
+metadata: {{name: web, namespace: default, uid: {uid}}}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    envFrom:
+    - configMapRef: {{name: settings}}
+    env:
+    - name: PASSWORD
+      valueFrom: {{secretKeyRef: {{name: creds, key: password}}}}
+    - name: URL
+      value: http://db:$(PORT)
+  volumes:
+  - name: cfg
+    configMap: {{name: settings, defaultMode: 420}}
+  - name: tls
+    secret: {{secretName: creds, defaultMode: 256}}
+"
+    ))
+    .unwrap()
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn config_value(cache: &ObjectCache, name: &str, key: &str) -> Option<String> {
+    cache
+        .config_map("default", name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|cm| cm.data.and_then(|d| d.get(key).cloned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_watches_referenced_objects_and_sees_changes() {
+    let fixture = Fixture::start(None).await.unwrap();
+    kubectl(
+        &fixture,
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=PORT=5432",
+        ],
+    )
+    .await;
+    let cache = ObjectCache::new(client(&fixture));
+    cache.register_pod(&pod("uid-1"));
+    assert_eq!(
+        cache.watched(),
+        [
+            (ObjectKind::ConfigMap, "default".into(), "settings".into()),
+            (ObjectKind::Secret, "default".into(), "creds".into()),
+        ]
+    );
+    assert_eq!(
+        config_value(&cache, "settings", "PORT").await.as_deref(),
+        Some("5432")
+    );
+    // the Secret does not exist (yet): a read answers "not found", not an error
+    assert!(cache.secret("default", "creds").await.unwrap().is_none());
+
+    // one watch per object, by name, in the pod's namespace
+    let watches = || {
+        fixture
+            .request_log()
+            .into_iter()
+            .filter(|r| r.query_param("watch").is_some())
+            .map(|r| (r.path.clone(), r.query_param("fieldSelector")))
+            .collect::<Vec<_>>()
+    };
+    eventually("both watches started", || async {
+        let w = watches();
+        w.contains(&(
+            "/api/v1/namespaces/default/configmaps".into(),
+            Some("metadata.name=settings".into()),
+        )) && w.contains(&(
+            "/api/v1/namespaces/default/secrets".into(),
+            Some("metadata.name=creds".into()),
+        ))
+    })
+    .await;
+    assert_eq!(watches().len(), 2, "{:?}", watches());
+
+    // changes made with kubectl reach the cache
+    kubectl(
+        &fixture,
+        &[
+            "patch",
+            "configmap",
+            "settings",
+            "-p",
+            r#"{"data":{"PORT":"6543"}}"#,
+        ],
+    )
+    .await;
+    eventually("the cache sees the patched ConfigMap", || async {
+        config_value(&cache, "settings", "PORT").await.as_deref() == Some("6543")
+    })
+    .await;
+    kubectl(
+        &fixture,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=pw",
+        ],
+    )
+    .await;
+    eventually("the cache sees the new Secret", || async {
+        cache
+            .secret("default", "creds")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.data)
+            .and_then(|d| d.get("password").map(|v| v.0.clone()))
+            == Some(b"pw".to_vec())
+    })
+    .await;
+
+    // while the API server is down, reads are served from the cache
+    fixture.stop().await;
+    assert_eq!(
+        config_value(&cache, "settings", "PORT").await.as_deref(),
+        Some("6543")
+    );
+    fixture.resume().await.unwrap();
+    kubectl(
+        &fixture,
+        &[
+            "patch",
+            "configmap",
+            "settings",
+            "-p",
+            r#"{"data":{"PORT":"7000"}}"#,
+        ],
+    )
+    .await;
+    eventually("the watch resumes after the outage", || async {
+        config_value(&cache, "settings", "PORT").await.as_deref() == Some("7000")
+    })
+    .await;
+
+    // a second pod sharing the object keeps it watched when the first goes away
+    let mut other = pod("uid-2");
+    other.metadata.name = Some("other".into());
+    other.spec.as_mut().unwrap().volumes = None;
+    other.spec.as_mut().unwrap().containers[0].env = None;
+    cache.register_pod(&other);
+    cache.unregister_pod("uid-1");
+    assert_eq!(
+        cache.watched(),
+        [(ObjectKind::ConfigMap, "default".into(), "settings".into())]
+    );
+    cache.sync_pods(std::iter::empty());
+    assert!(cache.watched().is_empty());
+
+    // an unregistered read is a plain GET
+    fixture.clear_log();
+    assert_eq!(
+        config_value(&cache, "settings", "PORT").await.as_deref(),
+        Some("7000")
+    );
+    let gets: Vec<_> = fixture
+        .request_log()
+        .into_iter()
+        .filter(|r| r.path.contains("/configmaps"))
+        .map(|r| (r.method.clone(), r.path.clone(), r.query_param("watch")))
+        .collect();
+    assert_eq!(
+        gets,
+        [(
+            "GET".to_string(),
+            "/api/v1/namespaces/default/configmaps/settings".to_string(),
+            None
+        )]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_api_server_and_immutable_objects() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let immutable = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("settings".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("PORT".to_string(), "1".to_string())])),
+        immutable: Some(true),
+        ..Default::default()
+    };
+    fixture.create(&immutable).unwrap();
+    let cache = ObjectCache::new(client(&fixture)).with_sync_timeout(Duration::from_millis(300));
+
+    cache.register_pod(&pod("uid-1"));
+    assert_eq!(
+        config_value(&cache, "settings", "PORT").await.as_deref(),
+        Some("1")
+    );
+    // an immutable object is not watched once read
+    assert_eq!(
+        cache.watched(),
+        [(ObjectKind::Secret, "default".into(), "creds".into())]
+    );
+
+    // a watch that cannot list in time fails the read with the kubelet's message
+    fixture.stop().await;
+    let mut late = pod("uid-3");
+    late.spec.as_mut().unwrap().volumes = Some(vec![serde_yaml::from_str(
+        "{name: x, secret: {secretName: late}}",
+    )
+    .unwrap()]);
+    cache.register_pod(&late);
+    let err = cache.secret("default", "late").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to sync secret cache: timed out waiting for the condition"
+    );
+    fixture.resume().await.unwrap();
+    eventually(
+        "the late watch lists once the API server is back",
+        || async { cache.secret("default", "late").await.is_ok() },
+    )
+    .await;
+}
+
+fn node() -> NodeAllocatable {
+    NodeAllocatable {
+        cpu_milli: 2000,
+        memory: 1 << 30,
+        ephemeral_storage: None,
+    }
+}
+
+/// Unmounts the secret tmpfs a test mounted, even when it fails.
+struct PodDir<'a>(&'a Path);
+
+impl Drop for PodDir<'_> {
+    fn drop(&mut self) {
+        let _ = nodelet::volume::cleanup_pod_dir(self.0, "uid-1");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_and_environment_from_the_api_server() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let _cleanup = PodDir(root.path());
+    let cache = ObjectCache::new(client(&fixture));
+    let p = pod("uid-1");
+    cache.register_pod(&p);
+    let ctx = ApiVolumeContext::new(node());
+
+    // nothing exists yet: FailedMount for both volumes, CreateContainerConfigError text for env
+    let out = update_api_volumes(&p, root.path(), &cache, &ctx).await;
+    let failures: Vec<String> = out.failures.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        failures,
+        [
+            "MountVolume.SetUp failed for volume \"cfg\" : configmap \"settings\" not found",
+            "MountVolume.SetUp failed for volume \"tls\" : secret \"creds\" not found",
+        ]
+    );
+    assert!(out.unmounted().is_some());
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let env_ctx = EnvContext {
+        pod_ips: &[],
+        host_ips: &[],
+        node_name: "node-1",
+        node_allocatable_cpu_milli: 2000,
+        node_allocatable_memory: 1 << 30,
+        node_allocatable_ephemeral_storage: None,
+    };
+    let objects = gather_env_objects(&p, c, &cache).await;
+    assert_eq!(
+        make_environment(&p, c, &env_ctx, &objects)
+            .unwrap_err()
+            .to_string(),
+        "configmap \"settings\" not found"
+    );
+
+    kubectl(
+        &fixture,
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=PORT=5432",
+        ],
+    )
+    .await;
+    kubectl(
+        &fixture,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=pw",
+        ],
+    )
+    .await;
+    eventually("both volumes set up", || async {
+        update_api_volumes(&p, root.path(), &cache, &ctx)
+            .await
+            .failures
+            .is_empty()
+    })
+    .await;
+    let out = update_api_volumes(&p, root.path(), &cache, &ctx).await;
+    let cfg = &out.paths["cfg"];
+    let tls = &out.paths["tls"];
+    assert!(cfg.ends_with("pods/uid-1/volumes/kubernetes.io~configmap/cfg"));
+    assert!(tls.ends_with("pods/uid-1/volumes/kubernetes.io~secret/tls"));
+    assert_eq!(std::fs::read_to_string(cfg.join("PORT")).unwrap(), "5432");
+    assert_eq!(std::fs::read_to_string(tls.join("password")).unwrap(), "pw");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(tls.join("password"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o400);
+
+    let objects = gather_env_objects(&p, c, &cache).await;
+    assert_eq!(
+        make_environment(&p, c, &env_ctx, &objects).unwrap(),
+        [
+            ("PORT".to_string(), "5432".to_string()),
+            ("PASSWORD".to_string(), "pw".to_string()),
+            ("URL".to_string(), "http://db:5432".to_string()),
+        ]
+    );
+
+    // a change to the ConfigMap reaches the volume on the next sync
+    kubectl(
+        &fixture,
+        &[
+            "patch",
+            "configmap",
+            "settings",
+            "-p",
+            r#"{"data":{"PORT":"6543"}}"#,
+        ],
+    )
+    .await;
+    eventually("the volume shows the new value", || async {
+        update_api_volumes(&p, root.path(), &cache, &ctx).await;
+        std::fs::read_to_string(cfg.join("PORT")).ok().as_deref() == Some("6543")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn fake_source_drives_the_same_volume_code() {
+    let root = tempfile::tempdir().unwrap();
+    let _cleanup = PodDir(root.path());
+    let fake = FakeObjects::new();
+    let p = pod("uid-1");
+    fake.set_config_map(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("settings".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("PORT".to_string(), "1".to_string())])),
+        ..Default::default()
+    });
+    fake.fail(
+        ObjectKind::Secret,
+        "default",
+        "creds",
+        "secrets \"creds\" is forbidden",
+    );
+    let out = update_api_volumes(&p, root.path(), &fake, &ApiVolumeContext::new(node())).await;
+    assert_eq!(out.paths.keys().collect::<Vec<_>>(), ["cfg"]);
+    assert_eq!(
+        out.unmounted().map(|e| e.to_string()).as_deref(),
+        Some("MountVolume.SetUp failed for volume \"tls\" : secrets \"creds\" is forbidden")
+    );
+}
