@@ -11,24 +11,25 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use nodelet::clock::Clock;
+use nodelet::cluster;
 use nodelet::config::{self, Config, Environment, LogFormat};
 use nodelet::cri::containerd::ContainerdTasks;
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{ImageService, Runtime};
+use nodelet::events::api_sink::ApiEventSink;
 use nodelet::events::{event_table, EventRecorder, EventType, ObjectRef};
-use nodelet::cluster;
 use nodelet::node::{NodeFacts, NodeInfo};
+use nodelet::objects::{NoApiServer, ObjectCache, ObjectSource};
 use nodelet::pleg::{EventKind, Pleg, PodLifecycleEvent};
+use nodelet::pod::admission::NodeCapacity;
+use nodelet::pod::manager::Admission;
+use nodelet::pod::mirror::MirrorPods;
 use nodelet::pod::{PodManager, PodWorkers};
 use nodelet::probe::{ProbeEvent, ProbeManager};
 use nodelet::server::{self, ApiState};
 use nodelet::source::{self, FileSource};
-use nodelet::status::{printer, StatusManager};
-use nodelet::events::api_sink::ApiEventSink;
-use nodelet::pod::admission::NodeCapacity;
-use nodelet::pod::manager::Admission;
-use nodelet::pod::mirror::MirrorPods;
 use nodelet::status::api_sync::{ApiStatusSync, ApiStatusSyncOptions};
+use nodelet::status::{printer, StatusManager};
 use nodelet::sync::executor::{PodSyncer, SyncSettings};
 
 #[derive(Parser)]
@@ -477,6 +478,22 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     ));
     // The local event log (the API server's, in cluster mode).
     let recorder = EventRecorder::new(Clock::system(), "kubelet", &cfg.node_name);
+    let cluster = match &cfg.kubeconfig {
+        Some(_) => Some(
+            cluster::client(&cfg)
+                .await
+                .context("connecting to the API server")?,
+        ),
+        None => None,
+    };
+    // ConfigMaps and Secrets for volumes and env: watched in cluster mode, none standalone.
+    let object_cache = cluster
+        .as_ref()
+        .map(|c| Arc::new(ObjectCache::new(c.clone())));
+    let objects: Arc<dyn ObjectSource> = match &object_cache {
+        Some(cache) => cache.clone(),
+        None => Arc::new(NoApiServer),
+    };
     let status = StatusManager::new();
     // Probe result changes wake the pod's worker through the same channel as runtime events.
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);
@@ -528,6 +545,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         clock: Clock::system(),
         events: recorder.clone(),
         probes: probes.clone(),
+        objects,
         tasks: match ContainerdTasks::connect(&cfg.containerd_endpoint, &cfg.containerd_namespace) {
             Ok(t) => Some(Arc::new(t)),
             Err(e) => {
@@ -559,18 +577,18 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         let file = FileSource::new(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
         tasks.spawn(file.run(snap_tx.clone(), cancel.clone()));
     }
-    let cluster = match &cfg.kubeconfig {
-        Some(_) => Some(
-            cluster::client(&cfg)
-                .await
-                .context("connecting to the API server")?,
-        ),
-        None => None,
-    };
     let pod_store = if let Some(client) = &cluster {
         expected.push(source::api::API_SOURCE);
         let (store, writer) = kube::runtime::reflector::store::<k8s_openapi::api::core::v1::Pod>();
-        let api = source::api::ApiSource::new(client.clone(), cfg.node_name.clone(), writer);
+        let mut api = source::api::ApiSource::new(client.clone(), cfg.node_name.clone(), writer);
+        if let Some(cache) = object_cache.clone() {
+            // Watch the ConfigMaps and Secrets the node's pods refer to, and only those.
+            api = api.on_change(Arc::new(
+                move |pods: &[k8s_openapi::api::core::v1::Pod]| {
+                    cache.sync_pods(pods.iter());
+                },
+            ));
+        }
         tasks.spawn(api.run(snap_tx.clone(), cancel.clone()));
         Some(store)
     } else {
@@ -643,8 +661,15 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         let loops_cfg = cfg.clone();
         let loops_cancel = cancel.clone();
         tasks.spawn(async move {
-            nodelet::node::run_node_loops(heartbeat, &loops_cfg, facts, health, pressure, loops_cancel)
-                .await;
+            nodelet::node::run_node_loops(
+                heartbeat,
+                &loops_cfg,
+                facts,
+                health,
+                pressure,
+                loops_cancel,
+            )
+            .await;
         });
     }
 

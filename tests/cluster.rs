@@ -44,7 +44,11 @@ async fn wait_api<T>(what: &str, n: &Nodelet, mut check: impl FnMut() -> Option<
         if let Some(v) = check() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", tail(&n.logs(), 60));
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            tail(&n.logs(), 60)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -56,7 +60,10 @@ fn bound_pod(name: &str, node: &str, extra_spec: &str) -> String {
 }
 
 fn api_phase(p: &Pod) -> String {
-    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,7 +74,10 @@ async fn node_registers_ready_and_renews_its_lease() {
     let node = n.node.clone();
     wait_api("the node Ready in kubectl", &n, || {
         let (ok, out, _) = kubectl(&api, &["get", "nodes", "--no-headers"]);
-        (ok && out.lines().any(|l| l.starts_with(&node) && l.split_whitespace().nth(1) == Some("Ready"))).then_some(())
+        (ok && out
+            .lines()
+            .any(|l| l.starts_with(&node) && l.split_whitespace().nth(1) == Some("Ready")))
+        .then_some(())
     })
     .await;
     let renew = |f: &Fixture| {
@@ -78,7 +88,10 @@ async fn node_registers_ready_and_renews_its_lease() {
             .map(|t| t.0)
     };
     let first = wait_api("the lease", &n, || renew(&fixture)).await;
-    let later = wait_api("a lease renewal", &n, || renew(&fixture).filter(|t| *t > first)).await;
+    let later = wait_api("a lease renewal", &n, || {
+        renew(&fixture).filter(|t| *t > first)
+    })
+    .await;
     assert!(later > first);
 }
 
@@ -97,15 +110,26 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
     kubectl_apply(&api, n.dir.path(), "web", &yaml);
     wait_api("web Running in kubectl", &n, || {
         let (_, out, _) = kubectl(&api, &["get", "pods", "--no-headers"]);
-        out.lines().any(|l| l.starts_with("web ") && l.contains("1/1") && l.contains("Running")).then_some(())
+        out.lines()
+            .any(|l| l.starts_with("web ") && l.contains("1/1") && l.contains("Running"))
+            .then_some(())
     })
     .await;
     let uid = api_pod(&fixture, "web").unwrap().metadata.uid.unwrap();
     fixture.clear_log();
-    let (ok, out, err) = kubectl(&api, &["delete", "pod", "web", "--grace-period=5", "--timeout=60s"]);
+    let (ok, out, err) = kubectl(
+        &api,
+        &["delete", "pod", "web", "--grace-period=5", "--timeout=60s"],
+    );
     assert!(ok, "kubectl delete: {out}{err}\n{}", tail(&n.logs(), 40));
     assert!(api_pod(&fixture, "web").is_none(), "the pod is gone");
-    assert_eq!(std::fs::read_to_string(hooks.join("prestop")).unwrap().trim(), "bye", "preStop ran");
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("prestop"))
+            .unwrap()
+            .trim(),
+        "bye",
+        "preStop ran"
+    );
     let deletes: Vec<_> = fixture
         .request_log()
         .into_iter()
@@ -119,9 +143,16 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
             body["gracePeriodSeconds"] == 0 && body["preconditions"]["uid"] == uid.as_str()
         })
         .collect();
-    assert_eq!(finals.len(), 1, "one final DELETE with grace 0 and the uid precondition: {deletes:#?}");
+    assert_eq!(
+        finals.len(),
+        1,
+        "one final DELETE with grace 0 and the uid precondition: {deletes:#?}"
+    );
     let (sandboxes, containers) = n.runtime_objects().await;
-    assert!(sandboxes.is_empty() && containers.is_empty(), "nothing left in the runtime");
+    assert!(
+        sandboxes.is_empty() && containers.is_empty(),
+        "nothing left in the runtime"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,13 +160,23 @@ async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
     let fixture = Fixture::start(None).await.unwrap();
     let api = fixture.url();
     let n = Nodelet::start_in_cluster("finalizer", &api, "");
-    let yaml = bound_pod("held", &n.node, "").replace("metadata:\n  name: held\n", "metadata:\n  name: held\n  finalizers: [example.com/hold]\n");
+    let yaml = bound_pod("held", &n.node, "").replace(
+        "metadata:\n  name: held\n",
+        "metadata:\n  name: held\n  finalizers: [example.com/hold]\n",
+    );
     kubectl_apply(&api, n.dir.path(), "held", &yaml);
-    wait_api("held running", &n, || api_pod(&fixture, "held").filter(|p| api_phase(p) == "Running")).await;
-    let (ok, _, err) = kubectl(&api, &["delete", "pod", "held", "--grace-period=2", "--wait=false"]);
+    wait_api("held running", &n, || {
+        api_pod(&fixture, "held").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    let (ok, _, err) = kubectl(
+        &api,
+        &["delete", "pod", "held", "--grace-period=2", "--wait=false"],
+    );
     assert!(ok, "{err}");
     wait_api("held terminal", &n, || {
-        api_pod(&fixture, "held").filter(|p| matches!(api_phase(p).as_str(), "Succeeded" | "Failed"))
+        api_pod(&fixture, "held")
+            .filter(|p| matches!(api_phase(p).as_str(), "Succeeded" | "Failed"))
     })
     .await;
     tokio::time::sleep(Duration::from_secs(8)).await;
@@ -144,11 +185,20 @@ async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
     let finals = fixture
         .request_log()
         .into_iter()
-        .filter(|r| r.method == "DELETE" && r.path.ends_with("/pods/held") && r.body.as_ref().is_some_and(|b| b["gracePeriodSeconds"] == 0))
+        .filter(|r| {
+            r.method == "DELETE"
+                && r.path.ends_with("/pods/held")
+                && r.body
+                    .as_ref()
+                    .is_some_and(|b| b["gracePeriodSeconds"] == 0)
+        })
         .count();
     assert_eq!(finals, 1, "one final DELETE, no loop");
     let (_, out, _) = kubectl(&api, &["get", "pod", "held", "--no-headers"]);
-    assert!(out.contains("Terminating") || out.contains("Completed") || out.contains("Error"), "{out}");
+    assert!(
+        out.contains("Terminating") || out.contains("Completed") || out.contains("Error"),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,13 +207,21 @@ async fn recreated_pod_under_the_same_name_is_not_touched_by_the_old_worker() {
     let api = fixture.url();
     let n = Nodelet::start_in_cluster("recreate", &api, "");
     kubectl_apply(&api, n.dir.path(), "same", &bound_pod("same", &n.node, ""));
-    let first = wait_api("running", &n, || api_pod(&fixture, "same").filter(|p| api_phase(p) == "Running")).await;
+    let first = wait_api("running", &n, || {
+        api_pod(&fixture, "same").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
     let old_uid = first.metadata.uid.clone().unwrap();
-    let (ok, _, err) = kubectl(&api, &["delete", "pod", "same", "--grace-period=1", "--timeout=60s"]);
+    let (ok, _, err) = kubectl(
+        &api,
+        &["delete", "pod", "same", "--grace-period=1", "--timeout=60s"],
+    );
     assert!(ok, "{err}");
     kubectl_apply(&api, n.dir.path(), "same", &bound_pod("same", &n.node, ""));
     let second = wait_api("the new pod running", &n, || {
-        api_pod(&fixture, "same").filter(|p| api_phase(p) == "Running" && p.metadata.uid.as_deref() != Some(old_uid.as_str()))
+        api_pod(&fixture, "same").filter(|p| {
+            api_phase(p) == "Running" && p.metadata.uid.as_deref() != Some(old_uid.as_str())
+        })
     })
     .await;
     let new_uid = second.metadata.uid.unwrap();
@@ -171,11 +229,22 @@ async fn recreated_pod_under_the_same_name_is_not_touched_by_the_old_worker() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     for r in fixture.request_log() {
         if let Some(body) = &r.body {
-            assert_ne!(body["metadata"]["uid"], old_uid.as_str(), "a write carried the old UID: {r:?}");
-            assert_ne!(body["preconditions"]["uid"], old_uid.as_str(), "a delete carried the old UID: {r:?}");
+            assert_ne!(
+                body["metadata"]["uid"],
+                old_uid.as_str(),
+                "a write carried the old UID: {r:?}"
+            );
+            assert_ne!(
+                body["preconditions"]["uid"],
+                old_uid.as_str(),
+                "a delete carried the old UID: {r:?}"
+            );
         }
     }
-    assert_eq!(api_pod(&fixture, "same").unwrap().metadata.uid.unwrap(), new_uid);
+    assert_eq!(
+        api_pod(&fixture, "same").unwrap().metadata.uid.unwrap(),
+        new_uid
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,15 +257,34 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
         node = n.node
     );
     kubectl_apply(&api, n.dir.path(), "job", &yaml);
-    wait_api("running", &n, || api_pod(&fixture, "job").filter(|p| api_phase(p) == "Running")).await;
+    wait_api("running", &n, || {
+        api_pod(&fixture, "job").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
     fixture.stop().await;
     // The container exits while the API server is away.
     tokio::time::sleep(Duration::from_secs(30)).await;
-    assert_eq!(phase(&n.pod("job").await.unwrap()), "Failed", "nodelet saw the exit locally");
+    assert_eq!(
+        phase(&n.pod("job").await.unwrap()),
+        "Failed",
+        "nodelet saw the exit locally"
+    );
     fixture.resume().await.unwrap();
-    let p = wait_api("the Failed status delivered", &n, || api_pod(&fixture, "job").filter(|p| api_phase(p) == "Failed")).await;
+    let p = wait_api("the Failed status delivered", &n, || {
+        api_pod(&fixture, "job").filter(|p| api_phase(p) == "Failed")
+    })
+    .await;
     let cs = &p.status.unwrap().container_statuses.unwrap()[0];
-    assert_eq!(cs.state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 3);
+    assert_eq!(
+        cs.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        3
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,16 +293,22 @@ async fn steady_state_sends_no_status_patches() {
     let api = fixture.url();
     let n = Nodelet::start_in_cluster("steady", &api, "");
     for i in 0..20 {
-        kubectl_apply(&api, n.dir.path(), &format!("p{i}"), &bound_pod(&format!("p{i}"), &n.node, ""));
+        kubectl_apply(
+            &api,
+            n.dir.path(),
+            &format!("p{i}"),
+            &bound_pod(&format!("p{i}"), &n.node, ""),
+        );
     }
     wait_api("20 pods Running and Ready", &n, || {
         let pods = fixture.list::<Pod>(Some("default")).ok()?;
         let ready = pods
             .iter()
             .filter(|p| {
-                p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-                    cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                })
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
             })
             .count();
         (ready == 20).then_some(())
@@ -228,7 +322,10 @@ async fn steady_state_sends_no_status_patches() {
         .into_iter()
         .filter(|r| r.method == "PATCH" && r.path.contains("/pods/") && r.path.ends_with("/status"))
         .collect();
-    assert!(patches.is_empty(), "status patches at steady state: {patches:#?}");
+    assert!(
+        patches.is_empty(),
+        "status patches at steady state: {patches:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,26 +333,48 @@ async fn static_pod_gets_a_mirror_pod_that_comes_back_when_deleted() {
     let fixture = Fixture::start(None).await.unwrap();
     let api = fixture.url();
     let n = Nodelet::start_in_cluster("mirror", &api, "");
-    n.write_manifest("static.yaml", &testbox_pod("static", "Always", &[("main", &["serve"])]));
+    n.write_manifest(
+        "static.yaml",
+        &testbox_pod("static", "Always", &[("main", &["serve"])]),
+    );
     let name = n.pod_name("static");
-    let mirror = wait_api("the mirror pod Running", &n, || api_pod(&fixture, &name).filter(|p| api_phase(p) == "Running")).await;
+    let mirror = wait_api("the mirror pod Running", &n, || {
+        api_pod(&fixture, &name).filter(|p| api_phase(p) == "Running")
+    })
+    .await;
     let owner = &mirror.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Node", n.node.as_str(), Some(true)));
-    assert!(mirror.metadata.annotations.as_ref().unwrap().contains_key("kubernetes.io/config.mirror"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Node", n.node.as_str(), Some(true))
+    );
+    assert!(mirror
+        .metadata
+        .annotations
+        .as_ref()
+        .unwrap()
+        .contains_key("kubernetes.io/config.mirror"));
     let before = n.pod("static").await.unwrap();
     // Deleting the mirror pod through the API recreates it and leaves the static pod running.
     let (ok, _, err) = kubectl(&api, &["delete", "pod", &name, "--wait=false"]);
     assert!(ok, "{err}");
     let old_uid = mirror.metadata.uid.clone();
     wait_api("a new mirror pod", &n, || {
-        api_pod(&fixture, &name).filter(|p| p.metadata.uid != old_uid && p.metadata.deletion_timestamp.is_none())
+        api_pod(&fixture, &name)
+            .filter(|p| p.metadata.uid != old_uid && p.metadata.deletion_timestamp.is_none())
     })
     .await;
     let after = n.pod("static").await.unwrap();
-    assert_eq!(running_ids(&before), running_ids(&after), "the static pod kept running");
+    assert_eq!(
+        running_ids(&before),
+        running_ids(&after),
+        "the static pod kept running"
+    );
     // Removing the manifest deletes the mirror pod.
     n.remove_manifest("static.yaml");
-    wait_api("the mirror pod deleted", &n, || api_pod(&fixture, &name).is_none().then_some(())).await;
+    wait_api("the mirror pod deleted", &n, || {
+        api_pod(&fixture, &name).is_none().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,16 +395,27 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
         )
     };
     kubectl_apply(&api, n.dir.path(), "bare", &pod_with("bare", false));
-    wait_api("bare rejected", &n, || api_pod(&fixture, "bare").filter(|p| api_phase(p) == "Failed")).await;
+    wait_api("bare rejected", &n, || {
+        api_pod(&fixture, "bare").filter(|p| api_phase(p) == "Failed")
+    })
+    .await;
     let (_, out, _) = kubectl(&api, &["get", "pod", "bare", "--no-headers"]);
     assert!(out.contains("OutOfcpu"), "kubectl shows the reason: {out}");
     let status = api_pod(&fixture, "bare").unwrap().status.unwrap();
     assert_eq!(status.reason.as_deref(), Some("OutOfcpu"));
-    assert!(status.message.unwrap().starts_with("Pod was rejected: Node didn't have enough resource: cpu"));
+    assert!(status
+        .message
+        .unwrap()
+        .starts_with("Pod was rejected: Node didn't have enough resource: cpu"));
     // Created through the fixture directly: kubectl apply would need the owner to exist.
     let owned: Pod = serde_yaml::from_str(&pod_with("owned", true)).unwrap();
     fixture.create(&owned).unwrap();
-    wait_api("owned rejected then deleted after the retention", &n, || api_pod(&fixture, "owned").is_none().then_some(())).await;
+    wait_api(
+        "owned rejected then deleted after the retention",
+        &n,
+        || api_pod(&fixture, "owned").is_none().then_some(()),
+    )
+    .await;
     let delete = fixture
         .request_log()
         .into_iter()

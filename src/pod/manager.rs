@@ -13,13 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{self, NodeCapacity};
 use super::workers::{PodWork, PodWorkers};
-use crate::events::{pod_ref, EventRecorder, EventType};
-use crate::status::StatusManager;
-use k8s_openapi::api::core::v1::PodStatus;
 use crate::cri::{api, labels, model, Runtime};
+use crate::events::{pod_ref, EventRecorder, EventType};
 use crate::pleg::PodLifecycleEvent;
 use crate::source::SourceSnapshot;
+use crate::status::StatusManager;
 use crate::sync::executor::pod_uid;
+use k8s_openapi::api::core::v1::PodStatus;
 
 /// The change from one desired set to the next, by UID.
 #[derive(Debug, Default, PartialEq)]
@@ -226,7 +226,11 @@ impl PodManager {
         let new = self.desired();
         let diff = diff_desired(&old, &new);
         // New pods are admitted oldest first, as the kubelet does.
-        let mut added: Vec<Arc<Pod>> = diff.added.iter().filter_map(|u| new.get(u).cloned()).collect();
+        let mut added: Vec<Arc<Pod>> = diff
+            .added
+            .iter()
+            .filter_map(|u| new.get(u).cloned())
+            .collect();
         added.sort_by(|a, b| {
             a.metadata
                 .creation_timestamp

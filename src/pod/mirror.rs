@@ -283,7 +283,8 @@ mod tests {
             name: name.into(),
             uid: uid.into(),
         };
-        let cases: Vec<(&str, Vec<Pod>, Vec<Pod>, Vec<MirrorAction>)> = vec![
+        type Case = (&'static str, Vec<Pod>, Vec<Pod>, Vec<MirrorAction>);
+        let cases: Vec<Case> = vec![
             (
                 "missing mirror is created",
                 vec![static_pod("a", "h1")],

@@ -229,7 +229,7 @@ impl Worker {
                         tracing::info!("pod deleted through the API; terminating");
                         self.syncer.terminate(pod, None, &memory).await
                     };
-                    match result.map(|()| ()) {
+                    match result {
                         Ok(()) => match self.syncer.reclaim(pod).await {
                             Ok(()) => {
                                 reclaimed = true;

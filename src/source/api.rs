@@ -48,10 +48,14 @@ pub fn desired_pods(store: &[std::sync::Arc<Pod>]) -> Vec<Pod> {
     pods
 }
 
+/// Called with every pod of the store (mirror pods included) after each change.
+pub type OnChange = std::sync::Arc<dyn Fn(&[Pod]) + Send + Sync>;
+
 pub struct ApiSource {
     client: Client,
     node_name: String,
     writer: Writer<Pod>,
+    on_change: Option<OnChange>,
 }
 
 impl ApiSource {
@@ -61,7 +65,14 @@ impl ApiSource {
             client,
             node_name,
             writer,
+            on_change: None,
         }
+    }
+
+    /// Also tells `f` about every change (the ConfigMap/Secret cache follows the pods).
+    pub fn on_change(mut self, f: OnChange) -> Self {
+        self.on_change = Some(f);
+        self
     }
 
     /// Watches until cancelled; sends a snapshot once the initial list is complete and after
@@ -71,6 +82,7 @@ impl ApiSource {
             client,
             node_name,
             writer,
+            on_change,
         } = self;
         let reader = writer.as_reader();
         let api: Api<Pod> = Api::all(client);
@@ -111,7 +123,12 @@ impl ApiSource {
                     if !ready {
                         continue;
                     }
-                    let pods = desired_pods(&reader.state());
+                    let state = reader.state();
+                    if let Some(f) = &on_change {
+                        let all: Vec<Pod> = state.iter().map(|p| (**p).clone()).collect();
+                        f(&all);
+                    }
+                    let pods = desired_pods(&state);
                     if last_sent.as_ref() == Some(&pods) {
                         continue;
                     }

@@ -26,6 +26,7 @@ use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::events::{container_ref, pod_ref, EventRecorder, EventType};
 use crate::metrics::metrics;
 use crate::node::NodeInfo;
+use crate::objects::ObjectSource;
 use crate::podspec::{
     init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind,
 };
@@ -133,6 +134,8 @@ pub struct PodSyncer {
     pub events: EventRecorder,
     /// Startup, liveness and readiness probes of running containers.
     pub probes: ProbeManager,
+    /// ConfigMaps and Secrets for volumes and env (the API server's, cached; none standalone).
+    pub objects: Arc<dyn ObjectSource>,
 }
 
 pub fn pod_uid(pod: &Pod) -> &str {
@@ -182,6 +185,28 @@ impl PodSyncer {
                 (id, reason)
             })
             .collect()
+    }
+
+    /// Sets up or refreshes the pod's configMap/secret/downwardAPI/projected volumes; every
+    /// failure is a FailedMount event.
+    async fn api_volumes(&self, pod: &Pod) -> volume::ApiVolumes {
+        let ctx = volume::ApiVolumeContext::new(volume::NodeAllocatable {
+            cpu_milli: self.node.cpu_capacity_milli,
+            memory: i64::try_from(self.node.memory_capacity).unwrap_or(i64::MAX),
+            ephemeral_storage: None,
+        });
+        let api =
+            volume::update_api_volumes(pod, &self.settings.root_dir, self.objects.as_ref(), &ctx)
+                .await;
+        for e in &api.failures {
+            self.events.record(
+                &pod_ref(pod),
+                EventType::Warning,
+                "FailedMount",
+                e.to_string(),
+            );
+        }
+        api
     }
 
     /// Records an event about one container of the pod.
@@ -315,6 +340,10 @@ impl PodSyncer {
             startup: &self.probes.startup(&uid),
         });
         if actions.is_empty() {
+            // Running containers see ConfigMap/Secret/downwardAPI changes through the volumes.
+            if runtime.sandbox().is_some_and(|s| s.ready) && volume::has_api_volumes(pod) {
+                self.api_volumes(pod).await;
+            }
             return Ok(SyncOutcome::Idle(deadline));
         }
         tracing::debug!(?actions, "pod actions");
@@ -423,6 +452,16 @@ impl PodSyncer {
             }
         };
 
+        let mut volumes = volumes;
+        if volume::has_api_volumes(pod) {
+            let api = self.api_volumes(pod).await;
+            if let Some(e) = api.unmounted() {
+                // The kubelet waits for every volume: the containers stay ContainerCreating.
+                tracing::info!(error = %e, "waiting for volumes");
+                return Ok(Some(SYNC_ERROR_RETRY));
+            }
+            volumes.extend(api.paths);
+        }
         let attempt = if actions.create_sandbox {
             actions.attempt
         } else {

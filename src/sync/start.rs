@@ -10,8 +10,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::Instrument;
 
 use super::container_config::{
-    container_config, format_pod, verify_run_as_non_root, ContainerContext,
+    container_config_with_env, format_pod, verify_run_as_non_root, ContainerContext,
 };
+use super::env;
 use super::executor::{pod_uid, PodMemory, PodSyncer, SYNC_ERROR_RETRY};
 use super::hooks::run_hook;
 use super::kill::StopReason;
@@ -343,7 +344,17 @@ impl PodSyncer {
             seccomp_default: false,
             cgroup_v2: self.settings.cgroup_v2,
         };
-        let mut config = container_config(pod, container, kind, &ctx)
+        let env_objects = env::gather_env_objects(pod, container, self.objects.as_ref()).await;
+        for invalid in env::invalid_env_from_keys(pod, container, &env_objects) {
+            self.container_event(
+                pod,
+                &container.name,
+                EventType::Warning,
+                env::InvalidEnvFromKeys::REASON,
+                invalid.message(),
+            );
+        }
+        let mut config = container_config_with_env(pod, container, kind, &ctx, &env_objects)
             .map_err(|e| StartFailure {
                 reason: "CreateContainerConfigError".into(),
                 message: e.to_string(),

@@ -443,6 +443,20 @@ pub fn cleanup_pod_dir_with(
     fs::remove_dir_all(&dir).map_err(io_err(&dir))
 }
 
+/// Whether the pod has volumes whose content comes from the API or the pod itself
+/// (configMap, secret, downwardAPI, projected): they are written, and refreshed, on every sync.
+pub fn has_api_volumes(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| {
+            v.config_map.is_some()
+                || v.secret.is_some()
+                || v.downward_api.is_some()
+                || v.projected.is_some()
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::net::UnixListener;

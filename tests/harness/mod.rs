@@ -64,6 +64,7 @@ pub fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness
         }),
         clock,
         tasks: Some(fake.clone()),
+        objects: Arc::new(nodelet::objects::NoApiServer),
         events: events.clone(),
         probes: nodelet::probe::ProbeManager::new(
             fake.clone(),
