@@ -265,7 +265,7 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
     // The container exits while the API server is away.
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(
-        phase(&n.pod("job").await.unwrap()),
+        phase(&n.pod_exact("job").await.unwrap()),
         "Failed",
         "nodelet saw the exit locally"
     );
@@ -426,4 +426,151 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
     assert!(body["preconditions"]["uid"].is_string());
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(api_pod(&fixture, "bare").is_some(), "a bare pod is kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_maps_and_secrets_reach_the_container_and_update_in_place() {
+    use nodelet::cri::Runtime;
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("objects", &api, "");
+    for args in [
+        vec![
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=color=blue",
+            "--from-literal=size=L",
+        ],
+        vec![
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=s3cret",
+        ],
+    ] {
+        let (ok, out, err) = kubectl(&api, &args);
+        assert!(ok, "{out}{err}");
+    }
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: settings
+    configMap:
+      name: settings
+  - name: creds
+    secret:
+      secretName: creds
+  containers:
+  - name: main
+    image: {TESTBOX}
+    imagePullPolicy: Never
+    args: [serve]
+    env:
+    - name: COLOR
+      valueFrom:
+        configMapKeyRef:
+          name: settings
+          key: color
+    envFrom:
+    - secretRef:
+        name: creds
+      prefix: APP_
+    volumeMounts:
+    - name: settings
+      mountPath: /etc/settings
+    - name: creds
+      mountPath: /etc/creds
+"#,
+        node = n.node
+    );
+    kubectl_apply(&api, n.dir.path(), "app", &yaml);
+    let pod = wait_api("app running", &n, || {
+        api_pod(&fixture, "app").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    let id = pod.status.unwrap().container_statuses.unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let rt = runtime();
+    let exec = |cmd: String| {
+        let rt = rt.clone();
+        let id = id.clone();
+        async move {
+            let r = rt
+                .exec_sync(
+                    &id,
+                    vec!["/bin/sh".into(), "-c".into(), cmd],
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&r.stdout).trim().to_string()
+        }
+    };
+    assert_eq!(exec("echo $COLOR".into()).await, "blue");
+    assert_eq!(exec("echo $APP_password".into()).await, "s3cret");
+    assert_eq!(exec("cat /etc/settings/size".into()).await, "L");
+    assert_eq!(exec("cat /etc/creds/password".into()).await, "s3cret");
+    // The ConfigMap changes: the file follows, in place.
+    let (ok, _, err) = kubectl(
+        &api,
+        &[
+            "patch",
+            "configmap",
+            "settings",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"size":"XL"}}"#,
+        ],
+    );
+    assert!(ok, "{err}");
+    let deadline = Instant::now() + T;
+    loop {
+        if exec("cat /etc/settings/size".into()).await == "XL" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the volume never showed the new value\n{}",
+            tail(&n.logs(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A missing ConfigMap in env: CreateContainerConfigError with the kubelet's message.
+    let missing = yaml.replace("name: app\n", "name: broken\n").replace(
+        "name: settings\n          key: color",
+        "name: nothere\n          key: color",
+    );
+    kubectl_apply(&api, n.dir.path(), "broken", &missing);
+    let p = wait_api("CreateContainerConfigError", &n, || {
+        api_pod(&fixture, "broken").filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs[0].state.as_ref()?.waiting.as_ref()?.reason.clone())
+                .as_deref()
+                == Some("CreateContainerConfigError")
+        })
+    })
+    .await;
+    let message = p.status.unwrap().container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap();
+    assert_eq!(message, "configmap \"nothere\" not found");
 }

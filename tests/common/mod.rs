@@ -208,6 +208,14 @@ impl Nodelet {
         serde_json::from_value(v.get("items")?.clone()).ok()
     }
 
+    /// A pod by its exact name (API pods are not renamed like static pods).
+    pub async fn pod_exact(&self, name: &str) -> Option<Pod> {
+        self.pods()
+            .await?
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+    }
+
     pub async fn pod(&self, name: &str) -> Option<Pod> {
         let full = self.pod_name(name);
         self.pods()
