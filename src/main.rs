@@ -225,25 +225,7 @@ fn pods(
     all_namespaces: bool,
     output: &str,
 ) -> anyhow::Result<()> {
-    let base = match (server, config_path) {
-        (Some(s), _) => s,
-        (None, Some(path)) => {
-            let cfg = load_config(&path)?;
-            if cfg.read_only_port == 0 {
-                bail!(
-                    "{}: readOnlyPort is 0 (the local API is disabled)",
-                    path.display()
-                );
-            }
-            let host = if cfg.address.is_unspecified() {
-                "127.0.0.1".to_string()
-            } else {
-                cfg.address.to_string()
-            };
-            format!("http://{host}:{}", cfg.read_only_port)
-        }
-        (None, None) => "http://127.0.0.1:10255".to_string(),
-    };
+    let base = local_api_base(server, config_path)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

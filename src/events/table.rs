@@ -8,11 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Event;
 
 use super::store::last_seen;
-use crate::status::printer::human_duration;
-
-/// kubectl's tab writer: cells padded by 3 spaces, columns at least 6 wide, last column bare.
-const PADDING: usize = 3;
-const MIN_WIDTH: usize = 6;
+use crate::status::printer::{align, human_duration};
 
 /// `translateTimestampSince`: how long ago `then` was; `<unknown>` without a time, up to a second
 /// in the future counts as now (clock skew), further is `<invalid>`.
@@ -91,32 +87,6 @@ pub fn event_table(events: &[Event], now: Timestamp) -> String {
         lines.push(cells);
     }
     align(&lines)
-}
-
-/// Lays out rows like Go's `tabwriter` with kubectl's settings.
-fn align(lines: &[Vec<String>]) -> String {
-    let columns = lines.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            lines
-                .iter()
-                .filter_map(|l| l.get(i))
-                .map(|cell| cell.chars().count() + PADDING)
-                .fold(MIN_WIDTH, usize::max)
-        })
-        .collect();
-    let mut out = String::new();
-    for line in lines {
-        for (i, cell) in line.iter().enumerate() {
-            out.push_str(cell);
-            if i + 1 < line.len() {
-                let pad = widths[i].saturating_sub(cell.chars().count());
-                out.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

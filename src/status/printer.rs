@@ -265,8 +265,9 @@ pub fn pod_table(pods: &[Pod], now: Timestamp, all_namespaces: bool) -> String {
     align(&lines)
 }
 
-/// Lays out rows like Go's `tabwriter` with kubectl's settings.
-fn align(lines: &[Vec<String>]) -> String {
+/// Lays out rows like Go's `tabwriter` with kubectl's settings (shared by every table nodelet
+/// prints).
+pub(crate) fn align(lines: &[Vec<String>]) -> String {
     let columns = lines.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| {
