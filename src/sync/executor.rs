@@ -142,16 +142,6 @@ pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
-/// The pod's own grace period (`terminationGracePeriodSeconds`, default 30 s).
-pub fn pod_grace_period(pod: &Pod) -> Duration {
-    let secs = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30);
-    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
-}
-
 impl PodSyncer {
     /// The running containers the prober should watch, with the address network probes dial.
     fn running_for_probes(&self, pod: &Pod, runtime: &PodRuntime) -> Vec<RunningContainer> {
