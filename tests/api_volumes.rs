@@ -1,15 +1,21 @@
-//! ConfigMaps, Secrets and the Downward API against the project's API server fixture: the
-//! watch-based object cache (created and changed with the real kubectl), and volumes and
-//! environments built from what it holds.
+//! ConfigMaps, Secrets, the Downward API and service account tokens against the project's API
+//! server fixture: the watch-based object cache (created and changed with the real kubectl), the
+//! token manager, and volumes and environments built from what they hold.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use apiserver_fixture::serviceaccount::token_claims;
 use apiserver_fixture::Fixture;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nodelet::objects::{FakeObjects, ObjectCache, ObjectKind, ObjectSource};
+use nodelet::clock::Clock;
+use nodelet::objects::token::ApiTokenIssuer;
+use nodelet::objects::{
+    FakeObjects, ObjectCache, ObjectKind, ObjectSource, TokenManager, TokenRequest,
+};
 use nodelet::sync::env::{gather_env_objects, make_environment, EnvContext};
 use nodelet::volume::{update_api_volumes, ApiVolumeContext, NodeAllocatable};
 
@@ -435,4 +441,179 @@ async fn fake_source_drives_the_same_volume_code() {
         out.unmounted().map(|e| e.to_string()).as_deref(),
         Some("MountVolume.SetUp failed for volume \"tls\" : secrets \"creds\" is forbidden")
     );
+}
+
+/// Unmounts and removes the directory of the pod with this UID, even when the test fails.
+struct PodDirOf<'a>(&'a Path, String);
+
+impl Drop for PodDirOf<'_> {
+    fn drop(&mut self) {
+        let _ = nodelet::volume::cleanup_pod_dir(self.0, &self.1);
+    }
+}
+
+/// A pod bound to a node, created in the fixture: the ServiceAccount admission plugin gives it
+/// the `kube-api-access-*` volume.
+fn admitted_pod(fixture: &Fixture, name: &str) -> Pod {
+    let pod: Pod = serde_yaml::from_str(&format!(
+        "
+metadata: {{name: {name}, namespace: default}}
+spec:
+  nodeName: node-1
+  containers:
+  - {{name: app, image: busybox}}
+"
+    ))
+    .unwrap();
+    fixture.create(&pod).unwrap()
+}
+
+fn token_posts(fixture: &Fixture) -> Vec<apiserver_fixture::LoggedRequest> {
+    fixture
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/token"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_manager_asks_once_refreshes_late_and_outlives_an_outage() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let pod = admitted_pod(&fixture, "web");
+    let uid = pod.metadata.uid.clone().unwrap();
+    let manager = TokenManager::new(
+        Arc::new(ApiTokenIssuer::new(client(&fixture))),
+        Clock::system(),
+    )
+    .with_max_jitter(Duration::ZERO);
+    let request = TokenRequest {
+        namespace: "default".into(),
+        service_account: "default".into(),
+        audiences: vec![],
+        expiration_seconds: 3607,
+        pod_name: "web".into(),
+        pod_uid: uid.clone(),
+    };
+    let start = jiff::Timestamp::now();
+    let after = |minutes: i64| {
+        start
+            .checked_add(jiff::SignedDuration::from_mins(minutes))
+            .unwrap()
+    };
+
+    let first = manager.token_at(&request, start).await.unwrap();
+    let posts = token_posts(&fixture);
+    assert_eq!(posts.len(), 1);
+    assert_eq!(
+        posts[0].path,
+        "/api/v1/namespaces/default/serviceaccounts/default/token"
+    );
+    assert_eq!(
+        posts[0].body.as_ref().unwrap()["spec"],
+        serde_json::json!({
+            "audiences": [],
+            "expirationSeconds": 3607,
+            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "web", "uid": uid},
+        })
+    );
+    let claims = token_claims(&first).unwrap();
+    assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    assert_eq!(claims["sub"], "system:serviceaccount:default:default");
+
+    // well before 80% of the lifetime: the cached token, no request
+    assert_eq!(manager.token_at(&request, after(40)).await.unwrap(), first);
+    assert_eq!(token_posts(&fixture).len(), 1);
+
+    // past 80%: a new token
+    let second = manager.token_at(&request, after(50)).await.unwrap();
+    assert_ne!(second, first);
+    assert_eq!(token_posts(&fixture).len(), 2);
+
+    // the API server goes away: the current token is served while it is valid ...
+    fixture.stop().await;
+    assert_eq!(manager.token_at(&request, after(55)).await.unwrap(), second);
+    // ... and reading fails once it has expired
+    let err = manager
+        .token_at(&request, after(50 + 61))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "token \"default\"/\"default\"/[]/3607/pod \"web\" ({uid}) expired and refresh failed: "
+        )),
+        "{err}"
+    );
+    fixture.resume().await.unwrap();
+
+    // a request the API server refuses, with its message
+    let stale = TokenRequest {
+        pod_uid: "not-the-uid".into(),
+        ..request.clone()
+    };
+    let err = manager.token_at(&stale, start).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to fetch token: Operation cannot be fulfilled on Pod \"web\": the UID in the bound object reference (not-the-uid) does not match the UID in record. The object might have been deleted and then recreated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_api_access_volume_from_the_api_server() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let pod = admitted_pod(&fixture, "web");
+    let uid = pod.metadata.uid.clone().unwrap();
+    let _cleanup = PodDirOf(root.path(), uid.clone());
+    let volume = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0]
+        .name
+        .clone();
+    assert!(volume.starts_with("kube-api-access-"), "{volume}");
+    let cache = ObjectCache::new(client(&fixture));
+    cache.register_pod(&pod);
+    let ctx = ApiVolumeContext::new(node());
+
+    let mut out = update_api_volumes(&pod, root.path(), &cache, &ctx).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !out.failures.is_empty() {
+        // the kube-root-ca.crt watch may still be listing
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", out.failures);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        out = update_api_volumes(&pod, root.path(), &cache, &ctx).await;
+    }
+    let dir = &out.paths[&volume];
+    assert!(dir.ends_with(format!(
+        "pods/{uid}/volumes/kubernetes.io~projected/{volume}"
+    )));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("namespace")).unwrap(),
+        "default"
+    );
+    assert!(std::fs::read_to_string(dir.join("ca.crt"))
+        .unwrap()
+        .starts_with("-----BEGIN CERTIFICATE-----"));
+    let token = std::fs::read_to_string(dir.join("token")).unwrap();
+    let claims = token_claims(&token).unwrap();
+    assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        3607
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644, "the volume's defaultMode 420");
+
+    // later syncs use the cached token: one TokenRequest in all
+    update_api_volumes(&pod, root.path(), &cache, &ctx).await;
+    update_api_volumes(&pod, root.path(), &cache, &ctx).await;
+    assert_eq!(token_posts(&fixture).len(), 1);
+    assert_eq!(std::fs::read_to_string(dir.join("token")).unwrap(), token);
+
+    // the pod goes away: its token is forgotten
+    assert_eq!(cache.tokens().cached(), 1);
+    cache.unregister_pod(&uid);
+    assert_eq!(cache.tokens().cached(), 0);
 }

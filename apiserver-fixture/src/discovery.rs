@@ -93,6 +93,17 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["create"],
             }));
         }
+        if rt.storage == "serviceaccounts" {
+            resources.push(json!({
+                "name": "serviceaccounts/token",
+                "singularName": "",
+                "namespaced": true,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
+            }));
+        }
         if rt.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", rt.plural),
@@ -195,6 +206,8 @@ mod tests {
             "configmaps",
             "secrets",
             "namespaces",
+            "serviceaccounts",
+            "serviceaccounts/token",
         ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }

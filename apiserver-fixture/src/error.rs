@@ -55,6 +55,21 @@ impl FieldError {
     }
 }
 
+/// The message part and `details.causes` of an `Invalid` error.
+fn joined_causes(errors: &[FieldError]) -> (String, Vec<Value>) {
+    let rendered: Vec<String> = errors.iter().map(FieldError::rendered).collect();
+    let joined = if rendered.len() == 1 {
+        rendered[0].clone()
+    } else {
+        format!("[{}]", rendered.join(", "))
+    };
+    let causes = errors
+        .iter()
+        .map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field}))
+        .collect();
+    (joined, causes)
+}
+
 /// An error answered to a client as a `metav1.Status` (kind Status, status Failure).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
@@ -148,16 +163,7 @@ impl ApiError {
 
     /// 422 with causes: `Pod "web" is invalid: spec.containers[0].image: Required value`.
     pub fn invalid(rt: &ResourceType, name: &str, errors: &[FieldError]) -> Self {
-        let rendered: Vec<String> = errors.iter().map(FieldError::rendered).collect();
-        let joined = if rendered.len() == 1 {
-            rendered[0].clone()
-        } else {
-            format!("[{}]", rendered.join(", "))
-        };
-        let causes: Vec<Value> = errors
-            .iter()
-            .map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field}))
-            .collect();
+        let (joined, causes) = joined_causes(errors);
         let mut details = json!({"name": name, "kind": rt.kind, "causes": causes});
         if !rt.group.is_empty() {
             details["group"] = json!(rt.group);
@@ -166,6 +172,27 @@ impl ApiError {
             422,
             "Invalid",
             format!("{} {name:?} is invalid: {joined}", rt.kind),
+            Some(details),
+        )
+    }
+
+    /// 422 for a kind that is not a stored resource (`TokenRequest.authentication.k8s.io ""
+    /// is invalid: ...`): the API server qualifies the Kind with its group.
+    pub fn invalid_group_kind(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Self {
+        let (joined, causes) = joined_causes(errors);
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut details = json!({"name": name, "kind": kind, "causes": causes});
+        if !group.is_empty() {
+            details["group"] = json!(group);
+        }
+        Self::new(
+            422,
+            "Invalid",
+            format!("{qualified} {name:?} is invalid: {joined}"),
             Some(details),
         )
     }

@@ -3,7 +3,8 @@
 //! It speaks JSON over plain HTTP on 127.0.0.1 and is good enough for the real `kubectl` and for
 //! kube-rs: discovery, get/list/watch/create/update/patch/delete of pods (with the status
 //! subresource and the API server's graceful deletion), nodes, events (core and events.k8s.io),
-//! configmaps, secrets, services, namespaces and leases. Every request is logged so tests can
+//! configmaps, secrets, services, namespaces, leases and serviceaccounts (with the TokenRequest
+//! subresource and the ServiceAccount admission plugin). Every request is logged so tests can
 //! assert on what a client sent. See `docs/apiserver-fixture.md` for what is faithful and what is
 //! approximated.
 //!
@@ -28,6 +29,7 @@ pub mod protobuf;
 pub mod resource;
 pub mod selector;
 pub mod server;
+pub mod serviceaccount;
 pub mod store;
 pub mod table;
 pub mod typed;

@@ -108,6 +108,7 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
         let served = match sub.as_str() {
             "status" => target.resource.status_subresource,
             "binding" => target.resource.is_pod(),
+            "token" => target.resource.storage == "serviceaccounts",
             _ => false,
         };
         if !served {
@@ -163,6 +164,16 @@ mod tests {
                 Some(("pods", Some("default"), Some("web"), Some("binding"))),
             ),
             ("/api/v1/nodes/n1/binding", None),
+            (
+                "/api/v1/namespaces/default/serviceaccounts/default/token",
+                Some((
+                    "serviceaccounts",
+                    Some("default"),
+                    Some("default"),
+                    Some("token"),
+                )),
+            ),
+            ("/api/v1/namespaces/default/pods/web/token", None),
             (
                 "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",
                 Some(("leases", Some("kube-node-lease"), Some("n1"), None)),

@@ -2,8 +2,7 @@
 //! the admission plugins every cluster runs that change pods (Priority, DefaultTolerationSeconds),
 //! create-time status (phase Pending, QoS class), and the validation that matters to a node agent.
 //!
-//! Not applied: the ServiceAccount admission plugin (no `kube-api-access-*` projected volume and no
-//! `serviceAccountName: default` is added), because the fixture issues no tokens.
+//! The ServiceAccount admission plugin is in [`crate::serviceaccount`] (it needs the store).
 
 use serde_json::{json, Map, Value};
 
@@ -163,6 +162,16 @@ fn default_volume(v: &mut Map<String, Value>) {
     for source in ["secret", "configMap", "downwardAPI", "projected"] {
         if let Some(s) = object_mut(v, source) {
             set_default(s, "defaultMode", json!(420));
+        }
+    }
+    // SetDefaults_ServiceAccountTokenProjection: one hour.
+    if let Some(Value::Array(sources)) =
+        object_mut(v, "projected").and_then(|p| p.get_mut("sources"))
+    {
+        for source in sources.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(token) = object_mut(source, "serviceAccountToken") {
+                set_default(token, "expirationSeconds", json!(3600));
+            }
         }
     }
     if let Some(host_path) = object_mut(v, "hostPath") {
@@ -408,6 +417,44 @@ pub fn validate_create(pod: &Value) -> Vec<FieldError> {
             }
         }
     }
+    for (i, volume) in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let sources = volume
+            .pointer("/projected/sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate();
+        for (j, source) in sources {
+            let Some(seconds) = source
+                .pointer("/serviceAccountToken/expirationSeconds")
+                .and_then(Value::as_i64)
+            else {
+                continue;
+            };
+            let field = format!(
+                "spec.volumes[{i}].projected.sources[{j}].serviceAccountToken.expirationSeconds"
+            );
+            if seconds < 600 {
+                errors.push(FieldError::invalid(
+                    field,
+                    &json!(seconds),
+                    "may not specify a duration less than 10 minutes",
+                ));
+            } else if seconds > 1 << 32 {
+                errors.push(FieldError::invalid(
+                    field,
+                    &json!(seconds),
+                    "may not specify a duration larger than 2^32 seconds",
+                ));
+            }
+        }
+    }
     if let Some(policy) = pod.pointer("/spec/restartPolicy").and_then(Value::as_str) {
         if !["Always", "OnFailure", "Never"].contains(&policy) {
             errors.push(FieldError {
@@ -542,7 +589,11 @@ mod tests {
                     "livenessProbe": {"httpGet": {"port": 80}},
                     "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
                 }],
-                "volumes": [{"name": "scratch"}, {"name": "cfg", "configMap": {"name": "c"}}]
+                "volumes": [
+                    {"name": "scratch"},
+                    {"name": "cfg", "configMap": {"name": "c"}},
+                    {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}
+                ]
             }
         });
         apply_defaults(&mut pod);
@@ -584,6 +635,11 @@ mod tests {
             ),
             ("/spec/volumes/0/emptyDir", json!({})),
             ("/spec/volumes/1/configMap/defaultMode", json!(420)),
+            ("/spec/volumes/2/projected/defaultMode", json!(420)),
+            (
+                "/spec/volumes/2/projected/sources/0/serviceAccountToken/expirationSeconds",
+                json!(3600),
+            ),
             (
                 "/spec/tolerations/0/key",
                 json!("node.kubernetes.io/not-ready"),
@@ -690,6 +746,17 @@ mod tests {
             (
                 json!({"spec": {"restartPolicy": "Sometimes", "containers": [{"name": "a", "image": "x"}]}}),
                 vec!["spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""],
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "a", "image": "x"}], "volumes": [
+                    {"name": "ok", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "expirationSeconds": 600}}]}},
+                    {"name": "short", "projected": {"sources": [{"configMap": {"name": "c"}}, {"serviceAccountToken": {"path": "t", "expirationSeconds": 599}}]}},
+                    {"name": "long", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "expirationSeconds": 4294967297_i64}}]}},
+                ]}}),
+                vec![
+                    "spec.volumes[1].projected.sources[1].serviceAccountToken.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes",
+                    "spec.volumes[2].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid value: 4294967297: may not specify a duration larger than 2^32 seconds",
+                ],
             ),
         ];
         for (pod, want) in cases {

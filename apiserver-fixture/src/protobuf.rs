@@ -1,6 +1,6 @@
 //! Decoding of Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`) for the
-//! kinds kubectl sends that way: `kubectl create configmap|secret|namespace` use typed clients that
-//! post protobuf. The envelope is `k8s\0` + `runtime.Unknown{typeMeta, raw}`; `raw` is the object
+//! kinds kubectl sends that way: `kubectl create configmap|secret|namespace|serviceaccount` and
+//! `kubectl create token` use typed clients that post protobuf. The envelope is `k8s\0` + `runtime.Unknown{typeMeta, raw}`; `raw` is the object
 //! in the field numbering of `k8s.io/api/core/v1/generated.proto`. Answers are always JSON (typed
 //! clients decode either).
 
@@ -248,6 +248,99 @@ fn namespace(raw: &[u8]) -> Result<Value, ProtobufError> {
     Ok(Value::Object(obj))
 }
 
+/// `k8s.io.api.core.v1.ServiceAccount` (`kubectl create serviceaccount`).
+fn service_account(raw: &[u8]) -> Result<Value, ProtobufError> {
+    let mut obj = Map::new();
+    obj.insert("apiVersion".into(), json!("v1"));
+    obj.insert("kind".into(), json!("ServiceAccount"));
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => {
+                obj.insert("metadata".into(), object_meta(b)?);
+            }
+            (2, Field::Bytes(b)) => {
+                // ObjectReference: name is field 3, namespace 2.
+                let mut reference = Map::new();
+                for (rn, rf) in fields(b)? {
+                    match (rn, rf) {
+                        (2, Field::Bytes(v)) if !v.is_empty() => {
+                            reference.insert("namespace".into(), Value::from(text(v)));
+                        }
+                        (3, Field::Bytes(v)) if !v.is_empty() => {
+                            reference.insert("name".into(), Value::from(text(v)));
+                        }
+                        _ => {}
+                    }
+                }
+                push_list(&mut obj, "secrets", Value::Object(reference));
+            }
+            (3, Field::Bytes(b)) => {
+                let mut name = String::new();
+                for (rn, rf) in fields(b)? {
+                    if let (1, Field::Bytes(v)) = (rn, rf) {
+                        name = text(v);
+                    }
+                }
+                push_list(&mut obj, "imagePullSecrets", json!({ "name": name }));
+            }
+            (4, Field::Varint(v)) => {
+                obj.insert("automountServiceAccountToken".into(), Value::from(v != 0));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(obj))
+}
+
+/// `k8s.io.api.authentication.v1.TokenRequest` (`kubectl create token`): the spec's audiences
+/// (1), boundObjectRef (3: kind 1, apiVersion 2, name 3, uid 4) and expirationSeconds (4).
+fn token_request(raw: &[u8]) -> Result<Value, ProtobufError> {
+    let mut obj = Map::new();
+    obj.insert("apiVersion".into(), json!("authentication.k8s.io/v1"));
+    obj.insert("kind".into(), json!("TokenRequest"));
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => {
+                obj.insert("metadata".into(), object_meta(b)?);
+            }
+            (2, Field::Bytes(b)) => {
+                let mut spec = Map::new();
+                for (sn, sf) in fields(b)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(v)) => {
+                            push_list(&mut spec, "audiences", Value::from(text(v)))
+                        }
+                        (3, Field::Bytes(v)) => {
+                            let mut reference = Map::new();
+                            for (rn, rf) in fields(v)? {
+                                let key = match rn {
+                                    1 => "kind",
+                                    2 => "apiVersion",
+                                    3 => "name",
+                                    4 => "uid",
+                                    _ => continue,
+                                };
+                                if let Field::Bytes(t) = rf {
+                                    reference.insert(key.into(), Value::from(text(t)));
+                                }
+                            }
+                            spec.insert("boundObjectRef".into(), Value::Object(reference));
+                        }
+                        (4, Field::Varint(v)) => {
+                            // int64 on the wire: a negative value is its two's complement.
+                            spec.insert("expirationSeconds".into(), Value::from(v as i64));
+                        }
+                        _ => {}
+                    }
+                }
+                obj.insert("spec".into(), Value::Object(spec));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(obj))
+}
+
 /// Decodes a protobuf request body to the JSON form of the object.
 pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let unknown = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
@@ -270,6 +363,8 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
         "ConfigMap" => config_map(raw),
         "Secret" => secret(raw),
         "Namespace" => namespace(raw),
+        "ServiceAccount" => service_account(raw),
+        "TokenRequest" => token_request(raw),
         other => Err(ProtobufError::UnsupportedKind(other.to_string())),
     }
 }
@@ -297,6 +392,71 @@ mod tests {
         ];
         for (body, want) in cases {
             assert_eq!(decode(body).unwrap(), want);
+        }
+    }
+
+    /// A length-delimited field (lengths here stay below 128: one-byte varints).
+    fn bytes_field(number: u8, data: &[u8]) -> Vec<u8> {
+        let mut out = vec![(number << 3) | 2, u8::try_from(data.len()).unwrap()];
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+        let type_meta = [
+            bytes_field(1, api_version.as_bytes()),
+            bytes_field(2, kind.as_bytes()),
+        ]
+        .concat();
+        [
+            MAGIC.to_vec(),
+            bytes_field(1, &type_meta),
+            bytes_field(2, raw),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn decodes_service_accounts_and_token_requests() {
+        let meta = bytes_field(1, &bytes_field(1, b"builder"));
+        let account = [
+            meta.clone(),
+            bytes_field(2, &bytes_field(3, b"builder-token")),
+            bytes_field(3, &bytes_field(1, b"registry")),
+            vec![4 << 3, 0],
+        ]
+        .concat();
+        let bound = [
+            bytes_field(1, b"Pod"),
+            bytes_field(2, b"v1"),
+            bytes_field(3, b"web"),
+            bytes_field(4, b"u1"),
+        ]
+        .concat();
+        // expirationSeconds 1200 as a varint: 0xb0 0x09.
+        let spec = [
+            bytes_field(1, b"vault"),
+            bytes_field(3, &bound),
+            vec![4 << 3, 0xb0, 0x09],
+        ]
+        .concat();
+        let request = [meta, bytes_field(2, &spec)].concat();
+        let cases = [
+            (
+                envelope("v1", "ServiceAccount", &account),
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"},
+                       "secrets": [{"name": "builder-token"}], "imagePullSecrets": [{"name": "registry"}],
+                       "automountServiceAccountToken": false}),
+            ),
+            (
+                envelope("authentication.k8s.io/v1", "TokenRequest", &request),
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {"name": "builder"},
+                       "spec": {"audiences": ["vault"], "expirationSeconds": 1200,
+                                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "web", "uid": "u1"}}}),
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(decode(&body).unwrap(), want);
         }
     }
 

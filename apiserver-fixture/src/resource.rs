@@ -169,6 +169,20 @@ pub static RESOURCES: &[ResourceType] = &[
     ResourceType {
         group: "",
         version: "v1",
+        plural: "serviceaccounts",
+        singular: "serviceaccount",
+        kind: "ServiceAccount",
+        namespaced: true,
+        short_names: &["sa"],
+        status_subresource: false,
+        storage: "serviceaccounts",
+        allow_create_on_update: false,
+        return_deleted_object: true,
+        categories: &[],
+    },
+    ResourceType {
+        group: "",
+        version: "v1",
         plural: "services",
         singular: "service",
         kind: "Service",
@@ -246,6 +260,7 @@ mod tests {
             ("", "v1", "nodes", Some("Node")),
             ("coordination.k8s.io", "v1", "leases", Some("Lease")),
             ("events.k8s.io", "v1", "events", Some("Event")),
+            ("", "v1", "serviceaccounts", Some("ServiceAccount")),
             ("", "v1", "leases", None),
             ("apps", "v1", "deployments", None),
         ];

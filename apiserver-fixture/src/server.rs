@@ -279,6 +279,14 @@ fn handle(
     let status = target.subresource.is_some();
     let store = &app.store;
     match (method.clone(), target.name.as_deref()) {
+        (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
+            let request = parse_json_body(rt, headers, body)?;
+            let issued = store.create_token(ns.unwrap_or("default"), name, &request)?;
+            Ok(json_response(StatusCode::CREATED, &issued))
+        }
+        (_, Some(_)) if target.subresource.as_deref() == Some("token") => {
+            Err(ApiError::method_not_allowed())
+        }
         (Method::GET, name) if query.flag("watch") => {
             let (labels, fields) = query.selectors(rt, name)?;
             let as_table = wants_table(headers);

@@ -19,6 +19,7 @@ use crate::patch::{self, PatchError, PatchType};
 use crate::pod;
 use crate::resource::{self, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::serviceaccount;
 use crate::typed;
 
 /// Wall-clock source for timestamps (creationTimestamp, deletionTimestamp); injectable for tests.
@@ -657,6 +658,24 @@ impl Store {
                     ));
                 }
                 pod::apply_defaults(&mut obj);
+                // The ServiceAccount admission plugin runs after defaulting, before validation.
+                let pod_ns = ns.clone().unwrap_or_default();
+                let account = serviceaccount::account_to_admit(&obj).and_then(|sa| {
+                    inner
+                        .objects
+                        .get(&("serviceaccounts".to_string(), pod_ns.clone(), sa))
+                        .cloned()
+                });
+                let suffix = if account.is_some() {
+                    self.generated_suffix(inner)
+                } else {
+                    String::new()
+                };
+                if let Err(detail) =
+                    serviceaccount::admit_pod(&mut obj, &pod_ns, account.as_ref(), &suffix)
+                {
+                    return Err(ApiError::forbidden(rt, &name, &detail));
+                }
                 let errors = pod::validate_create(&obj);
                 if !errors.is_empty() {
                     return Err(ApiError::invalid(rt, &name, &errors));
@@ -709,11 +728,81 @@ impl Store {
             });
         }
         let stored = self.commit(inner, k, obj, EventType::Added, None);
+        if rt.storage == "namespaces" {
+            self.create_namespace_objects(inner, &name);
+        }
         Ok(Written {
             object: to_served(rt, &stored),
             warnings,
             created: true,
         })
+    }
+
+    /// What the controller manager puts in every new namespace, at once: the `default`
+    /// ServiceAccount and the `kube-root-ca.crt` ConfigMap.
+    fn create_namespace_objects(&self, inner: &mut Inner, namespace: &str) {
+        let objects = [
+            (
+                "serviceaccounts",
+                serviceaccount::default_service_account(namespace),
+            ),
+            ("configmaps", serviceaccount::root_ca_config_map(namespace)),
+        ];
+        for (storage, body) in objects {
+            let Some(rt) = storage_type(storage) else {
+                continue;
+            };
+            // Cannot fail: the namespace is new and the objects are valid.
+            let _ = self.create_locked(inner, rt, Some(namespace), body, &WriteOptions::default());
+        }
+    }
+
+    /// `POST .../serviceaccounts/<name>/token`: issues a token for the ServiceAccount, bound to
+    /// the pod the request names (which must exist, run as that account, and have the named
+    /// UID). Nothing is stored and the resourceVersion does not move.
+    pub fn create_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        body: &Value,
+    ) -> Result<Value, ApiError> {
+        let request = serviceaccount::parse_token_request(body)?;
+        let (Some(accounts), Some(pods), Some(nodes)) = (
+            storage_type("serviceaccounts"),
+            storage_type("pods"),
+            storage_type("nodes"),
+        ) else {
+            return Err(ApiError::internal("resource types missing"));
+        };
+        let mut inner = self.lock();
+        let jti = self.new_uid(&mut inner);
+        let account = inner
+            .objects
+            .get(&key(accounts, Some(namespace), name))
+            .ok_or_else(|| ApiError::not_found(accounts, name))?;
+        let pod = request
+            .bound
+            .as_ref()
+            .filter(|b| b.kind == "Pod")
+            .and_then(|b| inner.objects.get(&key(pods, Some(namespace), &b.name)));
+        serviceaccount::check_bound_pod(&request, name, pod, pods)?;
+        let node = pod
+            .and_then(|p| p.pointer("/spec/nodeName"))
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .and_then(|n| inner.objects.get(&key(nodes, None, n)));
+        let subjects = serviceaccount::TokenSubjects {
+            namespace,
+            service_account: account,
+            pod,
+            node,
+        };
+        Ok(serviceaccount::issue_token(
+            &request,
+            &subjects,
+            self.now(),
+            &jti,
+        ))
     }
 
     pub fn update(
@@ -1307,7 +1396,16 @@ mod tests {
             names,
             ["default", "kube-node-lease", "kube-public", "kube-system"]
         );
-        assert_eq!(rv, 4);
+        // Each namespace comes with its `default` ServiceAccount and `kube-root-ca.crt`.
+        assert_eq!(rv, 12);
+        for ns in names {
+            let account = s.get(rt("serviceaccounts"), Some(ns), "default").unwrap();
+            assert_eq!(account["metadata"]["namespace"], ns);
+            let ca = s
+                .get(rt("configmaps"), Some(ns), "kube-root-ca.crt")
+                .unwrap();
+            assert!(ca["data"]["ca.crt"].is_string(), "{ca}");
+        }
         assert_eq!(items[0]["status"]["phase"], "Active");
         assert_eq!(
             items[0]["metadata"]["labels"]["kubernetes.io/metadata.name"],
@@ -1329,7 +1427,7 @@ mod tests {
         let p = &w.object;
         assert!(w.created);
         assert_eq!(p["metadata"]["namespace"], "default");
-        assert_eq!(p["metadata"]["resourceVersion"], "5");
+        assert_eq!(p["metadata"]["resourceVersion"], "13");
         assert_eq!(p["metadata"]["generation"], 1);
         assert_eq!(p["metadata"]["creationTimestamp"], "2025-01-01T00:00:00Z");
         assert_eq!(p["metadata"]["uid"].as_str().unwrap().len(), 36);
@@ -1637,21 +1735,23 @@ mod tests {
             s.create(cms, Some("default"), body, &WriteOptions::default())
                 .unwrap();
         }
-        // rv 5..9 are the configmaps; history holds 7, 8, 9.
-        let started = s.watch(cms, WatchStart::After(7)).unwrap();
+        // rv 1..12 are the namespaces and their objects, 13..17 the configmaps; history holds
+        // 15, 16, 17.
+        let started = s.watch(cms, WatchStart::After(15)).unwrap();
         let (events, rv) = (started.first, started.resource_version);
-        assert_eq!(rv, 9);
+        assert_eq!(rv, 17);
         assert_eq!(
             events
                 .iter()
                 .map(|e| e.resource_version)
                 .collect::<Vec<_>>(),
-            [8, 9]
+            [16, 17]
         );
         let err = s.watch(cms, WatchStart::After(2)).unwrap_err();
         assert_eq!((err.code, err.reason), (410, "Expired"));
+        // Five created and four kube-root-ca.crt.
         let initial = s.watch(cms, WatchStart::InitialState).unwrap().first;
-        assert_eq!(initial.len(), 5);
+        assert_eq!(initial.len(), 9);
     }
 
     #[test]

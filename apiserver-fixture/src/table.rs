@@ -464,6 +464,20 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
                 ],
             )
         }
+        ("", "ServiceAccount") => {
+            let secrets = obj
+                .get("secrets")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            (
+                vec![
+                    column("Name", "string", 0),
+                    column("Secrets", "string", 0),
+                    column("Age", "string", 0),
+                ],
+                vec![json!(name), json!(secrets), json!(age)],
+            )
+        }
         ("coordination.k8s.io", "Lease") => (
             vec![
                 column("Name", "string", 0),

@@ -72,6 +72,7 @@ pub fn check(rt: &ResourceType, obj: &Value) -> Result<Vec<String>, String> {
         ("", "ConfigMap") => roundtrip::<core::ConfigMap>(obj),
         ("", "Secret") => roundtrip::<core::Secret>(obj),
         ("", "Service") => roundtrip::<core::Service>(obj),
+        ("", "ServiceAccount") => roundtrip::<core::ServiceAccount>(obj),
         ("coordination.k8s.io", "Lease") => roundtrip::<coordination::Lease>(obj),
         ("events.k8s.io", "Event") => roundtrip::<events::Event>(obj),
         _ => Ok(Vec::new()),

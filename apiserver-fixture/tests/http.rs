@@ -193,7 +193,7 @@ async fn bookmarks_and_initial_events_end() {
         .await
         .unwrap();
     let mut watch = client
-        .get(format!("{base}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"))
+        .get(format!("{base}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&fieldSelector=metadata.name%3Dc"))
         .send()
         .await
         .unwrap();
@@ -335,7 +335,7 @@ async fn errors_are_status_objects() {
         Case {
             method: reqwest::Method::POST,
             path: "/api/v1/namespaces/default/configmaps",
-            body: Some(json!({"metadata": {"name": "kube-root-ca.crt"}})),
+            body: Some(json!({"metadata": {"name": "settings"}})),
             code: 201,
             reason: "",
             message: "",
@@ -343,10 +343,10 @@ async fn errors_are_status_objects() {
         Case {
             method: reqwest::Method::POST,
             path: "/api/v1/namespaces/default/configmaps",
-            body: Some(json!({"metadata": {"name": "kube-root-ca.crt"}})),
+            body: Some(json!({"metadata": {"name": "settings"}})),
             code: 409,
             reason: "AlreadyExists",
-            message: "configmaps \"kube-root-ca.crt\" already exists",
+            message: "configmaps \"settings\" already exists",
         },
         Case {
             method: reqwest::Method::POST,

@@ -12,10 +12,13 @@
 //! Unlike the kubelet, which fails reads of objects no registered pod refers to
 //! (`object "ns"/"name" not registered`), an unregistered read falls back to a plain GET, so a
 //! pod worker that runs before the pod was registered still sees the object.
+//!
+//! Service account tokens go through the cache's [`TokenManager`]; a pod's tokens are dropped
+//! when it is unregistered.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,7 +31,9 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use super::token::{ApiTokenIssuer, TokenManager, TokenRequest};
 use super::{referenced_objects, ObjectError, ObjectKind, ObjectSource, References, Result};
+use crate::clock::Clock;
 
 /// How long a read waits for a new watch's first list (the kubelet polls for one second).
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
@@ -94,7 +99,8 @@ impl CachedKind for Secret {
     }
 }
 
-/// Watch-based cache of the ConfigMaps and Secrets the node's pods refer to.
+/// Watch-based cache of the ConfigMaps and Secrets the node's pods refer to, with the token
+/// manager for their service account tokens.
 ///
 /// Registration (`register_pod`, `unregister_pod`, `sync_pods`) starts tasks, so it must run
 /// inside a Tokio runtime.
@@ -102,14 +108,17 @@ pub struct ObjectCache {
     client: Client,
     sync_timeout: Duration,
     state: Mutex<State>,
+    tokens: TokenManager,
 }
 
 impl ObjectCache {
     pub fn new(client: Client) -> ObjectCache {
+        let issuer = Arc::new(ApiTokenIssuer::new(client.clone()));
         ObjectCache {
             client,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             state: Mutex::new(State::default()),
+            tokens: TokenManager::new(issuer, Clock::system()),
         }
     }
 
@@ -117,6 +126,17 @@ impl ObjectCache {
     pub fn with_sync_timeout(mut self, timeout: Duration) -> ObjectCache {
         self.sync_timeout = timeout;
         self
+    }
+
+    /// A different token manager (another clock or jitter, for tests).
+    pub fn with_token_manager(mut self, tokens: TokenManager) -> ObjectCache {
+        self.tokens = tokens;
+        self
+    }
+
+    /// The token manager behind [`ObjectSource::service_account_token`].
+    pub fn tokens(&self) -> &TokenManager {
+        &self.tokens
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -172,8 +192,9 @@ impl ObjectCache {
     }
 
     /// Releases everything the pod with this UID referred to (`UnregisterPod`); watches no
-    /// other pod needs are stopped.
+    /// other pod needs are stopped, and its tokens are dropped.
     pub fn unregister_pod(&self, uid: &str) {
+        self.tokens.forget_pod(uid);
         let mut state = self.lock();
         if let Some((namespace, refs)) = state.pods.remove(uid) {
             for (kind, name) in refs.iter() {
@@ -341,6 +362,10 @@ impl ObjectSource for ObjectCache {
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>> {
         self.get::<Secret>(namespace, name).await
     }
+
+    async fn service_account_token(&self, request: &TokenRequest) -> Result<String> {
+        self.tokens.token(request).await
+    }
 }
 
 impl Debug for ObjectCache {
@@ -351,6 +376,7 @@ impl Debug for ObjectCache {
         f.debug_struct("ObjectCache")
             .field("sync_timeout", &self.sync_timeout)
             .field("pods", &pods)
+            .field("tokens", &self.tokens)
             .finish_non_exhaustive()
     }
 }

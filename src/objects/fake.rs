@@ -1,5 +1,5 @@
-//! An in-memory [`ObjectSource`] for tests: objects are set and removed directly, and reads
-//! can be made to fail.
+//! An in-memory [`ObjectSource`] for tests: objects and service account tokens are set and
+//! removed directly, and reads can be made to fail.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
-use super::{ObjectError, ObjectKind, ObjectSource, Result};
+use super::{ObjectError, ObjectKind, ObjectSource, Result, TokenRequest};
 
 type Key = (String, String);
 
@@ -17,6 +17,9 @@ struct Objects {
     secrets: BTreeMap<Key, Secret>,
     failures: BTreeMap<(ObjectKind, String, String), String>,
     reads: usize,
+    /// (namespace, service account) → the token every request for it gets.
+    tokens: BTreeMap<Key, String>,
+    token_requests: Vec<TokenRequest>,
 }
 
 /// ConfigMaps and Secrets held in memory, keyed by their own namespace and name.
@@ -87,6 +90,20 @@ impl FakeObjects {
         self.lock().reads
     }
 
+    /// Every token request for the service account gets `token` from now on; without one,
+    /// requests fail as the API server answers for a missing account.
+    pub fn set_service_account_token(&self, namespace: &str, service_account: &str, token: &str) {
+        self.lock().tokens.insert(
+            (namespace.to_string(), service_account.to_string()),
+            token.to_string(),
+        );
+    }
+
+    /// The token requests served so far, in order.
+    pub fn token_requests(&self) -> Vec<TokenRequest> {
+        self.lock().token_requests.clone()
+    }
+
     fn injected(
         objects: &Objects,
         kind: ObjectKind,
@@ -130,6 +147,22 @@ impl ObjectSource for FakeObjects {
             .get(&(namespace.to_string(), name.to_string()))
             .cloned())
     }
+
+    async fn service_account_token(&self, request: &TokenRequest) -> Result<String> {
+        let mut objects = self.lock();
+        objects.token_requests.push(request.clone());
+        let key = (request.namespace.clone(), request.service_account.clone());
+        objects
+            .tokens
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ObjectError::TokenFetch {
+                namespace: request.namespace.clone(),
+                service_account: request.service_account.clone(),
+                message: format!("serviceaccounts {:?} not found", request.service_account),
+                source: None,
+            })
+    }
 }
 
 #[cfg(test)]
@@ -163,5 +196,28 @@ mod tests {
         assert!(fake.config_map("default", "cm").await.unwrap().is_none());
         assert!(fake.secret("default", "cm").await.unwrap().is_none());
         assert_eq!(fake.reads(), 5);
+    }
+
+    #[tokio::test]
+    async fn tokens_by_account() {
+        let fake = FakeObjects::new();
+        let request = TokenRequest {
+            namespace: "prod".into(),
+            service_account: "builder".into(),
+            audiences: vec![],
+            expiration_seconds: 3607,
+            pod_name: "web".into(),
+            pod_uid: "u".into(),
+        };
+        assert_eq!(
+            fake.service_account_token(&request)
+                .await
+                .unwrap_err()
+                .to_string(),
+            "failed to fetch token: serviceaccounts \"builder\" not found"
+        );
+        fake.set_service_account_token("prod", "builder", "t0k");
+        assert_eq!(fake.service_account_token(&request).await.unwrap(), "t0k");
+        assert_eq!(fake.token_requests(), [request.clone(), request]);
     }
 }

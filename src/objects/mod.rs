@@ -1,15 +1,18 @@
-//! API objects a pod refers to: the ConfigMaps and Secrets behind its volumes and environment.
+//! API objects a pod refers to: the ConfigMaps and Secrets behind its volumes and environment,
+//! and the service account tokens of its projected volumes.
 //!
 //! The kubelet reads them through its ConfigMap and Secret managers
 //! (`pkg/kubelet/configmap`, `pkg/kubelet/secret`); with the default `Watch` change-detection
 //! strategy each referenced object gets its own watch while some pod on the node refers to it
-//! (`pkg/kubelet/util/manager/watch_based_manager.go`). [`ObjectSource`] is that interface:
-//! [`ObjectCache`] is the watch-based implementation against the API server, [`FakeObjects`]
-//! an in-memory one for tests, and [`NoApiServer`] what standalone nodelet has (every read fails
-//! with the kubelet's "no kubeClient defined").
+//! (`pkg/kubelet/util/manager/watch_based_manager.go`). Tokens come from its token manager
+//! (`pkg/kubelet/token`, here [`token::TokenManager`]). [`ObjectSource`] is that interface:
+//! [`ObjectCache`] is the implementation against the API server, [`FakeObjects`] an in-memory
+//! one for tests, and [`NoApiServer`] what standalone nodelet has (every read fails with the
+//! kubelet's "no kubeClient defined", every token with "standalone mode").
 
 pub mod cache;
 pub mod fake;
+pub mod token;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -19,6 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 
 pub use cache::ObjectCache;
 pub use fake::FakeObjects;
+pub use token::{FetchedTokens, TokenManager, TokenRequest};
 
 /// The two kinds of object pods read from the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -97,6 +101,25 @@ pub enum ObjectError {
         name: String,
         message: String,
     },
+    /// Standalone mode: the kubelet's token manager without an API client.
+    #[error("failed to fetch token: cannot use TokenManager when kubelet is in standalone mode")]
+    NoApiClientForToken {
+        namespace: String,
+        service_account: String,
+    },
+    /// A TokenRequest failed and no earlier token was cached; `message` is the API server's
+    /// (e.g. `serviceaccounts "x" not found`).
+    #[error("failed to fetch token: {message}")]
+    TokenFetch {
+        namespace: String,
+        service_account: String,
+        message: String,
+        #[source]
+        source: Option<kube::Error>,
+    },
+    /// A refresh failed and the cached token has expired; `key` names the request.
+    #[error("token {key} expired and refresh failed: {message}")]
+    TokenExpired { key: String, message: String },
 }
 
 impl ObjectError {
@@ -118,11 +141,15 @@ impl ObjectError {
 
 pub type Result<T, E = ObjectError> = std::result::Result<T, E>;
 
-/// Where ConfigMaps and Secrets come from. `Ok(None)` means the object does not exist.
+/// Where ConfigMaps, Secrets and service account tokens come from. `Ok(None)` means the object
+/// does not exist.
 #[async_trait]
 pub trait ObjectSource: Send + Sync {
     async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>>;
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>>;
+    /// A token of `request.service_account` bound to the pod the request names (a projected
+    /// volume's `serviceAccountToken` source); implementations may hand out a cached one.
+    async fn service_account_token(&self, request: &TokenRequest) -> Result<String>;
 }
 
 /// Standalone nodelet: there is no API server to ask.
@@ -144,6 +171,13 @@ impl ObjectSource for NoApiServer {
             kind: ObjectKind::Secret,
             namespace: namespace.to_string(),
             name: name.to_string(),
+        })
+    }
+
+    async fn service_account_token(&self, request: &TokenRequest) -> Result<String> {
+        Err(ObjectError::NoApiClientForToken {
+            namespace: request.namespace.clone(),
+            service_account: request.service_account.clone(),
         })
     }
 }
@@ -419,6 +453,22 @@ mod tests {
         assert_eq!(
             timeout.to_string(),
             "failed to sync secret cache: timed out waiting for the condition"
+        );
+        let request = TokenRequest {
+            namespace: "ns".into(),
+            service_account: "default".into(),
+            audiences: vec![],
+            expiration_seconds: 3607,
+            pod_name: "web".into(),
+            pod_uid: "u".into(),
+        };
+        let e = NoApiServer
+            .service_account_token(&request)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to fetch token: cannot use TokenManager when kubelet is in standalone mode"
         );
     }
 }

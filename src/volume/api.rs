@@ -13,9 +13,11 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::atomic_writer::{write_payload, WriteOutcome};
-use super::projection::{volume_payload, volume_references, ApiVolumeKind, NodeAllocatable};
+use super::projection::{
+    token_requests, volume_payload, volume_references, ApiVolumeKind, NodeAllocatable,
+};
 use super::{check_component, emptydir, make_pod_dirs, mounts, pod_uid, VolumeError};
-use crate::objects::{FetchedObjects, ObjectSource};
+use crate::objects::{FetchedObjects, FetchedTokens, ObjectSource};
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
 
@@ -59,10 +61,12 @@ impl ApiVolumes {
     }
 }
 
-/// Reads what the pod's configMap, secret and projected volumes refer to from `objects`, then
-/// sets up or refreshes every configMap, secret, downwardAPI and projected volume of the pod
-/// (see [`set_up_api_volumes`]). Like the kubelet's atomic writer, it must not run twice at
-/// once for one pod (the pod worker never syncs a pod twice at once).
+/// Reads what the pod's configMap, secret and projected volumes refer to from `objects` (and
+/// the service account tokens of its projected volumes: cached ones while they are fresh,
+/// refreshed ones when they are old), then sets up or refreshes every configMap, secret,
+/// downwardAPI and projected volume of the pod (see [`set_up_api_volumes`]). A refreshed token
+/// reaches the volume like a changed ConfigMap. Like the kubelet's atomic writer, it must not
+/// run twice at once for one pod (the pod worker never syncs a pod twice at once).
 pub async fn update_api_volumes(
     pod: &Pod,
     root_dir: &Path,
@@ -72,7 +76,15 @@ pub async fn update_api_volumes(
     let refs = volume_references(pod);
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let fetched = FetchedObjects::fetch(objects, namespace, &refs).await;
-    set_up_api_volumes(pod, root_dir, &fetched, ctx, jiff::Timestamp::now())
+    let tokens = FetchedTokens::fetch(objects, token_requests(pod)).await;
+    set_up_api_volumes(
+        pod,
+        root_dir,
+        &fetched,
+        &tokens,
+        ctx,
+        jiff::Timestamp::now(),
+    )
 }
 
 /// `<pod>/volumes/<plugin dir>/<volume>`.
@@ -90,6 +102,7 @@ pub fn set_up_api_volumes(
     pod: &Pod,
     root_dir: &Path,
     objects: &FetchedObjects,
+    tokens: &FetchedTokens,
     ctx: &ApiVolumeContext<'_>,
     now: jiff::Timestamp,
 ) -> ApiVolumes {
@@ -127,7 +140,7 @@ pub fn set_up_api_volumes(
             volume: volume.name.clone(),
             message,
         };
-        let payload = match volume_payload(volume, index, pod, objects, &ctx.node) {
+        let payload = match volume_payload(volume, index, pod, objects, tokens, &ctx.node) {
             Some(Ok(payload)) => payload,
             Some(Err(message)) => {
                 out.failures.push(failed(message));
@@ -379,7 +392,14 @@ mod tests {
         let p = pod(vec![cm_volume(None)]);
         let mountinfo = Path::new(MOUNTINFO);
         let first = objects(Some(&[("a.conf", "1"), ("b.conf", "2")]));
-        let out = set_up_api_volumes(&p, root.0.path(), &first, &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &first,
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert!(out.failures.is_empty(), "{:?}", out.failures);
         let dir = root
             .0
@@ -403,12 +423,26 @@ mod tests {
         let data_before = fs::read_link(dir.join("..data")).unwrap();
 
         // an unchanged object writes nothing
-        set_up_api_volumes(&p, root.0.path(), &first, &ctx(mountinfo), now());
+        set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &first,
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert_eq!(fs::read_link(dir.join("..data")).unwrap(), data_before);
 
         // a change swaps the data; a removed key disappears
         let second = objects(Some(&[("a.conf", "one")]));
-        let out = set_up_api_volumes(&p, root.0.path(), &second, &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &second,
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert!(out.failures.is_empty());
         assert_ne!(fs::read_link(dir.join("..data")).unwrap(), data_before);
         assert_eq!(names(&dir), ["..data", "a.conf"]);
@@ -425,7 +459,14 @@ mod tests {
             .path()
             .join("pods/uid-1/volumes/kubernetes.io~configmap/cfg");
 
-        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &objects(None),
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         let messages: Vec<String> = out.failures.iter().map(|e| e.to_string()).collect();
         assert_eq!(
             messages,
@@ -436,11 +477,25 @@ mod tests {
         assert!(!dir.exists());
 
         let present = objects(Some(&[("k", "v")]));
-        let out = set_up_api_volumes(&p, root.0.path(), &present, &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &present,
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert!(out.unmounted().is_none() && out.failures.is_empty());
 
         // deleted later: the event again, but running and new containers keep the last data
-        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &objects(None),
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert_eq!(out.failures.len(), 1);
         assert!(out.unmounted().is_none());
         assert_eq!(out.paths["cfg"], dir);
@@ -461,7 +516,14 @@ mod tests {
         };
         let p = pod(vec![secret]);
         let mountinfo = Path::new(MOUNTINFO);
-        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &objects(None),
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert!(out.failures.is_empty(), "{:?}", out.failures);
         let dir = &out.paths["creds"];
         assert!(dir.ends_with("volumes/kubernetes.io~secret/creds"));
@@ -489,7 +551,14 @@ mod tests {
             );
         }
         // a second pass neither mounts again nor fails
-        let out = set_up_api_volumes(&p, root.0.path(), &objects(None), &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &objects(None),
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert!(out.failures.is_empty());
         let table = fs::read_to_string(MOUNTINFO).unwrap();
         let count = mounts::mount_points(&table)
@@ -497,6 +566,156 @@ mod tests {
             .filter(|m| **m == canonical)
             .count();
         assert_eq!(count, usize::from(mounted));
+    }
+
+    /// The volume the ServiceAccount admission plugin adds to every pod.
+    fn kube_api_access() -> Volume {
+        serde_yaml::from_str(
+            "
+name: kube-api-access-abcde
+projected:
+  defaultMode: 420
+  sources:
+  - serviceAccountToken: {expirationSeconds: 3607, path: token}
+  - configMap:
+      name: kube-root-ca.crt
+      items: [{key: ca.crt, path: ca.crt}]
+  - downwardAPI:
+      items:
+      - path: namespace
+        fieldRef: {apiVersion: v1, fieldPath: metadata.namespace}
+",
+        )
+        .unwrap()
+    }
+
+    fn root_ca() -> FetchedObjects {
+        FetchedObjects {
+            namespace: "prod".into(),
+            config_maps: BTreeMap::from([(
+                "kube-root-ca.crt".to_string(),
+                Ok(Some(ConfigMap {
+                    data: Some(BTreeMap::from([(
+                        "ca.crt".to_string(),
+                        "-----BEGIN CERTIFICATE-----\n".to_string(),
+                    )])),
+                    ..Default::default()
+                })),
+            )]),
+            secrets: BTreeMap::new(),
+        }
+    }
+
+    fn token(p: &Pod, value: &str) -> FetchedTokens {
+        let mut tokens = FetchedTokens::default();
+        for request in super::super::projection::token_requests(p) {
+            tokens.insert(request, Ok(value.to_string()));
+        }
+        tokens
+    }
+
+    #[test]
+    fn kube_api_access_volume_is_written_and_its_token_refreshed_in_place() {
+        let root = root();
+        let p = pod(vec![kube_api_access()]);
+        let mountinfo = Path::new(MOUNTINFO);
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &root_ca(),
+            &token(&p, "first"),
+            &ctx(mountinfo),
+            now(),
+        );
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+        let dir = root
+            .0
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~projected/kube-api-access-abcde");
+        assert_eq!(out.paths["kube-api-access-abcde"], dir);
+        assert_eq!(names(&dir), ["..data", "ca.crt", "namespace", "token"]);
+        let cases = [
+            ("token", "first"),
+            ("namespace", "prod"),
+            ("ca.crt", "-----BEGIN CERTIFICATE-----\n"),
+        ];
+        for (file, content) in cases {
+            assert_eq!(
+                fs::read_to_string(dir.join(file)).unwrap(),
+                content,
+                "{file}"
+            );
+            let mode = fs::metadata(dir.join(file)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o644, "{file}");
+        }
+        let data_before = fs::read_link(dir.join("..data")).unwrap();
+
+        // the same token: nothing is written
+        set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &root_ca(),
+            &token(&p, "first"),
+            &ctx(mountinfo),
+            now(),
+        );
+        assert_eq!(fs::read_link(dir.join("..data")).unwrap(), data_before);
+
+        // a refreshed token replaces the old one in place
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &root_ca(),
+            &token(&p, "second"),
+            &ctx(mountinfo),
+            now(),
+        );
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+        assert_ne!(fs::read_link(dir.join("..data")).unwrap(), data_before);
+        assert_eq!(fs::read_to_string(dir.join("token")).unwrap(), "second");
+
+        // a token that cannot be had: the event, and the volume keeps its last token
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &root_ca(),
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
+        assert_eq!(
+            out.failures[0].to_string(),
+            "MountVolume.SetUp failed for volume \"kube-api-access-abcde\" : failed to fetch token: cannot use TokenManager when kubelet is in standalone mode"
+        );
+        assert!(out.unmounted().is_none());
+        assert_eq!(fs::read_to_string(dir.join("token")).unwrap(), "second");
+    }
+
+    #[test]
+    fn token_of_a_pod_with_fs_group_is_group_readable_only() {
+        let root = root();
+        let gid = nix::unistd::getgid().as_raw();
+        let mut p = pod(vec![kube_api_access()]);
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            fs_group: Some(i64::from(gid)),
+            ..Default::default()
+        });
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &root_ca(),
+            &token(&p, "t0k"),
+            &ctx(Path::new(MOUNTINFO)),
+            now(),
+        );
+        let dir = &out.paths["kube-api-access-abcde"];
+        // 0600 from the plugin, group read from SetVolumeOwnership; the others keep 0644
+        let cases = [("token", 0o640), ("namespace", 0o644), ("ca.crt", 0o644)];
+        for (file, want) in cases {
+            let meta = fs::metadata(dir.join(file)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, want, "{file}");
+            assert_eq!(meta.gid(), gid, "{file}");
+        }
     }
 
     #[test]
@@ -520,7 +739,14 @@ mod tests {
         let mut p = pod(vec![volume]);
         let mountinfo = Path::new(MOUNTINFO);
         let none = FetchedObjects::default();
-        let out = set_up_api_volumes(&p, root.0.path(), &none, &ctx(mountinfo), now());
+        let out = set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &none,
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         let file = out.paths["info"].join("labels");
         assert_eq!(fs::read_to_string(&file).unwrap(), "app=\"web\"");
         p.metadata
@@ -528,7 +754,14 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert("tier".into(), "front".into());
-        set_up_api_volumes(&p, root.0.path(), &none, &ctx(mountinfo), now());
+        set_up_api_volumes(
+            &p,
+            root.0.path(),
+            &none,
+            &FetchedTokens::default(),
+            &ctx(mountinfo),
+            now(),
+        );
         assert_eq!(
             fs::read_to_string(&file).unwrap(),
             "app=\"web\"\ntier=\"front\""
@@ -550,6 +783,7 @@ mod tests {
             &p,
             root.0.path(),
             &objects(Some(&[("k", "v")])),
+            &FetchedTokens::default(),
             &ctx(mountinfo),
             now(),
         );
@@ -596,6 +830,7 @@ mod tests {
             &p,
             root.0.path(),
             &objects(Some(&[])),
+            &FetchedTokens::default(),
             &ctx(Path::new(MOUNTINFO)),
             now(),
         );

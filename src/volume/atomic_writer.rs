@@ -26,11 +26,13 @@ const MAX_PATH_LENGTH: usize = 4096;
 /// A hook run on a freshly written data directory (its path) before it is swapped in.
 pub type SetPerms<'a> = &'a dyn Fn(&Path) -> io::Result<()>;
 
-/// One file of a payload: its bytes and its mode.
+/// One file of a payload: its bytes, its mode and, for service account tokens of a pod whose
+/// containers all run as one user, that user as its owner (`FsUser`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileProjection {
     pub data: Vec<u8>,
     pub mode: u32,
+    pub fs_user: Option<u32>,
 }
 
 /// Relative path → file.
@@ -202,7 +204,8 @@ fn new_timestamp_dir(target: &Path, now: jiff::Timestamp) -> Result<PathBuf, Wri
     }
 }
 
-/// Writes every file below `dir` with exactly its mode, whatever the umask.
+/// Writes every file below `dir` with exactly its mode, whatever the umask, owned by its
+/// `fs_user` when it has one.
 fn write_payload_to_dir(payload: &Payload, dir: &Path) -> Result<(), WriteError> {
     for (path, file) in payload {
         let full = dir.join(path);
@@ -223,6 +226,9 @@ fn write_payload_to_dir(payload: &Payload, dir: &Path) -> Result<(), WriteError>
             .map_err(io_err(&full))?;
         io::Write::write_all(&mut f, &file.data).map_err(io_err(&full))?;
         fs::set_permissions(&full, fs::Permissions::from_mode(mode)).map_err(io_err(&full))?;
+        if let Some(uid) = file.fs_user {
+            std::os::unix::fs::chown(&full, Some(uid), None).map_err(io_err(&full))?;
+        }
     }
     Ok(())
 }
@@ -346,6 +352,7 @@ mod tests {
         FileProjection {
             data: data.as_bytes().to_vec(),
             mode,
+            fs_user: None,
         }
     }
 
@@ -542,6 +549,27 @@ mod tests {
         for (path, want) in [("w", 0o777), ("r", 0o444), ("s", 0o2755)] {
             assert_eq!(mode(&dir.path().join(&ts).join(path)), want, "{path}");
         }
+    }
+
+    #[test]
+    fn files_with_an_fs_user_are_owned_by_it() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Another user needs privilege; without it the process's own user still proves the
+        // owner is set from the projection.
+        let me = nix::unistd::geteuid();
+        let user = if me.is_root() { 4242 } else { me.as_raw() };
+        let mut p = payload(&[("token", "t0k", 0o600), ("ca.crt", "pem", 0o644)]);
+        if let Some(token) = p.get_mut("token") {
+            token.fs_user = Some(user);
+        }
+        let WriteOutcome::Written(ts) = write_payload(dir.path(), &p, now(), None).unwrap() else {
+            panic!("expected a write")
+        };
+        let owner = |name: &str| fs::metadata(dir.path().join(&ts).join(name)).unwrap().uid();
+        assert_eq!(owner("token"), user);
+        assert_eq!(owner("ca.crt"), me.as_raw());
+        assert_eq!(mode(&dir.path().join(&ts).join("token")), 0o600);
     }
 
     #[test]

@@ -7,11 +7,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret,
+    ServiceAccountTokenProjection, Volume,
 };
 
 use super::atomic_writer::{FileProjection, Payload};
-use crate::objects::{not_found_message, Fetched, FetchedObjects, ObjectKind};
+use crate::objects::{
+    not_found_message, Fetched, FetchedObjects, FetchedTokens, ObjectKind, TokenRequest,
+};
 use crate::sync::env::{format_map, resource_field_ref_value, split_subscript, EnvContext};
 
 /// The API default of `defaultMode` for configMap, secret, downwardAPI and projected volumes
@@ -112,6 +115,7 @@ pub fn config_map_payload(
                 FileProjection {
                     data: value.as_bytes().to_vec(),
                     mode: file_mode(None, default_mode),
+                    fs_user: None,
                 },
             );
         }
@@ -121,6 +125,7 @@ pub fn config_map_payload(
                 FileProjection {
                     data: value.0.clone(),
                     mode: file_mode(None, default_mode),
+                    fs_user: None,
                 },
             );
         }
@@ -146,6 +151,7 @@ pub fn config_map_payload(
             FileProjection {
                 data: content,
                 mode: file_mode(item.mode, default_mode),
+                fs_user: None,
             },
         );
     }
@@ -168,6 +174,7 @@ pub fn secret_payload(
                 FileProjection {
                     data: value.0.clone(),
                     mode: file_mode(None, default_mode),
+                    fs_user: None,
                 },
             );
         }
@@ -185,6 +192,7 @@ pub fn secret_payload(
             FileProjection {
                 data: content.0.clone(),
                 mode: file_mode(item.mode, default_mode),
+                fs_user: None,
             },
         );
     }
@@ -293,6 +301,7 @@ pub fn downward_api_payload(
             FileProjection {
                 data,
                 mode: file_mode(item.mode, default_mode),
+                fs_user: None,
             },
         );
     }
@@ -302,6 +311,130 @@ pub fn downward_api_payload(
     }
 }
 
+/// The API default of a `serviceAccountToken` source's `expirationSeconds` (one hour), for
+/// pods that were not defaulted.
+pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
+const MIN_TOKEN_EXPIRATION_SECONDS: i64 = 600;
+const MAX_TOKEN_EXPIRATION_SECONDS: i64 = 1 << 32;
+
+/// The service account the pod runs as: `serviceAccountName`, else the deprecated
+/// `serviceAccount`, else `default` (what the API server's admission would have set).
+pub fn pod_service_account(pod: &Pod) -> &str {
+    let spec = pod.spec.as_ref();
+    [
+        spec.and_then(|s| s.service_account_name.as_deref()),
+        spec.and_then(|s| s.service_account.as_deref()),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|n| !n.is_empty())
+    .unwrap_or("default")
+}
+
+/// The TokenRequest of one `serviceAccountToken` source of `pod` (`field` is the source's path,
+/// for errors): the pod's service account in its namespace, the source's audience (none: the API
+/// server's) and `expirationSeconds` (default one hour, at least 10 minutes, at most 2^32
+/// seconds, as the API server validates), bound to the pod.
+pub fn token_request(
+    pod: &Pod,
+    source: &ServiceAccountTokenProjection,
+    field: &str,
+) -> Result<TokenRequest, String> {
+    let seconds = source
+        .expiration_seconds
+        .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
+    let invalid =
+        |reason: &str| format!("{field}.expirationSeconds: Invalid value: {seconds}: {reason}");
+    if seconds < MIN_TOKEN_EXPIRATION_SECONDS {
+        return Err(invalid("may not specify a duration less than 10 minutes"));
+    }
+    if seconds > MAX_TOKEN_EXPIRATION_SECONDS {
+        return Err(invalid(
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    let meta = &pod.metadata;
+    Ok(TokenRequest {
+        namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        service_account: pod_service_account(pod).to_string(),
+        audiences: source
+            .audience
+            .iter()
+            .filter(|a| !a.is_empty())
+            .cloned()
+            .collect(),
+        expiration_seconds: seconds,
+        pod_name: meta.name.clone().unwrap_or_default(),
+        pod_uid: meta.uid.clone().unwrap_or_default(),
+    })
+}
+
+/// The TokenRequests of every `serviceAccountToken` source of the pod's projected volumes, for
+/// [`FetchedTokens::fetch`]; sources that ask for an invalid lifetime are left out (their
+/// volume reports it).
+pub fn token_requests(pod: &Pod) -> Vec<TokenRequest> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .flat_map(|v| v.projected.iter().flat_map(|p| p.sources.iter().flatten()))
+        .filter_map(|src| src.service_account_token.as_ref())
+        .filter_map(|t| token_request(pod, t, "").ok())
+        .collect()
+}
+
+/// `volumeutil.FsUserFrom`: the user every container (init, regular, ephemeral) runs as, when
+/// each sets one (its own `runAsUser` or the pod's) and they all agree.
+pub fn fs_user(pod: &Pod) -> Option<i64> {
+    let spec = pod.spec.as_ref()?;
+    let pod_user = spec.security_context.as_ref().and_then(|s| s.run_as_user);
+    let users = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+        .map(|c| c.security_context.as_ref().and_then(|s| s.run_as_user))
+        .chain(
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| c.security_context.as_ref().and_then(|s| s.run_as_user)),
+        );
+    let mut found = None;
+    for user in users {
+        let user = user.or(pod_user)?;
+        if found.is_some_and(|f| f != user) {
+            return None;
+        }
+        found = Some(user);
+    }
+    found
+}
+
+/// The token file of a `serviceAccountToken` source: the volume's `defaultMode`, but `0600` when
+/// the pod has an fsUser or an fsGroup (ownership then grants the access, and fsGroup adds group
+/// read), owned by the fsUser.
+fn token_payload(path: &str, token: &str, pod: &Pod, default_mode: i32) -> Payload {
+    let user = fs_user(pod);
+    let group = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group);
+    let mode = if user.is_some() || group.is_some() {
+        0o600
+    } else {
+        file_mode(None, default_mode)
+    };
+    Payload::from([(
+        path.to_string(),
+        FileProjection {
+            data: token.as_bytes().to_vec(),
+            mode,
+            fs_user: user.and_then(|u| u32::try_from(u).ok()),
+        },
+    )])
+}
+
 /// The payload of one configMap, secret, downwardAPI or projected volume of `pod` (`index` is
 /// its position in `spec.volumes`, for error paths); `None` for other volume types.
 pub fn volume_payload(
@@ -309,6 +442,7 @@ pub fn volume_payload(
     index: usize,
     pod: &Pod,
     objects: &FetchedObjects,
+    tokens: &FetchedTokens,
     node: &NodeAllocatable,
 ) -> Option<Result<Payload, String>> {
     let field = format!("spec.volumes[{index}]");
@@ -380,8 +514,13 @@ pub fn volume_payload(
                 node,
                 &format!("{field}.projected.sources[{i}].downwardAPI"),
             )
-        } else if src.service_account_token.is_some() {
-            Err(unsupported_source("serviceAccountToken"))
+        } else if let Some(t) = &src.service_account_token {
+            let source_field = format!("{field}.projected.sources[{i}].serviceAccountToken");
+            token_request(pod, t, &source_field).and_then(|r| {
+                tokens
+                    .get(&r)
+                    .map(|token| token_payload(&t.path, token, pod, mode))
+            })
         } else if src.cluster_trust_bundle.is_some() {
             Err(unsupported_source("clusterTrustBundle"))
         } else if src.pod_certificate.is_some() {
@@ -732,6 +871,13 @@ mod tests {
             namespace: "prod".into(),
             config_maps: BTreeMap::from([
                 ("settings".to_string(), Ok(Some(settings()))),
+                (
+                    "kube-root-ca.crt".to_string(),
+                    Ok(Some(ConfigMap {
+                        data: Some(BTreeMap::from([("ca.crt".to_string(), "PEM".to_string())])),
+                        ..Default::default()
+                    })),
+                ),
                 ("absent".to_string(), Ok(None)),
                 (
                     "broken".to_string(),
@@ -792,6 +938,282 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
+        }
+    }
+
+    fn token_source(audience: Option<&str>, seconds: Option<i64>) -> VolumeProjection {
+        VolumeProjection {
+            service_account_token: Some(ServiceAccountTokenProjection {
+                path: "token".into(),
+                audience: audience.map(str::to_string),
+                expiration_seconds: seconds,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// What the ServiceAccount admission plugin adds to every pod.
+    fn kube_api_access(seconds: i64) -> Volume {
+        projected(
+            vec![
+                token_source(None, Some(seconds)),
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".into(),
+                        items: Some(vec![item("ca.crt", "ca.crt", None)]),
+                        optional: None,
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![field_item("namespace", "metadata.namespace")]),
+                    }),
+                    ..Default::default()
+                },
+            ],
+            Some(0o644),
+        )
+    }
+
+    fn request(audiences: &[&str], seconds: i64) -> TokenRequest {
+        TokenRequest {
+            namespace: "prod".into(),
+            service_account: "default".into(),
+            audiences: audiences.iter().map(|a| a.to_string()).collect(),
+            expiration_seconds: seconds,
+            pod_name: "web".into(),
+            pod_uid: "uid-1".into(),
+        }
+    }
+
+    /// Tokens read for [`downward_pod`]: its default account, with the API server's audience
+    /// (one per lifetime); an error for audience `vault`.
+    fn tokens() -> FetchedTokens {
+        let mut t = FetchedTokens::default();
+        for seconds in [3600, 3607] {
+            t.insert(request(&[], seconds), Ok(format!("t0k-{seconds}")));
+        }
+        t.insert(
+            request(&["vault"], 3600),
+            Err("failed to fetch token: serviceaccounts \"default\" not found".into()),
+        );
+        t
+    }
+
+    #[test]
+    fn token_request_table() {
+        let with = |name: Option<&str>, deprecated: Option<&str>, ns: Option<&str>| {
+            let mut pod = downward_pod();
+            pod.metadata.namespace = ns.map(str::to_string);
+            let spec = pod.spec.as_mut().unwrap();
+            spec.service_account_name = name.map(str::to_string);
+            spec.service_account = deprecated.map(str::to_string);
+            pod
+        };
+        let source = |audience: Option<&str>, seconds: Option<i64>| ServiceAccountTokenProjection {
+            path: "token".into(),
+            audience: audience.map(str::to_string),
+            expiration_seconds: seconds,
+            ..Default::default()
+        };
+        let field = "spec.volumes[2].projected.sources[0].serviceAccountToken";
+        type Case<'a> = (
+            &'a str,
+            Pod,
+            ServiceAccountTokenProjection,
+            Result<(&'a str, &'a str, Vec<&'a str>, i64), &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "defaults: the default account, the API server's audience, one hour",
+                with(None, None, Some("prod")),
+                source(None, None),
+                Ok(("prod", "default", vec![], 3600)),
+            ),
+            (
+                "the pod's account and the source's audience",
+                with(Some("builder"), Some("old"), Some("prod")),
+                source(Some("vault"), Some(3607)),
+                Ok(("prod", "builder", vec!["vault"], 3607)),
+            ),
+            (
+                "the deprecated field; an empty audience is none; no namespace is default",
+                with(Some(""), Some("old"), None),
+                source(Some(""), Some(600)),
+                Ok(("default", "old", vec![], 600)),
+            ),
+            (
+                "too short",
+                with(None, None, Some("prod")),
+                source(None, Some(599)),
+                Err("spec.volumes[2].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes"),
+            ),
+            (
+                "too long",
+                with(None, None, Some("prod")),
+                source(None, Some((1 << 32) + 1)),
+                Err("spec.volumes[2].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid value: 4294967297: may not specify a duration larger than 2^32 seconds"),
+            ),
+        ];
+        for (name, pod, source, want) in cases {
+            let got = token_request(&pod, &source, field);
+            match want {
+                Ok((ns, account, audiences, seconds)) => {
+                    let got = got.unwrap();
+                    assert_eq!(
+                        (
+                            got.namespace.as_str(),
+                            got.service_account.as_str(),
+                            got.audiences.iter().map(String::as_str).collect::<Vec<_>>(),
+                            got.expiration_seconds,
+                        ),
+                        (ns, account, audiences, seconds),
+                        "{name}"
+                    );
+                    assert_eq!(
+                        (got.pod_name.as_str(), got.pod_uid.as_str()),
+                        ("web", "uid-1"),
+                        "{name}"
+                    );
+                }
+                Err(message) => assert_eq!(got.unwrap_err(), message, "{name}"),
+            }
+        }
+    }
+
+    #[test]
+    fn token_requests_of_a_pod() {
+        let mut pod = downward_pod();
+        pod.spec.as_mut().unwrap().volumes = Some(vec![
+            kube_api_access(3607),
+            projected(
+                vec![
+                    token_source(Some("vault"), None),
+                    token_source(None, Some(60)),
+                ],
+                None,
+            ),
+            cm_volume("settings", false),
+        ]);
+        assert_eq!(
+            token_requests(&pod),
+            [request(&[], 3607), request(&["vault"], 3600)]
+        );
+    }
+
+    fn security(
+        pod_user: Option<i64>,
+        users: &[Option<i64>],
+        ephemeral: Option<Option<i64>>,
+        group: Option<i64>,
+    ) -> Pod {
+        use k8s_openapi::api::core::v1::{EphemeralContainer, PodSecurityContext, SecurityContext};
+        let mut pod = downward_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.security_context = Some(PodSecurityContext {
+            run_as_user: pod_user,
+            fs_group: group,
+            ..Default::default()
+        });
+        spec.init_containers = None;
+        spec.containers = users
+            .iter()
+            .enumerate()
+            .map(|(i, u)| Container {
+                name: format!("c{i}"),
+                security_context: Some(SecurityContext {
+                    run_as_user: *u,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        spec.ephemeral_containers = ephemeral.map(|u| {
+            vec![EphemeralContainer {
+                name: "debug".into(),
+                security_context: Some(SecurityContext {
+                    run_as_user: u,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]
+        });
+        pod
+    }
+
+    #[test]
+    fn fs_user_table() {
+        let cases = [
+            (
+                "nobody sets a user",
+                security(None, &[None], None, None),
+                None,
+            ),
+            (
+                "the pod's user",
+                security(Some(1000), &[None, None], None, None),
+                Some(1000),
+            ),
+            (
+                "containers agree",
+                security(None, &[Some(7), Some(7)], None, None),
+                Some(7),
+            ),
+            (
+                "a container overrides the pod",
+                security(Some(1000), &[Some(7), None], None, None),
+                None,
+            ),
+            (
+                "one container has none",
+                security(None, &[Some(7), None], None, None),
+                None,
+            ),
+            (
+                "an ephemeral container counts",
+                security(Some(7), &[None], Some(Some(8)), None),
+                None,
+            ),
+            (
+                "root is a user too",
+                security(Some(0), &[None], None, None),
+                Some(0),
+            ),
+        ];
+        for (name, pod, want) in cases {
+            assert_eq!(fs_user(&pod), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn token_file_mode_and_owner_table() {
+        let cases = [
+            (
+                "the volume's mode",
+                security(None, &[None], None, None),
+                0o644,
+                None,
+            ),
+            (
+                "fsUser: 0600, owned",
+                security(Some(1000), &[None], None, None),
+                0o600,
+                Some(1000),
+            ),
+            (
+                "fsGroup: 0600 (group read comes from ownership)",
+                security(None, &[None], None, Some(2000)),
+                0o600,
+                None,
+            ),
+        ];
+        for (name, pod, mode, owner) in cases {
+            let payload = token_payload("token", "t0k", &pod, 0o644);
+            let file = &payload["token"];
+            assert_eq!((file.mode, file.fs_user), (mode, owner), "{name}");
+            assert_eq!(file.data, b"t0k", "{name}");
         }
     }
 
@@ -883,7 +1305,16 @@ mod tests {
                 ])),
             ),
             (
-                "projected: errors of every source, service account tokens unsupported",
+                "projected: the kube-api-access volume of the ServiceAccount admission plugin",
+                kube_api_access(3607),
+                Some(Ok(vec![
+                    ("ca.crt", "PEM", 0o644),
+                    ("namespace", "prod", 0o644),
+                    ("token", "t0k-3607", 0o644),
+                ])),
+            ),
+            (
+                "projected: errors of every source, tokens included",
                 projected(
                     vec![
                         VolumeProjection {
@@ -894,23 +1325,31 @@ mod tests {
                             }),
                             ..Default::default()
                         },
+                        token_source(Some("vault"), None),
                         VolumeProjection {
-                            service_account_token: Some(ServiceAccountTokenProjection {
-                                path: "token".into(),
-                                ..Default::default()
-                            }),
+                            cluster_trust_bundle: Some(Default::default()),
                             ..Default::default()
                         },
                     ],
                     None,
                 ),
-                Some(Err("[configmap \"absent\" not found, projected volume sources of type serviceAccountToken are not supported by nodelet yet]")),
+                Some(Err("[configmap \"absent\" not found, failed to fetch token: serviceaccounts \"default\" not found, projected volume sources of type clusterTrustBundle are not supported by nodelet yet]")),
+            ),
+            (
+                "projected: a token that lives too short",
+                projected(vec![token_source(None, Some(300))], None),
+                Some(Err("spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid value: 300: may not specify a duration less than 10 minutes")),
+            ),
+            (
+                "projected: a token that was not read",
+                projected(vec![token_source(None, Some(7200))], None),
+                Some(Err("failed to fetch token: cannot use TokenManager when kubelet is in standalone mode")),
             ),
         ];
         let pod = downward_pod();
         for (name, volume, want) in cases {
-            let got =
-                volume_payload(&volume, 0, &pod, &fetched(), &NODE).map(|r| r.map(|p| summary(&p)));
+            let got = volume_payload(&volume, 0, &pod, &fetched(), &tokens(), &NODE)
+                .map(|r| r.map(|p| summary(&p)));
             let want = want.map(|w| w.map(|v| owned(&v)).map_err(str::to_string));
             assert_eq!(got, want, "{name}");
         }
