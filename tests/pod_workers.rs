@@ -217,28 +217,7 @@ async fn crash_loop_backoff_restart_times() {
         &["a"],
         "localhost/app:1",
     )));
-    let t0 = tokio::time::Instant::now();
-    let mut starts = Vec::new();
-    let mut seen = 0;
-    while starts.len() < 8 {
-        let calls: Vec<_> = h
-            .fake
-            .calls()
-            .into_iter()
-            .filter(|c| c.op == "start_container")
-            .collect();
-        if calls.len() > seen {
-            seen = calls.len();
-            starts.push((calls[seen - 1].at - t0).as_secs());
-            h.fake.exit_container("a", 1);
-            h.workers.wake("u7");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            t0.elapsed() < Duration::from_secs(1000),
-            "starts so far: {starts:?}"
-        );
-    }
+    let starts = h.crash_loop_starts("u7", "a", 8, |_| Duration::ZERO).await;
     // The first entry is the initial start; the restarts follow.
     assert_eq!(starts, [0, 0, 10, 30, 70, 150, 310, 610]);
     // Between restarts the container waits with the kubelet's reason and message.
@@ -268,28 +247,7 @@ async fn crash_loop_backoff_with_a_two_second_cap() {
         &["a"],
         "localhost/app:1",
     )));
-    let t0 = tokio::time::Instant::now();
-    let mut starts = Vec::new();
-    let mut seen = 0;
-    while starts.len() < 6 {
-        let calls: Vec<_> = h
-            .fake
-            .calls()
-            .into_iter()
-            .filter(|c| c.op == "start_container")
-            .collect();
-        if calls.len() > seen {
-            seen = calls.len();
-            starts.push((calls[seen - 1].at - t0).as_secs());
-            h.fake.exit_container("a", 1);
-            h.workers.wake("u8");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            t0.elapsed() < Duration::from_secs(100),
-            "starts so far: {starts:?}"
-        );
-    }
+    let starts = h.crash_loop_starts("u8", "a", 6, |_| Duration::ZERO).await;
     assert_eq!(starts, [0, 0, 2, 4, 6, 8]);
     h.cancel.cancel();
 }
@@ -576,28 +534,9 @@ async fn crash_loop_backoff_with_the_reduced_decay_gate() {
         &["a"],
         "localhost/app:1",
     )));
-    let t0 = tokio::time::Instant::now();
-    let mut starts = Vec::new();
-    let mut seen = 0;
-    while starts.len() < 10 {
-        let calls: Vec<_> = h
-            .fake
-            .calls()
-            .into_iter()
-            .filter(|c| c.op == "start_container")
-            .collect();
-        if calls.len() > seen {
-            seen = calls.len();
-            starts.push((calls[seen - 1].at - t0).as_secs());
-            h.fake.exit_container("a", 1);
-            h.workers.wake("u16");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            t0.elapsed() < Duration::from_secs(400),
-            "starts so far: {starts:?}"
-        );
-    }
+    let starts = h
+        .crash_loop_starts("u16", "a", 10, |_| Duration::ZERO)
+        .await;
     assert_eq!(starts, [0, 0, 1, 3, 7, 15, 31, 63, 123, 183]);
     h.cancel.cancel();
 }
@@ -743,33 +682,16 @@ async fn crash_loop_backoff_resets_after_ten_minutes_of_running() {
         &["a"],
         "localhost/app:1",
     )));
-    let t0 = tokio::time::Instant::now();
-    let mut starts = Vec::new();
-    let mut seen = 0;
-    while starts.len() < 7 {
-        let calls: Vec<_> = h
-            .fake
-            .calls()
-            .into_iter()
-            .filter(|c| c.op == "start_container")
-            .collect();
-        if calls.len() > seen {
-            seen = calls.len();
-            let at = (calls[seen - 1].at - t0).as_secs();
-            starts.push(at);
-            if starts.len() == 5 {
-                // This instance runs for 11 minutes before it crashes.
-                tokio::time::sleep(Duration::from_secs(660)).await;
+    let starts = h
+        .crash_loop_starts("u20", "a", 7, |n| {
+            // The fifth instance runs for 11 minutes before it crashes.
+            if n == 5 {
+                Duration::from_secs(660)
+            } else {
+                Duration::ZERO
             }
-            h.fake.exit_container("a", 1);
-            h.workers.wake("u20");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            t0.elapsed() < Duration::from_secs(2000),
-            "starts so far: {starts:?}"
-        );
-    }
+        })
+        .await;
     // 0 (start), 0, 10, 30, 70 (backoff 40 s), crash at 730 → restarted at once, then 10 s.
     assert_eq!(starts, [0, 0, 10, 30, 70, 730, 740]);
     h.cancel.cancel();

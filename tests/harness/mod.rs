@@ -203,3 +203,41 @@ pub fn exec_probe(period: i32, failure_threshold: i32) -> k8s_openapi::api::core
         ..Default::default()
     }
 }
+
+impl Harness {
+    /// Drives a crash loop: every time container `name` of pod `uid` is started it exits 1
+    /// at once (after running `runs_for(n)` for the n-th start, n from 1). Returns the start
+    /// times in whole seconds from now, once `count` starts happened.
+    pub async fn crash_loop_starts(
+        &self,
+        uid: &str,
+        name: &str,
+        count: usize,
+        runs_for: impl Fn(usize) -> Duration,
+    ) -> Vec<u64> {
+        let t0 = tokio::time::Instant::now();
+        let mut starts = Vec::new();
+        let mut seen = 0;
+        while starts.len() < count {
+            let calls: Vec<_> = self
+                .fake
+                .calls()
+                .into_iter()
+                .filter(|c| c.op == "start_container" && c.target == name)
+                .collect();
+            if calls.len() > seen {
+                seen = calls.len();
+                starts.push((calls[seen - 1].at - t0).as_secs());
+                tokio::time::sleep(runs_for(starts.len())).await;
+                self.fake.exit_container(name, 1);
+                self.workers.wake(uid);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                t0.elapsed() < Duration::from_secs(10_000),
+                "starts so far: {starts:?}"
+            );
+        }
+        starts
+    }
+}
