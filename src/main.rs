@@ -453,6 +453,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let remote = Arc::new(remote);
     let runtime: Arc<dyn Runtime> = remote.clone();
     let images: Arc<dyn ImageService> = remote.clone();
+    let node_images = images.clone();
     let node = Arc::new(NodeInfo::detect(
         &cfg.node_name,
         cfg.node_ip,
@@ -624,6 +625,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         tasks.spawn(sink.run(recorder.subscribe(), cancel.clone()));
     }
     tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
+    // After the API sink subscribed, so that a joined node's event list starts with it.
+    recorder.record(
+        &nodelet::events::node_ref(&cfg.node_name),
+        EventType::Normal,
+        "Starting",
+        "Starting nodelet.",
+    );
 
     if cluster.is_some() {
         // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
@@ -639,19 +647,17 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
                 Err("PLEG is not healthy: pleg was last seen active more than 3m0s ago".into())
             }
         });
-        let pressure: nodelet::node::PressureFn = Arc::new(Default::default);
+        let sources = nodelet::node::NodeSources {
+            facts,
+            health,
+            pressure: Arc::new(Default::default),
+            images: node_images,
+            events: recorder.clone(),
+        };
         let loops_cfg = cfg.clone();
         let loops_cancel = cancel.clone();
         tasks.spawn(async move {
-            nodelet::node::run_node_loops(
-                heartbeat,
-                &loops_cfg,
-                facts,
-                health,
-                pressure,
-                loops_cancel,
-            )
-            .await;
+            nodelet::node::run_node_loops(heartbeat, &loops_cfg, sources, loops_cancel).await;
         });
     }
 

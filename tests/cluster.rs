@@ -93,6 +93,48 @@ async fn node_registers_ready_and_renews_its_lease() {
     })
     .await;
     assert!(later > first);
+
+    // The runtime's images are listed in the node status, as `kubectl get node -o json` shows.
+    wait_api("the testbox image in status.images", &n, || {
+        let (ok, out, _) = kubectl(&api, &["get", "node", &node, "-o", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let images = json["status"]["images"].as_array()?;
+        (ok && images.iter().any(|i| {
+            i["names"]
+                .as_array()
+                .is_some_and(|names| names.iter().any(|n| n == TESTBOX))
+                && i["sizeBytes"].as_i64().is_some_and(|s| s > 0)
+        }))
+        .then_some(())
+    })
+    .await;
+    // The node's own events reach the API server: nodelet starting, then its conditions.
+    let reasons = wait_api("the node's events", &n, || {
+        let (ok, out, _) = kubectl(&api, &["get", "events", "-n", "default", "-o", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let reasons: Vec<String> = json["items"]
+            .as_array()?
+            .iter()
+            .filter(|e| {
+                e["involvedObject"]["kind"] == "Node" && e["involvedObject"]["name"] == *node
+            })
+            .filter_map(|e| e["reason"].as_str().map(String::from))
+            .collect();
+        (ok && reasons.iter().any(|r| r == "NodeReady")).then_some(reasons)
+    })
+    .await;
+    for reason in [
+        "Starting",
+        "NodeHasSufficientMemory",
+        "NodeHasNoDiskPressure",
+        "NodeHasSufficientPID",
+        "NodeReady",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "{reason} in {reasons:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

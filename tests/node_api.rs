@@ -10,11 +10,14 @@ use std::time::Duration;
 
 use apiserver_fixture::Fixture;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition, Taint};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, NodeCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use nodelet::clock::Clock;
 use nodelet::config::{Config, Environment};
+use nodelet::cri::fake::FakeRuntime;
+use nodelet::events::api_sink::ApiEventSink;
+use nodelet::events::EventRecorder;
 use nodelet::node::{MachineInfo, NodeAgent, NodeCounters, NodeFacts, NodeSettings, Pressure};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -69,8 +72,17 @@ impl Running {
 }
 
 fn start(fixture: &Fixture, settings: NodeSettings) -> Running {
+    start_with(fixture, settings, |agent| agent)
+}
+
+/// [`start`], with images, events or other additions to the agent.
+fn start_with(
+    fixture: &Fixture,
+    settings: NodeSettings,
+    extend: impl FnOnce(NodeAgent) -> NodeAgent,
+) -> Running {
     let health: Health = Arc::new(Mutex::new(Ok(())));
-    let agent = NodeAgent::new(
+    let agent = extend(NodeAgent::new(
         settings,
         facts(),
         Arc::new({
@@ -79,7 +91,7 @@ fn start(fixture: &Fixture, settings: NodeSettings) -> Running {
         }),
         Arc::new(Pressure::default),
         Clock::starting_at(START.parse().unwrap()),
-    );
+    ));
     let counters = agent.counters();
     let cancel = CancellationToken::new();
     let task = tokio::spawn(agent.run(client(fixture), cancel.clone()));
@@ -615,4 +627,114 @@ async fn kubectl_get_nodes_shows_the_node_ready() {
     );
     assert!(columns.contains(&"10.0.0.7"), "INTERNAL-IP: {stdout}");
     running.stop().await;
+}
+
+/// `(type, reason, message)` of the events about Node `name`, oldest first.
+fn node_events(recorder: &EventRecorder, name: &str) -> Vec<(String, String, String)> {
+    recorder
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Node")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn node_events_and_images_follow_the_reported_status() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let clock = Clock::starting_at(START.parse().unwrap());
+    let runtime = Arc::new(FakeRuntime::new(clock));
+    runtime.add_image("localhost/pause:1");
+    runtime.add_image("localhost/testbox:1");
+    let recorder = EventRecorder::new(clock, "kubelet", "node-e");
+    let cancel = CancellationToken::new();
+    let sink = ApiEventSink::new(client(&fixture), Default::default());
+    let sink_task = tokio::spawn(sink.run(recorder.subscribe(), cancel.clone()));
+    let t0 = Instant::now();
+    let running = start_with(&fixture, settings("node-e"), |agent| {
+        agent
+            .with_images(runtime.clone())
+            .with_events(recorder.clone())
+    });
+    sleep_until(t0, 1.0).await;
+
+    let images = node(&fixture, "node-e").status.unwrap().images.unwrap();
+    let mut names: Vec<String> = images.into_iter().flat_map(|i| i.names.unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["localhost/pause:1", "localhost/testbox:1"]);
+    let announced = |reason: &str| {
+        (
+            "Normal".to_string(),
+            reason.to_string(),
+            format!("Node node-e status is now: {reason}"),
+        )
+    };
+    assert_eq!(
+        node_events(&recorder, "node-e"),
+        [
+            announced("NodeHasSufficientMemory"),
+            announced("NodeHasNoDiskPressure"),
+            announced("NodeHasSufficientPID"),
+            announced("NodeReady"),
+        ]
+    );
+
+    // Quiet while nothing changes; a transition is announced once, with the patch.
+    sleep_until(t0, 35.0).await;
+    assert_eq!(node_events(&recorder, "node-e").len(), 4);
+    *running.health.lock().unwrap() = Err("container runtime is down".into());
+    sleep_until(t0, 45.0).await;
+    assert_eq!(
+        node_events(&recorder, "node-e").last(),
+        Some(&announced("NodeNotReady"))
+    );
+    *running.health.lock().unwrap() = Ok(());
+    // A new image reaches the status at the next update.
+    runtime.add_image("localhost/extra:1");
+    sleep_until(t0, 55.0).await;
+    // The second NodeReady is counted on the first (the correlator), not listed twice.
+    let events = node_events(&recorder, "node-e");
+    assert_eq!(events.len(), 5, "{events:?}");
+    assert_eq!(events.last(), Some(&announced("NodeReady")));
+    let images = node(&fixture, "node-e").status.unwrap().images.unwrap();
+    assert_eq!(images.len(), 3);
+
+    // The API server has them in `default`, about the Node (UID = its name, as the kubelet's).
+    let api: Vec<Event> = fixture
+        .list::<Event>(Some("default"))
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Node"))
+        .collect();
+    let mut reasons: Vec<String> = api.iter().filter_map(|e| e.reason.clone()).collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            "NodeHasNoDiskPressure",
+            "NodeHasSufficientMemory",
+            "NodeHasSufficientPID",
+            "NodeNotReady",
+            "NodeReady"
+        ],
+        "NodeReady twice is one event with count 2"
+    );
+    let ready = api
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("NodeReady"))
+        .unwrap();
+    assert_eq!(ready.count, Some(2));
+    assert_eq!(ready.involved_object.uid.as_deref(), Some("node-e"));
+    running.stop().await;
+    cancel.cancel();
+    sink_task.await.unwrap();
 }

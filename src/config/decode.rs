@@ -30,6 +30,7 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "cgroupsPerQOS",
     "cgroupRoot",
     "maxPods",
+    "nodeStatusMaxImages",
     "address",
     "readOnlyPort",
     "healthzPort",
@@ -86,6 +87,7 @@ pub(super) struct Decoded {
     pub cgroups_per_qos: Option<bool>,
     pub cgroup_root: Option<String>,
     pub max_pods: Option<u32>,
+    pub node_status_max_images: Option<i32>,
     pub address: Option<IpAddr>,
     pub read_only_port: Option<u16>,
     pub healthz_port: Option<u16>,
@@ -150,6 +152,15 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "cgroupsPerQOS" => d.cgroups_per_qos = d.boolean(name, value),
             "cgroupRoot" => d.cgroup_root = d.cgroup_root(name, value),
             "maxPods" => d.max_pods = d.int32(name, value, 1, "must be greater than 0"),
+            "nodeStatusMaxImages" => {
+                d.node_status_max_images = d.int_in(
+                    name,
+                    value,
+                    -1,
+                    i64::from(i32::MAX),
+                    "must be -1 or greater",
+                )
+            }
             "address" => d.address = d.ip(name, value),
             "readOnlyPort" => d.read_only_port = d.port(name, value),
             "healthzPort" => d.healthz_port = d.port(name, value),

@@ -62,7 +62,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "memorySwap",
     "memoryThrottlingFactor",
     "mergeDefaultEvictionSettings",
-    "nodeStatusMaxImages",
     "oomScoreAdj",
     "podCIDR",
     "podHousekeepingPeriod",

@@ -60,6 +60,9 @@ pub struct Config {
     /// `cgroupRoot`: the parent of the pod cgroup hierarchy, in cgroupfs form.
     pub cgroup_root: String,
     pub max_pods: u32,
+    /// `nodeStatusMaxImages`: how many images the node status lists (largest first); `None`
+    /// (`-1` in the file) lists all.
+    pub node_status_max_images: Option<u32>,
     /// `address`: where the read-only API listens. nodelet defaults to loopback (the kubelet
     /// uses 0.0.0.0) because that API has no authentication.
     pub address: IpAddr,
@@ -332,6 +335,7 @@ impl Config {
             cgroups_per_qos: true,
             cgroup_root: "/".to_string(),
             max_pods: 110,
+            node_status_max_images: Some(50),
             address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             read_only_port: 0,
             healthz_port: 10248,

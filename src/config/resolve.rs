@@ -63,6 +63,11 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.cgroups_per_qos = decoded.cgroups_per_qos.unwrap_or(defaults.cgroups_per_qos);
     config.cgroup_root = non_empty(decoded.cgroup_root).unwrap_or(defaults.cgroup_root);
     config.max_pods = decoded.max_pods.unwrap_or(defaults.max_pods);
+    config.node_status_max_images = match decoded.node_status_max_images {
+        None => defaults.node_status_max_images,
+        // -1 is the kubelet's "no limit"; the decoder refused anything lower.
+        Some(n) => u32::try_from(n).ok(),
+    };
     config.address = decoded.address.unwrap_or(defaults.address);
     config.read_only_port = decoded.read_only_port.unwrap_or(defaults.read_only_port);
     config.healthz_port = decoded.healthz_port.unwrap_or(defaults.healthz_port);

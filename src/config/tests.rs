@@ -61,6 +61,7 @@ fn defaults_match_the_kubelet_and_the_brief() {
     assert!(c.cgroups_per_qos);
     assert_eq!(c.cgroup_root, "/");
     assert_eq!(c.max_pods, 110);
+    assert_eq!(c.node_status_max_images, Some(50));
     assert_eq!(c.address, IpAddr::V4(Ipv4Addr::LOCALHOST));
     assert_eq!(c.read_only_port, 0);
     assert_eq!(c.healthz_port, 10248);
@@ -162,6 +163,15 @@ fn each_field_happy_path() {
         }),
         ("cgroupRoot: ''", |_| {}),
         ("maxPods: 250", |c| c.max_pods = 250),
+        ("nodeStatusMaxImages: 3", |c| {
+            c.node_status_max_images = Some(3)
+        }),
+        ("nodeStatusMaxImages: 0", |c| {
+            c.node_status_max_images = Some(0)
+        }),
+        ("nodeStatusMaxImages: -1", |c| {
+            c.node_status_max_images = None
+        }),
         ("address: 0.0.0.0", |c| {
             c.address = IpAddr::V4(Ipv4Addr::UNSPECIFIED)
         }),
@@ -294,6 +304,8 @@ fn field_errors_name_the_path_and_the_value() {
         // bad values
         ("maxPods: 0", &["maxPods: Invalid value: 0: must be greater than 0"]),
         ("maxPods: -5", &["maxPods: Invalid value: -5: must be greater than 0"]),
+        ("nodeStatusMaxImages: -2", &["nodeStatusMaxImages: Invalid value: -2: must be -1 or greater"]),
+        ("nodeStatusMaxImages: lots", &["nodeStatusMaxImages: Invalid value: \"lots\": expected an integer"]),
         ("maxPods: 3000000000", &["maxPods: Invalid value: 3000000000: must be at most 2147483647"]),
         ("cgroupDriver: foo", &["cgroupDriver: Unsupported value: \"foo\": supported values: \"cgroupfs\", \"systemd\""]),
         ("cgroupRoot: kubepods", &["cgroupRoot: Invalid value: \"kubepods\": must be an absolute cgroup path such as \"/\" or \"/kubelet\""]),

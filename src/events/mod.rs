@@ -87,6 +87,18 @@ pub fn pod_ref(pod: &Pod) -> ObjectRef {
     }
 }
 
+/// The reference the kubelet's events about its Node carry: no namespace (the events land in
+/// `default`), and the node name as UID, as the kubelet's `nodeRef`.
+pub fn node_ref(node_name: &str) -> ObjectRef {
+    ObjectRef {
+        kind: "Node".to_string(),
+        namespace: String::new(),
+        name: node_name.to_string(),
+        uid: node_name.to_string(),
+        field_path: None,
+    }
+}
+
 /// The kubelet's `GenerateContainerRef`: the pod, pointed at one container by `fieldPath`.
 pub fn container_ref(pod: &Pod, container: &str, kind: ContainerKind) -> ObjectRef {
     let list = match kind {

@@ -19,12 +19,14 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus};
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::cri::ImageService;
+use crate::events::EventRecorder;
 pub use machine::MachineInfo;
 pub use status::{build_node_status, AllocatableReservation, NodeStatusInputs, Pressure};
 
@@ -262,6 +264,8 @@ pub struct NodeSettings {
     /// `daemonEndpoints.kubeletEndpoint.Port`: where the API server reaches the node agent's
     /// authenticated API (logs, exec). nodelet serves none, so 0 until it does.
     pub kubelet_port: i32,
+    /// `nodeStatusMaxImages`: how many images `status.images` lists; `None` lists all.
+    pub max_images: Option<u32>,
 }
 
 impl NodeSettings {
@@ -277,6 +281,7 @@ impl NodeSettings {
             lease_duration_seconds: config.node_lease_duration_seconds,
             reserved: AllocatableReservation::KUBELET_DEFAULT,
             kubelet_port: 0,
+            max_images: config.node_status_max_images,
         }
     }
 
@@ -297,6 +302,8 @@ pub struct NodeAgent {
     pressure: PressureFn,
     clock: Clock,
     counters: Arc<NodeCounters>,
+    images: Option<Arc<dyn ImageService>>,
+    events: Option<EventRecorder>,
 }
 
 impl NodeAgent {
@@ -314,7 +321,21 @@ impl NodeAgent {
             pressure,
             clock,
             counters: Arc::new(NodeCounters::default()),
+            images: None,
+            events: None,
         }
+    }
+
+    /// Lists the runtime's images in the node status (the kubelet's `Images` setter).
+    pub fn with_images(mut self, images: Arc<dyn ImageService>) -> Self {
+        self.images = Some(images);
+        self
+    }
+
+    /// Records the node's events (`NodeReady`, `NodeHasSufficientMemory`, ...).
+    pub fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = Some(events);
+        self
     }
 
     pub fn counters(&self) -> Arc<NodeCounters> {
@@ -329,21 +350,24 @@ impl NodeAgent {
         let pressure = self.pressure.clone();
         let clock = self.clock;
         let kubelet_version = status::kubelet_version();
-        Arc::new(move |previous: Option<&NodeStatus>| {
-            let inputs = NodeStatusInputs {
-                hostname: &settings.node_name,
-                internal_ip: facts.internal_ip,
-                machine: &facts.machine,
-                max_pods: settings.max_pods,
-                reserved: settings.reserved,
-                container_runtime_version: &facts.container_runtime_version,
-                kubelet_version: &kubelet_version,
-                kubelet_port: settings.kubelet_port,
-                pressure: pressure(),
-                health: health(),
-            };
-            build_node_status(previous, &inputs, clock.now())
-        })
+        Arc::new(
+            move |previous: Option<&NodeStatus>, images: Option<&[ContainerImage]>| {
+                let inputs = NodeStatusInputs {
+                    hostname: &settings.node_name,
+                    internal_ip: facts.internal_ip,
+                    machine: &facts.machine,
+                    max_pods: settings.max_pods,
+                    reserved: settings.reserved,
+                    container_runtime_version: &facts.container_runtime_version,
+                    kubelet_version: &kubelet_version,
+                    kubelet_port: settings.kubelet_port,
+                    pressure: pressure(),
+                    health: health(),
+                    images,
+                };
+                build_node_status(previous, &inputs, clock.now())
+            },
+        )
     }
 
     /// The Node nodelet registers, with a status computed now.
@@ -354,7 +378,8 @@ impl NodeAgent {
             node_labels: &self.settings.node_labels,
             taints: &self.settings.register_with_taints,
         };
-        register::initial_node(&registration, (self.status_fn())(None))
+        // Images follow with the first status update, right after registration.
+        register::initial_node(&registration, (self.status_fn())(None, None))
     }
 
     /// Runs until cancelled: the Lease heartbeat from the start, and the status loop after
@@ -395,7 +420,12 @@ impl NodeAgent {
             timeout,
             self.status_fn(),
             self.counters.clone(),
-        );
+        )
+        .with_images(self.images.clone().map(|service| updater::ImageSource {
+            service,
+            max_images: self.settings.max_images,
+        }))
+        .with_events(self.events.clone());
         loop {
             tokio::select! {
                 result = updater.update() => {
@@ -413,23 +443,32 @@ impl NodeAgent {
     }
 }
 
+/// What the node loops read besides the configuration.
+pub struct NodeSources {
+    pub facts: NodeFacts,
+    pub health: HealthFn,
+    pub pressure: PressureFn,
+    pub images: Arc<dyn ImageService>,
+    pub events: EventRecorder,
+}
+
 /// Cluster mode's node work, as `main.rs` starts it: registers the Node, keeps its status and
 /// Lease current until `cancel`. Use [`crate::cluster::heartbeat_client`] for `client`.
 pub async fn run_node_loops(
     client: kube::Client,
     config: &Config,
-    facts: NodeFacts,
-    health: HealthFn,
-    pressure: PressureFn,
+    sources: NodeSources,
     cancel: CancellationToken,
 ) {
     NodeAgent::new(
         NodeSettings::from_config(config),
-        facts,
-        health,
-        pressure,
+        sources.facts,
+        sources.health,
+        sources.pressure,
         Clock::system(),
     )
+    .with_images(sources.images)
+    .with_events(sources.events)
     .run(client, cancel)
     .await
 }

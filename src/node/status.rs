@@ -13,14 +13,16 @@ use std::net::IpAddr;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSwapStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
+    NodeSwapStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Map, Value};
 
 use super::machine::{go_arch, MachineInfo};
+use crate::cri::api::Image;
+use crate::events::EventType;
 use crate::quantity::Quantity;
 
 /// The Kubernetes release whose API and kubelet behaviour nodelet follows (k8s-openapi `v1_37`).
@@ -98,6 +100,9 @@ pub struct NodeStatusInputs<'a> {
     /// `Err(reason)` when the runtime or the PLEG is unhealthy; the reason becomes the
     /// message of `Ready=False`.
     pub health: Result<(), String>,
+    /// The images to list (see [`node_images`]); `None` when the runtime could not list them
+    /// this time, which keeps the list the API server has.
+    pub images: Option<&'a [ContainerImage]>,
 }
 
 /// The new status: `previous` (the API server's) updated with the node's current facts.
@@ -118,6 +123,9 @@ pub fn build_node_status(
             port: inputs.kubelet_port,
         }),
     });
+    if let Some(images) = inputs.images {
+        status.images = (!images.is_empty()).then(|| images.to_vec());
+    }
 
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     for (kind, under_pressure) in [
@@ -381,6 +389,111 @@ fn set_ready_condition(conditions: &mut Vec<NodeCondition>, errors: Vec<String>,
 pub fn is_extended_resource(name: &str) -> bool {
     let native = !name.contains('/') || name.contains("kubernetes.io/");
     !native && !name.starts_with("requests.")
+}
+
+/// How many names of one image the node status lists (the kubelet's
+/// `MaxNamesPerImageInNodeStatus`).
+pub const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// The kubelet's `Images` setter over the runtime's image list: largest first (equal sizes by
+/// descending ID, as its `ByImageSize`), at most `max` images (`nodeStatusMaxImages`; `None`
+/// lists all), each named by its digests and then its tags, at most
+/// [`MAX_NAMES_PER_IMAGE`] names.
+pub fn node_images(images: &[Image], max: Option<u32>) -> Vec<ContainerImage> {
+    let mut sorted: Vec<&Image> = images.iter().collect();
+    sorted.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| b.id.cmp(&a.id)));
+    let limit = max.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+    sorted
+        .into_iter()
+        .take(limit)
+        .map(|image| ContainerImage {
+            names: Some(
+                image
+                    .repo_digests
+                    .iter()
+                    .chain(&image.repo_tags)
+                    .take(MAX_NAMES_PER_IMAGE)
+                    .cloned()
+                    .collect(),
+            ),
+            size_bytes: Some(i64::try_from(image.size).unwrap_or(i64::MAX)),
+        })
+        .collect()
+}
+
+/// An event about the Node itself, as the kubelet's status setters record them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The event reason for a condition's new status (the kubelet's `recordNodeStatusEvent`
+/// reasons); `None` for `Unknown` and conditions nodelet does not own.
+fn condition_event_reason(kind: &str, status: &str) -> Option<&'static str> {
+    Some(match (kind, status) {
+        (CONDITION_MEMORY_PRESSURE, "True") => "NodeHasInsufficientMemory",
+        (CONDITION_MEMORY_PRESSURE, "False") => "NodeHasSufficientMemory",
+        (CONDITION_DISK_PRESSURE, "True") => "NodeHasDiskPressure",
+        (CONDITION_DISK_PRESSURE, "False") => "NodeHasNoDiskPressure",
+        (CONDITION_PID_PRESSURE, "True") => "NodeHasInsufficientPID",
+        (CONDITION_PID_PRESSURE, "False") => "NodeHasSufficientPID",
+        (CONDITION_READY, "True") => "NodeReady",
+        (CONDITION_READY, "False") => "NodeNotReady",
+        _ => return None,
+    })
+}
+
+/// The events a reported status change means: `Rebooted` (a Warning) when the boot ID moved,
+/// then one `Normal` event per owned condition whose status differs from `previous`, in the
+/// kubelet's setter order. The first report after nodelet starts (`first_report`) announces
+/// every condition, as the kubelet's events at startup do (the kubelet announces `Ready` only
+/// at its first transition; nodelet says it at once).
+pub fn node_status_events(
+    previous: &NodeStatus,
+    new: &NodeStatus,
+    node_name: &str,
+    first_report: bool,
+) -> Vec<NodeEvent> {
+    let mut events = Vec::new();
+    let boot_id = |s: &NodeStatus| s.node_info.as_ref().map(|i| i.boot_id.clone());
+    if let (Some(old), Some(now)) = (boot_id(previous), boot_id(new)) {
+        if !old.is_empty() && old != now {
+            events.push(NodeEvent {
+                type_: EventType::Warning,
+                reason: "Rebooted",
+                message: format!("Node {node_name} has been rebooted, boot id: {now}"),
+            });
+        }
+    }
+    let status_of = |s: &NodeStatus, kind: &str| {
+        s.conditions
+            .as_ref()
+            .and_then(|c| c.iter().find(|c| c.type_ == kind))
+            .map(|c| c.status.clone())
+    };
+    for kind in [
+        CONDITION_MEMORY_PRESSURE,
+        CONDITION_DISK_PRESSURE,
+        CONDITION_PID_PRESSURE,
+        CONDITION_READY,
+    ] {
+        let Some(now) = status_of(new, kind) else {
+            continue;
+        };
+        if !first_report && status_of(previous, kind).as_deref() == Some(now.as_str()) {
+            continue;
+        }
+        if let Some(reason) = condition_event_reason(kind, &now) {
+            events.push(NodeEvent {
+                type_: EventType::Normal,
+                reason,
+                message: format!("Node {node_name} status is now: {reason}"),
+            });
+        }
+    }
+    events
 }
 
 /// Whether anything but heartbeat times differs (the kubelet's `nodeStatusHasChanged`).

@@ -31,6 +31,7 @@ fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
         kubelet_port: 10250,
         pressure: Pressure::default(),
         health: Ok(()),
+        images: None,
     }
 }
 
@@ -643,5 +644,189 @@ fn kubelet_version_sorts_as_the_kubernetes_release() {
     assert_eq!(
         version,
         format!("v1.37.0+nodelet.{}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+fn image(id: &str, size: u64, digests: &[&str], tags: &[&str]) -> Image {
+    Image {
+        id: id.into(),
+        size,
+        repo_digests: digests.iter().map(|s| s.to_string()).collect(),
+        repo_tags: tags.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn names(images: &[ContainerImage]) -> Vec<Vec<String>> {
+    images
+        .iter()
+        .map(|i| i.names.clone().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn images_table() {
+    let list = vec![
+        image("sha256:a", 10, &[], &["small:1"]),
+        image("sha256:b", 300, &["big@sha256:1"], &["big:1", "big:latest"]),
+        image("sha256:c", 50, &[], &["mid:1"]),
+        image("sha256:d", 50, &[], &["mid:2"]),
+        image(
+            "sha256:e",
+            5,
+            &["many@sha256:1", "many@sha256:2"],
+            &["many:1", "many:2", "many:3", "many:4"],
+        ),
+    ];
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // Largest first; equal sizes by descending ID; digests before tags; at most 5 names.
+    let all = node_images(&list, None);
+    assert_eq!(
+        names(&all),
+        vec![
+            s(&["big@sha256:1", "big:1", "big:latest"]),
+            s(&["mid:2"]),
+            s(&["mid:1"]),
+            s(&["small:1"]),
+            s(&[
+                "many@sha256:1",
+                "many@sha256:2",
+                "many:1",
+                "many:2",
+                "many:3"
+            ]),
+        ]
+    );
+    assert_eq!(all[0].size_bytes, Some(300));
+    let cases: [(Option<u32>, usize); 4] = [(Some(2), 2), (Some(0), 0), (Some(50), 5), (None, 5)];
+    for (max, want) in cases {
+        assert_eq!(node_images(&list, max).len(), want, "max {max:?}");
+    }
+}
+
+#[test]
+fn images_reach_the_status_and_none_keeps_the_reported_list() {
+    let machine = machine();
+    let listed = node_images(&[image("sha256:p", 700, &[], &["localhost/pause:1"])], None);
+    let mut inputs = inputs(&machine);
+    inputs.images = Some(&listed);
+    let with = build_node_status(None, &inputs, ts("2026-01-01T00:00:00Z"));
+    assert_eq!(
+        names(with.images.as_deref().unwrap()),
+        vec![vec!["localhost/pause:1".to_string()]]
+    );
+    // The runtime did not answer this time: the list the API server has stays.
+    inputs.images = None;
+    let kept = build_node_status(Some(&with), &inputs, ts("2026-01-01T00:00:10Z"));
+    assert_eq!(kept.images, with.images);
+    assert!(!node_status_changed(&with, &kept));
+    // An empty list is omitted, as the kubelet's nil slice.
+    inputs.images = Some(&[]);
+    let empty = build_node_status(Some(&with), &inputs, ts("2026-01-01T00:00:20Z"));
+    assert_eq!(empty.images, None);
+    assert!(node_status_changed(&with, &empty));
+    assert_eq!(status_patch(&with, &empty)["status"]["images"], Value::Null);
+}
+
+#[test]
+fn node_events_table() {
+    let machine = machine();
+    let t0 = ts("2026-01-01T00:00:00Z");
+    let healthy = build_node_status(None, &inputs(&machine), t0);
+    let mut sick_inputs = inputs(&machine);
+    sick_inputs.health = Err("container runtime is down".into());
+    sick_inputs.pressure = Pressure {
+        memory: true,
+        disk: false,
+        pid: true,
+    };
+    let sick = build_node_status(Some(&healthy), &sick_inputs, t0);
+    let mut rebooted = healthy.clone();
+    rebooted.node_info.as_mut().unwrap().boot_id = "b-id-2".into();
+    let mut unknown = healthy.clone();
+    for c in unknown.conditions.as_mut().unwrap() {
+        c.status = "Unknown".into();
+    }
+    // (case, previous, new, first report, events as (type, reason))
+    type Case<'a> = (
+        &'a str,
+        &'a NodeStatus,
+        &'a NodeStatus,
+        bool,
+        &'a [(&'a str, &'a str)],
+    );
+    let cases: [Case<'_>; 7] = [
+        (
+            "first report announces every condition",
+            &healthy,
+            &healthy,
+            true,
+            &[
+                ("Normal", "NodeHasSufficientMemory"),
+                ("Normal", "NodeHasNoDiskPressure"),
+                ("Normal", "NodeHasSufficientPID"),
+                ("Normal", "NodeReady"),
+            ],
+        ),
+        ("steady: nothing", &healthy, &healthy, false, &[]),
+        (
+            "pressure and not ready",
+            &healthy,
+            &sick,
+            false,
+            &[
+                ("Normal", "NodeHasInsufficientMemory"),
+                ("Normal", "NodeHasInsufficientPID"),
+                ("Normal", "NodeNotReady"),
+            ],
+        ),
+        (
+            "recovery",
+            &sick,
+            &healthy,
+            false,
+            &[
+                ("Normal", "NodeHasSufficientMemory"),
+                ("Normal", "NodeHasSufficientPID"),
+                ("Normal", "NodeReady"),
+            ],
+        ),
+        (
+            "the node controller had set Unknown",
+            &unknown,
+            &healthy,
+            false,
+            &[
+                ("Normal", "NodeHasSufficientMemory"),
+                ("Normal", "NodeHasNoDiskPressure"),
+                ("Normal", "NodeHasSufficientPID"),
+                ("Normal", "NodeReady"),
+            ],
+        ),
+        ("reported Unknown: no event", &healthy, &unknown, false, &[]),
+        (
+            "new boot id",
+            &healthy,
+            &rebooted,
+            false,
+            &[("Warning", "Rebooted")],
+        ),
+    ];
+    for (name, previous, new, first, want) in cases {
+        let got: Vec<(&str, &str)> = node_status_events(previous, new, "node-1", first)
+            .iter()
+            .map(|e| (e.type_.as_str(), e.reason))
+            .collect();
+        assert_eq!(got, want.to_vec(), "{name}");
+    }
+    let ready = node_status_events(&sick, &healthy, "node-1", false);
+    assert_eq!(
+        ready.last().unwrap().message,
+        "Node node-1 status is now: NodeReady"
+    );
+    let reboot = node_status_events(&healthy, &rebooted, "node-1", false);
+    assert_eq!(
+        reboot[0].message,
+        "Node node-1 has been rebooted, boot id: b-id-2"
     );
 }

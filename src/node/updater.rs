@@ -10,12 +10,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus};
 use kube::api::{Api, GetParams, Patch, PatchParams};
 use tokio::time::Instant;
 
-use super::status::{node_status_changed, status_patch};
+use super::status::{node_images, node_status_changed, node_status_events, status_patch};
 use super::{api_call, Error, NodeCounters};
+use crate::cri::ImageService;
+use crate::events::{node_ref, EventRecorder};
 
 /// Immediate attempts per update period (`nodeStatusUpdateRetry`).
 pub const NODE_STATUS_UPDATE_RETRY: usize = 5;
@@ -39,9 +41,19 @@ pub enum UpdateOutcome {
     Unchanged,
 }
 
-/// Computes the status to report from the API server's current one (see
+/// Computes the status to report from the API server's current one and the node's images
+/// (`None`: unknown this time, keep the reported list; see
 /// [`super::status::build_node_status`]).
-pub type StatusFn = Arc<dyn Fn(Option<&NodeStatus>) -> NodeStatus + Send + Sync>;
+pub type StatusFn =
+    Arc<dyn Fn(Option<&NodeStatus>, Option<&[ContainerImage]>) -> NodeStatus + Send + Sync>;
+
+/// Where the node's image list comes from, and how many images to report.
+#[derive(Clone)]
+pub struct ImageSource {
+    pub service: Arc<dyn ImageService>,
+    /// `nodeStatusMaxImages`; `None` reports all.
+    pub max_images: Option<u32>,
+}
 
 pub struct NodeStatusUpdater {
     nodes: Api<Node>,
@@ -51,6 +63,8 @@ pub struct NodeStatusUpdater {
     compute: StatusFn,
     counters: Arc<NodeCounters>,
     last_report: Option<Instant>,
+    images: Option<ImageSource>,
+    events: Option<EventRecorder>,
 }
 
 impl NodeStatusUpdater {
@@ -70,6 +84,38 @@ impl NodeStatusUpdater {
             compute,
             counters,
             last_report: None,
+            images: None,
+            events: None,
+        }
+    }
+
+    /// Reports the runtime's images in `status.images`.
+    pub fn with_images(mut self, images: Option<ImageSource>) -> Self {
+        self.images = images;
+        self
+    }
+
+    /// Records the node's events (`NodeReady`, `NodeHasSufficientMemory`, `Rebooted`, ...)
+    /// when a reported status changes them.
+    pub fn with_events(mut self, events: Option<EventRecorder>) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The images to report, or `None` (keep the reported ones) when the runtime does not
+    /// answer: a slow image service must not hold up the node's heartbeat.
+    async fn list_images(&self) -> Option<Vec<ContainerImage>> {
+        let source = self.images.as_ref()?;
+        match tokio::time::timeout(self.timeout, source.service.list_images()).await {
+            Ok(Ok(images)) => Some(node_images(&images, source.max_images)),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "error getting image list");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?self.timeout, "error getting image list: no answer");
+                None
+            }
         }
     }
 
@@ -85,7 +131,8 @@ impl NodeStatusUpdater {
             .await
             .map_err(|e| e.context(format!("error getting node {:?}", self.node_name)))?;
         let original = node.status.unwrap_or_default();
-        let new = (self.compute)(Some(&original));
+        let images = self.list_images().await;
+        let new = (self.compute)(Some(&original), images.as_deref());
         let changed = node_status_changed(&original, &new);
         let now = Instant::now();
         if !should_patch(changed, self.last_report, now, self.report_frequency) {
@@ -103,6 +150,18 @@ impl NodeStatusUpdater {
         .await
         .map_err(|e| e.context(format!("patching status of node {:?}", self.node_name)))?;
         self.counters.status_patches.fetch_add(1, Ordering::Relaxed);
+        if let Some(recorder) = &self.events {
+            // Events follow what was reported, so a failed PATCH announces nothing.
+            let first_report = self.last_report.is_none();
+            for event in node_status_events(&original, &new, &self.node_name, first_report) {
+                recorder.record(
+                    &node_ref(&self.node_name),
+                    event.type_,
+                    event.reason,
+                    event.message,
+                );
+            }
+        }
         self.last_report = Some(now);
         Ok(UpdateOutcome::Patched)
     }
