@@ -14,7 +14,10 @@ use super::kubelet_fields::{
     feature_gate, GateStage, NOT_IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS,
     NOT_IMPLEMENTED_MESSAGE,
 };
-use super::{CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION, KIND};
+use super::{
+    AuthorizationMode, CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION,
+    KIND,
+};
 
 /// Top-level fields nodelet implements (kubelet fields, then nodelet's own).
 pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
@@ -59,7 +62,19 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "kubeconfig",
     "nodeLabels",
     "podCleanup",
+    "port",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "authentication",
+    "authorization",
 ];
+
+const AUTHENTICATION_FIELDS: &[&str] = &["x509", "webhook", "anonymous"];
+const AUTHENTICATION_X509_FIELDS: &[&str] = &["clientCAFile"];
+const AUTHENTICATION_WEBHOOK_FIELDS: &[&str] = &["enabled", "cacheTTL"];
+const AUTHENTICATION_ANONYMOUS_FIELDS: &[&str] = &["enabled"];
+const AUTHORIZATION_FIELDS: &[&str] = &["mode", "webhook"];
+const AUTHORIZATION_WEBHOOK_FIELDS: &[&str] = &["cacheAuthorizedTTL", "cacheUnauthorizedTTL"];
 
 const IMPLEMENTED_LOGGING_FIELDS: &[&str] = &["format", "verbosity"];
 const CRASH_LOOP_BACK_OFF_FIELDS: &[&str] = &["maxContainerRestartPeriod"];
@@ -119,6 +134,16 @@ pub(super) struct Decoded {
     pub pod_cleanup_enabled: Option<bool>,
     pub pod_cleanup_retention: Option<Duration>,
     pub pod_cleanup_bare_pods: Option<bool>,
+    pub port: Option<u16>,
+    pub tls_cert_file: Option<String>,
+    pub tls_private_key_file: Option<String>,
+    pub client_ca_file: Option<String>,
+    pub authentication_webhook_enabled: Option<bool>,
+    pub authentication_webhook_cache_ttl: Option<Duration>,
+    pub anonymous_enabled: Option<bool>,
+    pub authorization_mode: Option<AuthorizationMode>,
+    pub cache_authorized_ttl: Option<Duration>,
+    pub cache_unauthorized_ttl: Option<Duration>,
     pub errors: Vec<FieldError>,
     pub warnings: Vec<Warning>,
 }
@@ -196,6 +221,11 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "kubeconfig" => d.kubeconfig = d.optional_absolute_path(name, value),
             "nodeLabels" => d.node_labels = d.string_map(name, value),
             "podCleanup" => d.pod_cleanup(name, value),
+            "port" => d.port = d.port(name, value),
+            "tlsCertFile" => d.tls_cert_file = d.optional_absolute_path(name, value),
+            "tlsPrivateKeyFile" => d.tls_private_key_file = d.optional_absolute_path(name, value),
+            "authentication" => d.authentication(name, value),
+            "authorization" => d.authorization(name, value),
             _ if NOT_IMPLEMENTED_FIELDS.contains(&name) => d.warn(name, NOT_IMPLEMENTED_MESSAGE),
             _ => d.unknown_field(name, TOP_LEVEL_FIELDS),
         }
@@ -793,6 +823,85 @@ impl Decoded {
                 "retention" => self.pod_cleanup_retention = self.duration(&field_path, value),
                 "barePods" => self.pod_cleanup_bare_pods = self.boolean(&field_path, value),
                 _ => self.unknown_field(&field_path, &[POD_CLEANUP_FIELDS]),
+            }
+        }
+    }
+
+    /// The fields of a nested mapping, each with its path; unknown ones are reported.
+    fn fields<'v>(
+        &mut self,
+        path: &str,
+        value: &'v Value,
+        known: &'static [&'static str],
+    ) -> Vec<(String, &'v str, &'v Value)> {
+        let Some(map) = self.mapping(path, value) else {
+            return Vec::new();
+        };
+        let mut fields = Vec::new();
+        for (key, value) in map {
+            match key.as_str() {
+                Some(name) if known.contains(&name) => {
+                    fields.push((format!("{path}.{name}"), name, value))
+                }
+                Some(name) => self.unknown_field(&format!("{path}.{name}"), &[known]),
+                None => self.unknown_field(&format!("{path}.{}", render(key)), &[known]),
+            }
+        }
+        fields
+    }
+
+    /// `authentication` of the kubelet API: `x509.clientCAFile`, `webhook.{enabled,cacheTTL}`,
+    /// `anonymous.enabled`.
+    fn authentication(&mut self, path: &str, value: &Value) {
+        for (path, name, value) in self.fields(path, value, AUTHENTICATION_FIELDS) {
+            let known = match name {
+                "x509" => AUTHENTICATION_X509_FIELDS,
+                "webhook" => AUTHENTICATION_WEBHOOK_FIELDS,
+                _ => AUTHENTICATION_ANONYMOUS_FIELDS,
+            };
+            for (field_path, field, value) in self.fields(&path, value, known) {
+                match (name, field) {
+                    ("x509", _) => {
+                        self.client_ca_file = self.optional_absolute_path(&field_path, value)
+                    }
+                    ("webhook", "enabled") => {
+                        self.authentication_webhook_enabled = self.boolean(&field_path, value)
+                    }
+                    ("webhook", _) => {
+                        self.authentication_webhook_cache_ttl = self.duration(&field_path, value)
+                    }
+                    _ => self.anonymous_enabled = self.boolean(&field_path, value),
+                }
+            }
+        }
+    }
+
+    /// `authorization` of the kubelet API: `mode` (`AlwaysAllow` or `Webhook`) and the
+    /// webhook's cache times.
+    fn authorization(&mut self, path: &str, value: &Value) {
+        for (path, name, value) in self.fields(path, value, AUTHORIZATION_FIELDS) {
+            if name == "mode" {
+                self.authorization_mode = match self.string(&path, value).as_deref() {
+                    // Empty is the kubelet's "unset": Webhook.
+                    None | Some("") => None,
+                    Some("AlwaysAllow") => Some(AuthorizationMode::AlwaysAllow),
+                    Some("Webhook") => Some(AuthorizationMode::Webhook),
+                    Some(_) => {
+                        self.invalid(&path, value, "must be \"AlwaysAllow\" or \"Webhook\"");
+                        None
+                    }
+                };
+                continue;
+            }
+            for (field_path, field, value) in
+                self.fields(&path, value, AUTHORIZATION_WEBHOOK_FIELDS)
+            {
+                let ttl = self.duration(&field_path, value);
+                if field == "cacheAuthorizedTTL" {
+                    self.cache_authorized_ttl = ttl;
+                } else {
+                    self.cache_unauthorized_ttl = ttl;
+                }
             }
         }
     }

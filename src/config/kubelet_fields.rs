@@ -7,8 +7,6 @@
 /// implemented set is a typo or a field from another component, and is rejected.
 pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "allowedUnsafeSysctls",
-    "authentication",
-    "authorization",
     "configMapAndSecretChangeDetectionStrategy",
     "containerLogMaxFiles",
     "containerLogMaxSize",
@@ -67,7 +65,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "podHousekeepingPeriod",
     "podPidsLimit",
     "podsPerCore",
-    "port",
     "preloadedImagesVerificationAllowlist",
     "protectKernelDefaults",
     "providerID",
@@ -91,11 +88,9 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "systemCgroups",
     "systemReserved",
     "systemReservedCgroup",
-    "tlsCertFile",
     "tlsCipherSuites",
     "tlsCurvePreferences",
     "tlsMinVersion",
-    "tlsPrivateKeyFile",
     "topologyManagerPolicy",
     "topologyManagerPolicyOptions",
     "topologyManagerScope",

@@ -63,8 +63,9 @@ pub struct Config {
     /// `nodeStatusMaxImages`: how many images the node status lists (largest first); `None`
     /// (`-1` in the file) lists all.
     pub node_status_max_images: Option<u32>,
-    /// `address`: where the read-only API listens. nodelet defaults to loopback (the kubelet
-    /// uses 0.0.0.0) because that API has no authentication.
+    /// `address`: where the kubelet API (`port`) and the read-only API (`readOnlyPort`, off
+    /// by default, unauthenticated) listen. 0.0.0.0 as the kubelet's, so the API server can
+    /// reach the kubelet API for `kubectl logs`.
     pub address: IpAddr,
     /// `readOnlyPort`: 0 disables the read-only API.
     pub read_only_port: u16,
@@ -113,6 +114,75 @@ pub struct Config {
     pub containerd_namespace: String,
     /// `plegRelistPeriod`: the periodic relist; containerd events are the fast path.
     pub pleg_relist_period: Duration,
+    /// `port`: the authenticated kubelet API (HTTPS: `/containerLogs`, `/pods`, `/healthz`,
+    /// `/metrics`), on `address`. 0 turns it off (nodelet; the kubelet requires a port).
+    pub port: u16,
+    /// `tlsCertFile` / `tlsPrivateKeyFile`: the serving certificate of `port`; when both are
+    /// unset a self-signed one is made and kept under `<rootDir>/pki`, as the kubelet does.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    /// `authentication`: who may call `port`.
+    pub authentication: Authentication,
+    /// `authorization`: what they may do.
+    pub authorization: Authorization,
+}
+
+/// `authentication` of the kubelet API: client certificates signed by `x509.clientCAFile`,
+/// bearer tokens checked with a TokenReview (`webhook`), and `anonymous` requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authentication {
+    /// `x509.clientCAFile`: the CA bundle client certificates must chain to; user = CN,
+    /// groups = O.
+    pub client_ca_file: Option<PathBuf>,
+    /// `webhook.enabled` (default true): bearer tokens are sent to the API server as
+    /// TokenReviews (cluster mode only).
+    pub webhook_enabled: bool,
+    /// `webhook.cacheTTL` (default 2m): how long a TokenReview answer is reused.
+    pub webhook_cache_ttl: Duration,
+    /// `anonymous.enabled` (default false): requests nothing authenticates run as
+    /// `system:anonymous` instead of getting 401.
+    pub anonymous_enabled: bool,
+}
+
+impl Default for Authentication {
+    fn default() -> Self {
+        Authentication {
+            client_ca_file: None,
+            webhook_enabled: true,
+            webhook_cache_ttl: Duration::from_secs(120),
+            anonymous_enabled: false,
+        }
+    }
+}
+
+/// `authorization.mode` of the kubelet API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    /// Every authenticated request is allowed.
+    AlwaysAllow,
+    /// Each request is a SubjectAccessReview on `nodes/<subresource>` (cluster mode only).
+    Webhook,
+}
+
+/// `authorization` of the kubelet API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorization {
+    /// `mode` (default `Webhook`).
+    pub mode: AuthorizationMode,
+    /// `webhook.cacheAuthorizedTTL` (default 5m).
+    pub cache_authorized_ttl: Duration,
+    /// `webhook.cacheUnauthorizedTTL` (default 30s).
+    pub cache_unauthorized_ttl: Duration,
+}
+
+impl Default for Authorization {
+    fn default() -> Self {
+        Authorization {
+            mode: AuthorizationMode::Webhook,
+            cache_authorized_ttl: Duration::from_secs(300),
+            cache_unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,7 +406,7 @@ impl Config {
             cgroup_root: "/".to_string(),
             max_pods: 110,
             node_status_max_images: Some(50),
-            address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             read_only_port: 0,
             healthz_port: 10248,
             healthz_bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -369,6 +439,11 @@ impl Config {
             node_labels: BTreeMap::new(),
             pod_cleanup: PodCleanup::default(),
             pleg_relist_period: Duration::from_secs(5),
+            port: 10250,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            authentication: Authentication::default(),
+            authorization: Authorization::default(),
         }
     }
 

@@ -10,8 +10,8 @@ use super::kubelet_fields::{
     KUBELET_CRASH_LOOP_BACK_OFF_MAX, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
 };
 use super::{
-    Config, Environment, FieldError, FieldErrorKind, PodCleanup, Warning,
-    DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
+    Authentication, Authorization, AuthorizationMode, Config, Environment, FieldError,
+    FieldErrorKind, PodCleanup, Warning, DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
 };
 
 /// The maximum back-off under `ReduceDefaultCrashLoopBackOffDecay` (the kubelet's
@@ -36,7 +36,7 @@ fn non_empty(value: Option<String>) -> Option<String> {
 
 pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     let mut errors = decoded.errors;
-    let warnings = decoded.warnings;
+    let mut warnings = decoded.warnings;
     let defaults = Config::defaults(env);
 
     let mut config = Config {
@@ -166,6 +166,60 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.pleg_relist_period = decoded
         .pleg_relist_period
         .unwrap_or(defaults.pleg_relist_period);
+    config.port = decoded.port.unwrap_or(defaults.port);
+    config.tls_cert_file = non_empty(decoded.tls_cert_file).map(PathBuf::from);
+    config.tls_private_key_file = non_empty(decoded.tls_private_key_file).map(PathBuf::from);
+    let tls_field_invalid = errors
+        .iter()
+        .any(|e| e.path == "tlsCertFile" || e.path == "tlsPrivateKeyFile");
+    match (&config.tls_cert_file, &config.tls_private_key_file) {
+        _ if tls_field_invalid => {}
+        (Some(_), None) => errors.push(FieldError {
+            path: "tlsPrivateKeyFile".into(),
+            value: String::new(),
+            reason: "must be set together with tlsCertFile".into(),
+            kind: FieldErrorKind::Required,
+        }),
+        (None, Some(_)) => errors.push(FieldError {
+            path: "tlsCertFile".into(),
+            value: String::new(),
+            reason: "must be set together with tlsPrivateKeyFile".into(),
+            kind: FieldErrorKind::Required,
+        }),
+        _ => {}
+    }
+    let authn = &defaults.authentication;
+    config.authentication = Authentication {
+        client_ca_file: non_empty(decoded.client_ca_file).map(PathBuf::from),
+        webhook_enabled: decoded
+            .authentication_webhook_enabled
+            .unwrap_or(authn.webhook_enabled),
+        webhook_cache_ttl: decoded
+            .authentication_webhook_cache_ttl
+            .unwrap_or(authn.webhook_cache_ttl),
+        anonymous_enabled: decoded.anonymous_enabled.unwrap_or(authn.anonymous_enabled),
+    };
+    let authz = &defaults.authorization;
+    config.authorization = Authorization {
+        mode: decoded.authorization_mode.unwrap_or(authz.mode),
+        cache_authorized_ttl: decoded
+            .cache_authorized_ttl
+            .unwrap_or(authz.cache_authorized_ttl),
+        cache_unauthorized_ttl: decoded
+            .cache_unauthorized_ttl
+            .unwrap_or(authz.cache_unauthorized_ttl),
+    };
+    if config.authentication.anonymous_enabled
+        && config.authorization.mode == AuthorizationMode::AlwaysAllow
+    {
+        warnings.push(Warning {
+            path: "authentication.anonymous.enabled".into(),
+            message:
+                "anonymous requests with authorization mode AlwaysAllow: anyone who can reach \
+                      the port can read every container's logs"
+                    .into(),
+        });
+    }
 
     Resolved {
         config,

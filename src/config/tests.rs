@@ -62,7 +62,16 @@ fn defaults_match_the_kubelet_and_the_brief() {
     assert_eq!(c.cgroup_root, "/");
     assert_eq!(c.max_pods, 110);
     assert_eq!(c.node_status_max_images, Some(50));
-    assert_eq!(c.address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    assert_eq!(c.address, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    assert_eq!(c.port, 10250);
+    assert_eq!(c.tls_cert_file, None);
+    assert_eq!(c.authentication.client_ca_file, None);
+    assert!(c.authentication.webhook_enabled);
+    assert_eq!(c.authentication.webhook_cache_ttl, s(120));
+    assert!(!c.authentication.anonymous_enabled);
+    assert_eq!(c.authorization.mode, AuthorizationMode::Webhook);
+    assert_eq!(c.authorization.cache_authorized_ttl, s(300));
+    assert_eq!(c.authorization.cache_unauthorized_ttl, s(30));
     assert_eq!(c.read_only_port, 0);
     assert_eq!(c.healthz_port, 10248);
     assert_eq!(c.healthz_bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
@@ -172,9 +181,27 @@ fn each_field_happy_path() {
         ("nodeStatusMaxImages: -1", |c| {
             c.node_status_max_images = None
         }),
-        ("address: 0.0.0.0", |c| {
-            c.address = IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        ("address: 127.0.0.1", |c| {
+            c.address = IpAddr::V4(Ipv4Addr::LOCALHOST)
         }),
+        ("port: 10350", |c| c.port = 10350),
+        ("port: 0", |c| c.port = 0),
+        ("tlsCertFile: /etc/n/c.pem\ntlsPrivateKeyFile: /etc/n/k.pem", |c| {
+            c.tls_cert_file = Some(PathBuf::from("/etc/n/c.pem"));
+            c.tls_private_key_file = Some(PathBuf::from("/etc/n/k.pem"));
+        }),
+        ("authentication:\n  x509:\n    clientCAFile: /etc/n/ca.pem\n  webhook:\n    enabled: false\n    cacheTTL: 10s\n  anonymous:\n    enabled: true", |c| {
+            c.authentication.client_ca_file = Some(PathBuf::from("/etc/n/ca.pem"));
+            c.authentication.webhook_enabled = false;
+            c.authentication.webhook_cache_ttl = s(10);
+            c.authentication.anonymous_enabled = true;
+        }),
+        ("authorization:\n  mode: AlwaysAllow\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 5s", |c| {
+            c.authorization.mode = AuthorizationMode::AlwaysAllow;
+            c.authorization.cache_authorized_ttl = s(60);
+            c.authorization.cache_unauthorized_ttl = s(5);
+        }),
+        ("authorization:\n  mode: ''", |_| {}),
         ("address: '::1'", |c| {
             c.address = IpAddr::V6(Ipv6Addr::LOCALHOST)
         }),
@@ -304,6 +331,14 @@ fn field_errors_name_the_path_and_the_value() {
         // bad values
         ("maxPods: 0", &["maxPods: Invalid value: 0: must be greater than 0"]),
         ("maxPods: -5", &["maxPods: Invalid value: -5: must be greater than 0"]),
+        ("tlsCertFile: /etc/n/c.pem", &["tlsPrivateKeyFile: Required value: must be set together with tlsCertFile"]),
+        ("tlsPrivateKeyFile: /etc/n/k.pem", &["tlsCertFile: Required value: must be set together with tlsPrivateKeyFile"]),
+        ("tlsCertFile: c.pem\ntlsPrivateKeyFile: /k.pem", &["tlsCertFile: Invalid value: \"c.pem\": must be an absolute path"]),
+        ("authorization:\n  mode: RBAC", &["authorization.mode: Invalid value: \"RBAC\": must be \"AlwaysAllow\" or \"Webhook\""]),
+        ("authentication:\n  x509:\n    clientCaFile: /ca.pem", &["authentication.x509.clientCaFile: Unknown field: did you mean \"clientCAFile\"?"]),
+        ("authentication:\n  webhook:\n    enabled: yes please", &["authentication.webhook.enabled: Invalid value: \"yes please\": expected a boolean (true or false)"]),
+        ("authorization:\n  webhook:\n    cacheAuthorizedTTL: soon", &["authorization.webhook.cacheAuthorizedTTL: Invalid value: \"soon\": invalid duration (expected a Go duration such as \"1m30s\", \"500ms\", \"2h\")"]),
+        ("port: 70000", &["port: Invalid value: 70000: must be between 0 and 65535, inclusive (0 disables it)"]),
         ("nodeStatusMaxImages: -2", &["nodeStatusMaxImages: Invalid value: -2: must be -1 or greater"]),
         ("nodeStatusMaxImages: lots", &["nodeStatusMaxImages: Invalid value: \"lots\": expected an integer"]),
         ("maxPods: 3000000000", &["maxPods: Invalid value: 3000000000: must be at most 2147483647"]),
@@ -392,11 +427,13 @@ fn type_meta_is_required_and_checked() {
 fn accepted_but_ignored_fields_warn() {
     let cases: &[(&str, &[&str])] = &[
         ("evictionHard: {memory.available: 100Mi}", &["evictionHard: accepted but not implemented by nodelet yet; ignored"]),
-        ("authentication: {anonymous: {enabled: false}}\nauthorization: {mode: Webhook}", &[
-            "authentication: accepted but not implemented by nodelet yet; ignored",
-            "authorization: accepted but not implemented by nodelet yet; ignored",
+        ("tlsMinVersion: VersionTLS12\nserverTLSBootstrap: true", &[
+            "tlsMinVersion: accepted but not implemented by nodelet yet; ignored",
+            "serverTLSBootstrap: accepted but not implemented by nodelet yet; ignored",
         ]),
-        ("tlsCertFile: /etc/kubelet/tls.crt", &["tlsCertFile: accepted but not implemented by nodelet yet; ignored"]),
+        ("authentication: {anonymous: {enabled: true}}\nauthorization: {mode: AlwaysAllow}", &[
+            "authentication.anonymous.enabled: anonymous requests with authorization mode AlwaysAllow: anyone who can reach the port can read every container's logs",
+        ]),
         ("logging: {flushFrequency: 5s, vmodule: [], options: {}}", &[
             "logging.flushFrequency: accepted but not implemented by nodelet yet; ignored",
             "logging.vmodule: accepted but not implemented by nodelet yet; ignored",
@@ -695,6 +732,8 @@ fn documentation_lists_every_field() {
                 "logging",
                 "crashLoopBackOff",
                 "podCleanup",
+                "authentication",
+                "authorization",
             ]
             .contains(n)
         })
@@ -707,6 +746,13 @@ fn documentation_lists_every_field() {
                 "podCleanup.enabled",
                 "podCleanup.retention",
                 "podCleanup.barePods",
+                "authentication.x509.clientCAFile",
+                "authentication.webhook.enabled",
+                "authentication.webhook.cacheTTL",
+                "authentication.anonymous.enabled",
+                "authorization.mode",
+                "authorization.webhook.cacheAuthorizedTTL",
+                "authorization.webhook.cacheUnauthorizedTTL",
             ]
             .iter()
             .map(|n| format!("| `{n}` |")),

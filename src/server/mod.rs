@@ -1,7 +1,14 @@
-//! The local read-only HTTP API: `/healthz`, `/pods` (a PodList in the Kubernetes JSON shape),
-//! `/events` (an EventList of the local event log), `/metrics` (Prometheus text). It binds
-//! loopback by default (`address`), like the kubelet's healthz endpoint, because it is
-//! unauthenticated.
+//! nodelet's HTTP APIs.
+//!
+//! - The read-only API (`readOnlyPort`, off by default, unauthenticated): `/healthz`, `/pods`
+//!   (a PodList in the Kubernetes JSON shape), `/events` (an EventList of the local event log),
+//!   `/metrics` (Prometheus text).
+//! - The kubelet API (`port`, HTTPS, [`auth`] and [`tls`]): `/healthz`, `/pods`, `/metrics`
+//!   and `/containerLogs/{namespace}/{pod}/{container}`, which the API server proxies for
+//!   `kubectl logs`.
+
+pub mod auth;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +46,73 @@ pub fn router(state: ApiState) -> Router {
         .route("/events/", get(events))
         .route("/metrics", get(metrics_text))
         .with_state(state)
+}
+
+/// A container's log as the kubelet API serves it; implemented over the runtime and the pod
+/// list in `main.rs`, so the server does not depend on how logs are found.
+#[async_trait::async_trait]
+pub trait ContainerLogSource: Send + Sync {
+    /// The body of `GET /containerLogs/{namespace}/{pod}/{container}?{query}`, streamed.
+    async fn container_logs(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        query: &str,
+    ) -> Result<axum::body::Body, LogRefusal>;
+}
+
+/// Why a log request fails: the HTTP status and the kubelet's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRefusal {
+    pub code: StatusCode,
+    pub message: String,
+}
+
+/// The kubelet API (`port`): what the read-only API serves but `/events`, plus
+/// `/containerLogs`, every request authenticated and authorized by `auth`.
+pub fn kubelet_api_router(
+    state: ApiState,
+    logs: Arc<dyn ContainerLogSource>,
+    auth: Arc<auth::KubeletAuth>,
+) -> Router {
+    let logs_router = Router::new()
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(container_logs),
+        )
+        .with_state(logs);
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/pods", get(pods))
+        .route("/pods/", get(pods))
+        .route("/metrics", get(metrics_text))
+        .with_state(state)
+        .merge(logs_router)
+        .layer(axum::middleware::from_fn_with_state(
+            auth,
+            auth::require_auth,
+        ))
+}
+
+async fn container_logs(
+    State(logs): State<Arc<dyn ContainerLogSource>>,
+    axum::extract::Path((namespace, pod, container)): axum::extract::Path<(String, String, String)>,
+    uri: axum::http::Uri,
+) -> Response {
+    let query = uri.query().unwrap_or("");
+    match logs
+        .container_logs(&namespace, &pod, &container, query)
+        .await
+    {
+        Ok(body) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response(),
+        Err(refusal) => (
+            refusal.code,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            refusal.message,
+        )
+            .into_response(),
+    }
 }
 
 /// Only `/healthz`, for the separate healthz port (the kubelet's `healthzPort`).

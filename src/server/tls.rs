@@ -1,0 +1,309 @@
+//! The kubelet API's HTTPS: the serving certificate (configured, or self-signed and kept under
+//! `<rootDir>/pki` as the kubelet keeps `kubelet.crt`/`kubelet.key`), client certificates
+//! checked against `authentication.x509.clientCAFile`, and the accept loop that hands each
+//! request the identity of its connection's certificate.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use super::auth::{user_from_certificate, PeerIdentity};
+use super::BindError;
+
+/// Problems with certificates, keys and CA files, each naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error("generating a self-signed serving certificate: {0}")]
+    Generate(String),
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+/// A certificate chain and its key.
+pub struct ServingCert {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Certificates of a PEM file (at least one).
+pub fn load_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("not a PEM certificate file: {e}"),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Invalid {
+            path: path.to_path_buf(),
+            reason: "no certificate in the file".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Invalid {
+        path: path.to_path_buf(),
+        reason: format!("no PEM private key: {e}"),
+    })
+}
+
+/// `tlsCertFile`/`tlsPrivateKeyFile` when set; else `<pki_dir>/kubelet.crt|key`, made once
+/// (self-signed, for the node name and its addresses) and reused after restarts.
+pub fn serving_certificate(
+    configured: Option<(&Path, &Path)>,
+    pki_dir: &Path,
+    node_name: &str,
+    addresses: &[IpAddr],
+) -> Result<ServingCert, TlsError> {
+    let (cert_path, key_path) = match configured {
+        Some((cert, key)) => (cert.to_path_buf(), key.to_path_buf()),
+        None => {
+            let cert = pki_dir.join("kubelet.crt");
+            let key = pki_dir.join("kubelet.key");
+            if !cert.exists() || !key.exists() {
+                write_self_signed(&cert, &key, node_name, addresses)?;
+            }
+            (cert, key)
+        }
+    };
+    Ok(ServingCert {
+        chain: load_certificates(&cert_path)?,
+        key: load_key(&key_path)?,
+    })
+}
+
+/// A self-signed certificate for `node_name` and `addresses` (CN `<node>@<unix time>`, as the
+/// kubelet names its own), key readable by root only. rcgen's default validity (to year 4096)
+/// is kept: nothing renews this certificate, and clients that check it pin it anyway.
+fn write_self_signed(
+    cert_path: &Path,
+    key_path: &Path,
+    node_name: &str,
+    addresses: &[IpAddr],
+) -> Result<(), TlsError> {
+    let mut names = vec![node_name.to_string()];
+    names.extend(addresses.iter().map(|ip| ip.to_string()));
+    let mut params =
+        rcgen::CertificateParams::new(names).map_err(|e| TlsError::Generate(e.to_string()))?;
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("{node_name}@{}", jiff::Timestamp::now().as_second()),
+    );
+    let key = rcgen::KeyPair::generate().map_err(|e| TlsError::Generate(e.to_string()))?;
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| TlsError::Generate(e.to_string()))?;
+    let dir = cert_path.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    write_private(key_path, key.serialize_pem().as_bytes())?;
+    std::fs::write(cert_path, cert.pem()).map_err(|source| TlsError::Write {
+        path: cert_path.to_path_buf(),
+        source,
+    })
+}
+
+fn write_private(path: &Path, content: &[u8]) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        file.write_all(content)
+    };
+    write().map_err(|source| TlsError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The server configuration: `cert`, and when `client_ca` is set, client certificates chaining
+/// to it are verified (and requests without one may still authenticate otherwise).
+pub fn server_config(
+    cert: ServingCert,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match client_ca {
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            for cert in load_certificates(path)? {
+                roots.add(cert).map_err(|e| TlsError::Invalid {
+                    path: path.to_path_buf(),
+                    reason: format!("not a usable CA certificate: {e}"),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::Invalid {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(cert.chain, cert.key)
+        .map_err(|e| TlsError::Config(format!("serving certificate and key: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Serves `router` over TLS on `addr` until `cancel`. Each request carries the
+/// [`PeerIdentity`] of its connection.
+pub async fn serve_tls(
+    addr: SocketAddr,
+    config: Arc<ServerConfig>,
+    router: Router,
+    cancel: CancellationToken,
+) -> Result<SocketAddr, BindError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| BindError { addr, source })?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tracing::info!(%local, "kubelet API listening (HTTPS)");
+    tokio::spawn(async move {
+        loop {
+            let (stream, remote) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(error) => {
+                        tracing::warn!(%error, "kubelet API accept");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                _ = cancel.cancelled() => return,
+            };
+            let acceptor = acceptor.clone();
+            let router = router.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(stream).await {
+                    Ok(tls) => tls,
+                    Err(error) => {
+                        tracing::debug!(%error, %remote, "kubelet API TLS handshake failed");
+                        return;
+                    }
+                };
+                let peer = PeerIdentity(
+                    tls.get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|certs| certs.first())
+                        .and_then(|cert| user_from_certificate(cert)),
+                );
+                let service = router.map_request(move |mut request: axum::extract::Request<_>| {
+                    request.extensions_mut().insert(peer.clone());
+                    request
+                });
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
+                tokio::pin!(connection);
+                tokio::select! {
+                    result = connection.as_mut() => {
+                        if let Err(error) = result {
+                            tracing::debug!(%error, %remote, "kubelet API connection");
+                        }
+                    }
+                    _ = cancel.cancelled() => connection.as_mut().graceful_shutdown(),
+                }
+            });
+        }
+    });
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_signed_certificate_is_made_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        let ips = ["10.0.0.7".parse().unwrap()];
+        let first = serving_certificate(None, &pki, "node-a", &ips).unwrap();
+        let second = serving_certificate(None, &pki, "node-a", &ips).unwrap();
+        assert_eq!(first.chain, second.chain, "reused after a restart");
+        let user = user_from_certificate(&first.chain[0]).unwrap();
+        assert!(user.name.starts_with("node-a@"), "{}", user.name);
+        let mode = std::fs::metadata(pki.join("kubelet.key")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+        server_config(first, None).unwrap();
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("c.pem");
+        let key = dir.path().join("k.pem");
+        std::fs::write(&cert, "not pem").unwrap();
+        std::fs::write(&key, "not pem").unwrap();
+        let error = serving_certificate(Some((&cert, &key)), dir.path(), "n", &[])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("c.pem") && error.contains("no certificate"),
+            "{error}"
+        );
+        let missing = dir.path().join("missing.pem");
+        let error = serving_certificate(Some((&missing, &key)), dir.path(), "n", &[])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.starts_with("reading ") && error.contains("missing.pem"),
+            "{error}"
+        );
+    }
+}

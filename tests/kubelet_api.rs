@@ -1,0 +1,202 @@
+//! The kubelet API's HTTPS server: client certificates, bearer tokens, anonymous requests and
+//! authorization, end to end over TLS with a real HTTP client (no containerd needed: the logs
+//! come from a stand-in source).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::http::StatusCode;
+use nodelet::config::{Authentication, Authorization, AuthorizationMode};
+use nodelet::server::auth::{
+    AccessReviewer, KubeletAuth, RequestAttributes, ReviewError, UserInfo,
+};
+use nodelet::server::tls::{serve_tls, server_config, serving_certificate};
+use nodelet::server::{kubelet_api_router, ApiState, ContainerLogSource, LogRefusal};
+use tokio_util::sync::CancellationToken;
+
+/// Logs of `ns/web/app` only.
+struct OneContainer;
+
+#[async_trait]
+impl ContainerLogSource for OneContainer {
+    async fn container_logs(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        query: &str,
+    ) -> Result<Body, LogRefusal> {
+        if (namespace, pod, container) == ("ns", "web", "app") {
+            Ok(Body::from(format!("hello\nquery={query}\n")))
+        } else {
+            Err(LogRefusal {
+                code: StatusCode::NOT_FOUND,
+                message: format!("pod \"{pod}\" does not exist"),
+            })
+        }
+    }
+}
+
+/// Allows `alice` everything, nobody else anything.
+struct OnlyAlice;
+
+#[async_trait]
+impl AccessReviewer for OnlyAlice {
+    async fn review_access(
+        &self,
+        user: &UserInfo,
+        _: &RequestAttributes,
+    ) -> Result<bool, ReviewError> {
+        Ok(user.name == "alice")
+    }
+}
+
+struct Ca {
+    params: rcgen::CertificateParams,
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+fn ca(name: &str) -> Ca {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    Ca { params, cert, key }
+}
+
+/// A client identity (PEM certificate + key) for user `cn` in group `o`, signed by `ca`.
+fn client_identity(ca: &Ca, cn: &str, o: &str) -> reqwest::Identity {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, o);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes())
+        .unwrap()
+}
+
+fn client(identity: Option<reqwest::Identity>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder().danger_accept_invalid_certs(true);
+    if let Some(identity) = identity {
+        builder = builder.identity(identity);
+    }
+    builder.build().unwrap()
+}
+
+struct Server {
+    url: String,
+    cancel: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(mode: AuthorizationMode, anonymous: bool, ca: &Ca) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.cert.pem()).unwrap();
+    let cert = serving_certificate(None, &dir.path().join("pki"), "node-a", &[]).unwrap();
+    let tls = server_config(cert, Some(&ca_file)).unwrap();
+    let auth = KubeletAuth::new(
+        "node-a",
+        &Authentication {
+            client_ca_file: Some(ca_file.clone()),
+            anonymous_enabled: anonymous,
+            ..Default::default()
+        },
+        &Authorization {
+            mode,
+            ..Default::default()
+        },
+        None,
+        Some(Arc::new(OnlyAlice)),
+    );
+    let state = ApiState {
+        pods: Arc::new(Vec::new),
+        health: Arc::new(|| Ok(())),
+        events: Arc::new(Vec::new),
+    };
+    let router = kubelet_api_router(state, Arc::new(OneContainer), Arc::new(auth));
+    let cancel = CancellationToken::new();
+    let addr = serve_tls("127.0.0.1:0".parse().unwrap(), tls, router, cancel.clone())
+        .await
+        .unwrap();
+    Server {
+        url: format!("https://{addr}"),
+        cancel,
+        _dir: dir,
+    }
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
+    let response = client.get(url).send().await.unwrap();
+    let code = response.status().as_u16();
+    (code, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn client_certificates_authenticate_and_webhook_authorizes() {
+    let ca = ca("test-ca");
+    let server = start(AuthorizationMode::Webhook, false, &ca).await;
+    let alice = client(Some(client_identity(&ca, "alice", "devs")));
+    let bob = client(Some(client_identity(&ca, "bob", "devs")));
+
+    let (code, body) = get(
+        &alice,
+        &format!("{}/containerLogs/ns/web/app?tailLines=1", server.url),
+    )
+    .await;
+    assert_eq!((code, body.as_str()), (200, "hello\nquery=tailLines=1\n"));
+    let (code, body) = get(&alice, &format!("{}/containerLogs/ns/nope/app", server.url)).await;
+    assert_eq!((code, body.as_str()), (404, "pod \"nope\" does not exist"));
+    let (code, body) = get(&alice, &format!("{}/pods", server.url)).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("\"PodList\""), "{body}");
+    let (code, body) = get(&alice, &format!("{}/healthz", server.url)).await;
+    assert_eq!((code, body.as_str()), (200, "ok"));
+
+    let (code, body) = get(&bob, &format!("{}/containerLogs/ns/web/app", server.url)).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=bob, verb=get, resource=nodes, subresource=proxy)"
+        )
+    );
+    // No certificate, no token, anonymous off.
+    let (code, body) = get(&client(None), &format!("{}/pods", server.url)).await;
+    assert_eq!((code, body.as_str()), (401, "Unauthorized"));
+    // The read-only API's event log is not on this port.
+    let (code, _) = get(&alice, &format!("{}/events", server.url)).await;
+    assert_eq!(code, 404);
+    server.cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_certificate_from_another_ca_is_refused() {
+    let ca_ok = ca("test-ca");
+    let other = ca("other-ca");
+    let server = start(AuthorizationMode::AlwaysAllow, true, &ca_ok).await;
+    let stranger = client(Some(client_identity(&other, "alice", "devs")));
+    assert!(
+        stranger
+            .get(format!("{}/pods", server.url))
+            .send()
+            .await
+            .is_err(),
+        "the TLS handshake fails"
+    );
+    // Anonymous is on and authorization is AlwaysAllow: without a certificate it works.
+    let (code, _) = get(&client(None), &format!("{}/pods", server.url)).await;
+    assert_eq!(code, 200);
+    server.cancel.cancel();
+}
