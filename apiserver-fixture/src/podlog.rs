@@ -468,7 +468,8 @@ mod tests {
     #[test]
     fn options_are_parsed_and_validated() {
         // (query, Ok(kubelet query) or Err((code, message)))
-        let cases: &[(&str, Result<&str, (u16, &str)>)] = &[
+        type Want = Result<&'static str, (u16, &'static str)>;
+        let cases: &[(&str, Want)] = &[
             ("", Ok("")),
             ("container=app", Ok("")),
             (

@@ -570,7 +570,8 @@ mod tests {
             pod: &pod,
         };
         // (token, audiences, Some(username, audiences) or Err(error))
-        let cases: Vec<(&str, Vec<&str>, Result<(&str, Vec<&str>), &str>)> = vec![
+        type Want<'a> = Result<(&'a str, Vec<&'a str>), &'a str>;
+        let cases: Vec<(&str, Vec<&str>, Want)> = vec![
             (&good, vec![], Ok(("system:serviceaccount:default:builder", vec![ISSUER]))),
             (&good, vec!["other", ISSUER], Ok(("system:serviceaccount:default:builder", vec![ISSUER]))),
             (&good, vec!["vault"], Err("token audiences [\"https://kubernetes.default.svc.cluster.local\"] is invalid for the target audiences [\"vault\"]")),
