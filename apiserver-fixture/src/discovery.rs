@@ -43,13 +43,28 @@ fn group_json(group: &str) -> Value {
     })
 }
 
+/// Groups served only for their create-only review resources (not stored, no OpenAPI document).
+pub const REVIEW_GROUPS: &[(&str, &str, &str)] = &[
+    ("authentication.k8s.io", "tokenreviews", "TokenReview"),
+    (
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+    ),
+];
+
 pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = resource::GROUPS.iter().map(|g| group_json(g)).collect();
+    let groups: Vec<Value> = resource::GROUPS
+        .iter()
+        .copied()
+        .chain(REVIEW_GROUPS.iter().map(|(g, _, _)| *g))
+        .map(group_json)
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 pub fn api_group(group: &str) -> Option<Value> {
-    if !resource::GROUPS.contains(&group) {
+    if !resource::GROUPS.contains(&group) && !REVIEW_GROUPS.iter().any(|(g, _, _)| *g == group) {
         return None;
     }
     let mut g = group_json(group);
@@ -77,6 +92,17 @@ fn resource_entry(rt: &ResourceType) -> Value {
 
 /// `APIResourceList` of a group/version; `None` if it is not served.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    if let Some((_, plural, kind)) = REVIEW_GROUPS.iter().find(|(g, _, _)| *g == group) {
+        if version != "v1" {
+            return None;
+        }
+        return Some(json!({
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": format!("{group}/v1"),
+            "resources": [{"name": plural, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]}],
+        }));
+    }
     let types: Vec<&ResourceType> = resource::in_group_version(group, version).collect();
     if types.is_empty() {
         return None;
@@ -85,6 +111,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     for rt in types {
         resources.push(resource_entry(rt));
         if rt.is_pod() {
+            resources.push(json!({
+                "name": "pods/log",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get"],
+            }));
             resources.push(json!({
                 "name": "pods/binding",
                 "singularName": "",
@@ -208,6 +241,7 @@ mod tests {
             "namespaces",
             "serviceaccounts",
             "serviceaccounts/token",
+            "pods/log",
         ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
@@ -232,7 +266,19 @@ mod tests {
             .iter()
             .filter_map(|g| g["name"].as_str())
             .collect();
-        assert_eq!(names, ["coordination.k8s.io", "events.k8s.io"]);
+        assert_eq!(
+            names,
+            [
+                "coordination.k8s.io",
+                "events.k8s.io",
+                "authentication.k8s.io",
+                "authorization.k8s.io"
+            ]
+        );
+        let reviews = resource_list("authentication.k8s.io", "v1").unwrap();
+        assert_eq!(reviews["resources"][0]["name"], "tokenreviews");
+        assert_eq!(reviews["resources"][0]["verbs"], json!(["create"]));
+        assert!(api_group("authorization.k8s.io").is_some());
         assert_eq!(
             api_group("events.k8s.io").unwrap()["preferredVersion"]["version"],
             "v1"

@@ -254,6 +254,12 @@ impl ApiError {
         Self::new(500, "InternalError", message.into(), None)
     }
 
+    /// An error that was not an API status inside the real server (`ErrorToAPIStatus`): no
+    /// reason, the Go error's text as the message.
+    pub fn unknown(code: u16, message: impl Into<String>) -> Self {
+        Self::new(code, "", message.into(), None)
+    }
+
     /// The `Status` object sent as the response body.
     pub fn to_status(&self) -> Value {
         let mut status = json!({
@@ -265,6 +271,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            // metav1.Status has `reason,omitempty`.
+            if let Some(m) = status.as_object_mut() {
+                m.remove("reason");
+            }
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }

@@ -25,8 +25,10 @@ pub mod log;
 pub mod patch;
 pub mod path;
 pub mod pod;
+pub mod podlog;
 pub mod protobuf;
 pub mod resource;
+pub mod review;
 pub mod selector;
 pub mod server;
 pub mod serviceaccount;
@@ -34,6 +36,7 @@ pub mod store;
 pub mod table;
 pub mod typed;
 
+use std::collections::{BTreeMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -51,6 +54,8 @@ use tokio_util::sync::CancellationToken;
 pub use delete::{DeleteOptions, Preconditions};
 pub use error::{ApiError, FixtureError};
 pub use log::LoggedRequest;
+pub use podlog::KubeletClientConfig;
+pub use review::{AccessRule, Decision, UserInfo};
 pub use store::{Clock, Store, WriteOptions};
 
 use resource::ResourceType;
@@ -69,6 +74,13 @@ pub struct FixtureOptions {
     pub clock: Clock,
     /// Load the state from this JSON file if it exists, and save it after every write.
     pub state_file: Option<PathBuf>,
+    /// How `pods/log` reaches node agents: the kubelet client certificate and key, and the CA of
+    /// their serving certificates (default: no client certificate, no verification).
+    pub kubelet_client: KubeletClientConfig,
+    /// `--token-auth-file`: bearer token → user, for TokenReview.
+    pub static_tokens: BTreeMap<String, UserInfo>,
+    /// SubjectAccessReview rules, first match wins; none matching (and the default, empty) allows.
+    pub access_rules: Vec<AccessRule>,
 }
 
 impl Default for FixtureOptions {
@@ -79,6 +91,9 @@ impl Default for FixtureOptions {
             bookmark_interval: Duration::from_secs(60),
             clock: store::system_clock(),
             state_file: None,
+            kubelet_client: KubeletClientConfig::default(),
+            static_tokens: BTreeMap::new(),
+            access_rules: Vec::new(),
         }
     }
 }
@@ -187,6 +202,10 @@ impl Fixture {
             shutdown: Mutex::new(token.clone()),
             bookmark_interval: options.bookmark_interval,
             server_address: Mutex::new(format!("127.0.0.1:{port}")),
+            kubelet_client: options.kubelet_client.clone(),
+            static_tokens: options.static_tokens.clone(),
+            access_rules: options.access_rules.clone(),
+            issued_tokens: Mutex::new(HashSet::new()),
         });
         let log = Arc::new(log::RequestLog::default());
         let router = server::router(state.clone(), log.clone());

@@ -107,7 +107,7 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
     if let Some(sub) = &target.subresource {
         let served = match sub.as_str() {
             "status" => target.resource.status_subresource,
-            "binding" => target.resource.is_pod(),
+            "binding" | "log" => target.resource.is_pod(),
             "token" => target.resource.storage == "serviceaccounts",
             _ => false,
         };
@@ -182,8 +182,12 @@ mod tests {
                 "/apis/events.k8s.io/v1/events",
                 Some(("events", None, None, None)),
             ),
+            (
+                "/api/v1/namespaces/default/pods/web/log",
+                Some(("pods", Some("default"), Some("web"), Some("log"))),
+            ),
             // not served
-            ("/api/v1/namespaces/default/pods/web/log", None),
+            ("/api/v1/namespaces/default/configmaps/c/log", None),
             ("/api/v1/namespaces/default/configmaps/c/status", None),
             ("/api/v1/namespaces/default/nodes", None),
             ("/api/v1/pods/web", None),

@@ -36,6 +36,11 @@ pub struct AppState {
     pub shutdown: Mutex<CancellationToken>,
     pub bookmark_interval: Duration,
     pub server_address: Mutex<String>,
+    pub kubelet_client: crate::podlog::KubeletClientConfig,
+    pub static_tokens: std::collections::BTreeMap<String, crate::review::UserInfo>,
+    pub access_rules: Vec<crate::review::AccessRule>,
+    /// Tokens issued through TokenRequest, the ones TokenReview accepts as service account tokens.
+    pub issued_tokens: Mutex<std::collections::HashSet<String>>,
 }
 
 impl AppState {
@@ -88,6 +93,14 @@ pub fn router(state: Arc<AppState>, request_log: Arc<RequestLog>) -> Router {
             get(|Path(p): Path<String>| async move {
                 discovery_response(discovery::openapi_v3_document(&p))
             }),
+        )
+        .route(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            axum::routing::post(token_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            axum::routing::post(access_review),
         )
         .fallback(resources)
         .with_state(state)
@@ -252,6 +265,91 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
+fn review_body(body: &Bytes) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
+async fn token_review(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    let store = app.store.clone();
+    let lookup = |plural: &'static str| {
+        let store = store.clone();
+        move |ns: &str, name: &str| {
+            crate::resource::find_by_plural("", "v1", plural)
+                .and_then(|rt| store.get(rt, Some(ns), name).ok())
+        }
+    };
+    let service_account = lookup("serviceaccounts");
+    let pod = lookup("pods");
+    let issued = app
+        .issued_tokens
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let ctx = crate::review::TokenReviewContext {
+        now: app.store.now(),
+        static_tokens: &app.static_tokens,
+        issued: &issued,
+        service_account: &service_account,
+        pod: &pod,
+    };
+    match review_body(&body).and_then(|b| crate::review::review_token(&b, &ctx)) {
+        Ok(answer) => json_response(StatusCode::CREATED, &answer),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn access_review(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    match review_body(&body).and_then(|b| crate::review::review_access(&b, &app.access_rules)) {
+        Ok(answer) => json_response(StatusCode::CREATED, &answer),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `GET pods/{name}/log`: validation, container, node address, then the node agent's stream.
+async fn pod_log(
+    app: &Arc<AppState>,
+    namespace: &str,
+    name: &str,
+    query: &str,
+) -> Result<Response, ApiError> {
+    use crate::podlog;
+    let opts = podlog::parse_log_options(&log::parse_query(query))?;
+    podlog::validate_log_options(&opts, name)?;
+    let pods = crate::resource::find_by_plural("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("resource types missing"))?;
+    let nodes = crate::resource::find_by_plural("", "v1", "nodes")
+        .ok_or_else(|| ApiError::internal("resource types missing"))?;
+    let pod = app.store.get(pods, Some(namespace), name)?;
+    let container = podlog::select_container(&pod, opts.container.as_deref())?;
+    let node_name = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if node_name.is_empty() {
+        // LogLocation returns no location for an unbound pod: an empty 200 answer.
+        return Ok(podlog::text_response(Body::empty()));
+    }
+    let node = app.store.get(nodes, None, node_name)?;
+    let address = podlog::preferred_address(&node)?;
+    let url = podlog::kubelet_log_url(
+        &address,
+        podlog::kubelet_port(&node),
+        namespace,
+        name,
+        &container,
+        &opts,
+    );
+    podlog::stream_from_kubelet(
+        &app.kubelet_client,
+        &url,
+        opts.insecure_skip_tls_verify_backend,
+        name,
+    )
+    .await
+}
+
 async fn resources(
     State(app): State<Arc<AppState>>,
     method: Method,
@@ -259,6 +357,17 @@ async fn resources(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Ok(target) = path::parse(uri.path()) {
+        if target.subresource.as_deref() == Some("log") {
+            let result = match (method, target.namespace, target.name) {
+                (Method::GET, Some(ns), Some(name)) => {
+                    pod_log(&app, &ns, &name, uri.query().unwrap_or("")).await
+                }
+                _ => Err(ApiError::method_not_allowed()),
+            };
+            return result.unwrap_or_else(|e| error_response(&e));
+        }
+    }
     match handle(&app, &method, &uri, &headers, &body) {
         Ok(response) => response,
         Err(e) => error_response(&e),
@@ -282,6 +391,12 @@ fn handle(
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
             let request = parse_json_body(rt, headers, body)?;
             let issued = store.create_token(ns.unwrap_or("default"), name, &request)?;
+            if let Some(token) = issued.pointer("/status/token").and_then(Value::as_str) {
+                app.issued_tokens
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(token.to_string());
+            }
             Ok(json_response(StatusCode::CREATED, &issued))
         }
         (_, Some(_)) if target.subresource.as_deref() == Some("token") => {
