@@ -122,9 +122,16 @@ impl Nodelet {
              address: 127.0.0.1\n\
              readOnlyPort: {port}\n\
              healthzPort: 0\n\
+             {kubelet_port}\
              plegRelistPeriod: 2s\n\
              logging:\n  verbosity: 2\n{extra}",
             manifests = manifests.display(),
+            // Tests run side by side: the kubelet API only where a test asks for a port.
+            kubelet_port = if extra.lines().any(|l| l.starts_with("port:")) {
+                ""
+            } else {
+                "port: 0\n"
+            },
             logs = dir.path().join("logs").display(),
             root = dir.path().join("root").display(),
         );
