@@ -14,6 +14,8 @@ mod locate;
 mod options;
 mod parse;
 mod reader;
+#[cfg(test)]
+mod reader_tests;
 mod tail;
 
 pub use lines::{LineAssembler, LineFormatter, LogLine, Output};

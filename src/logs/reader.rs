@@ -190,7 +190,7 @@ fn watch(path: &Path) -> io::Result<(RecommendedWatcher, mpsc::Receiver<()>)> {
     Ok((watcher, rx))
 }
 
-async fn read_logs(
+pub(super) async fn read_logs(
     runtime: &dyn Runtime,
     log: &ContainerLog,
     options: &LogOptions,
