@@ -276,10 +276,13 @@ mod tests {
         }
     }
 
+    /// What a case expects: the bare container ID, or the error message.
+    type Want = Result<&'static str, &'static str>;
+
     #[test]
     fn log_container_id_cases() {
         let c = "containerd://";
-        let cases: Vec<(&str, Option<ContainerStatus>, bool, Result<&str, &str>)> = vec![
+        let cases: Vec<(&str, Option<ContainerStatus>, bool, Want)> = vec![
             (
                 "running",
                 Some(status(&format!("{c}cur"), Some(running()), None)),
@@ -432,7 +435,7 @@ mod tests {
     #[test]
     fn runtime_instances_choose_like_the_status() {
         use ContainerState::*;
-        let cases: Vec<(&str, Vec<RuntimeContainer>, bool, Result<&str, &str>)> = vec![
+        let cases: Vec<(&str, Vec<RuntimeContainer>, bool, Want)> = vec![
             (
                 "none",
                 vec![],
