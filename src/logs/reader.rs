@@ -214,6 +214,8 @@ pub(super) async fn read_logs(
     let mut carry = Vec::new();
     let mut running = true;
     let mut watcher: Option<(RecommendedWatcher, mpsc::Receiver<()>)> = None;
+    // The file that replaced ours (rotation), once seen; switched to after draining ours.
+    let mut next_file: Option<OpenLog> = None;
     loop {
         if sink.done() {
             return Ok(());
@@ -243,10 +245,17 @@ pub(super) async fn read_logs(
             return Ok(());
         }
         carry = buf;
-        if let Some(new) = replacement(&path, file.identity).await? {
+        if let Some(new) = next_file.take() {
+            // The old file was drained after its replacement appeared: go on with the new one.
             file = new;
             carry.clear();
             watcher = None;
+            continue;
+        }
+        if let Some(new) = replacement(&path, file.identity).await? {
+            // Lines may have reached the old file after our last read and before the rename:
+            // read it to its end once more before switching.
+            next_file = Some(new);
             continue;
         }
         let Some((_, events)) = watcher.as_mut() else {
