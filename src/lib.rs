@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod logs;
 pub mod metrics;
 pub mod node;
 pub mod objects;

@@ -1,0 +1,180 @@
+//! Container logs on a real containerd: nodelet runs a static pod, containerd writes the CRI log
+//! files, and the `logs` module reads them through the CRI (`RemoteRuntime`) as the
+//! `/containerLogs` handler will.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use nodelet::cri::Runtime;
+use nodelet::logs::{find_container_log, stream_logs, ContainerLog, LogOptions};
+
+use common::*;
+
+const T: Duration = Duration::from_secs(90);
+
+fn options(query: &str) -> LogOptions {
+    LogOptions::from_query(query, jiff::Timestamp::now()).expect("valid query")
+}
+
+/// The whole (non-follow) output as text.
+async fn read(runtime: Arc<dyn Runtime>, log: ContainerLog, query: &str) -> String {
+    let mut out = Vec::new();
+    let mut s = Box::pin(stream_logs(runtime, log, options(query)));
+    while let Some(chunk) = tokio::time::timeout(T, s.next())
+        .await
+        .expect("log read hangs")
+    {
+        out.extend_from_slice(&chunk.expect("log chunk"));
+    }
+    String::from_utf8(out).expect("utf-8 log")
+}
+
+/// Reads chunks until `want` appears in the output; fails with what arrived after `T`.
+async fn read_until<S>(s: &mut S, want: &str) -> String
+where
+    S: Stream<Item = std::io::Result<bytes::Bytes>> + Unpin,
+{
+    let mut got = String::new();
+    let deadline = tokio::time::Instant::now() + T;
+    while !got.contains(want) {
+        match tokio::time::timeout_at(deadline, s.next()).await {
+            Ok(Some(chunk)) => got.push_str(&String::from_utf8_lossy(&chunk.expect("chunk"))),
+            Ok(None) => panic!("stream ended before {want:?}; got {got:?}"),
+            Err(_) => panic!("no {want:?} within {T:?}; got {got:?}"),
+        }
+    }
+    got
+}
+
+fn is_fixed_rfc3339_nano(s: &str) -> bool {
+    // 2026-01-02T03:04:05.123456789Z or ...+01:00
+    let b = s.as_bytes();
+    b.len() >= 30
+        && b[4] == b'-'
+        && b[10] == b'T'
+        && b[19] == b'.'
+        && b[20..29].iter().all(u8::is_ascii_digit)
+        && (s[29..] == *"Z" || s[29..].len() == 6)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_of_running_restarted_and_followed_containers() {
+    let n = Nodelet::start("container-logs");
+    n.write_manifest(
+        "logs.yaml",
+        &testbox_pod(
+            "logs",
+            "Always",
+            &[
+                ("web", &["serve", "--http", "8080"]),
+                ("crash", &["exit", "--code", "3", "--after", "1s"]),
+            ],
+        ),
+    );
+    let pod = n
+        .wait_pod("logs", T, "web running and crash restarted once", |p| {
+            container_status(p, "web")
+                .is_some_and(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()))
+                && restart_count(p, "crash") >= 1
+        })
+        .await;
+    let uid = pod.metadata.uid.clone().expect("pod UID");
+    let name = pod.metadata.name.clone().expect("pod name");
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("pod IP");
+    let runtime: Arc<dyn Runtime> = runtime();
+
+    // Full read of the running container.
+    let web = find_container_log(runtime.as_ref(), &uid, &name, "web", false)
+        .await
+        .expect("web log");
+    assert!(web.path.ends_with("web/0.log"), "{}", web.path.display());
+    let full = read(runtime.clone(), web.clone(), "").await;
+    assert!(full.starts_with("testbox: started serve (pid "), "{full:?}");
+    assert!(
+        full.contains("\ntestbox: http listening on 0.0.0.0:8080\n"),
+        "{full:?}"
+    );
+
+    // tailLines: only the last line.
+    let last = read(runtime.clone(), web.clone(), "tailLines=1").await;
+    assert_eq!(last, full.lines().last().map(|l| format!("{l}\n")).unwrap());
+
+    // timestamps: every line carries its time, in the kubelet's fixed nanosecond format.
+    let stamped = read(runtime.clone(), web.clone(), "timestamps=true").await;
+    let lines: Vec<&str> = stamped.lines().collect();
+    assert_eq!(lines.len(), full.lines().count(), "{stamped:?}");
+    for (stamped_line, plain) in lines.iter().zip(full.lines()) {
+        let (time, rest) = stamped_line.split_once(' ').expect("timestamp prefix");
+        assert!(is_fixed_rfc3339_nano(time), "{time:?}");
+        assert_eq!(rest, plain);
+    }
+
+    // limitBytes: cut exactly.
+    assert_eq!(
+        read(runtime.clone(), web.clone(), "limitBytes=8").await,
+        "testbox:"
+    );
+
+    // previous: there is no terminated instance of web; crash has one.
+    let err = find_container_log(runtime.as_ref(), &uid, &name, "web", true)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("previous terminated container \"web\" in pod \"{name}\" not found")
+    );
+    let previous = find_container_log(runtime.as_ref(), &uid, &name, "crash", true)
+        .await
+        .expect("previous crash log");
+    let current = find_container_log(runtime.as_ref(), &uid, &name, "crash", false)
+        .await
+        .expect("current crash log");
+    // `crash/<restartCount>.log`: the previous attempt's file, not the current one.
+    assert_eq!(previous.path.parent(), current.path.parent());
+    assert_ne!(previous.container_id, current.container_id);
+    assert_ne!(previous.path, current.path);
+    let previous_text = read(runtime.clone(), previous, "").await;
+    assert!(
+        previous_text.starts_with("testbox: started exit (pid ")
+            && previous_text.ends_with("\ntestbox: exiting with 3\n"),
+        "{previous_text:?}"
+    );
+
+    // follow: a request to the server is logged and arrives while the stream is open.
+    let mut follow = Box::pin(stream_logs(
+        runtime.clone(),
+        web.clone(),
+        options("follow=true&tailLines=0"),
+    ));
+    let url = format!("http://{ip}:8080/healthz");
+    let status = reqwest::Client::new()
+        .get(&url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .status();
+    assert_eq!(status, 200);
+    let got = read_until(&mut follow, "testbox: http GET /healthz -> 200\n").await;
+    assert_eq!(got, "testbox: http GET /healthz -> 200\n");
+    drop(follow);
+
+    // follow ends when the container stops: the current crash instance exits after 1 s (or
+    // already has); the stream ends after its last line.
+    let current = find_container_log(runtime.as_ref(), &uid, &name, "crash", false)
+        .await
+        .expect("current crash log");
+    let mut follow = Box::pin(stream_logs(runtime.clone(), current, options("follow=1")));
+    read_until(&mut follow, "testbox: exiting with 3\n").await;
+    let end = tokio::time::timeout(T, follow.next())
+        .await
+        .expect("follow did not end after the container exited");
+    assert!(end.is_none(), "unexpected chunk after the exit: {end:?}");
+}
