@@ -676,6 +676,18 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         }),
         events: Arc::new(move || recorder.events()),
     };
+    if cfg.port != 0 {
+        serve_kubelet_api(
+            &cfg,
+            &state,
+            &node,
+            runtime.clone(),
+            status.clone(),
+            cluster.as_ref(),
+            cancel.clone(),
+        )
+        .await?;
+    }
     if cfg.read_only_port != 0 {
         let addr = std::net::SocketAddr::new(cfg.address, cfg.read_only_port);
         server::serve(addr, server::router(state.clone()), cancel.clone()).await?;
@@ -712,5 +724,57 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     {
         tracing::warn!("some tasks did not stop within 5s");
     }
+    Ok(())
+}
+
+/// The authenticated kubelet API on `port`: HTTPS with the configured or a self-signed
+/// certificate; TokenReviews and SubjectAccessReviews go to the API server in cluster mode.
+async fn serve_kubelet_api(
+    cfg: &Config,
+    state: &ApiState,
+    node: &NodeInfo,
+    runtime: Arc<dyn Runtime>,
+    status: StatusManager,
+    cluster: Option<&kube::Client>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    use nodelet::server::auth::{AccessReviewer, ApiReviews, KubeletAuth, TokenReviewer};
+    let mut addresses: Vec<std::net::IpAddr> = node
+        .host_ips
+        .iter()
+        .filter_map(|ip| ip.parse().ok())
+        .collect();
+    addresses.extend(cfg.node_ip);
+    addresses.push(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    addresses.dedup();
+    let configured = cfg
+        .tls_cert_file
+        .as_deref()
+        .zip(cfg.tls_private_key_file.as_deref());
+    let cert = server::tls::serving_certificate(
+        configured,
+        &cfg.root_dir.join("pki"),
+        &cfg.node_name,
+        &addresses,
+    )
+    .context("kubelet API serving certificate")?;
+    let tls = server::tls::server_config(cert, cfg.authentication.client_ca_file.as_deref())
+        .context("kubelet API TLS")?;
+    let reviews = cluster.map(|client| Arc::new(ApiReviews::new(client.clone())));
+    let auth = KubeletAuth::new(
+        &cfg.node_name,
+        &cfg.authentication,
+        &cfg.authorization,
+        reviews.clone().map(|r| r as Arc<dyn TokenReviewer>),
+        reviews.map(|r| r as Arc<dyn AccessReviewer>),
+    );
+    let logs = server::container_logs::PodContainerLogs {
+        runtime,
+        pods: Arc::new(move || status.pods()),
+        clock: Clock::system(),
+    };
+    let router = server::kubelet_api_router(state.clone(), Arc::new(logs), Arc::new(auth));
+    let addr = std::net::SocketAddr::new(cfg.address, cfg.port);
+    server::tls::serve_tls(addr, tls, router, cancel).await?;
     Ok(())
 }

@@ -616,3 +616,168 @@ spec:
         .unwrap();
     assert_eq!(message, "configmap \"nothere\" not found");
 }
+
+/// A CA and the API server's kubelet client identity (PEM certificate + key) it signed, as
+/// `--kubelet-client-certificate`/`--kubelet-client-key` on a real cluster.
+fn kubelet_client_identity(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kubernetes");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kube-apiserver-kubelet-client");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "kubeadm:cluster-admins");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params
+        .signed_by(&key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    (
+        ca_file,
+        format!("{}{}", cert.pem(), key.serialize_pem()).into_bytes(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca_file, identity) = kubelet_client_identity(certs.path());
+    let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
+        kubelet_client: apiserver_fixture::KubeletClientConfig {
+            identity_pem: Some(identity),
+            ca_pem: None,
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let api = fixture.url();
+    let kubelet_port = free_port();
+    let n = Nodelet::start_in_cluster(
+        "kubectl-logs",
+        &api,
+        &format!(
+            // The API server reaches the kubelet API at the node's InternalIP (the address
+            // nodelet detects), as on a real node.
+            "address: 0.0.0.0\nport: {kubelet_port}\nauthentication:\n  x509:\n    clientCAFile: {}\n",
+            ca_file.display()
+        ),
+    );
+    let node = n.node.clone();
+    let pod =
+        bound_pod("chatty", &node, "").replace("args: [serve]", "args: [serve, --http, \"8080\"]");
+    kubectl_apply(&api, n.dir.path(), "chatty", &pod);
+    wait_api("chatty Running", &n, || {
+        api_pod(&fixture, "chatty").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    // The Node tells the API server where the kubelet API is.
+    let node_object = fixture
+        .get::<k8s_openapi::api::core::v1::Node>(None, &node)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        node_object
+            .status
+            .and_then(|s| s.daemon_endpoints)
+            .and_then(|d| d.kubelet_endpoint)
+            .map(|e| e.port),
+        Some(i32::from(kubelet_port))
+    );
+
+    let banner = "testbox: started serve (pid 1)";
+    let logs = wait_api("kubectl logs", &n, || {
+        let (ok, out, err) = kubectl(&api, &["logs", "chatty"]);
+        assert!(
+            ok || err.contains("waiting") || err.contains("no logs"),
+            "kubectl logs: {err}"
+        );
+        out.contains(banner).then_some(out)
+    })
+    .await;
+    assert!(logs.lines().any(|l| l == banner), "{logs}");
+    let (ok, out, err) = kubectl(
+        &api,
+        &["logs", "chatty", "-c", "main", "--tail=1", "--timestamps"],
+    );
+    assert!(ok, "{err}");
+    let line = out.lines().next().unwrap_or_default();
+    let (time, text) = line.split_once(' ').unwrap_or_default();
+    assert!(time.parse::<jiff::Timestamp>().is_ok(), "{line:?}");
+    assert!(!text.is_empty(), "{line:?}");
+    // `kubectl logs -f` sees a line the container writes after it started following.
+    let mut follow = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", "/dev/null")
+        .args(["--server", &api, "logs", "-f", "chatty", "--tail=0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl logs -f");
+    let stdout = follow.stdout.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let ip = api_pod(&fixture, "chatty")
+        .and_then(|p| p.status?.pod_ip)
+        .expect("pod IP");
+    let want = "testbox: http GET /healthz -> 200";
+    let deadline = Instant::now() + T;
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l == want) {
+        assert!(
+            Instant::now() < deadline,
+            "kubectl logs -f showed {seen:?}\n{}",
+            tail(&n.logs(), 40)
+        );
+        // Until the follow stream is open a request's line may fall before it: ask again.
+        let _ = reqwest::Client::new()
+            .get(format!("http://{ip}:8080/healthz"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        while let Ok(line) = line_rx.recv_timeout(Duration::from_millis(500)) {
+            seen.push(line);
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+
+    // An unknown container is the kubelet's 404, passed on by the API server.
+    let (ok, _, err) = kubectl(&api, &["logs", "chatty", "-c", "nope"]);
+    assert!(!ok);
+    assert!(err.contains("nope"), "{err}");
+    // nodelet asked the API server whether the API server's client may read the logs.
+    let reviews: Vec<_> = fixture
+        .request_log()
+        .into_iter()
+        .filter(|r| r.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+        .collect();
+    assert!(!reviews.is_empty(), "no SubjectAccessReview");
+    let body = reviews[0].body.clone().unwrap();
+    assert_eq!(
+        body["spec"]["user"], "kube-apiserver-kubelet-client",
+        "{body}"
+    );
+    assert_eq!(
+        body["spec"]["resourceAttributes"]["subresource"], "proxy",
+        "{body}"
+    );
+    assert_eq!(body["spec"]["resourceAttributes"]["name"], *node, "{body}");
+}

@@ -27,6 +27,11 @@ impl ContainerLogSource for OneContainer {
         container: &str,
         query: &str,
     ) -> Result<Body, LogRefusal> {
+        if (namespace, pod, container) == ("ns", "slow", "app") {
+            // The first chunk only after a while, as `follow` with nothing new to say.
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            return Ok(Body::from("late\n"));
+        }
         if (namespace, pod, container) == ("ns", "web", "app") {
             Ok(Body::from(format!("hello\nquery={query}\n")))
         } else {
@@ -156,6 +161,8 @@ async fn client_certificates_authenticate_and_webhook_authorizes() {
     )
     .await;
     assert_eq!((code, body.as_str()), (200, "hello\nquery=tailLines=1\n"));
+    let (code, body) = get(&alice, &format!("{}/containerLogs/ns/slow/app", server.url)).await;
+    assert_eq!((code, body.as_str()), (200, "late\n"));
     let (code, body) = get(&alice, &format!("{}/containerLogs/ns/nope/app", server.url)).await;
     assert_eq!((code, body.as_str()), (404, "pod \"nope\" does not exist"));
     let (code, body) = get(&alice, &format!("{}/pods", server.url)).await;

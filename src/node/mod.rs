@@ -262,7 +262,7 @@ pub struct NodeSettings {
     /// thresholds (`memory.available<100Mi`, `nodefs.available<10%`).
     pub reserved: AllocatableReservation,
     /// `daemonEndpoints.kubeletEndpoint.Port`: where the API server reaches the node agent's
-    /// authenticated API (logs, exec). nodelet serves none, so 0 until it does.
+    /// authenticated API (`port`; 0 when it is off).
     pub kubelet_port: i32,
     /// `nodeStatusMaxImages`: how many images `status.images` lists; `None` lists all.
     pub max_images: Option<u32>,
@@ -280,7 +280,7 @@ impl NodeSettings {
             report_frequency: config.node_status_report_frequency,
             lease_duration_seconds: config.node_lease_duration_seconds,
             reserved: AllocatableReservation::KUBELET_DEFAULT,
-            kubelet_port: 0,
+            kubelet_port: i32::from(config.port),
             max_images: config.node_status_max_images,
         }
     }

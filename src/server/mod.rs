@@ -8,6 +8,7 @@
 //!   `kubectl logs`.
 
 pub mod auth;
+pub mod container_logs;
 pub mod tls;
 
 use std::net::SocketAddr;

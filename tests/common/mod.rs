@@ -54,6 +54,15 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
+/// `field: value` unless `extra` sets the field itself (YAML refuses a key given twice).
+fn default_line(extra: &str, field: &str, value: &str) -> String {
+    if extra.lines().any(|l| l.starts_with(&format!("{field}:"))) {
+        String::new()
+    } else {
+        format!("{field}: {value}\n")
+    }
+}
+
 pub struct Nodelet {
     pub node: String,
     pub dir: tempfile::TempDir,
@@ -119,19 +128,17 @@ impl Nodelet {
              podLogsDir: {logs}\n\
              rootDir: {root}\n\
              nodeName: {node}\n\
-             address: 127.0.0.1\n\
+             {address}\
              readOnlyPort: {port}\n\
              healthzPort: 0\n\
              {kubelet_port}\
              plegRelistPeriod: 2s\n\
              logging:\n  verbosity: 2\n{extra}",
             manifests = manifests.display(),
-            // Tests run side by side: the kubelet API only where a test asks for a port.
-            kubelet_port = if extra.lines().any(|l| l.starts_with("port:")) {
-                ""
-            } else {
-                "port: 0\n"
-            },
+            // Tests run side by side: the kubelet API only where a test asks for a port, and
+            // loopback unless a test needs the node's address.
+            kubelet_port = default_line(extra, "port", "0"),
+            address = default_line(extra, "address", "127.0.0.1"),
             logs = dir.path().join("logs").display(),
             root = dir.path().join("root").display(),
         );
