@@ -681,7 +681,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             &cfg,
             &state,
             &node,
-            runtime.clone(),
+            (runtime.clone(), remote.clone()),
             status.clone(),
             cluster.as_ref(),
             cancel.clone(),
@@ -733,7 +733,7 @@ async fn serve_kubelet_api(
     cfg: &Config,
     state: &ApiState,
     node: &NodeInfo,
-    runtime: Arc<dyn Runtime>,
+    (runtime, streaming): (Arc<dyn Runtime>, Arc<dyn nodelet::cri::StreamingRuntime>),
     status: StatusManager,
     cluster: Option<&kube::Client>,
     cancel: CancellationToken,
@@ -768,12 +768,19 @@ async fn serve_kubelet_api(
         reviews.clone().map(|r| r as Arc<dyn TokenReviewer>),
         reviews.map(|r| r as Arc<dyn AccessReviewer>),
     );
+    let pods: server::container_logs::PodsFn = Arc::new(move || status.pods());
     let logs = server::container_logs::PodContainerLogs {
-        runtime,
-        pods: Arc::new(move || status.pods()),
+        runtime: runtime.clone(),
+        pods: pods.clone(),
         clock: Clock::system(),
     };
-    let router = server::kubelet_api_router(state.clone(), Arc::new(logs), Arc::new(auth));
+    let streams = server::streaming::StreamingState {
+        runtime,
+        streaming,
+        pods,
+    };
+    let router =
+        server::kubelet_api_router(state.clone(), Arc::new(logs), Some(streams), Arc::new(auth));
     let addr = std::net::SocketAddr::new(cfg.address, cfg.port);
     server::tls::serve_tls(addr, tls, router, cancel).await?;
     Ok(())

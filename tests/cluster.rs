@@ -647,8 +647,10 @@ fn kubelet_client_identity(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
+/// A fixture that proxies to node agents with its kubelet client certificate, a nodelet joined
+/// to it serving the kubelet API (trusting that certificate's CA), and a running pod `chatty`
+/// (testbox serving HTTP on 8080). Returns the kubelet API port and the certificates' directory.
+async fn joined_with_kubelet_api(test: &str) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
     let certs = tempfile::tempdir().unwrap();
     let (ca_file, identity) = kubelet_client_identity(certs.path());
     let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
@@ -663,7 +665,7 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
     let api = fixture.url();
     let kubelet_port = free_port();
     let n = Nodelet::start_in_cluster(
-        "kubectl-logs",
+        test,
         &api,
         &format!(
             // The API server reaches the kubelet API at the node's InternalIP (the address
@@ -672,14 +674,21 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
             ca_file.display()
         ),
     );
-    let node = n.node.clone();
-    let pod =
-        bound_pod("chatty", &node, "").replace("args: [serve]", "args: [serve, --http, \"8080\"]");
+    let pod = bound_pod("chatty", &n.node, "")
+        .replace("args: [serve]", "args: [serve, --http, \"8080\"]");
     kubectl_apply(&api, n.dir.path(), "chatty", &pod);
     wait_api("chatty Running", &n, || {
         api_pod(&fixture, "chatty").filter(|p| api_phase(p) == "Running")
     })
     .await;
+    (fixture, n, kubelet_port, certs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
+    let (fixture, n, kubelet_port, _certs) = joined_with_kubelet_api("kubectl-logs").await;
+    let api = fixture.url();
+    let node = n.node.clone();
     // The Node tells the API server where the kubelet API is.
     let node_object = fixture
         .get::<k8s_openapi::api::core::v1::Node>(None, &node)
@@ -780,4 +789,96 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
         "{body}"
     );
     assert_eq!(body["spec"]["resourceAttributes"]["name"], *node, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_and_port_forward_reach_the_container() {
+    let (fixture, n, _, _certs) = joined_with_kubelet_api("kubectl-exec").await;
+    let api = fixture.url();
+
+    // Output and the exit code come back.
+    let (ok, out, err) = kubectl(
+        &api,
+        &["exec", "chatty", "--", "/testbox", "exit", "--code", "3"],
+    );
+    assert!(!ok, "exit code 3 is a failure: {out}{err}");
+    assert!(
+        out.contains("testbox: exiting with 3"),
+        "stdout: {out:?} stderr: {err:?}"
+    );
+    assert!(err.contains("command terminated with exit code 3"), "{err}");
+
+    // Standard input reaches the process.
+    let mut child = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", "/dev/null")
+        .args([
+            "--server", &api, "exec", "-i", "chatty", "-c", "main", "--", "/testbox", "cat",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl exec -i");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"hello from stdin\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("\nhello from stdin\n"),
+        "stdout: {stdout:?} stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A container that is not in the pod.
+    let (ok, _, err) = kubectl(
+        &api,
+        &["exec", "chatty", "-c", "nope", "--", "/testbox", "cat"],
+    );
+    assert!(!ok);
+    assert!(err.contains("nope"), "{err}");
+
+    // port-forward: a local port reaches the container's 8080.
+    let mut forward = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", "/dev/null")
+        .args(["--server", &api, "port-forward", "pod/chatty", ":8080"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward");
+    let stdout = forward.stdout.take().unwrap();
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            // "Forwarding from 127.0.0.1:41234 -> 8080"
+            if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+                if let Some((port, _)) = rest.split_once(' ') {
+                    let _ = port_tx.send(port.to_string());
+                }
+            }
+        }
+    });
+    let Ok(local) = port_rx.recv_timeout(T) else {
+        let _ = forward.kill();
+        let out = forward.wait_with_output().unwrap();
+        panic!(
+            "no Forwarding line: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let status = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{local}/healthz"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    let _ = forward.kill();
+    let _ = forward.wait();
+    assert_eq!(status.ok(), Some(200), "{}", tail(&n.logs(), 30));
 }

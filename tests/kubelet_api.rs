@@ -130,7 +130,7 @@ async fn start(mode: AuthorizationMode, anonymous: bool, ca: &Ca) -> Server {
         health: Arc::new(|| Ok(())),
         events: Arc::new(Vec::new),
     };
-    let router = kubelet_api_router(state, Arc::new(OneContainer), Arc::new(auth));
+    let router = kubelet_api_router(state, Arc::new(OneContainer), None, Arc::new(auth));
     let cancel = CancellationToken::new();
     let addr = serve_tls("127.0.0.1:0".parse().unwrap(), tls, router, cancel.clone())
         .await

@@ -98,6 +98,15 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Result<api::ExecSyncResponse>;
 }
 
+/// The CRI calls that hand out a session on the runtime's streaming server (`kubectl exec`,
+/// `attach`, `port-forward`): each returns the URL the client's upgraded connection is relayed to.
+#[async_trait]
+pub trait StreamingRuntime: Send + Sync + 'static {
+    async fn exec(&self, request: api::ExecRequest) -> Result<String>;
+    async fn attach(&self, request: api::AttachRequest) -> Result<String>;
+    async fn port_forward(&self, request: api::PortForwardRequest) -> Result<String>;
+}
+
 /// The image half of the CRI.
 #[async_trait]
 pub trait ImageService: Send + Sync + 'static {

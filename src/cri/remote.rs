@@ -307,6 +307,32 @@ impl Runtime for RemoteRuntime {
     }
 }
 
+#[async_trait]
+impl super::StreamingRuntime for RemoteRuntime {
+    async fn exec(&self, request: api::ExecRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let target = request.container_id.clone();
+        let req = self.request(request, Duration::ZERO);
+        Ok(observe("exec", &target, c.exec(req)).await?.url)
+    }
+
+    async fn attach(&self, request: api::AttachRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let target = request.container_id.clone();
+        let req = self.request(request, Duration::ZERO);
+        Ok(observe("attach", &target, c.attach(req)).await?.url)
+    }
+
+    async fn port_forward(&self, request: api::PortForwardRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let target = request.pod_sandbox_id.clone();
+        let req = self.request(request, Duration::ZERO);
+        Ok(observe("port_forward", &target, c.port_forward(req))
+            .await?
+            .url)
+    }
+}
+
 /// Image pulls may take much longer than other calls (the kubelet gives them no deadline of
 /// their own beyond its image pull progress deadline); one hour bounds a stuck pull.
 const PULL_TIMEOUT: Duration = Duration::from_secs(3600);

@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod container_logs;
+pub mod streaming;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -75,6 +76,7 @@ pub struct LogRefusal {
 pub fn kubelet_api_router(
     state: ApiState,
     logs: Arc<dyn ContainerLogSource>,
+    streaming: Option<streaming::StreamingState>,
     auth: Arc<auth::KubeletAuth>,
 ) -> Router {
     let logs_router = Router::new()
@@ -90,6 +92,11 @@ pub fn kubelet_api_router(
         .route("/metrics", get(metrics_text))
         .with_state(state)
         .merge(logs_router)
+        .merge(
+            streaming
+                .map(streaming::streaming_router)
+                .unwrap_or_default(),
+        )
         .layer(axum::middleware::from_fn_with_state(
             auth,
             auth::require_auth,

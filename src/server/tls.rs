@@ -244,8 +244,10 @@ pub async fn serve_tls(
                     request.extensions_mut().insert(peer.clone());
                     request
                 });
+                // Upgrades: exec, attach and port-forward switch the connection to SPDY.
                 let connection = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
+                    .serve_connection(TokioIo::new(tls), TowerToHyperService::new(service))
+                    .with_upgrades();
                 tokio::pin!(connection);
                 tokio::select! {
                     result = connection.as_mut() => {

@@ -71,6 +71,9 @@ enum Command {
     Alloc(AllocArgs),
     /// Write (or append) a string to a file, then exit 0.
     Write(WriteArgs),
+    /// Copy standard input to standard output until it ends, then exit 0 (for exec/attach
+    /// with stdin).
+    Cat,
 }
 
 #[derive(Args, Debug, Default)]
@@ -173,6 +176,8 @@ enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("cat: {0}")]
+    Cat(#[source] std::io::Error),
     #[error("write --path {path}: {source}")]
     Write {
         path: PathBuf,
@@ -230,6 +235,7 @@ fn run(cli: Cli, events: Events) -> Result<u8, Error> {
             Command::Sleep(args) => sleep(args, events, &mut termination).await,
             Command::Alloc(args) => alloc(args, events, &mut termination).await,
             Command::Write(args) => write(args, events),
+            Command::Cat => cat(),
         }
     })
 }
@@ -241,6 +247,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Sleep(_) => "sleep",
         Command::Alloc(_) => "alloc",
         Command::Write(_) => "write",
+        Command::Cat => "cat",
     }
 }
 
@@ -379,6 +386,14 @@ fn allocate_touched(mib: u64) -> Result<Vec<u8>, String> {
         .map_err(|err| err.to_string())?;
     chunk.resize(bytes, 0xA5);
     Ok(chunk)
+}
+
+fn cat() -> Result<u8, Error> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    std::io::copy(&mut std::io::stdin().lock(), &mut stdout).map_err(Error::Cat)?;
+    stdout.flush().map_err(Error::Cat)?;
+    Ok(0)
 }
 
 fn write(args: WriteArgs, events: Events) -> Result<u8, Error> {

@@ -143,3 +143,23 @@ fn ignored_sigterm_keeps_running_until_sigkill() {
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(9));
 }
+
+#[test]
+fn cat_copies_stdin_to_stdout() {
+    use std::io::Write;
+    let mut child = testbox(&["cat"]).stdin(Stdio::piped()).spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"one\ntwo\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("testbox: started cat (pid "), "{text:?}");
+    assert!(
+        text.ends_with("\none\ntwo\ntestbox: exiting with 0\n"),
+        "{text:?}"
+    );
+}

@@ -1,0 +1,564 @@
+//! `kubectl exec`, `attach` and `port-forward` on the kubelet API: `/exec`, `/attach` and
+//! `/portForward`, as the kubelet serves them. The request's options become a CRI
+//! `Exec`/`Attach`/`PortForward` call, which answers with a URL on the runtime's streaming
+//! server; the client's upgrade request (SPDY or WebSocket) is then relayed to that URL and, once
+//! the runtime switched protocols, bytes are copied both ways — the kubelet's `proxyStream`.
+//! The protocol itself (SPDY streams, remotecommand channels) is spoken by the client and the
+//! runtime; nodelet only checks, chooses the container, and relays.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cri::{api, labels, Runtime, StreamingRuntime};
+
+/// What the streaming endpoints need.
+#[derive(Clone)]
+pub struct StreamingState {
+    pub runtime: Arc<dyn Runtime>,
+    pub streaming: Arc<dyn StreamingRuntime>,
+    /// nodelet's pods with their statuses (`StatusManager::pods`).
+    pub pods: Arc<dyn Fn() -> Vec<Arc<Pod>> + Send + Sync>,
+}
+
+/// The routes, both with and without the pod UID in the path, as the kubelet has them.
+pub fn streaming_router(state: StreamingState) -> Router {
+    Router::new()
+        .route("/exec/{namespace}/{pod}/{container}", any(exec))
+        .route("/exec/{namespace}/{pod}/{uid}/{container}", any(exec_uid))
+        .route("/attach/{namespace}/{pod}/{container}", any(attach))
+        .route(
+            "/attach/{namespace}/{pod}/{uid}/{container}",
+            any(attach_uid),
+        )
+        .route("/portForward/{namespace}/{pod}", any(port_forward))
+        .route(
+            "/portForward/{namespace}/{pod}/{uid}",
+            any(port_forward_uid),
+        )
+        .with_state(state)
+}
+
+/// A refusal before any stream exists: status and text, as the kubelet writes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRefusal {
+    pub code: StatusCode,
+    pub message: String,
+}
+
+impl StreamRefusal {
+    fn new(code: StatusCode, message: impl Into<String>) -> Self {
+        StreamRefusal {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for StreamRefusal {
+    fn into_response(self) -> Response {
+        (
+            self.code,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            self.message,
+        )
+            .into_response()
+    }
+}
+
+/// The stream options of `/exec` and `/attach` (the kubelet's `remotecommand.NewOptions`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamOptions {
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+/// Decodes the query: `command` repeated, the streams on only as `1` (as the kubelet reads
+/// them), at least one stream, and no separate stderr with a TTY (a terminal has one output).
+pub fn stream_options(query: &str) -> Result<StreamOptions, String> {
+    let mut options = StreamOptions::default();
+    for (key, value) in form_pairs(query) {
+        match key.as_str() {
+            "command" => options.command.push(value),
+            "input" | "stdin" => options.stdin = value == "1",
+            "output" | "stdout" => options.stdout = value == "1",
+            "error" | "stderr" => options.stderr = value == "1",
+            "tty" => options.tty = value == "1",
+            _ => {}
+        }
+    }
+    if !options.stdin && !options.stdout && !options.stderr {
+        return Err("you must specify at least 1 of stdin, stdout, stderr".into());
+    }
+    if options.tty && options.stderr {
+        options.stderr = false;
+    }
+    Ok(options)
+}
+
+/// `application/x-www-form-urlencoded` pairs (`+` is a space, `%XX` a byte).
+fn form_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(key), percent_decode(value))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    // Two hex digits make at most 255.
+                    out.push(u8::try_from(high * 16 + low).unwrap_or(b'%'));
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The pod named in the path (and with this UID when the path has one).
+fn find_pod(
+    state: &StreamingState,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<Arc<Pod>, StreamRefusal> {
+    (state.pods)()
+        .into_iter()
+        .find(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.name.as_deref() == Some(name)
+                && uid.is_none_or(|u| p.metadata.uid.as_deref() == Some(u))
+        })
+        .ok_or_else(|| StreamRefusal::new(StatusCode::NOT_FOUND, "pod does not exist"))
+}
+
+/// The runtime ID of the container's current instance, from the pod's status (regular, init
+/// or ephemeral): the kubelet's `findContainer`.
+pub fn running_container_id(pod: &Pod, container: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .chain(status.ephemeral_container_statuses.iter().flatten())
+        .find(|s| s.name == container)
+        .and_then(|s| s.container_id.clone())
+        .filter(|id| !id.is_empty())
+        .map(|id| match id.split_once("://") {
+            Some((_, id)) => id.to_string(),
+            None => id,
+        })
+}
+
+fn container_id(pod: &Pod, container: &str) -> Result<String, StreamRefusal> {
+    running_container_id(pod, container).ok_or_else(|| {
+        StreamRefusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("container not found ({container:?})"),
+        )
+    })
+}
+
+/// A CRI error as the kubelet's `streaming.WriteError` answers it: the gRPC code mapped to
+/// HTTP, the message as text.
+fn runtime_refusal(error: crate::cri::Error) -> StreamRefusal {
+    let code = match &error {
+        crate::cri::Error::Call { status, .. } => match status.code() {
+            tonic::Code::NotFound => StatusCode::NOT_FOUND,
+            tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            tonic::Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        },
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    StreamRefusal::new(code, error.to_string())
+}
+
+type Target = (String, String, String);
+type TargetUid = (String, String, String, String);
+
+async fn exec(
+    State(state): State<StreamingState>,
+    Path((namespace, pod, container)): Path<Target>,
+    request: Request,
+) -> Response {
+    remote_command(
+        state,
+        Kind::Exec,
+        &namespace,
+        &pod,
+        None,
+        &container,
+        request,
+    )
+    .await
+}
+
+async fn exec_uid(
+    State(state): State<StreamingState>,
+    Path((namespace, pod, uid, container)): Path<TargetUid>,
+    request: Request,
+) -> Response {
+    remote_command(
+        state,
+        Kind::Exec,
+        &namespace,
+        &pod,
+        Some(&uid),
+        &container,
+        request,
+    )
+    .await
+}
+
+async fn attach(
+    State(state): State<StreamingState>,
+    Path((namespace, pod, container)): Path<Target>,
+    request: Request,
+) -> Response {
+    remote_command(
+        state,
+        Kind::Attach,
+        &namespace,
+        &pod,
+        None,
+        &container,
+        request,
+    )
+    .await
+}
+
+async fn attach_uid(
+    State(state): State<StreamingState>,
+    Path((namespace, pod, uid, container)): Path<TargetUid>,
+    request: Request,
+) -> Response {
+    remote_command(
+        state,
+        Kind::Attach,
+        &namespace,
+        &pod,
+        Some(&uid),
+        &container,
+        request,
+    )
+    .await
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Exec,
+    Attach,
+}
+
+async fn remote_command(
+    state: StreamingState,
+    kind: Kind,
+    namespace: &str,
+    pod_name: &str,
+    uid: Option<&str>,
+    container: &str,
+    request: Request,
+) -> Response {
+    // Not borrowed across the awaits below: a request body is not `Sync`.
+    let query = request.uri().query().unwrap_or("").to_string();
+    let result = async {
+        let options =
+            stream_options(&query).map_err(|m| StreamRefusal::new(StatusCode::BAD_REQUEST, m))?;
+        let pod = find_pod(&state, namespace, pod_name, uid)?;
+        let id = container_id(&pod, container)?;
+        let url = match kind {
+            Kind::Exec => state
+                .streaming
+                .exec(api::ExecRequest {
+                    container_id: id,
+                    cmd: options.command,
+                    tty: options.tty,
+                    stdin: options.stdin,
+                    stdout: options.stdout,
+                    stderr: options.stderr,
+                })
+                .await
+                .map_err(runtime_refusal)?,
+            Kind::Attach => state
+                .streaming
+                .attach(api::AttachRequest {
+                    container_id: id,
+                    stdin: options.stdin,
+                    tty: options.tty,
+                    stdout: options.stdout,
+                    stderr: options.stderr,
+                })
+                .await
+                .map_err(runtime_refusal)?,
+        };
+        Ok::<_, StreamRefusal>(url)
+    }
+    .await;
+    match result {
+        Ok(url) => relay_upgrade(request, &url).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn port_forward(
+    State(state): State<StreamingState>,
+    Path((namespace, pod)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    forward(state, &namespace, &pod, None, request).await
+}
+
+async fn port_forward_uid(
+    State(state): State<StreamingState>,
+    Path((namespace, pod, uid)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    forward(state, &namespace, &pod, Some(&uid), request).await
+}
+
+/// `/portForward`: the pod's ready sandbox; the ports travel inside the stream (SPDY stream
+/// headers), so the CRI call names none, as the kubelet's.
+async fn forward(
+    state: StreamingState,
+    namespace: &str,
+    pod_name: &str,
+    uid: Option<&str>,
+    request: Request,
+) -> Response {
+    let result = async {
+        let pod = find_pod(&state, namespace, pod_name, uid)?;
+        let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        let sandboxes = state
+            .runtime
+            .list_pod_sandbox(Some(api::PodSandboxFilter {
+                state: Some(api::PodSandboxStateValue {
+                    state: api::PodSandboxState::SandboxReady as i32,
+                }),
+                label_selector: [(labels::POD_UID.to_string(), pod_uid)]
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            }))
+            .await
+            .map_err(runtime_refusal)?;
+        let sandbox = sandboxes
+            .into_iter()
+            .max_by_key(|s| s.created_at)
+            .ok_or_else(|| {
+                StreamRefusal::new(StatusCode::INTERNAL_SERVER_ERROR, "pod not found")
+            })?;
+        state
+            .streaming
+            .port_forward(api::PortForwardRequest {
+                pod_sandbox_id: sandbox.id,
+                port: Vec::new(),
+            })
+            .await
+            .map_err(runtime_refusal)
+    }
+    .await;
+    match result {
+        Ok(url) => relay_upgrade(request, &url).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// Headers that belong to one hop and are not relayed (besides the upgrade pair, which is).
+fn hop_by_hop(name: &header::HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "authorization"
+            | "host"
+    )
+}
+
+/// Relays an upgrade request to the runtime's streaming URL (plain HTTP on loopback for
+/// containerd) and, on `101 Switching Protocols`, joins the two connections. Any other answer
+/// goes back to the client as it came.
+pub async fn relay_upgrade(mut request: Request, url: &str) -> Response {
+    let bad_gateway =
+        |message: String| StreamRefusal::new(StatusCode::BAD_GATEWAY, message).into_response();
+    let target: Uri = match url.parse() {
+        Ok(uri) => uri,
+        Err(e) => return bad_gateway(format!("runtime streaming URL {url:?}: {e}")),
+    };
+    let (Some(host), Some(scheme)) = (target.host(), target.scheme_str()) else {
+        return bad_gateway(format!("runtime streaming URL {url:?} has no host"));
+    };
+    if scheme != "http" {
+        return bad_gateway(format!(
+            "runtime streaming URL {url:?}: only http is supported"
+        ));
+    }
+    let port = target.port_u16().unwrap_or(80);
+    let stream = match tokio::net::TcpStream::connect((host, port)).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            return bad_gateway(format!(
+                "connecting to the runtime streaming server {url}: {e}"
+            ))
+        }
+    };
+    let (mut sender, connection) =
+        match hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(stream)).await {
+            Ok(pair) => pair,
+            Err(e) => return bad_gateway(format!("runtime streaming server {url}: {e}")),
+        };
+    tokio::spawn(async move {
+        if let Err(error) = connection.with_upgrades().await {
+            tracing::debug!(%error, "runtime streaming connection");
+        }
+    });
+
+    let path = target
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let mut upstream = hyper::Request::builder()
+        .method(request.method().clone())
+        .uri(path);
+    for (name, value) in request.headers() {
+        if !hop_by_hop(name) {
+            upstream = upstream.header(name, value);
+        }
+    }
+    let client_upgrade = hyper::upgrade::on(&mut request);
+    drop(request);
+    let authority = target
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .unwrap_or_default();
+    let upstream = match upstream.header(header::HOST, authority).body(Body::empty()) {
+        Ok(upstream) => upstream,
+        Err(e) => return bad_gateway(format!("relaying to {url}: {e}")),
+    };
+    let mut response = match sender.send_request(upstream).await {
+        Ok(response) => response,
+        Err(e) => return bad_gateway(format!("runtime streaming server {url}: {e}")),
+    };
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, body) = response.into_parts();
+        return Response::from_parts(parts, Body::new(body));
+    }
+    let runtime_upgrade = hyper::upgrade::on(&mut response);
+    tokio::spawn(async move {
+        let (client, runtime) = match tokio::try_join!(client_upgrade, runtime_upgrade) {
+            Ok(pair) => pair,
+            Err(error) => {
+                tracing::debug!(%error, "stream upgrade");
+                return;
+            }
+        };
+        let mut client = TokioIo::new(client);
+        let mut runtime = TokioIo::new(runtime);
+        if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut runtime).await {
+            tracing::debug!(%error, "stream relay ended");
+        }
+    });
+    let mut answer = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (name, value) in response.headers() {
+        answer = answer.header(name, value);
+    }
+    answer
+        .body(Body::empty())
+        .unwrap_or_else(|_| StatusCode::SWITCHING_PROTOCOLS.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_options_table() {
+        let ok = |command: &[&str], stdin, stdout, stderr, tty| StreamOptions {
+            command: command.iter().map(|s| s.to_string()).collect(),
+            stdin,
+            stdout,
+            stderr,
+            tty,
+        };
+        let cases = [
+            (
+                "command=ls&command=-l%20a&stdout=1&stderr=1",
+                Ok(ok(&["ls", "-l a"], false, true, true, false)),
+            ),
+            (
+                "command=sh&stdin=1&stdout=1&tty=1&stderr=1",
+                Ok(ok(&["sh"], true, true, false, true)),
+            ),
+            (
+                "command=x+y&output=1",
+                Ok(ok(&["x y"], false, true, false, false)),
+            ),
+            (
+                "stdout=true&command=ls",
+                Err("you must specify at least 1 of stdin, stdout, stderr".to_string()),
+            ),
+            (
+                "command=ls",
+                Err("you must specify at least 1 of stdin, stdout, stderr".to_string()),
+            ),
+            (
+                "command=%E2%9C%93%2&stdout=1",
+                Ok(ok(&["✓%2"], false, true, false, false)),
+            ),
+            (
+                "command=%zz%&stdout=1",
+                Ok(ok(&["%zz%"], false, true, false, false)),
+            ),
+        ];
+        for (query, want) in cases {
+            assert_eq!(stream_options(query), want, "{query}");
+        }
+    }
+
+    #[test]
+    fn container_id_from_status() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "status": {
+                "containerStatuses": [{"name": "app", "containerID": "containerd://abc", "image": "", "imageID": "", "ready": true, "restartCount": 0}],
+                "initContainerStatuses": [{"name": "init", "containerID": "def", "image": "", "imageID": "", "ready": false, "restartCount": 0}]
+            }
+        }))
+        .unwrap();
+        assert_eq!(running_container_id(&pod, "app").as_deref(), Some("abc"));
+        assert_eq!(running_container_id(&pod, "init").as_deref(), Some("def"));
+        assert_eq!(running_container_id(&pod, "nope"), None);
+    }
+}
