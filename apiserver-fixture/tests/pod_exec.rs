@@ -387,7 +387,15 @@ async fn errors_look_like_the_api_servers() {
         ("Sec-WebSocket-Protocol", "v5.channel.k8s.io"),
     ];
     let plain: &[(&str, &str)] = &[("Accept", "*/*")];
-    let cases: Vec<(&str, String, &[(&str, &str)], u16, &str, &str)> = vec![
+    type Case<'a> = (
+        &'a str,
+        String,
+        &'a [(&'a str, &'a str)],
+        u16,
+        &'a str,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
         (
             "POST",
             format!("{exec}/nope/exec?command=ls&stdout=1"),
