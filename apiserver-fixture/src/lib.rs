@@ -26,6 +26,7 @@ pub mod patch;
 pub mod path;
 pub mod pod;
 pub mod podlog;
+pub mod podstream;
 pub mod protobuf;
 pub mod resource;
 pub mod review;
@@ -140,7 +141,9 @@ async fn serve(listener: TcpListener, router: Router, token: CancellationToken) 
                 let token = token.clone();
                 connections.spawn(async move {
                     let connection = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service);
+                        .serve_connection(TokioIo::new(stream), service)
+                        // pods/exec, attach and portforward hand the connection to a relay.
+                        .with_upgrades();
                     tokio::select! {
                         _ = connection => {}
                         _ = token.cancelled() => {}

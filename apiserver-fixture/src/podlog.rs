@@ -54,7 +54,7 @@ pub struct PodLogOptions {
 }
 
 /// The query parameter conversion of the API server: a bool is false only for `0`/`false`.
-fn query_bool(value: &str) -> bool {
+pub(crate) fn query_bool(value: &str) -> bool {
     !(value == "0" || value.eq_ignore_ascii_case("false"))
 }
 
@@ -230,7 +230,7 @@ pub fn kubelet_port(node: &Value) -> i64 {
 }
 
 /// Go's `url.QueryEscape`.
-fn query_escape(s: &str) -> String {
+pub(crate) fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
@@ -277,6 +277,15 @@ pub fn kubelet_query(opts: &PodLogOptions) -> String {
         .join("&")
 }
 
+/// Go's `net.JoinHostPort`: IPv6 addresses in brackets.
+pub fn join_host_port(address: &str, port: i64) -> String {
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
 /// `https://<address>:<port>/containerLogs/<ns>/<pod>/<container>?<query>` (IPv6 in brackets, as
 /// `net.JoinHostPort` writes it).
 pub fn kubelet_log_url(
@@ -287,13 +296,9 @@ pub fn kubelet_log_url(
     container: &str,
     opts: &PodLogOptions,
 ) -> String {
-    let host = if address.contains(':') {
-        format!("[{address}]")
-    } else {
-        address.to_string()
-    };
+    let host = join_host_port(address, port);
     let query = kubelet_query(opts);
-    let mut url = format!("https://{host}:{port}/containerLogs/{namespace}/{pod}/{container}");
+    let mut url = format!("https://{host}/containerLogs/{namespace}/{pod}/{container}");
     if !query.is_empty() {
         url.push('?');
         url.push_str(&query);

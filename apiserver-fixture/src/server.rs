@@ -307,6 +307,31 @@ async fn access_review(State(app): State<Arc<AppState>>, body: Bytes) -> Respons
     }
 }
 
+fn get_pod(app: &AppState, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    let pods = crate::resource::find_by_plural("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("resource types missing"))?;
+    app.store.get(pods, Some(namespace), name)
+}
+
+/// The node agent of a pod (`GetConnectionInfo`): its node's preferred address and kubelet port,
+/// `None` for an unbound pod.
+fn node_connection(app: &AppState, pod: &Value) -> Result<Option<(String, i64)>, ApiError> {
+    let node_name = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if node_name.is_empty() {
+        return Ok(None);
+    }
+    let nodes = crate::resource::find_by_plural("", "v1", "nodes")
+        .ok_or_else(|| ApiError::internal("resource types missing"))?;
+    let node = app.store.get(nodes, None, node_name)?;
+    Ok(Some((
+        crate::podlog::preferred_address(&node)?,
+        crate::podlog::kubelet_port(&node),
+    )))
+}
+
 /// `GET pods/{name}/log`: validation, container, node address, then the node agent's stream.
 async fn pod_log(
     app: &Arc<AppState>,
@@ -317,30 +342,13 @@ async fn pod_log(
     use crate::podlog;
     let opts = podlog::parse_log_options(&log::parse_query(query))?;
     podlog::validate_log_options(&opts, name)?;
-    let pods = crate::resource::find_by_plural("", "v1", "pods")
-        .ok_or_else(|| ApiError::internal("resource types missing"))?;
-    let nodes = crate::resource::find_by_plural("", "v1", "nodes")
-        .ok_or_else(|| ApiError::internal("resource types missing"))?;
-    let pod = app.store.get(pods, Some(namespace), name)?;
+    let pod = get_pod(app, namespace, name)?;
     let container = podlog::select_container(&pod, opts.container.as_deref())?;
-    let node_name = pod
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if node_name.is_empty() {
+    let Some((address, port)) = node_connection(app, &pod)? else {
         // LogLocation returns no location for an unbound pod: an empty 200 answer.
         return Ok(podlog::text_response(Body::empty()));
-    }
-    let node = app.store.get(nodes, None, node_name)?;
-    let address = podlog::preferred_address(&node)?;
-    let url = podlog::kubelet_log_url(
-        &address,
-        podlog::kubelet_port(&node),
-        namespace,
-        name,
-        &container,
-        &opts,
-    );
+    };
+    let url = podlog::kubelet_log_url(&address, port, namespace, name, &container, &opts);
     podlog::stream_from_kubelet(
         &app.kubelet_client,
         &url,
@@ -350,13 +358,81 @@ async fn pod_log(
     .await
 }
 
-async fn resources(
-    State(app): State<Arc<AppState>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+/// `GET|POST pods/{name}/exec|attach|portforward`: options, pod, container, node (as
+/// `streamLocation`/`PortForwardLocation`), then the upgrade-aware proxy to the node agent.
+async fn pod_stream(
+    app: &Arc<AppState>,
+    kind: crate::podstream::StreamKind,
+    namespace: &str,
+    name: &str,
+    mut request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    use crate::podstream;
+    if request.method() != Method::GET && request.method() != Method::POST {
+        return Err(ApiError::method_not_allowed());
+    }
+    let query = log::parse_query(request.uri().query().unwrap_or(""));
+    let opts = podstream::parse_stream_options(kind, &query)?;
+    let pod = get_pod(app, namespace, name)?;
+    let container = if kind.has_container() {
+        crate::podlog::select_container(&pod, opts.container.as_deref())?
+    } else {
+        String::new()
+    };
+    let Some((address, port)) = node_connection(app, &pod)? else {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    };
+    let headers = request.headers().clone();
+    if !podstream::is_upgrade_request(&headers) {
+        return Err(ApiError::bad_request("Upgrade request required"));
+    }
+    if podstream::is_websocket_request(&headers) {
+        return Err(podstream::websocket_rejected());
+    }
+    let client_upgrade = request
+        .extensions_mut()
+        .remove::<hyper::upgrade::OnUpgrade>()
+        .ok_or_else(|| ApiError::internal("request connection cannot be hijacked"))?;
+    let target = podstream::UpgradeTarget {
+        address: &address,
+        port,
+        target: podstream::kubelet_stream_target(kind, namespace, name, &container, &opts),
+        method: request.method().clone(),
+        headers: podstream::forwarded_headers(&headers),
+    };
+    podstream::proxy_upgrade(
+        &app.kubelet_client,
+        target,
+        client_upgrade,
+        app.shutdown_token(),
+    )
+    .await
+}
+
+async fn resources(State(app): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
+    if let Ok(target) = path::parse(request.uri().path()) {
+        let stream_kind = target
+            .subresource
+            .as_deref()
+            .and_then(crate::podstream::StreamKind::from_subresource);
+        match (stream_kind, target.namespace, target.name) {
+            (Some(kind), Some(ns), Some(name)) => {
+                return pod_stream(&app, kind, &ns, &name, request)
+                    .await
+                    .unwrap_or_else(|e| error_response(&e));
+            }
+            (Some(_), _, _) => return error_response(&ApiError::method_not_allowed()),
+            _ => {}
+        }
+    }
+    let (parts, body) = request.into_parts();
+    let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&ApiError::bad_request(format!("reading body: {e}"))),
+    };
     if let Ok(target) = path::parse(uri.path()) {
         if target.subresource.as_deref() == Some("log") {
             let result = match (method, target.namespace, target.name) {

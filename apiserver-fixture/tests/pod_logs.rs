@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use common::{kubectl, kubectl_ok, KUBECTL};
+use common::{kubectl, kubectl_ok, pki, Pki, KUBECTL};
 use futures::{AsyncBufReadExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -23,49 +23,10 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kube::api::{Api, LogParams, PostParams};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::broadcast;
-
-struct Pki {
-    ca_pem: String,
-    ca_der: CertificateDer<'static>,
-    serving_der: CertificateDer<'static>,
-    serving_key: Vec<u8>,
-    client_pem: String,
-    client_der: CertificateDer<'static>,
-}
-
-fn pki() -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "nodelet-test-ca");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let serving_key = KeyPair::generate().unwrap();
-    let serving = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&serving_key, &ca, &ca_key)
-        .unwrap();
-    let client_key = KeyPair::generate().unwrap();
-    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    client_params
-        .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver-kubelet-client");
-    let client = client_params.signed_by(&client_key, &ca, &ca_key).unwrap();
-    Pki {
-        ca_pem: ca.pem(),
-        ca_der: ca.der().clone(),
-        serving_der: serving.der().clone(),
-        serving_key: serving_key.serialize_der(),
-        client_pem: format!("{}{}", client.pem(), client_key.serialize_pem()),
-        client_der: client.der().clone(),
-    }
-}
 
 /// The stand-in node agent: `/containerLogs/...` over HTTPS, client certificate required.
 #[derive(Clone)]

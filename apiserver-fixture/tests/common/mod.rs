@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use apiserver_fixture::{Fixture, LoggedRequest};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::Value;
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
@@ -114,4 +116,67 @@ pub async fn read_watch_lines(response: &mut reqwest::Response, count: usize) ->
         }
     }
     lines
+}
+
+/// A CA, a node agent serving certificate for 127.0.0.1 and a kubelet client identity.
+pub struct Pki {
+    pub ca_pem: String,
+    pub ca_der: CertificateDer<'static>,
+    pub serving_der: CertificateDer<'static>,
+    pub serving_key: Vec<u8>,
+    pub client_pem: String,
+    pub client_der: CertificateDer<'static>,
+}
+
+pub fn pki() -> Pki {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "nodelet-test-ca");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let serving_key = KeyPair::generate().unwrap();
+    let serving = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&serving_key, &ca, &ca_key)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver-kubelet-client");
+    let client = client_params.signed_by(&client_key, &ca, &ca_key).unwrap();
+    Pki {
+        ca_pem: ca.pem(),
+        ca_der: ca.der().clone(),
+        serving_der: serving.der().clone(),
+        serving_key: serving_key.serialize_der(),
+        client_pem: format!("{}{}", client.pem(), client_key.serialize_pem()),
+        client_der: client.der().clone(),
+    }
+}
+
+/// The stand-in node agent's TLS: its serving certificate, client certificates signed by the CA
+/// required.
+pub fn tls_acceptor(pki: &Pki) -> tokio_rustls::TlsAcceptor {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pki.ca_der.clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![pki.serving_der.clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.serving_key.clone())),
+        )
+        .unwrap();
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
 }
