@@ -21,6 +21,7 @@ pub mod pod;
 pub mod podspec;
 pub mod probe;
 pub mod quantity;
+pub mod query;
 pub mod server;
 pub mod source;
 pub mod status;

@@ -78,43 +78,10 @@ impl LogOptions {
 /// value of a repeated key counts.
 fn query_pairs(query: &str) -> Vec<(String, String)> {
     let mut seen = std::collections::HashSet::new();
-    query
-        .trim_start_matches('?')
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
+    crate::query::form_pairs(query)
+        .into_iter()
         .filter(|(k, _)| seen.insert(k.clone()))
         .collect()
-}
-
-/// Form decoding: `+` is a space, `%XX` a byte; malformed escapes are kept as written.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// apimachinery's query → bool conversion: only `0` and `false` (any case) are false; any other
@@ -418,20 +385,5 @@ mod tests {
     fn huge_since_seconds_saturates_instead_of_overflowing() {
         let got = LogOptions::from_query("sinceSeconds=9223372036854775807", ts(NOW)).unwrap();
         assert_eq!(got.since, Some(Timestamp::MIN));
-    }
-
-    #[test]
-    fn percent_decode_cases() {
-        let cases = [
-            ("a%20b", "a b"),
-            ("a+b", "a b"),
-            ("%3A", ":"),
-            ("100%", "100%"),
-            ("%zz", "%zz"),
-            ("%4", "%4"),
-        ];
-        for (input, want) in cases {
-            assert_eq!(percent_decode(input), want, "{input}");
-        }
     }
 }

@@ -6,6 +6,7 @@
 //! The protocol itself (SPDY streams, remotecommand channels) is spoken by the client and the
 //! runtime; nodelet only checks, chooses the container, and relays.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -32,17 +33,11 @@ pub struct StreamingState {
 pub fn streaming_router(state: StreamingState) -> Router {
     Router::new()
         .route("/exec/{namespace}/{pod}/{container}", any(exec))
-        .route("/exec/{namespace}/{pod}/{uid}/{container}", any(exec_uid))
+        .route("/exec/{namespace}/{pod}/{uid}/{container}", any(exec))
         .route("/attach/{namespace}/{pod}/{container}", any(attach))
-        .route(
-            "/attach/{namespace}/{pod}/{uid}/{container}",
-            any(attach_uid),
-        )
+        .route("/attach/{namespace}/{pod}/{uid}/{container}", any(attach))
         .route("/portForward/{namespace}/{pod}", any(port_forward))
-        .route(
-            "/portForward/{namespace}/{pod}/{uid}",
-            any(port_forward_uid),
-        )
+        .route("/portForward/{namespace}/{pod}/{uid}", any(port_forward))
         .with_state(state)
 }
 
@@ -87,7 +82,7 @@ pub struct StreamOptions {
 /// them), at least one stream, and no separate stderr with a TTY (a terminal has one output).
 pub fn stream_options(query: &str) -> Result<StreamOptions, String> {
     let mut options = StreamOptions::default();
-    for (key, value) in form_pairs(query) {
+    for (key, value) in crate::query::form_pairs(query) {
         match key.as_str() {
             "command" => options.command.push(value),
             "input" | "stdin" => options.stdin = value == "1",
@@ -104,41 +99,6 @@ pub fn stream_options(query: &str) -> Result<StreamOptions, String> {
         options.stderr = false;
     }
     Ok(options)
-}
-
-/// `application/x-www-form-urlencoded` pairs (`+` is a space, `%XX` a byte).
-fn form_pairs(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(key), percent_decode(value))
-        })
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let hex = |b: u8| (b as char).to_digit(16);
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(high), Some(low)) => {
-                    // Two hex digits make at most 255.
-                    out.push(u8::try_from(high * 16 + low).unwrap_or(b'%'));
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The pod named in the path (and with this UID when the path has one).
@@ -202,75 +162,28 @@ fn runtime_refusal(error: crate::cri::Error) -> StreamRefusal {
     StreamRefusal::new(code, error.to_string())
 }
 
-type Target = (String, String, String);
-type TargetUid = (String, String, String, String);
+/// Path parameters: `namespace`, `pod`, `container` (not for port-forward) and, in the
+/// longer form of each route, `uid`.
+type Params = Path<HashMap<String, String>>;
+
+fn param<'a>(params: &'a HashMap<String, String>, name: &str) -> &'a str {
+    params.get(name).map_or("", String::as_str)
+}
 
 async fn exec(
     State(state): State<StreamingState>,
-    Path((namespace, pod, container)): Path<Target>,
+    Path(params): Params,
     request: Request,
 ) -> Response {
-    remote_command(
-        state,
-        Kind::Exec,
-        &namespace,
-        &pod,
-        None,
-        &container,
-        request,
-    )
-    .await
-}
-
-async fn exec_uid(
-    State(state): State<StreamingState>,
-    Path((namespace, pod, uid, container)): Path<TargetUid>,
-    request: Request,
-) -> Response {
-    remote_command(
-        state,
-        Kind::Exec,
-        &namespace,
-        &pod,
-        Some(&uid),
-        &container,
-        request,
-    )
-    .await
+    remote_command(state, Kind::Exec, &params, request).await
 }
 
 async fn attach(
     State(state): State<StreamingState>,
-    Path((namespace, pod, container)): Path<Target>,
+    Path(params): Params,
     request: Request,
 ) -> Response {
-    remote_command(
-        state,
-        Kind::Attach,
-        &namespace,
-        &pod,
-        None,
-        &container,
-        request,
-    )
-    .await
-}
-
-async fn attach_uid(
-    State(state): State<StreamingState>,
-    Path((namespace, pod, uid, container)): Path<TargetUid>,
-    request: Request,
-) -> Response {
-    remote_command(
-        state,
-        Kind::Attach,
-        &namespace,
-        &pod,
-        Some(&uid),
-        &container,
-        request,
-    )
-    .await
+    remote_command(state, Kind::Attach, &params, request).await
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -282,12 +195,15 @@ enum Kind {
 async fn remote_command(
     state: StreamingState,
     kind: Kind,
-    namespace: &str,
-    pod_name: &str,
-    uid: Option<&str>,
-    container: &str,
+    params: &HashMap<String, String>,
     request: Request,
 ) -> Response {
+    let (namespace, pod_name, container) = (
+        param(params, "namespace"),
+        param(params, "pod"),
+        param(params, "container"),
+    );
+    let uid = params.get("uid").map(String::as_str);
     // Not borrowed across the awaits below: a request body is not `Sync`.
     let query = request.uri().query().unwrap_or("").to_string();
     let result = async {
@@ -331,18 +247,18 @@ async fn remote_command(
 
 async fn port_forward(
     State(state): State<StreamingState>,
-    Path((namespace, pod)): Path<(String, String)>,
+    Path(params): Params,
     request: Request,
 ) -> Response {
-    forward(state, &namespace, &pod, None, request).await
-}
-
-async fn port_forward_uid(
-    State(state): State<StreamingState>,
-    Path((namespace, pod, uid)): Path<(String, String, String)>,
-    request: Request,
-) -> Response {
-    forward(state, &namespace, &pod, Some(&uid), request).await
+    let uid = params.get("uid").map(String::as_str);
+    forward(
+        state,
+        param(&params, "namespace"),
+        param(&params, "pod"),
+        uid,
+        request,
+    )
+    .await
 }
 
 /// `/portForward`: the pod's ready sandbox; the ports travel inside the stream (SPDY stream
