@@ -207,3 +207,19 @@ async fn a_certificate_from_another_ca_is_refused() {
     assert_eq!(code, 200);
     server.cancel.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_client_is_disconnected_after_the_handshake_timeout() {
+    use tokio::io::AsyncReadExt;
+    let ca = ca("test-ca");
+    let server = start(AuthorizationMode::AlwaysAllow, false, &ca).await;
+    let addr = server.url.trim_start_matches("https://").to_string();
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let mut buf = [0u8; 16];
+    // The server closes the connection: end of stream, after the (virtual) timeout.
+    let read = silent.read(&mut buf).await.unwrap_or(0);
+    assert_eq!(read, 0);
+    assert!(started.elapsed() >= nodelet::server::tls::HANDSHAKE_TIMEOUT);
+    server.cancel.cancel();
+}

@@ -20,6 +20,9 @@ use tower::ServiceExt;
 use super::auth::{user_from_certificate, PeerIdentity};
 use super::BindError;
 
+/// How long a client may take to finish the TLS handshake, and to send a request's headers.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Problems with certificates, keys and CA files, each naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -226,13 +229,20 @@ pub async fn serve_tls(
             let router = router.clone();
             let cancel = cancel.clone();
             tokio::spawn(async move {
-                let tls = match acceptor.accept(stream).await {
-                    Ok(tls) => tls,
-                    Err(error) => {
-                        tracing::debug!(%error, %remote, "kubelet API TLS handshake failed");
-                        return;
-                    }
-                };
+                // A client that opens a connection and says nothing must not hold a task
+                // forever.
+                let tls =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, %remote, "kubelet API TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%remote, "kubelet API TLS handshake timed out");
+                            return;
+                        }
+                    };
                 let peer = PeerIdentity(
                     tls.get_ref()
                         .1
@@ -246,6 +256,8 @@ pub async fn serve_tls(
                 });
                 // Upgrades: exec, attach and port-forward switch the connection to SPDY.
                 let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HANDSHAKE_TIMEOUT)
                     .serve_connection(TokioIo::new(tls), TowerToHyperService::new(service))
                     .with_upgrades();
                 tokio::pin!(connection);
