@@ -226,22 +226,8 @@ fn pods(
     output: &str,
 ) -> anyhow::Result<()> {
     let base = local_api_base(server, config_path)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let url = format!("{}/pods", base.trim_end_matches('/'));
-    let body: serde_json::Value = rt.block_on(async {
-        let resp = reqwest::Client::new()
-            .get(&url)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .with_context(|| format!("GET {url}"))?;
-        if !resp.status().is_success() {
-            bail!("GET {url}: {}", resp.status());
-        }
-        resp.json().await.with_context(|| format!("decoding {url}"))
-    })?;
+    let body = get_json(&url, &[])?;
     if output == "json" {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(());
@@ -266,6 +252,27 @@ fn pods(
         printer::pod_table(&pods, jiff::Timestamp::now(), show_ns)
     );
     Ok(())
+}
+
+/// `GET url?query` from the local API as JSON, for the CLI commands (a 10 s limit; a non-2xx
+/// answer is an error naming the URL).
+fn get_json(url: &str, query: &[(&str, String)]) -> anyhow::Result<serde_json::Value> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let resp = reqwest::Client::new()
+            .get(url)
+            .query(query)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        if !resp.status().is_success() {
+            bail!("GET {url}: {}", resp.status());
+        }
+        resp.json().await.with_context(|| format!("decoding {url}"))
+    })
 }
 
 /// The base URL of the local API: `--server`, else the address and `readOnlyPort` of `--config`,
@@ -303,22 +310,7 @@ fn events(
     if let Some(ns) = &namespace {
         query.push(("fieldSelector", format!("metadata.namespace={ns}")));
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let body: serde_json::Value = rt.block_on(async {
-        let resp = reqwest::Client::new()
-            .get(&url)
-            .query(&query)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .with_context(|| format!("GET {url}"))?;
-        if !resp.status().is_success() {
-            bail!("GET {url}: {}", resp.status());
-        }
-        resp.json().await.with_context(|| format!("decoding {url}"))
-    })?;
+    let body = get_json(&url, &query)?;
     if output == "json" {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(());

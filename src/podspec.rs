@@ -22,6 +22,24 @@ impl ContainerKind {
     }
 }
 
+/// The annotation that marks a static pod's mirror in the API server, with the static pod's
+/// config hash as its value.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The value of one annotation of the pod.
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// A static pod's mirror in the API server (`kubernetes.io/config.mirror` present).
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    annotation(pod, MIRROR_ANNOTATION).is_some()
+}
+
 pub fn uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
 }

@@ -10,10 +10,9 @@ use super::resources::{
     regular_containers, Amounts,
 };
 
-/// The annotation the kubelet puts on every pod it reads from a source: `file`, `http` or `api`.
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
-/// The annotation the kubelet puts on a static pod's mirror in the API server.
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+use crate::podspec::annotation;
+pub use crate::podspec::is_mirror_pod;
+pub use crate::source::CONFIG_SOURCE_ANNOTATION;
 /// Priority at and above which a pod is critical (`scheduling.SystemCriticalPriority`).
 pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 pub const SYSTEM_NODE_CRITICAL: &str = "system-node-critical";
@@ -104,18 +103,6 @@ pub fn qos_class(pod: &Pod) -> QosClass {
 /// A static pod: read from a file or URL rather than the API server (`kubetypes.IsStaticPod`).
 pub fn is_static_pod(pod: &Pod) -> bool {
     annotation(pod, CONFIG_SOURCE_ANNOTATION).is_some_and(|s| s != "api")
-}
-
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    annotation(pod, CONFIG_MIRROR_ANNOTATION).is_some()
-}
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
 }
 
 /// `kubetypes.IsCriticalPod`: static and mirror pods, and pods at system-critical priority.

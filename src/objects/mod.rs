@@ -297,12 +297,20 @@ pub fn referenced_objects(pod: &Pod) -> References {
     for s in spec.image_pull_secrets.iter().flatten() {
         secrets.push(s.name.as_str());
     }
-    let containers = spec
+    // Regular, init and ephemeral containers carry the same env types.
+    let container_env = spec
         .containers
         .iter()
-        .chain(spec.init_containers.iter().flatten());
-    for c in containers {
-        for from in c.env_from.iter().flatten() {
+        .chain(spec.init_containers.iter().flatten())
+        .map(|c| (&c.env_from, &c.env))
+        .chain(
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| (&c.env_from, &c.env)),
+        );
+    for (env_from, env) in container_env {
+        for from in env_from.iter().flatten() {
             if let Some(r) = &from.config_map_ref {
                 cm(&r.name);
             }
@@ -310,34 +318,16 @@ pub fn referenced_objects(pod: &Pod) -> References {
                 secrets.push(r.name.as_str());
             }
         }
-        for var in c.env.iter().flatten() {
-            if let Some(from) = &var.value_from {
-                if let Some(r) = &from.config_map_key_ref {
-                    cm(&r.name);
-                }
-                if let Some(r) = &from.secret_key_ref {
-                    secrets.push(r.name.as_str());
-                }
-            }
-        }
-    }
-    for c in spec.ephemeral_containers.iter().flatten() {
-        for from in c.env_from.iter().flatten() {
-            if let Some(r) = &from.config_map_ref {
+        for from in env
+            .iter()
+            .flatten()
+            .filter_map(|var| var.value_from.as_ref())
+        {
+            if let Some(r) = &from.config_map_key_ref {
                 cm(&r.name);
             }
-            if let Some(r) = &from.secret_ref {
+            if let Some(r) = &from.secret_key_ref {
                 secrets.push(r.name.as_str());
-            }
-        }
-        for var in c.env.iter().flatten() {
-            if let Some(from) = &var.value_from {
-                if let Some(r) = &from.config_map_key_ref {
-                    cm(&r.name);
-                }
-                if let Some(r) = &from.secret_key_ref {
-                    secrets.push(r.name.as_str());
-                }
             }
         }
     }

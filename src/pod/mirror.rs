@@ -15,7 +15,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::source::api::{is_mirror_pod, MIRROR_ANNOTATION};
+use crate::podspec::{annotation, is_mirror_pod, MIRROR_ANNOTATION};
 use crate::source::CONFIG_HASH_ANNOTATION;
 
 /// How often mirror pods are reconciled even when nothing was noticed.
@@ -37,14 +37,6 @@ fn key(p: &Pod) -> (String, String) {
         p.metadata.namespace.clone().unwrap_or_default(),
         p.metadata.name.clone().unwrap_or_default(),
     )
-}
-
-fn annotation<'a>(p: &'a Pod, name: &str) -> Option<&'a str> {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(name))
-        .map(String::as_str)
 }
 
 fn delete_of(p: &Pod) -> MirrorAction {

@@ -140,8 +140,13 @@ async fn healthz(State(state): State<ApiState>) -> Response {
 async fn pods(State(state): State<ApiState>) -> Response {
     let pods = (state.pods)();
     let items: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+    list_response("PodList", &items)
+}
+
+/// A `v1` list object (`PodList`, `EventList`) as JSON.
+fn list_response<T: serde::Serialize>(kind: &str, items: &[T]) -> Response {
     let list = serde_json::json!({
-        "kind": "PodList",
+        "kind": kind,
         "apiVersion": "v1",
         "metadata": {},
         "items": items,
@@ -174,17 +179,7 @@ async fn events(
         .into_iter()
         .filter(|e| selector.matches(e))
         .collect();
-    let list = serde_json::json!({
-        "kind": "EventList",
-        "apiVersion": "v1",
-        "metadata": {},
-        "items": items,
-    });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        list.to_string(),
-    )
-        .into_response()
+    list_response("EventList", &items)
 }
 
 /// A `Status` failure as the API server sends it for a bad request.

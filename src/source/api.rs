@@ -21,19 +21,11 @@ use super::SourceSnapshot;
 
 pub const API_SOURCE: &str = "api";
 
-/// The annotation that marks a mirror pod, with the static pod's config hash as its value.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub use crate::podspec::{is_mirror_pod, MIRROR_ANNOTATION};
 
 /// Quiet time after a watch event before a snapshot is sent, so a burst (the initial list, a
 /// rollout) becomes one snapshot.
 const DEBOUNCE: Duration = Duration::from_millis(10);
-
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
-}
 
 /// The pods the node should run, from the store's content: everything except mirror pods.
 pub fn desired_pods(store: &[std::sync::Arc<Pod>]) -> Vec<Pod> {

@@ -33,9 +33,10 @@ use super::generate::{
 use super::manager::{StatusManager, VersionedStatus};
 use super::patch::status_patch;
 use super::phase::{is_terminal_phase, FAILED, SUCCEEDED};
-use crate::cgroup::qos::CONFIG_MIRROR_ANNOTATION;
 use crate::clock::Clock;
 use crate::config::PodCleanup;
+pub use crate::podspec::is_mirror_pod;
+use crate::podspec::{annotation, MIRROR_ANNOTATION};
 use crate::source::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
 
 /// The kubelet's status `syncPeriod`: how often every cached status is compared with the API.
@@ -117,22 +118,9 @@ impl Default for ApiStatusSyncOptions {
 
 // ---- pure decisions ----
 
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
 /// A pod from the static manifest directory (`kubernetes.io/config.source: file`).
 pub fn is_static_pod(pod: &Pod) -> bool {
     annotation(pod, CONFIG_SOURCE_ANNOTATION) == Some(FILE_SOURCE)
-}
-
-/// A static pod's mirror in the API server (`kubernetes.io/config.mirror` present).
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    annotation(pod, CONFIG_MIRROR_ANNOTATION).is_some()
 }
 
 /// What the API holds under a cached pod's namespace/name.
@@ -161,7 +149,7 @@ pub fn match_api_pod(local: &Pod, candidate: Option<Arc<Pod>>) -> ApiPod {
         let hash = annotation(local, CONFIG_HASH_ANNOTATION)
             .or(local.metadata.uid.as_deref())
             .unwrap_or_default();
-        annotation(&candidate, CONFIG_MIRROR_ANNOTATION) == Some(hash)
+        annotation(&candidate, MIRROR_ANNOTATION) == Some(hash)
     } else {
         !uid.is_empty() && local.metadata.uid.as_deref() == Some(uid.as_str())
     };

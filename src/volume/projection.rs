@@ -107,55 +107,20 @@ pub fn config_map_payload(
 ) -> Result<Payload, String> {
     let data = config_map.and_then(|c| c.data.as_ref());
     let binary = config_map.and_then(|c| c.binary_data.as_ref());
-    let mut payload = Payload::new();
-    if items.is_empty() {
-        for (name, value) in data.into_iter().flatten() {
-            payload.insert(
-                name.clone(),
-                FileProjection {
-                    data: value.as_bytes().to_vec(),
-                    mode: file_mode(None, default_mode),
-                    fs_user: None,
-                },
-            );
-        }
-        for (name, value) in binary.into_iter().flatten() {
-            payload.insert(
-                name.clone(),
-                FileProjection {
-                    data: value.0.clone(),
-                    mode: file_mode(None, default_mode),
-                    fs_user: None,
-                },
-            );
-        }
-        return Ok(payload);
-    }
-    for item in items {
-        let content = match (
-            data.and_then(|d| d.get(&item.key)),
-            binary.and_then(|b| b.get(&item.key)),
-        ) {
-            (Some(s), _) => s.as_bytes().to_vec(),
-            (None, Some(b)) => b.0.clone(),
-            (None, None) if optional => continue,
-            (None, None) => {
-                return Err(format!(
-                    "configmap references non-existent config key: {}",
-                    item.key
-                ))
-            }
-        };
-        payload.insert(
-            item.path.clone(),
-            FileProjection {
-                data: content,
-                mode: file_mode(item.mode, default_mode),
-                fs_user: None,
-            },
-        );
-    }
-    Ok(payload)
+    let entries: Vec<(&str, &[u8])> = data
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .chain(
+            binary
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.0.as_slice())),
+        )
+        .collect();
+    keyed_payload(items, &entries, default_mode, optional, |key| {
+        format!("configmap references non-existent config key: {key}")
+    })
 }
 
 /// `secret.MakePayload`: like [`config_map_payload`] over the Secret's `data`.
@@ -165,35 +130,50 @@ pub fn secret_payload(
     default_mode: i32,
     optional: bool,
 ) -> Result<Payload, String> {
-    let data = secret.and_then(|s| s.data.as_ref());
+    let entries: Vec<(&str, &[u8])> = secret
+        .and_then(|s| s.data.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.0.as_slice()))
+        .collect();
+    keyed_payload(items, &entries, default_mode, optional, |key| {
+        format!("references non-existent secret key: {key}")
+    })
+}
+
+/// The payload of a keyed object (`entries` in lookup order): with no `items` every key at its
+/// own name with the default mode (a later entry of the same key wins), else each listed key
+/// (its first entry) at the item's path and mode; a missing key is `missing_key(key)` unless
+/// `optional`.
+fn keyed_payload(
+    items: &[KeyToPath],
+    entries: &[(&str, &[u8])],
+    default_mode: i32,
+    optional: bool,
+    missing_key: impl Fn(&str) -> String,
+) -> Result<Payload, String> {
     let mut payload = Payload::new();
+    let file = |data: &[u8], mode| FileProjection {
+        data: data.to_vec(),
+        mode,
+        fs_user: None,
+    };
     if items.is_empty() {
-        for (name, value) in data.into_iter().flatten() {
-            payload.insert(
-                name.clone(),
-                FileProjection {
-                    data: value.0.clone(),
-                    mode: file_mode(None, default_mode),
-                    fs_user: None,
-                },
-            );
+        for (name, data) in entries {
+            payload.insert(name.to_string(), file(data, file_mode(None, default_mode)));
         }
         return Ok(payload);
     }
     for item in items {
-        let Some(content) = data.and_then(|d| d.get(&item.key)) else {
+        let Some((_, data)) = entries.iter().find(|(key, _)| *key == item.key) else {
             if optional {
                 continue;
             }
-            return Err(format!("references non-existent secret key: {}", item.key));
+            return Err(missing_key(&item.key));
         };
         payload.insert(
             item.path.clone(),
-            FileProjection {
-                data: content.0.clone(),
-                mode: file_mode(item.mode, default_mode),
-                fs_user: None,
-            },
+            file(data, file_mode(item.mode, default_mode)),
         );
     }
     Ok(payload)
