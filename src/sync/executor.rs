@@ -117,6 +117,19 @@ pub enum Error {
     Sandbox { uid: String, message: String },
 }
 
+/// The outcome of a CRI removal: gone already (NotFound) counts as removed; any other error
+/// names the pod and the call.
+pub(super) fn removed(result: cri::Result<()>, uid: &str, op: &'static str) -> Result<()> {
+    match result {
+        Err(e) if !e.is_not_found() => Err(Error::Runtime {
+            uid: uid.to_string(),
+            op,
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Clone)]
@@ -589,15 +602,11 @@ impl PodSyncer {
                 .entry(c.name.clone())
                 .or_insert(c.restart_count);
             *base = (*base).max(c.restart_count);
-            if let Err(e) = self.runtime.remove_container(&c.id).await {
-                if !e.is_not_found() {
-                    return Err(Error::Runtime {
-                        uid,
-                        op: "RemoveContainer",
-                        source: e,
-                    });
-                }
-            }
+            removed(
+                self.runtime.remove_container(&c.id).await,
+                &uid,
+                "RemoveContainer",
+            )?;
         }
         memory.start_failures.clear();
         memory.restart_in_place = Some(false);

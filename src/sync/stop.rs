@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::executor::{pod_uid, Error, PodMemory, PodSyncer, Result};
+use super::executor::{pod_uid, removed, PodMemory, PodSyncer, Result};
 use super::hooks::run_hook;
 use super::kill::{
     stop_timeout_after_hook, termination_grace_period, StopReason, TerminationOrdering,
@@ -254,28 +254,20 @@ impl PodSyncer {
         let uid = pod_uid(pod).to_string();
         let runtime = self.inspect(&uid).await?;
         for c in &runtime.containers {
-            if let Err(e) = self.runtime.remove_container(&c.id).await {
-                if !e.is_not_found() {
-                    return Err(Error::Runtime {
-                        uid,
-                        op: "RemoveContainer",
-                        source: e,
-                    });
-                }
-            }
+            removed(
+                self.runtime.remove_container(&c.id).await,
+                &uid,
+                "RemoveContainer",
+            )?;
         }
         for s in &runtime.sandboxes {
             // StopPodSandbox before RemovePodSandbox, as the CRI asks; both are idempotent.
             let _ = self.runtime.stop_pod_sandbox(&s.id).await;
-            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await {
-                if !e.is_not_found() {
-                    return Err(Error::Runtime {
-                        uid,
-                        op: "RemovePodSandbox",
-                        source: e,
-                    });
-                }
-            }
+            removed(
+                self.runtime.remove_pod_sandbox(&s.id).await,
+                &uid,
+                "RemovePodSandbox",
+            )?;
         }
         if let Err(e) = volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
             tracing::warn!(error = %e, "cleaning up pod directory");

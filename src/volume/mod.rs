@@ -346,14 +346,7 @@ pub fn write_etc_hosts_from(
 
 /// Eight random hex digits, like the kubelet's `makeUID`.
 fn random_id() -> String {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    format!("{:08x}", hasher.finish() as u32)
+    format!("{:08x}", random_number())
 }
 
 /// A random decimal number, the suffix Go's `MkdirTemp` gives a temporary directory.
