@@ -163,6 +163,26 @@ fn resource_of<K: k8s_openapi::Resource>() -> Result<&'static ResourceType, Fixt
     })
 }
 
+/// A typed object as the JSON the store keeps (with `apiVersion` and `kind`), and the
+/// namespace its metadata names.
+fn encode_typed<K>(obj: &K) -> Result<(Value, Option<String>), FixtureError>
+where
+    K: k8s_openapi::Resource + Serialize,
+{
+    let mut value = serde_json::to_value(obj).map_err(|source| FixtureError::Encode {
+        kind: K::KIND.to_string(),
+        name: String::new(),
+        source,
+    })?;
+    value["apiVersion"] = Value::from(K::API_VERSION);
+    value["kind"] = Value::from(K::KIND);
+    let namespace = value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(String::from);
+    Ok((value, namespace))
+}
+
 fn decode<K: DeserializeOwned>(kind: &str, value: Value) -> Result<K, FixtureError> {
     let name = value
         .pointer("/metadata/name")
@@ -291,17 +311,7 @@ impl Fixture {
         K: k8s_openapi::Resource + Serialize + DeserializeOwned,
     {
         let rt = resource_of::<K>()?;
-        let mut value = serde_json::to_value(obj).map_err(|source| FixtureError::Encode {
-            kind: K::KIND.to_string(),
-            name: String::new(),
-            source,
-        })?;
-        value["apiVersion"] = Value::from(K::API_VERSION);
-        value["kind"] = Value::from(K::KIND);
-        let namespace = value
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .map(String::from);
+        let (value, namespace) = encode_typed(obj)?;
         let written =
             self.state
                 .store
@@ -316,17 +326,7 @@ impl Fixture {
         K: k8s_openapi::Resource + Serialize + DeserializeOwned,
     {
         let rt = resource_of::<K>()?;
-        let mut value = serde_json::to_value(obj).map_err(|source| FixtureError::Encode {
-            kind: K::KIND.to_string(),
-            name: String::new(),
-            source,
-        })?;
-        value["apiVersion"] = Value::from(K::API_VERSION);
-        value["kind"] = Value::from(K::KIND);
-        let namespace = value
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .map(String::from);
+        let (value, namespace) = encode_typed(obj)?;
         let name = value
             .pointer("/metadata/name")
             .and_then(Value::as_str)

@@ -75,7 +75,8 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
                 _ => return Err(PathError::NotFound),
             }
         }
-        [plural, name] => {
+        // A cluster-scoped object, with or without a subresource.
+        [plural, name, sub @ ..] if sub.len() <= 1 => {
             let rt = lookup(plural)?;
             if rt.namespaced {
                 return Err(PathError::NotFound);
@@ -84,19 +85,7 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
                 resource: rt,
                 namespace: None,
                 name: owned(name),
-                subresource: None,
-            }
-        }
-        [plural, name, sub] => {
-            let rt = lookup(plural)?;
-            if rt.namespaced {
-                return Err(PathError::NotFound);
-            }
-            Target {
-                resource: rt,
-                namespace: None,
-                name: owned(name),
-                subresource: owned(sub),
+                subresource: sub.first().and_then(|s| owned(s)),
             }
         }
         _ => return Err(PathError::NotFound),
