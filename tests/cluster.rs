@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use apiserver_fixture::Fixture;
@@ -11,28 +10,6 @@ use common::*;
 use k8s_openapi::api::core::v1::Pod;
 
 const T: Duration = Duration::from_secs(90);
-
-fn kubectl(api: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new("kubectl")
-        .env("KUBECONFIG", "/dev/null")
-        .arg("--server")
-        .arg(api)
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn kubectl_apply(api: &str, dir: &std::path::Path, name: &str, yaml: &str) {
-    let file = dir.join(format!("{name}.yaml"));
-    std::fs::write(&file, yaml).unwrap();
-    let (ok, out, err) = kubectl(api, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(ok, "kubectl apply: {out}{err}");
-}
 
 fn api_pod(fixture: &Fixture, name: &str) -> Option<Pod> {
     fixture.get::<Pod>(Some("default"), name).ok().flatten()
@@ -724,9 +701,7 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
     assert!(time.parse::<jiff::Timestamp>().is_ok(), "{line:?}");
     assert!(!text.is_empty(), "{line:?}");
     // `kubectl logs -f` sees a line the container writes after it started following.
-    let mut follow = std::process::Command::new("kubectl")
-        .env("KUBECONFIG", "/dev/null")
-        .args(["--server", &api, "logs", "-f", "chatty", "--tail=0"])
+    let mut follow = kubectl_command(&api, &["logs", "-f", "chatty", "--tail=0"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("kubectl logs -f");
@@ -809,16 +784,17 @@ async fn kubectl_exec_and_port_forward_reach_the_container() {
     assert!(err.contains("command terminated with exit code 3"), "{err}");
 
     // Standard input reaches the process.
-    let mut child = std::process::Command::new("kubectl")
-        .env("KUBECONFIG", "/dev/null")
-        .args([
-            "--server", &api, "exec", "-i", "chatty", "-c", "main", "--", "/testbox", "cat",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl exec -i");
+    let mut child = kubectl_command(
+        &api,
+        &[
+            "exec", "-i", "chatty", "-c", "main", "--", "/testbox", "cat",
+        ],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("kubectl exec -i");
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
@@ -841,9 +817,7 @@ async fn kubectl_exec_and_port_forward_reach_the_container() {
     assert!(err.contains("nope"), "{err}");
 
     // port-forward: a local port reaches the container's 8080.
-    let mut forward = std::process::Command::new("kubectl")
-        .env("KUBECONFIG", "/dev/null")
-        .args(["--server", &api, "port-forward", "pod/chatty", ":8080"])
+    let mut forward = kubectl_command(&api, &["port-forward", "pod/chatty", ":8080"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use apiserver_fixture::serviceaccount::{token_claims, TOKEN_MOUNT_PATH};
@@ -14,28 +13,6 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet::cri::Runtime;
 
 const T: Duration = Duration::from_secs(90);
-
-fn kubectl(api: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new("kubectl")
-        .env("KUBECONFIG", "/dev/null")
-        .arg("--server")
-        .arg(api)
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn kubectl_apply(api: &str, dir: &std::path::Path, name: &str, yaml: &str) {
-    let file = dir.join(format!("{name}.yaml"));
-    std::fs::write(&file, yaml).unwrap();
-    let (ok, out, err) = kubectl(api, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(ok, "kubectl apply: {out}{err}");
-}
 
 fn running_pod(fixture: &Fixture, namespace: &str, name: &str) -> Option<Pod> {
     let pod: Pod = fixture.get(Some(namespace), name).ok().flatten()?;

@@ -453,3 +453,32 @@ pub fn testbox_pod(name: &str, policy: &str, containers: &[(&str, &[&str])]) -> 
 pub fn dir_of(p: &Path) -> PathBuf {
     p.to_path_buf()
 }
+
+/// The real `kubectl` against the API server at `api` (no kubeconfig), not yet run.
+pub fn kubectl_command(api: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("kubectl");
+    command
+        .env("KUBECONFIG", "/dev/null")
+        .arg("--server")
+        .arg(api)
+        .args(args);
+    command
+}
+
+/// Runs `kubectl`: (success, stdout, stderr).
+pub fn kubectl(api: &str, args: &[&str]) -> (bool, String, String) {
+    let out = kubectl_command(api, args).output().expect("run kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `kubectl apply -f` of `yaml`, written to `<dir>/<name>.yaml`; fails the test if refused.
+pub fn kubectl_apply(api: &str, dir: &Path, name: &str, yaml: &str) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, yaml).unwrap();
+    let (ok, out, err) = kubectl(api, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(ok, "kubectl apply: {out}{err}");
+}
