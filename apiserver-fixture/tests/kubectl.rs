@@ -332,6 +332,23 @@ async fn kubectl_delete_waits_for_the_final_delete() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let uid = uid.expect("kubectl sent the graceful delete");
+    // kubectl lists the pod, then watches it by name; the final delete must come after the
+    // watch is open, or kubectl sees the pod already gone and never watches.
+    let watching = |fixture: &Fixture| {
+        fixture.request_log().iter().any(|r| {
+            r.is_watch() && r.query_param("fieldSelector").as_deref() == Some("metadata.name=web")
+        })
+    };
+    for _ in 0..200 {
+        if watching(&fixture) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        watching(&fixture),
+        "kubectl waits with a watch on the pod's name"
+    );
     assert!(
         !waiting.is_finished(),
         "kubectl must wait while the pod terminates"
@@ -360,12 +377,6 @@ async fn kubectl_delete_waits_for_the_final_delete() {
         String::from_utf8_lossy(&output.stdout).trim(),
         r#"pod "web" deleted"#
     );
-    // kubectl waited with a watch on the pod's name.
-    assert!(fixture
-        .request_log()
-        .iter()
-        .any(|r| r.is_watch()
-            && r.query_param("fieldSelector").as_deref() == Some("metadata.name=web")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
