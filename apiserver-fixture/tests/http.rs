@@ -220,7 +220,8 @@ async fn watch_timeout_closes_the_stream() {
         .send()
         .await
         .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(5), watch.chunk())
+    // Generous: without timeoutSeconds the stream would last 30 minutes.
+    let end = tokio::time::timeout(Duration::from_secs(30), watch.chunk())
         .await
         .unwrap()
         .unwrap();

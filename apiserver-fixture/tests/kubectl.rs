@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use apiserver_fixture::Fixture;
 use common::{kubectl, kubectl_ok, manifest, resource_requests, POD_YAML};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -307,6 +305,7 @@ async fn kubectl_delete_waits_for_the_final_delete() {
     let waiting = tokio::spawn(async move {
         tokio::process::Command::new(common::KUBECTL)
             .env("KUBECONFIG", "/dev/null")
+            .env("HOME", std::env::temp_dir())
             .args([
                 "--server",
                 &url,
@@ -322,16 +321,17 @@ async fn kubectl_delete_waits_for_the_final_delete() {
     });
     // Wait until kubectl's graceful DELETE arrived, then act as the node agent.
     let mut uid = None;
-    for _ in 0..200 {
-        if let Some(pod) = fixture.get::<Pod>(Some("default"), "web").unwrap() {
-            if pod.metadata.deletion_timestamp.is_some() {
-                uid = pod.metadata.uid;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let uid = uid.expect("kubectl sent the graceful delete");
+    let deleting = common::eventually(common::KUBECTL_LIMIT, || {
+        uid = fixture
+            .get::<Pod>(Some("default"), "web")
+            .unwrap()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_some())
+            .and_then(|pod| pod.metadata.uid);
+        uid.is_some()
+    })
+    .await;
+    assert!(deleting, "kubectl sent the graceful delete");
+    let uid = uid.unwrap();
     // kubectl lists the pod, then watches it by name; the final delete must come after the
     // watch is open, or kubectl sees the pod already gone and never watches.
     let watching = |fixture: &Fixture| {
@@ -339,14 +339,8 @@ async fn kubectl_delete_waits_for_the_final_delete() {
             r.is_watch() && r.query_param("fieldSelector").as_deref() == Some("metadata.name=web")
         })
     };
-    for _ in 0..200 {
-        if watching(&fixture) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     assert!(
-        watching(&fixture),
+        common::eventually(common::KUBECTL_LIMIT, || watching(&fixture)).await,
         "kubectl waits with a watch on the pod's name"
     );
     assert!(
@@ -364,7 +358,7 @@ async fn kubectl_delete_waits_for_the_final_delete() {
     fixture
         .delete::<Pod>(Some("default"), "web", &options)
         .unwrap();
-    let output = tokio::time::timeout(Duration::from_secs(30), waiting)
+    let output = tokio::time::timeout(common::KUBECTL_LIMIT, waiting)
         .await
         .unwrap()
         .unwrap();
@@ -479,6 +473,7 @@ async fn get_watch_prints_rows_like_a_real_cluster() {
     kubectl_ok(&fixture, &["apply", "-f", &path]).await;
     let mut child = tokio::process::Command::new(common::KUBECTL)
         .env("KUBECONFIG", "/dev/null")
+        .env("HOME", std::env::temp_dir())
         .args(["--server", &fixture.url(), "get", "pods", "-w"])
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -486,7 +481,7 @@ async fn get_watch_prints_rows_like_a_real_cluster() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + common::KUBECTL_LIMIT;
     while let Ok(Ok(Some(line))) = tokio::time::timeout_at(deadline, lines.next_line()).await {
         seen.push(
             line.split_whitespace()
@@ -511,6 +506,10 @@ async fn get_watch_prints_rows_like_a_real_cluster() {
         }
     }
     child.kill().await.unwrap();
+    assert!(
+        seen.len() >= 3,
+        "kubectl printed the header, the pod and its deletion: {seen:?}"
+    );
     assert_eq!(seen[0][..3], ["NAME", "READY", "STATUS"]);
     assert_eq!(seen[1][..3], ["web", "0/1", "Pending"]);
     let last = seen.last().unwrap();

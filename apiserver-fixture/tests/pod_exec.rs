@@ -516,9 +516,10 @@ async fn errors_look_like_the_api_servers() {
 #[tokio::test]
 async fn an_unreachable_agent_is_a_500() {
     let (fixture, _kubelet) = setup().await;
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
+    // Bound but not listening: connections are refused, and no other test can take the port.
+    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+    reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = reserved.local_addr().unwrap().port();
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": "node-2"},
         "status": {

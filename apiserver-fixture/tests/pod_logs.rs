@@ -367,7 +367,7 @@ async fn kubectl_logs_with_flags_and_follow() {
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(20), stdout.next_line())
+    let first = tokio::time::timeout(common::KUBECTL_LIMIT, stdout.next_line())
         .await
         .unwrap()
         .unwrap();

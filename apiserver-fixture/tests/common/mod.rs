@@ -11,6 +11,23 @@ use serde_json::Value;
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
 
+/// How long one kubectl command may take; generous because CI machines are shared and slow.
+pub const KUBECTL_LIMIT: Duration = Duration::from_secs(120);
+
+/// Polls `condition` every 50 ms until it holds or `limit` has passed; returns whether it held.
+pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub struct KubectlOutput {
     pub success: bool,
     pub stdout: String,
@@ -20,14 +37,18 @@ pub struct KubectlOutput {
 /// Runs `kubectl --server URL ARGS...` with an empty kubeconfig; the fixture keeps serving because
 /// the command runs as a child process awaited by tokio.
 pub async fn kubectl(fixture: &Fixture, args: &[&str]) -> KubectlOutput {
-    let output = tokio::process::Command::new(KUBECTL)
+    let command = tokio::process::Command::new(KUBECTL)
         .env("KUBECONFIG", "/dev/null")
         .env("HOME", std::env::temp_dir())
         .arg("--server")
         .arg(fixture.url())
         .args(args)
-        .output()
+        .kill_on_drop(true)
+        .output();
+    // A hung kubectl fails the test with its arguments instead of stalling the whole run.
+    let output = tokio::time::timeout(KUBECTL_LIMIT, command)
         .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in {KUBECTL_LIMIT:?}"))
         .unwrap_or_else(|e| {
             panic!("running {KUBECTL}: {e} (the kubectl integration tests need it installed)")
         });
