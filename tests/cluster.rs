@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use apiserver_fixture::Fixture;
+use apiserver_fixture::{Fixture, LoggedRequest};
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -28,6 +28,34 @@ async fn wait_api<T>(what: &str, n: &Nodelet, mut check: impl FnMut() -> Option<
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The logged requests that match, once there is at least one. The fixture changes its store
+/// inside the handler and logs the request right after, so a change the test saw may still
+/// precede its log entry by a moment.
+async fn wait_logged(
+    what: &str,
+    n: &Nodelet,
+    fixture: &Fixture,
+    matches: impl Fn(&LoggedRequest) -> bool,
+) -> Vec<LoggedRequest> {
+    wait_api(what, n, || {
+        let found: Vec<_> = fixture
+            .request_log()
+            .into_iter()
+            .filter(|r| matches(r))
+            .collect();
+        (!found.is_empty()).then_some(found)
+    })
+    .await
+}
+
+fn is_final_delete(r: &LoggedRequest, pod: &str) -> bool {
+    r.method == "DELETE"
+        && r.path.ends_with(&format!("/pods/{pod}"))
+        && r.body
+            .as_ref()
+            .is_some_and(|b| b["gracePeriodSeconds"] == 0)
 }
 
 fn bound_pod(name: &str, node: &str, extra_spec: &str) -> String {
@@ -149,6 +177,10 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
         "bye",
         "preStop ran"
     );
+    wait_logged("nodelet's final DELETE", &n, &fixture, |r| {
+        is_final_delete(r, "web")
+    })
+    .await;
     let deletes: Vec<_> = fixture
         .request_log()
         .into_iter()
@@ -157,10 +189,8 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
     // kubectl's graceful DELETE, then exactly one final DELETE from nodelet.
     let finals: Vec<_> = deletes
         .iter()
-        .filter(|r| {
-            let body = r.body.clone().unwrap_or_default();
-            body["gracePeriodSeconds"] == 0 && body["preconditions"]["uid"] == uid.as_str()
-        })
+        .filter(|r| is_final_delete(r, "web"))
+        .filter(|r| r.body.as_ref().unwrap()["preconditions"]["uid"] == uid.as_str())
         .collect();
     assert_eq!(
         finals.len(),
@@ -198,19 +228,18 @@ async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
             .filter(|p| matches!(api_phase(p).as_str(), "Succeeded" | "Failed"))
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    wait_logged("nodelet's final DELETE", &n, &fixture, |r| {
+        is_final_delete(r, "held")
+    })
+    .await;
+    // Time for a looping agent to send more; nodelet must not.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let p = api_pod(&fixture, "held").expect("still there: it has a finalizer");
     assert!(p.metadata.deletion_timestamp.is_some());
     let finals = fixture
         .request_log()
         .into_iter()
-        .filter(|r| {
-            r.method == "DELETE"
-                && r.path.ends_with("/pods/held")
-                && r.body
-                    .as_ref()
-                    .is_some_and(|b| b["gracePeriodSeconds"] == 0)
-        })
+        .filter(|r| is_final_delete(r, "held"))
         .count();
     assert_eq!(finals, 1, "one final DELETE, no loop");
     let (_, out, _) = kubectl(&api, &["get", "pod", "held", "--no-headers"]);
@@ -281,13 +310,16 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
     })
     .await;
     fixture.stop().await;
-    // The container exits while the API server is away.
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    assert_eq!(
-        phase(&n.pod_exact("job").await.unwrap()),
-        "Failed",
-        "nodelet saw the exit locally"
-    );
+    // The container exits (after 10 s) while the API server is away.
+    let deadline = Instant::now() + T;
+    while n.pod_exact("job").await.as_ref().map(phase) != Some("Failed") {
+        assert!(
+            Instant::now() < deadline,
+            "nodelet never saw the exit locally\n{}",
+            tail(&n.logs(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     fixture.resume().await.unwrap();
     let p = wait_api("the Failed status delivered", &n, || {
         api_pod(&fixture, "job").filter(|p| api_phase(p) == "Failed")
@@ -435,12 +467,11 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
         || api_pod(&fixture, "owned").is_none().then_some(()),
     )
     .await;
-    let delete = fixture
-        .request_log()
-        .into_iter()
-        .find(|r| r.method == "DELETE" && r.path.ends_with("/pods/owned"))
-        .expect("nodelet deleted it");
-    let body = delete.body.unwrap();
+    let delete = wait_logged("nodelet's DELETE of owned", &n, &fixture, |r| {
+        r.method == "DELETE" && r.path.ends_with("/pods/owned")
+    })
+    .await;
+    let body = delete[0].body.clone().unwrap();
     assert_eq!(body["propagationPolicy"], "Background");
     assert!(body["preconditions"]["uid"].is_string());
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -572,26 +603,26 @@ spec:
         "name: nothere\n          key: color",
     );
     kubectl_apply(&api, n.dir.path(), "broken", &missing);
-    let p = wait_api("CreateContainerConfigError", &n, || {
-        api_pod(&fixture, "broken").filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|cs| cs[0].state.as_ref()?.waiting.as_ref()?.reason.clone())
-                .as_deref()
-                == Some("CreateContainerConfigError")
-        })
-    })
+    // Waits for the message itself: the first attempt may still report that the new watch
+    // had not listed in time, and the next sync reports the missing object.
+    wait_api(
+        "CreateContainerConfigError: configmap \"nothere\" not found",
+        &n,
+        || {
+            api_pod(&fixture, "broken").filter(|p| {
+                let waiting = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|cs| cs[0].state.as_ref()?.waiting.clone());
+                waiting.is_some_and(|w| {
+                    w.reason.as_deref() == Some("CreateContainerConfigError")
+                        && w.message.as_deref() == Some("configmap \"nothere\" not found")
+                })
+            })
+        },
+    )
     .await;
-    let message = p.status.unwrap().container_statuses.unwrap()[0]
-        .state
-        .clone()
-        .unwrap()
-        .waiting
-        .unwrap()
-        .message
-        .unwrap();
-    assert_eq!(message, "configmap \"nothere\" not found");
 }
 
 /// A CA and the API server's kubelet client identity (PEM certificate + key) it signed, as

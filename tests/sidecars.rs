@@ -124,7 +124,7 @@ async fn sidecars_stop_after_the_main_containers_in_reverse_order() {
     n.write_manifest(
         "t.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: t\nspec:\n  activeDeadlineSeconds: 5\n  terminationGracePeriodSeconds: 20\n  initContainers:\n{}{}  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --sigterm-delay, 1s]\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: t\nspec:\n  activeDeadlineSeconds: 15\n  terminationGracePeriodSeconds: 20\n  initContainers:\n{}{}  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --sigterm-delay, 1s]\n",
             sidecar("sidecar1"),
             sidecar("sidecar2")
         ),

@@ -30,13 +30,23 @@ async fn two_containers_run_and_answer_on_the_pod_ip() {
     let status = pod.status.as_ref().unwrap();
     let ip = status.pod_ip.clone().expect("pod IP");
     assert_eq!(status.container_statuses.as_ref().unwrap().len(), 2);
+    // Running means the process started; its listener may come a moment later.
     for port in [8080, 8081] {
-        let body = reqwest::Client::new()
-            .get(format!("http://{ip}:{port}/healthz"))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {ip}:{port}: {e}"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let body = loop {
+            match reqwest::Client::new()
+                .get(format!("http://{ip}:{port}/healthz"))
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await
+            {
+                Ok(body) => break body,
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Err(e) => panic!("GET {ip}:{port}: {e}"),
+            }
+        };
         assert_eq!(body.status(), 200, "port {port}");
     }
     let conditions: Vec<(String, String)> = status
