@@ -49,9 +49,25 @@ pub fn runtime() -> Arc<RemoteRuntime> {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// Ports handed out by [`free_port`]: below Linux's ephemeral range (32768–60999), so that no
+/// `bind(0)` or outgoing connection of a parallel test can take one between the check here and
+/// the nodelet process binding it; distinct within this test binary (a counter) and across the
+/// binaries cargo runs one after another (an offset from the process id).
+const PORT_RANGE: std::ops::Range<u32> = 20_000..32_000;
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// A loopback port that is free now and that no other test of this binary is given.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    let span = PORT_RANGE.end - PORT_RANGE.start;
+    let offset = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = (PORT_RANGE.start + (offset + n) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {PORT_RANGE:?}");
 }
 
 /// `field: value` unless `extra` sets the field itself (YAML refuses a key given twice).
