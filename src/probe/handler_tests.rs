@@ -143,6 +143,9 @@ fn routes(req: &Request, port: u16) -> Response {
 }
 
 const SECOND: Duration = Duration::from_secs(1);
+/// The limit where a probe is expected to succeed (or be refused at once): wide, so a stalled
+/// machine cannot turn the answer into a timeout.
+const GENEROUS: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn http_status_and_redirect_table() {
@@ -174,7 +177,7 @@ async fn http_status_and_redirect_table() {
     ];
     let prober = HttpProber::new();
     for (path, want) in cases {
-        let got = prober.probe(&target(p, path, &[]), SECOND).await;
+        let got = prober.probe(&target(p, path, &[]), GENEROUS).await;
         assert_eq!(got, want, "{path}");
     }
 }
@@ -183,7 +186,7 @@ async fn http_status_and_redirect_table() {
 async fn http_redirect_loop_stops_after_ten_requests() {
     let server = serve(routes).await;
     HttpProber::new()
-        .probe(&target(server.port, "/loop", &[]), SECOND)
+        .probe(&target(server.port, "/loop", &[]), GENEROUS)
         .await;
     assert_eq!(server.requests.load(Ordering::SeqCst), 10);
 }
@@ -239,7 +242,7 @@ async fn http_headers_table() {
     ];
     let prober = HttpProber::new();
     for (name, spec, present, absent) in cases {
-        let lines = header_lines(prober.probe(&target(p, "/headers", &spec), SECOND).await);
+        let lines = header_lines(prober.probe(&target(p, "/headers", &spec), GENEROUS).await);
         for want in &present {
             assert!(
                 lines.contains(want),
@@ -259,7 +262,7 @@ async fn http_headers_table() {
 async fn http_body_is_read_up_to_ten_kib() {
     let server = serve(routes).await;
     match HttpProber::new()
-        .probe(&target(server.port, "/big", &[]), SECOND)
+        .probe(&target(server.port, "/big", &[]), GENEROUS)
         .await
     {
         Attempt::Success(body) => assert_eq!(body.len(), MAX_BODY),
@@ -278,10 +281,7 @@ async fn http_timeout_and_refused_connection_are_failures() {
             held.push(s);
         }
     });
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let (_closed, closed) = crate::probe::closed_port();
     let prober = HttpProber::new();
     let got = prober
         .probe(&target(silent, "/", &[]), Duration::from_millis(300))
@@ -292,7 +292,7 @@ async fn http_timeout_and_refused_connection_are_failures() {
             "Get \"http://127.0.0.1:{silent}/\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
         ))
     );
-    let got = prober.probe(&target(closed, "/", &[]), SECOND).await;
+    let got = prober.probe(&target(closed, "/", &[]), GENEROUS).await;
     assert_eq!(
         got,
         Attempt::Failure(format!(
@@ -335,10 +335,10 @@ async fn grpc_health_table() {
         ),
     ];
     for (service, want) in cases {
-        let got = grpc::probe("127.0.0.1", port, service, SECOND).await;
+        let got = grpc::probe("127.0.0.1", port, service, GENEROUS).await;
         assert_eq!(got, want, "{service:?}");
     }
-    match grpc::probe("127.0.0.1", port, "unknown", SECOND).await {
+    match grpc::probe("127.0.0.1", port, "unknown", GENEROUS).await {
         Attempt::Failure(msg) => assert!(
             msg.starts_with("error: health rpc probe failed: rpc error: code = NotFound desc = "),
             "{msg}"
@@ -349,10 +349,7 @@ async fn grpc_health_table() {
 
 #[tokio::test]
 async fn grpc_closed_port_times_out_like_a_blocking_dial() {
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let (_closed, closed) = crate::probe::closed_port();
     let got = grpc::probe("127.0.0.1", closed, "", SECOND).await;
     assert_eq!(
         got,

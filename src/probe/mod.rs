@@ -157,3 +157,15 @@ pub enum HandlerError {
     #[error("missing probe handler")]
     Missing,
 }
+
+/// A loopback port that refuses connections for as long as the returned socket lives: bound but
+/// not listening, so no other test can bind the number in the meantime.
+#[cfg(test)]
+pub(crate) fn closed_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(([127, 0, 0, 1], 0).into())
+        .expect("bind a loopback port");
+    let port = socket.local_addr().expect("bound address").port();
+    (socket, port)
+}

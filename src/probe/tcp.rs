@@ -64,19 +64,15 @@ mod tests {
         let server = tokio::spawn(async move {
             let _ = listener.accept().await;
         });
-        let got = probe("127.0.0.1", port, Duration::from_secs(1)).await;
+        let got = probe("127.0.0.1", port, Duration::from_secs(10)).await;
         assert_eq!(got, Attempt::Success(String::new()));
         server.await.unwrap();
     }
 
     #[tokio::test]
     async fn closed_port_is_a_failure() {
-        // Bind then drop to get a port nobody listens on.
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let got = probe("127.0.0.1", port, Duration::from_secs(1)).await;
+        let (_closed, port) = crate::probe::closed_port();
+        let got = probe("127.0.0.1", port, Duration::from_secs(10)).await;
         assert_eq!(
             got,
             Attempt::Failure(format!(

@@ -229,9 +229,19 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| BindError { addr, source })?;
-    let bound = listener.local_addr().unwrap_or(addr);
-    tracing::info!(%bound, "serving local API");
-    Ok(tokio::spawn(async move {
+    Ok(serve_listener(listener, app, cancel))
+}
+
+/// Serves `app` on a listener already bound (by [`serve`], or by a test on port 0).
+pub fn serve_listener(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    cancel: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    if let Ok(bound) = listener.local_addr() {
+        tracing::info!(%bound, "serving local API");
+    }
+    tokio::spawn(async move {
         let shutdown = async move { cancel.cancelled().await };
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
@@ -239,7 +249,7 @@ pub async fn serve(
         {
             tracing::error!(error = %e, "local API server stopped");
         }
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -271,10 +281,9 @@ mod tests {
             events: Arc::new(Vec::new),
         };
         let cancel = CancellationToken::new();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        drop(listener);
-        let task = serve(addr, router(state), cancel.clone()).await.unwrap();
+        let task = serve_listener(listener, router(state), cancel.clone());
         let client = reqwest::Client::new();
         let base = format!("http://{addr}");
 
@@ -357,10 +366,9 @@ mod tests {
             events: Arc::new(move || r.events()),
         };
         let cancel = CancellationToken::new();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        drop(listener);
-        let task = serve(addr, router(state), cancel.clone()).await.unwrap();
+        let task = serve_listener(listener, router(state), cancel.clone());
         let client = reqwest::Client::new();
 
         // (query, status, reasons in order)

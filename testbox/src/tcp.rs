@@ -97,25 +97,24 @@ mod tests {
         assert_eq!(echoed, "ping");
 
         sender.send(false).unwrap();
-        let mut refused = false;
-        for _ in 0..100 {
-            if TcpStream::connect(addr).await.is_err() {
-                refused = true;
-                break;
-            }
+        // Polled against a deadline, not a count: a stalled machine must not fail the test.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while TcpStream::connect(addr).await.is_ok() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "listener should close while unhealthy"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert!(refused, "listener should close while unhealthy");
 
         sender.send(true).unwrap();
-        let mut accepted = false;
-        for _ in 0..100 {
-            if TcpStream::connect(addr).await.is_ok() {
-                accepted = true;
-                break;
-            }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while TcpStream::connect(addr).await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "listener should reopen when healthy again"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert!(accepted, "listener should reopen when healthy again");
     }
 }
