@@ -310,8 +310,9 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
     })
     .await;
     fixture.stop().await;
+    let stopped = Instant::now();
     // The container exits (after 10 s) while the API server is away.
-    let deadline = Instant::now() + T;
+    let deadline = stopped + T;
     while n.pod_exact("job").await.as_ref().map(phase) != Some("Failed") {
         assert!(
             Instant::now() < deadline,
@@ -320,6 +321,11 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // Away for 30 s in all, as the acceptance says: retries and backoff run meanwhile.
+    tokio::time::sleep(
+        (stopped + Duration::from_secs(30)).saturating_duration_since(Instant::now()),
+    )
+    .await;
     fixture.resume().await.unwrap();
     let p = wait_api("the Failed status delivered", &n, || {
         api_pod(&fixture, "job").filter(|p| api_phase(p) == "Failed")
