@@ -157,6 +157,59 @@ async fn sidecars_stop_after_the_main_containers_in_reverse_order() {
     );
 }
 
+/// When a container of `dir`'s event files (written by testbox's `--event-file`) logged `event`.
+fn event_time(dir: &std::path::Path, container: &str, event: &str) -> jiff::Timestamp {
+    let text = std::fs::read_to_string(dir.join(container)).unwrap_or_default();
+    text.lines()
+        .find_map(|line| {
+            let (at, what) = line.split_once(' ')?;
+            (what == event).then(|| at.parse().ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("{container} never logged {event:?}: {text:?}"))
+}
+
+/// Deleting the pod (removing its manifest): the main container stops first, then the sidecars in
+/// reverse order, each receiving SIGTERM only once the one after it has exited. Seen from inside
+/// the containers: each writes when it received SIGTERM and when it exited to a hostPath file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_exit_in_reverse_order_when_the_pod_is_deleted() {
+    let n = Nodelet::start("sidecar-delete");
+    let host = n.dir.path().join("events");
+    std::fs::create_dir_all(&host).unwrap();
+    let container = |name: &str, sidecar: bool| {
+        format!(
+            "  - name: {name}\n    image: {TESTBOX}\n    imagePullPolicy: Never\n{policy}    args: [serve, --sigterm-delay, 1s, --event-file, /ev/{name}]\n    volumeMounts:\n    - name: ev\n      mountPath: /ev\n",
+            policy = if sidecar { "    restartPolicy: Always\n" } else { "" }
+        )
+    };
+    n.write_manifest(
+        "d.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: d\nspec:\n  terminationGracePeriodSeconds: 30\n  volumes:\n  - name: ev\n    hostPath:\n      path: {host}\n  initContainers:\n{}{}  containers:\n{}",
+            container("sidecar1", true),
+            container("sidecar2", true),
+            container("main", false),
+            host = host.display()
+        ),
+    );
+    n.wait_pod("d", T, "running", all_running).await;
+    n.remove_manifest("d.yaml");
+    n.wait_gone("d", T).await;
+    let term = |c| event_time(&host, c, "received SIGTERM");
+    let exit = |c| event_time(&host, c, "exiting with 0");
+    // main is told first; sidecar2 only after main exited; sidecar1 only after sidecar2 exited.
+    assert!(term("main") < exit("main"));
+    assert!(
+        exit("main") <= term("sidecar2"),
+        "sidecar2 told before main exited"
+    );
+    assert!(
+        exit("sidecar2") <= term("sidecar1"),
+        "sidecar1 told before sidecar2 exited"
+    );
+    assert!(exit("sidecar2") < exit("sidecar1"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_init_container_under_never_fails_the_pod() {
     let n = Nodelet::start("init-never");
