@@ -516,6 +516,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             runtime_name,
             crash_loop_backoff: cfg.crash_loop_back_off_delays(),
             cgroup_v2: nodelet::cgroup::is_cgroup2_unified(std::path::Path::new("/sys/fs/cgroup")),
+            pod_cgroups: (cfg.cgroups_per_qos
+                && cfg.cgroup_driver == nodelet::config::CgroupDriver::Cgroupfs)
+                .then(|| {
+                    nodelet::cgroup::fs::PodCgroups::detect(std::path::Path::new("/sys/fs/cgroup"))
+                }),
         }),
         clock: Clock::system(),
         events: recorder.clone(),

@@ -2,6 +2,7 @@
 //! writes (`pkg/kubelet/cm/helpers_linux.go`), and the names of QoS and pod cgroups under both
 //! cgroup drivers (`pkg/kubelet/cm/cgroup_manager_linux.go`, `pod_container_manager_linux.go`).
 
+pub mod fs;
 pub mod qos;
 pub mod resources;
 

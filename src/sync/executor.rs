@@ -51,6 +51,9 @@ pub struct SyncSettings {
     pub crash_loop_backoff: (Duration, Duration),
     /// Whether the node is on the unified cgroup v2 hierarchy.
     pub cgroup_v2: bool,
+    /// Writes pod cgroups (cgroupfs driver with `cgroupsPerQOS`); `None` leaves the pod
+    /// cgroup to the runtime, without pod-level limits.
+    pub pod_cgroups: Option<cgroup::fs::PodCgroups>,
 }
 
 /// Image pull backoff, as the kubelet's (10 s doubling to 300 s).
@@ -657,6 +660,7 @@ impl PodSyncer {
                 message: format!("creating log directory {}: {e}", log_dir.display()),
             });
         }
+        self.ensure_pod_cgroup(pod);
         tracing::info!("creating pod sandbox");
         let id = self
             .runtime
@@ -670,6 +674,31 @@ impl PodSyncer {
         metrics().started_pods_total.inc();
         tracing::info!(sandbox.id = %id, "pod sandbox ready");
         Ok(id)
+    }
+
+    /// The pod's cgroup with its effective limits, before the runtime places anything in it. A
+    /// failure is logged and the pod still starts, bounded by its containers' own limits only.
+    fn ensure_pod_cgroup(&self, pod: &Pod) {
+        let Some(cgroups) = &self.settings.pod_cgroups else {
+            return;
+        };
+        let path = cgroup::pod_cgroup_name(pod, &self.settings.cgroup_root).to_cgroupfs();
+        let config = cgroup::pod_resource_config(pod, true, cgroup::QUOTA_PERIOD);
+        match cgroups.ensure(&path, &config) {
+            Ok(()) => tracing::debug!(cgroup = %path, ?config, "pod cgroup configured"),
+            Err(e) => tracing::warn!(error = %e, "configuring the pod cgroup"),
+        }
+    }
+
+    /// Removes the pod's cgroup once its sandbox is gone.
+    pub(super) fn remove_pod_cgroup(&self, pod: &Pod) {
+        let Some(cgroups) = &self.settings.pod_cgroups else {
+            return;
+        };
+        let path = cgroup::pod_cgroup_name(pod, &self.settings.cgroup_root).to_cgroupfs();
+        if let Err(e) = cgroups.remove(&path) {
+            tracing::warn!(error = %e, "removing the pod cgroup");
+        }
     }
 }
 

@@ -269,6 +269,7 @@ impl PodSyncer {
                 "RemovePodSandbox",
             )?;
         }
+        self.remove_pod_cgroup(pod);
         if let Err(e) = volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
             tracing::warn!(error = %e, "cleaning up pod directory");
         }

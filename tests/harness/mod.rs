@@ -61,6 +61,7 @@ pub fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness
             runtime_name: "fake".into(),
             crash_loop_backoff,
             cgroup_v2: false,
+            pod_cgroups: None,
         }),
         clock,
         tasks: Some(fake.clone()),
