@@ -364,6 +364,9 @@ impl Drop for Nodelet {
                 for s in sandboxes {
                     let _ = rt.stop_pod_sandbox(&s.id).await;
                     let _ = rt.remove_pod_sandbox(&s.id).await;
+                    if let Some(uid) = s.labels.get(labels::POD_UID) {
+                        remove_pod_cgroups(uid);
+                    }
                 }
             }
         };
@@ -377,6 +380,21 @@ impl Drop for Nodelet {
             }
         })
         .join();
+    }
+}
+
+/// Removes the (empty) pod cgroups nodelet made for `uid`, in any QoS tier and hierarchy: a
+/// killed nodelet cannot, and the machine's cgroup tree is shared by every test.
+fn remove_pod_cgroups(uid: &str) {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let mut roots: Vec<PathBuf> = hierarchies.flatten().map(|e| e.path()).collect();
+    roots.push(PathBuf::from("/sys/fs/cgroup")); // cgroup v2: the mount is the hierarchy
+    for root in roots {
+        for tier in ["", "burstable", "besteffort"] {
+            let _ = std::fs::remove_dir(root.join("kubepods").join(tier).join(format!("pod{uid}")));
+        }
     }
 }
 
