@@ -369,11 +369,22 @@ mod tests {
         }
     }
 
-    fn ctx(mountinfo: &Path) -> ApiVolumeContext<'_> {
-        ApiVolumeContext {
-            node: NODE,
-            mountinfo,
-        }
+    /// `set_up_api_volumes` on the test's root, with the node's real mount table and a fixed
+    /// clock, as every test here calls it.
+    fn set_up(
+        p: &Pod,
+        root: &Root,
+        objects: &FetchedObjects,
+        tokens: &FetchedTokens,
+    ) -> ApiVolumes {
+        set_up_api_volumes(
+            p,
+            root.0.path(),
+            objects,
+            tokens,
+            &ApiVolumeContext::new(NODE),
+            now(),
+        )
     }
 
     fn names(dir: &Path) -> Vec<String> {
@@ -390,16 +401,8 @@ mod tests {
     fn config_map_volume_is_written_and_updated_in_place() {
         let root = root();
         let p = pod(vec![cm_volume(None)]);
-        let mountinfo = Path::new(MOUNTINFO);
         let first = objects(Some(&[("a.conf", "1"), ("b.conf", "2")]));
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &first,
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &first, &FetchedTokens::default());
         assert!(out.failures.is_empty(), "{:?}", out.failures);
         let dir = root
             .0
@@ -423,26 +426,12 @@ mod tests {
         let data_before = fs::read_link(dir.join("..data")).unwrap();
 
         // an unchanged object writes nothing
-        set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &first,
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        set_up(&p, &root, &first, &FetchedTokens::default());
         assert_eq!(fs::read_link(dir.join("..data")).unwrap(), data_before);
 
         // a change swaps the data; a removed key disappears
         let second = objects(Some(&[("a.conf", "one")]));
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &second,
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &second, &FetchedTokens::default());
         assert!(out.failures.is_empty());
         assert_ne!(fs::read_link(dir.join("..data")).unwrap(), data_before);
         assert_eq!(names(&dir), ["..data", "a.conf"]);
@@ -453,20 +442,12 @@ mod tests {
     fn missing_object_is_a_failed_mount_and_a_set_up_volume_is_kept() {
         let root = root();
         let p = pod(vec![cm_volume(None)]);
-        let mountinfo = Path::new(MOUNTINFO);
         let dir = root
             .0
             .path()
             .join("pods/uid-1/volumes/kubernetes.io~configmap/cfg");
 
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &objects(None),
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &objects(None), &FetchedTokens::default());
         let messages: Vec<String> = out.failures.iter().map(|e| e.to_string()).collect();
         assert_eq!(
             messages,
@@ -477,25 +458,11 @@ mod tests {
         assert!(!dir.exists());
 
         let present = objects(Some(&[("k", "v")]));
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &present,
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &present, &FetchedTokens::default());
         assert!(out.unmounted().is_none() && out.failures.is_empty());
 
         // deleted later: the event again, but running and new containers keep the last data
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &objects(None),
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &objects(None), &FetchedTokens::default());
         assert_eq!(out.failures.len(), 1);
         assert!(out.unmounted().is_none());
         assert_eq!(out.paths["cfg"], dir);
@@ -515,15 +482,7 @@ mod tests {
             ..Default::default()
         };
         let p = pod(vec![secret]);
-        let mountinfo = Path::new(MOUNTINFO);
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &objects(None),
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &objects(None), &FetchedTokens::default());
         assert!(out.failures.is_empty(), "{:?}", out.failures);
         let dir = &out.paths["creds"];
         assert!(dir.ends_with("volumes/kubernetes.io~secret/creds"));
@@ -551,14 +510,7 @@ mod tests {
             );
         }
         // a second pass neither mounts again nor fails
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &objects(None),
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &objects(None), &FetchedTokens::default());
         assert!(out.failures.is_empty());
         let table = fs::read_to_string(MOUNTINFO).unwrap();
         let count = mounts::mount_points(&table)
@@ -618,15 +570,7 @@ projected:
     fn kube_api_access_volume_is_written_and_its_token_refreshed_in_place() {
         let root = root();
         let p = pod(vec![kube_api_access()]);
-        let mountinfo = Path::new(MOUNTINFO);
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &root_ca(),
-            &token(&p, "first"),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &root_ca(), &token(&p, "first"));
         assert!(out.failures.is_empty(), "{:?}", out.failures);
         let dir = root
             .0
@@ -651,38 +595,17 @@ projected:
         let data_before = fs::read_link(dir.join("..data")).unwrap();
 
         // the same token: nothing is written
-        set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &root_ca(),
-            &token(&p, "first"),
-            &ctx(mountinfo),
-            now(),
-        );
+        set_up(&p, &root, &root_ca(), &token(&p, "first"));
         assert_eq!(fs::read_link(dir.join("..data")).unwrap(), data_before);
 
         // a refreshed token replaces the old one in place
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &root_ca(),
-            &token(&p, "second"),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &root_ca(), &token(&p, "second"));
         assert!(out.failures.is_empty(), "{:?}", out.failures);
         assert_ne!(fs::read_link(dir.join("..data")).unwrap(), data_before);
         assert_eq!(fs::read_to_string(dir.join("token")).unwrap(), "second");
 
         // a token that cannot be had: the event, and the volume keeps its last token
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &root_ca(),
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &root_ca(), &FetchedTokens::default());
         assert_eq!(
             out.failures[0].to_string(),
             "MountVolume.SetUp failed for volume \"kube-api-access-abcde\" : failed to fetch token: cannot use TokenManager when kubelet is in standalone mode"
@@ -700,14 +623,7 @@ projected:
             fs_group: Some(i64::from(gid)),
             ..Default::default()
         });
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &root_ca(),
-            &token(&p, "t0k"),
-            &ctx(Path::new(MOUNTINFO)),
-            now(),
-        );
+        let out = set_up(&p, &root, &root_ca(), &token(&p, "t0k"));
         let dir = &out.paths["kube-api-access-abcde"];
         // 0600 from the plugin, group read from SetVolumeOwnership; the others keep 0644
         let cases = [("token", 0o640), ("namespace", 0o644), ("ca.crt", 0o644)];
@@ -737,16 +653,8 @@ projected:
             ..Default::default()
         };
         let mut p = pod(vec![volume]);
-        let mountinfo = Path::new(MOUNTINFO);
         let none = FetchedObjects::default();
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &none,
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        let out = set_up(&p, &root, &none, &FetchedTokens::default());
         let file = out.paths["info"].join("labels");
         assert_eq!(fs::read_to_string(&file).unwrap(), "app=\"web\"");
         p.metadata
@@ -754,14 +662,7 @@ projected:
             .as_mut()
             .unwrap()
             .insert("tier".into(), "front".into());
-        set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &none,
-            &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
-        );
+        set_up(&p, &root, &none, &FetchedTokens::default());
         assert_eq!(
             fs::read_to_string(&file).unwrap(),
             "app=\"web\"\ntier=\"front\""
@@ -778,14 +679,11 @@ projected:
             fs_group: Some(i64::from(gid)),
             ..Default::default()
         });
-        let mountinfo = Path::new(MOUNTINFO);
-        let out = set_up_api_volumes(
+        let out = set_up(
             &p,
-            root.0.path(),
+            &root,
             &objects(Some(&[("k", "v")])),
             &FetchedTokens::default(),
-            &ctx(mountinfo),
-            now(),
         );
         let dir = &out.paths["cfg"];
         let data = dir.join(fs::read_link(dir.join("..data")).unwrap());
@@ -826,14 +724,7 @@ projected:
         let root = root();
         let mut p = pod(vec![cm_volume(None)]);
         p.metadata.uid = Some("../x".into());
-        let out = set_up_api_volumes(
-            &p,
-            root.0.path(),
-            &objects(Some(&[])),
-            &FetchedTokens::default(),
-            &ctx(Path::new(MOUNTINFO)),
-            now(),
-        );
+        let out = set_up(&p, &root, &objects(Some(&[])), &FetchedTokens::default());
         assert_eq!(
             out.failures[0].to_string(),
             "metadata.uid: Invalid value: \"../x\": must be a single path component"
