@@ -23,7 +23,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kube::api::{Api, LogParams, PostParams};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::CertificateDer;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::broadcast;
@@ -95,25 +95,7 @@ where
 }
 
 async fn start_kubelet(pki: &Pki) -> FakeKubelet {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(pki.ca_der.clone()).unwrap();
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(
-            vec![pki.serving_der.clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.serving_key.clone())),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = common::tls_acceptor(pki);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let kubelet = FakeKubelet {
         port: listener.local_addr().unwrap().port(),
