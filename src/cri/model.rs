@@ -8,11 +8,12 @@ use jiff::Timestamp;
 
 use super::{api, labels, Result, Runtime};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ContainerState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
@@ -27,7 +28,9 @@ pub struct RuntimeSandbox {
     pub host_network: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// One container instance as the runtime reports it. `Default` (state `Unknown`, created at the
+/// epoch, everything else empty) is for building instances field by field.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RuntimeContainer {
     pub id: String,
     pub name: String,
@@ -267,17 +270,7 @@ mod tests {
             state: ContainerState::Exited,
             attempt,
             created_at: timestamp_from_nanos(created).unwrap(),
-            started_at: None,
-            finished_at: None,
-            exit_code: 0,
-            reason: String::new(),
-            message: String::new(),
-            image: String::new(),
-            image_ref: String::new(),
-            hash: String::new(),
-            restart_count: 0,
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
+            ..Default::default()
         }
     }
 

@@ -234,7 +234,6 @@ pub async fn container_log(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::cri::model::timestamp_from_nanos;
@@ -416,19 +415,10 @@ mod tests {
             name: "app".into(),
             sandbox_id: "s".into(),
             state,
-            attempt: 0,
             created_at: timestamp_from_nanos(1).unwrap(),
-            started_at: None,
-            finished_at: None,
             exit_code: 1,
             reason: "Error".into(),
-            message: String::new(),
-            image: String::new(),
-            image_ref: String::new(),
-            hash: String::new(),
-            restart_count: 0,
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
+            ..Default::default()
         }
     }
 

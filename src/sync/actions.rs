@@ -517,19 +517,11 @@ mod tests {
             name: name.into(),
             sandbox_id: "s1".into(),
             state,
-            attempt: 0,
             created_at: ts(created),
-            started_at: None,
-            finished_at: None,
             exit_code: exit,
-            reason: String::new(),
-            message: String::new(),
             image: "img".into(),
-            image_ref: String::new(),
             hash: "h".into(),
-            restart_count: 0,
-            labels: Default::default(),
-            annotations: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -984,19 +976,11 @@ mod sidecar_tests {
             name: name.into(),
             sandbox_id: "s".into(),
             state,
-            attempt: 0,
             created_at: Timestamp::from_second(created).unwrap(),
-            started_at: None,
-            finished_at: None,
             exit_code: exit,
-            reason: String::new(),
-            message: String::new(),
             image: "img".into(),
-            image_ref: String::new(),
             hash: "h".into(),
-            restart_count: 0,
-            labels: Default::default(),
-            annotations: Default::default(),
+            ..Default::default()
         }
     }
 

@@ -88,19 +88,8 @@ mod tests {
             name: "app".into(),
             sandbox_id: "s".into(),
             state,
-            attempt: 0,
-            created_at: jiff::Timestamp::UNIX_EPOCH,
-            started_at: None,
-            finished_at: None,
             exit_code,
-            reason: String::new(),
-            message: String::new(),
-            image: String::new(),
-            image_ref: String::new(),
-            hash: String::new(),
-            restart_count: 0,
-            labels: Default::default(),
-            annotations: Default::default(),
+            ..Default::default()
         }
     }
 

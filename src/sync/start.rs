@@ -425,19 +425,9 @@ impl PodSyncer {
                     name: container.name.clone(),
                     sandbox_id: env.sandbox_id.to_string(),
                     state: ContainerState::Running,
-                    attempt: 0,
                     created_at: self.clock.now(),
-                    started_at: None,
-                    finished_at: None,
-                    exit_code: 0,
-                    reason: String::new(),
-                    message: String::new(),
-                    image: String::new(),
-                    image_ref: String::new(),
-                    hash: String::new(),
                     restart_count,
-                    labels: Default::default(),
-                    annotations: Default::default(),
+                    ..Default::default()
                 };
                 self.kill_container(
                     pod,
