@@ -634,31 +634,11 @@ spec:
 /// A CA and the API server's kubelet client identity (PEM certificate + key) it signed, as
 /// `--kubelet-client-certificate`/`--kubelet-client-key` on a real cluster.
 fn kubelet_client_identity(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>) {
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "kubernetes");
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "kube-apiserver-kubelet-client");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "kubeadm:cluster-admins");
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params
-        .signed_by(&key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
-        .unwrap();
+    let ca = TestCa::new("kubernetes");
     let ca_file = dir.join("ca.crt");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-    (
-        ca_file,
-        format!("{}{}", cert.pem(), key.serialize_pem()).into_bytes(),
-    )
+    std::fs::write(&ca_file, ca.cert.pem()).unwrap();
+    let identity = ca.client_pem("kube-apiserver-kubelet-client", "kubeadm:cluster-admins");
+    (ca_file, identity.into_bytes())
 }
 
 /// A fixture that proxies to node agents with its kubelet client certificate, a nodelet joined

@@ -2,11 +2,14 @@
 //! authorization, end to end over TLS with a real HTTP client (no containerd needed: the logs
 //! come from a stand-in source).
 
+mod common;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::StatusCode;
+use common::TestCa;
 use nodelet::config::{Authentication, Authorization, AuthorizationMode};
 use nodelet::server::auth::{
     AccessReviewer, KubeletAuth, RequestAttributes, ReviewError, UserInfo,
@@ -57,38 +60,9 @@ impl AccessReviewer for OnlyAlice {
     }
 }
 
-struct Ca {
-    params: rcgen::CertificateParams,
-    cert: rcgen::Certificate,
-    key: rcgen::KeyPair,
-}
-
-fn ca(name: &str) -> Ca {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    Ca { params, cert, key }
-}
-
-/// A client identity (PEM certificate + key) for user `cn` in group `o`, signed by `ca`.
-fn client_identity(ca: &Ca, cn: &str, o: &str) -> reqwest::Identity {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, o);
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    let key = rcgen::KeyPair::generate().unwrap();
-    let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes())
-        .unwrap()
+/// A client identity for user `cn` in group `o`, signed by `ca`.
+fn client_identity(ca: &TestCa, cn: &str, o: &str) -> reqwest::Identity {
+    reqwest::Identity::from_pem(ca.client_pem(cn, o).as_bytes()).unwrap()
 }
 
 fn client(identity: Option<reqwest::Identity>) -> reqwest::Client {
@@ -105,7 +79,7 @@ struct Server {
     _dir: tempfile::TempDir,
 }
 
-async fn start(mode: AuthorizationMode, anonymous: bool, ca: &Ca) -> Server {
+async fn start(mode: AuthorizationMode, anonymous: bool, ca: &TestCa) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, ca.cert.pem()).unwrap();
@@ -150,7 +124,7 @@ async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn client_certificates_authenticate_and_webhook_authorizes() {
-    let ca = ca("test-ca");
+    let ca = TestCa::new("test-ca");
     let server = start(AuthorizationMode::Webhook, false, &ca).await;
     let alice = client(Some(client_identity(&ca, "alice", "devs")));
     let bob = client(Some(client_identity(&ca, "bob", "devs")));
@@ -190,8 +164,8 @@ async fn client_certificates_authenticate_and_webhook_authorizes() {
 
 #[tokio::test]
 async fn a_certificate_from_another_ca_is_refused() {
-    let ca_ok = ca("test-ca");
-    let other = ca("other-ca");
+    let ca_ok = TestCa::new("test-ca");
+    let other = TestCa::new("other-ca");
     let server = start(AuthorizationMode::AlwaysAllow, true, &ca_ok).await;
     let stranger = client(Some(client_identity(&other, "alice", "devs")));
     assert!(
@@ -211,7 +185,7 @@ async fn a_certificate_from_another_ca_is_refused() {
 #[tokio::test(start_paused = true)]
 async fn a_silent_client_is_disconnected_after_the_handshake_timeout() {
     use tokio::io::AsyncReadExt;
-    let ca = ca("test-ca");
+    let ca = TestCa::new("test-ca");
     let server = start(AuthorizationMode::AlwaysAllow, false, &ca).await;
     let addr = server.url.trim_start_matches("https://").to_string();
     let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();

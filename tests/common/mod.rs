@@ -516,3 +516,39 @@ pub fn kubectl_apply(api: &str, dir: &Path, name: &str, yaml: &str) {
     let (ok, out, err) = kubectl(api, &["apply", "-f", file.to_str().unwrap()]);
     assert!(ok, "kubectl apply: {out}{err}");
 }
+
+/// A certificate authority for tests, and the client certificates it signs.
+pub struct TestCa {
+    params: rcgen::CertificateParams,
+    pub cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        TestCa { params, cert, key }
+    }
+
+    /// A client certificate for user `cn` in group `o` and its key, PEM, one after the other.
+    pub fn client_pem(&self, cn: &str, o: &str) -> String {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, o);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        format!("{}{}", cert.pem(), key.serialize_pem())
+    }
+}
