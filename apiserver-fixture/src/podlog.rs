@@ -269,6 +269,12 @@ pub fn kubelet_query(opts: &PodLogOptions) -> String {
     if let Some(l) = opts.limit_bytes {
         params.push(("limitBytes", l.to_string()));
     }
+    encode_query(params)
+}
+
+/// Go's `url.Values.Encode`: keys sorted (stably, so repeated keys keep their order), each
+/// pair escaped, joined with `&`.
+pub(crate) fn encode_query(mut params: Vec<(&str, String)>) -> String {
     params.sort_by(|a, b| a.0.cmp(b.0));
     params
         .iter()

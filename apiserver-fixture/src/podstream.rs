@@ -28,7 +28,7 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
-use crate::podlog::{join_host_port, query_bool, query_escape, KubeletClientConfig};
+use crate::podlog::{encode_query, join_host_port, query_bool, KubeletClientConfig};
 
 /// Largest body of a non-101 answer echoed from the node agent.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -138,13 +138,7 @@ pub fn kubelet_stream_query(kind: StreamKind, opts: &StreamOptions) -> String {
             }
         }
     }
-    // A stable sort keeps repeated keys (`command`) in their order, as url.Values does.
-    params.sort_by(|a, b| a.0.cmp(b.0));
-    params
-        .iter()
-        .map(|(k, v)| format!("{}={}", query_escape(k), query_escape(v)))
-        .collect::<Vec<_>>()
-        .join("&")
+    encode_query(params)
 }
 
 /// The origin-form target on the node agent: `/exec/{ns}/{pod}/{container}?...`,
