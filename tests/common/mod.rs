@@ -383,18 +383,12 @@ impl Drop for Nodelet {
     }
 }
 
-/// Removes the (empty) pod cgroups nodelet made for `uid`, in any QoS tier and hierarchy: a
-/// killed nodelet cannot, and the machine's cgroup tree is shared by every test.
+/// Removes the (empty) pod cgroups nodelet made for `uid`, whatever its QoS tier: a killed
+/// nodelet cannot, and the machine's cgroup tree is shared by every test.
 fn remove_pod_cgroups(uid: &str) {
-    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    let mut roots: Vec<PathBuf> = hierarchies.flatten().map(|e| e.path()).collect();
-    roots.push(PathBuf::from("/sys/fs/cgroup")); // cgroup v2: the mount is the hierarchy
-    for root in roots {
-        for tier in ["", "burstable", "besteffort"] {
-            let _ = std::fs::remove_dir(root.join("kubepods").join(tier).join(format!("pod{uid}")));
-        }
+    let cgroups = nodelet::cgroup::fs::PodCgroups::detect(Path::new("/sys/fs/cgroup"));
+    for tier in ["", "/burstable", "/besteffort"] {
+        let _ = cgroups.remove(&format!("/kubepods{tier}/pod{uid}"));
     }
 }
 
