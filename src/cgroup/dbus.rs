@@ -21,9 +21,12 @@ const INTERFACE: &str = "org.freedesktop.systemd1.Manager";
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// systemd over the system bus.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ZbusSystemd {
     proxy: Mutex<Option<zbus::Proxy<'static>>>,
+    /// The bus to (re)connect to; `None` = the system bus.
+    address: Option<String>,
+    job_timeout: Duration,
 }
 
 fn property_names(properties: &[Property]) -> Vec<String> {
@@ -50,7 +53,17 @@ impl ZbusSystemd {
     /// Connects to the system bus and subscribes to the manager's signals. Fails with the
     /// reason when there is no bus or no systemd on it.
     pub async fn connect() -> Result<ZbusSystemd> {
-        let bus = ZbusSystemd::default();
+        ZbusSystemd::connect_to(None, JOB_TIMEOUT).await
+    }
+
+    /// The same on the bus at `address` (a D-Bus address such as `unix:path=/run/bus`; `None`
+    /// is the system bus), waiting at most `job_timeout` for each job.
+    pub async fn connect_to(address: Option<&str>, job_timeout: Duration) -> Result<ZbusSystemd> {
+        let bus = ZbusSystemd {
+            proxy: Mutex::new(None),
+            address: address.map(str::to_string),
+            job_timeout,
+        };
         bus.proxy("Subscribe").await?;
         Ok(bus)
     }
@@ -66,9 +79,16 @@ impl ZbusSystemd {
             properties: Vec::new(),
             message,
         };
-        let connection = zbus::Connection::system()
-            .await
-            .map_err(|e| error(format!("connecting to the system bus: {e}")))?;
+        let connection = match &self.address {
+            None => zbus::Connection::system()
+                .await
+                .map_err(|e| error(format!("connecting to the system bus: {e}")))?,
+            Some(address) => zbus::connection::Builder::address(address.as_str())
+                .map_err(|e| error(format!("bus address {address}: {e}")))?
+                .build()
+                .await
+                .map_err(|e| error(format!("connecting to the bus at {address}: {e}")))?,
+        };
         let proxy = zbus::Proxy::new(&connection, DESTINATION, PATH, INTERFACE)
             .await
             .map_err(|e| error(format!("reaching systemd on the system bus: {e}")))?;
@@ -86,6 +106,19 @@ impl ZbusSystemd {
         *self.proxy.lock().await = None;
     }
 
+    /// Calls `method` with `body` once.
+    async fn call_once<B, R>(&self, method: &'static str, body: &B) -> Result<R, zbus::Error>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType + Sync,
+        R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
+    {
+        let proxy = self
+            .proxy(method)
+            .await
+            .map_err(|e| zbus::Error::Failure(e.to_string()))?;
+        proxy.call(method, body).await
+    }
+
     /// Calls `method` with `body`; a transport failure (not an answer from systemd) is tried
     /// once more on a new connection.
     async fn call<B, R>(&self, method: &'static str, body: &B) -> Result<R, zbus::Error>
@@ -93,30 +126,54 @@ impl ZbusSystemd {
         B: serde::Serialize + zbus::zvariant::DynamicType + Sync,
         R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
     {
-        for attempt in 0..2 {
-            let proxy = match self.proxy(method).await {
-                Ok(p) => p,
-                Err(e) if attempt == 0 => {
-                    tracing::debug!(error = %e, "systemd connection");
+        match self.call_once(method, body).await {
+            Err(e) if method_error_name(&e).is_none() => {
+                tracing::debug!(method, error = %e, "systemd call failed; reconnecting");
+                self.reset().await;
+                self.call_once(method, body).await
+            }
+            other => other,
+        }
+    }
+
+    /// Queues a job with `method` and returns it with the `JobRemoved` stream it will be
+    /// announced on (subscribed first, on the same connection; after a transport failure both
+    /// are made again on a new one).
+    async fn queue_job<B>(
+        &self,
+        unit: &str,
+        method: &'static str,
+        body: &B,
+    ) -> Result<(zbus::proxy::SignalStream<'static>, OwnedObjectPath), zbus::Error>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType + Sync,
+    {
+        let mut last = None;
+        for _ in 0..2 {
+            let jobs = match self.job_signals(unit, method).await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    self.reset().await;
+                    last = Some(zbus::Error::Failure(e.to_string()));
                     continue;
                 }
-                Err(e) => return Err(zbus::Error::Failure(e.to_string())),
             };
-            match proxy.call(method, body).await {
-                Err(e) if method_error_name(&e).is_none() && attempt == 0 => {
+            match self.call_once::<_, OwnedObjectPath>(method, body).await {
+                Ok(job) => return Ok((jobs, job)),
+                Err(e) if method_error_name(&e).is_none() => {
                     tracing::debug!(method, error = %e, "systemd call failed; reconnecting");
                     self.reset().await;
+                    last = Some(e);
                 }
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
-        Err(zbus::Error::Failure(format!(
-            "{method}: no connection to systemd"
-        )))
+        Err(last.unwrap_or_else(|| zbus::Error::Failure(format!("{method}: no connection"))))
     }
 
     /// Waits for `JobRemoved` of `job` on `jobs` (subscribed before the call).
     async fn wait_for_job(
+        &self,
         jobs: &mut zbus::proxy::SignalStream<'static>,
         unit: &str,
         method: &'static str,
@@ -136,7 +193,7 @@ impl ZbusSystemd {
             }
             None
         };
-        match tokio::time::timeout(JOB_TIMEOUT, wait).await {
+        match tokio::time::timeout(self.job_timeout, wait).await {
             Ok(Some(result)) if result == "done" => Ok(()),
             Ok(Some(result)) => Err(CgroupError::Job {
                 unit: unit.to_string(),
@@ -154,7 +211,7 @@ impl ZbusSystemd {
                 unit: unit.to_string(),
                 method,
                 job: job.to_string(),
-                seconds: JOB_TIMEOUT.as_secs(),
+                after: self.job_timeout,
             }),
         }
     }
@@ -181,14 +238,16 @@ impl ZbusSystemd {
 impl SystemdBus for ZbusSystemd {
     async fn start_transient_unit(&self, unit: &str, properties: &[Property]) -> Result<UnitStart> {
         const METHOD: &str = "StartTransientUnit";
-        let mut jobs = self.job_signals(unit, METHOD).await?;
         let props: Vec<(&str, Value<'static>)> = properties
             .iter()
             .map(|(n, v)| (n.as_str(), to_value(v)))
             .collect();
         let aux: Vec<(&str, Vec<(&str, Value<'static>)>)> = Vec::new();
-        let job: OwnedObjectPath = match self.call(METHOD, &(unit, "replace", props, aux)).await {
-            Ok(job) => job,
+        let (mut jobs, job) = match self
+            .queue_job(unit, METHOD, &(unit, "replace", props, aux))
+            .await
+        {
+            Ok(queued) => queued,
             Err(e) if method_error_name(&e) == Some("org.freedesktop.systemd1.UnitExists") => {
                 return Ok(UnitStart::Exists)
             }
@@ -201,7 +260,7 @@ impl SystemdBus for ZbusSystemd {
                 })
             }
         };
-        match Self::wait_for_job(&mut jobs, unit, METHOD, &job).await {
+        match self.wait_for_job(&mut jobs, unit, METHOD, &job).await {
             Ok(()) => Ok(UnitStart::Started),
             Err(e) => {
                 // A failed start leaves a failed unit behind: let systemd forget it.
@@ -229,9 +288,8 @@ impl SystemdBus for ZbusSystemd {
 
     async fn stop_unit(&self, unit: &str) -> Result<()> {
         const METHOD: &str = "StopUnit";
-        let mut jobs = self.job_signals(unit, METHOD).await?;
-        let job: OwnedObjectPath = match self.call(METHOD, &(unit, "replace")).await {
-            Ok(job) => job,
+        let (mut jobs, job) = match self.queue_job(unit, METHOD, &(unit, "replace")).await {
+            Ok(queued) => queued,
             Err(e) if method_error_name(&e) == Some("org.freedesktop.systemd1.NoSuchUnit") => {
                 return Ok(())
             }
@@ -244,7 +302,7 @@ impl SystemdBus for ZbusSystemd {
                 })
             }
         };
-        Self::wait_for_job(&mut jobs, unit, METHOD, &job).await
+        self.wait_for_job(&mut jobs, unit, METHOD, &job).await
     }
 
     async fn reset_failed_unit(&self, unit: &str) -> Result<()> {

@@ -63,12 +63,12 @@ pub enum CgroupError {
         job: String,
         result: String,
     },
-    #[error("systemd unit {unit}: {method} job {job} did not finish within {seconds} s")]
+    #[error("systemd unit {unit}: {method} job {job} did not finish within {after:?}")]
     JobTimeout {
         unit: String,
         method: &'static str,
         job: String,
-        seconds: u64,
+        after: std::time::Duration,
     },
     #[error("cgroup driver {driver}: {message}")]
     Unsupported { driver: Driver, message: String },

@@ -188,6 +188,19 @@ pub fn expected_v2_files(cfg: &ResourceConfig) -> BTreeMap<&'static str, String>
     ])
 }
 
+/// Where a pod's cgroup is below the cgroup v2 mount for `driver`, and what its files must read:
+/// for checks from outside nodelet (the VM scenario reads the files and compares).
+pub fn expected_pod_cgroup(
+    pod: &Pod,
+    settings: &PodCgroupSettings,
+    driver: super::Driver,
+    cgroup_root: &str,
+) -> (PathBuf, BTreeMap<&'static str, String>) {
+    let name = super::pod_cgroup_name(pod, cgroup_root);
+    let path = PathBuf::from(name.to_driver(driver).trim_start_matches('/'));
+    (path, expected_v2_files(&pod_cgroup_config(pod, settings)))
+}
+
 #[derive(Debug, Default)]
 struct TierState {
     pods: BTreeMap<String, PodShare>,
@@ -590,10 +603,34 @@ mod tests {
             (64 * MI + 256 * MI).to_string()
         );
         assert_eq!(read(r, "kubepods/memory.low"), (256 * MI).to_string());
-        // What the VM checks compare against is what was written.
-        for (file, value) in expected_v2_files(&cgroups.pod_config(&guaranteed())) {
-            assert_eq!(read(&g, file), value, "{file}");
+        // What the VM checks compare against is what was written, at the path they compute.
+        for p in [guaranteed(), burstable(), best_effort()] {
+            let (path, files) =
+                expected_pod_cgroup(&p, cgroups.settings(), super::super::Driver::Cgroupfs, "/");
+            for (file, value) in files {
+                match std::fs::read_to_string(r.join(&path).join(file)) {
+                    Ok(written) => assert_eq!(written, value, "{} {file}", path.display()),
+                    // Not written: then the kernel's default is what the VM will read.
+                    Err(_) => assert!(
+                        ["max", "max 100000", "0"].contains(&value.as_str()),
+                        "{} {file} = {value} was not written",
+                        path.display()
+                    ),
+                }
+            }
         }
+        let (path, _) = expected_pod_cgroup(
+            &burstable(),
+            cgroups.settings(),
+            super::super::Driver::Systemd,
+            "/",
+        );
+        assert_eq!(
+            path,
+            PathBuf::from(
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podb_1.slice"
+            )
+        );
 
         // The Burstable pod goes: its cgroup (empty here) and its share with it.
         std::fs::remove_dir_all(&b).unwrap();
