@@ -120,6 +120,9 @@ fn v2_writes(cfg: &ResourceConfig) -> Vec<CgroupWrite> {
     writes
 }
 
+/// The controllers whose files nodelet writes.
+const NEEDED_CONTROLLERS: &[&str] = &["cpu", "memory", "pids"];
+
 /// Creates, configures and removes cgroups under one cgroup mount point.
 #[derive(Debug, Clone)]
 pub struct CgroupfsManager {
@@ -221,11 +224,23 @@ impl CgroupfsManager {
                 continue;
             }
             let file = dir.join("cgroup.subtree_control");
-            std::fs::write(&file, missing.join(" ")).map_err(|source| CgroupError::Io {
-                path: file,
-                action: "enabling controllers",
-                source,
-            })?;
+            if std::fs::write(&file, missing.join(" ")).is_ok() {
+                continue;
+            }
+            // One by one, as runc does: a controller the kernel will not delegate here (one
+            // nodelet does not write, such as rdma or misc) must not keep the others away.
+            for controller in &missing {
+                if let Err(source) = std::fs::write(&file, controller) {
+                    if NEEDED_CONTROLLERS.contains(&controller.trim_start_matches('+')) {
+                        return Err(CgroupError::Io {
+                            path: file,
+                            action: "enabling controllers",
+                            source,
+                        });
+                    }
+                    tracing::debug!(path = %file.display(), controller, error = %source, "controller not delegated");
+                }
+            }
         }
         Ok(())
     }
