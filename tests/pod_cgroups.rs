@@ -69,6 +69,20 @@ fn expected_shares(version: Version, shares: u64) -> String {
     }
 }
 
+/// The running containers' IDs, by name.
+fn container_ids(p: &k8s_openapi::api::core::v1::Pod) -> Vec<(String, String)> {
+    let mut ids: Vec<(String, String)> = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| (c.name.clone(), c.container_id.clone().unwrap_or_default()))
+        .collect();
+    ids.sort();
+    ids
+}
+
 fn uid(p: &k8s_openapi::api::core::v1::Pod) -> String {
     p.metadata.uid.clone().expect("uid")
 }
@@ -103,7 +117,17 @@ async fn pod_cgroups_carry_the_effective_limits_and_go_with_the_pod() {
     let version = Version::detect(Path::new(MOUNT));
     // Dropped after the nodelet below (declared first): the pods are gone by then.
     let root = CgroupRoot::create();
-    let n = Nodelet::start_with(
+    // The cgroup of a pod that went away while nodelet was down: no sandbox carries its UID.
+    let orphan = format!(
+        "{}/kubepods/burstable/podorphan-{}",
+        root.name,
+        std::process::id()
+    );
+    for controller in ["cpu", "memory", "pids"] {
+        std::fs::create_dir_all(cgroup_dir(version, controller, &orphan)).unwrap();
+    }
+    let orphan_made = std::time::Instant::now();
+    let mut n = Nodelet::start_with(
         "pod-cgroups",
         &format!(
             "cgroupRoot: /{}\npodPidsLimit: 256\nkubeReserved: {{cpu: 100m, memory: 100Mi, pid: '100'}}\n",
@@ -198,6 +222,45 @@ async fn pod_cgroups_carry_the_effective_limits_and_go_with_the_pod() {
         shares(version, &format!("{kubepods}/besteffort")),
         expected_shares(version, 2)
     );
+
+    // A restart sweeps the orphan once it is older than a pod being started could be, and
+    // never the cgroups of the pods that still run (they are adopted, same containers).
+    let before: Vec<_> = [&g, &b].iter().map(|p| container_ids(p)).collect();
+    let min_age = nodelet::cgroup::node::ORPHAN_MIN_AGE + Duration::from_secs(1);
+    tokio::time::sleep(min_age.saturating_sub(orphan_made.elapsed())).await;
+    assert!(
+        cgroup_dir(version, "cpu", &orphan).exists(),
+        "the first start kept the young cgroup"
+    );
+    n.restart();
+    let swept = std::time::Instant::now() + T;
+    while n.logs().matches("orphaned pod cgroups swept").count() < 2 {
+        assert!(
+            std::time::Instant::now() < swept,
+            "no sweep after the restart\n{}",
+            tail(&n.logs(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for controller in ["cpu", "memory", "pids"] {
+        let dir = cgroup_dir(version, controller, &orphan);
+        assert!(
+            !dir.exists(),
+            "{} not swept\n{}",
+            dir.display(),
+            tail(&n.logs(), 30)
+        );
+    }
+    for path in [&g_path, &b_path] {
+        assert!(
+            cgroup_dir(version, "cpu", path).exists(),
+            "{path} of a running pod was swept"
+        );
+    }
+    let g = n.wait_pod("g", T, "g adopted", all_running).await;
+    let b = n.wait_pod("b", T, "b adopted", all_running).await;
+    let after: Vec<_> = [&g, &b].iter().map(|p| container_ids(p)).collect();
+    assert_eq!(before, after, "the restart adopted the running containers");
 
     n.remove_manifest("g.yaml");
     n.remove_manifest("b.yaml");
