@@ -73,11 +73,8 @@ impl ZbusSystemd {
         if let Some(p) = slot.as_ref() {
             return Ok(p.clone());
         }
-        let error = |message: String| CgroupError::Systemd {
-            unit: "-".into(),
-            method,
-            properties: Vec::new(),
-            message,
+        let error = |message: String| CgroupError::Bus {
+            message: format!("{method}: {message}"),
         };
         let connection = match &self.address {
             None => zbus::Connection::system()

@@ -70,8 +70,11 @@ pub enum CgroupError {
         job: String,
         after: std::time::Duration,
     },
-    #[error("cgroup driver {driver}: {message}")]
-    Unsupported { driver: Driver, message: String },
+    /// No connection to systemd on the bus (or no systemd on it).
+    #[error("systemd over D-Bus: {message}")]
+    Bus { message: String },
+    #[error(transparent)]
+    Reservation(#[from] super::allocatable::ReservationTooLarge),
 }
 
 fn properties_suffix(properties: &[String]) -> String {

@@ -269,12 +269,7 @@ impl NodeCgroups {
                 path: self.manager.dir(&root, "cpu"),
             });
         }
-        allocatable::validate(self.config.capacity, self.config.reserved).map_err(|e| {
-            CgroupError::Unsupported {
-                driver: self.manager.driver(),
-                message: e.to_string(),
-            }
-        })?;
+        allocatable::validate(self.config.capacity, self.config.reserved)?;
         let cfg = allocatable::kubepods_config(
             self.config.capacity,
             self.config.reserved,
