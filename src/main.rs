@@ -185,6 +185,14 @@ fn validate(
                     println!("{}: warning: {w}", path.display());
                 }
                 println!("{}: ok", path.display());
+                let unified =
+                    nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(CGROUP_MOUNT));
+                if !unified && loaded.config.fail_cgroup_v1 {
+                    println!(
+                        "{}: note: this host runs cgroup v1, which `nodelet run` refuses with this file (failCgroupV1 is true)",
+                        path.display()
+                    );
+                }
                 node.get_or_insert(loaded.config.node_name);
             }
             Err(e) => {
