@@ -261,6 +261,14 @@ async fn pod_cgroups_carry_the_effective_limits_and_go_with_the_pod() {
     let b = n.wait_pod("b", T, "b adopted", all_running).await;
     let after: Vec<_> = [&g, &b].iter().map(|p| container_ids(p)).collect();
     assert_eq!(before, after, "the restart adopted the running containers");
+    // The new nodelet started its tiers from no pods (Burstable shares 2) and counted the
+    // adopted Burstable pod again on its first sync, before publishing its status.
+    assert_eq!(
+        shares(version, &format!("{kubepods}/burstable")),
+        expected_shares(version, 102),
+        "adopted pods are counted in their tier\n{}",
+        tail(&n.logs(), 30)
+    );
 
     n.remove_manifest("g.yaml");
     n.remove_manifest("b.yaml");
