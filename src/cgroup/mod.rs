@@ -1,6 +1,11 @@
-//! Cgroups: QoS classes, the pod's effective resources, the cpu/memory values the kubelet
+//! Cgroups: QoS classes, the pod's effective resources, the cpu/memory/pid values the kubelet
 //! writes (`pkg/kubelet/cm/helpers_linux.go`), and the names of QoS and pod cgroups under both
 //! cgroup drivers (`pkg/kubelet/cm/cgroup_manager_linux.go`, `pod_container_manager_linux.go`).
+//!
+//! The pure parts are here and in [`memory_qos`], [`allocatable`] and [`qos`]; the effects go
+//! through one [`manager::CgroupManager`] with a variant per driver ([`fs`] for cgroupfs,
+//! [`systemd`] over [`dbus`]), which [`node::NodeCgroups`] drives: `kubepods`, the QoS tiers,
+//! the pod cgroups and the start-up sweep. Every path is a parameter.
 
 pub mod allocatable;
 pub mod dbus;
