@@ -86,9 +86,17 @@ impl ZbusSystemd {
                 .await
                 .map_err(|e| error(format!("connecting to the bus at {address}: {e}")))?,
         };
-        let proxy = zbus::Proxy::new(&connection, DESTINATION, PATH, INTERFACE)
+        // No property cache: nodelet reads no manager property, and the cache would fetch them
+        // all and watch them.
+        let proxy: zbus::Proxy<'static> = zbus::proxy::Builder::new(&connection)
+            .destination(DESTINATION)
+            .and_then(|b| b.path(PATH))
+            .and_then(|b| b.interface(INTERFACE))
+            .map(|b| b.cache_properties(zbus::proxy::CacheProperties::No))
+            .map_err(|e| error(format!("systemd's manager object: {e}")))?
+            .build()
             .await
-            .map_err(|e| error(format!("reaching systemd on the system bus: {e}")))?;
+            .map_err(|e| error(format!("reaching systemd on the bus: {e}")))?;
         // Job signals reach the client that queued the job anyway; subscribing makes sure.
         let _: () = proxy
             .call("Subscribe", &())
