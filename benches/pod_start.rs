@@ -138,7 +138,8 @@ async fn main() {
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              containerRuntimeEndpoint: {endpoint}\nstaticPodPath: {m}\nfileCheckFrequency: 20s\n\
-             podLogsDir: {d}/logs\nrootDir: {d}/root\nnodeName: {node}\nreadOnlyPort: {port}\nhealthzPort: 0\nport: 0\n",
+             podLogsDir: {d}/logs\nrootDir: {d}/root\nnodeName: {node}\nreadOnlyPort: {port}\nhealthzPort: 0\nport: 0\n\
+             failCgroupV1: false\n",
             m = manifests.display(),
             d = dir.path().display()
         ),

@@ -54,6 +54,8 @@ address: 127.0.0.1
 readOnlyPort: $PORT
 healthzPort: 0
 port: 0
+# This machine is a cgroup v1 host, which nodelet (as the kubelet since 1.35) refuses by default.
+failCgroupV1: false
 YAML
 "$NODELET" run --config "$WORK/config.yaml" 2>"$WORK/nodelet.log" &
 PID=$!

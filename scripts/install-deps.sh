@@ -8,13 +8,14 @@
 #   iproute2, iptables                             CNI bridge/portmap and the clean-up in containerd.sh
 #   python3                                        images/build-image.py
 #   curl                                           poking test servers by hand
+#   dbus-daemon                                    a private bus for the systemd cgroup driver's D-Bus test
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PACKAGES=(
 	containerd runc containernetworking-plugins protobuf-compiler busybox-static
-	iproute2 iptables gcc libc6-dev python3 curl
+	iproute2 iptables gcc libc6-dev python3 curl dbus-daemon
 )
 
 missing=()

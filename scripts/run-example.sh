@@ -55,8 +55,19 @@ cargo build --release --locked --bin nodelet
 scripts/test-env.sh up >/dev/null
 stop_nodelet
 mkdir -p "$STATE" /run/nodelet-demo
-"$NODELET" validate --config config.example.yaml
-"$NODELET" run --config config.example.yaml \
+CONFIG=config.example.yaml
+if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
+	# nodelet refuses a cgroup v1 host, as the kubelet does since 1.35, unless the configuration
+	# opts out; the example (meant for cgroup v2 nodes) does not, so the demo adds it here.
+	CONFIG=$STATE/config.yaml
+	{
+		cat config.example.yaml
+		printf '\n# Added by scripts/run-example.sh: this host runs cgroup v1.\nfailCgroupV1: false\n'
+	} >"$CONFIG"
+	echo "cgroup v1 host: running with $CONFIG (config.example.yaml + failCgroupV1: false)"
+fi
+"$NODELET" validate --config "$CONFIG"
+"$NODELET" run --config "$CONFIG" \
 	--container-runtime-endpoint "$ENDPOINT" \
 	--static-pod-path "$PWD/examples" \
 	--root-dir "$STATE/root" \
@@ -65,15 +76,15 @@ mkdir -p "$STATE" /run/nodelet-demo
 echo $! >"$PIDFILE"
 echo "nodelet started (pid $(cat "$PIDFILE"), log $LOG); waiting for the example pods..."
 for _ in $(seq 60); do
-	out="$("$NODELET" pods --config config.example.yaml 2>/dev/null || true)"
+	out="$("$NODELET" pods --config "$CONFIG" 2>/dev/null || true)"
 	if [ "$(grep -c -E ' (Running|Completed) ' <<<"$out")" -ge 3 ]; then break; fi
 	sleep 1
 done
-"$NODELET" pods --config config.example.yaml
+"$NODELET" pods --config "$CONFIG"
 cat <<MSG
 
 The pods run in containerd ($ENDPOINT). Try:
-  $NODELET pods --config config.example.yaml
+  $NODELET pods --config $CONFIG
   curl -s http://127.0.0.1:10255/pods | head
   ctr --address /run/nodelet-demo/containerd.sock -n k8s.io containers ls
 Stop everything with: scripts/run-example.sh stop

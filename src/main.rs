@@ -185,6 +185,14 @@ fn validate(
                     println!("{}: warning: {w}", path.display());
                 }
                 println!("{}: ok", path.display());
+                let unified =
+                    nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(CGROUP_MOUNT));
+                if !unified && loaded.config.fail_cgroup_v1 {
+                    println!(
+                        "{}: note: this host runs cgroup v1, which `nodelet run` refuses with this file (failCgroupV1 is true)",
+                        path.display()
+                    );
+                }
                 node.get_or_insert(loaded.config.node_name);
             }
             Err(e) => {
@@ -372,12 +380,141 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     if let Some(p) = args.healthz_port {
         cfg.healthz_port = p;
     }
+    // The kubelet validates the cgroup version with its configuration: before anything starts.
+    let unified = nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(CGROUP_MOUNT));
+    let cgroup_v1_warning = nodelet::cgroup::check_cgroup_version(cfg.fail_cgroup_v1, unified)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
     init_tracing(&cfg);
+    if let Some(warning) = cgroup_v1_warning {
+        tracing::warn!("{warning}");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(run(cfg))
+}
+
+/// Where the node's cgroup hierarchy is mounted.
+const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+
+/// The node's cgroup settings and, with `cgroupsPerQOS`, its cgroup tree set up as the kubelet's
+/// container manager does at start (node allocatable on `kubepods`, the QoS tiers).
+async fn setup_cgroups(
+    cfg: &Config,
+    node: &NodeInfo,
+) -> anyhow::Result<(
+    nodelet::cgroup::PodCgroupSettings,
+    Option<Arc<nodelet::cgroup::node::NodeCgroups>>,
+)> {
+    use nodelet::cgroup::{allocatable, manager, memory_qos, node as cgnode};
+    let mount = std::path::Path::new(CGROUP_MOUNT);
+    let version = manager::Version::detect(mount);
+    let cgroup_v2 = version == manager::Version::V2;
+    let gate = cfg.feature_enabled(nodelet::config::kubelet_fields::MEMORY_QOS);
+    let configured = cfg.memory_qos();
+    let memory_qos = memory_qos::MemoryQos::effective(configured, gate, cgroup_v2);
+    if configured != memory_qos::MemoryQos::OFF && memory_qos == memory_qos::MemoryQos::OFF {
+        tracing::warn!(
+            "memoryThrottlingFactor/memoryReservationPolicy need cgroup v2; ignored on this cgroup v1 node"
+        );
+    }
+    if cgroup_v2 {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if let Some(warning) = memory_qos::kernel_warning(release.trim(), gate) {
+            tracing::warn!("{warning}");
+        }
+    }
+    let capacity = allocatable::NodeResources {
+        cpu_milli: node.cpu_capacity_milli,
+        memory: i64::try_from(node.memory_capacity).unwrap_or(i64::MAX),
+        pids: allocatable::pid_capacity(std::path::Path::new("/proc")),
+    };
+    let reserved = cfg.kube_reserved.plus(cfg.system_reserved);
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096);
+    let settings = nodelet::cgroup::PodCgroupSettings {
+        enforce_cpu_limits: true,
+        cpu_period: nodelet::cgroup::QUOTA_PERIOD,
+        pod_pids_limit: cfg.pod_pids_limit,
+        memory_qos,
+        node_allocatable_memory: allocatable::allocatable(capacity, reserved).memory,
+        page_size,
+        cgroup_v2,
+    };
+    if !cfg.cgroups_per_qos {
+        return Ok((settings, None));
+    }
+    let manager: Arc<dyn manager::CgroupManager> = match cfg.cgroup_driver {
+        nodelet::config::CgroupDriver::Cgroupfs => {
+            Arc::new(nodelet::cgroup::fs::CgroupfsManager::new(mount, version))
+        }
+        nodelet::config::CgroupDriver::Systemd if !cgroup_v2 => {
+            tracing::warn!("cgroupDriver systemd on a cgroup v1 host: nodelet leaves the pod cgroups to the runtime (no pod-level limits, no QoS tiers)");
+            return Ok((settings, None));
+        }
+        nodelet::config::CgroupDriver::Systemd => {
+            let bus = nodelet::cgroup::dbus::ZbusSystemd::connect()
+                .await
+                .context("cgroupDriver systemd: talking to systemd over D-Bus")?;
+            Arc::new(nodelet::cgroup::systemd::SystemdManager::new(
+                mount,
+                Arc::new(bus),
+            ))
+        }
+    };
+    let cgroups = cgnode::NodeCgroups::new(
+        manager,
+        cgnode::NodeCgroupConfig {
+            cgroup_root: cfg.cgroup_root.clone(),
+            pod: settings,
+            capacity,
+            reserved,
+            enforce_pods: cfg.enforces_pods_allocatable(),
+        },
+    );
+    cgroups
+        .start()
+        .await
+        .context("setting up the pods' cgroups (kubepods and the QoS tiers)")?;
+    Ok((settings, Some(Arc::new(cgroups))))
+}
+
+/// Removes the cgroups of pods that went away while nodelet was down: those whose UID no
+/// sandbox in the runtime carries (of any node: other CRI clients' pods are left alone too).
+async fn sweep_orphaned_pod_cgroups(
+    cgroups: &nodelet::cgroup::node::NodeCgroups,
+    runtime: &dyn Runtime,
+) {
+    let sandboxes = match runtime.list_pod_sandbox(None).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing sandboxes; orphaned pod cgroups are not swept");
+            return;
+        }
+    };
+    let uids: std::collections::HashSet<String> = sandboxes
+        .iter()
+        .filter_map(|s| s.labels.get(nodelet::cri::labels::POD_UID).cloned())
+        .collect();
+    let report = cgroups
+        .sweep_orphans(
+            &uids,
+            std::time::SystemTime::now(),
+            nodelet::cgroup::node::ORPHAN_MIN_AGE,
+        )
+        .await;
+    for (uid, error) in &report.failed {
+        tracing::warn!(pod.uid = %uid, error = %error, "removing an orphaned pod cgroup");
+    }
+    tracing::info!(
+        removed = report.removed.len(),
+        kept = report.kept.len(),
+        failed = report.failed.len(),
+        "orphaned pod cgroups swept"
+    );
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -453,6 +590,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     ));
     // The local event log (the API server's, in cluster mode).
     let recorder = EventRecorder::new(Clock::system(), "kubelet", &cfg.node_name);
+    let (pod_cgroup, cgroups) = setup_cgroups(&cfg, &node).await?;
+    if let Some(cgroups) = &cgroups {
+        sweep_orphaned_pod_cgroups(cgroups, runtime.as_ref()).await;
+    }
     let cluster = match &cfg.kubeconfig {
         Some(_) => Some(
             cluster::client(&cfg)
@@ -515,12 +656,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             resolv_conf: Some(cfg.resolv_conf.clone()).filter(|p| !p.as_os_str().is_empty()),
             runtime_name,
             crash_loop_backoff: cfg.crash_loop_back_off_delays(),
-            cgroup_v2: nodelet::cgroup::is_cgroup2_unified(std::path::Path::new("/sys/fs/cgroup")),
-            pod_cgroups: (cfg.cgroups_per_qos
-                && cfg.cgroup_driver == nodelet::config::CgroupDriver::Cgroupfs)
-                .then(|| {
-                    nodelet::cgroup::fs::PodCgroups::detect(std::path::Path::new("/sys/fs/cgroup"))
-                }),
+            cgroup_v2: pod_cgroup.cgroup_v2,
+            cgroups: cgroups.clone(),
+            pod_cgroup,
         }),
         clock: Clock::system(),
         events: recorder.clone(),
@@ -582,10 +720,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         expected,
     );
     if let (Some(client), Some(store)) = (&cluster, &pod_store) {
+        let admission_reserve = nodelet::node::AllocatableReservation::for_config(&cfg);
         manager = manager.with_admission(Admission {
             node: NodeCapacity {
-                cpu_milli: node.cpu_capacity_milli,
-                memory: i64::try_from(node.memory_capacity).unwrap_or(i64::MAX),
+                // What the Node reports as allocatable, which the scheduler placed pods by.
+                cpu_milli: (node.cpu_capacity_milli - admission_reserve.cpu_milli).max(0),
+                memory: (i64::try_from(node.memory_capacity).unwrap_or(i64::MAX)
+                    - admission_reserve.memory_bytes)
+                    .max(0),
                 pods: cfg.max_pods,
                 labels: nodelet::node::register::initial_node(
                     &nodelet::node::register::Registration {
@@ -629,6 +771,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         "Starting",
         "Starting nodelet.",
     );
+    if cgroups.is_some() {
+        recorder.record(
+            &nodelet::events::node_ref(&cfg.node_name),
+            EventType::Normal,
+            "NodeAllocatableEnforced",
+            "Updated Node Allocatable limit across pods",
+        );
+    }
 
     if cluster.is_some() {
         // The node's heartbeats get their own client without the QPS limit, as the kubelet's.

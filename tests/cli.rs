@@ -84,3 +84,60 @@ fn pods_reports_an_unreachable_server() {
     assert!(!ok);
     assert!(err.contains(&port.to_string()), "{err}");
 }
+
+#[test]
+fn run_on_a_cgroup_v1_host_is_refused_unless_failcgroupv1_is_false() {
+    assert!(
+        !nodelet::cgroup::is_cgroup2_unified(std::path::Path::new("/sys/fs/cgroup")),
+        "this test is about the cgroup v1 host the tests run on; /sys/fs/cgroup is cgroup2 here"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    // A configuration that would otherwise start: the refusal comes before the runtime.
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeName: v1-refusal\nrootDir: {}\ncontainerRuntimeEndpoint: unix://{}/missing.sock\nport: 0\nhealthzPort: 0\n",
+            dir.path().join("root").display(),
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    // Bounded: without the refusal, `run` would wait for the missing runtime forever.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["run", "--config", path.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nodelet");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("nodelet run did not stop on the cgroup v1 host within 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        !status.success(),
+        "run must fail on a cgroup v1 host\n{err}"
+    );
+    assert!(
+        err.contains(nodelet::cgroup::CGROUP_V1_REFUSAL),
+        "the kubelet's message: {err}"
+    );
+    assert!(err.contains("failCgroupV1"), "names the field: {err}");
+    assert!(
+        err.contains(path.to_str().unwrap()),
+        "names the file: {err}"
+    );
+    assert!(
+        !dir.path().join("root").exists(),
+        "nothing was started or created before the refusal"
+    );
+}

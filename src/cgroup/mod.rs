@@ -1,10 +1,21 @@
-//! Cgroups: QoS classes, the pod's effective resources, the cpu/memory values the kubelet
+//! Cgroups: QoS classes, the pod's effective resources, the cpu/memory/pid values the kubelet
 //! writes (`pkg/kubelet/cm/helpers_linux.go`), and the names of QoS and pod cgroups under both
 //! cgroup drivers (`pkg/kubelet/cm/cgroup_manager_linux.go`, `pod_container_manager_linux.go`).
+//!
+//! The pure parts are here and in [`memory_qos`], [`allocatable`] and [`qos`]; the effects go
+//! through one [`manager::CgroupManager`] with a variant per driver ([`fs`] for cgroupfs,
+//! [`systemd`] over [`dbus`]), which [`node::NodeCgroups`] drives: `kubepods`, the QoS tiers,
+//! the pod cgroups and the start-up sweep. Every path is a parameter.
 
+pub mod allocatable;
+pub mod dbus;
 pub mod fs;
+pub mod manager;
+pub mod memory_qos;
+pub mod node;
 pub mod qos;
 pub mod resources;
+pub mod systemd;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -70,25 +81,40 @@ pub fn effective_pod_resources(pod: &Pod) -> PodResources {
     }
 }
 
-/// What the kubelet writes to a pod cgroup (`ResourceConfigForPod`). `None` fields stay unset
-/// (unlimited / inherited).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodResourceConfig {
-    pub cpu_shares: u64,
+/// What to set on one cgroup, driver- and version-independent (the kubelet's
+/// `ResourceConfig`). `None` fields are left as they are: unlimited or inherited for a cgroup
+/// nodelet creates, untouched for one that exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResourceConfig {
+    pub cpu_shares: Option<u64>,
     /// Microseconds per `cpu_period`; -1 when cpu limits are not enforced.
     pub cpu_quota: Option<i64>,
     pub cpu_period: Option<u64>,
+    /// `memory.max` / `memory.limit_in_bytes` in bytes.
     pub memory_limit: Option<i64>,
+    /// `pids.max`; -1 = `max`.
+    pub pids_limit: Option<i64>,
+    /// cgroup v2 only: `memory.min`.
+    pub memory_min: Option<i64>,
+    /// cgroup v2 only: `memory.low`.
+    pub memory_low: Option<i64>,
+    /// cgroup v2 only: `memory.high`.
+    pub memory_high: Option<MemoryHigh>,
 }
 
-/// The pod cgroup's settings by QoS class: Guaranteed pods get shares, quota and memory limit;
-/// Burstable pods get shares plus whichever limits every container declares; BestEffort pods
-/// get the minimum shares only. `enforce_cpu_limits` is the kubelet's `cpuCFSQuota`.
-pub fn pod_resource_config(
-    pod: &Pod,
-    enforce_cpu_limits: bool,
-    cpu_period: u64,
-) -> PodResourceConfig {
+/// A `memory.high` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryHigh {
+    Bytes(i64),
+    /// No throttling (`max`): what an unset value resets to.
+    Max,
+}
+
+/// What the kubelet writes to a pod cgroup (`ResourceConfigForPod`) for cpu and memory: shares,
+/// and the quota and memory limit when every container declares one; Guaranteed pods always get
+/// all three, BestEffort pods the minimum shares only. `enforce_cpu_limits` is the kubelet's
+/// `cpuCFSQuota`.
+pub fn pod_resource_config(pod: &Pod, enforce_cpu_limits: bool, cpu_period: u64) -> ResourceConfig {
     let r = effective_pod_resources(pod);
     let (limits, _, _) = resources::pod_limits(pod);
     let shares = milli_cpu_to_shares(r.cpu_request_milli);
@@ -98,24 +124,99 @@ pub fn pod_resource_config(
         -1
     };
     match qos_class(pod) {
-        QosClass::Guaranteed => PodResourceConfig {
-            cpu_shares: shares,
+        QosClass::Guaranteed => ResourceConfig {
+            cpu_shares: Some(shares),
             cpu_quota: Some(quota),
             cpu_period: Some(cpu_period),
             memory_limit: Some(limits.memory.unwrap_or(0)),
+            ..Default::default()
         },
-        QosClass::Burstable => PodResourceConfig {
-            cpu_shares: shares,
+        QosClass::Burstable => ResourceConfig {
+            cpu_shares: Some(shares),
             cpu_quota: r.cpu_limit_milli.map(|_| quota),
             cpu_period: r.cpu_limit_milli.map(|_| cpu_period),
             memory_limit: r.memory_limit,
+            ..Default::default()
         },
-        QosClass::BestEffort => PodResourceConfig {
-            cpu_shares: MIN_SHARES,
-            cpu_quota: None,
-            cpu_period: None,
-            memory_limit: None,
+        QosClass::BestEffort => ResourceConfig {
+            cpu_shares: Some(MIN_SHARES),
+            ..Default::default()
         },
+    }
+}
+
+/// Node-wide settings that shape every pod cgroup.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PodCgroupSettings {
+    /// `cpuCFSQuota`.
+    pub enforce_cpu_limits: bool,
+    /// `cpuCFSQuotaPeriod` in microseconds.
+    pub cpu_period: u64,
+    /// `podPidsLimit`: `pids.max` of every pod cgroup when above 0.
+    pub pod_pids_limit: i64,
+    /// Memory QoS in effect (after the gate and the cgroup version).
+    pub memory_qos: memory_qos::MemoryQos,
+    /// The node's allocatable memory (capacity − `kubeReserved` − `systemReserved`): the limit
+    /// `memory.high` is computed against when a pod or container has none.
+    pub node_allocatable_memory: i64,
+    pub page_size: i64,
+    /// Whether the node runs cgroup v2: Memory QoS values are only written there.
+    pub cgroup_v2: bool,
+}
+
+impl Default for PodCgroupSettings {
+    fn default() -> Self {
+        PodCgroupSettings {
+            enforce_cpu_limits: true,
+            cpu_period: QUOTA_PERIOD,
+            pod_pids_limit: -1,
+            memory_qos: memory_qos::MemoryQos::OFF,
+            node_allocatable_memory: 0,
+            page_size: 4096,
+            cgroup_v2: false,
+        }
+    }
+}
+
+/// Everything nodelet sets on a pod's cgroup: [`pod_resource_config`], `pids.max` from
+/// `podPidsLimit`, and on cgroup v2 the Memory QoS values — always all three of them, so that a
+/// pod cgroup configured under an earlier Memory QoS setting is reset.
+pub fn pod_cgroup_config(pod: &Pod, settings: &PodCgroupSettings) -> ResourceConfig {
+    let mut cfg = pod_resource_config(pod, settings.enforce_cpu_limits, settings.cpu_period);
+    if settings.pod_pids_limit > 0 {
+        cfg.pids_limit = Some(settings.pod_pids_limit);
+    }
+    if settings.cgroup_v2 {
+        let r = effective_pod_resources(pod);
+        let (min, low, high) = memory_qos::pod_values(
+            qos_class(pod),
+            r.memory_request,
+            r.memory_limit,
+            settings.memory_qos,
+            settings.node_allocatable_memory,
+            settings.page_size,
+        );
+        cfg.memory_min = Some(min);
+        cfg.memory_low = Some(low);
+        cfg.memory_high = Some(high.map_or(MemoryHigh::Max, MemoryHigh::Bytes));
+    }
+    cfg
+}
+
+/// cpu.weight (v2) for cpu.shares (v1), as the kubelet converts it (opencontainers/cgroups'
+/// `ConvertCPUSharesToCgroupV2Value` since runc 1.3 / Kubernetes 1.34): a quadratic in log2 of
+/// the shares that maps 2 → 1, 1024 → 100 (both kernels' defaults) and 262144 → 10000. The
+/// earlier linear mapping gave 1024 shares a weight of 39, below an unconfigured cgroup's 100.
+pub fn shares_to_weight(shares: u64) -> u64 {
+    match shares {
+        0 => 0,
+        1..=2 => 1,
+        MAX_SHARES.. => 10_000,
+        _ => {
+            let l = (shares as f64).log2();
+            let exponent = (l * l + 125.0 * l) / 612.0 - 7.0 / 34.0;
+            10f64.powf(exponent).ceil() as u64
+        }
     }
 }
 
@@ -210,6 +311,28 @@ pub fn pod_cgroup_parent(
     pod_cgroup_name(pod, cgroup_root).to_driver(driver)
 }
 
+/// The kubelet's refusal of a cgroup v1 host (`failCgroupV1`, on by default since 1.35).
+pub const CGROUP_V1_REFUSAL: &str = "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is unsupported and will be removed in a future release";
+
+/// What the kubelet logs when `failCgroupV1: false` lets it run on cgroup v1.
+pub const CGROUP_V1_WARNING: &str = "cgroup v1 detected. cgroup v1 support is unsupported and will be removed in a future release. Please migrate to cgroup v2. More information at https://git.k8s.io/enhancements/keps/sig-node/5573-cgroup-v1-unsupported";
+
+/// The kubelet's `validateKubeletOSConfiguration` for the cgroup version: on a cgroup v1 host,
+/// `Err` with the kubelet's message unless `failCgroupV1` is false, and then `Ok` with the
+/// warning to log.
+pub fn check_cgroup_version(
+    fail_cgroup_v1: bool,
+    unified: bool,
+) -> Result<Option<&'static str>, String> {
+    match (unified, fail_cgroup_v1) {
+        (true, _) => Ok(None),
+        (false, true) => Err(format!(
+            "failed to validate kubelet configuration, error: {CGROUP_V1_REFUSAL} (failCgroupV1 is true; set failCgroupV1: false to run on this cgroup v1 host anyway)"
+        )),
+        (false, false) => Ok(Some(CGROUP_V1_WARNING)),
+    }
+}
+
 /// True when `mount_point` (normally `/sys/fs/cgroup`) is the unified cgroup v2 hierarchy. Hybrid
 /// hosts (v1 controllers with a v2 mount at `/sys/fs/cgroup/unified`) are not unified.
 pub fn is_cgroup2_unified(mount_point: &std::path::Path) -> bool {
@@ -221,6 +344,55 @@ pub fn is_cgroup2_unified(mount_point: &std::path::Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cgroup_v1_is_refused_unless_allowed() {
+        assert_eq!(check_cgroup_version(true, true), Ok(None));
+        assert_eq!(check_cgroup_version(false, true), Ok(None));
+        assert_eq!(
+            check_cgroup_version(false, false),
+            Ok(Some(CGROUP_V1_WARNING))
+        );
+        let err = check_cgroup_version(true, false).unwrap_err();
+        assert!(err.contains(CGROUP_V1_REFUSAL), "{err}");
+        assert!(err.contains("failCgroupV1: false"), "{err}");
+    }
+
+    #[test]
+    fn pod_cgroup_config_adds_pids_and_memory_qos_on_v2_only() {
+        use memory_qos::{MemoryQos, ReservationPolicy};
+        let p = pod(vec![container("a", "memory=256Mi", "memory=1Gi")], vec![]);
+        let settings = PodCgroupSettings {
+            pod_pids_limit: 512,
+            memory_qos: MemoryQos {
+                throttling_factor: Some(0.9),
+                reservation: ReservationPolicy::TieredReservation,
+            },
+            node_allocatable_memory: 8 << 30,
+            cgroup_v2: true,
+            ..Default::default()
+        };
+        let cfg = pod_cgroup_config(&p, &settings);
+        assert_eq!(cfg.pids_limit, Some(512));
+        assert_eq!(cfg.memory_limit, Some(1 << 30));
+        assert_eq!(cfg.memory_high, Some(MemoryHigh::Bytes(993_210_368)));
+        assert_eq!(cfg.memory_low, Some(256 << 20));
+        assert_eq!(cfg.memory_min, Some(0));
+        let v1 = pod_cgroup_config(
+            &p,
+            &PodCgroupSettings {
+                cgroup_v2: false,
+                ..settings
+            },
+        );
+        assert_eq!(
+            (v1.memory_high, v1.memory_low, v1.memory_min),
+            (None, None, None)
+        );
+        assert_eq!(v1.pids_limit, Some(512));
+        let unlimited = pod_cgroup_config(&p, &PodCgroupSettings::default());
+        assert_eq!(unlimited.pids_limit, None);
+    }
+
     #[test]
     fn a_plain_directory_is_not_cgroup2() {
         let dir = tempfile::tempdir().unwrap();
@@ -249,6 +421,28 @@ mod tests {
         ];
         for (milli, want) in cases {
             assert_eq!(milli_cpu_to_shares(milli), want, "{milli}m");
+        }
+    }
+
+    #[test]
+    fn shares_to_weight_table() {
+        // The kubelet's (opencontainers/cgroups) values.
+        let cases = [
+            (0, 0),
+            (1, 1),
+            (2, 1),
+            (3, 2),
+            (102, 17),
+            (256, 35),
+            (512, 59),
+            (1024, 100),
+            (2048, 174),
+            (262_143, 10_000),
+            (262_144, 10_000),
+            (u64::MAX, 10_000),
+        ];
+        for (shares, weight) in cases {
+            assert_eq!(shares_to_weight(shares), weight, "{shares}");
         }
     }
 
@@ -387,21 +581,21 @@ mod tests {
         let guaranteed = pod(vec![container("a", "", "cpu=500m,memory=1Gi")], vec![]);
         assert_eq!(
             pod_resource_config(&guaranteed, true, QUOTA_PERIOD),
-            PodResourceConfig {
-                cpu_shares: 512,
+            ResourceConfig {
+                cpu_shares: Some(512),
                 cpu_quota: Some(50_000),
                 cpu_period: Some(QUOTA_PERIOD),
                 memory_limit: Some(1 << 30),
+                ..Default::default()
             }
         );
         let burstable = pod(vec![container("a", "cpu=250m", "memory=1Gi")], vec![]);
         assert_eq!(
             pod_resource_config(&burstable, true, QUOTA_PERIOD),
-            PodResourceConfig {
-                cpu_shares: 256,
-                cpu_quota: None,
-                cpu_period: None,
+            ResourceConfig {
+                cpu_shares: Some(256),
                 memory_limit: Some(1 << 30),
+                ..Default::default()
             }
         );
         assert_eq!(
@@ -411,11 +605,9 @@ mod tests {
         let best_effort = pod(vec![container("a", "", "")], vec![]);
         assert_eq!(
             pod_resource_config(&best_effort, true, QUOTA_PERIOD),
-            PodResourceConfig {
-                cpu_shares: 2,
-                cpu_quota: None,
-                cpu_period: None,
-                memory_limit: None,
+            ResourceConfig {
+                cpu_shares: Some(2),
+                ..Default::default()
             }
         );
     }

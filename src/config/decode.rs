@@ -18,6 +18,8 @@ use super::{
     AuthorizationMode, CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION,
     KIND,
 };
+use crate::cgroup::allocatable::Reserved;
+use crate::cgroup::memory_qos::ReservationPolicy;
 
 /// Top-level fields nodelet implements (kubelet fields, then nodelet's own).
 pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
@@ -67,6 +69,23 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "tlsPrivateKeyFile",
     "authentication",
     "authorization",
+    "failCgroupV1",
+    "podPidsLimit",
+    "kubeReserved",
+    "systemReserved",
+    "enforceNodeAllocatable",
+    "memoryThrottlingFactor",
+    "memoryReservationPolicy",
+];
+
+/// `enforceNodeAllocatable` values the kubelet knows; nodelet enforces `pods` (and `none`).
+const ENFORCE_NODE_ALLOCATABLE_VALUES: &[&str] = &[
+    "kube-reserved",
+    "kube-reserved-compressible",
+    "none",
+    "pods",
+    "system-reserved",
+    "system-reserved-compressible",
 ];
 
 const AUTHENTICATION_FIELDS: &[&str] = &["x509", "webhook", "anonymous"];
@@ -144,6 +163,14 @@ pub(super) struct Decoded {
     pub authorization_mode: Option<AuthorizationMode>,
     pub cache_authorized_ttl: Option<Duration>,
     pub cache_unauthorized_ttl: Option<Duration>,
+    pub fail_cgroup_v1: Option<bool>,
+    pub pod_pids_limit: Option<i64>,
+    pub kube_reserved: Option<Reserved>,
+    pub system_reserved: Option<Reserved>,
+    pub enforce_node_allocatable: Option<Vec<String>>,
+    /// The factor as written (a YAML number), kept for the gate rules in `resolve`.
+    pub memory_throttling_factor: Option<(f64, String)>,
+    pub memory_reservation_policy: Option<ReservationPolicy>,
     pub errors: Vec<FieldError>,
     pub warnings: Vec<Warning>,
 }
@@ -226,6 +253,27 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "tlsPrivateKeyFile" => d.tls_private_key_file = d.optional_absolute_path(name, value),
             "authentication" => d.authentication(name, value),
             "authorization" => d.authorization(name, value),
+            "failCgroupV1" => d.fail_cgroup_v1 = d.boolean(name, value),
+            "podPidsLimit" => {
+                d.pod_pids_limit = d.int_in(
+                    name,
+                    value,
+                    -1,
+                    i64::MAX,
+                    "must be -1 (no limit) or greater",
+                )
+            }
+            "kubeReserved" => d.kube_reserved = d.reserved(name, value),
+            "systemReserved" => d.system_reserved = d.reserved(name, value),
+            "enforceNodeAllocatable" => {
+                d.enforce_node_allocatable = d.enforce_node_allocatable(name, value)
+            }
+            "memoryThrottlingFactor" => {
+                d.memory_throttling_factor = d.throttling_factor(name, value)
+            }
+            "memoryReservationPolicy" => {
+                d.memory_reservation_policy = d.reservation_policy(name, value)
+            }
             _ if NOT_IMPLEMENTED_FIELDS.contains(&name) => d.warn(name, NOT_IMPLEMENTED_MESSAGE),
             _ => d.unknown_field(name, TOP_LEVEL_FIELDS),
         }
@@ -902,6 +950,165 @@ impl Decoded {
                 } else {
                     self.cache_unauthorized_ttl = ttl;
                 }
+            }
+        }
+    }
+
+    /// `kubeReserved` / `systemReserved`: `cpu`, `memory`, `ephemeral-storage` and `pid`
+    /// quantities (the kubelet's `ParseResourceList`), none negative.
+    fn reserved(&mut self, path: &str, value: &Value) -> Option<Reserved> {
+        const KNOWN: &[&str] = &["cpu", "ephemeral-storage", "memory", "pid"];
+        let map = self.mapping(path, value)?;
+        let mut reserved = Reserved::default();
+        let mut ok = true;
+        for (key, quantity) in map {
+            let Some(name) = key.as_str() else {
+                self.invalid(
+                    &format!("{path}[{}]", render(key)),
+                    key,
+                    "expected a resource name",
+                );
+                ok = false;
+                continue;
+            };
+            let field = format!("{path}.{name}");
+            if name.starts_with("hugepages-") {
+                self.warn(&field, NOT_IMPLEMENTED_MESSAGE);
+                continue;
+            }
+            if !KNOWN.contains(&name) {
+                self.fail(
+                    &field,
+                    "",
+                    format!(
+                        "cannot reserve {name:?} resource; supported: {}",
+                        KNOWN.join(", ")
+                    ),
+                    FieldErrorKind::Unsupported,
+                );
+                ok = false;
+                continue;
+            }
+            let text = match quantity {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => {
+                    self.invalid(
+                        &field,
+                        quantity,
+                        "expected a quantity such as \"500m\" or \"1Gi\"",
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            let parsed = match crate::quantity::Quantity::parse(&text) {
+                Ok(q) => q,
+                Err(e) => {
+                    self.invalid(&field, quantity, e.to_string());
+                    ok = false;
+                    continue;
+                }
+            };
+            if parsed.milli_value() < 0 {
+                self.invalid(
+                    &field,
+                    quantity,
+                    format!("resource quantity for {name:?} cannot be negative"),
+                );
+                ok = false;
+                continue;
+            }
+            match name {
+                "cpu" => reserved.cpu_milli = parsed.milli_value(),
+                "memory" => reserved.memory = parsed.value(),
+                "ephemeral-storage" => reserved.ephemeral_storage = parsed.value(),
+                _ => reserved.pids = parsed.value(),
+            }
+        }
+        ok.then_some(reserved)
+    }
+
+    /// `enforceNodeAllocatable`: a list of the kubelet's values; `none` stands alone. Only
+    /// `pods` is enforced: the `*-reserved` values need `kubeReservedCgroup` /
+    /// `systemReservedCgroup`, which nodelet does not manage, so they are warned about.
+    fn enforce_node_allocatable(&mut self, path: &str, value: &Value) -> Option<Vec<String>> {
+        let Value::Sequence(items) = value else {
+            if !value.is_null() {
+                self.invalid(path, value, "expected a list such as [pods]");
+            }
+            return None;
+        };
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let field = format!("{path}[{i}]");
+            let Some(v) = item.as_str() else {
+                self.invalid(&field, item, "expected a string");
+                ok = false;
+                continue;
+            };
+            if !ENFORCE_NODE_ALLOCATABLE_VALUES.contains(&v) {
+                self.unsupported(&field, item, ENFORCE_NODE_ALLOCATABLE_VALUES);
+                ok = false;
+                continue;
+            }
+            if v != "pods" && v != "none" {
+                self.warn(
+                    &field,
+                    format!("{v:?} is accepted but not enforced by nodelet (it manages no kubeReservedCgroup/systemReservedCgroup); only \"pods\" is"),
+                );
+            }
+            out.push(v.to_string());
+        }
+        if out.iter().any(|v| v == "none") && out.len() > 1 {
+            self.fail(
+                path,
+                &render(value),
+                "enforceNodeAllocatable may not contain additional enforcements when \"none\" is specified",
+                FieldErrorKind::Invalid,
+            );
+            ok = false;
+        }
+        ok.then_some(out)
+    }
+
+    /// `memoryThrottlingFactor`: a number greater than 0 and at most 1.
+    fn throttling_factor(&mut self, path: &str, value: &Value) -> Option<(f64, String)> {
+        let factor = match value {
+            Value::Null => return None,
+            Value::Number(n) => n.as_f64(),
+            _ => None,
+        };
+        match factor {
+            Some(f) if f > 0.0 && f <= 1.0 => Some((f, render(value))),
+            Some(_) => {
+                self.invalid(
+                    path,
+                    value,
+                    "must be greater than 0 and less than or equal to 1",
+                );
+                None
+            }
+            None => {
+                self.invalid(
+                    path,
+                    value,
+                    "expected a number greater than 0 and at most 1, such as 0.9",
+                );
+                None
+            }
+        }
+    }
+
+    fn reservation_policy(&mut self, path: &str, value: &Value) -> Option<ReservationPolicy> {
+        match self.string(path, value).as_deref() {
+            None | Some("") => None,
+            Some("None") => Some(ReservationPolicy::None),
+            Some("TieredReservation") => Some(ReservationPolicy::TieredReservation),
+            Some(_) => {
+                self.unsupported(path, value, &["None", "TieredReservation"]);
+                None
             }
         }
     }

@@ -27,7 +27,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "enableServer",
     "enableSystemLogHandler",
     "enableSystemLogQuery",
-    "enforceNodeAllocatable",
     "eventBurst",
     "eventRecordQPS",
     "evictionHard",
@@ -36,7 +35,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "evictionPressureTransitionPeriod",
     "evictionSoft",
     "evictionSoftGracePeriod",
-    "failCgroupV1",
     "failSwapOn",
     "hairpinMode",
     "httpCheckFrequency",
@@ -48,7 +46,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "iptablesDropBit",
     "iptablesMasqueradeBit",
     "kernelMemcgNotification",
-    "kubeReserved",
     "kubeReservedCgroup",
     "kubeletCgroups",
     "localStorageCapacityIsolation",
@@ -56,14 +53,11 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "maxOpenFiles",
     "maxParallelImagePulls",
     "memoryManagerPolicy",
-    "memoryReservationPolicy",
     "memorySwap",
-    "memoryThrottlingFactor",
     "mergeDefaultEvictionSettings",
     "oomScoreAdj",
     "podCIDR",
     "podHousekeepingPeriod",
-    "podPidsLimit",
     "podsPerCore",
     "preloadedImagesVerificationAllowlist",
     "protectKernelDefaults",
@@ -86,7 +80,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "staticPodURLHeader",
     "streamingConnectionIdleTimeout",
     "systemCgroups",
-    "systemReserved",
     "systemReservedCgroup",
     "tlsCipherSuites",
     "tlsCurvePreferences",
@@ -117,7 +110,7 @@ pub enum GateStage {
 }
 
 /// A kubelet feature gate that changes behaviour nodelet implements, with its default in
-/// Kubernetes 1.35 (`pkg/features/kube_features.go`).
+/// Kubernetes 1.35 (`MemoryQoS`: 1.37, where it is Beta and on) (`pkg/features/kube_features.go`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FeatureGate {
     pub name: &'static str,
@@ -145,7 +138,7 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
     gate("ContainerStopSignals", false, GateStage::Alpha),
     gate("InPlacePodVerticalScaling", true, GateStage::Ga),
     gate("KubeletCrashLoopBackOffMax", true, GateStage::Beta),
-    gate("MemoryQoS", false, GateStage::Alpha),
+    gate("MemoryQoS", true, GateStage::Beta),
     gate("PodObservedGenerationTracking", true, GateStage::Ga),
     gate("PodReadyToStartContainersCondition", true, GateStage::Beta),
     gate(
@@ -161,6 +154,7 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
     gate("SidecarContainers", true, GateStage::Ga),
 ];
 
+pub const MEMORY_QOS: &str = "MemoryQoS";
 pub const KUBELET_CRASH_LOOP_BACK_OFF_MAX: &str = "KubeletCrashLoopBackOffMax";
 pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLoopBackOffDecay";
 

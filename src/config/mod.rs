@@ -59,6 +59,20 @@ pub struct Config {
     pub cgroups_per_qos: bool,
     /// `cgroupRoot`: the parent of the pod cgroup hierarchy, in cgroupfs form.
     pub cgroup_root: String,
+    /// `failCgroupV1` (default true): refuse to run on a cgroup v1 host.
+    pub fail_cgroup_v1: bool,
+    /// `podPidsLimit` (default -1, no limit): `pids.max` of every pod cgroup.
+    pub pod_pids_limit: i64,
+    /// `kubeReserved`: cpu, memory, ephemeral-storage and pids set aside for node daemons.
+    pub kube_reserved: crate::cgroup::allocatable::Reserved,
+    /// `systemReserved`: likewise, for the operating system.
+    pub system_reserved: crate::cgroup::allocatable::Reserved,
+    /// `enforceNodeAllocatable` (default `[pods]`).
+    pub enforce_node_allocatable: Vec<String>,
+    /// `memoryThrottlingFactor` (default unset: no `memory.high`).
+    pub memory_throttling_factor: Option<f64>,
+    /// `memoryReservationPolicy` (default `None`).
+    pub memory_reservation_policy: crate::cgroup::memory_qos::ReservationPolicy,
     pub max_pods: u32,
     /// `nodeStatusMaxImages`: how many images the node status lists (largest first); `None`
     /// (`-1` in the file) lists all.
@@ -404,6 +418,13 @@ impl Config {
             cgroup_driver: CgroupDriver::Cgroupfs,
             cgroups_per_qos: true,
             cgroup_root: "/".to_string(),
+            fail_cgroup_v1: true,
+            pod_pids_limit: -1,
+            kube_reserved: Default::default(),
+            system_reserved: Default::default(),
+            enforce_node_allocatable: vec!["pods".to_string()],
+            memory_throttling_factor: None,
+            memory_reservation_policy: Default::default(),
             max_pods: 110,
             node_status_max_images: Some(50),
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -454,6 +475,19 @@ impl Config {
             return *value;
         }
         kubelet_fields::feature_gate(gate).is_some_and(|g| g.default)
+    }
+
+    /// `enforceNodeAllocatable` contains `pods`.
+    pub fn enforces_pods_allocatable(&self) -> bool {
+        self.enforce_node_allocatable.iter().any(|v| v == "pods")
+    }
+
+    /// The Memory QoS settings as configured (before the cgroup version is known).
+    pub fn memory_qos(&self) -> crate::cgroup::memory_qos::MemoryQos {
+        crate::cgroup::memory_qos::MemoryQos {
+            throttling_factor: self.memory_throttling_factor,
+            reservation: self.memory_reservation_policy,
+        }
     }
 
     /// `(initial, max)` container restart back-off, as the kubelet's `newCrashLoopBackOff`

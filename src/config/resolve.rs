@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use super::decode::{is_dns1123_subdomain, Decoded};
 use super::kubelet_fields::{
-    KUBELET_CRASH_LOOP_BACK_OFF_MAX, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
+    KUBELET_CRASH_LOOP_BACK_OFF_MAX, MEMORY_QOS, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
 };
 use super::{
     Authentication, Authorization, AuthorizationMode, Config, Environment, FieldError,
     FieldErrorKind, PodCleanup, Warning, DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
 };
+use crate::cgroup::memory_qos::ReservationPolicy;
 
 /// The maximum back-off under `ReduceDefaultCrashLoopBackOffDecay` (the kubelet's
 /// `reducedMaxCrashLoopBackOff`).
@@ -62,6 +63,20 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.cgroup_driver = decoded.cgroup_driver.unwrap_or(defaults.cgroup_driver);
     config.cgroups_per_qos = decoded.cgroups_per_qos.unwrap_or(defaults.cgroups_per_qos);
     config.cgroup_root = non_empty(decoded.cgroup_root).unwrap_or(defaults.cgroup_root);
+    config.fail_cgroup_v1 = decoded.fail_cgroup_v1.unwrap_or(defaults.fail_cgroup_v1);
+    config.pod_pids_limit = decoded.pod_pids_limit.unwrap_or(defaults.pod_pids_limit);
+    config.kube_reserved = decoded.kube_reserved.unwrap_or_default();
+    config.system_reserved = decoded.system_reserved.unwrap_or_default();
+    config.enforce_node_allocatable = decoded
+        .enforce_node_allocatable
+        .unwrap_or(defaults.enforce_node_allocatable);
+    config.memory_reservation_policy = decoded.memory_reservation_policy.unwrap_or_default();
+    resolve_memory_qos(
+        &mut config,
+        decoded.memory_throttling_factor,
+        &mut errors,
+        &mut warnings,
+    );
     config.max_pods = decoded.max_pods.unwrap_or(defaults.max_pods);
     config.node_status_max_images = match decoded.node_status_max_images {
         None => defaults.node_status_max_images,
@@ -225,6 +240,48 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         config,
         warnings,
         errors,
+    }
+}
+
+/// Memory QoS fields against the `MemoryQoS` gate (on by default since 1.37): with the gate off
+/// the kubelet refuses a throttling factor other than the former default 0.9 (which it then
+/// ignores) and `TieredReservation`.
+fn resolve_memory_qos(
+    config: &mut Config,
+    factor: Option<(f64, String)>,
+    errors: &mut Vec<FieldError>,
+    warnings: &mut Vec<Warning>,
+) {
+    let gate = config.feature_enabled(MEMORY_QOS);
+    config.memory_throttling_factor = factor.as_ref().map(|(f, _)| *f);
+    if gate {
+        return;
+    }
+    match &factor {
+        Some((f, _)) if (*f - 0.9).abs() < f64::EPSILON => {
+            config.memory_throttling_factor = None;
+            warnings.push(Warning {
+                path: "memoryThrottlingFactor".into(),
+                message: format!("ignored: feature gate {MEMORY_QOS} is disabled"),
+            });
+        }
+        Some((_, written)) => errors.push(FieldError {
+            path: "memoryThrottlingFactor".into(),
+            value: written.clone(),
+            reason: format!(
+                "may only be set (to anything but 0.9, the former default) when feature gate {MEMORY_QOS} is enabled"
+            ),
+            kind: FieldErrorKind::Forbidden,
+        }),
+        None => {}
+    }
+    if config.memory_reservation_policy == ReservationPolicy::TieredReservation {
+        errors.push(FieldError {
+            path: "memoryReservationPolicy".into(),
+            value: "\"TieredReservation\"".into(),
+            reason: format!("requires feature gate {MEMORY_QOS}"),
+            kind: FieldErrorKind::Forbidden,
+        });
     }
 }
 

@@ -814,3 +814,91 @@ fn cluster_mode_fields() {
         assert!(errors[0].to_string().starts_with(want), "{body}: {}", errors[0]);
     }
 }
+
+#[test]
+fn cgroup_and_memory_qos_fields() {
+    use crate::cgroup::allocatable::Reserved;
+    use crate::cgroup::memory_qos::ReservationPolicy;
+    let d = Config::defaults(&env());
+    assert!(d.fail_cgroup_v1);
+    assert_eq!(d.pod_pids_limit, -1);
+    assert_eq!(d.enforce_node_allocatable, ["pods"]);
+    assert!(d.enforces_pods_allocatable());
+    assert_eq!(d.memory_throttling_factor, None);
+    assert_eq!(d.memory_reservation_policy, ReservationPolicy::None);
+    assert!(
+        d.feature_enabled("MemoryQoS"),
+        "MemoryQoS is Beta and on in 1.37"
+    );
+
+    let c = ok("failCgroupV1: false\npodPidsLimit: 1024\nkubeReserved: {cpu: 500m, memory: 1Gi, pid: '1000'}\nsystemReserved: {memory: 512Mi, ephemeral-storage: 1Gi}\nenforceNodeAllocatable: [pods]\nmemoryThrottlingFactor: 0.9\nmemoryReservationPolicy: TieredReservation").config;
+    assert!(!c.fail_cgroup_v1);
+    assert_eq!(c.pod_pids_limit, 1024);
+    assert_eq!(
+        c.kube_reserved,
+        Reserved {
+            cpu_milli: 500,
+            memory: 1 << 30,
+            pids: 1000,
+            ephemeral_storage: 0
+        }
+    );
+    assert_eq!(c.system_reserved.memory, 512 << 20);
+    assert_eq!(c.system_reserved.ephemeral_storage, 1 << 30);
+    assert_eq!(c.memory_throttling_factor, Some(0.9));
+    assert_eq!(
+        c.memory_reservation_policy,
+        ReservationPolicy::TieredReservation
+    );
+    assert_eq!(
+        ok("memoryThrottlingFactor: 1")
+            .config
+            .memory_throttling_factor,
+        Some(1.0)
+    );
+    assert!(!ok("enforceNodeAllocatable: [none]")
+        .config
+        .enforces_pods_allocatable());
+    assert!(!ok("enforceNodeAllocatable: []")
+        .config
+        .enforces_pods_allocatable());
+
+    let errors: &[(&str, &[&str])] = &[
+        ("memoryThrottlingFactor: 0", &["memoryThrottlingFactor: Invalid value: 0: must be greater than 0 and less than or equal to 1"]),
+        ("memoryThrottlingFactor: 1.5", &["memoryThrottlingFactor: Invalid value: 1.5: must be greater than 0 and less than or equal to 1"]),
+        ("memoryThrottlingFactor: -0.1", &["memoryThrottlingFactor: Invalid value: -0.1: must be greater than 0 and less than or equal to 1"]),
+        ("memoryThrottlingFactor: high", &["memoryThrottlingFactor: Invalid value: \"high\": expected a number greater than 0 and at most 1, such as 0.9"]),
+        ("memoryReservationPolicy: Tiered", &["memoryReservationPolicy: Unsupported value: \"Tiered\": supported values: \"None\", \"TieredReservation\""]),
+        ("featureGates: {MemoryQoS: false}\nmemoryThrottlingFactor: 0.5", &["memoryThrottlingFactor: Forbidden: 0.5: may only be set (to anything but 0.9, the former default) when feature gate MemoryQoS is enabled"]),
+        ("featureGates: {MemoryQoS: false}\nmemoryReservationPolicy: TieredReservation", &["memoryReservationPolicy: Forbidden: \"TieredReservation\": requires feature gate MemoryQoS"]),
+        ("podPidsLimit: -2", &["podPidsLimit: Invalid value: -2: must be -1 (no limit) or greater"]),
+        ("failCgroupV1: no", &["failCgroupV1: Invalid value: \"no\": expected a boolean (true or false)"]),
+        ("kubeReserved: {memory: lots}", &["kubeReserved.memory: Invalid value: \"lots\": invalid quantity \"lots\": expected a number"]),
+        ("systemReserved: {cpu: -1}", &["systemReserved.cpu: Invalid value: -1: resource quantity for \"cpu\" cannot be negative"]),
+        ("kubeReserved: {gpu: 1}", &["kubeReserved.gpu: Unsupported value: cannot reserve \"gpu\" resource; supported: cpu, ephemeral-storage, memory, pid"]),
+        ("kubeReserved: 1Gi", &["kubeReserved: Invalid value: \"1Gi\": expected a mapping"]),
+        ("enforceNodeAllocatable: [pods, nodes]", &["enforceNodeAllocatable[1]: Unsupported value: \"nodes\": supported values: \"kube-reserved\", \"kube-reserved-compressible\", \"none\", \"pods\", \"system-reserved\", \"system-reserved-compressible\""]),
+        ("enforceNodeAllocatable: [none, pods]", &["enforceNodeAllocatable: Invalid value: [\"none\",\"pods\"]: enforceNodeAllocatable may not contain additional enforcements when \"none\" is specified"]),
+        ("enforceNodeAllocatable: pods", &["enforceNodeAllocatable: Invalid value: \"pods\": expected a list such as [pods]"]),
+    ];
+    for (body, want) in errors {
+        assert_eq!(
+            &field_errors(&format!("{HEADER}{body}")),
+            want,
+            "body {body:?}"
+        );
+    }
+
+    // The gate off and the former default: accepted, ignored, said so.
+    let loaded = ok("featureGates: {MemoryQoS: false}\nmemoryThrottlingFactor: 0.9");
+    assert_eq!(loaded.config.memory_throttling_factor, None);
+    assert_eq!(
+        warnings(&loaded),
+        ["memoryThrottlingFactor: ignored: feature gate MemoryQoS is disabled"]
+    );
+    let loaded = ok("enforceNodeAllocatable: [pods, kube-reserved]");
+    assert_eq!(
+        warnings(&loaded),
+        ["enforceNodeAllocatable[1]: \"kube-reserved\" is accepted but not enforced by nodelet (it manages no kubeReservedCgroup/systemReservedCgroup); only \"pods\" is"]
+    );
+}

@@ -279,7 +279,7 @@ impl NodeSettings {
             update_frequency: config.node_status_update_frequency,
             report_frequency: config.node_status_report_frequency,
             lease_duration_seconds: config.node_lease_duration_seconds,
-            reserved: AllocatableReservation::KUBELET_DEFAULT,
+            reserved: AllocatableReservation::for_config(config),
             kubelet_port: i32::from(config.port),
             max_images: config.node_status_max_images,
         }

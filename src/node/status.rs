@@ -73,6 +73,20 @@ impl AllocatableReservation {
         ephemeral_storage_fraction: 0.1,
     };
 
+    /// `kubeReserved` + `systemReserved` on top of the default hard eviction thresholds.
+    pub fn for_config(config: &crate::config::Config) -> AllocatableReservation {
+        let reserved = config.kube_reserved.plus(config.system_reserved);
+        let default = AllocatableReservation::KUBELET_DEFAULT;
+        AllocatableReservation {
+            cpu_milli: default.cpu_milli.saturating_add(reserved.cpu_milli),
+            memory_bytes: default.memory_bytes.saturating_add(reserved.memory),
+            ephemeral_storage_bytes: default
+                .ephemeral_storage_bytes
+                .saturating_add(reserved.ephemeral_storage),
+            ephemeral_storage_fraction: default.ephemeral_storage_fraction,
+        }
+    }
+
     pub const NONE: AllocatableReservation = AllocatableReservation {
         cpu_milli: 0,
         memory_bytes: 0,

@@ -830,3 +830,26 @@ fn node_events_table() {
         "Node node-1 has been rebooted, boot id: b-id-2"
     );
 }
+
+#[test]
+fn reservation_adds_kube_and_system_reserved_to_the_eviction_thresholds() {
+    let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeName: n\nkubeReserved: {cpu: 100m, memory: 1Gi, ephemeral-storage: 1Gi}\nsystemReserved: {cpu: 150m, memory: 512Mi}\n";
+    let cfg = crate::config::parse(
+        text,
+        std::path::Path::new("c.yaml"),
+        &crate::config::Environment {
+            hostname: "n".into(),
+        },
+    )
+    .unwrap()
+    .config;
+    assert_eq!(
+        AllocatableReservation::for_config(&cfg),
+        AllocatableReservation {
+            cpu_milli: 250,
+            memory_bytes: (100 << 20) + (1 << 30) + (512 << 20),
+            ephemeral_storage_bytes: 1 << 30,
+            ephemeral_storage_fraction: 0.1,
+        }
+    );
+}

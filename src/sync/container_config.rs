@@ -129,6 +129,11 @@ pub struct ContainerContext<'a> {
     pub seccomp_default: bool,
     /// The node runs the unified cgroup v2 hierarchy (`cgroup::is_cgroup2_unified`).
     pub cgroup_v2: bool,
+    /// Memory QoS in effect, the node's allocatable memory and the page size, for the
+    /// container's `memory.high` / `memory.min` / `memory.low` (cgroup v2 only).
+    pub memory_qos: crate::cgroup::memory_qos::MemoryQos,
+    pub memory_qos_allocatable: i64,
+    pub page_size: i64,
 }
 
 /// The CFS period containers get (`cpuCFSQuotaPeriod` default).
@@ -485,8 +490,7 @@ pub(crate) fn linux_resources(
 fn container_resources(
     pod: &Pod,
     container: &Container,
-    memory_capacity: u64,
-    cgroup_v2: bool,
+    ctx: &ContainerContext,
 ) -> api::LinuxContainerResources {
     let requests = container_requests(container);
     let limits = container_limits(container);
@@ -502,11 +506,22 @@ fn container_resources(
         }
     }
     let mut resources = linux_resources(requests.cpu_milli, cpu_limit, memory_limit);
-    resources.oom_score_adj = oom_score_adj(pod, container, memory_capacity);
-    if cgroup_v2 {
+    resources.oom_score_adj = oom_score_adj(pod, container, ctx.memory_capacity);
+    if ctx.cgroup_v2 {
+        // Memory QoS through the runtime (`memory.high`, reset to `max` when it is off;
+        // `memory.min`/`memory.low` by reservation policy), as the kubelet sets them.
+        let mut unified = crate::cgroup::memory_qos::container_unified(
+            pod,
+            container,
+            memory_limit,
+            ctx.memory_qos,
+            ctx.memory_qos_allocatable,
+            ctx.page_size,
+        );
         // An OOM kills the whole container, as the kubelet does on cgroup v2 by default
         // (`singleProcessOOMKill: false`). runc rejects `unified` on cgroup v1.
-        resources.unified = HashMap::from([("memory.oom.group".to_string(), "1".to_string())]);
+        unified.insert("memory.oom.group".to_string(), "1".to_string());
+        resources.unified = unified;
     }
     resources
 }
@@ -913,12 +928,7 @@ pub fn container_config_with_env(
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
-            resources: Some(container_resources(
-                pod,
-                container,
-                ctx.memory_capacity,
-                ctx.cgroup_v2,
-            )),
+            resources: Some(container_resources(pod, container, ctx)),
             security_context: Some(linux_security_context(pod, container, &base, ctx)?),
         }),
         ..Default::default()
@@ -971,6 +981,9 @@ mod tests {
             seccomp_profile_root: Path::new("/var/lib/nodelet/seccomp"),
             seccomp_default: false,
             cgroup_v2: true,
+            memory_qos: crate::cgroup::memory_qos::MemoryQos::OFF,
+            memory_qos_allocatable: 8 << 30,
+            page_size: 4096,
         }
     }
 
@@ -1171,6 +1184,68 @@ mod tests {
         };
         let cfg = container_config(&p, &c, ContainerKind::Regular, &v1).unwrap();
         assert!(cfg.linux.unwrap().resources.unwrap().unified.is_empty());
+    }
+
+    #[test]
+    fn memory_qos_reaches_the_runtime_through_unified() {
+        use crate::cgroup::memory_qos::{MemoryQos, ReservationPolicy};
+        let volumes = BTreeMap::new();
+        let on = ContainerContext {
+            memory_qos: MemoryQos {
+                throttling_factor: Some(0.9),
+                reservation: ReservationPolicy::TieredReservation,
+            },
+            ..ctx(&volumes)
+        };
+        let unified = |c: &Container, ctx: &ContainerContext| {
+            let p = pod_with(vec![c.clone()]);
+            let cfg = container_config(&p, c, ContainerKind::Regular, ctx).unwrap();
+            let mut u: Vec<(String, String)> = cfg
+                .linux
+                .unwrap()
+                .resources
+                .unwrap()
+                .unified
+                .into_iter()
+                .collect();
+            u.sort();
+            u
+        };
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // The seed's example: request 256Mi, limit 1Gi, factor 0.9.
+        let burstable = resourced("app", "memory=256Mi", "memory=1Gi");
+        assert_eq!(
+            unified(&burstable, &on),
+            pairs(&[
+                ("memory.high", "993210368"),
+                ("memory.low", "268435456"),
+                ("memory.oom.group", "1"),
+            ])
+        );
+        let guaranteed = resourced("app", "", "cpu=1,memory=1Gi");
+        assert_eq!(
+            unified(&guaranteed, &on),
+            pairs(&[
+                ("memory.high", "max"),
+                ("memory.min", "1073741824"),
+                ("memory.oom.group", "1"),
+            ])
+        );
+        // Off: memory.high goes back to max, nothing else.
+        assert_eq!(
+            unified(&burstable, &ctx(&volumes)),
+            pairs(&[("memory.high", "max"), ("memory.oom.group", "1")])
+        );
+        // cgroup v1: no unified map at all.
+        let v1 = ContainerContext {
+            cgroup_v2: false,
+            ..on
+        };
+        assert!(unified(&burstable, &v1).is_empty());
     }
 
     #[test]

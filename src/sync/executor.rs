@@ -51,9 +51,12 @@ pub struct SyncSettings {
     pub crash_loop_backoff: (Duration, Duration),
     /// Whether the node is on the unified cgroup v2 hierarchy.
     pub cgroup_v2: bool,
-    /// Writes pod cgroups (cgroupfs driver with `cgroupsPerQOS`); `None` leaves the pod
-    /// cgroup to the runtime, without pod-level limits.
-    pub pod_cgroups: Option<cgroup::fs::PodCgroups>,
+    /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;
+    /// `None` leaves the pod cgroup to the runtime, without pod-level limits.
+    pub cgroups: Option<Arc<cgroup::node::NodeCgroups>>,
+    /// What shapes pod and container cgroup values, Memory QoS among them (containers get it
+    /// through the CRI even without `cgroupsPerQOS`).
+    pub pod_cgroup: cgroup::PodCgroupSettings,
 }
 
 /// Image pull backoff, as the kubelet's (10 s doubling to 300 s).
@@ -81,6 +84,9 @@ pub struct PodMemory {
     /// When nodelet first saw the pod, for the pod start duration metric.
     pub first_seen: Option<tokio::time::Instant>,
     pub start_recorded: bool,
+    /// The pod's cgroup was configured by this nodelet (before its sandbox, or on the first
+    /// sync of a pod adopted after a restart, which applies the current settings to it).
+    pub cgroup_configured: bool,
 }
 
 /// What one sync decided about the pod's life.
@@ -249,6 +255,7 @@ impl PodSyncer {
             fresh_start: false,
             first_seen: Some(tokio::time::Instant::now()),
             start_recorded: false,
+            cgroup_configured: false,
         }
     }
 
@@ -316,6 +323,11 @@ impl PodSyncer {
     pub async fn sync(&self, pod: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
         let uid = pod_uid(pod).to_string();
         let runtime = self.inspect(&uid).await?;
+        if !memory.cgroup_configured && runtime.sandbox().is_some() {
+            // Adopted after a restart: the pod's cgroup and its tier get today's settings.
+            self.ensure_pod_cgroup(pod).await;
+            memory.cgroup_configured = true;
+        }
         self.probes
             .sync_pod(pod, &self.running_for_probes(pod, &runtime));
         let mut status = self.publish_status(pod, &runtime, memory, false);
@@ -484,6 +496,7 @@ impl PodSyncer {
         }
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
             let id = self.create_sandbox(pod, sandbox_cfg.clone()).await?;
+            memory.cgroup_configured = true;
             let ips = match self.runtime.pod_sandbox_status(&id).await {
                 Ok(s) => cri::model::sandbox_from_status(&s).ips,
                 Err(e) => {
@@ -660,7 +673,7 @@ impl PodSyncer {
                 message: format!("creating log directory {}: {e}", log_dir.display()),
             });
         }
-        self.ensure_pod_cgroup(pod);
+        self.ensure_pod_cgroup(pod).await;
         tracing::info!("creating pod sandbox");
         let id = self
             .runtime
@@ -676,27 +689,39 @@ impl PodSyncer {
         Ok(id)
     }
 
-    /// The pod's cgroup with its effective limits, before the runtime places anything in it. A
-    /// failure is logged and the pod still starts, bounded by its containers' own limits only.
-    fn ensure_pod_cgroup(&self, pod: &Pod) {
-        let Some(cgroups) = &self.settings.pod_cgroups else {
+    /// The pod's cgroup with its effective limits, before the runtime places anything in it
+    /// (and its QoS tier counting it). A failure is logged and the pod still starts, bounded by
+    /// its containers' own limits only.
+    async fn ensure_pod_cgroup(&self, pod: &Pod) {
+        let Some(cgroups) = &self.settings.cgroups else {
             return;
         };
-        let path = cgroup::pod_cgroup_name(pod, &self.settings.cgroup_root).to_cgroupfs();
-        let config = cgroup::pod_resource_config(pod, true, cgroup::QUOTA_PERIOD);
-        match cgroups.ensure(&path, &config) {
-            Ok(()) => tracing::debug!(cgroup = %path, ?config, "pod cgroup configured"),
+        match cgroups.ensure_pod(pod).await {
+            Ok(name) => tracing::debug!(
+                cgroup = %cgroups.manager().literal(&name),
+                config = ?cgroups.pod_config(pod),
+                "pod cgroup configured"
+            ),
             Err(e) => tracing::warn!(error = %e, "configuring the pod cgroup"),
         }
     }
 
-    /// Removes the pod's cgroup once its sandbox is gone.
-    pub(super) fn remove_pod_cgroup(&self, pod: &Pod) {
-        let Some(cgroups) = &self.settings.pod_cgroups else {
+    /// The pod's containers are stopped: its QoS tier stops counting it.
+    pub(super) async fn pod_cgroup_terminated(&self, pod: &Pod) {
+        let Some(cgroups) = &self.settings.cgroups else {
             return;
         };
-        let path = cgroup::pod_cgroup_name(pod, &self.settings.cgroup_root).to_cgroupfs();
-        if let Err(e) = cgroups.remove(&path) {
+        if let Err(e) = cgroups.pod_terminated(pod_uid(pod)).await {
+            tracing::warn!(error = %e, "updating the QoS tiers");
+        }
+    }
+
+    /// Removes the pod's cgroup once its sandbox is gone.
+    pub(super) async fn remove_pod_cgroup(&self, pod: &Pod) {
+        let Some(cgroups) = &self.settings.cgroups else {
+            return;
+        };
+        if let Err(e) = cgroups.remove_pod(pod).await {
             tracing::warn!(error = %e, "removing the pod cgroup");
         }
     }

@@ -343,6 +343,9 @@ impl PodSyncer {
             seccomp_profile_root: &seccomp_root,
             seccomp_default: false,
             cgroup_v2: self.settings.cgroup_v2,
+            memory_qos: self.settings.pod_cgroup.memory_qos,
+            memory_qos_allocatable: self.settings.pod_cgroup.node_allocatable_memory,
+            page_size: self.settings.pod_cgroup.page_size,
         };
         let env_objects = env::gather_env_objects(pod, container, self.objects.as_ref()).await;
         for invalid in env::invalid_env_from_keys(pod, container, &env_objects) {

@@ -227,6 +227,7 @@ impl PodSyncer {
         let runtime = self.inspect(&uid).await?;
         self.publish_status(pod, &runtime, memory, true);
         self.probes.remove_pod(&uid);
+        self.pod_cgroup_terminated(pod).await;
         Ok(())
     }
 
@@ -269,7 +270,7 @@ impl PodSyncer {
                 "RemovePodSandbox",
             )?;
         }
-        self.remove_pod_cgroup(pod);
+        self.remove_pod_cgroup(pod).await;
         if let Err(e) = volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
             tracing::warn!(error = %e, "cleaning up pod directory");
         }

@@ -149,12 +149,16 @@ impl Nodelet {
              healthzPort: 0\n\
              {kubelet_port}\
              plegRelistPeriod: 2s\n\
+             {fail_cgroup_v1}\
              logging:\n  verbosity: 2\n{extra}",
             manifests = manifests.display(),
             // Tests run side by side: the kubelet API only where a test asks for a port, and
             // loopback unless a test needs the node's address.
             kubelet_port = default_line(extra, "port", "0"),
             address = default_line(extra, "address", "127.0.0.1"),
+            // This machine is a cgroup v1 host, which nodelet (as the kubelet since 1.35)
+            // refuses unless told otherwise.
+            fail_cgroup_v1 = default_line(extra, "failCgroupV1", "false"),
             logs = dir.path().join("logs").display(),
             root = dir.path().join("root").display(),
         );
@@ -386,9 +390,9 @@ impl Drop for Nodelet {
 /// Removes the (empty) pod cgroups nodelet made for `uid`, whatever its QoS tier: a killed
 /// nodelet cannot, and the machine's cgroup tree is shared by every test.
 fn remove_pod_cgroups(uid: &str) {
-    let cgroups = nodelet::cgroup::fs::PodCgroups::detect(Path::new("/sys/fs/cgroup"));
+    let cgroups = nodelet::cgroup::fs::CgroupfsManager::detect(Path::new("/sys/fs/cgroup"));
     for tier in ["", "/burstable", "/besteffort"] {
-        let _ = cgroups.remove(&format!("/kubepods{tier}/pod{uid}"));
+        let _ = cgroups.remove_path(&format!("/kubepods{tier}/pod{uid}"));
     }
 }
 
