@@ -489,3 +489,186 @@ fn errors_name_the_pod_and_request() {
     );
     assert!(err.is_unreachable());
 }
+
+#[test]
+fn decide_write_table() {
+    let now = Instant::now();
+    let s = Duration::from_secs;
+    let stuck = |paths: &[&str], retry_in: u64| NonConvergence {
+        paths: paths.iter().map(|p| p.to_string()).collect(),
+        writes: 1,
+        retry_at: now + s(retry_in),
+    };
+    let og = "status.conditions[type=Ready].observedGeneration";
+    let ip = "status.podIP";
+    // (name, changed since written, reconcile, server diff, stuck, expected)
+    type Case = (
+        &'static str,
+        bool,
+        bool,
+        Vec<&'static str>,
+        Option<NonConvergence>,
+        WriteDecision,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "the API has it",
+            true,
+            true,
+            vec![],
+            None,
+            WriteDecision::Nothing,
+        ),
+        (
+            "a new status goes out",
+            true,
+            false,
+            vec![ip],
+            None,
+            WriteDecision::Change,
+        ),
+        (
+            "a new status goes out even while backing off",
+            true,
+            true,
+            vec![og, ip],
+            Some(stuck(&[og], 60)),
+            WriteDecision::Change,
+        ),
+        (
+            "a watch echo (no new status) outside the reconcile writes nothing",
+            false,
+            false,
+            vec![og],
+            None,
+            WriteDecision::Nothing,
+        ),
+        (
+            "the reconcile restores what someone else changed",
+            false,
+            true,
+            vec![ip],
+            None,
+            WriteDecision::Reconcile,
+        ),
+        (
+            "the reconcile leaves a stuck field alone until its retry",
+            false,
+            true,
+            vec![og],
+            Some(stuck(&[og], 5)),
+            WriteDecision::BackingOff,
+        ),
+        (
+            "and writes it again when the retry is due",
+            false,
+            true,
+            vec![og],
+            Some(stuck(&[og], 0)),
+            WriteDecision::Reconcile,
+        ),
+        (
+            "a new difference besides the stuck one is written at once",
+            false,
+            true,
+            vec![og, ip],
+            Some(stuck(&[og], 60)),
+            WriteDecision::Reconcile,
+        ),
+    ];
+    for (name, changed, reconcile, diff, stuck, want) in cases {
+        let diff: Vec<String> = diff.into_iter().map(String::from).collect();
+        assert_eq!(
+            decide_write(changed, reconcile, &diff, stuck.as_ref(), now),
+            want,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn after_write_backs_off_exponentially_while_the_same_fields_stay_different() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let og = vec!["status.observedGeneration".to_string()];
+    let mut stuck: Option<NonConvergence> = None;
+    let mut at = t0;
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        stuck = after_write(stuck.as_ref(), og.clone(), at, s(10), s(300));
+        let next = stuck.as_ref().unwrap().retry_at;
+        waits.push(next.duration_since(at).as_secs());
+        at = next;
+    }
+    assert_eq!(waits, vec![10, 20, 40, 80, 160, 300, 300, 300]);
+    assert_eq!(stuck.as_ref().unwrap().writes, 8);
+    // Another field restarts the count; a converged write clears it.
+    let other = vec!["status.podIP".to_string()];
+    let restarted = after_write(stuck.as_ref(), other, at, s(10), s(300)).unwrap();
+    assert_eq!((restarted.writes, restarted.retry_at), (1, at + s(10)));
+    assert_eq!(after_write(stuck.as_ref(), vec![], at, s(10), s(300)), None);
+}
+
+#[test]
+fn same_as_written_ignores_foreign_conditions_and_sub_seconds() {
+    let written = status(
+        json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+        "conditions": [{"type": "Ready", "status": "True"}]}),
+    );
+    // (name, desired, same)
+    let cases = [
+        (
+            "identical",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "True"}]}),
+            true,
+        ),
+        (
+            "below a second",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10.500Z",
+                   "conditions": [{"type": "Ready", "status": "True"}]}),
+            true,
+        ),
+        (
+            "a readiness gate another controller set",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "True"},
+                                  {"type": "example.com/gate", "status": "True"}]}),
+            true,
+        ),
+        (
+            "an owned condition changed",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "False"}]}),
+            false,
+        ),
+        (
+            "the phase changed",
+            json!({"phase": "Failed", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "True"}]}),
+            false,
+        ),
+    ];
+    for (name, desired, want) in cases {
+        assert_eq!(same_as_written(&written, &status(desired)), want, "{name}");
+    }
+}
+
+#[test]
+fn the_write_rate_warning_fires_once_a_minute_above_the_bound() {
+    let t0 = Instant::now();
+    let mut sync = PodSync::default();
+    let mut warnings = Vec::new();
+    // A write every second for three minutes, bound 30 a minute.
+    for i in 0..180u64 {
+        if let Some(count) = sync.count_write(t0 + Duration::from_secs(i), 30) {
+            warnings.push((i, count));
+        }
+    }
+    assert_eq!(warnings, vec![(30, 31), (90, 60), (150, 60)]);
+    // A pod written every 10 s never warns.
+    let mut quiet = PodSync::default();
+    assert!((0..60u64).all(|i| quiet
+        .count_write(t0 + Duration::from_secs(10 * i), 30)
+        .is_none()));
+}
