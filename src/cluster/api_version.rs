@@ -1,6 +1,9 @@
 //! Which Kubernetes release the API server is, read from `/version` at start and again after the
 //! server was unreachable (it may have been upgraded or rolled back meanwhile).
 //!
+//! It is also read again when the last read is [`REREAD_AFTER`] old, so a server upgraded or
+//! rolled back without nodelet seeing it go away is noticed within minutes.
+//!
 //! The kubelet never asks: its version-skew policy forbids a kubelet newer than its API
 //! server, so every status field it sends is one the server has. nodelet follows the v1.37
 //! kubelet but is meant to join older clusters too, and an older server silently drops the
@@ -16,6 +19,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::version::Info;
 
 use super::api_fields;
+
+/// How old a read may get before `/version` is read again anyway.
+pub const REREAD_AFTER: Duration = Duration::from_secs(600);
 
 /// A `major.minor` Kubernetes release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -93,6 +99,8 @@ struct State {
     /// not asked for its version at every pass.
     failures: u32,
     next_attempt: Option<tokio::time::Instant>,
+    /// When the last successful read was.
+    read_at: Option<tokio::time::Instant>,
 }
 
 /// The API server's release as nodelet last read it, shared by every writer (cheap to clone).
@@ -151,16 +159,19 @@ impl ApiServerVersion {
         self.lock().stale = true;
     }
 
-    /// Reads `/version` if it was never read or the server was unreachable since, and returns
+    /// Reads `/version` if it was never read, the server was unreachable since, or the last read
+    /// is [`REREAD_AFTER`] old, and returns
     /// the release to write for. A failed read keeps the previous release and tries again
     /// next time.
     pub async fn refresh_if_stale(&self, client: &kube::Client, timeout: Duration) -> Release {
         {
             let state = self.lock();
-            let waiting = state
-                .next_attempt
-                .is_some_and(|at| tokio::time::Instant::now() < at);
-            if !state.stale || waiting {
+            let now = tokio::time::Instant::now();
+            let waiting = state.next_attempt.is_some_and(|at| now < at);
+            let old = state
+                .read_at
+                .is_some_and(|at| now.saturating_duration_since(at) >= REREAD_AFTER);
+            if !(state.stale || old) || waiting {
                 return state.known.unwrap_or(Release::NODELET);
             }
         }
@@ -177,6 +188,7 @@ impl ApiServerVersion {
                     state.reads += 1;
                     state.failures = 0;
                     state.next_attempt = None;
+                    state.read_at = Some(tokio::time::Instant::now());
                     state.known.replace(release)
                 };
                 if previous != Some(release) {

@@ -16,6 +16,7 @@
 
 pub mod api_fields;
 pub mod api_version;
+pub mod convergence;
 pub mod rate_limit;
 
 use std::path::{Path, PathBuf};

@@ -48,6 +48,7 @@ use super::patch::{changed_paths, status_patch};
 use super::phase::{is_terminal_phase, FAILED, SUCCEEDED};
 use crate::clock::Clock;
 use crate::cluster::api_fields::strip_pod_status;
+pub use crate::cluster::convergence::{after_write, decide_write, NonConvergence, WriteDecision};
 use crate::cluster::{ApiServerVersion, Release};
 use crate::config::PodCleanup;
 use crate::metrics::{metrics, PodLabels};
@@ -385,90 +386,7 @@ pub fn should_clean_up(
     cleanup_deadline(pod, node_name, terminal_since, cfg).is_some_and(|due| now >= due)
 }
 
-/// Retry delay after `failures` consecutive failures (1 → `initial`), doubled each time, capped.
-pub fn backoff_delay(failures: u32, initial: Duration, max: Duration) -> Duration {
-    let exponent = failures.saturating_sub(1).min(31);
-    initial.saturating_mul(1 << exponent).min(max)
-}
-
-/// A difference that a successful write left on the server: these fields did not take (the
-/// server drops or normalizes them).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NonConvergence {
-    /// The fields, as [`changed_paths`] names them.
-    pub paths: Vec<String>,
-    /// Consecutive writes that left (some of) these differences.
-    pub writes: u32,
-    /// No reconcile write for these differences before this.
-    pub retry_at: Instant,
-}
-
-/// Whether a pass writes a pod's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteDecision {
-    /// The API's copy is what nodelet wants, or there is nothing new and this is no reconcile.
-    Nothing,
-    /// A new status that differs from the one nodelet last wrote.
-    Change,
-    /// The periodic reconcile found the API's copy different (changed by someone else, or a
-    /// write lost).
-    Reconcile,
-    /// The only differences are ones earlier writes did not remove; not again before their
-    /// `retry_at`.
-    BackingOff,
-}
-
-/// The write decision for one pod. `changed_since_written`: a new status version differs from
-/// what nodelet last wrote (its own record; a watch echo never sets it). `reconcile`: this is
-/// the periodic pass. `server_diff`: where the API's copy differs from the status nodelet
-/// wants ([`changed_paths`]). `stuck`: what earlier writes did not remove.
-pub fn decide_write(
-    changed_since_written: bool,
-    reconcile: bool,
-    server_diff: &[String],
-    stuck: Option<&NonConvergence>,
-    now: Instant,
-) -> WriteDecision {
-    if server_diff.is_empty() {
-        return WriteDecision::Nothing;
-    }
-    if changed_since_written {
-        return WriteDecision::Change;
-    }
-    if !reconcile {
-        return WriteDecision::Nothing;
-    }
-    match stuck {
-        Some(s) if now < s.retry_at && server_diff.iter().all(|p| s.paths.contains(p)) => {
-            WriteDecision::BackingOff
-        }
-        _ => WriteDecision::Reconcile,
-    }
-}
-
-/// What is stuck after a successful write whose answer still differs from what was sent at
-/// `residual` (empty: the write converged). The same differences again double the wait,
-/// starting at `initial` (the reconcile period), up to `max`.
-pub fn after_write(
-    previous: Option<&NonConvergence>,
-    residual: Vec<String>,
-    now: Instant,
-    initial: Duration,
-    max: Duration,
-) -> Option<NonConvergence> {
-    if residual.is_empty() {
-        return None;
-    }
-    let writes = match previous {
-        Some(p) if residual.iter().all(|r| p.paths.contains(r)) => p.writes.saturating_add(1),
-        _ => 1,
-    };
-    Some(NonConvergence {
-        paths: residual,
-        writes,
-        retry_at: now + backoff_delay(writes, initial, max),
-    })
-}
+pub use crate::cluster::convergence::backoff_delay;
 
 /// Conditions the merge takes from the API's copy (readiness gates and the like): not part of
 /// what nodelet itself wrote.
