@@ -780,6 +780,7 @@ async fn a_server_that_drops_a_node_status_field_gets_bounded_writes() {
             "Node:status.nodeInfo.swap".parse().unwrap(),
             "Lease:spec.leaseDurationSeconds".parse().unwrap(),
         ],
+        ..Default::default()
     }))
     .await
     .unwrap();

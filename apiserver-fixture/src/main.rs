@@ -34,6 +34,10 @@ struct Args {
     /// (`Pod:status.conditions[].observedGeneration`); repeatable.
     #[arg(long = "drop-field")]
     drop_fields: Vec<DroppedField>,
+    /// Record every pod and node write in an annotation, as a mutating webhook would, so that
+    /// even a write that changes nothing else is a new resourceVersion and a watch event.
+    #[arg(long)]
+    stamp_writes: bool,
 }
 
 #[tokio::main]
@@ -50,6 +54,7 @@ async fn main() -> ExitCode {
         server: ServerProfile {
             release: args.server_version,
             dropped: args.drop_fields,
+            stamp_writes: args.stamp_writes,
         },
         ..FixtureOptions::default()
     };

@@ -894,6 +894,17 @@ impl Store {
         // Before the no-op check: a write of nothing but fields this server drops changes
         // nothing, as on a real server.
         self.prune(rt, &mut new);
+        if self.profile().stamp_writes && matches!(rt.kind, "Pod" | "Node") {
+            let annotations = meta_mut(&mut new)
+                .entry("annotations")
+                .or_insert_with(|| json!({}));
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(
+                    crate::version::WRITE_STAMP_ANNOTATION.into(),
+                    json!((inner.rv + 1).to_string()),
+                );
+            }
+        }
         let mut errors = Vec::new();
         if old.pointer("/metadata/deletionTimestamp").is_some() {
             let old_finalizers = finalizers(&old);

@@ -88,13 +88,21 @@ pub struct ServerProfile {
     pub release: Release,
     /// Fields dropped besides those `release` does not have.
     pub dropped: Vec<DroppedField>,
+    /// Every write of a pod or node gets the annotation [`WRITE_STAMP_ANNOTATION`] set to the
+    /// new resourceVersion, as a mutating admission webhook that records writes does: a write
+    /// that changes nothing else is still a new resourceVersion and a watch event.
+    pub stamp_writes: bool,
 }
+
+/// The annotation [`ServerProfile::stamp_writes`] sets.
+pub const WRITE_STAMP_ANNOTATION: &str = "apiserver-fixture.nodelet.dev/write";
 
 impl Default for ServerProfile {
     fn default() -> Self {
         ServerProfile {
             release: Release::NEWEST,
             dropped: Vec::new(),
+            stamp_writes: false,
         }
     }
 }
@@ -250,7 +258,7 @@ impl ServerProfile {
     pub fn release(release: Release) -> ServerProfile {
         ServerProfile {
             release,
-            dropped: Vec::new(),
+            ..ServerProfile::default()
         }
     }
 
@@ -430,8 +438,8 @@ mod tests {
     #[test]
     fn extra_dropped_fields_apply_to_their_kind_only() {
         let profile = ServerProfile {
-            release: Release::NEWEST,
             dropped: vec!["Node:status.nodeInfo.swap".parse().unwrap()],
+            ..ServerProfile::default()
         };
         let mut node = json!({"status": {"nodeInfo": {"bootID": "b", "swap": {"capacity": 0}}}});
         profile.prune("Node", &mut node);

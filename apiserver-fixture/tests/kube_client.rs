@@ -332,3 +332,42 @@ async fn dropped_fields_are_dropped_whatever_the_release() {
     assert_eq!(info.boot_id, "b");
     assert!(info.swap.is_none());
 }
+
+#[tokio::test]
+async fn stamped_writes_are_new_resource_versions_even_when_nothing_else_changed() {
+    use apiserver_fixture::version::WRITE_STAMP_ANNOTATION;
+    use apiserver_fixture::{FixtureOptions, ServerProfile};
+    let fixture = Fixture::start_with(FixtureOptions {
+        server: ServerProfile {
+            stamp_writes: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&fixture), "default");
+    pods.create(&PostParams::default(), &pod("web", "node-1"))
+        .await
+        .unwrap();
+    let status = json!({"status": {"phase": "Running"}});
+    let first = pods
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(status.clone()),
+        )
+        .await
+        .unwrap();
+    let second = pods
+        .patch_status("web", &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .unwrap();
+    let stamp = |p: &Pod| p.metadata.annotations.as_ref().unwrap()[WRITE_STAMP_ANNOTATION].clone();
+    assert_ne!(
+        first.metadata.resource_version,
+        second.metadata.resource_version
+    );
+    assert_eq!(Some(stamp(&second)), second.metadata.resource_version);
+    assert_ne!(stamp(&first), stamp(&second));
+}
