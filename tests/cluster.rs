@@ -615,14 +615,16 @@ async fn a_server_that_drops_fields_nodelet_sends_gets_bounded_writes() {
         assert!(minute.node_status_patches <= 10, "{minute:?}");
         assert!(minute.event_writes <= 1, "{minute:?}");
     }
-    // Backing off: the second minute costs less than the first.
-    assert!(
-        second.pod_status_patches.len() < first.pod_status_patches.len()
-            || second.pod_status_patches.is_empty(),
-        "first {} then {}",
-        first.pod_status_patches.len(),
-        second.pod_status_patches.len()
-    );
+    // Backing off: over both minutes no pod gets half of the twelve writes that one per
+    // reconcile would be (the exact schedule, 10 s doubling to 5 min, is asserted on a paused
+    // clock in tests/status_api.rs).
+    let mut both = first.per_pod();
+    for (pod, writes) in second.per_pod() {
+        *both.entry(pod).or_insert(0) += writes;
+    }
+    for (pod, writes) in &both {
+        assert!(*writes <= 6, "{pod}: {writes} writes in two minutes");
+    }
     // Logged once, naming the field.
     let logs = n.logs();
     let warned = |field: &str| {
