@@ -611,6 +611,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         None => Arc::new(NoApiServer),
     };
     let status = StatusManager::new();
+    // The API server's release, read once for the pod status sync and the node status loop.
+    let api_server = nodelet::cluster::ApiServerVersion::new();
     // Probe result changes wake the pod's worker through the same channel as runtime events.
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);
     let probes = ProbeManager::new(
@@ -758,7 +760,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
                 pod_cleanup: cfg.pod_cleanup.clone(),
                 ..Default::default()
             },
-        );
+        )
+        .with_server_version(api_server.clone());
         tasks.spawn(sync.run(cancel.clone()));
         let sink = ApiEventSink::new(client.clone(), Default::default());
         tasks.spawn(sink.run(recorder.subscribe(), cancel.clone()));
@@ -800,6 +803,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             pressure: Arc::new(Default::default),
             images: node_images,
             events: recorder.clone(),
+            server: api_server.clone(),
         };
         let loops_cfg = cfg.clone();
         let loops_cancel = cancel.clone();

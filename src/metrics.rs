@@ -24,6 +24,12 @@ pub struct EventLabels {
     pub source: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodLabels {
+    pub namespace: String,
+    pub pod: String,
+}
+
 pub struct Metrics {
     pub runtime_operations_duration_seconds: Family<OperationLabels, Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabels, Counter>,
@@ -36,6 +42,18 @@ pub struct Metrics {
     pub running_pods: Gauge,
     pub running_containers: Gauge,
     pub static_pod_manifest_errors: Gauge,
+    /// Cluster mode: status PATCHes per pod (the series goes when the pod leaves the node).
+    pub pod_status_writes_total: Family<PodLabels, Counter>,
+    /// Cluster mode: periodic comparisons of every cached pod status with the API server.
+    pub pod_status_reconciles_total: Counter,
+    /// Cluster mode: pods whose last status write left a difference on the server.
+    pub pod_status_nonconverging: Gauge,
+    /// Cluster mode: PATCHes of the Node's status.
+    pub node_status_writes_total: Counter,
+    /// Cluster mode: node status computations compared with the API server (writes or not).
+    pub node_status_updates_total: Counter,
+    /// Cluster mode: Lease creations and renewals.
+    pub node_lease_writes_total: Counter,
     registry: Registry,
 }
 
@@ -60,6 +78,12 @@ impl Metrics {
         let running_pods = Gauge::default();
         let running_containers = Gauge::default();
         let static_pod_manifest_errors = Gauge::default();
+        let pod_status_writes_total = Family::<PodLabels, Counter>::default();
+        let pod_status_reconciles_total = Counter::default();
+        let pod_status_nonconverging = Gauge::default();
+        let node_status_writes_total = Counter::default();
+        let node_status_updates_total = Counter::default();
+        let node_lease_writes_total = Counter::default();
 
         let mut registry = Registry::with_prefix("nodelet");
         registry.register(
@@ -117,6 +141,36 @@ impl Metrics {
             "Static pod manifests that failed to parse or validate at the last scan",
             static_pod_manifest_errors.clone(),
         );
+        registry.register(
+            "pod_status_writes",
+            "Pod status PATCHes sent to the API server, by pod",
+            pod_status_writes_total.clone(),
+        );
+        registry.register(
+            "pod_status_reconciles",
+            "Periodic comparisons of every cached pod status with the API server",
+            pod_status_reconciles_total.clone(),
+        );
+        registry.register(
+            "pod_status_nonconverging",
+            "Pods whose last status write did not make the API server's copy equal to it",
+            pod_status_nonconverging.clone(),
+        );
+        registry.register(
+            "node_status_writes",
+            "Node status PATCHes sent to the API server",
+            node_status_writes_total.clone(),
+        );
+        registry.register(
+            "node_status_updates",
+            "Node status computations compared with the API server, written or not",
+            node_status_updates_total.clone(),
+        );
+        registry.register(
+            "node_lease_writes",
+            "Node Lease creations and renewals",
+            node_lease_writes_total.clone(),
+        );
         Metrics {
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,
@@ -129,6 +183,12 @@ impl Metrics {
             running_pods,
             running_containers,
             static_pod_manifest_errors,
+            pod_status_writes_total,
+            pod_status_reconciles_total,
+            pod_status_nonconverging,
+            node_status_writes_total,
+            node_status_updates_total,
+            node_lease_writes_total,
             registry,
         }
     }

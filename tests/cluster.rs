@@ -344,20 +344,41 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn steady_state_sends_no_status_patches() {
-    let fixture = Fixture::start(None).await.unwrap();
+/// The sum of a Prometheus counter (every series of it) on nodelet's `/metrics`.
+async fn metric(n: &Nodelet, name: &str) -> Option<f64> {
+    let text = reqwest::Client::new()
+        .get(format!("{}/metrics", n.base_url()))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+fn is_pod_status_patch(r: &LoggedRequest) -> bool {
+    r.method == "PATCH" && r.path.contains("/pods/") && r.path.ends_with("/status")
+}
+
+/// `kubectl apply`s `count` serving pods bound to `n` and waits until the API shows them all
+/// Ready.
+async fn run_ready_pods(fixture: &Fixture, n: &Nodelet, count: usize) {
     let api = fixture.url();
-    let n = Nodelet::start_in_cluster("steady", &api, "");
-    for i in 0..20 {
-        kubectl_apply(
-            &api,
-            n.dir.path(),
-            &format!("p{i}"),
-            &bound_pod(&format!("p{i}"), &n.node, ""),
-        );
+    for i in 0..count {
+        let name = format!("p{i}");
+        kubectl_apply(&api, n.dir.path(), &name, &bound_pod(&name, &n.node, ""));
     }
-    wait_api("20 pods Running and Ready", &n, || {
+    wait_api(&format!("{count} pods Running and Ready"), n, || {
         let pods = fixture.list::<Pod>(Some("default")).ok()?;
         let ready = pods
             .iter()
@@ -368,21 +389,259 @@ async fn steady_state_sends_no_status_patches() {
                     .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
             })
             .count();
-        (ready == 20).then_some(())
+        (ready == count).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+}
+
+/// What nodelet wrote to the API server in one minute (with the reconciles it ran meanwhile,
+/// the sign that the sync was alive and looking).
+#[derive(Debug)]
+struct Minute {
+    reconciles: f64,
+    pod_status_patches: Vec<LoggedRequest>,
+    node_status_patches: usize,
+    /// The body of the last node status PATCH, to see what changed.
+    last_node_patch: Option<serde_json::Value>,
+    lease_writes: usize,
+    event_writes: usize,
+}
+
+impl Minute {
+    /// Pod status PATCHes by pod name.
+    fn per_pod(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut by_pod = std::collections::BTreeMap::new();
+        for r in &self.pod_status_patches {
+            let name = r
+                .path
+                .trim_end_matches("/status")
+                .rsplit('/')
+                .next()
+                .unwrap_or("");
+            *by_pod.entry(name.to_string()).or_insert(0) += 1;
+        }
+        by_pod
+    }
+}
+
+/// Clears the fixture's log, waits a minute, and counts what nodelet wrote.
+async fn one_minute(fixture: &Fixture, n: &Nodelet) -> Minute {
+    let reconciles = || metric(n, "nodelet_pod_status_reconciles_total");
+    let start = reconciles()
+        .await
+        .expect("nodelet_pod_status_reconciles_total in /metrics");
     fixture.clear_log();
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let patches: Vec<_> = fixture
+    let log = fixture.request_log();
+    let end = reconciles()
+        .await
+        .expect("nodelet_pod_status_reconciles_total in /metrics");
+    let node_status = format!("/api/v1/nodes/{}/status", n.node);
+    let lease = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{}",
+        n.node
+    );
+    Minute {
+        reconciles: end - start,
+        pod_status_patches: log
+            .iter()
+            .filter(|r| is_pod_status_patch(r))
+            .cloned()
+            .collect(),
+        node_status_patches: log
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == node_status)
+            .count(),
+        last_node_patch: log
+            .iter()
+            .rfind(|r| r.method == "PATCH" && r.path == node_status)
+            .and_then(|r| r.body.clone()),
+        lease_writes: log
+            .iter()
+            .filter(|r| r.method == "PUT" && r.path == lease)
+            .count(),
+        event_writes: log
+            .iter()
+            .filter(|r| r.method != "GET" && r.path.contains("/events"))
+            .count(),
+    }
+}
+
+fn report(mode: &str, minute: &Minute) {
+    eprintln!(
+        "measured [{mode}]: in 60 s: {} pod status writes ({} pods written), {} node status \
+         writes, {} lease writes, {} event writes; {} reconciles",
+        minute.pod_status_patches.len(),
+        minute.per_pod().len(),
+        minute.node_status_patches,
+        minute.lease_writes,
+        minute.event_writes,
+        minute.reconciles
+    );
+    if let Some(body) = &minute.last_node_patch {
+        eprintln!("measured [{mode}]: last node status PATCH: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_state_sends_no_status_patches() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let n = Nodelet::start_in_cluster("steady", &fixture.url(), "");
+    run_ready_pods(&fixture, &n, 20).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let minute = one_minute(&fixture, &n).await;
+    report("v1.37 server", &minute);
+    // The positive sign first: the sync compared every pod with the API every 10 s.
+    assert!(minute.reconciles >= 5.0, "{minute:?}");
+    assert!(
+        minute.pod_status_patches.is_empty(),
+        "status patches at steady state: {:#?}",
+        minute.pod_status_patches
+    );
+}
+
+/// An older API server (v1.32 or v1.33, which do not store the pod and condition
+/// `observedGeneration` and more): 20 running pods get no status writes at steady state.
+async fn older_server_steady_state(major: u32, minor: u32) {
+    let release = apiserver_fixture::Release::new(major, minor);
+    let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
+        server: apiserver_fixture::ServerProfile::release(release),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Node status reports every 5 min (the tests' 2 s update period would otherwise make the
+    // report period 2 s too, as in the kubelet), so what is left is what changed.
+    let n = Nodelet::start_in_cluster(
+        &format!("older-{minor}"),
+        &fixture.url(),
+        "nodeStatusReportFrequency: 5m\n",
+    );
+    let (ok, out, err) = kubectl(&fixture.url(), &["version", "-o", "json"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains(&format!("\"minor\": \"{minor}\"")), "{out}");
+    run_ready_pods(&fixture, &n, 20).await;
+    // Nothing nodelet sent carried a field this server does not store.
+    let sent: Vec<_> = fixture
         .request_log()
         .into_iter()
-        .filter(|r| r.method == "PATCH" && r.path.contains("/pods/") && r.path.ends_with("/status"))
+        .filter(is_pod_status_patch)
         .collect();
+    assert!(!sent.is_empty());
+    for r in &sent {
+        let body = r.body.as_ref().unwrap();
+        let text = body.to_string();
+        assert!(!text.contains("observedGeneration"), "{release}: {text}");
+        if minor < 33 {
+            assert!(!text.contains("allocatedResources"), "{release}: {text}");
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let minute = one_minute(&fixture, &n).await;
+    report(&format!("{release} server"), &minute);
+    assert!(minute.reconciles >= 5.0, "{minute:?}");
     assert!(
-        patches.is_empty(),
-        "status patches at steady state: {patches:#?}"
+        minute.pod_status_patches.is_empty(),
+        "{release}: status patches at steady state: {:#?}",
+        minute.pod_status_patches
     );
+    // The node: at most the report-frequency heartbeat (every 5 min).
+    assert!(minute.node_status_patches <= 1, "{minute:?}");
+    let logs = n.logs();
+    assert!(
+        logs.contains("API server version: status fields it does not have are not sent"),
+        "{}",
+        tail(&logs, 40)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_32_api_server_gets_no_status_writes_at_steady_state() {
+    older_server_steady_state(1, 32).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_33_api_server_gets_no_status_writes_at_steady_state() {
+    older_server_steady_state(1, 33).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_drops_fields_nodelet_sends_gets_bounded_writes() {
+    // A server that says v1.37 but does not store the condition `observedGeneration` (as one
+    // with PodObservedGenerationTracking turned off) nor `nodeInfo.swap`: nodelet's version
+    // table cannot know, so this is the version-aware stripping switched off. And a mutating
+    // webhook stamps every write, so each write comes back through the watch as a new
+    // resourceVersion: the echo that made nodelet write ~27 times a second per pod.
+    let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
+        server: apiserver_fixture::ServerProfile {
+            release: apiserver_fixture::Release::NEWEST,
+            dropped: vec![
+                "Pod:status.conditions[].observedGeneration"
+                    .parse()
+                    .unwrap(),
+                "Node:status.nodeInfo.swap".parse().unwrap(),
+            ],
+            stamp_writes: true,
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let n = Nodelet::start_in_cluster(
+        "dropping",
+        &fixture.url(),
+        "nodeStatusReportFrequency: 5m\n",
+    );
+    run_ready_pods(&fixture, &n, 20).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let first = one_minute(&fixture, &n).await;
+    report(
+        "server dropping condition observedGeneration, minute 1",
+        &first,
+    );
+    let second = one_minute(&fixture, &n).await;
+    report(
+        "server dropping condition observedGeneration, minute 2",
+        &second,
+    );
+    for minute in [&first, &second] {
+        assert!(minute.reconciles >= 5.0, "{minute:?}");
+        // At most one write per pod per reconcile period (10 s), whatever the server drops.
+        for (pod, writes) in minute.per_pod() {
+            assert!(writes <= 7, "{pod}: {writes} writes in a minute");
+        }
+        // The node status loop runs every 2 s here (30 a minute); the difference that does not
+        // converge is written far less.
+        assert!(minute.node_status_patches <= 10, "{minute:?}");
+        assert!(minute.event_writes <= 1, "{minute:?}");
+    }
+    // Backing off: over both minutes no pod gets half of the twelve writes that one per
+    // reconcile would be (the exact schedule, 10 s doubling to 5 min, is asserted on a paused
+    // clock in tests/status_api.rs).
+    let mut both = first.per_pod();
+    for (pod, writes) in second.per_pod() {
+        *both.entry(pod).or_insert(0) += writes;
+    }
+    for (pod, writes) in &both {
+        assert!(*writes <= 6, "{pod}: {writes} writes in two minutes");
+    }
+    // Logged once, naming the field.
+    let logs = n.logs();
+    let warned = |field: &str| {
+        logs.lines()
+            .filter(|l| l.contains("does not store this") && l.contains(field))
+            .count()
+    };
+    assert_eq!(
+        warned("status.conditions[type=Ready].observedGeneration"),
+        1,
+        "{}",
+        tail(&logs, 60)
+    );
+    assert_eq!(warned("status.nodeInfo.swap"), 1, "{}", tail(&logs, 60));
+    // And the pods are still reported right.
+    let pods = fixture.list::<Pod>(Some("default")).unwrap();
+    assert!(pods.iter().all(|p| api_phase(p) == "Running"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -738,3 +738,132 @@ async fn node_events_and_images_follow_the_reported_status() {
     cancel.cancel();
     sink_task.await.unwrap();
 }
+
+/// The virtual seconds (since `t0`) at which the count of `method path` requests grew, sampled
+/// every second for `seconds`.
+async fn request_times(
+    fixture: &Fixture,
+    t0: Instant,
+    method: &str,
+    path: &str,
+    seconds: u32,
+) -> Vec<u32> {
+    let mut times = Vec::new();
+    let mut seen = 0;
+    for second in 0..seconds {
+        sleep_until(t0, f64::from(second) + 0.5).await;
+        let now = count(fixture, method, path);
+        for _ in seen..now {
+            times.push(second);
+        }
+        seen = now;
+    }
+    times
+}
+
+fn fixture_options(server: apiserver_fixture::ServerProfile) -> apiserver_fixture::FixtureOptions {
+    apiserver_fixture::FixtureOptions {
+        server,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_drops_a_node_status_field_gets_bounded_writes() {
+    // A server that says it is v1.37 but does not store `nodeInfo.swap` (as if a webhook
+    // removed it): nodelet's version table cannot know, so only the convergence backoff
+    // keeps the writes bounded.
+    // It also drops the Lease's `leaseDurationSeconds`, which every renewal sets again.
+    let fixture = Fixture::start_with(fixture_options(apiserver_fixture::ServerProfile {
+        release: apiserver_fixture::Release::NEWEST,
+        dropped: vec![
+            "Node:status.nodeInfo.swap".parse().unwrap(),
+            "Lease:spec.leaseDurationSeconds".parse().unwrap(),
+        ],
+        ..Default::default()
+    }))
+    .await
+    .unwrap();
+    let clock = Clock::starting_at(START.parse().unwrap());
+    let recorder = EventRecorder::new(clock, "kubelet", "node-x");
+    let cancel = CancellationToken::new();
+    let sink = ApiEventSink::new(client(&fixture), Default::default());
+    let sink_stats = sink.stats();
+    let sink_task = tokio::spawn(sink.run(recorder.subscribe(), cancel.clone()));
+    let t0 = Instant::now();
+    // Defaults: update every 10 s, report every 5 min, Lease renewed every 10 s.
+    let running = start_with(&fixture, settings("node-x"), |agent| {
+        agent.with_events(recorder.clone())
+    });
+    let patches = request_times(&fixture, t0, "PATCH", "/api/v1/nodes/node-x/status", 1300).await;
+    // Without the backoff this is every 10 s (130 PATCHes). With it: the first report, then
+    // the difference again after 10, 20, 40, 80, 160 s, then every 300 s (which is also the
+    // report frequency).
+    assert_eq!(patches, vec![0, 10, 30, 70, 150, 310, 610, 910, 1210]);
+    let updates = count(&fixture, "GET", "/api/v1/nodes/node-x");
+    assert!(
+        updates >= 129,
+        "the status was still computed every 10 s: {updates}"
+    );
+    assert!(node(&fixture, "node-x")
+        .status
+        .unwrap()
+        .node_info
+        .unwrap()
+        .swap
+        .is_none());
+    // The Lease: one renewal per interval whatever the server keeps of it (1300 s / 10 s).
+    let renewals = count(
+        &fixture,
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-x",
+    );
+    assert_eq!(renewals, 129, "one create, then a renewal every 10 s");
+    // Events: the four conditions announced with the first report, none for the rewrites.
+    assert_eq!(node_events(&recorder, "node-x").len(), 4);
+    assert_eq!(sink_stats.written(), 4);
+
+    // A real change still goes out at the next update, not after the backoff.
+    *running.health.lock().unwrap() = Err("container runtime is down".into());
+    sleep_until(t0, 1315.0).await;
+    assert_eq!(
+        count(&fixture, "PATCH", "/api/v1/nodes/node-x/status"),
+        patches.len() + 1
+    );
+    assert_eq!(ready(&node(&fixture, "node-x")).status, "False");
+    running.stop().await;
+    cancel.cancel();
+    sink_task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_older_server_is_not_sent_the_node_status_fields_it_lacks() {
+    let fixture = Fixture::start_with(fixture_options(apiserver_fixture::ServerProfile::release(
+        apiserver_fixture::Release::new(1, 32),
+    )))
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let running = start(&fixture, settings("node-o"));
+    let patches = request_times(&fixture, t0, "PATCH", "/api/v1/nodes/node-o/status", 620).await;
+    assert_eq!(patches, vec![0, 300, 600], "only the report frequency");
+    assert_eq!(
+        count(&fixture, "GET", "/version"),
+        2,
+        "read at start and again after ten minutes"
+    );
+    let sent: Vec<_> = fixture
+        .request_log()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/api/v1/nodes"))
+        .filter_map(|r| r.body)
+        .collect();
+    assert!(!sent.is_empty());
+    for body in sent {
+        assert!(
+            body.pointer("/status/nodeInfo/swap").is_none(),
+            "nodeInfo.swap sent to a v1.32 server: {body}"
+        );
+    }
+    running.stop().await;
+}

@@ -4,9 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use apiserver_fixture::{DeleteOptions, Fixture, LoggedRequest};
+use apiserver_fixture::{
+    DeleteOptions, Fixture, FixtureOptions, LoggedRequest, Release, ServerProfile,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Pod, PodStatus};
 use kube::api::{Api, DeleteParams};
@@ -17,7 +20,7 @@ use nodelet::clock::Clock;
 use nodelet::config::PodCleanup;
 use nodelet::events::api_sink::{ApiEventSink, EventSinkOptions};
 use nodelet::events::{pod_ref, EventRecorder, EventType};
-use nodelet::status::{ApiStatusSync, ApiStatusSyncOptions, StatusManager};
+use nodelet::status::{ApiStatusSync, ApiStatusSyncOptions, ApiStatusSyncStats, StatusManager};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +40,17 @@ impl Env {
     /// A fixture, a client, and the pod store the lead's API source keeps (a reflector of the
     /// pods bound to the node).
     async fn start() -> Env {
-        let fixture = Fixture::start(None).await.unwrap();
+        Self::start_as(ServerProfile::default()).await
+    }
+
+    /// [`Env::start`] against a fixture that is `server` (an older release, dropped fields).
+    async fn start_as(server: ServerProfile) -> Env {
+        let fixture = Fixture::start_with(FixtureOptions {
+            server,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
         let client = Client::try_from(Config::new(fixture.url().parse().unwrap())).unwrap();
         let (store, writer) = reflector::store();
         let pods: Api<Pod> = Api::all(client.clone());
@@ -61,6 +74,15 @@ impl Env {
     }
 
     fn sync_with(&self, options: ApiStatusSyncOptions) -> (CancellationToken, JoinHandle<()>) {
+        let (cancel, task, _) = self.sync_with_stats(options);
+        (cancel, task)
+    }
+
+    /// [`Env::sync_with`], and what the sync counts (reconciles, writes).
+    fn sync_with_stats(
+        &self,
+        options: ApiStatusSyncOptions,
+    ) -> (CancellationToken, JoinHandle<()>, Arc<ApiStatusSyncStats>) {
         let cancel = self.cancel.child_token();
         let sync = ApiStatusSync::new(
             self.statuses.clone(),
@@ -70,8 +92,9 @@ impl Env {
             Clock::system(),
             options,
         );
+        let stats = sync.stats();
         let task = tokio::spawn(sync.run(cancel.clone()));
-        (cancel, task)
+        (cancel, task, stats)
     }
 
     fn sync(&self) -> (CancellationToken, JoinHandle<()>) {
@@ -151,6 +174,7 @@ fn fast() -> ApiStatusSyncOptions {
         backoff_max: Duration::from_millis(500),
         request_timeout: Duration::from_secs(5),
         pod_cleanup: PodCleanup::default(),
+        ..ApiStatusSyncOptions::default()
     }
 }
 
@@ -260,7 +284,7 @@ async fn steady_state_sends_no_patch() {
     for pod in &pods {
         env.statuses.set_pod_status(pod, running(0));
     }
-    let _sync = env.sync();
+    let (_cancel, _task, stats) = env.sync_with_stats(fast());
     eventually("20 pods Running in the API", || {
         let done = pods
             .iter()
@@ -282,7 +306,13 @@ async fn steady_state_sends_no_patch() {
             "a new version"
         );
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The positive sign first: the sync compared every pod with the API many times over.
+    let before = stats.reconciles();
+    eventually("15 reconciles", || {
+        let done = stats.reconciles() >= before + 15;
+        async move { done }
+    })
+    .await;
     assert_eq!(
         env.all_writes(),
         Vec::<LoggedRequest>::new(),
@@ -801,14 +831,16 @@ async fn the_reconcile_restores_a_status_someone_else_changed() {
     );
 }
 
-/// An API server that answers every request with 500 and counts the requests (the kube client
+/// An API server that answers every request with 500 and counts the PATCHes (the kube client
 /// retries 429/503/504 itself; a 500 is left to nodelet).
 async fn unavailable_api() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let count = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = count.clone();
-    let app = axum::Router::new().fallback(move || {
-        counter.fetch_add(1, Ordering::SeqCst);
+    let app = axum::Router::new().fallback(move |method: axum::http::Method| {
+        if method == axum::http::Method::PATCH {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
         async {
             (
                 axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -861,4 +893,206 @@ async fn failures_back_off_per_pod_without_a_busy_loop() {
         (3..=8).contains(&attempts),
         "{attempts} PATCH attempts in 2 s"
     );
+}
+
+/// What nodelet's v1.37 status generator produces for a running pod: [`running`] plus the
+/// fields older servers do not store (observedGeneration, container resources).
+fn running_v137() -> PodStatus {
+    let mut status = serde_json::to_value(running(0)).unwrap();
+    status["observedGeneration"] = json!(1);
+    for c in status["conditions"].as_array_mut().unwrap() {
+        c["observedGeneration"] = json!(1);
+    }
+    let cs = &mut status["containerStatuses"][0];
+    cs["resources"] = json!({"requests": {"cpu": "100m"}});
+    cs["allocatedResources"] = json!({"cpu": "100m"});
+    cs["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    serde_json::from_value(status).unwrap()
+}
+
+fn patches(env: &Env) -> Vec<LoggedRequest> {
+    env.all_writes()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+        .collect()
+}
+
+#[tokio::test]
+async fn older_servers_get_no_status_writes_at_steady_state() {
+    for release in [Release::new(1, 32), Release::new(1, 33)] {
+        let env = Env::start_as(ServerProfile::release(release)).await;
+        let mut pods = Vec::new();
+        for i in 0..20 {
+            let created = env.create(&format!("web-{i:02}"), json!({}));
+            pods.push(env.stored(&format!("web-{i:02}"), &uid(&created)).await);
+        }
+        for pod in &pods {
+            env.statuses.set_pod_status(pod, running_v137());
+        }
+        let (_cancel, _task, stats) = env.sync_with_stats(fast());
+        eventually(&format!("{release}: 20 pods Running"), || {
+            let done = pods.iter().all(|p| {
+                env.phase(p.metadata.name.as_deref().unwrap()).as_deref() == Some("Running")
+            });
+            async move { done }
+        })
+        .await;
+        let before = stats.reconciles();
+        eventually("20 reconciles", || {
+            let done = stats.reconciles() >= before + 20;
+            async move { done }
+        })
+        .await;
+        let sent = patches(&env);
+        assert_eq!(sent.len(), 20, "{release}: one PATCH per pod: {sent:#?}");
+        for r in &sent {
+            let body = r.body.as_ref().unwrap();
+            assert!(
+                body.pointer("/status/observedGeneration").is_none(),
+                "{release}: {body}"
+            );
+            let conditions = body["status"]["conditions"].as_array().unwrap();
+            assert!(
+                conditions
+                    .iter()
+                    .all(|c| c.get("observedGeneration").is_none()),
+                "{release}: {body}"
+            );
+            let resources = body.pointer("/status/containerStatuses/0/resources");
+            assert_eq!(
+                resources.is_some(),
+                release >= Release::new(1, 33),
+                "{body}"
+            );
+        }
+        // Steady: two seconds (twenty reconciles) more, nothing.
+        let before = stats.reconciles();
+        eventually("20 more reconciles", || {
+            let done = stats.reconciles() >= before + 20;
+            async move { done }
+        })
+        .await;
+        assert_eq!(
+            patches(&env).len(),
+            20,
+            "{release}: no writes at steady state"
+        );
+        assert_eq!(stats.writes(), 20);
+    }
+}
+
+#[tokio::test]
+async fn a_status_change_still_goes_out_at_once_to_an_older_server() {
+    let env = Env::start_as(ServerProfile::release(Release::new(1, 32))).await;
+    let created = env.create("web", json!({}));
+    let pod = env.stored("web", &uid(&created)).await;
+    let (_cancel, _task, stats) = env.sync_with_stats(fast());
+    env.statuses.set_pod_status(&pod, running_v137());
+    eventually("Running", || {
+        let done = env.phase("web").as_deref() == Some("Running");
+        async move { done }
+    })
+    .await;
+    let mut failed = running_v137();
+    failed.phase = Some("Failed".into());
+    env.statuses.set_pod_status(&pod, failed);
+    eventually("Failed", || {
+        let done = env.phase("web").as_deref() == Some("Failed");
+        async move { done }
+    })
+    .await;
+    assert_eq!(stats.writes(), 2);
+}
+
+/// The virtual seconds (since `t0`) of each PATCH to `path`, sampled every second.
+async fn patch_times(env: &Env, t0: tokio::time::Instant, path: &str, seconds: u32) -> Vec<u32> {
+    let mut times = Vec::new();
+    let mut seen = 0;
+    for second in 0..seconds {
+        tokio::time::sleep_until(t0 + Duration::from_millis(u64::from(second) * 1000 + 500)).await;
+        let now = env.writes_to(path).len();
+        times.extend(std::iter::repeat_n(second, now - seen));
+        seen = now;
+    }
+    times
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_stripping_an_older_server_costs_one_write_per_reconcile_then_backs_off() {
+    // The version-aware stripping switched off: nodelet sends v1.37 fields to a v1.32 server,
+    // which drops them (a server that normalizes something nodelet does not know).
+    let env = Env::start_as(ServerProfile::release(Release::new(1, 32))).await;
+    let created = env.create("web", json!({}));
+    let pod = env.stored("web", &uid(&created)).await;
+    env.statuses.set_pod_status(&pod, running_v137());
+    let t0 = tokio::time::Instant::now();
+    let (_cancel, _task, stats) = env.sync_with_stats(ApiStatusSyncOptions {
+        strip_unsupported_fields: false,
+        ..ApiStatusSyncOptions::default()
+    });
+    let times = patch_times(&env, t0, &status_path("web"), 1000).await;
+    // Reconcile every 10 s; the same dropped fields are written again after 10, 20, 40, 80,
+    // 160 s, then every 300 s. (Deciding from the server's copy at every watch event, as
+    // nodelet did before, wrote this pod about 27 times a second.)
+    assert_eq!(times, vec![0, 10, 30, 70, 150, 310, 610, 910]);
+    assert!(
+        stats.reconciles() >= 99,
+        "{} reconciles",
+        stats.reconciles()
+    );
+    assert_eq!(stats.writes(), 8);
+    // The server kept the rest of the status.
+    assert_eq!(env.phase("web").as_deref(), Some("Running"));
+}
+
+#[tokio::test]
+async fn the_version_is_read_again_after_the_server_was_away() {
+    // A v1.32 server is upgraded to v1.37 while nodelet cannot reach it.
+    let env = Env::start_as(ServerProfile::release(Release::new(1, 32))).await;
+    let created = env.create("web", json!({}));
+    let pod = env.stored("web", &uid(&created)).await;
+    let (_cancel, _task, _stats) = env.sync_with_stats(fast());
+    env.statuses.set_pod_status(&pod, running_v137());
+    eventually("Running", || {
+        let done = env.phase("web").as_deref() == Some("Running");
+        async move { done }
+    })
+    .await;
+    let api_generation = |env: &Env| {
+        env.api_pod("web")
+            .unwrap()
+            .status
+            .unwrap()
+            .observed_generation
+    };
+    assert_eq!(api_generation(&env), None, "not sent to v1.32");
+
+    env.fixture.stop().await;
+    env.fixture.set_server(ServerProfile::default());
+    // A change while the server is away: the PATCH fails, the version becomes stale.
+    let mut ready_false = running_v137();
+    ready_false.conditions.as_mut().unwrap()[2].status = "False".into();
+    env.statuses.set_pod_status(&pod, ready_false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.fixture.resume().await.unwrap();
+    eventually("observedGeneration stored by the upgraded server", || {
+        let done = api_generation(&env) == Some(1);
+        async move { done }
+    })
+    .await;
+    let conditions = env
+        .api_pod("web")
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .unwrap();
+    assert!(conditions.iter().all(|c| c.observed_generation == Some(1)));
+    let reads = env
+        .fixture
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == "/version")
+        .count();
+    assert_eq!(reads, 2, "at start and after the outage");
 }

@@ -1,4 +1,4 @@
-//! Discovery documents (`/api`, `/api/v1`, `/apis`, ...), `/version`, and the minimal OpenAPI v3
+//! Discovery documents (`/api`, `/api/v1`, `/apis`, ...) and the minimal OpenAPI v3
 //! documents that tell kubectl the server does field validation itself (`fieldValidation` query
 //! parameter on PATCH), so `kubectl apply`/`create` work without `--validate=false`.
 
@@ -7,24 +7,6 @@ use serde_json::{json, Value};
 use crate::resource::{self, ResourceType};
 
 pub const GIT_VERSION: &str = "v1.37.0-apiserver-fixture";
-
-pub fn version() -> Value {
-    json!({
-        "major": "1",
-        "minor": "37",
-        "emulationMajor": "1",
-        "emulationMinor": "37",
-        "minCompatibilityMajor": "1",
-        "minCompatibilityMinor": "36",
-        "gitVersion": GIT_VERSION,
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2025-01-01T00:00:00Z",
-        "goVersion": "go1.24.0",
-        "compiler": "gc",
-        "platform": "linux/amd64"
-    })
-}
 
 pub fn api_versions(server_address: &str) -> Value {
     json!({

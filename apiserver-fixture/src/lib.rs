@@ -36,6 +36,7 @@ pub mod serviceaccount;
 pub mod store;
 pub mod table;
 pub mod typed;
+pub mod version;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -58,6 +59,7 @@ pub use log::LoggedRequest;
 pub use podlog::KubeletClientConfig;
 pub use review::{AccessRule, Decision, UserInfo};
 pub use store::{Clock, Store, WriteOptions};
+pub use version::{DroppedField, Release, ServerProfile};
 
 use resource::ResourceType;
 use server::AppState;
@@ -82,6 +84,9 @@ pub struct FixtureOptions {
     pub static_tokens: BTreeMap<String, UserInfo>,
     /// SubjectAccessReview rules, first match wins; none matching (and the default, empty) allows.
     pub access_rules: Vec<AccessRule>,
+    /// The release `/version` reports and whose fields are stored (default v1.37: everything),
+    /// plus fields dropped although that release has them. See `version::STATUS_FIELDS`.
+    pub server: ServerProfile,
 }
 
 impl Default for FixtureOptions {
@@ -95,6 +100,7 @@ impl Default for FixtureOptions {
             kubelet_client: KubeletClientConfig::default(),
             static_tokens: BTreeMap::new(),
             access_rules: Vec::new(),
+            server: ServerProfile::default(),
         }
     }
 }
@@ -208,6 +214,7 @@ impl Fixture {
 
     pub async fn start_with(options: FixtureOptions) -> Result<Fixture, FixtureError> {
         let store = Arc::new(Store::new(options.clock.clone(), options.history_limit));
+        store.set_profile(options.server.clone());
         if let Some(path) = options.state_file.clone() {
             store.set_state_file(path)?;
         }
@@ -279,6 +286,13 @@ impl Fixture {
         let task = tokio::spawn(serve(listener, router, token.clone()));
         *serving = Some(Serving { token, task });
         Ok(())
+    }
+
+    /// Becomes another kind of server (an upgrade, a downgrade, a gate turned off): `/version`
+    /// answers the new release at once and later writes are pruned by it. Tests stop the
+    /// fixture, change this and resume, as a real server is restarted to change.
+    pub fn set_server(&self, profile: ServerProfile) {
+        self.state.store.set_profile(profile);
     }
 
     pub async fn is_serving(&self) -> bool {

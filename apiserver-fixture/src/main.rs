@@ -1,11 +1,11 @@
-//! `apiserver-fixture --port N [--state FILE]`: the fixture as a process, for manual use with
+//! `apiserver-fixture --port N [--state FILE] [--server-version 1.32] [--drop-field KIND:PATH]`: the fixture as a process, for manual use with
 //! kubectl (`kubectl --server http://127.0.0.1:N get pods`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use apiserver_fixture::{Fixture, FixtureOptions};
+use apiserver_fixture::{DroppedField, Fixture, FixtureOptions, Release, ServerProfile};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -26,6 +26,18 @@ struct Args {
     /// Print every request to stderr as a JSON line.
     #[arg(long)]
     log_requests: bool,
+    /// Be a server of this release (`1.32`): `/version` says so and status fields newer than
+    /// it are not stored.
+    #[arg(long, default_value = "1.37")]
+    server_version: Release,
+    /// Also drop this field on every write, as a server with a feature gate turned off does
+    /// (`Pod:status.conditions[].observedGeneration`); repeatable.
+    #[arg(long = "drop-field")]
+    drop_fields: Vec<DroppedField>,
+    /// Record every pod and node write in an annotation, as a mutating webhook would, so that
+    /// even a write that changes nothing else is a new resourceVersion and a watch event.
+    #[arg(long)]
+    stamp_writes: bool,
 }
 
 #[tokio::main]
@@ -39,6 +51,11 @@ async fn main() -> ExitCode {
         port: Some(args.port),
         state_file: args.state,
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
+        server: ServerProfile {
+            release: args.server_version,
+            dropped: args.drop_fields,
+            stamp_writes: args.stamp_writes,
+        },
         ..FixtureOptions::default()
     };
     let fixture = match Fixture::start_with(options).await {

@@ -56,7 +56,9 @@ pub fn router(state: Arc<AppState>, request_log: Arc<RequestLog>) -> Router {
     Router::new()
         .route(
             "/version",
-            get(|| async { json_response(StatusCode::OK, &discovery::version()) }),
+            get(|State(app): State<Arc<AppState>>| async move {
+                json_response(StatusCode::OK, &app.store.profile().version_info())
+            }),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))

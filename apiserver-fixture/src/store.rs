@@ -21,6 +21,7 @@ use crate::resource::{self, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::serviceaccount;
 use crate::typed;
+use crate::version::ServerProfile;
 
 /// Wall-clock source for timestamps (creationTimestamp, deletionTimestamp); injectable for tests.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -129,6 +130,8 @@ pub struct Store {
     clock: Clock,
     history_limit: usize,
     state_path: Mutex<Option<PathBuf>>,
+    /// The release the fixture pretends to be and what it therefore does not store.
+    profile: Mutex<ServerProfile>,
 }
 
 fn key(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
@@ -340,6 +343,7 @@ impl Store {
             clock,
             history_limit: history_limit.max(1),
             state_path: Mutex::new(None),
+            profile: Mutex::new(ServerProfile::default()),
         };
         store.seed_namespaces();
         store
@@ -364,6 +368,30 @@ impl Store {
 
     pub fn now(&self) -> Timestamp {
         truncate_to_second((self.clock)())
+    }
+
+    /// What kind of server this is from now on (writes already stored are not revisited, as
+    /// an upgraded or downgraded API server leaves etcd as it is).
+    pub fn set_profile(&self, profile: ServerProfile) {
+        *self
+            .profile
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = profile;
+    }
+
+    pub fn profile(&self) -> ServerProfile {
+        self.profile
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Drops what this server does not store from an object about to be written.
+    fn prune(&self, rt: &ResourceType, obj: &mut Value) {
+        self.profile
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .prune(rt.kind, obj);
     }
 
     /// The current (latest) resourceVersion.
@@ -708,6 +736,7 @@ impl Store {
             _ => {}
         }
 
+        self.prune(rt, &mut obj);
         let k = key(rt, ns.as_deref(), &name);
         if inner.objects.contains_key(&k) {
             return Err(ApiError::already_exists(rt, &name));
@@ -861,7 +890,21 @@ impl Store {
                 return Err(ApiError::update_conflict(rt, name));
             }
         }
-        let new = prepare_update(rt, &old, body, status);
+        let mut new = prepare_update(rt, &old, body, status);
+        // Before the no-op check: a write of nothing but fields this server drops changes
+        // nothing, as on a real server.
+        self.prune(rt, &mut new);
+        if self.profile().stamp_writes && matches!(rt.kind, "Pod" | "Node") {
+            let annotations = meta_mut(&mut new)
+                .entry("annotations")
+                .or_insert_with(|| json!({}));
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(
+                    crate::version::WRITE_STAMP_ANNOTATION.into(),
+                    json!((inner.rv + 1).to_string()),
+                );
+            }
+        }
         let mut errors = Vec::new();
         if old.pointer("/metadata/deletionTimestamp").is_some() {
             let old_finalizers = finalizers(&old);

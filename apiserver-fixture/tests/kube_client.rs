@@ -241,3 +241,133 @@ async fn node_registration_and_lease_heartbeat() {
         .count();
     assert_eq!(puts, 4);
 }
+
+#[tokio::test]
+async fn an_older_server_says_so_and_does_not_store_newer_status_fields() {
+    use apiserver_fixture::{FixtureOptions, Release, ServerProfile};
+    let fixture = Fixture::start_with(FixtureOptions {
+        server: ServerProfile::release(Release::new(1, 32)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = client(&fixture);
+    let info = client.apiserver_version().await.unwrap();
+    assert_eq!((info.major.as_str(), info.minor.as_str()), ("1", "32"));
+    assert_eq!(info.git_version, "v1.32.0-apiserver-fixture");
+
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("web", "node-1"))
+        .await
+        .unwrap();
+    let status = json!({"status": {
+        "phase": "Running",
+        "observedGeneration": 1,
+        "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1}],
+    }});
+    let patched = pods
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(status.clone()),
+        )
+        .await
+        .unwrap();
+    let stored = patched.status.unwrap();
+    assert_eq!(
+        stored.phase.as_deref(),
+        Some("Running"),
+        "the rest is stored"
+    );
+    assert_eq!(stored.observed_generation, None, "v1.34 field dropped");
+    assert_eq!(stored.conditions.unwrap()[0].observed_generation, None);
+
+    // Sending the same again is a no-op: nothing the server keeps changed.
+    let rv = patched.metadata.resource_version;
+    let again = pods
+        .patch_status("web", &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .unwrap();
+    assert_eq!(again.metadata.resource_version, rv);
+
+    // Upgraded: the same write is stored whole.
+    fixture.set_server(ServerProfile::default());
+    let info = client_version(&fixture).await;
+    assert_eq!(info.minor, "37");
+    let status = json!({"status": {"observedGeneration": 1}});
+    let upgraded = pods
+        .patch_status("web", &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .unwrap();
+    assert_eq!(upgraded.status.unwrap().observed_generation, Some(1));
+}
+
+async fn client_version(fixture: &Fixture) -> k8s_openapi::apimachinery::pkg::version::Info {
+    client(fixture).apiserver_version().await.unwrap()
+}
+
+#[tokio::test]
+async fn dropped_fields_are_dropped_whatever_the_release() {
+    use apiserver_fixture::{FixtureOptions, ServerProfile};
+    let fixture = Fixture::start_with(FixtureOptions {
+        server: ServerProfile {
+            dropped: vec!["Node:status.nodeInfo.swap".parse().unwrap()],
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let nodes: Api<Node> = Api::all(client(&fixture));
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "node-1"},
+        "status": {"nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b",
+            "kernelVersion": "k", "osImage": "o", "containerRuntimeVersion": "c",
+            "kubeletVersion": "v", "kubeProxyVersion": "", "operatingSystem": "linux",
+            "architecture": "amd64", "swap": {"capacity": 0}}}
+    }))
+    .unwrap();
+    let created = nodes.create(&PostParams::default(), &node).await.unwrap();
+    let info = created.status.unwrap().node_info.unwrap();
+    assert_eq!(info.boot_id, "b");
+    assert!(info.swap.is_none());
+}
+
+#[tokio::test]
+async fn stamped_writes_are_new_resource_versions_even_when_nothing_else_changed() {
+    use apiserver_fixture::version::WRITE_STAMP_ANNOTATION;
+    use apiserver_fixture::{FixtureOptions, ServerProfile};
+    let fixture = Fixture::start_with(FixtureOptions {
+        server: ServerProfile {
+            stamp_writes: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&fixture), "default");
+    pods.create(&PostParams::default(), &pod("web", "node-1"))
+        .await
+        .unwrap();
+    let status = json!({"status": {"phase": "Running"}});
+    let first = pods
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(status.clone()),
+        )
+        .await
+        .unwrap();
+    let second = pods
+        .patch_status("web", &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .unwrap();
+    let stamp = |p: &Pod| p.metadata.annotations.as_ref().unwrap()[WRITE_STAMP_ANNOTATION].clone();
+    assert_ne!(
+        first.metadata.resource_version,
+        second.metadata.resource_version
+    );
+    assert_eq!(Some(stamp(&second)), second.metadata.resource_version);
+    assert_ne!(stamp(&first), stamp(&second));
+}

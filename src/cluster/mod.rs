@@ -10,7 +10,13 @@
 //! - [`heartbeat_client`]: node status and Lease renewals only. The kubelet gives its heartbeat
 //!   client no rate limit (`QPS = -1`) so a burst of pod traffic can never delay the heartbeat
 //!   that keeps the node Ready.
+//!
+//! Both clients write for the API server's release: [`api_version`] reads it from `/version`,
+//! [`api_fields`] knows which status fields nodelet sends that older releases do not store.
 
+pub mod api_fields;
+pub mod api_version;
+pub mod convergence;
 pub mod rate_limit;
 
 use std::path::{Path, PathBuf};
@@ -20,6 +26,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::config::Config;
 
+pub use api_version::{ApiServerVersion, Release};
 pub use rate_limit::{RateLimitLayer, TokenBucket};
 
 #[derive(Debug, thiserror::Error)]

@@ -204,6 +204,7 @@ impl LeaseController {
                 .await
                 .map_err(|e| e.context(format!("creating lease {:?}", self.node_name)))?;
                 self.counters.lease_writes.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::metrics().node_lease_writes_total.inc();
                 Ok(Some((created, true)))
             }
             Err(e) => Err(e.context(format!("getting lease {:?}", self.node_name))),
@@ -266,6 +267,7 @@ impl LeaseController {
             {
                 Ok(written) => {
                     self.counters.lease_writes.fetch_add(1, Ordering::Relaxed);
+                    crate::metrics::metrics().node_lease_writes_total.inc();
                     self.latest = Some(written);
                     return Ok(());
                 }

@@ -24,6 +24,7 @@ use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::cluster::ApiServerVersion;
 use crate::config::Config;
 use crate::cri::ImageService;
 use crate::events::EventRecorder;
@@ -304,6 +305,7 @@ pub struct NodeAgent {
     counters: Arc<NodeCounters>,
     images: Option<Arc<dyn ImageService>>,
     events: Option<EventRecorder>,
+    server: ApiServerVersion,
 }
 
 impl NodeAgent {
@@ -323,7 +325,14 @@ impl NodeAgent {
             counters: Arc::new(NodeCounters::default()),
             images: None,
             events: None,
+            server: ApiServerVersion::new(),
         }
+    }
+
+    /// Shares the API server's version with the pod status sync (one `/version` read).
+    pub fn with_server_version(mut self, server: ApiServerVersion) -> Self {
+        self.server = server;
+        self
     }
 
     /// Lists the runtime's images in the node status (the kubelet's `Images` setter).
@@ -370,7 +379,8 @@ impl NodeAgent {
         )
     }
 
-    /// The Node nodelet registers, with a status computed now.
+    /// The Node nodelet registers, with a status computed now (without the fields the API
+    /// server's release, as last read, does not store).
     pub fn initial_node(&self) -> Node {
         let registration = register::Registration {
             node_name: &self.settings.node_name,
@@ -379,7 +389,11 @@ impl NodeAgent {
             taints: &self.settings.register_with_taints,
         };
         // Images follow with the first status update, right after registration.
-        register::initial_node(&registration, (self.status_fn())(None, None))
+        let status = crate::cluster::api_fields::strip_node_status(
+            (self.status_fn())(None, None),
+            self.server.current(),
+        );
+        register::initial_node(&registration, status)
     }
 
     /// Runs until cancelled: the Lease heartbeat from the start, and the status loop after
@@ -406,6 +420,11 @@ impl NodeAgent {
         cancel: CancellationToken,
     ) {
         let nodes: Api<Node> = Api::all(client.clone());
+        // The Node is created with what the server's release stores.
+        tokio::select! {
+            _ = self.server.refresh_if_stale(&client, timeout) => {}
+            _ = cancel.cancelled() => return,
+        }
         if self.settings.register_node
             && register::register(&nodes, || self.initial_node(), timeout, &cancel)
                 .await
@@ -416,11 +435,13 @@ impl NodeAgent {
         let mut updater = updater::NodeStatusUpdater::new(
             client,
             &self.settings.node_name,
+            self.settings.update_frequency,
             self.settings.report_frequency,
             timeout,
             self.status_fn(),
             self.counters.clone(),
         )
+        .with_server_version(self.server.clone())
         .with_images(self.images.clone().map(|service| updater::ImageSource {
             service,
             max_images: self.settings.max_images,
@@ -450,6 +471,8 @@ pub struct NodeSources {
     pub pressure: PressureFn,
     pub images: Arc<dyn ImageService>,
     pub events: EventRecorder,
+    /// The API server's version, shared with the pod status sync.
+    pub server: ApiServerVersion,
 }
 
 /// Cluster mode's node work, as `main.rs` starts it: registers the Node, keeps its status and
@@ -469,6 +492,7 @@ pub async fn run_node_loops(
     )
     .with_images(sources.images)
     .with_events(sources.events)
+    .with_server_version(sources.server)
     .run(client, cancel)
     .await
 }

@@ -516,6 +516,17 @@ pub fn node_status_changed(original: &NodeStatus, new: &NodeStatus) -> bool {
     normalized(original) != normalized(new)
 }
 
+/// Where `new` differs from `original` besides heartbeat times, by field path
+/// (`status.nodeInfo.swap`, `status.conditions[type=Ready].status`); empty when
+/// [`node_status_changed`] is false. Sorted.
+pub fn node_status_differences(original: &NodeStatus, new: &NodeStatus) -> Vec<String> {
+    let mut out = Vec::new();
+    crate::status::patch::diff_paths(&normalized(original), &normalized(new), "status", &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn normalized(status: &NodeStatus) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
     if let Some(conditions) = value.get_mut("conditions").and_then(Value::as_array_mut) {

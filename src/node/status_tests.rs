@@ -514,7 +514,34 @@ fn changed_table() {
             want,
             "{name} (reversed)"
         );
+        assert_eq!(
+            node_status_differences(&base, &other).is_empty(),
+            !want,
+            "{name}: differences agree with changed"
+        );
     }
+}
+
+#[test]
+fn node_status_differences_name_the_fields() {
+    let machine = machine();
+    let base = build_node_status(None, &inputs(&machine), ts("2026-01-01T00:00:00Z"));
+    let mut dropped = base.clone();
+    dropped.node_info.as_mut().unwrap().swap = None;
+    assert_eq!(
+        node_status_differences(&dropped, &base),
+        vec!["status.nodeInfo.swap".to_string()]
+    );
+    let mut not_ready = base.clone();
+    for c in not_ready.conditions.as_mut().unwrap() {
+        if c.type_ == CONDITION_READY {
+            c.status = "Unknown".into();
+        }
+    }
+    assert_eq!(
+        node_status_differences(&not_ready, &base),
+        vec!["status.conditions[type=Ready].status".to_string()]
+    );
 }
 
 #[test]

@@ -1,11 +1,18 @@
 //! The node status loop (the kubelet's `syncNodeStatus` / `tryUpdateNodeStatus`).
 //!
-//! Every `nodeStatusUpdateFrequency` the status is computed against the Node the API server
-//! has; it is PATCHed (status subresource, strategic merge) only when something besides the
-//! heartbeat times changed, or when the last report is `nodeStatusReportFrequency` old. The
-//! Lease is what says "alive" in between, so a steady node costs one GET per update period and
-//! one PATCH per report period.
+//! Every `nodeStatusUpdateFrequency` the status is computed on top of the Node the API server
+//! has; it is PATCHed (status subresource, strategic merge) when it differs from what nodelet
+//! last wrote, when the server's copy differs from it (someone else changed it), or when the
+//! last report is `nodeStatusReportFrequency` old. The Lease is what says "alive" in between,
+//! so a steady node costs one GET per update period and one PATCH per report period.
+//!
+//! Unlike the kubelet, a difference the server's copy still shows after a successful PATCH (a
+//! server that drops or normalizes a field) is not written again at every update: it backs off
+//! from the update period, doubling, up to [`CONVERGENCE_BACKOFF_MAX`], and is logged once by
+//! field path ([`crate::cluster::convergence`]). Fields the server's release does not have are
+//! not sent ([`crate::cluster::api_fields`]).
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +21,20 @@ use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus};
 use kube::api::{Api, GetParams, Patch, PatchParams};
 use tokio::time::Instant;
 
-use super::status::{node_images, node_status_changed, node_status_events, status_patch};
+use super::status::{
+    node_images, node_status_changed, node_status_differences, node_status_events, status_patch,
+};
 use super::{api_call, Error, NodeCounters};
+use crate::cluster::api_fields::strip_node_status;
+use crate::cluster::convergence::{after_write, decide_write, NonConvergence, WriteDecision};
+use crate::cluster::{ApiServerVersion, Release};
 use crate::cri::ImageService;
 use crate::events::{node_ref, EventRecorder};
+use crate::metrics::metrics;
+
+/// The longest wait between writes of a node status difference that writing does not remove
+/// (the default `nodeStatusReportFrequency`, which writes anyway).
+pub const CONVERGENCE_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// Immediate attempts per update period (`nodeStatusUpdateRetry`).
 pub const NODE_STATUS_UPDATE_RETRY: usize = 5;
@@ -56,8 +73,10 @@ pub struct ImageSource {
 }
 
 pub struct NodeStatusUpdater {
+    client: kube::Client,
     nodes: Api<Node>,
     node_name: String,
+    update_frequency: Duration,
     report_frequency: Duration,
     timeout: Duration,
     compute: StatusFn,
@@ -65,20 +84,32 @@ pub struct NodeStatusUpdater {
     last_report: Option<Instant>,
     images: Option<ImageSource>,
     events: Option<EventRecorder>,
+    server: ApiServerVersion,
+    /// The status last PATCHed successfully, as sent: what "changed" is judged against.
+    last_written: Option<NodeStatus>,
+    /// Differences the last PATCH did not remove.
+    stuck: Option<NonConvergence>,
+    /// Field paths already logged as not converging.
+    reported_paths: HashSet<String>,
 }
 
 impl NodeStatusUpdater {
+    /// `update_frequency` is how often [`Self::update`] is called; the first wait before a
+    /// non-converging difference is written again.
     pub fn new(
         client: kube::Client,
         node_name: &str,
+        update_frequency: Duration,
         report_frequency: Duration,
         timeout: Duration,
         compute: StatusFn,
         counters: Arc<NodeCounters>,
     ) -> NodeStatusUpdater {
         NodeStatusUpdater {
-            nodes: Api::all(client),
+            nodes: Api::all(client.clone()),
+            client,
             node_name: node_name.to_string(),
+            update_frequency,
             report_frequency,
             timeout,
             compute,
@@ -86,6 +117,10 @@ impl NodeStatusUpdater {
             last_report: None,
             images: None,
             events: None,
+            server: ApiServerVersion::new(),
+            last_written: None,
+            stuck: None,
+            reported_paths: HashSet::new(),
         }
     }
 
@@ -99,6 +134,12 @@ impl NodeStatusUpdater {
     /// when a reported status changes them.
     pub fn with_events(mut self, events: Option<EventRecorder>) -> Self {
         self.events = events;
+        self
+    }
+
+    /// Shares the API server's version with the other writers.
+    pub fn with_server_version(mut self, server: ApiServerVersion) -> Self {
+        self.server = server;
         self
     }
 
@@ -119,9 +160,20 @@ impl NodeStatusUpdater {
         }
     }
 
+    /// A request that got no answer: the server may come back as another release.
+    fn note_unreachable(&self, error: &Error) {
+        if matches!(error, Error::Request { .. } | Error::Timeout { .. }) {
+            self.server.mark_unreachable();
+        }
+    }
+
     /// One attempt (`tryUpdateNodeStatus`). The first attempt of a period may read the API
     /// server's cache (`resourceVersion=0`), retries read the latest, as the kubelet does.
     pub async fn try_update(&mut self, attempt: usize) -> Result<UpdateOutcome, Error> {
+        let release = self
+            .server
+            .refresh_if_stale(&self.client, self.timeout)
+            .await;
         let params = if attempt == 0 {
             GetParams::any()
         } else {
@@ -129,17 +181,37 @@ impl NodeStatusUpdater {
         };
         let node = api_call(self.timeout, self.nodes.get_with(&self.node_name, &params))
             .await
+            .inspect_err(|e| self.note_unreachable(e))
             .map_err(|e| e.context(format!("error getting node {:?}", self.node_name)))?;
         let original = node.status.unwrap_or_default();
         let images = self.list_images().await;
-        let new = (self.compute)(Some(&original), images.as_deref());
-        let changed = node_status_changed(&original, &new);
+        let new = strip_node_status((self.compute)(Some(&original), images.as_deref()), release);
+        metrics().node_status_updates_total.inc();
         let now = Instant::now();
-        if !should_patch(changed, self.last_report, now, self.report_frequency) {
+        let decision = if should_patch(false, self.last_report, now, self.report_frequency) {
+            WriteDecision::Change
+        } else {
+            let changed_since_written = self
+                .last_written
+                .as_ref()
+                .is_none_or(|w| node_status_changed(w, &new));
+            let differences = node_status_differences(&original, &new);
+            decide_write(
+                changed_since_written,
+                true,
+                &differences,
+                self.stuck.as_ref(),
+                now,
+            )
+        };
+        if matches!(decision, WriteDecision::Nothing | WriteDecision::BackingOff) {
+            if decision == WriteDecision::Nothing && !node_status_changed(&original, &new) {
+                self.stuck = None;
+            }
             return Ok(UpdateOutcome::Unchanged);
         }
         let patch = status_patch(&original, &new);
-        api_call(
+        let answer = api_call(
             self.timeout,
             self.nodes.patch_status(
                 &self.node_name,
@@ -148,8 +220,11 @@ impl NodeStatusUpdater {
             ),
         )
         .await
+        .inspect_err(|e| self.note_unreachable(e))
         .map_err(|e| e.context(format!("patching status of node {:?}", self.node_name)))?;
         self.counters.status_patches.fetch_add(1, Ordering::Relaxed);
+        metrics().node_status_writes_total.inc();
+        self.note_convergence(&answer, &new, release);
         if let Some(recorder) = &self.events {
             // Events follow what was reported, so a failed PATCH announces nothing.
             let first_report = self.last_report.is_none();
@@ -163,7 +238,36 @@ impl NodeStatusUpdater {
             }
         }
         self.last_report = Some(now);
+        self.last_written = Some(new);
         Ok(UpdateOutcome::Patched)
+    }
+
+    /// After a PATCH: what the answer still lacks of `sent` is stuck (backed off, logged once).
+    fn note_convergence(&mut self, answer: &Node, sent: &NodeStatus, release: Release) {
+        let stored = answer.status.clone().unwrap_or_default();
+        let residual = node_status_differences(&stored, sent);
+        let previous = self.stuck.take();
+        self.stuck = after_write(
+            previous.as_ref(),
+            residual,
+            Instant::now(),
+            self.update_frequency,
+            CONVERGENCE_BACKOFF_MAX.max(self.update_frequency),
+        );
+        let Some(stuck) = &self.stuck else {
+            return;
+        };
+        for path in &stuck.paths {
+            if self.reported_paths.insert(path.clone()) {
+                tracing::warn!(
+                    node = %self.node_name,
+                    field = %path,
+                    api_server = %release,
+                    retry_in = ?stuck.retry_at.saturating_duration_since(Instant::now()),
+                    "the API server does not store this node status field as sent; not writing it again at every update (backing off)"
+                );
+            }
+        }
     }
 
     /// Up to [`NODE_STATUS_UPDATE_RETRY`] attempts (`updateNodeStatus`).

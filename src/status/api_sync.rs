@@ -2,19 +2,32 @@
 //! to the pod's API object, send the final DELETE of a pod whose deletion was requested once its
 //! resources are reclaimed, and delete failed pods nobody will ever delete.
 //!
-//! This is the kubelet's `status_manager.go` `syncBatch`/`syncPod` with three differences:
+//! This is the kubelet's `status_manager.go` `syncBatch`/`syncPod`, with these differences:
 //!
-//! * The API's view of a pod comes from the shared reflector [`Store`], not from a GET per sync,
-//!   and a PATCH is sent only when the merged status differs from it: at steady state nodelet
-//!   sends nothing at all (the kubelet GETs every pod whose version moved).
-//! * A failed request is retried with a per-pod exponential backoff, and a periodic reconcile
+//! * The API's view of a pod comes from the shared reflector [`Store`], not from a GET per sync.
+//! * **What to write is decided from nodelet's own record**, never from the server's echo: a
+//!   new status version is written when it differs from the status nodelet last wrote
+//!   successfully for that UID (the kubelet's `apiStatusVersions`, plus the status itself), and
+//!   only the fields that differ from the API's copy go out. At steady state nothing is sent.
+//! * The server's copy is consulted for writing only by the periodic reconcile (the kubelet's
+//!   `needsReconcile`, every [`RECONCILE_PERIOD`]): it restores what someone else changed. A
+//!   difference that a successful write did not remove (a server that drops or normalizes a
+//!   field) is logged once, naming the field path, and retried with an exponential backoff up
+//!   to [`CONVERGENCE_BACKOFF_MAX`] instead of at every reconcile.
+//! * Status fields the API server's release does not store are not sent at all
+//!   ([`crate::cluster::api_fields`]; the release is read from `/version` at start and after
+//!   the server was unreachable).
+//! * A failed request is retried with a per-pod exponential backoff, and the reconcile
 //!   re-checks every cached pod, so a status produced while the API server was unreachable is
 //!   delivered when it comes back (krustlet patched once and forgot).
+//! * Writes are counted per pod (`nodelet_pod_status_writes_total`), and a pod written more than
+//!   [`ApiStatusSyncOptions::writes_per_minute_warning`] times in a minute is logged.
 //! * Failed pods without a `deletionTimestamp` (evicted, rejected at admission) are deleted after
 //!   a retention ([`should_clean_up`]); the kubelet never deletes them, because its
 //!   `canBeDeleted` needs a `deletionTimestamp` nobody sets (seed 001).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,16 +44,27 @@ use super::generate::{
     POD_RESTART_IN_PLACE, POD_SCHEDULED, READY,
 };
 use super::manager::{StatusManager, VersionedStatus};
-use super::patch::status_patch;
+use super::patch::{changed_paths, status_patch};
 use super::phase::{is_terminal_phase, FAILED, SUCCEEDED};
 use crate::clock::Clock;
+use crate::cluster::api_fields::strip_pod_status;
+pub use crate::cluster::convergence::{after_write, decide_write, NonConvergence, WriteDecision};
+use crate::cluster::{ApiServerVersion, Release};
 use crate::config::PodCleanup;
+use crate::metrics::{metrics, PodLabels};
 pub use crate::podspec::is_mirror_pod;
 use crate::podspec::{annotation, MIRROR_ANNOTATION};
 use crate::source::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
 
 /// The kubelet's status `syncPeriod`: how often every cached status is compared with the API.
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+
+/// The longest wait between reconcile writes of a difference that writing does not remove.
+pub const CONVERGENCE_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Status writes of one pod in a minute above which nodelet warns: more than the busiest
+/// legitimate lifecycle (a readiness probe flapping every few seconds) produces.
+pub const WRITES_PER_MINUTE_WARNING: usize = 30;
 
 /// Reasons of the Ready/ContainersReady conditions forced to False for a terminal phase
 /// (`generatePodReadyConditionForTerminalPhase`).
@@ -102,6 +126,14 @@ pub struct ApiStatusSyncOptions {
     pub request_timeout: Duration,
     /// Failed-pod cleanup (`podCleanup` in the configuration).
     pub pod_cleanup: PodCleanup,
+    /// A difference a write did not remove is written again after `reconcile_period`, then
+    /// twice as long each time, up to this.
+    pub convergence_backoff_max: Duration,
+    /// Leave out the status fields the API server's release does not store. Off only in tests
+    /// that stand for a server which drops something nodelet does not know about.
+    pub strip_unsupported_fields: bool,
+    /// Warn when one pod's status is written more often than this in a minute.
+    pub writes_per_minute_warning: usize,
 }
 
 impl Default for ApiStatusSyncOptions {
@@ -112,7 +144,28 @@ impl Default for ApiStatusSyncOptions {
             backoff_max: RECONCILE_PERIOD,
             request_timeout: Duration::from_secs(10),
             pod_cleanup: PodCleanup::default(),
+            convergence_backoff_max: CONVERGENCE_BACKOFF_MAX,
+            strip_unsupported_fields: true,
+            writes_per_minute_warning: WRITES_PER_MINUTE_WARNING,
         }
+    }
+}
+
+/// What the sync did, for tests (the same numbers are in `/metrics`).
+#[derive(Debug, Default)]
+pub struct ApiStatusSyncStats {
+    reconciles: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl ApiStatusSyncStats {
+    /// Periodic passes over every cached pod: a test proving "no writes" first sees these move.
+    pub fn reconciles(&self) -> u64 {
+        self.reconciles.load(Ordering::Relaxed)
+    }
+    /// Status PATCHes answered by the API server.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
     }
 }
 
@@ -333,10 +386,26 @@ pub fn should_clean_up(
     cleanup_deadline(pod, node_name, terminal_since, cfg).is_some_and(|due| now >= due)
 }
 
-/// Retry delay after `failures` consecutive failures (1 → `initial`), doubled each time, capped.
-pub fn backoff_delay(failures: u32, initial: Duration, max: Duration) -> Duration {
-    let exponent = failures.saturating_sub(1).min(31);
-    initial.saturating_mul(1 << exponent).min(max)
+pub use crate::cluster::convergence::backoff_delay;
+
+/// Conditions the merge takes from the API's copy (readiness gates and the like): not part of
+/// what nodelet itself wrote.
+fn without_foreign_conditions(status: &PodStatus) -> PodStatus {
+    let mut status = status.clone();
+    if let Some(conditions) = status.conditions.as_mut() {
+        conditions.retain(|c| is_nodelet_condition(&c.type_) || c.type_ == DISRUPTION_TARGET);
+    }
+    status
+}
+
+/// Whether `desired` says nothing that `written` (the status nodelet last wrote) did not say,
+/// as the API serializes them (whole seconds) and leaving out conditions others own.
+pub fn same_as_written(written: &PodStatus, desired: &PodStatus) -> bool {
+    let json = |s: &PodStatus| serde_json::to_value(without_foreign_conditions(s)).ok();
+    match (json(written), json(desired)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 // ---- the task ----
@@ -351,13 +420,23 @@ struct Written {
 
 #[derive(Debug, Default)]
 struct PodSync {
-    /// The kubelet's `apiStatusVersions`: the status version last found in (or sent to) the API.
+    /// The kubelet's `apiStatusVersions`: the status version last delivered (written, or found
+    /// already in the API).
     delivered_version: Option<u64>,
+    /// The status last written successfully (or found already in the API), as it was sent:
+    /// new versions are compared with this, not with the server's copy.
+    last_written: Option<PodStatus>,
     failures: u32,
     retry_at: Option<Instant>,
     written: Option<Written>,
     /// The API object under this pod's name is another pod; logged once.
     reported_other: bool,
+    /// Differences the last write did not remove.
+    stuck: Option<NonConvergence>,
+    /// When this pod's recent writes were answered (the last minute).
+    recent_writes: VecDeque<Instant>,
+    /// When the write-rate warning was last logged for this pod.
+    rate_warned_at: Option<Instant>,
 }
 
 impl PodSync {
@@ -395,6 +474,28 @@ impl PodSync {
         });
         pod
     }
+
+    /// Counts a write at `now`; returns how many there were in the minute up to `now` when
+    /// that is above `bound` and no warning went out in the last minute.
+    fn count_write(&mut self, now: Instant, bound: usize) -> Option<usize> {
+        const MINUTE: Duration = Duration::from_secs(60);
+        self.recent_writes.push_back(now);
+        while self
+            .recent_writes
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= MINUTE)
+        {
+            self.recent_writes.pop_front();
+        }
+        let count = self.recent_writes.len();
+        let quiet = self
+            .rate_warned_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= MINUTE);
+        (count > bound && quiet).then(|| {
+            self.rate_warned_at = Some(now);
+            count
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -404,6 +505,21 @@ struct SyncState {
     /// pruned only once the UID is gone from both the cache and the API) so that a status
     /// re-added for the same UID can never cause a second DELETE.
     deleted: HashSet<String>,
+    /// The pod each per-pod metric series is labelled with, to remove it when the pod goes.
+    labels: HashMap<String, PodLabels>,
+    /// Field paths already logged as not converging (each is logged once).
+    reported_paths: HashSet<String>,
+}
+
+/// What [`ApiStatusSync::sync_pod`] did for one pod.
+#[derive(Debug, Default)]
+struct PodSynced {
+    /// A cleanup deletion that is pending until then.
+    cleanup_due: Option<Timestamp>,
+    /// A status PATCH went out (and was answered).
+    wrote: bool,
+    /// Fields that write left different on the server that were not stuck before.
+    newly_stuck: Vec<String>,
 }
 
 /// The status manager's API server sync. Build with [`ApiStatusSync::new`], run with
@@ -415,6 +531,8 @@ pub struct ApiStatusSync {
     node_name: String,
     clock: Clock,
     options: ApiStatusSyncOptions,
+    server: ApiServerVersion,
+    stats: Arc<ApiStatusSyncStats>,
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -423,6 +541,13 @@ fn pod_key(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+fn labels_of(pod: &Pod) -> PodLabels {
+    PodLabels {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        pod: pod.metadata.name.clone().unwrap_or_default(),
+    }
 }
 
 impl ApiStatusSync {
@@ -443,7 +568,19 @@ impl ApiStatusSync {
             node_name: node_name.into(),
             clock,
             options,
+            server: ApiServerVersion::new(),
+            stats: Arc::new(ApiStatusSyncStats::default()),
         }
+    }
+
+    /// Shares the API server's version with the other writers (one `/version` read for all).
+    pub fn with_server_version(mut self, server: ApiServerVersion) -> Self {
+        self.server = server;
+        self
+    }
+
+    pub fn stats(&self) -> Arc<ApiStatusSyncStats> {
+        self.stats.clone()
     }
 
     /// Syncs until `cancel` fires. Wakes on every status change (bursts coalesce: one pass sees
@@ -485,16 +622,27 @@ impl ApiStatusSync {
         }
     }
 
-    /// One look at every cached pod; `full` also re-sends statuses whose version was already
-    /// delivered but which differ from the API (the kubelet's `needsReconcile`). Returns the
+    /// One look at every cached pod; `full` (the reconcile) also compares statuses whose version
+    /// was already delivered with the API's copy (the kubelet's `needsReconcile`). Returns the
     /// earliest future retry or cleanup deadline.
     async fn pass(&self, state: &mut SyncState, full: bool) -> Option<Instant> {
+        let release = self
+            .server
+            .refresh_if_stale(&self.client, self.options.request_timeout)
+            .await;
         let cached = self.statuses.versioned();
         let live: HashSet<&str> = cached
             .iter()
             .filter_map(|v| v.pod.metadata.uid.as_deref())
             .collect();
         state.pods.retain(|uid, _| live.contains(uid.as_str()));
+        state.labels.retain(|uid, labels| {
+            let keep = live.contains(uid.as_str());
+            if !keep {
+                metrics().pod_status_writes_total.remove(labels);
+            }
+            keep
+        });
         if full && !state.deleted.is_empty() {
             let in_api: HashSet<String> = self
                 .pods
@@ -519,12 +667,33 @@ impl ApiStatusSync {
                 earliest(at);
                 continue;
             }
-            match self.sync_pod(v, pod_sync, &mut state.deleted, full).await {
-                Ok(cleanup_due) => {
+            let outcome = self
+                .sync_pod(v, pod_sync, &mut state.deleted, full, release)
+                .await;
+            match outcome {
+                Ok(synced) => {
                     pod_sync.failures = 0;
                     pod_sync.retry_at = None;
-                    if let Some(due) = cleanup_due {
+                    if let Some(due) = synced.cleanup_due {
                         earliest(self.clock.instant_of(due));
+                    }
+                    if synced.wrote {
+                        state
+                            .labels
+                            .entry(uid.clone())
+                            .or_insert_with(|| labels_of(&v.pod));
+                        for path in &synced.newly_stuck {
+                            if state.reported_paths.insert(path.clone()) {
+                                tracing::warn!(
+                                    pod = %pod_key(&v.pod),
+                                    pod.uid = %uid,
+                                    field = %path,
+                                    api_server = %release,
+                                    retry_in = ?pod_sync.stuck.as_ref().map(|s| s.retry_at.saturating_duration_since(Instant::now())),
+                                    "the API server does not store this status field as sent; not writing it again at every reconcile (backing off)"
+                                );
+                            }
+                        }
                     }
                 }
                 Err(err) => {
@@ -546,40 +715,67 @@ impl ApiStatusSync {
                         "pod status sync failed"
                     );
                     if err.is_unreachable() {
+                        self.server.mark_unreachable();
                         break;
                     }
                 }
             }
         }
+        if full {
+            self.stats.reconciles.fetch_add(1, Ordering::Relaxed);
+            metrics().pod_status_reconciles_total.inc();
+            let stuck = state.pods.values().filter(|p| p.stuck.is_some()).count();
+            metrics()
+                .pod_status_nonconverging
+                .set(i64::try_from(stuck).unwrap_or(i64::MAX));
+        }
         wake
     }
 
-    /// Brings one pod's API object in line: PATCH its status if it differs, then the one final
-    /// or cleanup DELETE when due. Returns a future cleanup deadline, if one is pending.
+    /// The status to write over the API's `api_status`: the kubelet's merge of nodelet's
+    /// status `ours`, without the fields the server's `release` does not store.
+    fn desired_status(
+        &self,
+        api_status: &PodStatus,
+        ours: &PodStatus,
+        release: Release,
+    ) -> PodStatus {
+        let merged = merge_pod_status(api_status, ours, false, self.clock.now());
+        if self.options.strip_unsupported_fields {
+            strip_pod_status(merged, release)
+        } else {
+            merged
+        }
+    }
+
+    /// Brings one pod's status in line (see [`decide_write`]), then sends the one final or
+    /// cleanup DELETE when due.
     async fn sync_pod(
         &self,
         v: &VersionedStatus,
         pod_sync: &mut PodSync,
         deleted: &mut HashSet<String>,
         full: bool,
-    ) -> Result<Option<Timestamp>> {
+        release: Release,
+    ) -> Result<PodSynced> {
+        let mut synced = PodSynced::default();
         let local = &v.pod;
         let uid = local.metadata.uid.clone().unwrap_or_default();
         let Some(ours) = local.status.as_ref() else {
-            return Ok(None);
+            return Ok(synced);
         };
         let (Some(namespace), Some(name)) = (
             local.metadata.namespace.as_deref(),
             local.metadata.name.as_deref(),
         ) else {
-            return Ok(None);
+            return Ok(synced);
         };
         let stored = self.pods.get(&ObjectRef::new(name).within(namespace));
         let mut api_pod = match match_api_pod(local, stored) {
             ApiPod::Found(pod) => pod_sync.api_view(pod),
             // Nothing to deliver to yet (a mirror pod not created, a pod not in the store);
             // the next pass looks again.
-            ApiPod::Missing => return Ok(None),
+            ApiPod::Missing => return Ok(synced),
             ApiPod::Other { uid: other } => {
                 if !std::mem::replace(&mut pod_sync.reported_other, true) {
                     tracing::info!(
@@ -589,39 +785,102 @@ impl ApiStatusSync {
                         "the API object under this name is another pod (deleted and recreated?); not syncing its status"
                     );
                 }
-                return Ok(None);
+                return Ok(synced);
             }
         };
         pod_sync.reported_other = false;
         let api_uid = api_pod.metadata.uid.clone().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
 
-        if full || pod_sync.delivered_version != Some(v.version) {
+        let new_version = pod_sync.delivered_version != Some(v.version);
+        if full || new_version {
             let api_status = api_pod.status.clone().unwrap_or_default();
-            let merged = merge_pod_status(&api_status, ours, false, self.clock.now());
-            let patch =
-                status_patch(&api_uid, &api_status, &merged).map_err(|source| Error::Encode {
-                    pod: pod_key(local),
-                    uid: uid.clone(),
-                    source,
-                })?;
-            if let Some(patch) = patch {
-                let request = format!("PATCH pods/{name}/status");
-                tracing::debug!(pod = %pod_key(local), pod.uid = %uid, %patch, "patching pod status");
-                let answer = self
-                    .request(local, &request, async {
-                        api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-                            .await
-                    })
-                    .await;
-                match answer {
-                    Ok(pod) => api_pod = pod_sync.record_write(&api_pod, pod),
-                    // Deleted meanwhile: nothing to deliver to.
-                    Err(Error::Request {
-                        source: kube::Error::Api(status),
-                        ..
-                    }) if status.is_not_found() => return Ok(None),
-                    Err(err) => return Err(err),
+            let desired = self.desired_status(&api_status, ours, release);
+            let changed_since_written = new_version
+                && !pod_sync
+                    .last_written
+                    .as_ref()
+                    .is_some_and(|w| same_as_written(w, &desired));
+            let server_diff = changed_paths(&api_status, &desired);
+            let now = Instant::now();
+            let decision = decide_write(
+                changed_since_written,
+                full,
+                &server_diff,
+                pod_sync.stuck.as_ref(),
+                now,
+            );
+            match decision {
+                WriteDecision::Nothing if server_diff.is_empty() => {
+                    // The API has it: delivered, and whatever did not converge before has.
+                    pod_sync.last_written = Some(desired);
+                    pod_sync.stuck = None;
+                }
+                WriteDecision::Nothing | WriteDecision::BackingOff => {
+                    tracing::trace!(pod = %pod_key(local), pod.uid = %uid, ?decision, differences = ?server_diff, "not writing");
+                }
+                WriteDecision::Change | WriteDecision::Reconcile => {
+                    let patch =
+                        status_patch(&api_uid, &api_status, &desired).map_err(|source| {
+                            Error::Encode {
+                                pod: pod_key(local),
+                                uid: uid.clone(),
+                                source,
+                            }
+                        })?;
+                    if let Some(patch) = patch {
+                        let request = format!("PATCH pods/{name}/status");
+                        tracing::debug!(pod = %pod_key(local), pod.uid = %uid, ?decision, %patch, "patching pod status");
+                        let answer = self
+                            .request(local, &request, async {
+                                api.patch_status(
+                                    name,
+                                    &PatchParams::default(),
+                                    &Patch::Strategic(patch),
+                                )
+                                .await
+                            })
+                            .await;
+                        let answer = match answer {
+                            Ok(pod) => pod,
+                            // Deleted meanwhile: nothing to deliver to.
+                            Err(Error::Request {
+                                source: kube::Error::Api(status),
+                                ..
+                            }) if status.is_not_found() => return Ok(synced),
+                            Err(err) => return Err(err),
+                        };
+                        api_pod = pod_sync.record_write(&api_pod, answer);
+                        synced.wrote = true;
+                        self.count_write(local, pod_sync);
+                        let stored_status = api_pod.status.clone().unwrap_or_default();
+                        let residual = changed_paths(&stored_status, &desired);
+                        let previous = pod_sync.stuck.take();
+                        pod_sync.stuck = after_write(
+                            previous.as_ref(),
+                            residual,
+                            Instant::now(),
+                            self.options.reconcile_period,
+                            self.options.convergence_backoff_max,
+                        );
+                        if let Some(stuck) = &pod_sync.stuck {
+                            let known = previous.map(|p| p.paths).unwrap_or_default();
+                            synced.newly_stuck = stuck
+                                .paths
+                                .iter()
+                                .filter(|p| !known.contains(p))
+                                .cloned()
+                                .collect();
+                            tracing::debug!(
+                                pod = %pod_key(local),
+                                pod.uid = %uid,
+                                fields = ?stuck.paths,
+                                writes = stuck.writes,
+                                "the API server's copy still differs after the write"
+                            );
+                        }
+                    }
+                    pod_sync.last_written = Some(desired);
                 }
             }
             pod_sync.delivered_version = Some(v.version);
@@ -633,7 +892,7 @@ impl ApiStatusSync {
                 .mark_terminal_published(&uid, self.clock.now());
         }
         if deleted.contains(&uid) || is_static_pod(local) {
-            return Ok(None);
+            return Ok(synced);
         }
 
         let lifecycle = self.statuses.lifecycle(&uid);
@@ -663,8 +922,11 @@ impl ApiStatusSync {
                         ..Default::default()
                     },
                 ),
-                Some(due) => return Ok(Some(due)),
-                None => return Ok(None),
+                Some(due) => {
+                    synced.cleanup_due = Some(due);
+                    return Ok(synced);
+                }
+                None => return Ok(synced),
             }
         };
         let request = format!("DELETE pods/{name} ({why})");
@@ -686,7 +948,26 @@ impl ApiStatusSync {
             Err(err) => return Err(err),
         }
         deleted.insert(uid);
-        Ok(None)
+        Ok(synced)
+    }
+
+    /// Counts a status write of `pod` (metric, rate warning).
+    fn count_write(&self, pod: &Pod, pod_sync: &mut PodSync) {
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        metrics()
+            .pod_status_writes_total
+            .get_or_create(&labels_of(pod))
+            .inc();
+        let bound = self.options.writes_per_minute_warning;
+        if let Some(count) = pod_sync.count_write(Instant::now(), bound) {
+            tracing::warn!(
+                pod = %pod_key(pod),
+                pod.uid = pod.metadata.uid.as_deref().unwrap_or_default(),
+                writes = count,
+                bound,
+                "pod status written more often than expected in the last minute"
+            );
+        }
     }
 
     async fn request<T>(

@@ -433,26 +433,6 @@ fn should_clean_up_table() {
 }
 
 #[test]
-fn backoff_doubles_up_to_the_cap() {
-    let ms = Duration::from_millis;
-    let cases = [
-        (1, 500),
-        (2, 1000),
-        (3, 2000),
-        (5, 8000),
-        (6, 10_000),
-        (60, 10_000),
-    ];
-    for (failures, expected) in cases {
-        assert_eq!(
-            backoff_delay(failures, ms(500), ms(10_000)),
-            ms(expected),
-            "failures {failures}"
-        );
-    }
-}
-
-#[test]
 fn api_view_prefers_our_write_until_the_store_catches_up() {
     let rv = |p: Pod, rv: &str| with(p, |p| p.metadata.resource_version = Some(rv.into()));
     let base = Arc::new(rv(pod("u", &[]), "10"));
@@ -488,4 +468,68 @@ fn errors_name_the_pod_and_request() {
         "pod default/web (uid u1): PATCH pods/web/status: no answer within 10s"
     );
     assert!(err.is_unreachable());
+}
+
+#[test]
+fn same_as_written_ignores_foreign_conditions_and_sub_seconds() {
+    let written = status(
+        json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+        "conditions": [{"type": "Ready", "status": "True"}]}),
+    );
+    // (name, desired, same)
+    let cases = [
+        (
+            "identical",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "True"}]}),
+            true,
+        ),
+        (
+            "below a second",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10.500Z",
+                   "conditions": [{"type": "Ready", "status": "True"}]}),
+            true,
+        ),
+        (
+            "a readiness gate another controller set",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "True"},
+                                  {"type": "example.com/gate", "status": "True"}]}),
+            true,
+        ),
+        (
+            "an owned condition changed",
+            json!({"phase": "Running", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "False"}]}),
+            false,
+        ),
+        (
+            "the phase changed",
+            json!({"phase": "Failed", "startTime": "2026-01-01T00:00:10Z",
+                   "conditions": [{"type": "Ready", "status": "True"}]}),
+            false,
+        ),
+    ];
+    for (name, desired, want) in cases {
+        assert_eq!(same_as_written(&written, &status(desired)), want, "{name}");
+    }
+}
+
+#[test]
+fn the_write_rate_warning_fires_once_a_minute_above_the_bound() {
+    let t0 = Instant::now();
+    let mut sync = PodSync::default();
+    let mut warnings = Vec::new();
+    // A write every second for three minutes, bound 30 a minute.
+    for i in 0..180u64 {
+        if let Some(count) = sync.count_write(t0 + Duration::from_secs(i), 30) {
+            warnings.push((i, count));
+        }
+    }
+    assert_eq!(warnings, vec![(30, 31), (90, 60), (150, 60)]);
+    // A pod written every 10 s never warns.
+    let mut quiet = PodSync::default();
+    assert!((0..60u64).all(|i| quiet
+        .count_write(t0 + Duration::from_secs(10 * i), 30)
+        .is_none()));
 }

@@ -15,7 +15,10 @@ use super::generate::{
 use super::phase::is_terminal_phase;
 
 /// A pod with its latest status and the version of that status (1 for the first status of a
-/// UID, +1 on every change), so a syncer can tell what it has already sent.
+/// UID, +1 on every change of the status), so a syncer can tell what it has already sent.
+/// A new copy of the pod whose status is unchanged (the API server's watch echoing a write,
+/// a label edit) replaces `pod` under the same version: only nodelet's own statuses make
+/// versions, never what the server sends back (the kubelet's `apiStatusVersions` rule).
 #[derive(Debug, Clone, PartialEq)]
 pub struct VersionedStatus {
     pub version: u64,
@@ -128,10 +131,12 @@ impl StatusManager {
     }
 
     /// Stores the status (after the kubelet's rules, see `reconcile`) if the pod with it differs
-    /// from the cached one; returns true when it changed and the version was bumped.
+    /// from the cached one; returns true when the status changed and the version was bumped.
+    /// A pod whose metadata or spec changed but whose status did not is stored under the same
+    /// version (and wakes the subscribers, who may have deletions to send).
     pub fn set_pod_status(&self, pod: &Pod, status: PodStatus) -> bool {
         let uid = uid_of(pod);
-        {
+        let bumped = {
             let mut statuses = self.lock();
             let cached = statuses.get(&uid);
             let old = match cached {
@@ -144,7 +149,11 @@ impl StatusManager {
             if cached.is_some_and(|c| *c.pod == updated) {
                 return false;
             }
-            let version = cached.map_or(0, |c| c.version) + 1;
+            let (version, bumped) = match cached {
+                Some(c) if c.pod.status == updated.status => (c.version, false),
+                Some(c) => (c.version + 1, true),
+                None => (1, true),
+            };
             statuses.insert(
                 uid,
                 VersionedStatus {
@@ -152,9 +161,10 @@ impl StatusManager {
                     pod: Arc::new(updated),
                 },
             );
-        }
+            bumped
+        };
         self.notify();
-        true
+        bumped
     }
 
     pub fn get(&self, uid: &str) -> Option<VersionedStatus> {
@@ -300,6 +310,34 @@ mod tests {
         }
         assert_eq!(*rx.borrow(), 3, "one notification per change");
         assert_eq!(m.status("u1").unwrap().phase.as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn a_new_copy_of_the_pod_with_the_same_status_keeps_the_version() {
+        let m = StatusManager::new();
+        let mut p = pod("u1", "default", "a");
+        p.metadata.resource_version = Some("10".into());
+        assert!(m.set_pod_status(&p, status("Running", Some(10), vec![])));
+        let rx = m.subscribe();
+        // The watch echoes nodelet's own write: a new resourceVersion, the same status.
+        p.metadata.resource_version = Some("11".into());
+        assert!(!m.set_pod_status(&p, status("Running", Some(10), vec![])));
+        let cached = m.get("u1").unwrap();
+        assert_eq!(cached.version, 1, "no new version for an echo");
+        assert_eq!(
+            cached.pod.metadata.resource_version.as_deref(),
+            Some("11"),
+            "the newest copy is kept"
+        );
+        assert!(rx.has_changed().unwrap(), "subscribers are woken");
+        // The same copy again changes nothing and wakes nobody.
+        let rx = m.subscribe();
+        assert!(!m.set_pod_status(&p, status("Running", Some(10), vec![])));
+        assert!(!rx.has_changed().unwrap());
+        // A new generation is a new status (observedGeneration follows it).
+        p.metadata.generation = Some(2);
+        assert!(m.set_pod_status(&p, status("Running", Some(10), vec![])));
+        assert_eq!(m.get("u1").unwrap().version, 2);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use crate::cri::PodRuntime;
 
-pub use api_sync::{ApiStatusSync, ApiStatusSyncOptions};
+pub use api_sync::{ApiStatusSync, ApiStatusSyncOptions, ApiStatusSyncStats};
 pub use generate::{container_statuses, generate_pod_status, ContainerKind};
 pub use manager::{PodLifecycle, StatusManager, VersionedStatus};
 pub use phase::{container_should_restart, get_phase, get_phase_with_initialized};

@@ -129,9 +129,134 @@ fn merge_list_patch(old: &[Value], new: &[Value], key: &str) -> Option<ListPatch
     Some(ListPatch::Changed { items, order })
 }
 
+/// The fields where `api` differs from `desired`, named for people and for comparing one pass
+/// with the next: `status.conditions[type=Ready].observedGeneration`,
+/// `status.containerStatuses[name=app].resources`, `status.podIP`. List elements are matched by
+/// their `type`, `name` or `ip` (the keys status lists carry), else by position. Sorted.
+pub fn changed_paths(api: &PodStatus, desired: &PodStatus) -> Vec<String> {
+    let (Ok(old), Ok(new)) = (serde_json::to_value(api), serde_json::to_value(desired)) else {
+        return vec!["status".to_string()];
+    };
+    let mut out = Vec::new();
+    diff_paths(&old, &new, "status", &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// [`changed_paths`] for any two JSON values under `path` (the node status uses it too).
+pub fn diff_paths(old: &Value, new: &Value, path: &str, out: &mut Vec<String>) {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            for key in o.keys().chain(n.keys().filter(|k| !o.contains_key(*k))) {
+                let (a, b) = (
+                    o.get(key).unwrap_or(&Value::Null),
+                    n.get(key).unwrap_or(&Value::Null),
+                );
+                diff_paths(a, b, &format!("{path}.{key}"), out);
+            }
+        }
+        (Value::Array(o), Value::Array(n)) => match element_key(o, n) {
+            Some(key) => {
+                let name = |e: &Value| {
+                    let k = key_of(e, key).map_or(String::new(), |v| match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    });
+                    format!("{path}[{key}={k}]")
+                };
+                for e in n {
+                    let before = o.iter().find(|x| key_of(x, key) == key_of(e, key));
+                    diff_paths(before.unwrap_or(&Value::Null), e, &name(e), out);
+                }
+                for e in o
+                    .iter()
+                    .filter(|x| !n.iter().any(|e| key_of(e, key) == key_of(x, key)))
+                {
+                    out.push(name(e));
+                }
+            }
+            None if o.len() == n.len() => {
+                for (i, (a, b)) in o.iter().zip(n).enumerate() {
+                    diff_paths(a, b, &format!("{path}[{i}]"), out);
+                }
+            }
+            None => out.push(path.to_string()),
+        },
+        _ if old == new => {}
+        _ => out.push(path.to_string()),
+    }
+}
+
+/// The key every element of both lists has, among those status lists are merged by.
+fn element_key(old: &[Value], new: &[Value]) -> Option<&'static str> {
+    ["type", "name", "ip"]
+        .into_iter()
+        .find(|k| old.iter().chain(new).all(|e| key_of(e, k).is_some()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changed_paths_table() {
+        // (name, API status, desired status, expected paths)
+        let cases = [
+            (
+                "equal",
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+                vec![],
+            ),
+            (
+                "a field the server did not store, in every condition",
+                json!({"conditions": [{"type": "Ready", "status": "True"},
+                                      {"type": "Initialized", "status": "True"}]}),
+                json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1},
+                                      {"type": "Initialized", "status": "True", "observedGeneration": 1}]}),
+                vec![
+                    "status.conditions[type=Initialized].observedGeneration",
+                    "status.conditions[type=Ready].observedGeneration",
+                ],
+            ),
+            (
+                "container statuses by name, scalars by path",
+                json!({"podIP": "10.0.0.1", "containerStatuses": [
+                    {"name": "a", "image": "i", "imageID": "", "ready": true, "restartCount": 0},
+                    {"name": "b", "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}),
+                json!({"podIP": "10.0.0.2", "containerStatuses": [
+                    {"name": "a", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                     "resources": {"requests": {"cpu": "1"}}},
+                    {"name": "b", "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}),
+                vec!["status.containerStatuses[name=a].resources", "status.podIP"],
+            ),
+            (
+                "an element only on one side",
+                json!({"podIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}]}),
+                json!({"podIPs": [{"ip": "10.0.0.1"}]}),
+                vec!["status.podIPs[ip=fd00::1]"],
+            ),
+            (
+                "sub-second differences are no difference",
+                json!({"startTime": "2026-01-01T00:00:10Z"}),
+                json!({"startTime": "2026-01-01T00:00:10.700Z"}),
+                vec![],
+            ),
+        ];
+        for (name, api, desired, want) in cases {
+            let got = changed_paths(&status(api), &status(desired));
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn keyless_lists_compare_by_position() {
+        let mut out = Vec::new();
+        diff_paths(&json!([1, 2]), &json!([1, 3]), "x", &mut out);
+        diff_paths(&json!([1]), &json!([1, 3]), "y", &mut out);
+        assert_eq!(out, vec!["x[1]".to_string(), "y".to_string()]);
+    }
 
     fn status(v: Value) -> PodStatus {
         serde_json::from_value(v).unwrap()
