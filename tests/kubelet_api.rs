@@ -103,6 +103,7 @@ async fn start(mode: AuthorizationMode, anonymous: bool, ca: &TestCa) -> Server 
         pods: Arc::new(Vec::new),
         health: Arc::new(|| Ok(())),
         events: Arc::new(Vec::new),
+        summary: None,
     };
     let router = kubelet_api_router(state, Arc::new(OneContainer), None, Arc::new(auth));
     let cancel = CancellationToken::new();
