@@ -366,9 +366,11 @@ impl super::StatsRuntime for RemoteRuntime {
     ) -> Result<Vec<api::ContainerStats>> {
         let mut c = self.runtime.clone();
         let req = self.request(api::ListContainerStatsRequest { filter }, Duration::ZERO);
-        Ok(observe("list_container_stats", "", c.list_container_stats(req))
-            .await?
-            .stats)
+        Ok(
+            observe("list_container_stats", "", c.list_container_stats(req))
+                .await?
+                .stats,
+        )
     }
 }
 

@@ -229,7 +229,11 @@ mod tests {
     fn reads_a_fake_host() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        write(root, "proc/meminfo", crate::stats::node::test_support::MEMINFO);
+        write(
+            root,
+            "proc/meminfo",
+            crate::stats::node::test_support::MEMINFO,
+        );
         write(root, "sys/devices/system/cpu/online", "0-3\n");
         write(
             root,

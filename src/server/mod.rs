@@ -341,6 +341,13 @@ mod tests {
 
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(r.status(), 200);
+        // No summary provider wired: the kubelet's 404.
+        let r = client
+            .get(format!("{base}/stats/summary"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
         healthy.store(false, std::sync::atomic::Ordering::SeqCst);
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(r.status(), 500);
@@ -471,6 +478,40 @@ mod tests {
             .unwrap()
             .starts_with("web-n1."));
 
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    /// A provider that fails, as when the runtime does not answer.
+    struct Unreachable;
+
+    #[async_trait::async_trait]
+    impl SummarySource for Unreachable {
+        async fn summary(&self, _: Scope) -> crate::stats::Result<crate::stats::Summary> {
+            Err(crate::stats::Error::Task("runtime down".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_summary_is_a_500_with_the_reason() {
+        let state = ApiState {
+            pods: Arc::new(Vec::new),
+            health: Arc::new(|| Ok(())),
+            events: Arc::new(Vec::new),
+            summary: Some(Arc::new(Unreachable)),
+        };
+        let cancel = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = serve_listener(listener, router(state), cancel.clone());
+        let r = reqwest::get(format!("http://{addr}/stats/summary"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 500);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "Internal Error: stats reader task: runtime down"
+        );
         cancel.cancel();
         task.await.unwrap();
     }

@@ -380,7 +380,10 @@ impl CgroupReader {
                     // cAdvisor and the kubelet) counts anon + file as its usage.
                     (None, Some(stat)) if relative.as_os_str().is_empty() => {
                         Ok(Some(MemoryUsage {
-                            usage: stat.anon.unwrap_or(0).saturating_add(stat.file.unwrap_or(0)),
+                            usage: stat
+                                .anon
+                                .unwrap_or(0)
+                                .saturating_add(stat.file.unwrap_or(0)),
                             limit: None,
                             stat,
                         }))
@@ -395,8 +398,7 @@ impl CgroupReader {
                 };
                 Ok(Some(MemoryUsage {
                     usage,
-                    limit: read_parsed(&dir.join("memory.limit_in_bytes"), parse_limit)?
-                        .flatten(),
+                    limit: read_parsed(&dir.join("memory.limit_in_bytes"), parse_limit)?.flatten(),
                     stat: read_parsed(&dir.join("memory.stat"), parse_memory_stat_v1)?
                         .unwrap_or_default(),
                 }))
@@ -499,7 +501,10 @@ mod tests {
         let errors = [
             ("user_usec 5\n", "no usage_usec"),
             ("usage_usec\n", "line \"usage_usec\" is not `key value`"),
-            ("usage_usec 1 2\n", "line \"usage_usec 1 2\" is not `key value`"),
+            (
+                "usage_usec 1 2\n",
+                "line \"usage_usec 1 2\" is not `key value`",
+            ),
             ("usage_usec -1\n", "usage_usec \"-1\" is not a number"),
         ];
         for (text, want) in errors {
@@ -583,7 +588,10 @@ mod tests {
     #[test]
     fn relative_path_table() {
         let cases = [
-            ("/kubepods/burstable/pod1/abc", Some("kubepods/burstable/pod1/abc")),
+            (
+                "/kubepods/burstable/pod1/abc",
+                Some("kubepods/burstable/pod1/abc"),
+            ),
             ("kubepods.slice/x.scope", Some("kubepods.slice/x.scope")),
             ("/", Some("")),
             ("", Some("")),
@@ -699,7 +707,11 @@ mod tests {
     fn the_v2_root_counts_anon_plus_file() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "memory.stat", MEMORY_STAT);
-        write(dir.path(), "cpu.stat", "usage_usec 5\nuser_usec 3\nsystem_usec 2\n");
+        write(
+            dir.path(),
+            "cpu.stat",
+            "usage_usec 5\nuser_usec 3\nsystem_usec 2\n",
+        );
         let reader = CgroupReader::new(dir.path(), CgroupVersion::V2);
         let memory = reader.memory("/").unwrap().unwrap();
         assert_eq!(memory.usage, (10 << 20) + (4 << 20));
@@ -716,7 +728,11 @@ mod tests {
         let root = dir.path();
         let rel = "kubepods/besteffort/pod1/c1";
         write(root, &format!("cpuacct/{rel}/cpuacct.usage"), "123456789\n");
-        write(root, &format!("memory/{rel}/memory.usage_in_bytes"), "8192000\n");
+        write(
+            root,
+            &format!("memory/{rel}/memory.usage_in_bytes"),
+            "8192000\n",
+        );
         write(
             root,
             &format!("memory/{rel}/memory.limit_in_bytes"),

@@ -44,7 +44,11 @@ pub fn cgroup_of_cgroups_path(cgroups_path: &str) -> Result<String, String> {
     if name.is_empty() {
         return Err(format!("cgroupsPath {cgroups_path:?} has no unit name"));
     }
-    let parent = expand_slice(if slice.is_empty() { "system.slice" } else { slice })?;
+    let parent = expand_slice(if slice.is_empty() {
+        "system.slice"
+    } else {
+        slice
+    })?;
     let unit = if name.ends_with(".slice") {
         name.to_string()
     } else if prefix.is_empty() {

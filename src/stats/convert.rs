@@ -233,9 +233,15 @@ mod tests {
             Some(&psi),
         )
         .unwrap();
-        assert_eq!((c.usage_core_nano_seconds, c.usage_nano_cores), (Some(42), Some(7)));
+        assert_eq!(
+            (c.usage_core_nano_seconds, c.usage_nano_cores),
+            (Some(42), Some(7))
+        );
         let p = c.psi.unwrap();
-        assert_eq!((p.some.total, p.some.avg10, p.full), (99, 1.5, PsiData::default()));
+        assert_eq!(
+            (p.some.total, p.some.avg10, p.full),
+            (99, 1.5, PsiData::default())
+        );
         // pressure alone still makes a block; nothing makes none
         assert!(cpu_stats(&t(), None, Some(7), Some(&psi))
             .unwrap()
@@ -255,9 +261,15 @@ mod tests {
         };
         let (a, b, c) = (cpu(Some(10), 100), cpu(Some(20), 200), cpu(None, 5));
         let s = sum_cpu(&t(), &[&a, &b]).unwrap();
-        assert_eq!((s.usage_nano_cores, s.usage_core_nano_seconds), (Some(30), Some(300)));
+        assert_eq!(
+            (s.usage_nano_cores, s.usage_core_nano_seconds),
+            (Some(30), Some(300))
+        );
         let s = sum_cpu(&t(), &[&a, &c]).unwrap();
-        assert_eq!((s.usage_nano_cores, s.usage_core_nano_seconds), (None, Some(105)));
+        assert_eq!(
+            (s.usage_nano_cores, s.usage_core_nano_seconds),
+            (None, Some(105))
+        );
         assert_eq!(sum_cpu(&t(), &[]), None);
         assert_eq!(add_usage(None, None), None);
         assert_eq!(add_usage(Some(1), None), Some(1));

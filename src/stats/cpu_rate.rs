@@ -135,7 +135,11 @@ mod tests {
         };
         assert_eq!(rates.observe("c1", at(1_000_000_000)), None, "first sample");
         tokio::time::advance(Duration::from_millis(200)).await;
-        assert_eq!(rates.observe("c1", at(1_100_000_000)), None, "window too short");
+        assert_eq!(
+            rates.observe("c1", at(1_100_000_000)),
+            None,
+            "window too short"
+        );
         tokio::time::advance(Duration::from_millis(1800)).await;
         // 2 s since the first sample, 1 s of CPU → half a core
         assert_eq!(rates.observe("c1", at(2_000_000_000)), Some(500_000_000));

@@ -18,6 +18,8 @@ pub mod convert;
 pub mod cpu_rate;
 pub mod node;
 pub mod provider;
+#[cfg(test)]
+mod provider_tests;
 pub mod psi;
 pub mod summary;
 

@@ -180,7 +180,10 @@ mod tests {
         assert_eq!(read_uptime(proc).unwrap(), Duration::from_millis(3_600_250));
         assert_eq!(read_task_limit(proc).unwrap(), Some(63_452));
         let memory = read_pressure(proc, Resource::Memory).unwrap().unwrap();
-        assert_eq!((memory.some.total, memory.full.map(|f| f.total)), (42, Some(7)));
+        assert_eq!(
+            (memory.some.total, memory.full.map(|f| f.total)),
+            (42, Some(7))
+        );
         // no PSI on this "kernel" for cpu and io
         assert_eq!(read_pressure(proc, Resource::Cpu).unwrap(), None);
         assert_eq!(read_pressure(proc, Resource::Io).unwrap(), None);
@@ -191,7 +194,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let proc = dir.path();
         let missing = read_meminfo(proc).unwrap_err().to_string();
-        assert!(missing.contains(&proc.join("meminfo").display().to_string()), "{missing}");
+        assert!(
+            missing.contains(&proc.join("meminfo").display().to_string()),
+            "{missing}"
+        );
         write(proc, "meminfo", "MemTotal: 1024 kB\n");
         let partial = read_meminfo(proc).unwrap_err().to_string();
         assert!(partial.contains("meminfo"), "{partial}");
@@ -203,10 +209,16 @@ mod tests {
         assert_eq!(read_task_limit(proc).unwrap(), Some(32_768));
         write(proc, "sys/kernel/threads-max", "x\n");
         let bad = read_task_limit(proc).unwrap_err().to_string();
-        assert!(bad.contains("threads-max") && bad.contains("\"x\""), "{bad}");
+        assert!(
+            bad.contains("threads-max") && bad.contains("\"x\""),
+            "{bad}"
+        );
         write(proc, "pressure/cpu", "some avg10=1\n");
         let bad = read_pressure(proc, Resource::Cpu).unwrap_err().to_string();
-        assert!(bad.contains("pressure/cpu") && bad.contains("no avg60"), "{bad}");
+        assert!(
+            bad.contains("pressure/cpu") && bad.contains("no avg60"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -289,7 +289,10 @@ impl SummaryProvider {
         let (image_fs, writable_layers) = if scope == Scope::Full {
             let image_fs = keep(
                 "ImageFsInfo",
-                self.stats_runtime.image_fs_info().await.map_err(Error::from),
+                self.stats_runtime
+                    .image_fs_info()
+                    .await
+                    .map_err(Error::from),
             );
             let layers: HashMap<String, api::FilesystemUsage> = keep(
                 "ListContainerStats",
@@ -518,12 +521,7 @@ impl SummaryProvider {
                         .copied()
                         .flatten()
                         .map(|(bytes, inodes)| {
-                            usage_on_fs(
-                                &time,
-                                Some(bytes),
-                                Some(inodes),
-                                readings.logs_fs.as_ref(),
-                            )
+                            usage_on_fs(&time, Some(bytes), Some(inodes), readings.logs_fs.as_ref())
                         });
                     // The kubelet counts a container's logs only along with its rootfs.
                     if let Some(rootfs) = &stats.rootfs {
@@ -542,19 +540,24 @@ impl SummaryProvider {
             }
             let (mut cpu, mut memory, io) =
                 sample_stats(&format!("p/{}", plan.pod_ref.uid), pod_sample, None);
-            let pids = pod_sample.and_then(|s| s.pids).map(|p| p.current).or_else(|| {
-                // Without a pod cgroup: the containers' tasks.
-                readings.containers.get(i).and_then(|cs| {
-                    cs.iter()
-                        .flatten()
-                        .filter_map(|s| s.pids.map(|p| p.current))
-                        .reduce(u64::saturating_add)
-                })
-            });
+            let pids = pod_sample
+                .and_then(|s| s.pids)
+                .map(|p| p.current)
+                .or_else(|| {
+                    // Without a pod cgroup: the containers' tasks.
+                    readings.containers.get(i).and_then(|cs| {
+                        cs.iter()
+                            .flatten()
+                            .filter_map(|s| s.pids.map(|p| p.current))
+                            .reduce(u64::saturating_add)
+                    })
+                });
             if pod_sample.is_none() {
                 let cpus: Vec<_> = containers.iter().filter_map(|c| c.cpu.as_ref()).collect();
-                let memories: Vec<_> =
-                    containers.iter().filter_map(|c| c.memory.as_ref()).collect();
+                let memories: Vec<_> = containers
+                    .iter()
+                    .filter_map(|c| c.memory.as_ref())
+                    .collect();
                 cpu = sum_cpu(&time, &cpus);
                 memory = sum_memory(&time, &memories);
             }
@@ -590,10 +593,7 @@ impl SummaryProvider {
             let (cpu, memory, _) = sample_stats("sys/pods", Some(kubepods), None);
             system_containers.push(ContainerStats {
                 name: SYSTEM_CONTAINER_PODS.to_string(),
-                start_time: readings
-                    .boot_time
-                    .map(Time)
-                    .unwrap_or_else(|| time.clone()),
+                start_time: readings.boot_time.map(Time).unwrap_or_else(|| time.clone()),
                 cpu,
                 memory,
                 io: None,
@@ -605,10 +605,7 @@ impl SummaryProvider {
         let node = NodeStats {
             node_name: self.settings.node_name.clone(),
             system_containers,
-            start_time: readings
-                .boot_time
-                .map(Time)
-                .unwrap_or_else(|| time.clone()),
+            start_time: readings.boot_time.map(Time).unwrap_or_else(|| time.clone()),
             cpu: cpu_stats(&time, root_sample.cpu, rate, cpu_psi.as_ref()),
             memory: memory_stats(
                 &time,
@@ -671,16 +668,18 @@ fn read_everything(
         kubepods: kubepods.and_then(|k| keep_sample(k, reader.sample(k))),
         mem_total: keep("meminfo", proc::read_meminfo(proc_root)).map(|m| m.mem_total),
         boot_time: keep("uptime", proc::read_uptime(proc_root)).and_then(|up| {
-            let boot = now.checked_sub(jiff::SignedDuration::try_from(up).ok()?).ok()?;
+            let boot = now
+                .checked_sub(jiff::SignedDuration::try_from(up).ok()?)
+                .ok()?;
             // Whole seconds, as the kubelet's boot time.
             jiff::Timestamp::from_second(boot.as_second()).ok()
         }),
         ..Default::default()
     };
-    for (slot, resource) in r
-        .node_pressure
-        .iter_mut()
-        .zip([Resource::Cpu, Resource::Memory, Resource::Io])
+    for (slot, resource) in
+        r.node_pressure
+            .iter_mut()
+            .zip([Resource::Cpu, Resource::Memory, Resource::Io])
     {
         *slot = keep("node pressure", proc::read_pressure(proc_root, resource)).flatten();
     }
@@ -688,7 +687,10 @@ fn read_everything(
         r.task_limit = keep("task limit", proc::read_task_limit(proc_root)).flatten();
         r.tasks = keep("loadavg", proc::read_loadavg(proc_root)).map(|l| u64::from(l.max));
         r.node_fs = keep("nodefs", proc::filesystem_usage(&settings.root_dir));
-        r.logs_fs = keep("pod logs fs", proc::filesystem_usage(&settings.pod_logs_dir));
+        r.logs_fs = keep(
+            "pod logs fs",
+            proc::filesystem_usage(&settings.pod_logs_dir),
+        );
         for m in mounts {
             if let Some(fs) = keep("image fs", proc::filesystem_usage(Path::new(m))) {
                 r.filesystems.insert(m.clone(), fs);

@@ -160,7 +160,7 @@ mod tests {
         ];
         for (text, want) in cases {
             let got = parse_psi(text).map_err(|e| e.to_string());
-            assert_eq!(got, want.clone().map_err(str::to_string), "{text:?}");
+            assert_eq!(got, (*want).map_err(str::to_string), "{text:?}");
         }
     }
 }

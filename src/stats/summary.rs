@@ -84,11 +84,7 @@ pub struct PodStats {
     pub io: Option<IoStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
-    #[serde(
-        default,
-        rename = "volume",
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(default, rename = "volume", skip_serializing_if = "Vec::is_empty")]
     pub volume_stats: Vec<VolumeStats>,
     #[serde(
         default,
