@@ -114,9 +114,16 @@ async fn summary_has_the_node_and_every_pod_and_container_with_real_numbers() {
              - name: web\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --http, \"8080\"]\n    resources:\n      limits: {{memory: 64Mi}}\n"
         ),
     );
+    // One container and an emptyDir an init container wrote a file into.
     n.write_manifest(
         "one.yaml",
-        &testbox_pod("one", "Always", &[("sleeper", &["sleep"])]),
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: one\nspec:\n  volumes:\n  - name: data\n    emptyDir: {{}}\n  \
+             initContainers:\n  - name: fill\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    \
+             args: [write, --path, /data/file, --content, hello]\n    volumeMounts:\n    - {{name: data, mountPath: /data}}\n  \
+             containers:\n  - name: sleeper\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [sleep]\n    \
+             volumeMounts:\n    - {{name: data, mountPath: /data}}\n"
+        ),
     );
     let two = n.wait_pod("two", T, "two running", all_running).await;
     let one = n.wait_pod("one", T, "one running", all_running).await;
@@ -217,10 +224,16 @@ async fn summary_has_the_node_and_every_pod_and_container_with_real_numbers() {
     cnames.sort();
     assert_eq!(cnames, vec!["hog", "web"]);
     assert_eq!(pod(&summary, &one_name).containers.len(), 1);
-    assert_eq!(
-        pod(&summary, &one_name).pod_ref.uid,
-        one.metadata.uid.clone().unwrap()
-    );
+    let p1 = pod(&summary, &one_name);
+    assert_eq!(p1.pod_ref.uid, one.metadata.uid.clone().unwrap());
+    let data = p1
+        .volume_stats
+        .iter()
+        .find(|v| v.name == "data")
+        .unwrap_or_else(|| panic!("emptyDir data not in {:?}", p1.volume_stats));
+    assert_eq!(data.fs.inodes_used, Some(2), "the directory and the file");
+    let p1_ephemeral = p1.ephemeral_storage.as_ref().expect("ephemeral storage");
+    assert!(p1_ephemeral.used_bytes.unwrap() >= data.fs.used_bytes.unwrap());
 
     let hog = container(p2, "hog");
     let hog_memory = hog.memory.as_ref().unwrap();

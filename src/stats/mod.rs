@@ -9,6 +9,7 @@
 //!   parameter) and statfs.
 //! - [`container_cgroup`]: a container's cgroup from the runtime's OCI spec (both drivers).
 //! - [`cpu_rate`]: `usageNanoCores` from the previous sample of each cgroup.
+//! - [`volumes`]: `du` of a pod's volumes, at most once a minute per pod.
 //! - [`summary`]: the Summary API types (`stats/v1alpha1`), [`convert`]: readings → those
 //!   types, [`provider`]: one request, from the CRI lists to the JSON.
 
@@ -22,6 +23,7 @@ pub mod provider;
 mod provider_tests;
 pub mod psi;
 pub mod summary;
+pub mod volumes;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,8 @@
 //! container ID), and — unless only CPU and memory are asked for — `ImageFsInfo` and
 //! `ListContainerStats` (writable layers). Then, off the async runtime, a handful of small
 //! files per cgroup (container, pod, `kubepods`, root), five under `/proc`, a statfs per
-//! filesystem, and a directory walk of each container's log directory.
+//! filesystem, a directory walk of each container's log directory, and — at most once a
+//! minute per pod, cached in between — a walk of the pod's volumes ([`super::volumes`]).
 //!
 //! Pods are the ones with a ready sandbox on this node; containers the running ones, as the
 //! kubelet lists them from the runtime. The pod cgroup's path comes from the cgroup manager's
@@ -13,7 +14,7 @@
 //! `cgroupsPerQOS`, or a pod nodelet no longer tracks) the pod's CPU and memory are the sums
 //! of its containers'.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +32,10 @@ use super::node::{self as proc, FsUsage};
 use super::psi::Psi;
 use super::summary::{
     ContainerStats, FsStats, NodeStats, PodReference, PodStats, ProcessStats, RlimitStats,
-    RuntimeStats, Summary, SYSTEM_CONTAINER_PODS,
+    RuntimeStats, Summary, VolumeStats, SYSTEM_CONTAINER_PODS,
+};
+use super::volumes::{
+    dir_usage, ephemeral_volume_names, read_pod_volumes, VolumeCache, VolumeUsage,
 };
 use super::{Error, Result};
 use crate::cgroup::{CgroupName, Driver, KUBEPODS};
@@ -99,6 +103,10 @@ struct PodPlan {
     start_time: Time,
     cgroup: Option<String>,
     containers: Vec<ContainerPlan>,
+    /// `<rootDir>/pods/<uid>`: volumes and the managed `/etc/hosts`.
+    pod_dir: PathBuf,
+    /// From the pod's spec, when nodelet knows the pod.
+    ephemeral_volumes: Option<HashSet<String>>,
 }
 
 /// Everything read from files for one request (off the async runtime).
@@ -119,6 +127,9 @@ struct Readings {
     containers: Vec<Vec<Option<CgroupSample>>>,
     /// (bytes, inodes) of each container's log directory.
     logs: Vec<Vec<Option<(u64, u64)>>>,
+    volumes: Vec<Vec<VolumeUsage>>,
+    /// (bytes, inodes) of each pod's managed `/etc/hosts`.
+    etc_hosts: Vec<Option<(u64, u64)>>,
 }
 
 pub struct SummaryProvider {
@@ -131,6 +142,7 @@ pub struct SummaryProvider {
     rates: CpuRates,
     /// Container ID → cgroup path (fixed for a container's life).
     cgroups: Mutex<HashMap<String, String>>,
+    volumes: Arc<VolumeCache>,
 }
 
 fn nanos_to_time(nanos: i64) -> Option<Time> {
@@ -164,31 +176,6 @@ fn keep<T>(what: &str, result: Result<T>) -> Option<T> {
         .ok()
 }
 
-/// Bytes allocated (`du`: blocks × 512) and entries below `dir`, not following symlinks.
-/// `None` when `dir` does not exist.
-pub fn dir_usage(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(dir).ok()?;
-    let device = meta.dev();
-    let mut bytes = meta.blocks().saturating_mul(512);
-    let mut inodes = 1u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            bytes = bytes.saturating_add(meta.blocks().saturating_mul(512));
-            inodes += 1;
-            if meta.is_dir() && meta.dev() == device {
-                stack.push(entry.path());
-            }
-        }
-    }
-    Some((bytes, inodes))
-}
-
 impl SummaryProvider {
     pub fn new(
         settings: StatsSettings,
@@ -206,6 +193,7 @@ impl SummaryProvider {
             clock,
             rates: CpuRates::new(),
             cgroups: Mutex::new(HashMap::new()),
+            volumes: Arc::new(VolumeCache::default()),
         }
     }
 
@@ -337,6 +325,9 @@ impl SummaryProvider {
         let kubepods = self.kubepods_cgroup();
         let now_wall = self.clock.now();
         let read_plans = plans.clone();
+        let volumes = self.volumes.clone();
+        let started = Instant::now();
+        volumes.retain(&plans.iter().map(|p| p.pod_ref.uid.as_str()).collect());
         let readings = tokio::task::spawn_blocking(move || {
             read_everything(
                 &reader,
@@ -345,7 +336,8 @@ impl SummaryProvider {
                 &read_plans,
                 &mounts,
                 scope,
-                now_wall,
+                (now_wall, started),
+                &volumes,
             )
         })
         .await
@@ -435,6 +427,8 @@ impl SummaryProvider {
                 })
                 .collect();
             plans.push(PodPlan {
+                pod_dir: crate::volume::pod_dir(&self.settings.root_dir, &uid),
+                ephemeral_volumes: pod.map(|p| ephemeral_volume_names(p)),
                 pod_ref: PodReference {
                     name: meta.name.clone(),
                     namespace: meta.namespace.clone(),
@@ -483,7 +477,10 @@ impl SummaryProvider {
         for (i, plan) in plans.into_iter().enumerate() {
             let pod_sample = readings.pods.get(i).and_then(Option::as_ref);
             let mut containers = Vec::new();
-            let mut ephemeral: Option<FsStats> = None;
+            // The kubelet's calcEphemeralStorage: containers' writable layers and logs,
+            // ephemeral volumes, the managed /etc/hosts; capacity of the node's filesystem.
+            let mut ephemeral: Option<FsStats> =
+                full.then(|| usage_on_fs(&time, None, None, readings.node_fs.as_ref()));
             for (j, c) in plan.containers.iter().enumerate() {
                 let sample = readings
                     .containers
@@ -524,10 +521,7 @@ impl SummaryProvider {
                             usage_on_fs(&time, Some(bytes), Some(inodes), readings.logs_fs.as_ref())
                         });
                     // The kubelet counts a container's logs only along with its rootfs.
-                    if let Some(rootfs) = &stats.rootfs {
-                        let e = ephemeral.get_or_insert_with(|| {
-                            usage_on_fs(&time, None, None, readings.node_fs.as_ref())
-                        });
+                    if let (Some(rootfs), Some(e)) = (&stats.rootfs, ephemeral.as_mut()) {
                         e.used_bytes = add_usage(e.used_bytes, rootfs.used_bytes);
                         e.inodes_used = add_usage(e.inodes_used, rootfs.inodes_used);
                         if let Some(logs) = &stats.logs {
@@ -552,6 +546,26 @@ impl SummaryProvider {
                             .reduce(u64::saturating_add)
                     })
                 });
+            let volumes = readings.volumes.get(i).cloned().unwrap_or_default();
+            if let Some(e) = ephemeral.as_mut() {
+                let etc_hosts = readings.etc_hosts.get(i).copied().flatten();
+                for (bytes, inodes) in volumes
+                    .iter()
+                    .filter(|v| v.ephemeral)
+                    .map(|v| (v.bytes, v.inodes))
+                    .chain(etc_hosts)
+                {
+                    e.used_bytes = add_usage(e.used_bytes, Some(bytes));
+                    e.inodes_used = add_usage(e.inodes_used, Some(inodes));
+                }
+            }
+            let volume_stats = volumes
+                .into_iter()
+                .map(|v| VolumeStats {
+                    fs: usage_on_fs(&time, Some(v.bytes), Some(v.inodes), v.fs.as_ref()),
+                    name: v.name,
+                })
+                .collect();
             if pod_sample.is_none() {
                 let cpus: Vec<_> = containers.iter().filter_map(|c| c.cpu.as_ref()).collect();
                 let memories: Vec<_> = containers
@@ -569,7 +583,7 @@ impl SummaryProvider {
                 memory,
                 io: if full { io } else { None },
                 network: None,
-                volume_stats: Vec::new(),
+                volume_stats,
                 ephemeral_storage: ephemeral,
                 process_stats: if full {
                     pids.map(|n| ProcessStats {
@@ -652,6 +666,7 @@ impl SummaryProvider {
 }
 
 /// Reads every file a request needs.
+#[allow(clippy::too_many_arguments)]
 fn read_everything(
     reader: &CgroupReader,
     settings: &StatsSettings,
@@ -659,7 +674,8 @@ fn read_everything(
     plans: &[PodPlan],
     mounts: &[String],
     scope: Scope,
-    now: jiff::Timestamp,
+    (now, started): (jiff::Timestamp, Instant),
+    volumes: &VolumeCache,
 ) -> Readings {
     let proc_root = settings.proc_root.as_path();
     let full = scope == Scope::Full;
@@ -719,6 +735,12 @@ fn read_everything(
                 .map(|c| if full { dir_usage(&c.log_dir) } else { None })
                 .collect(),
         );
+        if full {
+            r.volumes.push(volumes.get(&plan.pod_ref.uid, started, || {
+                read_pod_volumes(&plan.pod_dir, plan.ephemeral_volumes.as_ref())
+            }));
+            r.etc_hosts.push(dir_usage(&plan.pod_dir.join("etc-hosts")));
+        }
     }
     r
 }

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, Pod, PodSpec, PodStatus, ResourceRequirements,
+    SecretVolumeSource, Volume,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -101,6 +104,18 @@ fn pod() -> Pod {
         },
         spec: Some(PodSpec {
             containers: vec![container("app"), container("sidecar")],
+            volumes: Some(vec![
+                Volume {
+                    name: "cache".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "creds".into(),
+                    secret: Some(SecretVolumeSource::default()),
+                    ..Default::default()
+                },
+            ]),
             ..Default::default()
         }),
         status: Some(PodStatus {
@@ -260,6 +275,23 @@ async fn setup(cgroups_per_qos: bool) -> Setup {
         &format!("default_web-n1_{UID}/app/0.log"),
         &"x".repeat(5000),
     );
+    // Volumes: a disk emptyDir (ephemeral) with one file, a secret (not); the managed hosts file.
+    let pod_dir = format!("pods/{UID}");
+    write(
+        logs.path(),
+        &format!("{pod_dir}/volumes/kubernetes.io~empty-dir/cache/data"),
+        &"d".repeat(20_000),
+    );
+    write(
+        logs.path(),
+        &format!("{pod_dir}/volumes/kubernetes.io~secret/creds/token"),
+        "t",
+    );
+    write(
+        logs.path(),
+        &format!("{pod_dir}/etc-hosts"),
+        "127.0.0.1 localhost\n",
+    );
     let settings = StatsSettings {
         node_name: NODE.into(),
         cgroup_mount: cgroups.path().to_path_buf(),
@@ -404,12 +436,32 @@ async fn a_pod_with_two_containers_on_a_v2_node_under_systemd() {
         "no writable layer reported"
     );
     assert!(sidecar.get("logs").is_none(), "no log directory");
-    // ephemeral storage: the app's writable layer and logs
+    // Volumes, each with its own numbers; the emptyDir counts as ephemeral storage.
+    let volumes = pod["volume"].as_array().unwrap();
+    let names: Vec<&str> = volumes
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["cache", "creds"]);
+    let cache_bytes = volumes[0]["usedBytes"].as_u64().unwrap();
+    assert!(cache_bytes >= 20_000, "{}", volumes[0]);
+    assert_eq!(volumes[0]["inodesUsed"], 2);
+    assert_eq!(volumes[1]["inodesUsed"], 2);
+    assert!(volumes[0]["capacityBytes"].as_u64().unwrap() > 0);
+    // ephemeral storage: the app's writable layer and logs, the emptyDir, /etc/hosts
+    let hosts_bytes = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(s.logs.path().join(format!("pods/{UID}/etc-hosts")))
+            .unwrap()
+            .blocks()
+            * 512
+    };
     assert_eq!(
         pod["ephemeral-storage"]["usedBytes"].as_u64().unwrap(),
-        4096 + log_bytes
+        4096 + log_bytes + cache_bytes + hosts_bytes
     );
-    assert_eq!(pod["ephemeral-storage"]["inodesUsed"], 5);
+    assert_eq!(pod["ephemeral-storage"]["inodesUsed"], 3 + 2 + 2 + 1);
+    assert!(pod["ephemeral-storage"]["capacityBytes"].as_u64().unwrap() > 0);
 
     // Two seconds later, with more CPU used: rates.
     tokio::time::advance(Duration::from_secs(2)).await;
@@ -439,6 +491,7 @@ async fn a_pod_with_two_containers_on_a_v2_node_under_systemd() {
     }
     let pod = &small["pods"][0];
     assert!(pod.get("process_stats").is_none() && pod.get("ephemeral-storage").is_none());
+    assert!(pod.get("volume").is_none());
     assert!(pod["containers"][0].get("logs").is_none());
     assert_eq!(pod["containers"][0]["memory"]["usageBytes"], 83_886_080);
     drop(s.logs);
