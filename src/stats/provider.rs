@@ -140,8 +140,9 @@ pub struct SummaryProvider {
     pods: PodsFn,
     clock: Clock,
     rates: CpuRates,
-    /// Container ID → cgroup path (fixed for a container's life).
-    cgroups: Mutex<HashMap<String, String>>,
+    /// Container ID → cgroup path (fixed for a container's life); `None` when the runtime's
+    /// answer had no usable path.
+    cgroups: Mutex<HashMap<String, Option<String>>>,
     volumes: Arc<VolumeCache>,
 }
 
@@ -212,37 +213,64 @@ impl SummaryProvider {
         })
     }
 
-    /// The cgroup path of each container, from the cache or the runtime.
+    /// The cgroup path of each container, from the cache or (a few calls at a time) the
+    /// runtime. A container whose status names no usable path is remembered as such, so it is
+    /// not asked about again; a failed call is retried on the next request.
     async fn container_cgroups(&self, ids: &[String]) -> HashMap<String, String> {
-        let mut known: HashMap<String, String> = {
+        use futures::StreamExt;
+        let mut known: HashMap<String, Option<String>> = {
             let cache = self.cgroups.lock().unwrap_or_else(|e| e.into_inner());
             ids.iter()
                 .filter_map(|id| cache.get(id).map(|p| (id.clone(), p.clone())))
                 .collect()
         };
-        let missing: Vec<&String> = ids.iter().filter(|id| !known.contains_key(*id)).collect();
-        for id in missing {
-            match self.stats_runtime.container_info(id).await {
-                Ok(info) => match cgroups_path_from_info(&info).map(|p| cgroup_of_cgroups_path(&p))
-                {
-                    Some(Ok(path)) => {
-                        known.insert(id.clone(), path);
+        let missing: Vec<String> = ids
+            .iter()
+            .filter(|id| !known.contains_key(*id))
+            .cloned()
+            .collect();
+        let asked: Vec<(String, Option<Option<String>>)> = futures::stream::iter(missing)
+            .map(|id| async move {
+                let answer = match self.stats_runtime.container_info(&id).await {
+                    Ok(info) => Some(match cgroups_path_from_info(&info) {
+                        Some(path) => match cgroup_of_cgroups_path(&path) {
+                            Ok(cgroup) => Some(cgroup),
+                            Err(reason) => {
+                                tracing::warn!(container = %id, %reason, "stats: container cgroup path not understood");
+                                None
+                            }
+                        },
+                        None => {
+                            tracing::warn!(
+                                container = %id,
+                                "stats: the runtime's verbose container status has no runtimeSpec.linux.cgroupsPath"
+                            );
+                            None
+                        }
+                    }),
+                    Err(e) if e.is_not_found() => None,
+                    Err(e) => {
+                        tracing::warn!(container = %id, error = %e, "stats: container status");
+                        None
                     }
-                    Some(Err(reason)) => {
-                        tracing::warn!(container = %id, %reason, "stats: container cgroup path not understood")
-                    }
-                    None => tracing::warn!(
-                        container = %id,
-                        "stats: the runtime's verbose container status has no runtimeSpec.linux.cgroupsPath"
-                    ),
-                },
-                Err(e) if e.is_not_found() => {}
-                Err(e) => tracing::warn!(container = %id, error = %e, "stats: container status"),
+                };
+                (id, answer)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        for (id, answer) in asked {
+            if let Some(path) = answer {
+                known.insert(id, path);
             }
         }
-        // Keep exactly the running containers' paths.
-        *self.cgroups.lock().unwrap_or_else(|e| e.into_inner()) = known.clone();
-        known
+        let paths = known
+            .iter()
+            .filter_map(|(id, p)| Some((id.clone(), p.clone()?)))
+            .collect();
+        // Keep exactly the running containers' answers.
+        *self.cgroups.lock().unwrap_or_else(|e| e.into_inner()) = known;
+        paths
     }
 
     /// Gathers the Summary.

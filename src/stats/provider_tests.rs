@@ -33,11 +33,15 @@ const START: &str = "2026-01-01T00:00:00Z";
 /// cgroup driver would give.
 struct FakeStats {
     image_mount: String,
+    /// Verbose status calls made.
+    info_calls: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[async_trait]
 impl StatsRuntime for FakeStats {
     async fn container_info(&self, id: &str) -> crate::cri::Result<HashMap<String, String>> {
+        self.info_calls
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let info = serde_json::json!({
             "pid": 42,
             "runtimeSpec": {"linux": {"cgroupsPath": format!(
@@ -256,6 +260,7 @@ fn write_tree(proc: &Path, cg: &Path, cpu_usec: [u64; 5]) {
 
 struct Setup {
     provider: SummaryProvider,
+    info_calls: Arc<std::sync::atomic::AtomicUsize>,
     proc: tempfile::TempDir,
     cgroups: tempfile::TempDir,
     logs: tempfile::TempDir,
@@ -304,11 +309,13 @@ async fn setup(cgroups_per_qos: bool) -> Setup {
     };
     let rt = runtime(clock).await;
     let pods = Arc::new(|| vec![Arc::new(pod())]);
+    let info_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let provider = SummaryProvider::new(
         settings,
         rt as Arc<dyn Runtime>,
         Arc::new(FakeStats {
             image_mount: logs.path().display().to_string(),
+            info_calls: info_calls.clone(),
         }),
         pods,
         clock,
@@ -316,6 +323,7 @@ async fn setup(cgroups_per_qos: bool) -> Setup {
     .with_reader(CgroupReader::new(cgroups.path(), CgroupVersion::V2));
     Setup {
         provider,
+        info_calls,
         proc,
         cgroups,
         logs,
@@ -472,6 +480,11 @@ async fn a_pod_with_two_containers_on_a_v2_node_under_systemd() {
         [8_000_000, 2_000_000, 1_000_000, 500_000, 250_000],
     );
     let second = json(&s.provider.summary(Scope::Full).await.unwrap());
+    assert_eq!(
+        s.info_calls.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one verbose status per container, then the cached cgroup paths"
+    );
     assert_eq!(second["node"]["cpu"]["time"], "2026-01-01T00:00:02Z");
     assert_eq!(second["node"]["cpu"]["usageNanoCores"], 4_000_000_000u64);
     assert_eq!(
