@@ -6,8 +6,10 @@
 #   scripts/bench-footprint.sh [N] [SECONDS]     N pods (default 20), steady-state window (default 60)
 #
 # Prints: resident memory (VmRSS) idle and with N pods, the peak (VmHWM), the time from writing the
-# N manifests to all pods Running and Ready, and nodelet's CPU use over the steady-state window
-# (from /proc/PID/stat utime+stime). As root, after `scripts/test.sh` or `scripts/test-env.sh up`
+# N manifests to all pods Running and Ready, nodelet's CPU use over the steady-state window
+# (from /proc/PID/stat utime+stime), and the cost of GET /stats/summary with the N pods: the
+# first request (one verbose ContainerStatus per container), then the median wall time of 20
+# more and nodelet's CPU time per request, and the median with ?only_cpu_and_memory=true. As root, after `scripts/test.sh` or `scripts/test-env.sh up`
 # has installed containerd and imported the images. Not part of the test run: numbers depend on
 # the machine and its load.
 set -euo pipefail
@@ -111,3 +113,24 @@ echo "RSS with $PODS pods (steady):       $(mib "$(kib VmRSS)")"
 echo "peak RSS (VmHWM):                $(mib "$(kib VmHWM)")"
 awk -v a="$START" -v b="$READY" -v n="$PODS" 'BEGIN { printf "manifests written -> %d pods Ready: %.2f s\n", n, b - a }'
 awk -v t=$((TICKS1 - TICKS0)) -v hz="$HZ" -v w="$WINDOW" 'BEGIN { printf "CPU over %d s steady state:     %.2f%% of one core\n", w, 100 * t / hz / w }'
+
+# /stats/summary with the N pods.
+SUMMARY=http://127.0.0.1:$PORT/stats/summary
+FIRST=$(curl -sf -o "$WORK/summary.json" -w '%{time_total}' "$SUMMARY")
+BYTES=$(wc -c <"$WORK/summary.json")
+LISTED=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["pods"]))' "$WORK/summary.json")
+sleep 1
+TICKS0=$(cpu_ticks)
+for _ in $(seq 20); do
+	curl -sf -o /dev/null -w '%{time_total}\n' "$SUMMARY"
+done >"$WORK/summary-times"
+TICKS1=$(cpu_ticks)
+MEDIAN=$(sort -n "$WORK/summary-times" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+awk -v f="$FIRST" -v m="$MEDIAN" -v n="$LISTED" -v b="$BYTES" 'BEGIN { printf "/stats/summary (%d pods, %d bytes): first %.1f ms, then median %.1f ms\n", n, b, f * 1000, m * 1000 }'
+awk -v t=$((TICKS1 - TICKS0)) -v hz="$HZ" 'BEGIN { printf "nodelet CPU per /stats/summary:  %.1f ms\n", 1000 * t / hz / 20 }'
+# ... and with only CPU and memory (no ImageFsInfo, ListContainerStats, statfs or directory walks).
+for _ in $(seq 20); do
+	curl -sf -o /dev/null -w '%{time_total}\n' "$SUMMARY?only_cpu_and_memory=true"
+done >"$WORK/summary-small-times"
+SMALL=$(sort -n "$WORK/summary-small-times" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+awk -v m="$SMALL" 'BEGIN { printf "/stats/summary?only_cpu_and_memory=true: median %.1f ms\n", m * 1000 }'

@@ -24,6 +24,7 @@ pub mod quantity;
 pub mod query;
 pub mod server;
 pub mod source;
+pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod volume;

@@ -826,6 +826,16 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             }
         }),
         events: Arc::new(move || recorder.events()),
+        summary: Some(Arc::new(nodelet::stats::SummaryProvider::new(
+            nodelet::stats::StatsSettings::from_config(&cfg),
+            runtime.clone(),
+            remote.clone(),
+            Arc::new({
+                let status = status.clone();
+                move || status.pods()
+            }),
+            Clock::system(),
+        ))),
     };
     if cfg.port != 0 {
         serve_kubelet_api(

@@ -16,6 +16,7 @@ use nodelet::server::auth::{
 };
 use nodelet::server::tls::{serve_tls, server_config, serving_certificate};
 use nodelet::server::{kubelet_api_router, ApiState, ContainerLogSource, LogRefusal};
+use nodelet::stats::{Scope, Summary, SummarySource};
 use tokio_util::sync::CancellationToken;
 
 /// Logs of `ns/web/app` only.
@@ -43,6 +44,20 @@ impl ContainerLogSource for OneContainer {
                 message: format!("pod \"{pod}\" does not exist"),
             })
         }
+    }
+}
+
+/// A summary naming the node, so a test sees the provider answered.
+struct FixedSummary;
+
+#[async_trait]
+impl SummarySource for FixedSummary {
+    async fn summary(&self, scope: Scope) -> nodelet::stats::Result<Summary> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "node": {"nodeName": format!("node-a {scope:?}"), "startTime": "2026-01-01T00:00:00Z"},
+            "pods": []
+        }))
+        .unwrap())
     }
 }
 
@@ -103,6 +118,7 @@ async fn start(mode: AuthorizationMode, anonymous: bool, ca: &TestCa) -> Server 
         pods: Arc::new(Vec::new),
         health: Arc::new(|| Ok(())),
         events: Arc::new(Vec::new),
+        summary: Some(Arc::new(FixedSummary)),
     };
     let router = kubelet_api_router(state, Arc::new(OneContainer), None, Arc::new(auth));
     let cancel = CancellationToken::new();
@@ -144,6 +160,27 @@ async fn client_certificates_authenticate_and_webhook_authorizes() {
     assert!(body.contains("\"PodList\""), "{body}");
     let (code, body) = get(&alice, &format!("{}/healthz", server.url)).await;
     assert_eq!((code, body.as_str()), (200, "ok"));
+
+    let (code, body) = get(&alice, &format!("{}/stats/summary", server.url)).await;
+    assert_eq!(code, 200, "{body}");
+    let summary: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(summary["node"]["nodeName"], "node-a Full");
+    assert_eq!(summary["pods"], serde_json::json!([]));
+    let (_, body) = get(
+        &alice,
+        &format!("{}/stats/summary?only_cpu_and_memory=true", server.url),
+    )
+    .await;
+    assert!(body.contains("node-a CpuAndMemory"), "{body}");
+    // The Summary API is authorized as nodes/stats, as the kubelet asks.
+    let (code, body) = get(&bob, &format!("{}/stats/summary", server.url)).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=bob, verb=get, resource=nodes, subresource=stats)"
+        )
+    );
 
     let (code, body) = get(&bob, &format!("{}/containerLogs/ns/web/app", server.url)).await;
     assert_eq!(

@@ -107,6 +107,23 @@ pub trait StreamingRuntime: Send + Sync + 'static {
     async fn port_forward(&self, request: api::PortForwardRequest) -> Result<String>;
 }
 
+/// The CRI calls the Summary API needs (`stats`): a container's verbose status (where its
+/// cgroup is), the image filesystem, and the runtime's per-container stats (writable layer).
+#[async_trait]
+pub trait StatsRuntime: Send + Sync + 'static {
+    /// The `info` map of a verbose `ContainerStatus` (JSON documents by key; containerd's
+    /// `info` holds the OCI runtime spec).
+    async fn container_info(
+        &self,
+        container_id: &str,
+    ) -> Result<std::collections::HashMap<String, String>>;
+    async fn image_fs_info(&self) -> Result<api::ImageFsInfoResponse>;
+    async fn list_container_stats(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> Result<Vec<api::ContainerStats>>;
+}
+
 /// The image half of the CRI.
 #[async_trait]
 pub trait ImageService: Send + Sync + 'static {

@@ -333,6 +333,47 @@ impl super::StreamingRuntime for RemoteRuntime {
     }
 }
 
+#[async_trait]
+impl super::StatsRuntime for RemoteRuntime {
+    async fn container_info(
+        &self,
+        container_id: &str,
+    ) -> Result<std::collections::HashMap<String, String>> {
+        let mut c = self.runtime.clone();
+        let req = self.request(
+            api::ContainerStatusRequest {
+                container_id: container_id.into(),
+                verbose: true,
+            },
+            Duration::ZERO,
+        );
+        Ok(
+            observe("container_status", container_id, c.container_status(req))
+                .await?
+                .info,
+        )
+    }
+
+    async fn image_fs_info(&self) -> Result<api::ImageFsInfoResponse> {
+        let mut c = self.images.clone();
+        let req = self.request(api::ImageFsInfoRequest {}, Duration::ZERO);
+        observe("image_fs_info", "", c.image_fs_info(req)).await
+    }
+
+    async fn list_container_stats(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> Result<Vec<api::ContainerStats>> {
+        let mut c = self.runtime.clone();
+        let req = self.request(api::ListContainerStatsRequest { filter }, Duration::ZERO);
+        Ok(
+            observe("list_container_stats", "", c.list_container_stats(req))
+                .await?
+                .stats,
+        )
+    }
+}
+
 /// Image pulls may take much longer than other calls (the kubelet gives them no deadline of
 /// their own beyond its image pull progress deadline); one hour bounds a stuck pull.
 const PULL_TIMEOUT: Duration = Duration::from_secs(3600);

@@ -1,7 +1,7 @@
 //! What the kubelet learns from cAdvisor's `MachineInfo` and `VersionInfo`, read from files.
 //!
 //! Every reader takes the host's root (`/` in production, a temp dir in tests) and reads the
-//! same files cAdvisor does: `/proc/meminfo`, `/sys/devices/system/cpu/online`,
+//! same files cAdvisor does: `/proc/meminfo` (through `stats::node`, i.e. the `procfs` crate), `/sys/devices/system/cpu/online`,
 //! `/sys/kernel/mm/hugepages`, `/etc/os-release`, `/etc/machine-id`,
 //! `/proc/sys/kernel/random/boot_id`, `/sys/class/dmi/id/product_uuid`,
 //! `/proc/sys/kernel/osrelease` (what `uname -r` prints). Missing or unreadable files give
@@ -37,7 +37,10 @@ impl MachineInfo {
     /// (nodelet's state directory, as the kubelet's nodefs is the filesystem of its root dir).
     pub fn read(host_root: &Path, root_dir: &Path) -> MachineInfo {
         let read = |rel: &str| std::fs::read_to_string(host_root.join(rel)).ok();
-        let meminfo = read("proc/meminfo").unwrap_or_default();
+        // cAdvisor reports 0 when meminfo cannot be read; so does nodelet, with a warning.
+        let meminfo = crate::stats::node::read_meminfo(&host_root.join("proc"))
+            .map_err(|e| tracing::warn!(error = %e, "memory capacity unknown"))
+            .ok();
         let num_cores = read("sys/devices/system/cpu/online")
             .and_then(|s| count_cpu_list(&s))
             .unwrap_or_else(|| {
@@ -50,8 +53,8 @@ impl MachineInfo {
             .unwrap_or_default();
         MachineInfo {
             num_cores,
-            memory_capacity: meminfo_bytes(&meminfo, "MemTotal").unwrap_or(0),
-            swap_capacity: meminfo_bytes(&meminfo, "SwapTotal").unwrap_or(0),
+            memory_capacity: meminfo.as_ref().map_or(0, |m| m.mem_total),
+            swap_capacity: meminfo.as_ref().map_or(0, |m| m.swap_total),
             hugepages: read_hugepages(&host_root.join("sys/kernel/mm/hugepages")),
             ephemeral_storage_capacity: filesystem_capacity(root_dir),
             kernel_version: read("proc/sys/kernel/osrelease")
@@ -69,18 +72,6 @@ impl MachineInfo {
                 .unwrap_or_default(),
         }
     }
-}
-
-/// `MemTotal:  24597084 kB` → bytes, for any `/proc/meminfo` key.
-pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
-    meminfo.lines().find_map(|line| {
-        let (name, rest) = line.split_once(':')?;
-        if name.trim() != key {
-            return None;
-        }
-        let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-        kb.checked_mul(1024)
-    })
 }
 
 /// The number of CPUs in a kernel CPU list (`0-3,8,10-11` → 7).
@@ -179,20 +170,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn meminfo_table() {
-        let meminfo = "MemTotal:       24597084 kB\nMemFree: 1 kB\nSwapTotal:  2048 kB\n";
-        let cases = [
-            (meminfo, "MemTotal", Some(24_597_084 * 1024)),
-            (meminfo, "SwapTotal", Some(2048 * 1024)),
-            (meminfo, "Swap", None),
-            ("MemTotal: lots\n", "MemTotal", None),
-        ];
-        for (input, key, want) in cases {
-            assert_eq!(meminfo_bytes(input, key), want, "{key} in {input:?}");
-        }
-    }
-
-    #[test]
     fn cpu_list_table() {
         let cases = [
             ("0-3\n", Some(4)),
@@ -255,7 +232,7 @@ mod tests {
         write(
             root,
             "proc/meminfo",
-            "MemTotal: 16384000 kB\nSwapTotal: 0 kB\n",
+            crate::stats::node::test_support::MEMINFO,
         );
         write(root, "sys/devices/system/cpu/online", "0-3\n");
         write(
@@ -281,8 +258,8 @@ mod tests {
             info,
             MachineInfo {
                 num_cores: 4,
-                memory_capacity: 16_384_000 * 1024,
-                swap_capacity: 0,
+                memory_capacity: 4_028_580 * 1024,
+                swap_capacity: 2_097_148 * 1024,
                 hugepages: vec![(2 << 20, 4), (1 << 30, 0)],
                 ephemeral_storage_capacity: info.ephemeral_storage_capacity,
                 kernel_version: "6.1.0-18-amd64".into(),

@@ -49,10 +49,13 @@ impl NodeInfo {
                 .unwrap_or_default(),
         };
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let memory_capacity = std::fs::read_to_string(proc_root.join("meminfo"))
-            .ok()
-            .and_then(|s| mem_total_bytes(&s))
-            .unwrap_or(0);
+        let memory_capacity = match crate::stats::node::read_meminfo(proc_root) {
+            Ok(meminfo) => meminfo.mem_total,
+            Err(e) => {
+                tracing::warn!(error = %e, "memory capacity unknown");
+                0
+            }
+        };
         NodeInfo {
             name: name.to_string(),
             host_ips,
@@ -60,15 +63,6 @@ impl NodeInfo {
             memory_capacity,
         }
     }
-}
-
-/// `MemTotal:  24597084 kB` → bytes.
-pub fn mem_total_bytes(meminfo: &str) -> Option<u64> {
-    meminfo.lines().find_map(|line| {
-        let rest = line.strip_prefix("MemTotal:")?;
-        let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-        kb.checked_mul(1024)
-    })
 }
 
 /// The address of the interface that holds the default route, else the first non-loopback
@@ -502,26 +496,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn meminfo_table() {
-        let cases = [
-            (
-                "MemTotal:       24597084 kB\nMemFree: 1 kB\n",
-                Some(24_597_084 * 1024),
-            ),
-            ("MemFree: 1 kB\n", None),
-            ("MemTotal: lots\n", None),
-        ];
-        for (input, want) in cases {
-            assert_eq!(mem_total_bytes(input), want, "{input:?}");
-        }
-    }
-
-    #[test]
     fn detects_from_a_fake_proc() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("meminfo"), "MemTotal: 1024 kB\n").unwrap();
+        std::fs::write(
+            dir.path().join("meminfo"),
+            crate::stats::node::test_support::MEMINFO,
+        )
+        .unwrap();
         let info = NodeInfo::detect("n1", Some("10.1.2.3".parse().unwrap()), dir.path());
-        assert_eq!(info.memory_capacity, 1024 * 1024);
+        assert_eq!(info.memory_capacity, 4_028_580 * 1024);
         assert_eq!(info.host_ips, vec!["10.1.2.3".to_string()]);
         assert!(info.cpu_capacity_milli >= 1000);
     }

@@ -2,9 +2,10 @@
 //!
 //! - The read-only API (`readOnlyPort`, off by default, unauthenticated): `/healthz`, `/pods`
 //!   (a PodList in the Kubernetes JSON shape), `/events` (an EventList of the local event log),
-//!   `/metrics` (Prometheus text).
-//! - The kubelet API (`port`, HTTPS, [`auth`] and [`tls`]): `/healthz`, `/pods`, `/metrics`
-//!   and `/containerLogs/{namespace}/{pod}/{container}`, which the API server proxies for
+//!   `/metrics` (Prometheus text), `/stats/summary` (the kubelet's Summary API).
+//! - The kubelet API (`port`, HTTPS, [`auth`] and [`tls`]): `/healthz`, `/pods`, `/metrics`,
+//!   `/stats/summary` (authorized as `nodes/stats`) and
+//!   `/containerLogs/{namespace}/{pod}/{container}`, which the API server proxies for
 //!   `kubectl logs`.
 
 pub mod auth;
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::FieldSelector;
 use crate::metrics::metrics;
+use crate::stats::{Scope, SummarySource};
 
 /// Everything the API reads, as small closures so the server does not depend on how the
 /// rest of nodelet is wired.
@@ -37,6 +39,8 @@ pub struct ApiState {
     pub health: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
     /// The local event log, least recently updated first (`EventRecorder::events`).
     pub events: Arc<dyn Fn() -> Vec<Event> + Send + Sync>,
+    /// The Summary API; `None` answers `/stats/summary` with 404.
+    pub summary: Option<Arc<dyn SummarySource>>,
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -47,6 +51,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/events", get(events))
         .route("/events/", get(events))
         .route("/metrics", get(metrics_text))
+        .route("/stats/summary", get(stats_summary))
         .with_state(state)
 }
 
@@ -90,6 +95,7 @@ pub fn kubelet_api_router(
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics_text))
+        .route("/stats/summary", get(stats_summary))
         .with_state(state)
         .merge(logs_router)
         .merge(
@@ -201,6 +207,40 @@ fn bad_request(message: &str) -> Response {
         .into_response()
 }
 
+/// `GET /stats/summary[?only_cpu_and_memory=true]`: the Summary API JSON; a failure is a 500
+/// with `Internal Error: <reason>`, as the kubelet answers.
+async fn stats_summary(
+    State(state): State<ApiState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(source) = &state.summary else {
+        return (StatusCode::NOT_FOUND, "404 page not found").into_response();
+    };
+    let scope = if query.get("only_cpu_and_memory").map(String::as_str) == Some("true") {
+        Scope::CpuAndMemory
+    } else {
+        Scope::Full
+    };
+    match source.summary(scope).await {
+        Ok(summary) => match serde_json::to_string(&summary) {
+            Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Internal Error: {e}"),
+            )
+                .into_response(),
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "/stats/summary");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Internal Error: {e}"),
+            )
+                .into_response()
+        }
+    }
+}
+
 async fn metrics_text() -> Response {
     (
         [(
@@ -279,6 +319,7 @@ mod tests {
                 }
             }),
             events: Arc::new(Vec::new),
+            summary: None,
         };
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -300,6 +341,13 @@ mod tests {
 
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(r.status(), 200);
+        // No summary provider wired: the kubelet's 404.
+        let r = client
+            .get(format!("{base}/stats/summary"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
         healthy.store(false, std::sync::atomic::Ordering::SeqCst);
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(r.status(), 500);
@@ -364,6 +412,7 @@ mod tests {
             pods: Arc::new(Vec::new),
             health: Arc::new(|| Ok(())),
             events: Arc::new(move || r.events()),
+            summary: None,
         };
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -429,6 +478,40 @@ mod tests {
             .unwrap()
             .starts_with("web-n1."));
 
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    /// A provider that fails, as when the runtime does not answer.
+    struct Unreachable;
+
+    #[async_trait::async_trait]
+    impl SummarySource for Unreachable {
+        async fn summary(&self, _: Scope) -> crate::stats::Result<crate::stats::Summary> {
+            Err(crate::stats::Error::Task("runtime down".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_summary_is_a_500_with_the_reason() {
+        let state = ApiState {
+            pods: Arc::new(Vec::new),
+            health: Arc::new(|| Ok(())),
+            events: Arc::new(Vec::new),
+            summary: Some(Arc::new(Unreachable)),
+        };
+        let cancel = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = serve_listener(listener, router(state), cancel.clone());
+        let r = reqwest::get(format!("http://{addr}/stats/summary"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 500);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "Internal Error: stats reader task: runtime down"
+        );
         cancel.cancel();
         task.await.unwrap();
     }

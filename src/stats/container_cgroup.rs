@@ -1,0 +1,155 @@
+//! Where a container's cgroup is: asked of the runtime, not guessed.
+//!
+//! The runtime decides the last component (containerd: `<pod cgroup>/<id>` with the cgroupfs
+//! driver, `<pod slice>/cri-containerd-<id>.scope` with systemd; CRI-O and other shims name it
+//! differently), so nodelet reads the path the runtime gave the OCI runtime:
+//! `runtimeSpec.linux.cgroupsPath` in the verbose `ContainerStatus` info, which containerd and
+//! CRI-O both return. It is fixed for the life of a container, so it is asked once per container
+//! ID (see [`super::provider`]). The task PID's `/proc/<pid>/cgroup` would say the same, but
+//! needs the PID from the same verbose info and races with the container's exit.
+//!
+//! The path has one of two forms:
+//! - cgroupfs: an absolute path, `/kubepods/burstable/pod<uid>/<id>`;
+//! - systemd: `<slice>:<prefix>:<name>`, e.g.
+//!   `kubepods-burstable-pod<uid_>.slice:cri-containerd:<id>`, which systemd places at
+//!   `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/cri-containerd-<id>.scope`
+//!   (runc's `ExpandSlice` and unit naming).
+
+use std::collections::HashMap;
+
+/// The `cgroupsPath` of the OCI spec in a verbose `ContainerStatus` info map (key `info`, a
+/// JSON document with `runtimeSpec.linux.cgroupsPath`).
+pub fn cgroups_path_from_info(info: &HashMap<String, String>) -> Option<String> {
+    let document: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    document
+        .pointer("/runtimeSpec/linux/cgroupsPath")?
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+}
+
+/// A `cgroupsPath` (either driver's form) → the cgroup's path below the mount point.
+pub fn cgroup_of_cgroups_path(cgroups_path: &str) -> Result<String, String> {
+    if cgroups_path.starts_with('/') {
+        return Ok(cgroups_path.to_string());
+    }
+    let parts: Vec<&str> = cgroups_path.split(':').collect();
+    let [slice, prefix, name] = parts[..] else {
+        // runc treats a relative path without the systemd form as relative to its own cgroup;
+        // nodelet's runtimes never hand one out for pods.
+        return Err(format!(
+            "cgroupsPath {cgroups_path:?} is neither absolute nor slice:prefix:name"
+        ));
+    };
+    if name.is_empty() {
+        return Err(format!("cgroupsPath {cgroups_path:?} has no unit name"));
+    }
+    let parent = expand_slice(if slice.is_empty() {
+        "system.slice"
+    } else {
+        slice
+    })?;
+    let unit = if name.ends_with(".slice") {
+        name.to_string()
+    } else if prefix.is_empty() {
+        format!("{name}.scope")
+    } else {
+        format!("{prefix}-{name}.scope")
+    };
+    Ok(if parent == "/" {
+        format!("/{unit}")
+    } else {
+        format!("{parent}/{unit}")
+    })
+}
+
+/// A systemd slice name → its cgroup path: `a-b-c.slice` is `/a.slice/a-b.slice/a-b-c.slice`,
+/// `-.slice` is the root.
+pub fn expand_slice(slice: &str) -> Result<String, String> {
+    let bad = || format!("invalid slice name {slice:?}");
+    let name = slice.strip_suffix(".slice").ok_or_else(bad)?;
+    if name.is_empty() || slice.contains('/') {
+        return Err(bad());
+    }
+    if name == "-" {
+        return Ok("/".to_string());
+    }
+    let mut path = String::new();
+    let mut prefix = String::new();
+    for component in name.split('-') {
+        if component.is_empty() {
+            return Err(bad());
+        }
+        path.push('/');
+        path.push_str(&prefix);
+        path.push_str(component);
+        path.push_str(".slice");
+        prefix.push_str(component);
+        prefix.push('-');
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroups_path_table() {
+        let cases = [
+            (
+                "/kubepods/burstable/pod1234-5678/abcdef",
+                Ok("/kubepods/burstable/pod1234-5678/abcdef"),
+            ),
+            (
+                "kubepods-burstable-pod1234_5678.slice:cri-containerd:abcdef",
+                Ok("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_5678.slice/cri-containerd-abcdef.scope"),
+            ),
+            (
+                "kubepods-pod1234_5678.slice:cri-containerd:abcdef",
+                Ok("/kubepods.slice/kubepods-pod1234_5678.slice/cri-containerd-abcdef.scope"),
+            ),
+            // CRI-O's prefix
+            (
+                "kubepods-besteffort-podab.slice:crio:0123",
+                Ok("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podab.slice/crio-0123.scope"),
+            ),
+            (":cri-containerd:x", Ok("/system.slice/cri-containerd-x.scope")),
+            ("-.slice:p:x", Ok("/p-x.scope")),
+            ("machine.slice::x.slice", Ok("/machine.slice/x.slice")),
+            (
+                "kubepods",
+                Err("cgroupsPath \"kubepods\" is neither absolute nor slice:prefix:name"),
+            ),
+            ("a.slice:p:", Err("cgroupsPath \"a.slice:p:\" has no unit name")),
+            ("a--b.slice:p:x", Err("invalid slice name \"a--b.slice\"")),
+            ("nope:p:x", Err("invalid slice name \"nope\"")),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                cgroup_of_cgroups_path(input),
+                want.map(str::to_string).map_err(str::to_string),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_the_path_from_verbose_info() {
+        let info = |json: &str| HashMap::from([("info".to_string(), json.to_string())]);
+        let containerd = info(
+            r#"{"sandboxID":"s","pid":4242,"runtimeSpec":{"ociVersion":"1.0.2","linux":{"cgroupsPath":"/kubepods/besteffort/podu/c1","namespaces":[]}}}"#,
+        );
+        assert_eq!(
+            cgroups_path_from_info(&containerd).as_deref(),
+            Some("/kubepods/besteffort/podu/c1")
+        );
+        assert_eq!(cgroups_path_from_info(&HashMap::new()), None);
+        assert_eq!(cgroups_path_from_info(&info("not json")), None);
+        assert_eq!(cgroups_path_from_info(&info(r#"{"runtimeSpec":{}}"#)), None);
+        assert_eq!(
+            cgroups_path_from_info(&info(r#"{"runtimeSpec":{"linux":{"cgroupsPath":""}}}"#)),
+            None
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! Pod volume usage: `du` of every `<rootDir>/pods/<uid>/volumes/<plugin>/<volume>`.
+//!
+//! A walk costs as much as the volume has files, so, like the kubelet (which recomputes volume
+//! stats in the background every `volumeStatsAggPeriod`, 1 minute), nodelet walks a pod's
+//! volumes at most once per [`VOLUME_STATS_PERIOD`] and serves the cached numbers in between.
+//!
+//! Which volumes count towards the pod's ephemeral storage follows the kubelet's
+//! `isVolumeEphemeral`: emptyDir on the node's disk (not `medium: Memory`), configMap (and
+//! gitRepo, which nodelet does not support). Every volume is listed in `volume`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::time::Instant;
+
+use super::node::{filesystem_usage, FsUsage};
+
+/// How long a pod's volume numbers are served before they are walked again.
+pub const VOLUME_STATS_PERIOD: Duration = Duration::from_secs(60);
+
+/// One volume's usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeUsage {
+    pub name: String,
+    /// Counted in the pod's `ephemeral-storage`.
+    pub ephemeral: bool,
+    /// Bytes allocated (blocks × 512, as `du`).
+    pub bytes: u64,
+    /// Files and directories, the volume's own directory included.
+    pub inodes: u64,
+    /// The filesystem the volume is on (its own tmpfs for memory-backed volumes).
+    pub fs: Option<FsUsage>,
+}
+
+/// Bytes allocated (`du`: blocks × 512) and entries below `dir`, staying on its filesystem and
+/// not following symlinks. `None` when `dir` does not exist.
+pub fn dir_usage(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    let device = meta.dev();
+    let mut bytes = meta.blocks().saturating_mul(512);
+    let mut inodes = 1u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            bytes = bytes.saturating_add(meta.blocks().saturating_mul(512));
+            inodes += 1;
+            if meta.is_dir() && meta.dev() == device {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Some((bytes, inodes))
+}
+
+/// The names of the pod's volumes that count as ephemeral storage (the kubelet's
+/// `isVolumeEphemeral`).
+pub fn ephemeral_volume_names(pod: &Pod) -> HashSet<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|v| {
+            v.config_map.is_some()
+                || v.git_repo.is_some()
+                || v.empty_dir
+                    .as_ref()
+                    .is_some_and(|e| e.medium.as_deref().unwrap_or_default().is_empty())
+        })
+        .map(|v| v.name.clone())
+        .collect()
+}
+
+/// Walks every volume of the pod whose directory is `pod_dir`. `ephemeral` is the answer of
+/// [`ephemeral_volume_names`]; without a spec (`None`) disk emptyDirs and configMaps count.
+pub fn read_pod_volumes(pod_dir: &Path, ephemeral: Option<&HashSet<String>>) -> Vec<VolumeUsage> {
+    let mut volumes = Vec::new();
+    let Ok(plugins) = std::fs::read_dir(pod_dir.join("volumes")) else {
+        return volumes;
+    };
+    for plugin in plugins.flatten() {
+        let plugin_name = plugin.file_name().to_string_lossy().into_owned();
+        let Ok(entries) = std::fs::read_dir(plugin.path()) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((bytes, inodes)) = dir_usage(&entry.path()) else {
+                continue;
+            };
+            let ephemeral = match ephemeral {
+                Some(names) => names.contains(&name),
+                None => matches!(
+                    plugin_name.as_str(),
+                    "kubernetes.io~empty-dir" | "kubernetes.io~configmap"
+                ),
+            };
+            volumes.push(VolumeUsage {
+                fs: filesystem_usage(&entry.path()).ok(),
+                name,
+                ephemeral,
+                bytes,
+                inodes,
+            });
+        }
+    }
+    volumes.sort_by(|a, b| a.name.cmp(&b.name));
+    volumes
+}
+
+/// The last walk of each pod's volumes.
+#[derive(Debug, Default)]
+pub struct VolumeCache {
+    entries: Mutex<HashMap<String, (Instant, Vec<VolumeUsage>)>>,
+}
+
+impl VolumeCache {
+    /// The pod's volumes, walked again when the last walk is [`VOLUME_STATS_PERIOD`] old.
+    pub fn get(
+        &self,
+        uid: &str,
+        now: Instant,
+        walk: impl FnOnce() -> Vec<VolumeUsage>,
+    ) -> Vec<VolumeUsage> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, volumes)) = entries.get(uid) {
+            if now.saturating_duration_since(*at) < VOLUME_STATS_PERIOD {
+                return volumes.clone();
+            }
+        }
+        let volumes = walk();
+        entries.insert(uid.to_string(), (now, volumes.clone()));
+        volumes
+    }
+
+    /// Forgets the pods not in `uids`.
+    pub fn retain(&self, uids: &HashSet<&str>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|uid, _| uids.contains(uid.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::node::test_support::write;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapVolumeSource, EmptyDirVolumeSource, PodSpec, Volume,
+    };
+
+    #[test]
+    fn ephemeral_volumes_follow_the_kubelet() {
+        let volume = |name: &str, f: &dyn Fn(&mut Volume)| {
+            let mut v = Volume {
+                name: name.into(),
+                ..Default::default()
+            };
+            f(&mut v);
+            v
+        };
+        let pod = Pod {
+            spec: Some(PodSpec {
+                volumes: Some(vec![
+                    volume("disk", &|v| {
+                        v.empty_dir = Some(EmptyDirVolumeSource::default())
+                    }),
+                    volume("mem", &|v| {
+                        v.empty_dir = Some(EmptyDirVolumeSource {
+                            medium: Some("Memory".into()),
+                            ..Default::default()
+                        })
+                    }),
+                    volume("cfg", &|v| {
+                        v.config_map = Some(ConfigMapVolumeSource::default())
+                    }),
+                    volume("host", &|_| {}),
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut names: Vec<String> = ephemeral_volume_names(&pod).into_iter().collect();
+        names.sort();
+        assert_eq!(names, vec!["cfg", "disk"]);
+    }
+
+    #[test]
+    fn walks_every_volume_of_a_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = dir.path();
+        write(
+            pod,
+            "volumes/kubernetes.io~empty-dir/cache/a",
+            &"a".repeat(10_000),
+        );
+        write(pod, "volumes/kubernetes.io~empty-dir/cache/sub/b", "b");
+        write(pod, "volumes/kubernetes.io~secret/creds/token", "t");
+        let volumes = read_pod_volumes(pod, None);
+        let summary: Vec<(&str, bool, u64)> = volumes
+            .iter()
+            .map(|v| (v.name.as_str(), v.ephemeral, v.inodes))
+            .collect();
+        // cache: itself, a, sub, sub/b; creds: itself, token
+        assert_eq!(summary, vec![("cache", true, 4), ("creds", false, 2)]);
+        assert!(volumes[0].bytes >= 10_000, "{:?}", volumes[0]);
+        assert!(volumes[0].fs.is_some());
+        // with the spec: only what the spec makes ephemeral
+        let only_creds = HashSet::from(["creds".to_string()]);
+        let volumes = read_pod_volumes(pod, Some(&only_creds));
+        assert_eq!(
+            volumes.iter().map(|v| v.ephemeral).collect::<Vec<_>>(),
+            vec![false, true]
+        );
+        assert!(read_pod_volumes(&pod.join("missing"), None).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn walks_at_most_once_a_period() {
+        let cache = VolumeCache::default();
+        let walks = std::cell::Cell::new(0);
+        let walk = || {
+            walks.set(walks.get() + 1);
+            vec![]
+        };
+        cache.get("u1", Instant::now(), walk);
+        tokio::time::advance(VOLUME_STATS_PERIOD - Duration::from_secs(1)).await;
+        cache.get("u1", Instant::now(), walk);
+        assert_eq!(walks.get(), 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        cache.get("u1", Instant::now(), walk);
+        assert_eq!(walks.get(), 2);
+        cache.retain(&HashSet::new());
+        cache.get("u1", Instant::now(), walk);
+        assert_eq!(walks.get(), 3, "forgotten pods are walked afresh");
+    }
+}
