@@ -33,8 +33,8 @@ async fn node_checks(node: Guest) {
     let pods = qos_pods_land_in_their_cgroups(&node).await;
     container_over_its_memory_limit_is_oom_killed(&node).await;
     restarting_nodelet_adopts_the_running_containers(&node, &pods).await;
-    restarting_containerd_leaves_nodelet_running_and_connected(&node, &pods).await;
     stopping_nodelet_leaves_the_pods_alone(&node, &pods).await;
+    restarting_containerd_leaves_nodelet_running_and_connected(&node, &pods).await;
 }
 
 /// The QoS pods: (name, QoS class, `resources:` of the one container).
@@ -316,6 +316,8 @@ const CONTAINERD_EVENTS: &str = "nodelet_pleg_events_total{source=\"containerd\"
 
 async fn restarting_containerd_leaves_nodelet_running_and_connected(node: &Guest, pods: &[QosPod]) {
     let _step = node.step("systemctl restart containerd under nodelet");
+    node.systemctl(&["start", "nodelet.service"]);
+    wait_same_containers(node, pods, "nodelet's start").await;
     let nodelet_pid = node.main_pid("nodelet.service");
     let nodelet_restarts = node.unit("nodelet.service", "NRestarts");
     let containerd_pid = node.main_pid("containerd.service");
@@ -367,6 +369,8 @@ async fn restarting_containerd_leaves_nodelet_running_and_connected(node: &Guest
 
 async fn stopping_nodelet_leaves_the_pods_alone(node: &Guest, pods: &[QosPod]) {
     let _step = node.step("systemctl stop nodelet leaves the pods alone");
+    // The nodelet stopped here was just restarted and has seen no containerd event since: its
+    // subscription to containerd's events is still unanswered, which once held the stop up.
     for pod in pods {
         assert!(
             events_of(node, pod.name).contains("started serve"),
@@ -401,7 +405,7 @@ async fn stopping_nodelet_leaves_the_pods_alone(node: &Guest, pods: &[QosPod]) {
             "task {id}: pid {pid} is gone"
         );
     }
-    for pod in pods.iter().map(|p| p.name).chain(["after-restart"]) {
+    for pod in pods.iter().map(|p| p.name) {
         let events = events_of(node, pod);
         assert!(
             !events.contains("SIGTERM"),
