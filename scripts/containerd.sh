@@ -12,6 +12,8 @@
 #   containerd.sh env      print the environment tests need (eval "$(scripts/containerd.sh env)")
 #   containerd.sh purge    stop, then delete its root too (images, metadata)
 #   containerd.sh config   print the containerd config it would use
+#   containerd.sh prepare  only write the config, CNI conflist and registry hosts (for a
+#                          containerd started by someone else, e.g. systemd in the test VM)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -42,8 +44,8 @@ disabled_plugins = [
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   # This sandbox lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, and every
-  # RunPodSandbox fails without this. Real nodes do not need it.
-  restrict_oom_score_adj = true
+  # RunPodSandbox fails without this. Real nodes (and the test VM) do not need it.
+  restrict_oom_score_adj = $NODELET_TEST_RESTRICT_OOM_SCORE_ADJ
   # Random port: the default (10010) would collide with a system containerd.
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
@@ -55,7 +57,7 @@ disabled_plugins = [
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
         Root = "$CTD_RUNC_ROOT"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$NODELET_TEST_CNI_BIN"
@@ -367,8 +369,12 @@ purge) cmd_purge ;;
 status) cmd_status ;;
 env) cmd_env ;;
 config) render_config ;;
+prepare)
+	require_root
+	prepare_files
+	;;
 *)
-	sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,17s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac

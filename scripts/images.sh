@@ -84,29 +84,38 @@ cmd_build() {
 		--entrypoint '["/testbox"]' --env "$IMAGE_ENV" --workdir / >/dev/null
 }
 
-# The digest the project-local containerd has for an image name, or nothing.
-current_digest() {
-	ctr_local images ls 2>/dev/null | awk -v name="$1" '$1 == name {print $3}'
+# The digest an image name has in a listing of `ctr images ls`, or nothing.
+digest_in() { # listing name
+	awk -v name="$2" '$1 == name {print $3}' <<<"$1"
 }
 
-import_one() { # name archive
-	local name="$1" archive="$2" want
-	[ -f "$archive" ] || die "$archive is missing (run scripts/images.sh build)"
-	want="$(cat "$archive.digest")"
-	if [ "$(current_digest "$name")" = "$want" ]; then
-		return 0
-	fi
-	ctr_local images import "$archive" >/dev/null
-	local got
-	got="$(current_digest "$name")"
-	[ "$got" = "$want" ] || die "after importing $archive, $name has digest '${got:-<not listed>}', want $want"
-}
-
+# Imports the archives whose image is missing or has another digest, side by side, then checks
+# every digest. One listing before and one after: each ctr call costs a second or more in the
+# test VM.
 cmd_import() {
 	require_root
 	ctd_responsive || die "the project-local containerd does not answer on $CTD_SOCK (run scripts/containerd.sh start)"
-	import_one "$PAUSE_IMAGE" "$IMAGES_OUT_DIR/pause.tar"
-	import_one "$TESTBOX_IMAGE" "$IMAGES_OUT_DIR/testbox.tar"
+	local names=("$PAUSE_IMAGE" "$TESTBOX_IMAGE") archives=("$IMAGES_OUT_DIR/pause.tar" "$IMAGES_OUT_DIR/testbox.tar")
+	local listing i pids=() wants=()
+	listing="$(ctr_local images ls 2>/dev/null || true)"
+	for i in "${!names[@]}"; do
+		[ -f "${archives[i]}" ] || die "${archives[i]} is missing (run scripts/images.sh build)"
+		wants[i]="$(cat "${archives[i]}.digest")"
+		if [ "$(digest_in "$listing" "${names[i]}")" != "${wants[i]}" ]; then
+			ctr_local images import "${archives[i]}" >/dev/null &
+			pids+=("$!")
+		fi
+	done
+	[ "${#pids[@]}" -gt 0 ] || return 0
+	for i in "${pids[@]}"; do
+		wait "$i" || die "ctr images import failed"
+	done
+	listing="$(ctr_local images ls 2>/dev/null || true)"
+	local got
+	for i in "${!names[@]}"; do
+		got="$(digest_in "$listing" "${names[i]}")"
+		[ "$got" = "${wants[i]}" ] || die "after importing ${archives[i]}, ${names[i]} has digest '${got:-<not listed>}', want ${wants[i]}"
+	done
 }
 
 case "${1:-}" in

@@ -9,6 +9,10 @@
 #   python3                                        images/build-image.py
 #   curl                                           poking test servers by hand
 #   dbus-daemon                                    a private bus for the systemd cgroup driver's D-Bus test
+#   qemu-system-x86, linux-image-amd64             the cgroup v2 test VM (scripts/vm.sh): qemu and
+#                                                  the Debian kernel it boots, with its modules
+#   cpio, dbus, systemd                            the VM's initramfs; the guest's system bus and
+#                                                  PID 1 (the guest runs this machine's /)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -16,6 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PACKAGES=(
 	containerd runc containernetworking-plugins protobuf-compiler busybox-static
 	iproute2 iptables gcc libc6-dev python3 curl dbus-daemon
+	qemu-system-x86 linux-image-amd64 cpio dbus systemd
 )
 
 missing=()

@@ -11,6 +11,11 @@ NODELET_TEST_SUBNET="${NODELET_TEST_SUBNET:-10.89.0.0/16}"
 NODELET_TEST_CNI_NETWORK="${NODELET_TEST_CNI_NETWORK:-nodelet-test}"
 NODELET_TEST_CNI_BIN="${NODELET_TEST_CNI_BIN:-/usr/lib/cni}"
 NODELET_TEST_LOG_LEVEL="${NODELET_TEST_LOG_LEVEL:-info}"
+# containerd's cgroup driver (runc's SystemdCgroup): false = cgroupfs; the VM's systemd scenario
+# sets true. It must match nodelet's cgroupDriver.
+NODELET_TEST_SYSTEMD_CGROUP="${NODELET_TEST_SYSTEMD_CGROUP:-false}"
+# This sandbox lacks CAP_SYS_RESOURCE (see containerd.sh); the VM runs with it and sets false.
+NODELET_TEST_RESTRICT_OOM_SCORE_ADJ="${NODELET_TEST_RESTRICT_OOM_SCORE_ADJ:-true}"
 
 CTD_ROOT="$NODELET_TEST_VAR/containerd"
 CTD_STATE="$NODELET_TEST_RUN/containerd"

@@ -344,18 +344,26 @@ impl Pleg {
         cancel: &CancellationToken,
     ) -> Result<(), String> {
         let path = crate::cri::remote::socket_path(endpoint).map_err(|e| e.to_string())?;
-        let channel = containerd_client::connect(&path)
-            .await
-            .map_err(|e| format!("connect {}: {e}", path.display()))?;
-        let mut client = containerd_client::services::v1::events_client::EventsClient::new(channel);
-        let request = containerd_client::services::v1::SubscribeRequest {
-            filters: vec![format!("namespace=={namespace},topic~=\"^/tasks/\"")],
+        let subscribe = async {
+            let channel = containerd_client::connect(&path)
+                .await
+                .map_err(|e| format!("connect {}: {e}", path.display()))?;
+            let mut client =
+                containerd_client::services::v1::events_client::EventsClient::new(channel);
+            let request = containerd_client::services::v1::SubscribeRequest {
+                filters: vec![format!("namespace=={namespace},topic~=\"^/tasks/\"")],
+            };
+            client
+                .subscribe(request)
+                .await
+                .map_err(|e| format!("subscribe: {e}"))
         };
-        let mut stream = client
-            .subscribe(request)
-            .await
-            .map_err(|e| format!("subscribe: {e}"))?
-            .into_inner();
+        // containerd answers a subscription (sends the response headers) only with its first
+        // event, so on a quiet node this stays pending: it must give way to cancellation too.
+        let mut stream = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            response = subscribe => response?.into_inner(),
+        };
         tracing::info!(endpoint, namespace, "following containerd task events");
         loop {
             let next = tokio::select! {
@@ -446,6 +454,73 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "case: {name}");
         }
+    }
+
+    /// A stand-in for containerd's event service that answers a subscription the way containerd
+    /// does on a quiet node: not at all (containerd sends the response headers with the first
+    /// event). Notifies `requests` of each call.
+    #[derive(Clone)]
+    struct SilentEvents {
+        requests: Arc<tokio::sync::Notify>,
+    }
+
+    impl tonic::server::NamedService for SilentEvents {
+        const NAME: &'static str = "containerd.services.events.v1.Events";
+    }
+
+    impl tower::Service<tonic::codegen::http::Request<tonic::body::Body>> for SilentEvents {
+        type Response = tonic::codegen::http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+            self.requests.notify_one();
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// Stopping nodelet on a node where nothing happened since it subscribed to containerd's
+    /// events: the pending subscription must not hold up the shutdown (it did, for the 5 s drain
+    /// timeout, seen with `systemctl stop nodelet`).
+    #[tokio::test]
+    async fn a_subscription_containerd_has_not_answered_ends_when_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("containerd.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let incoming = futures::stream::unfold(listener, |l| async move {
+            Some((l.accept().await.map(|(s, _)| s), l))
+        });
+        let requests = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(SilentEvents {
+                    requests: requests.clone(),
+                })
+                .serve_with_incoming(incoming),
+        );
+        let (tx, _rx) = mpsc::channel(16);
+        let runtime = Arc::new(crate::cri::fake::FakeRuntime::default());
+        let pleg = Pleg::new(runtime, "node1".into(), Duration::from_secs(1), tx);
+        let cancel = CancellationToken::new();
+        let events = tokio::spawn(pleg.run_events(
+            format!("unix://{}", socket.display()),
+            "k8s.io".into(),
+            cancel.clone(),
+        ));
+        // The subscription reached containerd's stand-in and waits for an answer.
+        requests.notified().await;
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(30), events)
+            .await
+            .expect("run_events returns once cancelled")
+            .unwrap();
     }
 
     #[tokio::test]

@@ -1,0 +1,294 @@
+#!/usr/bin/env bash
+# The cgroup v2 test VM: qemu under software emulation (-accel tcg) with Debian's kernel, this
+# machine's / as a read-only 9p root under a tmpfs overlay, and systemd as PID 1. In the guest,
+# containerd runs as a systemd service, the project's images are imported, nodelet's unit is
+# installed from systemd/nodelet.service, and then COMMAND runs as the scenario.
+#
+#   vm.sh run [OPTIONS] -- COMMAND [ARG...]
+#                      boot, run COMMAND in the guest (as root, in the repository), stream the
+#                      guest's console to stdout, exit with COMMAND's exit status; on failure the
+#                      guest prints `journalctl -u nodelet -u containerd` first
+#   vm.sh shell [OPTIONS]
+#                      the same guest, with an interactive shell on the console instead
+#                      (leave it with `exit`; Ctrl-A x kills qemu)
+#   vm.sh initramfs    build the initramfs (when its inputs changed) and print its path
+#   vm.sh check        exit 0 when qemu, the kernel and its modules are there, else name what is missing
+#
+# OPTIONS
+#   --name NAME        run directory <vm dir>/runs/NAME (settings, console.log); default "manual"
+#   --driver D         systemd (containerd SystemdCgroup = true) or cgroupfs; default systemd
+#   --nodelet PATH     the nodelet binary to install; default <target>/debug/nodelet
+#   --env NAME=VALUE   extra environment for COMMAND (repeatable)
+#   --timeout SECONDS  kill the VM after this long; the scenario gets 60 s less; default 900
+#   --memory MIB       guest memory; default 2048
+#   --cpus N           guest CPUs; default 2
+#
+# Paths: <target> is $CARGO_TARGET_DIR or target/; <vm dir> is $NODELET_VM_DIR or <target>/vm.
+# The kernel is the newest /boot/vmlinuz-V with /lib/modules/V (override: NODELET_VM_KERNEL=V).
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-$REPO_DIR/target}")"
+VM_DIR="$(realpath -m "${NODELET_VM_DIR:-$TARGET_DIR/vm}")"
+QEMU=qemu-system-x86_64
+INIT_SCRIPT="$REPO_DIR/scripts/vm/init"
+GUEST_SCRIPT="$REPO_DIR/scripts/vm/guest.sh"
+# What the initramfs must load to reach the 9p root and build the overlay; their dependencies
+# come from modules.dep.
+INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p overlay)
+RESULT_MARKER="NODELET-VM-RESULT:"
+
+usage() {
+	sed -n '2,27s/^# \{0,1\}//p' "$0" >&2
+	exit 2
+}
+
+# The kernel version to boot: newest with both an image and modules.
+kernel_version() {
+	if [ -n "${NODELET_VM_KERNEL:-}" ]; then
+		echo "$NODELET_VM_KERNEL"
+		return 0
+	fi
+	local image version
+	for image in /boot/vmlinuz-*; do
+		[ -e "$image" ] || continue
+		version="${image#/boot/vmlinuz-}"
+		[ -f "/lib/modules/$version/modules.dep" ] && echo "$version"
+	done | sort -V | tail -n1
+}
+
+# Everything the VM needs on the host; prints what is missing and fails.
+check_host() {
+	local missing=() version
+	command -v "$QEMU" >/dev/null || missing+=("$QEMU (Debian package qemu-system-x86)")
+	version="$(kernel_version)"
+	if [ -z "$version" ]; then
+		missing+=("a kernel: /boot/vmlinuz-V with /lib/modules/V (Debian package linux-image-amd64)")
+	else
+		[ -r "/boot/vmlinuz-$version" ] || missing+=("/boot/vmlinuz-$version")
+		[ -f "/lib/modules/$version/modules.dep" ] || missing+=("/lib/modules/$version")
+	fi
+	[ -x /lib/systemd/systemd ] || missing+=("/lib/systemd/systemd (Debian package systemd)")
+	[ -x "$GUEST_SCRIPT" ] || missing+=("$GUEST_SCRIPT (executable)")
+	command -v cpio >/dev/null || missing+=("cpio")
+	busybox_static >/dev/null || missing+=("a static busybox (Debian package busybox-static)")
+	if [ "${#missing[@]}" -gt 0 ]; then
+		printf 'vm.sh: missing: %s\n' "${missing[@]}" >&2
+		echo "vm.sh: run scripts/install-deps.sh (as root) to install them" >&2
+		return 1
+	fi
+}
+
+busybox_static() {
+	local candidate
+	for candidate in /bin/busybox /usr/bin/busybox; do
+		if [ -x "$candidate" ] && ! readelf -l "$candidate" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+			echo "$candidate"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# Module files (relative to /lib/modules/V) in load order: each module's dependencies (the
+# last one in modules.dep is loaded first, as modprobe does), then the module; built-in ones
+# are left out.
+module_load_order() {
+	local version="$1" dir="/lib/modules/$1" name line deps seen=" " i
+	for name in "${INITRAMFS_MODULES[@]}"; do
+		if grep -qE "/$name\.ko(\.[a-z]+)?$" "$dir/modules.builtin" 2>/dev/null; then
+			continue
+		fi
+		line="$(grep -E "/$name\.ko(\.[a-z]+)?:" "$dir/modules.dep" | head -n1)" ||
+			die "module $name is not in $dir/modules.dep"
+		read -r -a deps <<<"${line#*:}"
+		for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
+			[[ "$seen" == *" ${deps[i]} "* ]] || { echo "${deps[i]}" && seen+="${deps[i]} "; }
+		done
+		[[ "$seen" == *" ${line%%:*} "* ]] || { echo "${line%%:*}" && seen+="${line%%:*} "; }
+	done
+}
+
+# Builds <vm dir>/initramfs-V.cpio.gz unless one built from the same inputs is there; prints
+# its path. Concurrent runs wait for each other (one lock).
+build_initramfs() {
+	local version="$1" out="$VM_DIR/initramfs-$1.cpio.gz" busybox modules=() module stamp
+	busybox="$(busybox_static)" || die "no static busybox (run scripts/install-deps.sh)"
+	mapfile -t modules < <(module_load_order "$version")
+	stamp="$(
+		{
+			sha256sum "$INIT_SCRIPT" "$busybox"
+			for module in "${modules[@]}"; do sha256sum "/lib/modules/$version/$module"; done
+		} | sha256sum | cut -d' ' -f1
+	)"
+	mkdir -p "$VM_DIR"
+	exec 8>"$VM_DIR/initramfs.lock"
+	flock 8
+	if [ -f "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null || true)" = "$stamp" ]; then
+		exec 8>&-
+		echo "$out"
+		return 0
+	fi
+	local stage="$VM_DIR/initramfs-stage.$$"
+	rm -rf "$stage"
+	mkdir -p "$stage"/{bin,dev,proc,sys,modules}
+	cp "$busybox" "$stage/bin/busybox"
+	install -m 0755 "$INIT_SCRIPT" "$stage/init"
+	# The kernel opens /dev/console for init before anything is mounted.
+	mknod -m 0600 "$stage/dev/console" c 5 1
+	: >"$stage/modules/order"
+	for module in "${modules[@]}"; do
+		local file="${module##*/}" src="/lib/modules/$version/$module"
+		case "$file" in
+		*.ko.xz) xz -dc "$src" >"$stage/modules/${file%.xz}" && file="${file%.xz}" ;;
+		*.ko.zst) zstd -qdc "$src" >"$stage/modules/${file%.zst}" && file="${file%.zst}" ;;
+		*.ko.gz) gzip -dc "$src" >"$stage/modules/${file%.gz}" && file="${file%.gz}" ;;
+		*) cp "$src" "$stage/modules/$file" ;;
+		esac
+		echo "$file" >>"$stage/modules/order"
+	done
+	(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 --reproducible) |
+		gzip -n >"$out.tmp.$$"
+	mv -f "$out.tmp.$$" "$out"
+	echo "$stamp" >"$out.stamp"
+	rm -rf "$stage"
+	exec 8>&-
+	echo "$out"
+}
+
+# Options shared by run and shell; sets NAME DRIVER NODELET TIMEOUT MEMORY CPUS EXTRA_ENV COMMAND.
+parse_options() {
+	NAME=manual DRIVER=systemd NODELET="$TARGET_DIR/debug/nodelet" TIMEOUT=900 MEMORY=2048 CPUS=2
+	EXTRA_ENV=() COMMAND=()
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--name) NAME="$2" && shift 2 ;;
+		--driver) DRIVER="$2" && shift 2 ;;
+		--nodelet) NODELET="$2" && shift 2 ;;
+		--env) EXTRA_ENV+=("$2") && shift 2 ;;
+		--timeout) TIMEOUT="$2" && shift 2 ;;
+		--memory) MEMORY="$2" && shift 2 ;;
+		--cpus) CPUS="$2" && shift 2 ;;
+		--) shift && COMMAND=("$@") && break ;;
+		*) usage ;;
+		esac
+	done
+	case "$DRIVER" in systemd | cgroupfs) ;; *) die "--driver $DRIVER: want systemd or cgroupfs" ;; esac
+	[[ "$NAME" =~ ^[A-Za-z0-9_.-]+$ ]] || die "--name $NAME: letters, digits, _ . - only"
+	if ! [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || [ "$TIMEOUT" -le 120 ]; then
+		die "--timeout $TIMEOUT: want seconds, more than 120"
+	fi
+	local entry
+	for entry in "${EXTRA_ENV[@]}"; do
+		[[ "$entry" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env $entry: want NAME=VALUE"
+	done
+	NODELET="$(realpath -m "$NODELET")"
+	[ -x "$NODELET" ] || die "$NODELET is not an executable (cargo build, or pass --nodelet)"
+	local image
+	for image in pause testbox; do
+		[ -f "$IMAGES_OUT_DIR/$image.tar" ] || die "$IMAGES_OUT_DIR/$image.tar is missing (run scripts/images.sh build)"
+	done
+}
+
+# Writes the run directory the guest reads through 9p.
+write_run_dir() { # interactive
+	RUN_DIR="$VM_DIR/runs/$NAME"
+	mkdir -p "$RUN_DIR"
+	{
+		printf 'NODELET_VM_NAME=%q\n' "$NAME"
+		printf 'NODELET_VM_DRIVER=%q\n' "$DRIVER"
+		printf 'NODELET_VM_NODELET=%q\n' "$NODELET"
+		printf 'NODELET_VM_IMAGES=%q\n' "$IMAGES_TARGET_DIR"
+		printf 'NODELET_VM_GUEST_TIMEOUT=%q\n' "$((TIMEOUT - 60))"
+		printf 'NODELET_VM_INTERACTIVE=%q\n' "$1"
+	} >"$RUN_DIR/env.tmp"
+	mv -f "$RUN_DIR/env.tmp" "$RUN_DIR/env"
+	printf '%s\n' "${EXTRA_ENV[@]}" >"$RUN_DIR/command.env"
+	if [ "${#COMMAND[@]}" -gt 0 ]; then printf '%s\0' "${COMMAND[@]}"; fi >"$RUN_DIR/command"
+	rm -f "$RUN_DIR/console.log" "$RUN_DIR/qemu.pid"
+}
+
+qemu_args() {
+	local version="$1" initramfs="$2"
+	local append=(
+		console=ttyS0 quiet panic=-1 psi=1
+		systemd.unified_cgroup_hierarchy=1
+		systemd.unit=nodelet-vm-scenario.service
+		systemd.show_status=error
+		"nodelet_vm.repo=$REPO_DIR" "nodelet_vm.run=$RUN_DIR"
+	)
+	# shellcheck disable=SC2054 # qemu's options are comma-separated
+	QEMU_ARGS=(
+		-accel tcg,thread=multi -smp "$CPUS" -m "$MEMORY"
+		-nographic -no-reboot -nic none
+		-kernel "/boot/vmlinuz-$version" -initrd "$initramfs"
+		-append "${append[*]}"
+		-virtfs local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,multidevs=remap
+		-pidfile "$RUN_DIR/qemu.pid"
+	)
+}
+
+# Stops the qemu of this run if it is still there (only the process named in our pid file, and
+# only if it is a qemu of this run directory).
+stop_qemu() {
+	local pid
+	pid="$(cat "$RUN_DIR/qemu.pid" 2>/dev/null || true)"
+	if [ -n "$pid" ] && [[ "$(proc_cmdline "$pid")" == *"nodelet_vm.run=$RUN_DIR "* ]]; then
+		kill -TERM "$pid" 2>/dev/null || true
+		wait_gone 50 "$pid" || kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$RUN_DIR/qemu.pid"
+}
+
+cmd_run() {
+	parse_options "$@"
+	[ "${#COMMAND[@]}" -gt 0 ] || die "run: no COMMAND after --"
+	require_root
+	check_host || exit 1
+	local version initramfs
+	version="$(kernel_version)"
+	initramfs="$(build_initramfs "$version")"
+	write_run_dir 0
+	qemu_args "$version" "$initramfs"
+	trap stop_qemu EXIT
+	log "booting $NAME (driver $DRIVER, kernel $version); console: $RUN_DIR/console.log"
+	local started=$SECONDS status=0
+	# The guest's tty writes \r\n; sed -u keeps the stream line by line and unbuffered.
+	timeout --foreground -k 10 "$TIMEOUT" "$QEMU" "${QEMU_ARGS[@]}" </dev/null 2>&1 |
+		sed -u 's/\r$//' | tee "$RUN_DIR/console.log" || status=$?
+	local elapsed=$((SECONDS - started)) result
+	result="$(sed -n "s/^$RESULT_MARKER \([0-9][0-9]*\)\$/\1/p" "$RUN_DIR/console.log" | tail -n1)"
+	if [ -z "$result" ]; then
+		[ "$status" = 124 ] && die "$NAME: the VM did not finish within ${TIMEOUT}s (console: $RUN_DIR/console.log)"
+		die "$NAME: the guest reported no result after ${elapsed}s (qemu exit $status; boot failure or crash?); console: $RUN_DIR/console.log"
+	fi
+	log "$NAME: scenario exited $result after ${elapsed}s of wall time"
+	exit "$result"
+}
+
+cmd_shell() {
+	parse_options "$@"
+	require_root
+	check_host || exit 1
+	local version initramfs
+	version="$(kernel_version)"
+	initramfs="$(build_initramfs "$version")"
+	COMMAND=(/bin/bash -i)
+	write_run_dir 1
+	qemu_args "$version" "$initramfs"
+	trap stop_qemu EXIT
+	"$QEMU" "${QEMU_ARGS[@]}"
+}
+
+case "${1:-}" in
+run) shift && cmd_run "$@" ;;
+shell) shift && cmd_shell "$@" ;;
+initramfs)
+	require_root
+	check_host || exit 1
+	build_initramfs "$(kernel_version)"
+	;;
+check) check_host ;;
+*) usage ;;
+esac

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Runs inside the test VM as its scenario unit (systemd is PID 1; stdout is the serial console,
+# which scripts/vm.sh streams to the host). Sets the node up as a user would: containerd as a
+# systemd service with the run's cgroup driver, the project's images imported, nodelet's unit
+# installed from systemd/nodelet.service (its binary linked to /usr/local/bin/nodelet); then runs
+# the run's command. Its last line is "NODELET-VM-RESULT: <exit status>"; before it, on failure,
+# the journal of nodelet and containerd.
+#
+#   guest.sh RUN_DIR     RUN_DIR/env (settings), RUN_DIR/command (NUL-separated argv),
+#                        RUN_DIR/command.env (NAME=VALUE lines) are written by scripts/vm.sh
+set -euo pipefail
+RUN_DIR="$1"
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=/dev/null # written by scripts/vm.sh
+source "$RUN_DIR/env"
+
+say() { printf 'vm guest [%7.1fs]: %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*"; }
+
+finish() {
+	local status=$?
+	if [ "$status" -ne 0 ]; then
+		echo "==== NODELET-VM-JOURNAL-BEGIN journalctl -u nodelet -u containerd ===="
+		journalctl --no-pager -o short-monotonic -u nodelet -u containerd 2>&1 || true
+		echo "==== NODELET-VM-JOURNAL-END ===="
+	fi
+	echo "NODELET-VM-RESULT: $status"
+	# The unit powers the VM off right after this script: let the serial line drain first.
+	python3 -c 'import termios; termios.tcdrain(1)' 2>/dev/null || sleep 1
+}
+trap finish EXIT
+# systemd stops the scenario with SIGTERM when it overruns its TimeoutStartSec.
+trap 'say "stopped by SIGTERM (scenario timeout?)"; exit 143' TERM
+
+say "systemd $(systemctl --version | awk 'NR==1 {print $2}') is PID 1 ($(cat /proc/1/comm)); kernel $(uname -r)"
+say "cgroup: $(stat -fc %T /sys/fs/cgroup), controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
+
+# Everything of this run on one tmpfs: overlayfs snapshots cannot live on the overlay root, and
+# the host's files below (a host test containerd's root, for one) must not show through.
+VM_STATE=/var/lib/nodelet-vm
+mkdir -p "$VM_STATE"
+mount -t tmpfs -o mode=0755 tmpfs "$VM_STATE"
+export NODELET_TEST_VAR="$VM_STATE/containerd-test" NODELET_TEST_RUN=/run/nodelet-test
+export NODELET_TEST_IMAGES_TARGET="$NODELET_VM_IMAGES"
+export NODELET_TEST_RESTRICT_OOM_SCORE_ADJ=false
+if [ "$NODELET_VM_DRIVER" = systemd ]; then
+	export NODELET_TEST_SYSTEMD_CGROUP=true
+else
+	export NODELET_TEST_SYSTEMD_CGROUP=false
+fi
+# shellcheck source=scripts/lib.sh
+source "$REPO_DIR/scripts/lib.sh"
+
+modprobe -a overlay bridge veth
+
+# The units were installed by the initramfs (scripts/vm/init) before systemd started.
+say "containerd: containerd.service with $CTD_CONFIG (SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP)"
+case "$(systemctl show -p ExecStart --value containerd.service)" in
+*"--config $CTD_CONFIG "*) ;;
+*) echo "containerd.service does not run containerd with $CTD_CONFIG: scripts/vm/init and this script disagree" >&2 && exit 1 ;;
+esac
+"$REPO_DIR/scripts/containerd.sh" prepare
+systemctl start containerd.service
+"$REPO_DIR/scripts/images.sh" import
+say "images: $PAUSE_IMAGE $TESTBOX_IMAGE imported"
+
+# nodelet's unit is the repository's; the scenario writes /etc/nodelet/config.yaml and starts it
+# with systemctl.
+ln -sf "$NODELET_VM_NODELET" /usr/local/bin/nodelet
+mkdir -p /etc/nodelet
+say "nodelet: $(/usr/local/bin/nodelet version 2>&1 | head -n1), $(systemctl show -p FragmentPath --value nodelet.service)"
+
+eval "$("$REPO_DIR/scripts/containerd.sh" env)"
+export NODELET_VM_GUEST=1 NODELET_VM_SCENARIO="$NODELET_VM_NAME" NODELET_VM_DRIVER NODELET_VM_STATE="$VM_STATE"
+export HOME=/root
+while IFS= read -r entry; do
+	[ -n "$entry" ] && export "${entry?}"
+done <"$RUN_DIR/command.env"
+command=()
+mapfile -d '' command <"$RUN_DIR/command"
+cd "$REPO_DIR"
+say "running: ${command[*]}"
+if [ "$NODELET_VM_INTERACTIVE" = 1 ]; then
+	"${command[@]}"
+else
+	"${command[@]}" </dev/null
+fi

@@ -1,0 +1,717 @@
+//! The cgroup v2 test VM (`scripts/vm.sh`) from Rust; see docs/testing.md, "The VM test bed".
+//!
+//! A VM scenario is one `#[test]` that runs twice. On the host, [`scenario`] boots a VM for the
+//! scenario's cgroup driver (systemd as PID 1, containerd as `containerd.service`, nodelet's unit
+//! installed from `systemd/nodelet.service`) and runs this very test binary inside it, filtered
+//! to the same test (`--exact NAME`). In the guest (`NODELET_VM_GUEST=1`), the same test runs the
+//! scenario's checks against the node through a [`Guest`]. The host streams the guest's console
+//! to stderr as it comes and fails, with the guest's journal of nodelet and containerd, unless the
+//! guest reports that the scenario ran and passed.
+//!
+//! Adding a check to a scenario is adding lines to its body: the [`Guest`] gives the node's
+//! units, pods, cgroup files, metrics and journal.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// The guest's last line: the scenario command's exit status.
+pub const RESULT_MARKER: &str = "NODELET-VM-RESULT: ";
+/// Printed by the guest side of [`scenario`] once the body returned: proof that the test ran
+/// (a filter that matches no test also exits 0).
+pub const PASSED_MARKER: &str = "NODELET-VM-SCENARIO-PASSED: ";
+const JOURNAL_BEGIN: &str = "==== NODELET-VM-JOURNAL-BEGIN";
+const JOURNAL_END: &str = "==== NODELET-VM-JOURNAL-END";
+
+/// One VM from boot to power-off. A scenario takes a few minutes under emulation; this bounds a
+/// hung one. The guest gets 60 s less, so it can still print its journal.
+pub const VM_TIMEOUT: Duration = Duration::from_secs(720);
+/// Deadline for anything the guest waits for: generous, everything is slow under emulation.
+pub const T: Duration = Duration::from_secs(180);
+
+/// The guest's read-only API port (nodelet's `readOnlyPort`).
+const API_PORT: u16 = 10255;
+const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+
+/// The cgroup driver of a scenario: containerd's `SystemdCgroup` and nodelet's `cgroupDriver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    Systemd,
+    Cgroupfs,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Systemd => "systemd",
+            Driver::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl Qos {
+    /// The `status.qosClass` value.
+    pub fn class(self) -> &'static str {
+        match self {
+            Qos::Guaranteed => "Guaranteed",
+            Qos::Burstable => "Burstable",
+            Qos::BestEffort => "BestEffort",
+        }
+    }
+}
+
+/// Where the kubelet puts a pod's cgroup, relative to the cgroup mount, written out literally
+/// (not computed by nodelet's own code, which is what is under test):
+/// systemd `kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid with _>.slice`
+/// (Guaranteed: `kubepods.slice/kubepods-pod<uid>.slice`), cgroupfs `kubepods/<qos>/pod<uid>`
+/// (Guaranteed: `kubepods/pod<uid>`).
+pub fn pod_cgroup_path(driver: Driver, qos: Qos, uid: &str) -> String {
+    let tier = match qos {
+        Qos::Guaranteed => None,
+        Qos::Burstable => Some("burstable"),
+        Qos::BestEffort => Some("besteffort"),
+    };
+    match (driver, tier) {
+        (Driver::Systemd, None) => {
+            format!("kubepods.slice/kubepods-pod{}.slice", uid.replace('-', "_"))
+        }
+        (Driver::Systemd, Some(t)) => format!(
+            "kubepods.slice/kubepods-{t}.slice/kubepods-{t}-pod{}.slice",
+            uid.replace('-', "_")
+        ),
+        (Driver::Cgroupfs, None) => format!("kubepods/pod{uid}"),
+        (Driver::Cgroupfs, Some(t)) => format!("kubepods/{t}/pod{uid}"),
+    }
+}
+
+/// Runs `body` as the VM scenario `name`, which must be the name of the calling test function
+/// (the guest runs the test binary with `--exact name`). On the host: boots the VM and checks
+/// the guest's report. In the guest: runs `body` against the node.
+pub fn scenario<F, Fut>(name: &str, driver: Driver, body: F)
+where
+    F: FnOnce(Guest) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    if std::env::var("NODELET_VM_GUEST").as_deref() != Ok("1") {
+        return boot(name, driver);
+    }
+    let booted_for = std::env::var("NODELET_VM_SCENARIO").unwrap_or_default();
+    assert_eq!(
+        booted_for, name,
+        "this guest was booted for scenario {booted_for:?}; run only that test in it"
+    );
+    let guest = Guest::from_env(driver);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(body(guest));
+    println!("{PASSED_MARKER}{name}");
+}
+
+/// What the guest reported on its console.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GuestReport {
+    /// The scenario command's exit status (`None`: the guest never got to say: it crashed, hung
+    /// or did not boot).
+    pub result: Option<i32>,
+    /// Scenarios whose body returned.
+    pub passed: Vec<String>,
+    /// `journalctl -u nodelet -u containerd`, printed by the guest on failure.
+    pub journal: Vec<String>,
+    /// The guest test's panic messages (`thread '...' panicked at ...` and what follows, up
+    /// to the backtrace).
+    pub panics: Vec<String>,
+}
+
+impl GuestReport {
+    pub fn parse<S: AsRef<str>>(lines: &[S]) -> GuestReport {
+        let mut report = GuestReport::default();
+        let mut in_journal = false;
+        let mut in_panic = false;
+        for line in lines.iter().map(AsRef::as_ref) {
+            if in_panic {
+                if line.starts_with("stack backtrace:") || line.starts_with("note: ") {
+                    in_panic = false;
+                } else {
+                    report.panics.push(line.to_string());
+                    continue;
+                }
+            }
+            if line.starts_with("thread '") && line.contains(" panicked at ") {
+                in_panic = true;
+                report.panics.push(line.to_string());
+            } else if line.starts_with(JOURNAL_BEGIN) {
+                in_journal = true;
+            } else if line.starts_with(JOURNAL_END) {
+                in_journal = false;
+            } else if in_journal {
+                report.journal.push(line.to_string());
+            } else if let Some(code) = line.strip_prefix(RESULT_MARKER) {
+                report.result = code.trim().parse().ok();
+            } else if let Some(name) = line.strip_prefix(PASSED_MARKER) {
+                report.passed.push(name.trim().to_string());
+            }
+        }
+        report
+    }
+
+    /// Why this report is not a pass of `name`, if it is not.
+    pub fn failure(&self, name: &str) -> Option<String> {
+        match self.result {
+            None => Some("the guest reported no result (boot failure, crash or timeout)".into()),
+            Some(0) if self.passed.iter().any(|p| p == name) => None,
+            Some(0) => Some(format!(
+                "the guest ran no scenario {name:?} (is it the name of the test function?)"
+            )),
+            Some(code) => Some(format!("the scenario exited {code}")),
+        }
+    }
+}
+
+/// Host side: boots the VM for `name` and fails unless the guest reports a pass.
+fn boot(name: &str, driver: Driver) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = repo.join("scripts/vm.sh");
+    let exe = std::env::current_exe().expect("path of this test binary");
+    let started = Instant::now();
+    let mut child = Command::new(&script)
+        .args(["run", "--name", name, "--driver", driver.name()])
+        .args(["--nodelet", env!("CARGO_BIN_EXE_nodelet")])
+        .args(["--timeout", &VM_TIMEOUT.as_secs().to_string(), "--"])
+        .arg(&exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .current_dir(repo)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a hung run can be stopped as a whole (vm.sh, qemu).
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    let pgid = child.id();
+    let (tx, rx) = mpsc::channel::<String>();
+    let pipes: [Box<dyn Read + Send>; 2] = [
+        Box::new(child.stdout.take().expect("stdout")),
+        Box::new(child.stderr.take().expect("stderr")),
+    ];
+    for pipe in pipes {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(pipe);
+            let mut buf = Vec::new();
+            while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+                let line = String::from_utf8_lossy(&buf).trim_end().to_string();
+                if tx.send(line).is_err() {
+                    return;
+                }
+                buf.clear();
+            }
+        });
+    }
+    drop(tx);
+    // Straight to the process's stderr, not through the test harness's capture: the console
+    // streams while the VM runs.
+    let stream = |line: &str| {
+        let _ = writeln!(std::io::stderr().lock(), "[vm {name}] {line}");
+    };
+    let deadline = started + VM_TIMEOUT + Duration::from_secs(60);
+    let mut lines = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                stream(&line);
+                lines.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // The process group this test started: vm.sh, qemu and their pipeline.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pgid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let _ = child.wait();
+                panic!(
+                    "VM scenario {name}: no end after {:?}; killed\n{}",
+                    started.elapsed(),
+                    crate::common::tail(&lines.join("\n"), 40)
+                );
+            }
+        }
+    }
+    let status = child.wait().expect("wait for vm.sh");
+    let wall = started.elapsed();
+    stream(&format!(
+        "wall time {:.0} s (boot to power-off, driver {})",
+        wall.as_secs_f64(),
+        driver.name()
+    ));
+    let report = GuestReport::parse(&lines);
+    let failure = report
+        .failure(name)
+        .or_else(|| (!status.success()).then(|| format!("scripts/vm.sh exited with {status}")));
+    if let Some(why) = failure {
+        let journal = if report.journal.is_empty() {
+            "(the guest printed no journal)".to_string()
+        } else {
+            crate::common::tail(&report.journal.join("\n"), 200)
+        };
+        panic!(
+            "VM scenario {name} (driver {}) failed after {:.0} s: {why}\n\
+             --- guest journal: nodelet, containerd (last 200 lines) ---\n{journal}\n\
+             --- console: last 20 lines (all of it in {}) ---\n{}\n\
+             --- in the guest ---\n{}",
+            driver.name(),
+            wall.as_secs_f64(),
+            run_dir(name).join("console.log").display(),
+            crate::common::tail(&lines.join("\n"), 20),
+            if report.panics.is_empty() {
+                "(no panic message)".to_string()
+            } else {
+                report.panics.join("\n")
+            }
+        );
+    }
+}
+
+/// The run directory scripts/vm.sh uses for `name` (console.log is there).
+fn run_dir(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    std::env::var_os("NODELET_VM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target.join("vm"))
+        .join("runs")
+        .join(name)
+}
+
+/// The node inside the VM, as the guest side of a scenario sees it.
+pub struct Guest {
+    pub driver: Driver,
+    /// nodelet's node name.
+    pub node: String,
+    /// A tmpfs for everything of this run (scripts/vm/guest.sh mounts it).
+    pub state: PathBuf,
+    pub manifests: PathBuf,
+    /// containerd's socket (a path).
+    pub containerd_sock: String,
+    cri: String,
+}
+
+impl Guest {
+    fn from_env(driver: Driver) -> Guest {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| {
+                panic!("{name} is not set: is this scripts/vm/guest.sh's environment?")
+            })
+        };
+        assert_eq!(
+            var("NODELET_VM_DRIVER"),
+            driver.name(),
+            "the VM was booted with another containerd cgroup driver"
+        );
+        let state = PathBuf::from(var("NODELET_VM_STATE"));
+        Guest {
+            driver,
+            node: "nodelet-vm".into(),
+            manifests: state.join("manifests"),
+            state,
+            containerd_sock: var("NODELET_TEST_CONTAINERD_SOCK"),
+            cri: var("NODELET_TEST_CRI"),
+        }
+    }
+
+    /// nodelet's configuration for this node; `extra` (YAML lines) is appended.
+    pub fn config(&self, extra: &str) -> String {
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+             kind: KubeletConfiguration\n\
+             cgroupDriver: {driver}\n\
+             containerRuntimeEndpoint: {cri}\n\
+             containerdEndpoint: {cri}\n\
+             staticPodPath: {manifests}\n\
+             fileCheckFrequency: 5s\n\
+             syncFrequency: 10s\n\
+             rootDir: {state}/nodelet\n\
+             podLogsDir: {state}/pods\n\
+             nodeName: {node}\n\
+             address: 127.0.0.1\n\
+             readOnlyPort: {API_PORT}\n\
+             port: 0\n\
+             logging:\n  verbosity: 4\n{extra}",
+            driver = self.driver.name(),
+            cri = self.cri,
+            manifests = self.manifests.display(),
+            state = self.state.display(),
+            node = self.node,
+        )
+    }
+
+    /// Writes /etc/nodelet/config.yaml (the unit's `--config`) and starts nodelet with
+    /// `systemctl start`, which returns once nodelet reported ready (`Type=notify`).
+    pub fn start_nodelet(&self, extra: &str) {
+        std::fs::create_dir_all(&self.manifests).expect("manifest directory");
+        std::fs::write("/etc/nodelet/config.yaml", self.config(extra)).expect("write config");
+        self.systemctl(&["start", "nodelet.service"]);
+        assert_eq!(self.unit("nodelet.service", "ActiveState"), "active");
+    }
+
+    /// `systemctl ARGS`; fails the scenario with its output and nodelet's journal when it fails.
+    pub fn systemctl(&self, args: &[&str]) -> String {
+        let out = Command::new("systemctl")
+            .args(args)
+            .output()
+            .expect("run systemctl");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "systemctl {}: {}\n{text}\n--- nodelet journal ---\n{}",
+            args.join(" "),
+            out.status,
+            self.journal(40)
+        );
+        text
+    }
+
+    /// A unit's property (`systemctl show -p NAME --value`).
+    pub fn unit(&self, unit: &str, property: &str) -> String {
+        self.systemctl(&["show", "-p", property, "--value", unit])
+            .trim()
+            .to_string()
+    }
+
+    pub fn main_pid(&self, unit: &str) -> u32 {
+        let pid = self.unit(unit, "MainPID");
+        pid.parse()
+            .unwrap_or_else(|_| panic!("{unit}: MainPID {pid:?}"))
+    }
+
+    /// The last `lines` of nodelet's journal.
+    pub fn journal(&self, lines: usize) -> String {
+        let out = Command::new("journalctl")
+            .args(["--no-pager", "-o", "short-monotonic", "-u", "nodelet", "-n"])
+            .arg(lines.to_string())
+            .output();
+        match out {
+            Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+            Err(e) => format!("(journalctl: {e})"),
+        }
+    }
+
+    /// How many lines of nodelet's journal (this boot) contain `text`.
+    pub fn journal_count(&self, text: &str) -> usize {
+        let out = Command::new("journalctl")
+            .args(["--no-pager", "-o", "cat", "-u", "nodelet"])
+            .output()
+            .expect("journalctl");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(text))
+            .count()
+    }
+
+    pub fn write_manifest(&self, file: &str, body: &str) {
+        let tmp = self.state.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).expect("write manifest");
+        std::fs::rename(&tmp, self.manifests.join(file)).expect("rename manifest");
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests.join(file)).expect("remove manifest");
+    }
+
+    /// Static pods are named `<name>-<node>`.
+    pub fn pod_name(&self, name: &str) -> String {
+        format!("{name}-{}", self.node)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{API_PORT}{path}")
+    }
+
+    async fn get(&self, path: &str) -> Option<String> {
+        let resp = reqwest::Client::new()
+            .get(self.url(path))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .ok()?;
+        resp.error_for_status().ok()?.text().await.ok()
+    }
+
+    /// The pods of the local API, or `None` while nodelet does not answer.
+    pub async fn pods(&self) -> Option<Vec<Pod>> {
+        let v: serde_json::Value = serde_json::from_str(&self.get("/pods").await?).ok()?;
+        serde_json::from_value(v.get("items")?.clone()).ok()
+    }
+
+    pub async fn pod(&self, name: &str) -> Option<Pod> {
+        let full = self.pod_name(name);
+        self.pods()
+            .await?
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+    }
+
+    /// Polls the local API until pod `name` satisfies `check`; fails with its last state and
+    /// nodelet's journal after [`T`].
+    pub async fn wait_pod(&self, name: &str, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+        let deadline = Instant::now() + T;
+        let mut last = None;
+        loop {
+            if let Some(p) = self.pod(name).await {
+                if check(&p) {
+                    return p;
+                }
+                last = Some(p);
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "pod {name}: no {what} after {T:?}\nlast seen: {}\n--- nodelet journal ---\n{}",
+                    last.map(|p| serde_json::to_string_pretty(&p.status).unwrap_or_default())
+                        .unwrap_or_else(|| "(not listed)".into()),
+                    self.journal(60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Polls the local API until pod `name` is no longer listed.
+    pub async fn wait_gone(&self, name: &str) {
+        let deadline = Instant::now() + T;
+        let full = self.pod_name(name);
+        loop {
+            if let Some(pods) = self.pods().await {
+                if !pods
+                    .iter()
+                    .any(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+                {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {name} still listed after {T:?}\n--- nodelet journal ---\n{}",
+                self.journal(60)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// nodelet's events for pod `uid` (`/events?pod=`), one `type reason: message` line each:
+    /// what it did to the pod and why, for failure messages.
+    pub async fn events(&self, uid: &str) -> String {
+        let Some(text) = self.get(&format!("/events?pod={uid}")).await else {
+            return "(nodelet does not answer /events)".into();
+        };
+        let list: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let field = |e: &serde_json::Value, name: &str| {
+            e.get(name)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        list.get("items")
+            .and_then(|items| items.as_array())
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{} {}: {}",
+                            field(e, "type"),
+                            field(e, "reason"),
+                            field(e, "message")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_else(|| format!("(unexpected /events answer: {text})"))
+    }
+
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> Option<String> {
+        self.get("/metrics").await
+    }
+
+    /// The sum of the samples of `series` (see [`metric_sum`]), or `None` while nodelet does not
+    /// answer or does not expose it.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        metric_sum(&self.metrics().await?, series)
+    }
+
+    /// The value of `series` now; fails when nodelet does not expose it (a misspelt name must
+    /// not read as 0).
+    pub async fn metric_now(&self, series: &str) -> f64 {
+        let text = self.metrics().await.expect("nodelet answers /metrics");
+        metric_sum(&text, series)
+            .unwrap_or_else(|| panic!("nodelet exposes no {series}; /metrics:\n{text}"))
+    }
+
+    /// Polls until `check` holds for the value of `series`; returns that value.
+    pub async fn wait_metric(&self, series: &str, what: &str, check: impl Fn(f64) -> bool) -> f64 {
+        let deadline = Instant::now() + T;
+        let mut last = None;
+        loop {
+            if let Some(v) = self.metric(series).await {
+                if check(v) {
+                    return v;
+                }
+                last = Some(v);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "metric {series}: no {what} after {T:?} (last {last:?})\n--- nodelet journal ---\n{}",
+                self.journal(40)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Polls `check` (a blocking probe of the node) until it holds; fails with `what`.
+    pub async fn wait_for(&self, what: &str, check: impl Fn() -> bool) {
+        let deadline = Instant::now() + T;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "no {what} after {T:?}\n--- nodelet journal ---\n{}",
+                self.journal(40)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// containerd's tasks in the CRI namespace (`ctr tasks ls`): container id → (pid, status).
+    pub fn tasks(&self) -> BTreeMap<String, (u32, String)> {
+        let out = Command::new("ctr")
+            .args(["--address", &self.containerd_sock, "--namespace", "k8s.io"])
+            .args(["tasks", "ls"])
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr tasks ls: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        parse_tasks(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// The absolute directory of a pod's cgroup, by the kubelet's naming for this driver.
+    pub fn pod_cgroup(&self, qos: Qos, uid: &str) -> PathBuf {
+        Path::new(CGROUP_MOUNT).join(pod_cgroup_path(self.driver, qos, uid))
+    }
+
+    /// A cgroup file's content, trimmed.
+    pub fn cgroup_file(&self, dir: &Path, file: &str) -> String {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()))
+            .trim()
+            .to_string()
+    }
+
+    /// A process's cgroup v2 path (`/proc/PID/cgroup`, the `0::` line), relative to the mount.
+    pub fn cgroup_of(&self, pid: u32) -> String {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/cgroup: {e}"));
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or_else(|| panic!("/proc/{pid}/cgroup has no cgroup v2 line: {text}"))
+            .trim_start_matches('/')
+            .to_string()
+    }
+
+    /// Prints how long a step of the scenario took when the returned guard is dropped.
+    pub fn step(&self, name: &str) -> Step {
+        println!("vm scenario: step {name}: started");
+        Step {
+            name: name.to_string(),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// Reports the wall time of a scenario step (see [`Guest::step`]).
+pub struct Step {
+    name: String,
+    started: Instant,
+}
+
+impl Drop for Step {
+    fn drop(&mut self) {
+        let outcome = if std::thread::panicking() {
+            "FAILED"
+        } else {
+            "done"
+        };
+        println!(
+            "vm scenario: step {}: {outcome} in {:.1} s",
+            self.name,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// `ctr tasks ls` output (`TASK PID STATUS` columns) as id → (pid, status).
+pub fn parse_tasks(text: &str) -> BTreeMap<String, (u32, String)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut cols = line.split_whitespace();
+            let id = cols.next()?.to_string();
+            let pid = cols.next()?.parse().ok()?;
+            let status = cols.next()?.to_string();
+            Some((id, (pid, status)))
+        })
+        .collect()
+}
+
+/// The sum of the samples of `series` in a Prometheus text exposition, `None` when there is
+/// none. `series` is a metric name, optionally with label matchers that must all be present:
+/// `nodelet_pleg_events_total{source="containerd"}`.
+pub fn metric_sum(text: &str, series: &str) -> Option<f64> {
+    let (name, matchers) = match series.split_once('{') {
+        Some((name, rest)) => (name, rest.trim_end_matches('}')),
+        None => (series, ""),
+    };
+    let matchers: Vec<&str> = matchers.split(',').filter(|m| !m.is_empty()).collect();
+    let samples: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (sample, value) = l.rsplit_once(' ')?;
+            let (metric, labels) = match sample.split_once('{') {
+                Some((metric, labels)) => (metric, labels.trim_end_matches('}')),
+                None => (sample, ""),
+            };
+            let labels: Vec<&str> = labels.split(',').collect();
+            (metric == name && matchers.iter().all(|m| labels.contains(m)))
+                .then(|| value.parse::<f64>().ok())?
+        })
+        .collect();
+    (!samples.is_empty()).then(|| samples.iter().sum())
+}
