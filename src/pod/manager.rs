@@ -290,6 +290,8 @@ impl PodManager {
             return;
         }
         let desired = self.desired();
+        self.workers
+            .remove_unwanted(|uid| desired.contains_key(uid));
         let selector = model::node_selector(&self.node_name);
         let sandboxes = match self
             .runtime

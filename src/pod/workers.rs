@@ -138,6 +138,33 @@ impl PodWorkers {
         signal
     }
 
+    /// Has the workers of pods `wanted` says no to removed (the kubelet's `SyncKnownPods`): a
+    /// pod `kill_pod` ended after its source dropped it would otherwise keep a worker forever.
+    /// Returns how many were asked.
+    pub fn remove_unwanted(&self, wanted: impl Fn(&str) -> bool) -> usize {
+        let workers = self.lock();
+        let mut asked = 0;
+        for (uid, handle) in workers.iter().filter(|(uid, _)| !wanted(uid)) {
+            let removing = handle.requests.send_if_modified(|r| {
+                if r.work() == (super::worker_state::Work::Remove { comes_back: false }) {
+                    return false;
+                }
+                let pod = r.pod.clone();
+                r.merge(PodWork::Kill {
+                    pod,
+                    grace: None,
+                    remove: true,
+                });
+                true
+            });
+            if removing {
+                tracing::info!(pod.uid = %uid, "worker of a pod no source wants; removing it");
+                asked += 1;
+            }
+        }
+        asked
+    }
+
     /// Something about the pod changed in the runtime: sync it soon.
     pub fn wake(&self, uid: &str) -> bool {
         match self.lock().get(uid) {
