@@ -204,6 +204,69 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
     );
 }
 
+/// A pod whose container ignores SIGTERM, deleted with a 60 s grace period, then force-deleted
+/// (`kubectl delete --grace-period=0 --force`) while nodelet waits out the grace period: the
+/// termination under way is cut short and the containers are gone within seconds, not the 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_delete_cuts_a_running_graceful_termination_short() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("force-delete", &api, "");
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: stubborn\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 60\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --on-sigterm, ignore]\n",
+        node = n.node
+    );
+    kubectl_apply(&api, n.dir.path(), "stubborn", &yaml);
+    wait_api("stubborn running", &n, || {
+        api_pod(&fixture, "stubborn").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    let (ok, _, err) = kubectl(&api, &["delete", "pod", "stubborn", "--wait=false"]);
+    assert!(ok, "graceful delete: {err}");
+    // nodelet has started the 60 s termination: the container got its stop signal.
+    wait_api("the Killing log line", &n, || {
+        n.logs()
+            .lines()
+            .any(|l| l.contains("Killing") && l.contains("stubborn"))
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, containers) = n.runtime_objects().await;
+    assert!(
+        containers
+            .iter()
+            .any(|c| c.state == nodelet::cri::api::ContainerState::ContainerRunning as i32),
+        "the container ignores SIGTERM and still runs"
+    );
+    let forced = Instant::now();
+    let (ok, out, err) = kubectl(
+        &api,
+        &["delete", "pod", "stubborn", "--grace-period=0", "--force"],
+    );
+    assert!(ok, "force delete: {out}{err}");
+    assert!(api_pod(&fixture, "stubborn").is_none(), "gone from the API");
+    loop {
+        let (sandboxes, containers) = n.runtime_objects().await;
+        if sandboxes.is_empty() && containers.is_empty() {
+            break;
+        }
+        assert!(
+            forced.elapsed() < T,
+            "containers still there after {T:?}: {containers:#?}\n{}",
+            tail(&n.logs(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took = forced.elapsed();
+    println!("force delete to containers gone: {took:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "took {took:?}: the 60 s grace period was waited out\n{}",
+        tail(&n.logs(), 40)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
     let fixture = Fixture::start(None).await.unwrap();

@@ -18,8 +18,8 @@ use crate::events::{pod_ref, EventRecorder, EventType};
 use crate::pleg::PodLifecycleEvent;
 use crate::source::SourceSnapshot;
 use crate::status::StatusManager;
+use crate::status::StatusMutation;
 use crate::sync::executor::pod_uid;
-use k8s_openapi::api::core::v1::PodStatus;
 
 /// The change from one desired set to the next, by UID.
 #[derive(Debug, Default, PartialEq)]
@@ -80,7 +80,8 @@ pub struct PodManager {
     ready: watch::Sender<bool>,
     /// Cluster mode: admission of API pods, and where rejections are reported.
     admission: Option<Admission>,
-    /// UIDs of pods rejected at admission: never started, never admitted again.
+    /// UIDs of pods rejected at admission: ended through `kill_pod` before they ever ran,
+    /// never admitted again.
     rejected: BTreeSet<String>,
     /// The current static pods, for the mirror pod manager.
     static_pods: watch::Sender<Vec<Pod>>,
@@ -144,8 +145,9 @@ impl PodManager {
             .collect()
     }
 
-    /// Admission of a new API pod; a rejected pod becomes Failed with the reason and never
-    /// starts.
+    /// Admission of a new API pod; a rejected pod is ended through `kill_pod` before it ever
+    /// runs: its final status is Failed with the reason (and its QoS class), as the kubelet's
+    /// `rejectPod` reports it.
     fn admit(&mut self, pod: &Arc<Pod>, desired: &BTreeMap<String, Arc<Pod>>) -> bool {
         let Some(admission) = &self.admission else {
             return true;
@@ -175,15 +177,13 @@ impl PodManager {
                     &rejection.reason,
                     rejection.message.clone(),
                 );
-                let status = PodStatus {
-                    phase: Some("Failed".into()),
-                    reason: Some(rejection.reason),
-                    message: Some(format!("Pod was rejected: {}", rejection.message)),
-                    qos_class: Some(crate::cgroup::qos_class(pod).as_str().to_string()),
-                    ..Default::default()
-                };
-                admission.status.set_pod_status(pod, status);
+                let status = StatusMutation::failed(
+                    rejection.reason,
+                    format!("Pod was rejected: {}", rejection.message),
+                );
                 self.rejected.insert(pod_uid(pod).to_string());
+                self.workers
+                    .kill_pod(pod.clone(), Some(Duration::ZERO), status);
                 false
             }
         }
@@ -222,6 +222,12 @@ impl PodManager {
                 .send_replace(pods.values().map(|p| (**p).clone()).collect());
         }
         let from_api = snapshot.source == crate::source::api::API_SOURCE;
+        // A deleted pod is ended as it was last seen, with what its deletion set.
+        let deleted: BTreeMap<String, Arc<Pod>> = snapshot
+            .deleted
+            .into_iter()
+            .map(|p| (pod_uid(&p).to_string(), Arc::new(p)))
+            .collect();
         self.sources.insert(snapshot.source, pods);
         let new = self.desired();
         let diff = diff_desired(&old, &new);
@@ -239,27 +245,25 @@ impl PodManager {
                 .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
         });
         for pod in added {
-            if from_api && !self.rejected.contains(pod_uid(&pod)) && !self.admit(&pod, &new) {
+            if from_api
+                && !self.rejected.contains(pod_uid(&pod))
+                && !self.admit(&pod, &new)
+                && pod.metadata.deletion_timestamp.is_none()
+            {
                 continue;
             }
             self.dispatch(pod);
         }
+        // A rejected pod's worker keeps it terminated; a deletion still reaches it, so its
+        // final DELETE can go out.
         for uid in &diff.updated {
             if let Some(pod) = new.get(uid) {
-                if !self.rejected.contains(uid) {
-                    self.dispatch(pod.clone());
-                }
+                self.dispatch(pod.clone());
             }
         }
         for uid in &diff.removed {
-            if self.rejected.remove(uid) {
-                // Never started: only its status is left to forget.
-                if let Some(a) = &self.admission {
-                    a.status.remove(uid);
-                }
-                continue;
-            }
-            if let Some(pod) = old.get(uid) {
+            self.rejected.remove(uid);
+            if let Some(pod) = deleted.get(uid).or_else(|| old.get(uid)) {
                 tracing::info!(pod.uid = %uid, pod.name = pod.metadata.name.as_deref().unwrap_or_default(), "pod removed from its source; terminating");
                 self.workers.update(PodWork::Kill {
                     pod: pod.clone(),
@@ -286,6 +290,8 @@ impl PodManager {
             return;
         }
         let desired = self.desired();
+        self.workers
+            .remove_unwanted(|uid| desired.contains_key(uid));
         let selector = model::node_selector(&self.node_name);
         let sandboxes = match self
             .runtime

@@ -1,8 +1,15 @@
 //! Pod workers: one task per pod UID, so a pod is never synced twice at once.
 //!
-//! A worker moves Syncing → Terminating → Terminated. It reads only the latest update (a `watch`
-//! channel: newer updates replace older ones that were not yet seen), wakes on PLEG events, and
-//! resyncs every `syncFrequency` even when nothing happened, as the kubelet does.
+//! Each worker runs the state machine of [`super::worker_state`]: it asks [`transition`] what
+//! to do next, runs that effect, and feeds the outcome back. Updates never queue up: they are
+//! merged into one [`Request`] per pod (the latest pod, and how it ends), which the worker
+//! reads through a `watch` channel. It wakes on PLEG events and resyncs every
+//! `syncFrequency` even when nothing happened, as the kubelet does.
+//!
+//! While a termination runs, the worker keeps reading updates: when one asks for a shorter
+//! grace period (a force delete, an eviction override through [`PodWorkers::kill_pod`]) it
+//! moves the termination's deadline earlier, and the code stopping the containers follows it
+//! (see `sync::stop`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,64 +22,30 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::kill::{KillHandle, PodKiller, StatusMutation};
+pub use super::worker_state::PodWork;
+use super::worker_state::{transition, Effect, Outcome, Request, State, Wait};
 use crate::metrics::metrics;
-use crate::sync::executor::{pod_uid, PodSyncer, SyncOutcome};
-
-/// What the pod manager wants of a pod.
-#[derive(Debug, Clone)]
-pub enum PodWork {
-    /// Keep the pod running as this spec says.
-    Sync(Arc<Pod>),
-    /// Stop the pod (with `grace`, else its own grace period); with `remove`, also delete
-    /// everything it left and forget it.
-    Kill {
-        pod: Arc<Pod>,
-        grace: Option<Duration>,
-        remove: bool,
-    },
-    /// The API server set the pod's deletionTimestamp: terminate it (its
-    /// `deletionGracePeriodSeconds` applies), remove its containers, sandbox and volumes, and
-    /// report it reclaimed so the final DELETE can go out. The status stays until the pod is
-    /// gone from the API.
-    Delete { pod: Arc<Pod> },
-}
-
-impl PodWork {
-    pub fn pod(&self) -> &Arc<Pod> {
-        match self {
-            PodWork::Sync(pod) | PodWork::Kill { pod, .. } | PodWork::Delete { pod } => pod,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Syncing,
-    /// Containers are stopped and the status is final. `comes_back` is true when the pod was
-    /// being removed: a later `Sync` for the same UID means it returned (a static pod manifest
-    /// restored unchanged) and starts it afresh. A pod that finished or was killed in place
-    /// stays terminated, as in the kubelet.
-    Terminated {
-        comes_back: bool,
-    },
-}
+use crate::sync::executor::{pod_uid, PodMemory, PodSyncer, SyncOutcome};
+use crate::sync::kill::{Grace, GraceDeadline};
 
 struct Handle {
-    updates: watch::Sender<PodWork>,
+    requests: Arc<watch::Sender<Request>>,
     wake: Arc<Notify>,
+    /// True while the pod is terminated (what [`KillHandle`]s wait for).
+    terminated: Arc<watch::Sender<bool>>,
 }
+
+type Registry = Arc<Mutex<HashMap<String, Handle>>>;
 
 #[derive(Clone)]
 pub struct PodWorkers {
     syncer: PodSyncer,
-    workers: Arc<Mutex<HashMap<String, Handle>>>,
+    workers: Registry,
     tracker: TaskTracker,
     cancel: CancellationToken,
     resync: Duration,
 }
-
-/// Delay before retrying a sync that failed (runtime unreachable, ...).
-const ERROR_RETRY: Duration = Duration::from_secs(2);
 
 impl PodWorkers {
     pub fn new(syncer: PodSyncer, resync: Duration, cancel: CancellationToken) -> Self {
@@ -86,40 +59,75 @@ impl PodWorkers {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Handle>> {
-        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.workers)
     }
 
     /// Hands work to the pod's worker, starting one if needed.
     pub fn update(&self, work: PodWork) {
-        let uid = pod_uid(work.pod()).to_string();
+        self.submit(Change::Work(work));
+    }
+
+    /// `kill_pod` (see [`PodKiller`]): ends the pod through its worker, with `grace_override`
+    /// and `status` applied to its final status.
+    pub fn kill_pod(
+        &self,
+        pod: Arc<Pod>,
+        grace_override: Option<Duration>,
+        status: StatusMutation,
+    ) -> KillHandle {
+        tracing::info!(
+            pod.uid = pod_uid(&pod),
+            pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
+            grace_override = ?grace_override,
+            reason = status.reason.as_deref().unwrap_or_default(),
+            "kill_pod"
+        );
+        let terminated = self.submit(Change::Kill {
+            pod,
+            grace: grace_override,
+            status,
+        });
+        KillHandle::new(terminated)
+    }
+
+    /// Merges the change into the pod's request, or starts a worker for it; returns the pod's
+    /// "terminated" signal.
+    fn submit(&self, change: Change) -> watch::Receiver<bool> {
+        let pod = change.pod().clone();
+        let uid = pod_uid(&pod).to_string();
         if uid.is_empty() {
             tracing::warn!("pod without UID ignored");
-            return;
+            // A signal that says "done" at once: there is nothing to wait for.
+            return watch::channel(true).1;
         }
         let mut workers = self.lock();
         if let Some(handle) = workers.get(&uid) {
-            handle.updates.send_replace(work);
-            return;
+            handle.requests.send_modify(|r| change.apply(r));
+            return handle.terminated.subscribe();
         }
-        let (tx, rx) = watch::channel(work);
+        let requests = Arc::new(watch::channel(change.into_request()).0);
         let wake = Arc::new(Notify::new());
+        let terminated = Arc::new(watch::channel(false).0);
+        let signal = terminated.subscribe();
         workers.insert(
             uid.clone(),
             Handle {
-                updates: tx,
+                requests: requests.clone(),
                 wake: wake.clone(),
+                terminated: terminated.clone(),
             },
         );
         let worker = Worker {
             uid: uid.clone(),
             syncer: self.syncer.clone(),
-            updates: rx,
+            updates: requests.subscribe(),
+            requests,
             wake,
+            terminated,
             cancel: self.cancel.clone(),
             resync: self.resync,
             registry: self.workers.clone(),
         };
-        let pod = worker.updates.borrow().pod().clone();
         let span = tracing::info_span!(
             "pod",
             pod.uid = %uid,
@@ -127,6 +135,34 @@ impl PodWorkers {
             pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
         );
         self.tracker.spawn(worker.run().instrument(span));
+        signal
+    }
+
+    /// Has the workers of pods `wanted` says no to removed (the kubelet's `SyncKnownPods`): a
+    /// pod `kill_pod` ended after its source dropped it would otherwise keep a worker forever.
+    /// Returns how many were asked.
+    pub fn remove_unwanted(&self, wanted: impl Fn(&str) -> bool) -> usize {
+        let workers = self.lock();
+        let mut asked = 0;
+        for (uid, handle) in workers.iter().filter(|(uid, _)| !wanted(uid)) {
+            let removing = handle.requests.send_if_modified(|r| {
+                if r.work() == (super::worker_state::Work::Remove { comes_back: false }) {
+                    return false;
+                }
+                let pod = r.pod.clone();
+                r.merge(PodWork::Kill {
+                    pod,
+                    grace: None,
+                    remove: true,
+                });
+                true
+            });
+            if removing {
+                tracing::info!(pod.uid = %uid, "worker of a pod no source wants; removing it");
+                asked += 1;
+            }
+        }
+        asked
     }
 
     /// Something about the pod changed in the runtime: sync it soon.
@@ -155,166 +191,268 @@ impl PodWorkers {
     }
 }
 
+fn lock(registry: &Registry) -> MutexGuard<'_, HashMap<String, Handle>> {
+    registry.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PodKiller for PodWorkers {
+    fn kill_pod(
+        &self,
+        pod: Arc<Pod>,
+        grace_override: Option<Duration>,
+        status: StatusMutation,
+    ) -> KillHandle {
+        PodWorkers::kill_pod(self, pod, grace_override, status)
+    }
+}
+
+/// One update to a pod's request.
+enum Change {
+    Work(PodWork),
+    Kill {
+        pod: Arc<Pod>,
+        grace: Option<Duration>,
+        status: StatusMutation,
+    },
+}
+
+impl Change {
+    fn pod(&self) -> &Arc<Pod> {
+        match self {
+            Change::Work(work) => work.pod(),
+            Change::Kill { pod, .. } => pod,
+        }
+    }
+
+    fn apply(self, request: &mut Request) {
+        match self {
+            Change::Work(work) => request.merge(work),
+            Change::Kill { pod, grace, status } => request.kill(pod, grace, status),
+        }
+    }
+
+    fn into_request(self) -> Request {
+        match self {
+            Change::Work(work) => Request::new(work),
+            Change::Kill { pod, grace, status } => {
+                let mut request = Request::new(PodWork::Sync(pod.clone()));
+                request.kill(pod, grace, status);
+                request
+            }
+        }
+    }
+}
+
 struct Worker {
     uid: String,
     syncer: PodSyncer,
-    updates: watch::Receiver<PodWork>,
+    /// The pod's request; the worker writes it too (`activeDeadlineSeconds` ends the pod
+    /// through the same `kill`, a returned pod starts its request over).
+    requests: Arc<watch::Sender<Request>>,
+    updates: watch::Receiver<Request>,
     wake: Arc<Notify>,
+    terminated: Arc<watch::Sender<bool>>,
     cancel: CancellationToken,
     resync: Duration,
-    registry: Arc<Mutex<HashMap<String, Handle>>>,
+    registry: Registry,
 }
 
-enum Next {
-    /// Loop again at once.
-    Now,
-    /// Wait for an update, a wake-up, or this deadline.
-    WaitUntil(Instant),
-    /// Wait for an update only.
-    WaitForUpdate,
-    Exit,
+/// What a worker keeps between effects.
+struct Life {
+    state: State,
+    memory: PodMemory,
+    /// A sync ran (the pod may have run here): decides the final status of a pod ended before
+    /// it ever ran.
+    ran: bool,
+    /// The running termination's deadline: set when it starts, kept across retries so a retry
+    /// never restarts the grace period, moved only earlier.
+    deadline: Option<watch::Sender<GraceDeadline>>,
 }
 
 impl Worker {
     async fn run(mut self) {
-        let mut phase = Phase::Syncing;
-        let mut memory = self.syncer.new_memory();
-        // Set once a deleted pod's containers, sandbox and volumes are gone.
-        let mut reclaimed = false;
+        let mut life = Life {
+            state: State::Syncing,
+            memory: self.syncer.new_memory(),
+            ran: false,
+            deadline: None,
+        };
+        let mut outcome = Outcome::Woke;
         loop {
-            let work = self.updates.borrow_and_update().clone();
-            let next = match (&work, phase) {
-                (PodWork::Sync(pod), Phase::Syncing) => {
-                    let started = Instant::now();
-                    let result = self.syncer.sync(pod, &mut memory).await;
-                    metrics()
-                        .pod_worker_duration_seconds
-                        .observe(started.elapsed().as_secs_f64());
-                    match result {
-                        Ok(SyncOutcome::Acted) => Next::Now,
-                        Ok(SyncOutcome::Retry(after)) => Next::WaitUntil(Instant::now() + after),
-                        Ok(SyncOutcome::Idle(deadline)) => Next::WaitUntil(
-                            Instant::now() + deadline.map_or(self.resync, |d| d.min(self.resync)),
-                        ),
-                        Ok(SyncOutcome::Terminal) => {
-                            tracing::info!("pod is terminal; stopping what remains");
-                            match self.syncer.terminate(pod, None, &memory).await {
-                                Ok(()) => {
-                                    phase = Phase::Terminated { comes_back: false };
-                                    Next::WaitForUpdate
-                                }
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "terminating pod");
-                                    Next::WaitUntil(Instant::now() + ERROR_RETRY)
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "pod sync failed");
-                            Next::WaitUntil(Instant::now() + ERROR_RETRY)
-                        }
+            if self.cancel.is_cancelled() {
+                return;
+            }
+            let request = self.updates.borrow_and_update().clone();
+            let (next, effect) = transition(life.state, request.work(), &outcome);
+            if next != life.state {
+                tracing::debug!(from = ?life.state, to = ?next, "pod worker state");
+            }
+            life.state = next;
+            if next != State::Terminating {
+                life.deadline = None;
+            }
+            self.terminated.send_if_modified(|t| {
+                let was = std::mem::replace(t, next.is_terminated());
+                was != *t
+            });
+            outcome = match effect {
+                Effect::Sync => {
+                    life.ran = true;
+                    self.sync(&request.pod, &mut life.memory).await
+                }
+                Effect::Terminate => self.terminate(&mut life).await,
+                Effect::Reclaim => match self.syncer.reclaim(&request.pod).await {
+                    Ok(()) => Outcome::Reclaimed,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reclaiming the pod's resources");
+                        Outcome::Failed
                     }
+                },
+                Effect::Remove => match self.syncer.remove(&request.pod).await {
+                    Ok(()) => Outcome::Removed,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "removing pod");
+                        Outcome::Failed
+                    }
+                },
+                Effect::Restart => {
+                    tracing::info!("pod returned after its removal; starting it again");
+                    self.requests.send_if_modified(|r| {
+                        r.restart();
+                        false
+                    });
+                    life.memory = self.syncer.new_memory();
+                    life.ran = false;
+                    Outcome::Woke
                 }
-                (PodWork::Sync(_), Phase::Terminated { comes_back: true }) => {
-                    tracing::info!("pod returned after termination; starting it again");
-                    phase = Phase::Syncing;
-                    memory = self.syncer.new_memory();
-                    Next::Now
+                Effect::Wait(wait) => {
+                    if !self.wait(wait).await {
+                        return;
+                    }
+                    Outcome::Woke
                 }
-                (PodWork::Sync(_), Phase::Terminated { comes_back: false }) => Next::WaitForUpdate,
-                (PodWork::Delete { pod }, _) if !reclaimed => {
-                    let result = if matches!(phase, Phase::Terminated { .. }) {
-                        Ok(())
+                Effect::Exit => {
+                    // Deregister under the lock that updates take: if the pod came back in the
+                    // meantime, the next transition starts it over instead of losing it.
+                    let mut registry = lock(&self.registry);
+                    if self.requests.borrow().returned.is_some() {
+                        Outcome::Woke
                     } else {
-                        tracing::info!("pod deleted through the API; terminating");
-                        self.syncer.terminate(pod, None, &memory).await
-                    };
-                    match result {
-                        Ok(()) => match self.syncer.reclaim(pod).await {
-                            Ok(()) => {
-                                reclaimed = true;
-                                phase = Phase::Terminated { comes_back: false };
-                                Next::WaitForUpdate
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "reclaiming the pod's resources");
-                                phase = Phase::Terminated { comes_back: false };
-                                Next::WaitUntil(Instant::now() + ERROR_RETRY)
-                            }
-                        },
-                        Err(e) => {
-                            tracing::warn!(error = %e, "terminating pod");
-                            Next::WaitUntil(Instant::now() + ERROR_RETRY)
-                        }
-                    }
-                }
-                // Reclaimed: nothing to do until the pod is gone from the API.
-                (PodWork::Delete { .. }, _) => Next::WaitForUpdate,
-                (PodWork::Kill { pod, grace, remove }, _) => {
-                    let result = if matches!(phase, Phase::Terminated { .. }) {
-                        Ok(())
-                    } else {
-                        tracing::info!(grace_override = ?grace, "terminating pod");
-                        self.syncer.terminate(pod, *grace, &memory).await
-                    };
-                    match result {
-                        Err(e) => {
-                            tracing::warn!(error = %e, "terminating pod");
-                            Next::WaitUntil(Instant::now() + ERROR_RETRY)
-                        }
-                        Ok(()) => {
-                            phase = Phase::Terminated {
-                                comes_back: *remove,
-                            };
-                            if !*remove {
-                                Next::WaitForUpdate
-                            } else {
-                                match self.syncer.remove(pod).await {
-                                    Ok(()) => Next::Exit,
-                                    Err(e) => {
-                                        tracing::warn!(error = %e, "removing pod");
-                                        Next::WaitUntil(Instant::now() + ERROR_RETRY)
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            };
-            match next {
-                Next::Now => {
-                    if self.cancel.is_cancelled() {
+                        registry.remove(&self.uid);
                         return;
                     }
                 }
-                Next::Exit => {
-                    // Deregister under the lock; if a new update arrived meanwhile (the same pod
-                    // came back), start over instead of losing it.
-                    let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-                    if self.updates.has_changed().unwrap_or(false) {
-                        drop(registry);
-                        phase = Phase::Syncing;
-                        memory = self.syncer.new_memory();
-                        continue;
-                    }
-                    registry.remove(&self.uid);
-                    return;
-                }
-                Next::WaitUntil(deadline) => {
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => return,
-                        changed = self.updates.changed() => if changed.is_err() { return },
-                        _ = self.wake.notified() => {}
-                        _ = tokio::time::sleep_until(deadline) => {}
-                    }
-                }
-                Next::WaitForUpdate => {
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => return,
-                        changed = self.updates.changed() => if changed.is_err() { return },
-                    }
-                }
+            };
+        }
+    }
+
+    async fn sync(&self, pod: &Arc<Pod>, memory: &mut PodMemory) -> Outcome {
+        let started = Instant::now();
+        let result = self.syncer.sync(pod, memory).await;
+        metrics()
+            .pod_worker_duration_seconds
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(SyncOutcome::Terminal) => {
+                tracing::info!("pod is terminal; stopping what remains");
+                Outcome::Synced(SyncOutcome::Terminal)
+            }
+            Ok(SyncOutcome::Kill(status)) => {
+                // The same kill_pod every other component uses, from inside the worker.
+                self.requests
+                    .send_modify(|r| r.kill(pod.clone(), None, status.clone()));
+                Outcome::Synced(SyncOutcome::Kill(status))
+            }
+            Ok(outcome) => Outcome::Synced(outcome),
+            Err(e) => {
+                tracing::warn!(error = %e, "pod sync failed");
+                Outcome::Failed
             }
         }
     }
+
+    /// Stops the pod's containers within the grace period, moving its deadline earlier while
+    /// updates ask for less, then publishes the final status with the request's mutation.
+    async fn terminate(&mut self, life: &mut Life) -> Outcome {
+        let request = self.updates.borrow_and_update().clone();
+        let grace = request.grace();
+        let now = Instant::now();
+        let deadline = life
+            .deadline
+            .get_or_insert_with(|| watch::channel(GraceDeadline::new(now, grace)).0);
+        shorten(deadline, grace);
+        let current = *deadline.borrow();
+        tracing::info!(
+            grace_seconds = current.period().as_secs(),
+            immediate = current.immediate,
+            "terminating pod"
+        );
+        let watched = Grace::new(deadline.subscribe());
+        let stop = self.syncer.stop_for_termination(&request.pod, &watched);
+        tokio::pin!(stop);
+        let stopped = loop {
+            tokio::select! {
+                result = &mut stop => break result,
+                _ = self.updates.changed() => {
+                    let grace = self.updates.borrow_and_update().grace();
+                    if shorten(deadline, grace) {
+                        let d = *deadline.borrow();
+                        tracing::info!(
+                            asked_seconds = grace.as_secs(),
+                            grace_seconds = d.period().as_secs(),
+                            immediate = d.immediate,
+                            "shorter grace period: the termination ends sooner"
+                        );
+                    }
+                }
+            }
+        };
+        let runtime = match stopped {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                tracing::warn!(error = %e, "terminating pod");
+                return Outcome::Failed;
+            }
+        };
+        // The latest request: a kill that arrived while the containers stopped still has its
+        // status applied.
+        let request = self.updates.borrow().clone();
+        let mutation = request.end.as_ref().and_then(|e| e.status.as_ref());
+        self.syncer
+            .publish_final_status(&request.pod, &runtime, &life.memory, mutation, life.ran)
+            .await;
+        Outcome::Stopped
+    }
+
+    /// Waits as told; false when the worker is cancelled.
+    async fn wait(&mut self, wait: Wait) -> bool {
+        let until = match wait {
+            Wait::Retry(after) => Some(Instant::now() + after),
+            Wait::Idle(deadline) => {
+                Some(Instant::now() + deadline.map_or(self.resync, |d| d.min(self.resync)))
+            }
+            Wait::ForUpdate => None,
+        };
+        match until {
+            Some(until) => tokio::select! {
+                _ = self.cancel.cancelled() => false,
+                _ = self.updates.changed() => true,
+                _ = self.wake.notified() => true,
+                _ = tokio::time::sleep_until(until) => true,
+            },
+            None => tokio::select! {
+                _ = self.cancel.cancelled() => false,
+                _ = self.updates.changed() => true,
+            },
+        }
+    }
+}
+
+/// Moves the deadline earlier if `grace` from now ends sooner; true if it moved.
+fn shorten(deadline: &watch::Sender<GraceDeadline>, grace: Duration) -> bool {
+    let now = Instant::now();
+    deadline.send_if_modified(|d| {
+        let shorter = d.shortened(grace, now);
+        std::mem::replace(d, shorter) != shorter
+    })
 }

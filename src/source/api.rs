@@ -86,6 +86,8 @@ impl ApiSource {
         let mut ready = false;
         let mut dirty = false;
         let mut last_sent: Option<Vec<Pod>> = None;
+        // The last versions of pods deleted since the previous snapshot.
+        let mut deleted: Vec<Pod> = Vec::new();
         loop {
             let next = if dirty {
                 tokio::select! {
@@ -101,8 +103,10 @@ impl ApiSource {
             };
             match next {
                 Some(Some(Ok(event))) => {
-                    if matches!(event, watcher::Event::InitDone) {
-                        ready = true;
+                    match event {
+                        watcher::Event::InitDone => ready = true,
+                        watcher::Event::Delete(pod) if !is_mirror_pod(&pod) => deleted.push(pod),
+                        _ => {}
                     }
                     dirty = true;
                 }
@@ -122,6 +126,7 @@ impl ApiSource {
                     }
                     let pods = desired_pods(&state);
                     if last_sent.as_ref() == Some(&pods) {
+                        deleted.clear();
                         continue;
                     }
                     last_sent = Some(pods.clone());
@@ -129,6 +134,7 @@ impl ApiSource {
                         source: API_SOURCE,
                         pods,
                         errors: Vec::new(),
+                        deleted: std::mem::take(&mut deleted),
                     };
                     if tx.send(snapshot).await.is_err() {
                         return;

@@ -53,6 +53,10 @@ pub struct SourceSnapshot {
     pub pods: Vec<Pod>,
     /// Problems with individual manifests; pods from other files are unaffected.
     pub errors: Vec<ManifestError>,
+    /// Pods the source saw deleted since its previous snapshot, as it last saw them: the API
+    /// server's DELETED object carries what a force delete set (`deletionGracePeriodSeconds:
+    /// 0`), which the snapshot before may never have shown.
+    pub deleted: Vec<Pod>,
 }
 
 /// One problem with one manifest file, e.g.

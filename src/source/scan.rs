@@ -206,6 +206,7 @@ fn snapshot(pods: Vec<Pod>, errors: Vec<ManifestError>) -> SourceSnapshot {
         source: FILE_SOURCE,
         pods,
         errors,
+        deleted: Vec::new(),
     }
 }
 

@@ -9,6 +9,7 @@
 //! * [`StatusManager`] is the versioned status cache the local API (and later the API server
 //!   sync) reads; it enforces the rules the kubelet's status manager enforces (terminal phase is
 //!   never left, `startTime` never changes, unchanged statuses do not bump the version).
+//! * [`StatusMutation`] is what whoever ends a pod (`kill_pod`) wants its final status to say.
 //! * [`printer`] renders pods the way `kubectl get pods` does.
 //! * [`api_sync`] delivers the cached statuses to the API server (cluster mode), sends the final
 //!   DELETE of pods whose deletion was requested, and cleans up failed pods.
@@ -18,6 +19,7 @@ mod generate;
 #[cfg(test)]
 mod generate_tests;
 mod manager;
+mod mutation;
 pub mod patch;
 mod phase;
 pub mod printer;
@@ -32,6 +34,7 @@ use crate::cri::PodRuntime;
 pub use api_sync::{ApiStatusSync, ApiStatusSyncOptions, ApiStatusSyncStats};
 pub use generate::{container_statuses, generate_pod_status, ContainerKind};
 pub use manager::{PodLifecycle, StatusManager, VersionedStatus};
+pub use mutation::StatusMutation;
 pub use phase::{container_should_restart, get_phase, get_phase_with_initialized};
 
 /// Waiting reason of a container that has not been created yet (pod without init containers).

@@ -17,7 +17,7 @@ use super::container_config::container_hash;
 use super::kill::StopReason;
 use super::sandbox_config::{pod_log_dir, sandbox_config, SandboxContext};
 use super::start::StartEnv;
-use super::stop::Kill;
+use super::stop::{Kill, KillGrace};
 use crate::backoff::Backoff;
 use crate::cgroup;
 use crate::clock::Clock;
@@ -31,7 +31,9 @@ use crate::podspec::{
     init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
-use crate::status::{generate_pod_status, StartFailure, StatusInputs, StatusManager};
+use crate::status::{
+    generate_pod_status, StartFailure, StatusInputs, StatusManager, StatusMutation,
+};
 use crate::volume;
 
 /// Node-wide settings the executor needs (from the configuration).
@@ -78,9 +80,6 @@ pub struct PodMemory {
     pub fresh_start: bool,
     /// Restart counts of containers whose instances an in-place restart removed.
     pub restart_count_base: BTreeMap<String, i32>,
-    /// Set when nodelet itself ended the pod (activeDeadlineSeconds, eviction): the status is
-    /// Failed with this reason and message.
-    pub terminal_reason: Option<(String, String)>,
     /// When nodelet first saw the pod, for the pod start duration metric.
     pub first_seen: Option<tokio::time::Instant>,
     pub start_recorded: bool,
@@ -90,7 +89,7 @@ pub struct PodMemory {
 }
 
 /// What one sync decided about the pod's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SyncOutcome {
     /// Actions were taken; sync again right away to publish the new state.
     Acted,
@@ -101,6 +100,9 @@ pub enum SyncOutcome {
     Idle(Option<Duration>),
     /// The pod reached Succeeded/Failed: no container will run again.
     Terminal,
+    /// The pod must end, with this in its final status (`activeDeadlineSeconds` passed): the
+    /// pod worker ends it through `kill_pod`, the seam eviction and node shutdown use.
+    Kill(StatusMutation),
 }
 
 /// How long to wait before retrying a sync whose starts failed with no backoff of their own
@@ -249,7 +251,6 @@ impl PodSyncer {
             start_failures: BTreeMap::new(),
             restart_backoff: Backoff::new(initial, max),
             image_backoff: Backoff::new(IMAGE_BACKOFF.0, IMAGE_BACKOFF.1),
-            terminal_reason: None,
             restart_in_place: None,
             restart_count_base: BTreeMap::new(),
             fresh_start: false,
@@ -284,6 +285,18 @@ impl PodSyncer {
         memory: &PodMemory,
         pod_is_terminal: bool,
     ) -> PodStatus {
+        self.publish_status_with(pod, runtime, memory, pod_is_terminal, None)
+    }
+
+    /// [`Self::publish_status`], with `mutation` (from whoever ended the pod) applied on top.
+    pub fn publish_status_with(
+        &self,
+        pod: &Pod,
+        runtime: &PodRuntime,
+        memory: &PodMemory,
+        pod_is_terminal: bool,
+        mutation: Option<&StatusMutation>,
+    ) -> PodStatus {
         let uid = pod_uid(pod);
         let mut previous = self.status.status(uid);
         if memory.fresh_start {
@@ -310,10 +323,8 @@ impl PodSyncer {
             restart_in_place: memory.restart_in_place,
         });
         let mut status = status;
-        if let Some((reason, message)) = &memory.terminal_reason {
-            status.phase = Some("Failed".into());
-            status.reason = Some(reason.clone());
-            status.message = Some(message.clone());
+        if let Some(m) = mutation {
+            m.apply(&mut status);
         }
         self.status.set_pod_status(pod, status.clone());
         status
@@ -330,11 +341,11 @@ impl PodSyncer {
         }
         self.probes
             .sync_pod(pod, &self.running_for_probes(pod, &runtime));
-        let mut status = self.publish_status(pod, &runtime, memory, false);
+        let status = self.publish_status(pod, &runtime, memory, false);
         self.record_pod_started(&status, memory);
         let start_time = status.start_time.as_ref().map(|t| t.0);
         let deadline = active_deadline_remaining(pod, start_time, self.clock.now());
-        if deadline == Some(Duration::ZERO) && memory.terminal_reason.is_none() {
+        if deadline == Some(Duration::ZERO) && !is_terminal(&status) {
             let message = "Pod was active on the node longer than the specified deadline";
             tracing::info!(reason = "DeadlineExceeded", message, "pod failed");
             self.events.record(
@@ -343,8 +354,10 @@ impl PodSyncer {
                 "DeadlineExceeded",
                 message,
             );
-            memory.terminal_reason = Some(("DeadlineExceeded".into(), message.into()));
-            status = self.publish_status(pod, &runtime, memory, false);
+            return Ok(SyncOutcome::Kill(StatusMutation::failed(
+                "DeadlineExceeded",
+                message,
+            )));
         }
         if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
             return Ok(SyncOutcome::Terminal);
@@ -418,7 +431,7 @@ impl PodSyncer {
                 Kill {
                     reason: k.reason.stop_reason(),
                     message: &k.message,
-                    grace_override: None,
+                    grace: KillGrace::Own(None),
                     pod_ip: pod_ip.as_deref(),
                     ordering: None,
                 },
@@ -426,7 +439,8 @@ impl PodSyncer {
         });
         join_all(kills).await;
         if actions.kill_pod {
-            self.kill_pod(pod, runtime, None).await;
+            let grace = super::kill::Grace::fixed(super::kill::pod_grace_period(pod, None));
+            self.stop_pod(pod, runtime, &grace).await;
         }
         for id in &actions.containers_to_remove {
             if let Err(e) = self.runtime.remove_container(id).await {
@@ -605,7 +619,7 @@ impl PodSyncer {
                     Kill {
                         reason: StopReason::Other,
                         message: "Restarting all containers in place",
-                        grace_override: Some(Duration::ZERO),
+                        grace: KillGrace::Own(Some(Duration::ZERO)),
                         pod_ip: pod_ip.as_deref(),
                         ordering: None,
                     },
@@ -725,6 +739,10 @@ impl PodSyncer {
             tracing::warn!(error = %e, "removing the pod cgroup");
         }
     }
+}
+
+fn is_terminal(status: &PodStatus) -> bool {
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
 }
 
 /// What is left of the pod's `activeDeadlineSeconds` (counted from `startTime`): `None` without

@@ -1,9 +1,12 @@
 //! How long a container gets to stop: the kubelet's `setTerminationGracePeriod` and the
-//! arithmetic around preStop hooks, as pure functions.
+//! arithmetic around preStop hooks, as pure functions; and the deadline of a pod's termination,
+//! which a shorter grace period (force delete, eviction) moves earlier while its containers stop.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Why a container is being stopped; decides which grace period applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +71,126 @@ pub fn stop_timeout_after_hook(grace: Duration, hook_ran: Duration) -> Duration 
     // The kubelet counts whole seconds of hook time.
     let used = Duration::from_secs(hook_ran.as_secs());
     grace.saturating_sub(used).max(MINIMUM_GRACE_PERIOD)
+}
+
+/// The grace period a pod termination asks for — one request's share of the kubelet's
+/// `calculateEffectiveGracePeriod`: the pod's own (`deletionGracePeriodSeconds`, else
+/// `terminationGracePeriodSeconds`, else 30 s), or the override (force, eviction, node
+/// shutdown) — which, against a deletion grace period the API server set, applies only when
+/// shorter.
+pub fn pod_grace_period(pod: &Pod, override_: Option<Duration>) -> Duration {
+    let own = termination_grace_period(pod, None, StopReason::PodTermination, None);
+    match override_ {
+        None => own,
+        Some(o) if pod.metadata.deletion_grace_period_seconds.is_some() => o.min(own),
+        Some(o) => o,
+    }
+}
+
+/// The grace period of one termination as a deadline: it counts from `started` and ends at
+/// `ends`. A shorter grace period asked later moves `ends` earlier; a longer one never moves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraceDeadline {
+    pub started: Instant,
+    pub ends: Instant,
+    /// A grace period of zero was asked (force): no preStop hook, no minimum window, SIGKILL
+    /// at once.
+    pub immediate: bool,
+}
+
+impl GraceDeadline {
+    pub fn new(started: Instant, grace: Duration) -> Self {
+        GraceDeadline {
+            started,
+            ends: started + grace,
+            immediate: grace.is_zero(),
+        }
+    }
+
+    /// The whole grace period as it stands now.
+    pub fn period(&self) -> Duration {
+        self.ends.saturating_duration_since(self.started)
+    }
+
+    /// The deadline after `grace` is asked for at `now`: it ends at `now + grace` if that is
+    /// sooner (zero: at once), else nothing changes. Unlike the kubelet, which restarts the
+    /// termination with the shorter period counted from `now`, a shorter request never ends
+    /// later than the running one would have.
+    pub fn shortened(self, grace: Duration, now: Instant) -> GraceDeadline {
+        if self.immediate {
+            return self;
+        }
+        if grace.is_zero() {
+            return GraceDeadline {
+                ends: self.ends.min(now),
+                immediate: true,
+                ..self
+            };
+        }
+        GraceDeadline {
+            ends: self.ends.min(now + grace),
+            ..self
+        }
+    }
+
+    /// When a container that got its stop signal at `signalled` is SIGKILLed: at once after a
+    /// force; otherwise when the grace period ends, but never less than
+    /// [`MINIMUM_GRACE_PERIOD`] after the signal (what [`stop_timeout_after_hook`] gives a
+    /// container whose preStop hook, or wait for its turn, used the period up).
+    pub fn kill_at(&self, signalled: Instant) -> Instant {
+        if self.immediate {
+            return signalled.max(self.ends);
+        }
+        let used = signalled.saturating_duration_since(self.started);
+        signalled + stop_timeout_after_hook(self.period(), used)
+    }
+}
+
+/// A termination's deadline as the code stopping its containers sees it: the current value,
+/// and waits that follow it when the pod worker moves it (a `watch` of the deadline, so a
+/// shorter grace period reaches a preStop hook or a StopContainer call already under way).
+#[derive(Debug, Clone)]
+pub struct Grace {
+    rx: watch::Receiver<GraceDeadline>,
+}
+
+impl Grace {
+    /// Follows the deadline that `rx`'s sender moves.
+    pub fn new(rx: watch::Receiver<GraceDeadline>) -> Self {
+        Grace { rx }
+    }
+
+    /// A deadline nobody moves: `grace` from now (one container killed by a probe, a spec
+    /// change, an in-place restart).
+    pub fn fixed(grace: Duration) -> Self {
+        let (_, rx) = watch::channel(GraceDeadline::new(Instant::now(), grace));
+        Grace { rx }
+    }
+
+    pub fn current(&self) -> GraceDeadline {
+        *self.rx.borrow()
+    }
+
+    /// Resolves when the deadline moves; never, once nobody can move it.
+    pub async fn moved(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Resolves when the grace period is over (at once after a force), following every move.
+    pub async fn expired(&mut self) {
+        loop {
+            let d = self.current();
+            if d.immediate {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(d.ends) => return,
+                _ = self.moved() => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -253,6 +376,171 @@ mod tests {
     }
 }
 
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    #[test]
+    fn pod_grace_period_with_and_without_an_override() {
+        let pod = |spec: Option<i64>, deletion: Option<i64>| {
+            let mut p = Pod {
+                spec: Some(PodSpec {
+                    termination_grace_period_seconds: spec,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            p.metadata.deletion_grace_period_seconds = deletion;
+            p
+        };
+        // (case, spec grace, deletion grace, override, want secs)
+        let cases = [
+            ("pod's own", Some(60), None, None, 60),
+            ("default 30", None, None, None, 30),
+            ("deletion grace", Some(60), Some(5), None, 5),
+            ("override replaces the spec", Some(60), None, Some(10), 10),
+            (
+                "override longer than the spec still applies",
+                Some(5),
+                None,
+                Some(10),
+                10,
+            ),
+            (
+                "override shorter than the deletion grace",
+                Some(60),
+                Some(30),
+                Some(10),
+                10,
+            ),
+            (
+                "deletion grace shorter than the override",
+                Some(60),
+                Some(3),
+                Some(10),
+                3,
+            ),
+            ("force", Some(60), Some(30), Some(0), 0),
+            ("force delete through the API", Some(60), Some(0), None, 0),
+        ];
+        for (name, spec, deletion, override_, want) in cases {
+            assert_eq!(
+                pod_grace_period(&pod(spec, deletion), override_.map(Duration::from_secs)),
+                Duration::from_secs(want),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deadline_only_moves_earlier() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let at = |secs: u64| t0 + s(secs);
+        let d30 = GraceDeadline::new(t0, s(30));
+        // (case, deadline, asked grace, asked at (s), want end (s), want immediate)
+        let cases = [
+            ("shorter ends sooner", d30, s(10), 5, 15, false),
+            (
+                "shorter from later on ends at the old end",
+                d30,
+                s(10),
+                25,
+                30,
+                false,
+            ),
+            ("longer never lengthens", d30, s(60), 5, 30, false),
+            ("same changes nothing", d30, s(30), 0, 30, false),
+            ("force ends now", d30, s(0), 5, 5, true),
+            ("force after the end keeps the end", d30, s(0), 40, 30, true),
+            (
+                "nothing after a force",
+                d30.shortened(s(0), at(5)),
+                s(1),
+                6,
+                5,
+                true,
+            ),
+        ];
+        for (name, d, grace, asked, want_end, want_immediate) in cases {
+            let got = d.shortened(grace, at(asked));
+            assert_eq!(got.started, t0, "{name}");
+            assert_eq!(got.ends, at(want_end), "{name}");
+            assert_eq!(got.immediate, want_immediate, "{name}");
+        }
+        assert!(GraceDeadline::new(t0, s(0)).immediate);
+        assert_eq!(d30.shortened(s(10), at(5)).period(), s(15));
+    }
+
+    #[test]
+    fn kill_time_after_the_stop_signal() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let at = |secs: u64| t0 + s(secs);
+        let d30 = GraceDeadline::new(t0, s(30));
+        // (case, deadline, signalled at (s), want SIGKILL at (s))
+        let cases = [
+            ("signalled at the start: the whole period", d30, 0, 30),
+            ("after a 10 s preStop: what is left", d30, 10, 30),
+            ("after a hook that used it all: 2 s window", d30, 30, 32),
+            ("hook outlived the period: 2 s window", d30, 35, 37),
+            ("shortened to 15 s", d30.shortened(s(10), at(5)), 0, 15),
+            (
+                "shortened below the window after the signal",
+                d30.shortened(s(1), at(13)),
+                13,
+                15,
+            ),
+            (
+                "force after the signal: at the force",
+                d30.shortened(s(0), at(5)),
+                0,
+                5,
+            ),
+            (
+                "force before the signal: at the signal",
+                d30.shortened(s(0), at(5)),
+                7,
+                7,
+            ),
+            (
+                "grace 1 s still gets the window",
+                GraceDeadline::new(t0, s(1)),
+                0,
+                2,
+            ),
+            ("grace 0: at once", GraceDeadline::new(t0, s(0)), 0, 0),
+        ];
+        for (name, d, signalled, want) in cases {
+            assert_eq!(d.kill_at(at(signalled)), at(want), "{name}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_follows_the_deadline_as_it_moves() {
+        let t0 = Instant::now();
+        let (tx, rx) = watch::channel(GraceDeadline::new(t0, Duration::from_secs(30)));
+        let mut grace = Grace::new(rx);
+        let waiter = tokio::spawn(async move {
+            grace.expired().await;
+            t0.elapsed()
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tx.send_modify(|d| *d = d.shortened(Duration::from_secs(60), Instant::now()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tx.send_modify(|d| *d = d.shortened(Duration::from_secs(4), Instant::now()));
+        assert_eq!(waiter.await.unwrap(), Duration::from_secs(10));
+        // A fixed deadline expires on time even though nobody holds its sender.
+        let mut fixed = Grace::fixed(Duration::from_secs(3));
+        let t1 = Instant::now();
+        fixed.expired().await;
+        assert_eq!(t1.elapsed(), Duration::from_secs(3));
+        Grace::fixed(Duration::ZERO).expired().await;
+        assert_eq!(t1.elapsed(), Duration::from_secs(3), "zero expires at once");
+    }
+}
+
 /// The kubelet's `terminationOrdering`: regular containers stop first (in parallel); each
 /// sidecar waits for every regular container and then for the sidecar after it in the spec, so
 /// sidecars stop in reverse order. Waiting never outlasts the grace period.
@@ -320,17 +608,14 @@ impl TerminationOrdering {
         }
     }
 
-    /// Waits until `name` may stop, at most `grace`; returns how long it waited.
-    pub async fn wait_for_turn(&self, name: &str, grace: Duration) -> Duration {
-        if grace.is_zero() {
-            return Duration::ZERO;
-        }
+    /// Waits until `name` may stop, at most until the grace period ends; returns how long it
+    /// waited.
+    pub async fn wait_for_turn(&self, name: &str, grace: &mut Grace) -> Duration {
         let started = tokio::time::Instant::now();
-        let deadline = started + grace;
         for token in self.prereqs.get(name).into_iter().flatten() {
             tokio::select! {
                 _ = token.cancelled() => {}
-                _ = tokio::time::sleep_until(deadline) => break,
+                _ = grace.expired() => break,
             }
         }
         started.elapsed()
@@ -400,21 +685,23 @@ mod ordering_tests {
         };
         let o = std::sync::Arc::new(TerminationOrdering::new(&pod, &["a", "s1"]));
         let o2 = o.clone();
-        let waiter =
-            tokio::spawn(async move { o2.wait_for_turn("s1", Duration::from_secs(30)).await });
+        let waiter = tokio::spawn(async move {
+            o2.wait_for_turn("s1", &mut Grace::fixed(Duration::from_secs(30)))
+                .await
+        });
         tokio::time::sleep(Duration::from_secs(4)).await;
         o.container_terminated("a");
         assert_eq!(waiter.await.unwrap().as_secs(), 4);
         // Nobody terminates: the wait ends with the grace period.
         let o = TerminationOrdering::new(&pod, &["a", "s1"]);
         assert_eq!(
-            o.wait_for_turn("s1", Duration::from_secs(10))
+            o.wait_for_turn("s1", &mut Grace::fixed(Duration::from_secs(10)))
                 .await
                 .as_secs(),
             10
         );
         assert_eq!(
-            o.wait_for_turn("a", Duration::from_secs(10))
+            o.wait_for_turn("a", &mut Grace::fixed(Duration::from_secs(10)))
                 .await
                 .as_secs(),
             0

@@ -17,7 +17,7 @@ use super::executor::{pod_uid, PodMemory, PodSyncer, SYNC_ERROR_RETRY};
 use super::hooks::run_hook;
 use super::kill::StopReason;
 use super::sandbox_config::container_log_dir;
-use super::stop::Kill;
+use super::stop::{Kill, KillGrace};
 use crate::config::format_duration;
 use crate::cri::{api, ContainerState, PodRuntime};
 use crate::events::EventType;
@@ -438,7 +438,7 @@ impl PodSyncer {
                     Kill {
                         reason: StopReason::Other,
                         message: "FailedPostStartHook",
-                        grace_override: None,
+                        grace: KillGrace::Own(None),
                         pod_ip,
                         ordering: None,
                     },

@@ -2,21 +2,25 @@
 //! preStop hook counted against it, the stop signal, SIGKILL after the rest of the period) and
 //! `killPodWithSyncResult` (every container in parallel, then the sandboxes), plus the final
 //! removal of a pod nodelet forgets.
+//!
+//! Every stop follows a [`Grace`] deadline. For a pod's termination the pod worker moves it
+//! earlier when a shorter grace period arrives (force delete, eviction): a preStop hook still
+//! running is cut off at the new end, and a container already sent its stop signal gets a new
+//! StopContainer call with the shorter timeout.
 
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 
 use super::executor::{pod_uid, removed, PodMemory, PodSyncer, Result};
 use super::hooks::run_hook;
-use super::kill::{
-    stop_timeout_after_hook, termination_grace_period, StopReason, TerminationOrdering,
-};
+use super::kill::{termination_grace_period, Grace, StopReason, TerminationOrdering};
 use crate::cri::containerd::parse_signal;
 use crate::cri::{api, ContainerState, PodRuntime, RuntimeContainer};
 use crate::events::EventType;
 use crate::podspec::{init_containers, regular_containers};
+use crate::status::StatusMutation;
 use crate::volume;
 
 /// How often to look whether a container signalled with its own stop signal has exited.
@@ -29,39 +33,64 @@ fn spec_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
         .find(|c| c.name == name)
 }
 
+/// The grace period one container gets.
+#[derive(Debug, Clone)]
+pub enum KillGrace {
+    /// Its own, by precedence ([`termination_grace_period`]), or the override (in-place
+    /// restart) — fixed once the kill starts.
+    Own(Option<Duration>),
+    /// The pod's termination deadline, shared by its containers and moved earlier by the pod
+    /// worker when a shorter grace period arrives.
+    Pod(Grace),
+}
+
 /// How to stop one container.
 pub struct Kill<'a> {
     pub reason: StopReason,
     /// The Killing event's message; empty gives "Stopping container <name>".
     pub message: &'a str,
-    /// Replaces every grace period (force delete, in-place restart).
-    pub grace_override: Option<Duration>,
+    pub grace: KillGrace,
     /// The pod's IP, for httpGet preStop hooks.
     pub pod_ip: Option<&'a str>,
     /// Termination order of the whole pod (sidecars after regular containers).
     pub ordering: Option<&'a TerminationOrdering>,
 }
 
+/// A StopContainer timeout, in the whole seconds the CRI takes, that does not SIGKILL before
+/// `kill_at`.
+fn timeout_until(kill_at: tokio::time::Instant) -> Duration {
+    let left = kill_at.saturating_duration_since(tokio::time::Instant::now());
+    let whole = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    Duration::from_secs(whole)
+}
+
 impl PodSyncer {
     /// Stops one container: Killing is logged, the preStop hook (if any, and if there is time)
     /// runs first and its time counts against the grace period, then the stop signal is sent and
-    /// SIGKILL follows after what is left (at least 2 s, unless the grace period is 0).
+    /// SIGKILL follows after what is left (at least 2 s, unless the grace period is 0). A
+    /// deadline that moves earlier meanwhile shortens each of these steps.
     pub async fn kill_container(&self, pod: &Pod, container: &RuntimeContainer, kill: Kill<'_>) {
         let Kill {
             reason,
             message,
-            grace_override,
+            grace,
             pod_ip,
             ordering,
         } = kill;
         let spec = spec_of(pod, &container.name);
-        let grace = termination_grace_period(pod, spec, reason, grace_override);
+        let mut grace = match grace {
+            KillGrace::Own(override_) => {
+                Grace::fixed(termination_grace_period(pod, spec, reason, override_))
+            }
+            KillGrace::Pod(grace) => grace,
+        };
         let message = if message.is_empty() {
             format!("Stopping container {}", container.name)
         } else {
             message.to_string()
         };
-        tracing::info!(container = %container.name, grace_seconds = grace.as_secs(), %message, "Killing");
+        let deadline = grace.current();
+        tracing::info!(container = %container.name, grace_seconds = deadline.period().as_secs(), %message, "Killing");
         self.container_event(
             pod,
             &container.name,
@@ -69,11 +98,9 @@ impl PodSyncer {
             "Killing",
             message.clone(),
         );
-        let mut hook_ran = Duration::ZERO;
         let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
         if let (Some(c), Some(hook)) = (spec, pre_stop) {
-            if !grace.is_zero() && container.state == ContainerState::Running {
-                let started = tokio::time::Instant::now();
+            if !deadline.immediate && container.state == ContainerState::Running {
                 let run = run_hook(
                     self.runtime.as_ref(),
                     pod,
@@ -81,12 +108,12 @@ impl PodSyncer {
                     &container.id,
                     hook,
                     pod_ip,
-                    Some(grace),
+                    Some(deadline.period()),
                 );
-                // The hook gets at most the grace period; a hook that outlives it is abandoned.
-                match tokio::time::timeout(grace, run).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
+                // The hook gets at most the grace period; a hook that outlives it (or a
+                // shortened one) is abandoned.
+                tokio::select! {
+                    result = run => if let Err(e) = result {
                         tracing::warn!(container = %container.name, error = %e, "FailedPreStopHook");
                         self.container_event(
                             pod,
@@ -95,30 +122,27 @@ impl PodSyncer {
                             "FailedPreStopHook",
                             "PreStopHook failed",
                         );
-                    }
-                    Err(_) => {
-                        tracing::warn!(container = %container.name, grace_seconds = grace.as_secs(), "preStop hook did not finish within the grace period");
+                    },
+                    _ = grace.expired() => {
+                        tracing::warn!(container = %container.name, grace_seconds = grace.current().period().as_secs(), "preStop hook did not finish within the grace period");
                     }
                 }
-                hook_ran = started.elapsed();
             }
         }
         // Sidecars wait for their turn (every regular container, then the sidecars after
         // them), within what is left of the grace period.
-        let mut waited = Duration::ZERO;
         if let Some(o) = ordering {
-            let left = grace.saturating_sub(Duration::from_secs(hook_ran.as_secs()));
-            waited = o.wait_for_turn(&container.name, left).await;
+            o.wait_for_turn(&container.name, &mut grace).await;
         }
-        let timeout = stop_timeout_after_hook(grace, hook_ran + waited);
         let stop_signal = spec
             .and_then(|c| c.lifecycle.as_ref()?.stop_signal.as_deref())
             .and_then(parse_signal);
-        if let (Some(signal), Some(tasks), false) = (stop_signal, &self.tasks, timeout.is_zero()) {
-            self.stop_with_signal(container, signal, timeout, tasks.as_ref())
+        let immediate = grace.current().immediate;
+        if let (Some(signal), Some(tasks), false) = (stop_signal, &self.tasks, immediate) {
+            self.stop_with_signal(container, signal, &mut grace, tasks.as_ref())
                 .await;
         } else {
-            self.stop_container(&container.id, &container.name, timeout)
+            self.stop_container(&container.id, &container.name, &mut grace)
                 .await;
         }
         if let Some(o) = ordering {
@@ -127,38 +151,71 @@ impl PodSyncer {
     }
 
     /// `lifecycle.stopSignal`: the CRI of containerd 1.6 always sends the image's STOPSIGNAL, so
-    /// nodelet sends the pod's signal itself, waits up to `timeout` for the exit, then has the
-    /// runtime SIGKILL what is left.
+    /// nodelet sends the pod's signal itself, waits until the SIGKILL time for the exit, then
+    /// has the runtime SIGKILL what is left.
     async fn stop_with_signal(
         &self,
         container: &RuntimeContainer,
         signal: i32,
-        timeout: Duration,
+        grace: &mut Grace,
         tasks: &dyn crate::cri::containerd::TaskSignaller,
     ) {
         tracing::info!(container = %container.name, signal, "sending the container's stopSignal");
+        let signalled = tokio::time::Instant::now();
         if let Err(e) = tasks.signal(&container.id, signal).await {
             if !e.is_not_found() {
                 tracing::warn!(container = %container.name, error = %e, "sending stopSignal; stopping with the runtime's signal");
             }
-            self.stop_container(&container.id, &container.name, timeout)
+            self.stop_container(&container.id, &container.name, grace)
                 .await;
             return;
         }
-        let deadline = tokio::time::Instant::now() + timeout;
-        while tokio::time::Instant::now() < deadline {
+        loop {
+            let kill_at = grace.current().kill_at(signalled);
+            let now = tokio::time::Instant::now();
+            if now >= kill_at {
+                break;
+            }
             match self.runtime.container_status(&container.id).await {
                 Ok(s) if s.state == api::ContainerState::ContainerRunning as i32 => {}
                 _ => break,
             }
-            tokio::time::sleep(STOP_POLL.min(deadline - tokio::time::Instant::now())).await;
+            tokio::select! {
+                _ = tokio::time::sleep(STOP_POLL.min(kill_at - now)) => {}
+                _ = grace.moved() => {}
+            }
         }
-        self.stop_container(&container.id, &container.name, Duration::ZERO)
-            .await;
+        self.stop_container(
+            &container.id,
+            &container.name,
+            &mut Grace::fixed(Duration::ZERO),
+        )
+        .await;
     }
 
-    async fn stop_container(&self, id: &str, name: &str, timeout: Duration) {
-        match self.runtime.stop_container(id, timeout).await {
+    /// StopContainer with what is left of the grace period; when the deadline moves earlier
+    /// while the call waits, a new call with the shorter timeout replaces it (the runtime then
+    /// SIGKILLs at the earlier time; the first call is cancelled).
+    async fn stop_container(&self, id: &str, name: &str, grace: &mut Grace) {
+        let signalled = tokio::time::Instant::now();
+        let mut kill_at = grace.current().kill_at(signalled);
+        let mut timeout = timeout_until(kill_at);
+        let mut call = self.runtime.stop_container(id, timeout);
+        let result = loop {
+            tokio::select! {
+                result = &mut call => break result,
+                _ = grace.moved() => {
+                    let at = grace.current().kill_at(signalled);
+                    if at < kill_at {
+                        kill_at = at;
+                        timeout = timeout_until(kill_at);
+                        tracing::info!(container = %name, timeout_seconds = timeout.as_secs(), "grace period shortened; stopping again");
+                        call = self.runtime.stop_container(id, timeout);
+                    }
+                }
+            }
+        };
+        match result {
             Ok(()) => {
                 tracing::info!(container = %name, timeout_seconds = timeout.as_secs(), "Stopped container")
             }
@@ -167,14 +224,9 @@ impl PodSyncer {
         }
     }
 
-    /// Stops every live container of the pod in parallel (each with its own grace period and
-    /// preStop hook), then every ready sandbox.
-    pub async fn kill_pod(
-        &self,
-        pod: &Pod,
-        runtime: &PodRuntime,
-        grace_override: Option<Duration>,
-    ) {
+    /// Stops every live container of the pod in parallel (each with its preStop hook, all within
+    /// `grace`), then every ready sandbox.
+    pub async fn stop_pod(&self, pod: &Pod, runtime: &PodRuntime, grace: &Grace) {
         let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
         let live: Vec<&RuntimeContainer> = runtime
             .containers
@@ -195,7 +247,7 @@ impl PodSyncer {
                 Kill {
                     reason: StopReason::PodTermination,
                     message: "",
-                    grace_override,
+                    grace: KillGrace::Pod(grace.clone()),
                     pod_ip: pod_ip.as_deref(),
                     ordering: Some(&ordering),
                 },
@@ -211,24 +263,50 @@ impl PodSyncer {
         }
     }
 
-    /// Terminates the pod: kills what runs (`grace_override` replaces the pod's own grace
-    /// periods) and publishes the final status.
-    pub async fn terminate(
-        &self,
-        pod: &Pod,
-        grace_override: Option<Duration>,
-        memory: &PodMemory,
-    ) -> Result<()> {
+    /// The first half of a pod's termination (the kubelet's `SyncTerminatingPod`): liveness
+    /// and startup probes stop, every container and sandbox is stopped within `grace`; returns
+    /// what the runtime holds afterwards, for [`Self::publish_final_status`].
+    pub async fn stop_for_termination(&self, pod: &Pod, grace: &Grace) -> Result<PodRuntime> {
         let uid = pod_uid(pod).to_string();
         // Liveness and startup probes stop now; readiness keeps reporting until the end.
         self.probes.pod_terminating(&uid);
         let runtime = self.inspect(&uid).await?;
-        self.kill_pod(pod, &runtime, grace_override).await;
-        let runtime = self.inspect(&uid).await?;
-        self.publish_status(pod, &runtime, memory, true);
+        self.stop_pod(pod, &runtime, grace).await;
+        self.inspect(&uid).await
+    }
+
+    /// The second half: the final status (with `mutation` applied, once), then the probes and
+    /// the QoS tier forget the pod.
+    ///
+    /// A pod that never ran here (`ran` false: ended before its first sync, and the runtime
+    /// holds nothing of it) and that is ended with a mutation (admission rejection) reports
+    /// only its QoS class and the mutation, as the kubelet's `rejectPod`: it has no container
+    /// or condition to speak of.
+    pub async fn publish_final_status(
+        &self,
+        pod: &Pod,
+        runtime: &PodRuntime,
+        memory: &PodMemory,
+        mutation: Option<&StatusMutation>,
+        ran: bool,
+    ) {
+        let uid = pod_uid(pod).to_string();
+        let never_ran = !ran && runtime.sandboxes.is_empty() && runtime.containers.is_empty();
+        match mutation {
+            Some(m) if never_ran => {
+                let mut status = PodStatus {
+                    qos_class: Some(crate::cgroup::qos_class(pod).as_str().to_string()),
+                    ..Default::default()
+                };
+                m.apply(&mut status);
+                self.status.set_pod_status(pod, status);
+            }
+            _ => {
+                self.publish_status_with(pod, runtime, memory, true, mutation);
+            }
+        }
         self.probes.remove_pod(&uid);
         self.pod_cgroup_terminated(pod).await;
-        Ok(())
     }
 
     /// After a deletion through the API: removes what the runtime holds for the pod and its

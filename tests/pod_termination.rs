@@ -1,0 +1,410 @@
+//! Component tests: interruptible termination and `kill_pod`, against the in-memory fake
+//! runtime with tokio's clock paused, so the grace period arithmetic is exact.
+
+mod harness;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::*;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use nodelet::pod::{PodKiller, PodManager, PodWork, StatusMutation};
+use nodelet::source::SourceSnapshot;
+use tokio::time::Instant;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// The pod with `terminationGracePeriodSeconds: grace`.
+fn with_grace(p: Arc<Pod>, grace: i64) -> Arc<Pod> {
+    let mut p = (*p).clone();
+    p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(grace);
+    Arc::new(p)
+}
+
+/// The pod as the API server shows it once deleted with `grace` (0: a force delete).
+fn deleting(p: &Arc<Pod>, grace: i64) -> Arc<Pod> {
+    let mut p = (**p).clone();
+    p.metadata.deletion_timestamp = Some(Time("2026-01-01T00:01:00Z".parse().unwrap()));
+    p.metadata.deletion_grace_period_seconds = Some(grace);
+    Arc::new(p)
+}
+
+/// StopContainer calls since `t0`: (seconds after `t0`, detail).
+fn stops_since(h: &Harness, t0: Instant) -> Vec<(u64, String)> {
+    h.fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == "stop_container")
+        .map(|c| ((c.at - t0).as_secs(), c.detail))
+        .collect()
+}
+
+/// The exit code of the pod's container `name` in its published status, once terminated.
+fn exit_code(h: &Harness, uid: &str, name: &str) -> Option<i32> {
+    h.status
+        .status(uid)?
+        .container_statuses?
+        .into_iter()
+        .find(|c| c.name == name)?
+        .state?
+        .terminated
+        .map(|t| t.exit_code)
+}
+
+fn evicted() -> StatusMutation {
+    StatusMutation::failed(
+        "Evicted",
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi.",
+    )
+    .with_condition(PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("TerminationByKubelet".into()),
+        message: Some("The node was low on resource: memory.".into()),
+        ..Default::default()
+    })
+}
+
+async fn running(h: &Harness, p: &Arc<Pod>) {
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+}
+
+/// A pod deleted with a 30 s grace period whose container ignores SIGTERM; 5 s in, a force
+/// delete (grace 0): the container is SIGKILLed at once instead of 25 s later, the pod is
+/// terminal and reclaimed within the 2 s floor.
+#[tokio::test(start_paused = true)]
+async fn force_delete_during_a_30s_grace_period_ends_the_pod_within_the_2s_floor() {
+    let h = harness();
+    h.fake.set_ignores_sigterm("a");
+    let p = with_grace(pod("f1", "Always", &["a"], "localhost/app:1"), 30);
+    running(&h, &p).await;
+    let t0 = Instant::now();
+    h.workers.update(PodWork::Delete {
+        pod: deleting(&p, 30),
+    });
+    h.settle("StopContainer with the 30 s grace period", |h| {
+        stops_since(h, t0) == [(0, "timeout=30".to_string())]
+    })
+    .await;
+    tokio::time::sleep(secs(5)).await;
+    assert_eq!(h.fake.running_container_names(), ["a"], "still stopping");
+    let forced = Instant::now();
+    h.workers.update(PodWork::Delete {
+        pod: deleting(&p, 0),
+    });
+    h.settle("reclaimed", |h| h.status.lifecycle("f1").reclaimed)
+        .await;
+    let took = forced.elapsed();
+    assert!(took <= secs(2), "ended {took:?} after the force delete");
+    assert_eq!(
+        stops_since(&h, t0),
+        [(0, "timeout=30".to_string()), (5, "timeout=0".to_string())],
+        "the running StopContainer was replaced by one with no grace"
+    );
+    assert!(matches!(h.phase("f1").as_str(), "Failed" | "Succeeded"));
+    assert_eq!(exit_code(&h, "f1", "a"), Some(137), "SIGKILLed");
+    assert_eq!(h.fake.container_count(), 0, "containers removed");
+    h.cancel.cancel();
+}
+
+/// A preStop hook still running is cut off when a shorter grace period arrives; the container
+/// then gets the 2 s minimum window after its stop signal — none after a force.
+#[tokio::test(start_paused = true)]
+async fn a_shorter_grace_cuts_a_running_pre_stop_hook_short() {
+    // (asked grace, stop signal at (s after the kill), StopContainer timeout, terminated at)
+    let cases = [
+        (Some(1), 6, "timeout=2", 8),
+        (Some(0), 5, "timeout=0", 5),
+        (Some(10), 15, "timeout=2", 17),
+    ];
+    for (asked, signal_at, timeout, done_at) in cases {
+        let h = harness();
+        h.fake.set_ignores_sigterm("a");
+        h.fake.set_exec_behaviour("a", 0, secs(100));
+        let p = with_lifecycle(
+            with_grace(pod("f2", "Always", &["a"], "localhost/app:1"), 30),
+            |c| {
+                c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+                    pre_stop: Some(exec_handler(&["sleep", "100"])),
+                    ..Default::default()
+                });
+            },
+        );
+        running(&h, &p).await;
+        let t0 = Instant::now();
+        h.workers.update(PodWork::Kill {
+            pod: p.clone(),
+            grace: None,
+            remove: false,
+        });
+        h.settle("preStop running", |h| {
+            !h.fake.calls_of("exec_sync").is_empty()
+        })
+        .await;
+        tokio::time::sleep(secs(5)).await;
+        let killed = h.workers.kill_pod(p.clone(), asked.map(secs), evicted());
+        killed.terminated().await;
+        let case = format!("asked {asked:?}");
+        assert_eq!(t0.elapsed().as_secs(), done_at, "{case}");
+        assert_eq!(
+            stops_since(&h, t0),
+            [(signal_at, timeout.to_string())],
+            "{case}"
+        );
+        assert_eq!(exit_code(&h, "f2", "a"), Some(137), "{case}");
+        assert_eq!(h.phase("f2"), "Failed", "{case}");
+        h.cancel.cancel();
+    }
+}
+
+/// A longer grace period asked during a termination does not lengthen it: the container that
+/// ignores SIGTERM is SIGKILLed when the first (10 s) period ends — and a preStop hook still
+/// running is cut off at its end, then gets the 2 s window.
+#[tokio::test(start_paused = true)]
+async fn a_longer_grace_later_does_not_extend_the_termination() {
+    // (preStop hook, StopContainer at (s), its timeout, terminated at (s))
+    let cases = [(false, 0, "timeout=10", 10), (true, 10, "timeout=2", 12)];
+    for (hook, stop_at, timeout, done_at) in cases {
+        let h = harness();
+        h.fake.set_ignores_sigterm("a");
+        h.fake.set_exec_behaviour("a", 0, secs(100));
+        let mut p = with_grace(pod("f3", "Always", &["a"], "localhost/app:1"), 10);
+        if hook {
+            p = with_lifecycle(p, |c| {
+                c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+                    pre_stop: Some(exec_handler(&["sleep", "100"])),
+                    ..Default::default()
+                });
+            });
+        }
+        running(&h, &p).await;
+        let t0 = Instant::now();
+        let first = h
+            .workers
+            .kill_pod(p.clone(), None, StatusMutation::default());
+        h.settle("stopping", |h| {
+            !stops_since(h, t0).is_empty() || !h.fake.calls_of("exec_sync").is_empty()
+        })
+        .await;
+        tokio::time::sleep(secs(2)).await;
+        let longer = h.workers.kill_pod(p.clone(), Some(secs(60)), evicted());
+        h.workers.update(PodWork::Delete {
+            pod: deleting(&p, 60),
+        });
+        assert!(!longer.is_terminated());
+        first.terminated().await;
+        let case = format!("preStop hook: {hook}");
+        assert_eq!(
+            t0.elapsed().as_secs(),
+            done_at,
+            "{case}: the first grace period stands"
+        );
+        assert!(longer.is_terminated(), "{case}");
+        assert_eq!(
+            stops_since(&h, t0),
+            [(stop_at, timeout.to_string())],
+            "{case}: one StopContainer, never a longer one"
+        );
+        assert_eq!(exit_code(&h, "f3", "a"), Some(137), "{case}");
+        h.settle("reclaimed (the deletion still applies)", |h| {
+            h.status.lifecycle("f3").reclaimed
+        })
+        .await;
+        h.cancel.cancel();
+    }
+}
+
+/// `kill_pod` with a status mutation: the pod keeps its phase while its container stops, then
+/// its final status says exactly what the mutation says, in one status version; a later kill
+/// of the terminated pod changes nothing.
+#[tokio::test(start_paused = true)]
+async fn kill_pod_applies_its_status_mutation_to_the_final_status_once() {
+    let h = harness();
+    h.fake.set_ignores_sigterm("a");
+    let p = pod("f4", "Always", &["a"], "localhost/app:1");
+    running(&h, &p).await;
+    // Every status version the status manager publishes for the pod.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    tokio::spawn({
+        let status = h.status.clone();
+        let seen = seen.clone();
+        let mut changes = h.status.subscribe();
+        async move {
+            while changes.changed().await.is_ok() {
+                if let Some(v) = status.get("f4") {
+                    seen.lock()
+                        .unwrap()
+                        .push((v.version, v.pod.status.clone().unwrap()));
+                }
+            }
+        }
+    });
+    let killer: Arc<dyn PodKiller> = Arc::new(h.workers.clone());
+    let t0 = Instant::now();
+    let killed = killer.kill_pod(p.clone(), None, evicted());
+    tokio::time::sleep(secs(3)).await;
+    assert_eq!(
+        h.phase("f4"),
+        "Running",
+        "no terminal phase while a container runs"
+    );
+    assert!(!killed.is_terminated());
+    killed.clone().terminated().await;
+    assert_eq!(t0.elapsed(), secs(7), "the pod's own grace period");
+
+    let status = h.status.status("f4").unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("Evicted"));
+    assert_eq!(status.message, evicted().message);
+    let disruption: Vec<&PodCondition> = status
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| c.type_ == "DisruptionTarget")
+        .collect();
+    assert_eq!(disruption.len(), 1, "{:?}", status.conditions);
+    assert_eq!(
+        disruption[0].reason.as_deref(),
+        Some("TerminationByKubelet")
+    );
+    assert_eq!(exit_code(&h, "f4", "a"), Some(137));
+    let final_version = h.status.get("f4").unwrap().version;
+
+    // Killing the terminated pod again, then deleting it: the deletion is carried out (the
+    // worker is alive and reading updates), and the final status is never rebuilt.
+    let again = h.workers.kill_pod(
+        p.clone(),
+        Some(Duration::ZERO),
+        StatusMutation::failed("Other", "x"),
+    );
+    assert!(again.is_terminated(), "already terminated");
+    h.workers.update(PodWork::Delete {
+        pod: deleting(&p, 0),
+    });
+    h.settle("reclaimed", |h| h.status.lifecycle("f4").reclaimed)
+        .await;
+    tokio::time::sleep(secs(300)).await;
+    assert_eq!(h.status.get("f4").unwrap().version, final_version);
+    assert_eq!(
+        h.status.status("f4").unwrap().reason.as_deref(),
+        Some("Evicted")
+    );
+    let seen = seen.lock().unwrap().clone();
+    // (The reclaim wakes the status readers too, without a new version.)
+    let mut failed: Vec<u64> = seen
+        .iter()
+        .filter(|(_, s)| s.phase.as_deref() == Some("Failed"))
+        .map(|(v, _)| *v)
+        .collect();
+    failed.dedup();
+    assert_eq!(
+        failed,
+        [final_version],
+        "one version carries the mutation: {seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .filter(|(v, _)| *v < final_version)
+            .all(|(_, s)| s.reason.is_none()
+                && !s
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "DisruptionTarget")),
+        "nothing of it before the final status"
+    );
+    h.cancel.cancel();
+}
+
+/// Through the pod manager, as in cluster mode: a pod deleted with 30 s, then force-deleted.
+/// The API server removes it at once; its DELETED object (grace 0) ends the termination under
+/// way, and the pod is removed and forgotten within the 2 s floor.
+#[tokio::test(start_paused = true)]
+async fn an_api_pod_removed_by_a_force_delete_is_killed_at_once() {
+    let h = harness();
+    h.fake.set_ignores_sigterm("a");
+    let p = with_grace(pod("f5", "Always", &["a"], "localhost/app:1"), 30);
+    let (mut manager, _ready) =
+        PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
+    let snapshot = |pods: Vec<Arc<Pod>>, deleted: Vec<Arc<Pod>>| SourceSnapshot {
+        source: nodelet::source::api::API_SOURCE,
+        pods: pods.into_iter().map(|p| (*p).clone()).collect(),
+        errors: vec![],
+        deleted: deleted.into_iter().map(|p| (*p).clone()).collect(),
+    };
+    manager.apply(snapshot(vec![p.clone()], vec![]));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    let t0 = Instant::now();
+    manager.apply(snapshot(vec![deleting(&p, 30)], vec![]));
+    h.settle("stopping with 30 s", |h| {
+        stops_since(h, t0) == [(0, "timeout=30".to_string())]
+    })
+    .await;
+    tokio::time::sleep(secs(5)).await;
+    // The force delete: the MODIFIED (grace 0) and DELETED events came in one snapshot.
+    manager.apply(snapshot(vec![], vec![deleting(&p, 0)]));
+    let forced = Instant::now();
+    h.settle("removed and forgotten", |h| {
+        !h.workers.has_worker("f5") && h.fake.container_count() == 0
+    })
+    .await;
+    assert!(forced.elapsed() <= secs(2), "took {:?}", forced.elapsed());
+    assert_eq!(
+        stops_since(&h, t0),
+        [(0, "timeout=30".to_string()), (5, "timeout=0".to_string())]
+    );
+    assert!(h.status.status("f5").is_none(), "status forgotten");
+    h.cancel.cancel();
+}
+
+/// `kill_pod` of a pod that never ran (admission rejection): it is never started, its final
+/// status is only the mutation and its QoS class (the kubelet's `rejectPod`), and once no
+/// source wants it, the pod manager's cleanup removes its worker and status.
+#[tokio::test(start_paused = true)]
+async fn a_pod_killed_before_it_ran_is_never_started_and_is_forgotten_when_unwanted() {
+    let h = harness();
+    let p = pod("f6", "Always", &["a"], "localhost/app:1");
+    let rejected = StatusMutation::failed(
+        "OutOfcpu",
+        "Pod was rejected: Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000",
+    );
+    h.workers
+        .kill_pod(p.clone(), Some(Duration::ZERO), rejected.clone())
+        .terminated()
+        .await;
+    let status = h.status.status("f6").unwrap();
+    assert_eq!(
+        status,
+        k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            reason: rejected.reason.clone(),
+            message: rejected.message.clone(),
+            qos_class: Some("BestEffort".into()),
+            ..Default::default()
+        }
+    );
+    // An update and two resync periods later, the pod is still only rejected.
+    h.workers.update(PodWork::Sync(p.clone()));
+    tokio::time::sleep(secs(120)).await;
+    assert_eq!(h.status.status("f6").unwrap(), status);
+
+    let (manager, _ready) =
+        PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
+    assert!(h.workers.has_worker("f6"));
+    manager.cleanup_orphans().await;
+    h.settle("worker and status gone", |h| {
+        !h.workers.has_worker("f6") && h.status.status("f6").is_none()
+    })
+    .await;
+    // The worker was alive and reading updates all along (it carried out the removal), and
+    // never started anything.
+    assert!(h.fake.calls_of("run_pod_sandbox").is_empty());
+    assert!(h.fake.calls_of("create_container").is_empty());
+    h.cancel.cancel();
+}
