@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::prober::Prober;
@@ -38,6 +39,8 @@ pub(super) struct Inner {
     updates: broadcast::Sender<ProbeUpdate>,
     /// Parent of every worker's token: `shutdown` stops them all.
     root: CancellationToken,
+    /// Where the workers run, so that whoever owns the tracker can wait for them.
+    tasks: TaskTracker,
     /// Containers that started before the manager existed are adopted (their first probe is
     /// spread over one period).
     pub(super) created_at: Timestamp,
@@ -168,6 +171,26 @@ impl ProbeManager {
         notify: Arc<dyn Fn(&str) + Send + Sync>,
         events: Arc<dyn Fn(ProbeEvent) + Send + Sync>,
     ) -> Self {
+        Self::in_tasks(
+            runtime,
+            clock,
+            notify,
+            events,
+            TaskTracker::new(),
+            &CancellationToken::new(),
+        )
+    }
+
+    /// As [`ProbeManager::new`], with every probe worker a task of `tasks`, stopped when
+    /// `cancel` is (as well as by [`ProbeManager::shutdown`]).
+    pub fn in_tasks(
+        runtime: Arc<dyn Runtime>,
+        clock: Clock,
+        notify: Arc<dyn Fn(&str) + Send + Sync>,
+        events: Arc<dyn Fn(ProbeEvent) + Send + Sync>,
+        tasks: TaskTracker,
+        cancel: &CancellationToken,
+    ) -> Self {
         let (updates, _) = broadcast::channel(256);
         ProbeManager {
             inner: Arc::new(Inner {
@@ -176,7 +199,8 @@ impl ProbeManager {
                 notify,
                 events,
                 updates,
-                root: CancellationToken::new(),
+                root: cancel.child_token(),
+                tasks,
                 created_at: clock.now(),
                 state: Mutex::new(State::default()),
             }),
@@ -435,9 +459,10 @@ impl Inner {
             kind = %kind,
         );
         tracing::debug!(parent: &span, container_id = %target.container_id, "starting probe worker");
-        runtime.spawn(
+        self.tasks.spawn_on(
             worker::run(self.clone(), target.clone(), kind, *serial, initial, token)
                 .instrument(span),
+            &runtime,
         );
     }
 
