@@ -5,6 +5,7 @@
 //! PLEG and probes wake workers, workers publish status to the status manager,
 //! which the local API (and later the API server sync) reads.
 
+pub mod agent;
 pub mod backoff;
 pub mod cgroup;
 pub mod clock;

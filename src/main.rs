@@ -1,36 +1,18 @@
 //! The `nodelet` command: `run`, `validate`, `pods`, `events`, `version`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use nodelet::clock::Clock;
-use nodelet::cluster;
+use nodelet::agent::{NodeletBuilder, StartError};
 use nodelet::config::{self, Config, Environment, LogFormat};
-use nodelet::cri::containerd::ContainerdTasks;
-use nodelet::cri::remote::RemoteRuntime;
-use nodelet::cri::{ImageService, Runtime};
-use nodelet::events::api_sink::ApiEventSink;
-use nodelet::events::{event_table, EventRecorder, EventType, ObjectRef};
-use nodelet::node::{NodeFacts, NodeInfo};
-use nodelet::objects::{NoApiServer, ObjectCache, ObjectSource};
-use nodelet::pleg::{EventKind, Pleg, PodLifecycleEvent};
-use nodelet::pod::admission::NodeCapacity;
-use nodelet::pod::manager::Admission;
-use nodelet::pod::mirror::MirrorPods;
-use nodelet::pod::{PodManager, PodWorkers};
-use nodelet::probe::{ProbeEvent, ProbeManager};
-use nodelet::server::{self, ApiState};
-use nodelet::source::{self, FileSource};
-use nodelet::status::api_sync::{ApiStatusSync, ApiStatusSyncOptions};
-use nodelet::status::{printer, StatusManager};
-use nodelet::sync::executor::{PodSyncer, SyncSettings};
+use nodelet::events::event_table;
+use nodelet::source;
+use nodelet::status::printer;
 
 #[derive(Parser)]
 #[command(
@@ -185,8 +167,9 @@ fn validate(
                     println!("{}: warning: {w}", path.display());
                 }
                 println!("{}: ok", path.display());
-                let unified =
-                    nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(CGROUP_MOUNT));
+                let unified = nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(
+                    nodelet::cgroup::CGROUP_MOUNT,
+                ));
                 if !unified && loaded.config.fail_cgroup_v1 {
                     println!(
                         "{}: note: this host runs cgroup v1, which `nodelet run` refuses with this file (failCgroupV1 is true)",
@@ -346,8 +329,11 @@ fn init_tracing(cfg: &Config) {
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only for a terminal: a log file or the journal gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match cfg.logging.format {
         LogFormat::Json => builder.json().init(),
@@ -381,7 +367,8 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         cfg.healthz_port = p;
     }
     // The kubelet validates the cgroup version with its configuration: before anything starts.
-    let unified = nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(CGROUP_MOUNT));
+    let unified =
+        nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(nodelet::cgroup::CGROUP_MOUNT));
     let cgroup_v1_warning = nodelet::cgroup::check_cgroup_version(cfg.fail_cgroup_v1, unified)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
     init_tracing(&cfg);
@@ -395,126 +382,41 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     rt.block_on(run(cfg))
 }
 
-/// Where the node's cgroup hierarchy is mounted.
-const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
-
-/// The node's cgroup settings and, with `cgroupsPerQOS`, its cgroup tree set up as the kubelet's
-/// container manager does at start (node allocatable on `kubepods`, the QoS tiers).
-async fn setup_cgroups(
-    cfg: &Config,
-    node: &NodeInfo,
-) -> anyhow::Result<(
-    nodelet::cgroup::PodCgroupSettings,
-    Option<Arc<nodelet::cgroup::node::NodeCgroups>>,
-)> {
-    use nodelet::cgroup::{allocatable, manager, memory_qos, node as cgnode};
-    let mount = std::path::Path::new(CGROUP_MOUNT);
-    let version = manager::Version::detect(mount);
-    let cgroup_v2 = version == manager::Version::V2;
-    let gate = cfg.feature_enabled(nodelet::config::kubelet_fields::MEMORY_QOS);
-    let configured = cfg.memory_qos();
-    let memory_qos = memory_qos::MemoryQos::effective(configured, gate, cgroup_v2);
-    if configured != memory_qos::MemoryQos::OFF && memory_qos == memory_qos::MemoryQos::OFF {
-        tracing::warn!(
-            "memoryThrottlingFactor/memoryReservationPolicy need cgroup v2; ignored on this cgroup v1 node"
-        );
-    }
-    if cgroup_v2 {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        if let Some(warning) = memory_qos::kernel_warning(release.trim(), gate) {
-            tracing::warn!("{warning}");
+/// Runs nodelet until SIGTERM or SIGINT, then stops it (pods keep running).
+async fn run(cfg: Config) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            shutdown_signal().await;
+            cancel.cancel();
         }
-    }
-    let capacity = allocatable::NodeResources {
-        cpu_milli: node.cpu_capacity_milli,
-        memory: i64::try_from(node.memory_capacity).unwrap_or(i64::MAX),
-        pids: allocatable::pid_capacity(std::path::Path::new("/proc")),
-    };
-    let reserved = cfg.kube_reserved.plus(cfg.system_reserved);
-    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .unwrap_or(4096);
-    let settings = nodelet::cgroup::PodCgroupSettings {
-        enforce_cpu_limits: true,
-        cpu_period: nodelet::cgroup::QUOTA_PERIOD,
-        pod_pids_limit: cfg.pod_pids_limit,
-        memory_qos,
-        node_allocatable_memory: allocatable::allocatable(capacity, reserved).memory,
-        page_size,
-        cgroup_v2,
-    };
-    if !cfg.cgroups_per_qos {
-        return Ok((settings, None));
-    }
-    let manager: Arc<dyn manager::CgroupManager> = match cfg.cgroup_driver {
-        nodelet::config::CgroupDriver::Cgroupfs => {
-            Arc::new(nodelet::cgroup::fs::CgroupfsManager::new(mount, version))
-        }
-        nodelet::config::CgroupDriver::Systemd if !cgroup_v2 => {
-            tracing::warn!("cgroupDriver systemd on a cgroup v1 host: nodelet leaves the pod cgroups to the runtime (no pod-level limits, no QoS tiers)");
-            return Ok((settings, None));
-        }
-        nodelet::config::CgroupDriver::Systemd => {
-            let bus = nodelet::cgroup::dbus::ZbusSystemd::connect()
-                .await
-                .context("cgroupDriver systemd: talking to systemd over D-Bus")?;
-            Arc::new(nodelet::cgroup::systemd::SystemdManager::new(
-                mount,
-                Arc::new(bus),
-            ))
-        }
-    };
-    let cgroups = cgnode::NodeCgroups::new(
-        manager,
-        cgnode::NodeCgroupConfig {
-            cgroup_root: cfg.cgroup_root.clone(),
-            pod: settings,
-            capacity,
-            reserved,
-            enforce_pods: cfg.enforces_pods_allocatable(),
-        },
-    );
-    cgroups
+    });
+    let nodelet = match NodeletBuilder::new(cfg)
+        .cancel_token(cancel.clone())
         .start()
         .await
-        .context("setting up the pods' cgroups (kubepods and the QoS tiers)")?;
-    Ok((settings, Some(Arc::new(cgroups))))
-}
-
-/// Removes the cgroups of pods that went away while nodelet was down: those whose UID no
-/// sandbox in the runtime carries (of any node: other CRI clients' pods are left alone too).
-async fn sweep_orphaned_pod_cgroups(
-    cgroups: &nodelet::cgroup::node::NodeCgroups,
-    runtime: &dyn Runtime,
-) {
-    let sandboxes = match runtime.list_pod_sandbox(None).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "listing sandboxes; orphaned pod cgroups are not swept");
-            return;
-        }
+    {
+        Ok(nodelet) => nodelet,
+        Err(StartError::Cancelled) => return Ok(()),
+        Err(e) => return Err(e.into()),
     };
-    let uids: std::collections::HashSet<String> = sandboxes
-        .iter()
-        .filter_map(|s| s.labels.get(nodelet::cri::labels::POD_UID).cloned())
-        .collect();
-    let report = cgroups
-        .sweep_orphans(
-            &uids,
-            std::time::SystemTime::now(),
-            nodelet::cgroup::node::ORPHAN_MIN_AGE,
-        )
-        .await;
-    for (uid, error) in &report.failed {
-        tracing::warn!(pod.uid = %uid, error = %error, "removing an orphaned pod cgroup");
+    tokio::select! {
+        _ = nodelet.ready() => {
+            tracing::info!("existing pods adopted; nodelet ready");
+            if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+                tracing::debug!(error = %e, "sd_notify");
+            }
+        }
+        _ = cancel.cancelled() => {}
     }
-    tracing::info!(
-        removed = report.removed.len(),
-        kept = report.kept.len(),
-        failed = report.failed.len(),
-        "orphaned pod cgroups swept"
-    );
+    cancel.cancelled().await;
+    tracing::info!("shutting down; pods keep running");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    if !nodelet.shutdown(Duration::from_secs(5)).await {
+        tracing::warn!("some tasks did not stop within 5s");
+    }
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -532,417 +434,4 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
-}
-
-async fn wait_for_runtime(
-    runtime: &RemoteRuntime,
-    endpoint: &str,
-) -> anyhow::Result<nodelet::cri::api::VersionResponse> {
-    let mut attempt = 0u32;
-    loop {
-        match runtime.version().await {
-            Ok(v) => {
-                tracing::info!(
-                    runtime = %v.runtime_name,
-                    version = %v.runtime_version,
-                    api = %v.runtime_api_version,
-                    "container runtime reachable"
-                );
-                return Ok(v);
-            }
-            Err(e) => {
-                if attempt % 10 == 0 {
-                    tracing::warn!(endpoint, error = %e, "waiting for the container runtime");
-                }
-                attempt += 1;
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-    }
-}
-
-async fn run(cfg: Config) -> anyhow::Result<()> {
-    let cancel = CancellationToken::new();
-    tracing::info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "starting nodelet");
-    let remote = RemoteRuntime::connect(
-        &cfg.container_runtime_endpoint,
-        &cfg.image_service_endpoint,
-        cfg.runtime_request_timeout,
-    )?;
-    let runtime_version = tokio::select! {
-        version = wait_for_runtime(&remote, &cfg.container_runtime_endpoint) => version?,
-        _ = shutdown_signal() => return Ok(()),
-    };
-    let runtime_name = runtime_version.runtime_name.clone();
-    std::fs::create_dir_all(&cfg.root_dir)
-        .with_context(|| format!("creating rootDir {}", cfg.root_dir.display()))?;
-    std::fs::create_dir_all(&cfg.pod_logs_dir)
-        .with_context(|| format!("creating podLogsDir {}", cfg.pod_logs_dir.display()))?;
-
-    let remote = Arc::new(remote);
-    let runtime: Arc<dyn Runtime> = remote.clone();
-    let images: Arc<dyn ImageService> = remote.clone();
-    let node_images = images.clone();
-    let node = Arc::new(NodeInfo::detect(
-        &cfg.node_name,
-        cfg.node_ip,
-        std::path::Path::new("/proc"),
-    ));
-    // The local event log (the API server's, in cluster mode).
-    let recorder = EventRecorder::new(Clock::system(), "kubelet", &cfg.node_name);
-    let (pod_cgroup, cgroups) = setup_cgroups(&cfg, &node).await?;
-    if let Some(cgroups) = &cgroups {
-        sweep_orphaned_pod_cgroups(cgroups, runtime.as_ref()).await;
-    }
-    let cluster = match &cfg.kubeconfig {
-        Some(_) => Some(
-            cluster::client(&cfg)
-                .await
-                .context("connecting to the API server")?,
-        ),
-        None => None,
-    };
-    // ConfigMaps and Secrets for volumes and env: watched in cluster mode, none standalone.
-    let object_cache = cluster
-        .as_ref()
-        .map(|c| Arc::new(ObjectCache::new(c.clone())));
-    let objects: Arc<dyn ObjectSource> = match &object_cache {
-        Some(cache) => cache.clone(),
-        None => Arc::new(NoApiServer),
-    };
-    let status = StatusManager::new();
-    // The API server's release, read once for the pod status sync and the node status loop.
-    let api_server = nodelet::cluster::ApiServerVersion::new();
-    // Probe result changes wake the pod's worker through the same channel as runtime events.
-    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
-    let probes = ProbeManager::new(
-        runtime.clone(),
-        Clock::system(),
-        Arc::new({
-            let tx = pleg_tx.clone();
-            move |uid: &str| {
-                let _ = tx.try_send(PodLifecycleEvent {
-                    pod_uid: uid.to_string(),
-                    id: String::new(),
-                    kind: EventKind::ProbeResult,
-                });
-            }
-        }),
-        Arc::new({
-            let recorder = recorder.clone();
-            move |e: ProbeEvent| {
-                let object = ObjectRef {
-                    kind: "Pod".into(),
-                    namespace: e.pod_namespace.clone(),
-                    name: e.pod_name.clone(),
-                    uid: e.pod_uid.clone(),
-                    field_path: Some(format!("spec.containers{{{}}}", e.container_name)),
-                };
-                recorder.record(&object, EventType::Warning, e.reason, e.message);
-            }
-        }),
-    );
-    let syncer = PodSyncer {
-        runtime: runtime.clone(),
-        images,
-        status: status.clone(),
-        node: node.clone(),
-        settings: Arc::new(SyncSettings {
-            root_dir: cfg.root_dir.clone(),
-            pod_logs_dir: cfg.pod_logs_dir.clone(),
-            cgroup_driver: cfg.cgroup_driver,
-            cgroup_root: cfg.cgroup_root.clone(),
-            cgroups_per_qos: cfg.cgroups_per_qos,
-            cluster_dns: cfg.cluster_dns.clone(),
-            cluster_domain: cfg.cluster_domain.clone(),
-            resolv_conf: Some(cfg.resolv_conf.clone()).filter(|p| !p.as_os_str().is_empty()),
-            runtime_name,
-            crash_loop_backoff: cfg.crash_loop_back_off_delays(),
-            cgroup_v2: pod_cgroup.cgroup_v2,
-            cgroups: cgroups.clone(),
-            pod_cgroup,
-        }),
-        clock: Clock::system(),
-        events: recorder.clone(),
-        probes: probes.clone(),
-        objects,
-        tasks: match ContainerdTasks::connect(&cfg.containerd_endpoint, &cfg.containerd_namespace) {
-            Ok(t) => Some(Arc::new(t)),
-            Err(e) => {
-                tracing::warn!(error = %e, "containerd task API unavailable; lifecycle.stopSignal falls back to the runtime's stop signal");
-                None
-            }
-        },
-    };
-    let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
-
-    let pleg = Pleg::new(
-        runtime.clone(),
-        cfg.node_name.clone(),
-        cfg.pleg_relist_period,
-        pleg_tx,
-    );
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(pleg.clone().run_relist(cancel.clone()));
-    tasks.spawn(pleg.clone().run_events(
-        cfg.containerd_endpoint.clone(),
-        cfg.containerd_namespace.clone(),
-        cancel.clone(),
-    ));
-
-    let (snap_tx, snap_rx) = mpsc::channel(16);
-    let mut expected = Vec::new();
-    if let Some(dir) = &cfg.static_pod_path {
-        expected.push(source::FILE_SOURCE);
-        let file = FileSource::new(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
-        tasks.spawn(file.run(snap_tx.clone(), cancel.clone()));
-    }
-    let pod_store = if let Some(client) = &cluster {
-        expected.push(source::api::API_SOURCE);
-        let (store, writer) = kube::runtime::reflector::store::<k8s_openapi::api::core::v1::Pod>();
-        let mut api = source::api::ApiSource::new(client.clone(), cfg.node_name.clone(), writer);
-        if let Some(cache) = object_cache.clone() {
-            // Watch the ConfigMaps and Secrets the node's pods refer to, and only those.
-            api = api.on_change(Arc::new(
-                move |pods: &[k8s_openapi::api::core::v1::Pod]| {
-                    cache.sync_pods(pods.iter());
-                },
-            ));
-        }
-        tasks.spawn(api.run(snap_tx.clone(), cancel.clone()));
-        Some(store)
-    } else {
-        None
-    };
-    drop(snap_tx);
-    let (mut manager, mut ready) = PodManager::new(
-        workers.clone(),
-        runtime.clone(),
-        cfg.node_name.clone(),
-        expected,
-    );
-    if let (Some(client), Some(store)) = (&cluster, &pod_store) {
-        let admission_reserve = nodelet::node::AllocatableReservation::for_config(&cfg);
-        manager = manager.with_admission(Admission {
-            node: NodeCapacity {
-                // What the Node reports as allocatable, which the scheduler placed pods by.
-                cpu_milli: (node.cpu_capacity_milli - admission_reserve.cpu_milli).max(0),
-                memory: (i64::try_from(node.memory_capacity).unwrap_or(i64::MAX)
-                    - admission_reserve.memory_bytes)
-                    .max(0),
-                pods: cfg.max_pods,
-                labels: nodelet::node::register::initial_node(
-                    &nodelet::node::register::Registration {
-                        node_name: &cfg.node_name,
-                        hostname: &cfg.node_name,
-                        node_labels: &cfg.node_labels,
-                        taints: &cfg.register_with_taints,
-                    },
-                    Default::default(),
-                )
-                .metadata
-                .labels
-                .unwrap_or_default(),
-            },
-            node_name: cfg.node_name.clone(),
-            status: status.clone(),
-            events: recorder.clone(),
-        });
-        let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone());
-        tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
-        let sync = ApiStatusSync::new(
-            status.clone(),
-            client.clone(),
-            store.clone(),
-            cfg.node_name.clone(),
-            Clock::system(),
-            ApiStatusSyncOptions {
-                pod_cleanup: cfg.pod_cleanup.clone(),
-                ..Default::default()
-            },
-        )
-        .with_server_version(api_server.clone());
-        tasks.spawn(sync.run(cancel.clone()));
-        let sink = ApiEventSink::new(client.clone(), Default::default());
-        tasks.spawn(sink.run(recorder.subscribe(), cancel.clone()));
-    }
-    tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
-    // After the API sink subscribed, so that a joined node's event list starts with it.
-    recorder.record(
-        &nodelet::events::node_ref(&cfg.node_name),
-        EventType::Normal,
-        "Starting",
-        "Starting nodelet.",
-    );
-    if cgroups.is_some() {
-        recorder.record(
-            &nodelet::events::node_ref(&cfg.node_name),
-            EventType::Normal,
-            "NodeAllocatableEnforced",
-            "Updated Node Allocatable limit across pods",
-        );
-    }
-
-    if cluster.is_some() {
-        // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
-        let heartbeat = cluster::heartbeat_client(&cfg)
-            .await
-            .context("connecting to the API server")?;
-        let facts = NodeFacts::detect(&cfg, &node, &runtime_version);
-        let node_pleg = pleg.clone();
-        let health: nodelet::node::HealthFn = Arc::new(move || {
-            if node_pleg.healthy() {
-                Ok(())
-            } else {
-                Err("PLEG is not healthy: pleg was last seen active more than 3m0s ago".into())
-            }
-        });
-        let sources = nodelet::node::NodeSources {
-            facts,
-            health,
-            pressure: Arc::new(Default::default),
-            images: node_images,
-            events: recorder.clone(),
-            server: api_server.clone(),
-        };
-        let loops_cfg = cfg.clone();
-        let loops_cancel = cancel.clone();
-        tasks.spawn(async move {
-            nodelet::node::run_node_loops(heartbeat, &loops_cfg, sources, loops_cancel).await;
-        });
-    }
-
-    let health_pleg = pleg.clone();
-    let state = ApiState {
-        pods: Arc::new({
-            let status = status.clone();
-            move || status.pods()
-        }),
-        health: Arc::new(move || {
-            if health_pleg.healthy() {
-                Ok(())
-            } else {
-                Err("pleg was last seen active more than 3m0s ago".into())
-            }
-        }),
-        events: Arc::new(move || recorder.events()),
-        summary: Some(Arc::new(nodelet::stats::SummaryProvider::new(
-            nodelet::stats::StatsSettings::from_config(&cfg),
-            runtime.clone(),
-            remote.clone(),
-            Arc::new({
-                let status = status.clone();
-                move || status.pods()
-            }),
-            Clock::system(),
-        ))),
-    };
-    if cfg.port != 0 {
-        serve_kubelet_api(
-            &cfg,
-            &state,
-            &node,
-            (runtime.clone(), remote.clone()),
-            status.clone(),
-            cluster.as_ref(),
-            cancel.clone(),
-        )
-        .await?;
-    }
-    if cfg.read_only_port != 0 {
-        let addr = std::net::SocketAddr::new(cfg.address, cfg.read_only_port);
-        server::serve(addr, server::router(state.clone()), cancel.clone()).await?;
-    }
-    if cfg.healthz_port != 0 {
-        let addr = std::net::SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
-        server::serve(addr, server::healthz_router(state), cancel.clone()).await?;
-    }
-
-    tokio::select! {
-        _ = ready.wait_for(|r| *r) => {
-            tracing::info!("existing pods adopted; nodelet ready");
-            if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
-                tracing::debug!(error = %e, "sd_notify");
-            }
-        }
-        _ = shutdown_signal() => {
-            cancel.cancel();
-            return Ok(());
-        }
-    }
-    shutdown_signal().await;
-    tracing::info!("shutting down; pods keep running");
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
-    cancel.cancel();
-    probes.shutdown();
-    let drain = async {
-        while tasks.join_next().await.is_some() {}
-        workers.wait().await;
-    };
-    if tokio::time::timeout(Duration::from_secs(5), drain)
-        .await
-        .is_err()
-    {
-        tracing::warn!("some tasks did not stop within 5s");
-    }
-    Ok(())
-}
-
-/// The authenticated kubelet API on `port`: HTTPS with the configured or a self-signed
-/// certificate; TokenReviews and SubjectAccessReviews go to the API server in cluster mode.
-async fn serve_kubelet_api(
-    cfg: &Config,
-    state: &ApiState,
-    node: &NodeInfo,
-    (runtime, streaming): (Arc<dyn Runtime>, Arc<dyn nodelet::cri::StreamingRuntime>),
-    status: StatusManager,
-    cluster: Option<&kube::Client>,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
-    use nodelet::server::auth::{AccessReviewer, ApiReviews, KubeletAuth, TokenReviewer};
-    let mut addresses: Vec<std::net::IpAddr> = node
-        .host_ips
-        .iter()
-        .filter_map(|ip| ip.parse().ok())
-        .collect();
-    addresses.extend(cfg.node_ip);
-    addresses.push(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
-    addresses.dedup();
-    let configured = cfg
-        .tls_cert_file
-        .as_deref()
-        .zip(cfg.tls_private_key_file.as_deref());
-    let cert = server::tls::serving_certificate(
-        configured,
-        &cfg.root_dir.join("pki"),
-        &cfg.node_name,
-        &addresses,
-    )
-    .context("kubelet API serving certificate")?;
-    let tls = server::tls::server_config(cert, cfg.authentication.client_ca_file.as_deref())
-        .context("kubelet API TLS")?;
-    let reviews = cluster.map(|client| Arc::new(ApiReviews::new(client.clone())));
-    let auth = KubeletAuth::new(
-        &cfg.node_name,
-        &cfg.authentication,
-        &cfg.authorization,
-        reviews.clone().map(|r| r as Arc<dyn TokenReviewer>),
-        reviews.map(|r| r as Arc<dyn AccessReviewer>),
-    );
-    let pods: server::container_logs::PodsFn = Arc::new(move || status.pods());
-    let logs = server::container_logs::PodContainerLogs {
-        runtime: runtime.clone(),
-        pods: pods.clone(),
-        clock: Clock::system(),
-    };
-    let streams = server::streaming::StreamingState {
-        runtime,
-        streaming,
-        pods,
-    };
-    let router =
-        server::kubelet_api_router(state.clone(), Arc::new(logs), Some(streams), Arc::new(auth));
-    let addr = std::net::SocketAddr::new(cfg.address, cfg.port);
-    server::tls::serve_tls(addr, tls, router, cancel).await?;
-    Ok(())
 }

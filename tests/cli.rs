@@ -141,3 +141,128 @@ fn run_on_a_cgroup_v1_host_is_refused_unless_failcgroupv1_is_false() {
         "nothing was started or created before the refusal"
     );
 }
+
+/// A configuration `nodelet run` accepts on this host that waits for a runtime that is never
+/// there (so it logs a warning every ten seconds and starts nothing).
+fn config_without_a_runtime(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("c.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeName: log-colours\n\
+             rootDir: {root}\npodLogsDir: {logs}\ncontainerRuntimeEndpoint: unix://{dir}/missing.sock\n\
+             failCgroupV1: false\nport: 0\nreadOnlyPort: 0\nhealthzPort: 0\n",
+            root = dir.join("root").display(),
+            logs = dir.join("logs").display(),
+            dir = dir.display(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Waits (30 s at most) until `read()` holds the warning nodelet logs while it waits for the
+/// runtime: the positive sign that it is logging.
+fn wait_for_runtime_warning(read: impl Fn() -> String) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = read();
+        if text.contains("waiting for the container runtime") {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodelet never logged that it waits for the runtime:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// stderr to a file (as under systemd, to the journal): plain text, no ANSI escape codes.
+#[test]
+fn logs_to_a_file_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_without_a_runtime(dir.path());
+    let log = dir.path().join("nodelet.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run nodelet");
+    let text = wait_for_runtime_warning(|| std::fs::read_to_string(&log).unwrap_or_default());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        !text.contains("\x1b["),
+        "ANSI escape codes in a log file:\n{text:?}"
+    );
+    assert!(
+        status.success(),
+        "SIGTERM while waiting for the runtime: {status}"
+    );
+}
+
+/// The same run on a terminal (a pty from util-linux's `script`) gets colours: the terminal
+/// check is what decides.
+#[test]
+fn logs_to_a_terminal_are_coloured() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_without_a_runtime(dir.path());
+    let pid_file = dir.path().join("pid");
+    // The shell writes its PID and becomes nodelet, so the test can stop nodelet by that PID.
+    let command = format!(
+        "echo $$ > {}; exec env -u NO_COLOR -u RUST_LOG {} run --config {}",
+        pid_file.display(),
+        env!("CARGO_BIN_EXE_nodelet"),
+        config.display()
+    );
+    let mut script = std::process::Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("util-linux `script` (Debian's bsdutils)");
+    let mut stdout = script.stdout.take().unwrap();
+    let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = std::thread::spawn({
+        let output = output.clone();
+        move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                output.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        }
+    });
+    let text =
+        wait_for_runtime_warning(|| String::from_utf8_lossy(&output.lock().unwrap()).into_owned());
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = script.wait().unwrap();
+    drop(script.stdin.take());
+    reader.join().unwrap();
+    assert!(
+        text.contains("\x1b["),
+        "no colours on a terminal:\n{text:?}"
+    );
+    assert!(status.success(), "{status}");
+}

@@ -72,9 +72,14 @@ async fn events_prints_a_kubectl_table_filtered_by_namespace() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let task = server::serve(addr, server::router(state), cancel.clone())
-        .await
-        .unwrap();
+    let task = server::serve(
+        addr,
+        server::router(state),
+        cancel.clone(),
+        &tokio_util::task::TaskTracker::new(),
+    )
+    .await
+    .unwrap();
     let base = format!("http://{addr}");
 
     let (ok, out, err) = cli(&["events", "--server", &base]).await;

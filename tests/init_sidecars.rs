@@ -49,7 +49,7 @@ impl Harness {
 
 #[tokio::test(start_paused = true)]
 async fn init_containers_run_one_at_a_time_then_all_regular_containers() {
-    let h = harness();
+    let h = harness().await;
     let p = pod_with(
         "i1",
         "Always",
@@ -107,7 +107,7 @@ async fn init_containers_run_one_at_a_time_then_all_regular_containers() {
 
 #[tokio::test(start_paused = true)]
 async fn failing_init_container_is_retried_under_always_and_fails_the_pod_under_never() {
-    let h = harness();
+    let h = harness().await;
     h.workers.update(PodWork::Sync(pod_with(
         "i2",
         "Always",
@@ -130,7 +130,7 @@ async fn failing_init_container_is_retried_under_always_and_fails_the_pod_under_
     assert_eq!(h.started().len(), 3, "10 s later it runs again");
     h.cancel.cancel();
 
-    let h = harness();
+    let h = harness().await;
     h.workers.update(PodWork::Sync(pod_with(
         "i3",
         "Never",
@@ -151,7 +151,7 @@ async fn failing_init_container_is_retried_under_always_and_fails_the_pod_under_
 /// once the probe succeeded.
 #[tokio::test(start_paused = true)]
 async fn sidecars_start_in_their_place_and_gate_on_their_startup_probe() {
-    let h = harness();
+    let h = harness().await;
     let mut sidecar2 = sidecar("sidecar2");
     sidecar2.startup_probe = Some(exec_probe(1, 30));
     h.fake.set_exec_behaviour("sidecar2", 1, Duration::ZERO);
@@ -227,7 +227,7 @@ async fn sidecars_start_in_their_place_and_gate_on_their_startup_probe() {
 /// after the last of them, in reverse spec order.
 #[tokio::test(start_paused = true)]
 async fn termination_stops_regular_containers_then_sidecars_in_reverse_order() {
-    let h = harness();
+    let h = harness().await;
     let with_pre_stop = |mut c: Container| {
         c.lifecycle = Some(Lifecycle {
             pre_stop: Some(exec_handler(&["drain"])),
@@ -296,7 +296,7 @@ async fn termination_stops_regular_containers_then_sidecars_in_reverse_order() {
 /// container gets the short final window at once.
 #[tokio::test(start_paused = true)]
 async fn grace_expiry_kills_everything_left() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_ignores_sigterm("a");
     let p = pod_with(
         "t2",
@@ -344,7 +344,7 @@ async fn grace_expiry_kills_everything_left() {
 /// pod in place — every container killed at once, init containers re-run, same sandbox.
 #[tokio::test(start_paused = true)]
 async fn restart_all_containers_restarts_the_pod_in_place() {
-    let h = harness();
+    let h = harness().await;
     let mut watcher = sidecar("watcher-sidecar");
     watcher.restart_policy_rules = Some(vec![ContainerRestartRule {
         action: "RestartAllContainers".into(),
@@ -411,6 +411,53 @@ async fn restart_all_containers_restarts_the_pod_in_place() {
         h.restart_count("r1", "main-application"),
         1,
         "restart counts go on"
+    );
+    h.cancel.cancel();
+}
+
+/// The prober's events point at the container's place in the spec, as the kubelet's
+/// `fieldPath` does: `spec.initContainers{name}` for a sidecar, `spec.containers{name}` for a
+/// regular container.
+#[tokio::test(start_paused = true)]
+async fn probe_events_of_a_sidecar_name_its_place_in_init_containers() {
+    let h = harness().await;
+    let mut side = sidecar("side");
+    side.readiness_probe = Some(exec_probe(1, 1));
+    let mut app = c("app");
+    app.readiness_probe = Some(exec_probe(1, 1));
+    h.fake.set_exec_behaviour("side", 1, Duration::ZERO);
+    h.fake.set_exec_behaviour("app", 1, Duration::ZERO);
+    h.workers.update(PodWork::Sync(pod_with(
+        "p1",
+        "Always",
+        vec![side],
+        vec![app],
+    )));
+    let unhealthy = |h: &Harness| -> Vec<(String, String)> {
+        let mut seen: Vec<(String, String)> = h
+            .events
+            .events()
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Unhealthy"))
+            .map(|e| {
+                (
+                    e.message.unwrap_or_default(),
+                    e.involved_object.field_path.unwrap_or_default(),
+                )
+            })
+            .collect();
+        seen.sort();
+        seen.dedup();
+        seen
+    };
+    h.settle("both readiness probes failed", |h| unhealthy(h).len() >= 2)
+        .await;
+    let paths: Vec<String> = unhealthy(&h).into_iter().map(|(_, path)| path).collect();
+    assert_eq!(
+        paths,
+        ["spec.containers{app}", "spec.initContainers{side}"],
+        "{:#?}",
+        unhealthy(&h)
     );
     h.cancel.cancel();
 }

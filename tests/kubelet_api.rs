@@ -122,9 +122,15 @@ async fn start(mode: AuthorizationMode, anonymous: bool, ca: &TestCa) -> Server 
     };
     let router = kubelet_api_router(state, Arc::new(OneContainer), None, Arc::new(auth));
     let cancel = CancellationToken::new();
-    let addr = serve_tls("127.0.0.1:0".parse().unwrap(), tls, router, cancel.clone())
-        .await
-        .unwrap();
+    let addr = serve_tls(
+        "127.0.0.1:0".parse().unwrap(),
+        tls,
+        router,
+        cancel.clone(),
+        &tokio_util::task::TaskTracker::new(),
+    )
+    .await
+    .unwrap();
     Server {
         url: format!("https://{addr}"),
         cancel,

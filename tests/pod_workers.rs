@@ -11,7 +11,7 @@ use nodelet::pod::PodWork;
 
 #[tokio::test(start_paused = true)]
 async fn starts_sandbox_then_containers_in_order_and_reports_running() {
-    let h = harness();
+    let h = harness().await;
     h.workers.update(PodWork::Sync(pod(
         "u1",
         "Always",
@@ -58,7 +58,7 @@ async fn starts_sandbox_then_containers_in_order_and_reports_running() {
 
 #[tokio::test(start_paused = true)]
 async fn always_restarts_an_exited_container_and_keeps_its_last_state() {
-    let h = harness();
+    let h = harness().await;
     h.workers.update(PodWork::Sync(pod(
         "u2",
         "Always",
@@ -93,7 +93,7 @@ async fn always_restarts_an_exited_container_and_keeps_its_last_state() {
 
 #[tokio::test(start_paused = true)]
 async fn never_policy_failure_makes_the_pod_failed_and_stops_the_sandbox() {
-    let h = harness();
+    let h = harness().await;
     h.workers
         .update(PodWork::Sync(pod("u3", "Never", &["a"], "localhost/app:1")));
     h.settle("running", |h| h.fake.running_container_names() == ["a"])
@@ -128,7 +128,7 @@ async fn never_policy_failure_makes_the_pod_failed_and_stops_the_sandbox() {
 
 #[tokio::test(start_paused = true)]
 async fn kill_with_remove_stops_with_the_grace_period_and_forgets_the_pod() {
-    let h = harness();
+    let h = harness().await;
     let p = pod("u4", "Always", &["a", "b"], "localhost/app:1");
     h.workers.update(PodWork::Sync(p.clone()));
     h.settle("running", |h| h.fake.running_container_names().len() == 2)
@@ -161,7 +161,7 @@ async fn kill_with_remove_stops_with_the_grace_period_and_forgets_the_pod() {
 
 #[tokio::test(start_paused = true)]
 async fn missing_image_with_never_policy_waits_with_err_image_never_pull() {
-    let h = harness();
+    let h = harness().await;
     h.workers.update(PodWork::Sync(pod(
         "u5",
         "Always",
@@ -186,7 +186,7 @@ async fn missing_image_with_never_policy_waits_with_err_image_never_pull() {
 
 #[tokio::test(start_paused = true)]
 async fn a_removed_pod_that_comes_back_is_started_again() {
-    let h = harness();
+    let h = harness().await;
     let p = pod("u6", "Always", &["a"], "localhost/app:1");
     h.workers.update(PodWork::Sync(p.clone()));
     h.settle("running", |h| h.fake.running_container_names() == ["a"])
@@ -210,7 +210,7 @@ async fn a_removed_pod_that_comes_back_is_started_again() {
 /// finishedAt.
 #[tokio::test(start_paused = true)]
 async fn crash_loop_backoff_restart_times() {
-    let h = harness();
+    let h = harness().await;
     h.workers.update(PodWork::Sync(pod(
         "u7",
         "Always",
@@ -240,7 +240,7 @@ async fn crash_loop_backoff_restart_times() {
 /// `maxContainerRestartPeriod: 2s`: the initial delay is min(10 s, 2 s) and the cap 2 s.
 #[tokio::test(start_paused = true)]
 async fn crash_loop_backoff_with_a_two_second_cap() {
-    let h = harness_with_backoff((Duration::from_secs(2), Duration::from_secs(2)));
+    let h = harness_with_backoff((Duration::from_secs(2), Duration::from_secs(2))).await;
     h.workers.update(PodWork::Sync(pod(
         "u8",
         "Always",
@@ -256,7 +256,7 @@ async fn crash_loop_backoff_with_a_two_second_cap() {
 /// still gets the 2 s minimum window after the stop signal.
 #[tokio::test(start_paused = true)]
 async fn pre_stop_outliving_the_grace_period_gets_a_2s_window() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_exec_behaviour("a", 0, Duration::from_secs(100));
     let p = with_lifecycle(pod("u9", "Always", &["a"], "localhost/app:1"), |c| {
         c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
@@ -301,7 +301,7 @@ async fn pre_stop_outliving_the_grace_period_gets_a_2s_window() {
 /// preStop time counts against the grace period.
 #[tokio::test(start_paused = true)]
 async fn pre_stop_time_counts_against_the_grace_period() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_exec_behaviour("a", 0, Duration::from_secs(3));
     let p = with_lifecycle(pod("u10", "Always", &["a"], "localhost/app:1"), |c| {
         c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
@@ -336,7 +336,7 @@ async fn pre_stop_time_counts_against_the_grace_period() {
 /// A grace override of 0 (force) skips preStop and kills at once.
 #[tokio::test(start_paused = true)]
 async fn force_kill_skips_pre_stop() {
-    let h = harness();
+    let h = harness().await;
     let p = with_lifecycle(pod("u11", "Always", &["a"], "localhost/app:1"), |c| {
         c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
             pre_stop: Some(exec_handler(&["drain"])),
@@ -366,7 +366,7 @@ async fn force_kill_skips_pre_stop() {
 /// `lifecycle.stopSignal` is sent through the task API, then the runtime SIGKILLs what is left.
 #[tokio::test(start_paused = true)]
 async fn stop_signal_is_delivered_before_the_kill() {
-    let h = harness();
+    let h = harness().await;
     let p = with_lifecycle(pod("u12", "Always", &["a"], "localhost/app:1"), |c| {
         c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
             stop_signal: Some("SIGUSR1".into()),
@@ -397,7 +397,7 @@ async fn stop_signal_is_delivered_before_the_kill() {
 /// `activeDeadlineSeconds` fails the pod with DeadlineExceeded and kills its containers.
 #[tokio::test(start_paused = true)]
 async fn active_deadline_fails_the_pod() {
-    let h = harness();
+    let h = harness().await;
     let mut p = (*pod("u13", "Always", &["a"], "localhost/app:1")).clone();
     p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
     h.workers.update(PodWork::Sync(Arc::new(p)));
@@ -423,7 +423,7 @@ async fn active_deadline_fails_the_pod() {
 /// restarts it with backoff.
 #[tokio::test(start_paused = true)]
 async fn failing_post_start_kills_the_container() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
     let p = with_lifecycle(pod("u14", "Always", &["a"], "localhost/app:1"), |c| {
         c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
@@ -451,7 +451,7 @@ async fn failing_post_start_kills_the_container() {
 /// The kubelet's events, in order, for a pod that starts, crashes into backoff and is killed.
 #[tokio::test(start_paused = true)]
 async fn records_the_kubelets_events() {
-    let h = harness();
+    let h = harness().await;
     let p = pod("u15", "Always", &["a"], "localhost/app:1");
     h.workers.update(PodWork::Sync(p.clone()));
     h.settle("running", |h| h.fake.running_container_names() == ["a"])
@@ -527,7 +527,7 @@ async fn crash_loop_backoff_with_the_reduced_decay_gate() {
     )
     .unwrap()
     .config;
-    let h = harness_with_backoff(cfg.crash_loop_back_off_delays());
+    let h = harness_with_backoff(cfg.crash_loop_back_off_delays()).await;
     h.workers.update(PodWork::Sync(pod(
         "u16",
         "Always",
@@ -545,7 +545,7 @@ async fn crash_loop_backoff_with_the_reduced_decay_gate() {
 /// restarts it; the Unhealthy events and the Killing reason say why.
 #[tokio::test(start_paused = true)]
 async fn liveness_failure_kills_and_restarts_the_container() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
     let p = with_lifecycle(pod("u17", "Always", &["a"], "localhost/app:1"), |c| {
         c.liveness_probe = Some(exec_probe(10, 3));
@@ -609,7 +609,7 @@ async fn liveness_failure_kills_and_restarts_the_container() {
 /// succeeds the pod becomes Ready.
 #[tokio::test(start_paused = true)]
 async fn readiness_drives_ready_without_restarts() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
     let p = with_lifecycle(pod("u18", "Always", &["a"], "localhost/app:1"), |c| {
         c.readiness_probe = Some(exec_probe(5, 3));
@@ -639,7 +639,7 @@ async fn readiness_drives_ready_without_restarts() {
 /// before startup succeeds.
 #[tokio::test(start_paused = true)]
 async fn startup_probe_gates_liveness() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_exec_behaviour("a", 1, Duration::ZERO);
     let p = with_lifecycle(pod("u19", "Always", &["a"], "localhost/app:1"), |c| {
         let mut startup = exec_probe(10, 30);
@@ -675,7 +675,7 @@ async fn startup_probe_gates_liveness() {
 /// at once, and the crash after that waits the initial 10 s again.
 #[tokio::test(start_paused = true)]
 async fn crash_loop_backoff_resets_after_ten_minutes_of_running() {
-    let h = harness();
+    let h = harness().await;
     h.workers.update(PodWork::Sync(pod(
         "u20",
         "Always",
@@ -700,7 +700,7 @@ async fn crash_loop_backoff_resets_after_ten_minutes_of_running() {
 /// Failed pulls back off per image: ErrImagePull, then ImagePullBackOff for 10 s, 20 s, ...
 #[tokio::test(start_paused = true)]
 async fn image_pull_backoff() {
-    let h = harness();
+    let h = harness().await;
     let mut p = (*pod("u21", "Always", &["a"], "localhost/unpullable:1")).clone();
     p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
     h.workers.update(PodWork::Sync(Arc::new(p)));

@@ -333,6 +333,9 @@ pub fn check_cgroup_version(
     }
 }
 
+/// Where the node's cgroup hierarchy is mounted.
+pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+
 /// True when `mount_point` (normally `/sys/fs/cgroup`) is the unified cgroup v2 hierarchy. Hybrid
 /// hosts (v1 controllers with a v2 mount at `/sys/fs/cgroup/unified`) are not unified.
 pub fn is_cgroup2_unified(mount_point: &std::path::Path) -> bool {

@@ -3,6 +3,8 @@
 //! fake for component tests, and the runtime-side view of one pod (`PodRuntime`).
 
 pub mod containerd;
+/// The in-memory runtime for component tests (feature `test-util`).
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod labels;
 pub mod model;

@@ -101,14 +101,20 @@ pub fn node_ref(node_name: &str) -> ObjectRef {
 
 /// The kubelet's `GenerateContainerRef`: the pod, pointed at one container by `fieldPath`.
 pub fn container_ref(pod: &Pod, container: &str, kind: ContainerKind) -> ObjectRef {
+    ObjectRef {
+        field_path: Some(container_field_path(container, kind)),
+        ..pod_ref(pod)
+    }
+}
+
+/// The `fieldPath` that names a container: `spec.containers{app}`, or
+/// `spec.initContainers{name}` for init containers and sidecars (the kubelet's `fieldPath`).
+pub fn container_field_path(container: &str, kind: ContainerKind) -> String {
     let list = match kind {
         ContainerKind::Init => "initContainers",
         ContainerKind::Regular => "containers",
     };
-    ObjectRef {
-        field_path: Some(format!("spec.{list}{{{container}}}")),
-        ..pod_ref(pod)
-    }
+    format!("spec.{list}{{{container}}}")
 }
 
 /// The event client-go's `makeEvent` builds (before correlation): in the object's namespace

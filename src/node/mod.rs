@@ -4,7 +4,7 @@
 //!   capacity for `resourceFieldRef` defaults and `oom_score_adj`); standalone and cluster mode.
 //! - Cluster mode: Node registration ([`register`]), the node status ([`status`], pure, and
 //!   [`updater`], the loop that patches it) and the Lease heartbeat ([`lease`]), run together
-//!   by [`run_node_loops`]. Machine facts come from [`machine`].
+//!   by [`NodeAgent`] (which `crate::agent` starts). Machine facts come from [`machine`].
 
 pub mod lease;
 pub mod machine;
@@ -220,15 +220,17 @@ pub struct NodeFacts {
 }
 
 impl NodeFacts {
-    /// Facts of this host: machine info from `/` and the filesystem of `rootDir`, the IP from
-    /// `nodeIP` or the detected one in `info`, the runtime from its Version answer.
+    /// Facts of this host: machine info from `host_root` (normally `/`) and the filesystem of
+    /// `rootDir`, the IP from `nodeIP` or the detected one in `info`, the runtime from its
+    /// Version answer.
     pub fn detect(
         config: &Config,
         info: &NodeInfo,
         runtime: &crate::cri::api::VersionResponse,
+        host_root: &Path,
     ) -> NodeFacts {
         NodeFacts {
-            machine: MachineInfo::read(Path::new("/"), &config.root_dir),
+            machine: MachineInfo::read(host_root, &config.root_dir),
             internal_ip: config
                 .node_ip
                 .or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
@@ -456,39 +458,6 @@ impl NodeAgent {
             }
         }
     }
-}
-
-/// What the node loops read besides the configuration.
-pub struct NodeSources {
-    pub facts: NodeFacts,
-    pub health: HealthFn,
-    pub pressure: PressureFn,
-    pub images: Arc<dyn ImageService>,
-    pub events: EventRecorder,
-    /// The API server's version, shared with the pod status sync.
-    pub server: ApiServerVersion,
-}
-
-/// Cluster mode's node work, as `main.rs` starts it: registers the Node, keeps its status and
-/// Lease current until `cancel`. Use [`crate::cluster::heartbeat_client`] for `client`.
-pub async fn run_node_loops(
-    client: kube::Client,
-    config: &Config,
-    sources: NodeSources,
-    cancel: CancellationToken,
-) {
-    NodeAgent::new(
-        NodeSettings::from_config(config),
-        sources.facts,
-        sources.health,
-        sources.pressure,
-        Clock::system(),
-    )
-    .with_images(sources.images)
-    .with_events(sources.events)
-    .with_server_version(sources.server)
-    .run(client, cancel)
-    .await
 }
 
 #[cfg(test)]

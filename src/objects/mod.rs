@@ -6,11 +6,13 @@
 //! strategy each referenced object gets its own watch while some pod on the node refers to it
 //! (`pkg/kubelet/util/manager/watch_based_manager.go`). Tokens come from its token manager
 //! (`pkg/kubelet/token`, here [`token::TokenManager`]). [`ObjectSource`] is that interface:
-//! [`ObjectCache`] is the implementation against the API server, [`FakeObjects`] an in-memory
-//! one for tests, and [`NoApiServer`] what standalone nodelet has (every read fails with the
-//! kubelet's "no kubeClient defined", every token with "standalone mode").
+//! [`ObjectCache`] is the implementation against the API server, `FakeObjects` an in-memory
+//! one for tests (feature `test-util`), and [`NoApiServer`] what standalone nodelet has (every
+//! read fails with the kubelet's "no kubeClient defined", every token with "standalone mode").
 
 pub mod cache;
+/// In-memory objects for tests (feature `test-util`).
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod token;
 
@@ -21,6 +23,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 
 pub use cache::ObjectCache;
+#[cfg(any(test, feature = "test-util"))]
 pub use fake::FakeObjects;
 pub use token::{FetchedTokens, TokenManager, TokenRequest};
 
@@ -93,7 +96,7 @@ pub enum ObjectError {
         #[source]
         source: kube::Error,
     },
-    /// A failure injected by [`FakeObjects`].
+    /// A failure injected by `FakeObjects`.
     #[error("{message}")]
     Injected {
         kind: ObjectKind,

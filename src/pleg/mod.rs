@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::cri::{api, labels, model, Runtime};
 use crate::metrics::{metrics, EventLabels};
@@ -313,16 +314,21 @@ impl Pleg {
         self.send(PodLifecycleEvent { pod_uid, id, kind }, "containerd");
     }
 
-    /// Follows containerd's task events until cancelled, reconnecting with backoff.
+    /// Follows containerd's task events until cancelled, reconnecting with backoff. Each event
+    /// is handled in a task of `tasks` (the pod lookup and the wait for the CRI to see an exit
+    /// must not hold up the stream).
     pub async fn run_events(
         self: Arc<Self>,
         endpoint: String,
         namespace: String,
+        tasks: TaskTracker,
         cancel: CancellationToken,
     ) {
         let mut backoff = Duration::from_millis(500);
         loop {
-            let attempt = self.clone().follow_events(&endpoint, &namespace, &cancel);
+            let attempt = self
+                .clone()
+                .follow_events(&endpoint, &namespace, &tasks, &cancel);
             match attempt.await {
                 Ok(()) => return,
                 Err(e) => {
@@ -341,6 +347,7 @@ impl Pleg {
         self: Arc<Self>,
         endpoint: &str,
         namespace: &str,
+        tasks: &TaskTracker,
         cancel: &CancellationToken,
     ) -> Result<(), String> {
         let path = crate::cri::remote::socket_path(endpoint).map_err(|e| e.to_string())?;
@@ -373,7 +380,7 @@ impl Pleg {
             match next {
                 Some(Ok(envelope)) => {
                     if let Some(event) = envelope.event {
-                        tokio::spawn(self.clone().handle_envelope(envelope.topic, event));
+                        tasks.spawn(self.clone().handle_envelope(envelope.topic, event));
                     }
                 }
                 Some(Err(status)) => return Err(format!("stream: {status}")),

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::prober::Prober;
@@ -22,7 +23,7 @@ use super::EVENT_TYPE_WARNING;
 use super::{ProbeEvent, ProbeKind, ProbeResult, ProbeUpdate, RunningContainer};
 use crate::clock::Clock;
 use crate::cri::Runtime;
-use crate::podspec;
+use crate::podspec::{self, ContainerKind};
 
 /// Runs probe workers and keeps their results. Cheap to clone (shared state).
 #[derive(Clone)]
@@ -38,6 +39,8 @@ pub(super) struct Inner {
     updates: broadcast::Sender<ProbeUpdate>,
     /// Parent of every worker's token: `shutdown` stops them all.
     root: CancellationToken,
+    /// Where the workers run, so that whoever owns the tracker can wait for them.
+    tasks: TaskTracker,
     /// Containers that started before the manager existed are adopted (their first probe is
     /// spread over one period).
     pub(super) created_at: Timestamp,
@@ -109,16 +112,18 @@ fn is_terminal(kind: ProbeKind, result: ProbeResult) -> bool {
 
 /// The pod's containers that have at least one probe: regular containers and sidecars
 /// (restartable init containers). Plain init containers cannot have probes.
-fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let has_probe = |c: &&Container| {
+fn probed_containers(pod: &Pod) -> impl Iterator<Item = (ContainerKind, &Container)> {
+    let has_probe = |(_, c): &(ContainerKind, &Container)| {
         c.startup_probe.is_some() || c.liveness_probe.is_some() || c.readiness_probe.is_some()
     };
     podspec::regular_containers(pod)
         .iter()
+        .map(|c| (ContainerKind::Regular, c))
         .chain(
             podspec::init_containers(pod)
                 .iter()
-                .filter(|c| c.restart_policy.as_deref() == Some("Always")),
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+                .map(|c| (ContainerKind::Init, c)),
         )
         .filter(has_probe)
 }
@@ -166,6 +171,26 @@ impl ProbeManager {
         notify: Arc<dyn Fn(&str) + Send + Sync>,
         events: Arc<dyn Fn(ProbeEvent) + Send + Sync>,
     ) -> Self {
+        Self::in_tasks(
+            runtime,
+            clock,
+            notify,
+            events,
+            TaskTracker::new(),
+            &CancellationToken::new(),
+        )
+    }
+
+    /// As [`ProbeManager::new`], with every probe worker a task of `tasks`, stopped when
+    /// `cancel` is (as well as by [`ProbeManager::shutdown`]).
+    pub fn in_tasks(
+        runtime: Arc<dyn Runtime>,
+        clock: Clock,
+        notify: Arc<dyn Fn(&str) + Send + Sync>,
+        events: Arc<dyn Fn(ProbeEvent) + Send + Sync>,
+        tasks: TaskTracker,
+        cancel: &CancellationToken,
+    ) -> Self {
         let (updates, _) = broadcast::channel(256);
         ProbeManager {
             inner: Arc::new(Inner {
@@ -174,7 +199,8 @@ impl ProbeManager {
                 notify,
                 events,
                 updates,
-                root: CancellationToken::new(),
+                root: cancel.child_token(),
+                tasks,
                 created_at: clock.now(),
                 state: Mutex::new(State::default()),
             }),
@@ -198,8 +224,8 @@ impl ProbeManager {
             tracing::warn!(pod = %pod_name(pod), "pod without a UID: not probing it");
             return;
         }
-        let probed: Vec<&Container> = probed_containers(pod).collect();
-        let probed_names: HashSet<&str> = probed.iter().map(|c| c.name.as_str()).collect();
+        let probed: Vec<(ContainerKind, &Container)> = probed_containers(pod).collect();
+        let probed_names: HashSet<&str> = probed.iter().map(|(_, c)| c.name.as_str()).collect();
         let mut running: HashMap<&str, &RunningContainer> = HashMap::new();
         for rc in containers {
             running.entry(rc.name.as_str()).or_insert(rc);
@@ -224,7 +250,7 @@ impl ProbeManager {
             .results
             .retain(|id, r| is_current(&r.container_name, id));
 
-        for container in probed {
+        for (container_kind, container) in probed {
             let Some(rc) = running.get(container.name.as_str()) else {
                 continue;
             };
@@ -239,6 +265,7 @@ impl ProbeManager {
                 pod_namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 pod_name: pod.metadata.name.clone().unwrap_or_default(),
                 container: Arc::new(container.clone()),
+                container_kind,
                 container_id: rc.id.clone(),
                 started_at: rc.started_at,
                 pod_ip: rc.pod_ip.clone().unwrap_or_default(),
@@ -432,9 +459,10 @@ impl Inner {
             kind = %kind,
         );
         tracing::debug!(parent: &span, container_id = %target.container_id, "starting probe worker");
-        runtime.spawn(
+        self.tasks.spawn_on(
             worker::run(self.clone(), target.clone(), kind, *serial, initial, token)
                 .instrument(span),
+            &runtime,
         );
     }
 
@@ -497,6 +525,7 @@ impl Inner {
             pod_namespace: target.pod_namespace.clone(),
             pod_name: target.pod_name.clone(),
             container_name: target.container.name.clone(),
+            container_kind: target.container_kind,
             container_id: target.container_id.clone(),
             kind,
             event_type: EVENT_TYPE_WARNING,
@@ -545,7 +574,9 @@ mod tests {
             }),
             ..Default::default()
         };
-        let names: Vec<&str> = probed_containers(&pod).map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = probed_containers(&pod)
+            .map(|(_, c)| c.name.as_str())
+            .collect();
         assert_eq!(names, ["a", "side"]);
     }
 

@@ -651,6 +651,7 @@ async fn events_name_the_pod_and_container() {
             pod_namespace: "default".into(),
             pod_name: "web".into(),
             container_name: "app".into(),
+            container_kind: crate::podspec::ContainerKind::Regular,
             container_id: "c1".into(),
             kind: ProbeKind::Readiness,
             event_type: "Warning",

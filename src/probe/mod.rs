@@ -112,6 +112,9 @@ pub struct ProbeEvent {
     pub pod_namespace: String,
     pub pod_name: String,
     pub container_name: String,
+    /// Which list of the spec holds the container (`initContainers` for a sidecar), for the
+    /// event's `involvedObject.fieldPath`.
+    pub container_kind: crate::podspec::ContainerKind,
     pub container_id: String,
     pub kind: ProbeKind,
     /// Always [`EVENT_TYPE_WARNING`].

@@ -23,6 +23,8 @@ pub(super) struct Target {
     pub pod_namespace: String,
     pub pod_name: String,
     pub container: Arc<Container>,
+    /// Where the container is in the spec (a sidecar is in `initContainers`).
+    pub container_kind: crate::podspec::ContainerKind,
     pub container_id: String,
     pub started_at: Timestamp,
     pub pod_ip: String,

@@ -25,6 +25,7 @@ use axum::routing::get;
 use axum::Router;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::events::FieldSelector;
 use crate::metrics::metrics;
@@ -260,16 +261,18 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
-/// Binds now (so a taken port fails startup with a clear error) and serves until cancelled.
+/// Binds now (so a taken port fails startup with a clear error) and serves until cancelled,
+/// in a task of `tasks` (which ends once the open connections have finished).
 pub async fn serve(
     addr: SocketAddr,
     app: Router,
     cancel: CancellationToken,
+    tasks: &TaskTracker,
 ) -> Result<tokio::task::JoinHandle<()>, BindError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| BindError { addr, source })?;
-    Ok(serve_listener(listener, app, cancel))
+    Ok(serve_listener(listener, app, cancel, tasks))
 }
 
 /// Serves `app` on a listener already bound (by [`serve`], or by a test on port 0).
@@ -277,11 +280,12 @@ pub fn serve_listener(
     listener: tokio::net::TcpListener,
     app: Router,
     cancel: CancellationToken,
+    tasks: &TaskTracker,
 ) -> tokio::task::JoinHandle<()> {
     if let Ok(bound) = listener.local_addr() {
         tracing::info!(%bound, "serving local API");
     }
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let shutdown = async move { cancel.cancelled().await };
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
@@ -324,7 +328,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let task = serve_listener(listener, router(state), cancel.clone());
+        let task = serve_listener(listener, router(state), cancel.clone(), &TaskTracker::new());
         let client = reqwest::Client::new();
         let base = format!("http://{addr}");
 
@@ -417,7 +421,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let task = serve_listener(listener, router(state), cancel.clone());
+        let task = serve_listener(listener, router(state), cancel.clone(), &TaskTracker::new());
         let client = reqwest::Client::new();
 
         // (query, status, reasons in order)
@@ -503,7 +507,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let task = serve_listener(listener, router(state), cancel.clone());
+        let task = serve_listener(listener, router(state), cancel.clone(), &TaskTracker::new());
         let r = reqwest::get(format!("http://{addr}/stats/summary"))
             .await
             .unwrap();

@@ -15,6 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::auth::{user_from_certificate, PeerIdentity};
@@ -197,12 +198,14 @@ pub fn server_config(
 }
 
 /// Serves `router` over TLS on `addr` until `cancel`. Each request carries the
-/// [`PeerIdentity`] of its connection.
+/// [`PeerIdentity`] of its connection. The accept loop and every connection run as tasks of
+/// `tasks`; on `cancel` the connections shut down gracefully.
 pub async fn serve_tls(
     addr: SocketAddr,
     config: Arc<ServerConfig>,
     router: Router,
     cancel: CancellationToken,
+    tasks: &TaskTracker,
 ) -> Result<SocketAddr, BindError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -212,7 +215,8 @@ pub async fn serve_tls(
         .map_err(|source| BindError { addr, source })?;
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     tracing::info!(%local, "kubelet API listening (HTTPS)");
-    tokio::spawn(async move {
+    let connections = tasks.clone();
+    tasks.spawn(async move {
         loop {
             let (stream, remote) = tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -228,7 +232,7 @@ pub async fn serve_tls(
             let acceptor = acceptor.clone();
             let router = router.clone();
             let cancel = cancel.clone();
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 // A client that opens a connection and says nothing must not hold a task
                 // forever.
                 let tls =

@@ -1,5 +1,7 @@
-//! The component-test harness: pod workers and the executor against the in-memory fake
-//! runtime, with tokio's clock paused (tests use `#[tokio::test(start_paused = true)]`).
+//! The component-test harness: nodelet started through the same builder as `main`
+//! (`nodelet::agent::NodeletBuilder`), against the in-memory fake runtime, with tokio's clock
+//! paused (tests use `#[tokio::test(start_paused = true)]`). No pod source is configured: the
+//! tests hand pods to the workers themselves.
 
 #![allow(dead_code)]
 
@@ -10,107 +12,139 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio_util::sync::CancellationToken;
 
+use nodelet::agent::{CgroupSetup, Nodelet, NodeletBuilder, RuntimeServices};
 use nodelet::clock::Clock;
 use nodelet::cri::fake::FakeRuntime;
 use nodelet::node::NodeInfo;
 use nodelet::pod::PodWorkers;
 use nodelet::status::StatusManager;
-use nodelet::sync::executor::{PodSyncer, SyncSettings};
 
 pub struct Harness {
     pub fake: Arc<FakeRuntime>,
-    pub events: nodelet::events::EventRecorder,
+    /// The pods' events; the node's own (`Starting`) are in `nodelet.events()`.
+    pub events: PodEvents,
     pub status: StatusManager,
     pub workers: PodWorkers,
+    pub nodelet: Nodelet,
     pub _dir: tempfile::TempDir,
     pub cancel: CancellationToken,
 }
 
-pub fn harness() -> Harness {
-    harness_with_backoff((Duration::from_secs(10), Duration::from_secs(300)))
+/// The events nodelet recorded about pods, oldest first (those about the node left out).
+pub struct PodEvents(pub nodelet::events::EventRecorder);
+
+impl PodEvents {
+    pub fn events(&self) -> Vec<k8s_openapi::api::core::v1::Event> {
+        self.0
+            .events()
+            .into_iter()
+            .filter(|e| e.involved_object.kind.as_deref() == Some("Pod"))
+            .collect()
+    }
 }
 
-pub fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
+pub async fn harness() -> Harness {
+    harness_with_backoff((Duration::from_secs(10), Duration::from_secs(300))).await
+}
+
+/// The configuration the harness starts nodelet with: node `node1`, its directories in `dir`,
+/// no servers, no pod source, no resolv.conf, and the restart backoff `(initial, max)` (one
+/// the configuration can express: 10 s or, with `ReduceDefaultCrashLoopBackOffDecay`, 1 s,
+/// either capped by `maxContainerRestartPeriod`).
+pub fn config(
+    dir: &std::path::Path,
+    crash_loop_backoff: (Duration, Duration),
+) -> nodelet::config::Config {
+    let text = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         nodeName: node1\n\
+         rootDir: {root}\n\
+         podLogsDir: {logs}\n\
+         syncFrequency: 60s\n\
+         readOnlyPort: 0\n\
+         healthzPort: 0\n\
+         port: 0\n",
+        root = dir.join("root").display(),
+        logs = dir.join("logs").display(),
+    );
+    let mut cfg = nodelet::config::parse(
+        &text,
+        std::path::Path::new("harness.yaml"),
+        &nodelet::config::Environment {
+            hostname: "node1".into(),
+        },
+    )
+    .expect("the harness configuration")
+    .config;
+    cfg.resolv_conf = std::path::PathBuf::new();
+    let (initial, max) = crash_loop_backoff;
+    cfg.crash_loop_back_off.max_container_restart_period = max;
+    cfg.feature_gates.insert(
+        nodelet::config::kubelet_fields::REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY.to_string(),
+        initial < Duration::from_secs(10).min(max),
+    );
+    assert_eq!(
+        cfg.crash_loop_back_off_delays(),
+        crash_loop_backoff,
+        "a restart backoff the configuration cannot express"
+    );
+    cfg
+}
+
+pub async fn harness_with_backoff(crash_loop_backoff: (Duration, Duration)) -> Harness {
+    harness_with(crash_loop_backoff, |_| {}).await
+}
+
+/// A harness whose configuration `edit` changes first (to turn a server on, say).
+pub async fn harness_with(
+    crash_loop_backoff: (Duration, Duration),
+    edit: impl FnOnce(&mut nodelet::config::Config),
+) -> Harness {
     let clock = Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
     let fake = Arc::new(FakeRuntime::new(clock));
     fake.add_image("localhost/app:1");
     let dir = tempfile::tempdir().unwrap();
-    let status = StatusManager::new();
-    let events = nodelet::events::EventRecorder::new(clock, "kubelet", "node1");
-    // Probe result changes wake the pod's worker, as the PLEG channel does in nodelet.
-    let (probe_tx, mut probe_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let syncer = PodSyncer {
+    let runtime = RuntimeServices {
         runtime: fake.clone(),
         images: fake.clone(),
-        status: status.clone(),
-        node: Arc::new(NodeInfo {
+        streaming: None,
+        stats: None,
+        tasks: Some(fake.clone()),
+        containerd_events: None,
+        version: nodelet::cri::api::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake".into(),
+            runtime_version: "0.0.0".into(),
+            runtime_api_version: "v1".into(),
+        },
+    };
+    let mut cfg = config(dir.path(), crash_loop_backoff);
+    edit(&mut cfg);
+    let nodelet = NodeletBuilder::new(cfg)
+        .runtime(runtime)
+        .clock(clock)
+        .node_info(NodeInfo {
             name: "node1".into(),
             host_ips: vec!["192.168.1.10".into()],
             cpu_capacity_milli: 2000,
             memory_capacity: 4 << 30,
-        }),
-        settings: Arc::new(SyncSettings {
-            root_dir: dir.path().join("root"),
-            pod_logs_dir: dir.path().join("logs"),
-            cgroup_driver: nodelet::cgroup::Driver::Cgroupfs,
-            cgroup_root: "/".into(),
-            cgroups_per_qos: true,
-            cluster_dns: vec![],
-            cluster_domain: String::new(),
-            resolv_conf: None,
-            runtime_name: "fake".into(),
-            crash_loop_backoff,
-            cgroup_v2: false,
-            cgroups: None,
-            pod_cgroup: Default::default(),
-        }),
-        clock,
-        tasks: Some(fake.clone()),
-        objects: Arc::new(nodelet::objects::NoApiServer),
-        events: events.clone(),
-        probes: nodelet::probe::ProbeManager::new(
-            fake.clone(),
-            clock,
-            Arc::new(move |uid: &str| {
-                let _ = probe_tx.send(uid.to_string());
-            }),
-            Arc::new({
-                let events = events.clone();
-                move |e: nodelet::probe::ProbeEvent| {
-                    let object = nodelet::events::ObjectRef {
-                        kind: "Pod".into(),
-                        namespace: e.pod_namespace.clone(),
-                        name: e.pod_name.clone(),
-                        uid: e.pod_uid.clone(),
-                        field_path: Some(format!("spec.containers{{{}}}", e.container_name)),
-                    };
-                    events.record(
-                        &object,
-                        nodelet::events::EventType::Warning,
-                        e.reason,
-                        e.message,
-                    );
-                }
-            }),
-        ),
-    };
-    let cancel = CancellationToken::new();
-    let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone());
-    tokio::spawn({
-        let workers = workers.clone();
-        async move {
-            while let Some(uid) = probe_rx.recv().await {
-                workers.wake(&uid);
-            }
-        }
-    });
+        })
+        .cgroups(CgroupSetup::Given {
+            settings: Default::default(),
+            node: None,
+        })
+        .start()
+        .await
+        .expect("nodelet starts on the fake runtime");
     Harness {
         fake,
-        events,
-        status,
-        workers,
+        events: PodEvents(nodelet.events().clone()),
+        status: nodelet.status().clone(),
+        workers: nodelet.workers().clone(),
+        cancel: nodelet.cancel_token().clone(),
+        nodelet,
         _dir: dir,
-        cancel,
     }
 }
 

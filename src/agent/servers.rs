@@ -1,0 +1,168 @@
+//! The HTTP servers: the authenticated kubelet API (`port`, HTTPS), the read-only API
+//! (`readOnlyPort`) and the health endpoint (`healthzPort`). A port of 0 turns its server off.
+//! Each binds before `start` returns, so a taken port stops startup with the address named.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{HostPaths, RuntimeServices, StartError};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::events::EventRecorder;
+use crate::node::NodeInfo;
+use crate::pleg::Pleg;
+use crate::server::auth::{AccessReviewer, ApiReviews, KubeletAuth, TokenReviewer};
+use crate::server::{self, ApiState};
+use crate::status::StatusManager;
+
+/// What the servers show.
+pub(super) struct Served<'a> {
+    pub cfg: &'a Config,
+    pub node: &'a NodeInfo,
+    pub paths: &'a HostPaths,
+    pub runtime: &'a RuntimeServices,
+    pub status: &'a StatusManager,
+    pub events: &'a EventRecorder,
+    pub pleg: &'a Arc<Pleg>,
+    /// The API server, for TokenReviews and SubjectAccessReviews (cluster mode).
+    pub cluster: Option<&'a kube::Client>,
+    pub clock: Clock,
+}
+
+/// Binds and starts every enabled server in `tasks`.
+pub(super) async fn start(
+    served: Served<'_>,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) -> Result<(), StartError> {
+    let cfg = served.cfg;
+    let state = api_state(&served);
+    if cfg.port != 0 {
+        serve_kubelet_api(&served, &state, tasks, cancel).await?;
+    }
+    if cfg.read_only_port != 0 {
+        let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
+        server::serve(addr, server::router(state.clone()), cancel.clone(), tasks).await?;
+    }
+    if cfg.healthz_port != 0 {
+        let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+        server::serve(addr, server::healthz_router(state), cancel.clone(), tasks).await?;
+    }
+    Ok(())
+}
+
+/// The pods, health, events and (with a stats-capable runtime) the Summary API.
+fn api_state(served: &Served<'_>) -> ApiState {
+    let pods = {
+        let status = served.status.clone();
+        Arc::new(move || status.pods())
+    };
+    let pleg = served.pleg.clone();
+    let events = served.events.clone();
+    ApiState {
+        pods: pods.clone(),
+        health: Arc::new(move || {
+            if pleg.healthy() {
+                Ok(())
+            } else {
+                Err("pleg was last seen active more than 3m0s ago".into())
+            }
+        }),
+        events: Arc::new(move || events.events()),
+        summary: served.runtime.stats.clone().map(|stats| {
+            Arc::new(crate::stats::SummaryProvider::new(
+                served.stats_settings(),
+                served.runtime.runtime.clone(),
+                stats,
+                pods,
+                served.clock,
+            )) as Arc<dyn crate::stats::SummarySource>
+        }),
+    }
+}
+
+impl Served<'_> {
+    /// The Summary API's settings, with the host paths nodelet was given.
+    fn stats_settings(&self) -> crate::stats::StatsSettings {
+        crate::stats::StatsSettings {
+            cgroup_mount: self.paths.cgroup.clone(),
+            proc_root: self.paths.proc.clone(),
+            ..crate::stats::StatsSettings::from_config(self.cfg)
+        }
+    }
+}
+
+/// The authenticated kubelet API on `port`: HTTPS with the configured or a self-signed
+/// certificate; TokenReviews and SubjectAccessReviews go to the API server in cluster mode.
+async fn serve_kubelet_api(
+    served: &Served<'_>,
+    state: &ApiState,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) -> Result<(), StartError> {
+    let cfg = served.cfg;
+    let mut addresses: Vec<IpAddr> = served
+        .node
+        .host_ips
+        .iter()
+        .filter_map(|ip| ip.parse().ok())
+        .collect();
+    addresses.extend(cfg.node_ip);
+    addresses.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    addresses.dedup();
+    let configured = cfg
+        .tls_cert_file
+        .as_deref()
+        .zip(cfg.tls_private_key_file.as_deref());
+    let cert = server::tls::serving_certificate(
+        configured,
+        &cfg.root_dir.join("pki"),
+        &cfg.node_name,
+        &addresses,
+    )
+    .map_err(|error| StartError::Tls {
+        what: "kubelet API serving certificate",
+        error,
+    })?;
+    let tls = server::tls::server_config(cert, cfg.authentication.client_ca_file.as_deref())
+        .map_err(|error| StartError::Tls {
+            what: "kubelet API TLS",
+            error,
+        })?;
+    let reviews = served
+        .cluster
+        .map(|client| Arc::new(ApiReviews::new(client.clone())));
+    let auth = KubeletAuth::new(
+        &cfg.node_name,
+        &cfg.authentication,
+        &cfg.authorization,
+        reviews.clone().map(|r| r as Arc<dyn TokenReviewer>),
+        reviews.map(|r| r as Arc<dyn AccessReviewer>),
+    );
+    let pods: server::container_logs::PodsFn = {
+        let status = served.status.clone();
+        Arc::new(move || status.pods())
+    };
+    let logs = server::container_logs::PodContainerLogs {
+        runtime: served.runtime.runtime.clone(),
+        pods: pods.clone(),
+        clock: served.clock,
+    };
+    let streams =
+        served
+            .runtime
+            .streaming
+            .clone()
+            .map(|streaming| server::streaming::StreamingState {
+                runtime: served.runtime.runtime.clone(),
+                streaming,
+                pods,
+            });
+    let router = server::kubelet_api_router(state.clone(), Arc::new(logs), streams, Arc::new(auth));
+    let addr = SocketAddr::new(cfg.address, cfg.port);
+    server::tls::serve_tls(addr, tls, router, cancel.clone(), tasks).await?;
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Component tests of the composition root (`nodelet::agent`), started the way the other
+//! component tests start it (the harness) and the way `main` does (`NodeletBuilder`): what the
+//! builder wires, and that shutdown waits for every task it started.
+
+mod common;
+mod harness;
+
+use std::time::Duration;
+
+use harness::*;
+use nodelet::pod::PodWork;
+
+/// With no pod source configured, nodelet is ready at once, and its first event is the
+/// node's `Starting`.
+#[tokio::test(start_paused = true)]
+async fn without_pod_sources_it_is_ready_and_has_recorded_starting() {
+    let h = harness().await;
+    tokio::time::timeout(Duration::from_secs(10), h.nodelet.ready())
+        .await
+        .expect("ready within 10 s of paused time");
+    let node_events: Vec<(String, String)> = h
+        .nodelet
+        .events()
+        .events()
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Node"))
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.involved_object.name.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(node_events, [("Starting".to_string(), "node1".to_string())]);
+    h.cancel.cancel();
+}
+
+/// `shutdown` cancels the tree and returns once every task has: the probe workers among them,
+/// which stop probing.
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_every_task_and_probing_stops() {
+    let h = harness().await;
+    let p = with_lifecycle(pod("a1", "Always", &["a"], "localhost/app:1"), |c| {
+        c.readiness_probe = Some(exec_probe(1, 3));
+    });
+    h.workers.update(PodWork::Sync(p));
+    // The positive sign first: the probe runs, every second.
+    for _ in 0..100 {
+        if h.fake.calls_of("exec_sync").len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        h.fake.calls_of("exec_sync").len() >= 3,
+        "the readiness probe never ran three times"
+    );
+    let Harness { nodelet, fake, .. } = h;
+    assert!(
+        nodelet.shutdown(Duration::from_secs(5)).await,
+        "some task was still running 5 s after the cancellation"
+    );
+    let probes = fake.calls_of("exec_sync").len();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        fake.calls_of("exec_sync").len(),
+        probes,
+        "a probe ran after shutdown"
+    );
+}
+
+/// The read-only API runs in nodelet's tasks: it serves the pods the workers publish and a
+/// healthy PLEG (so the relist runs), and once `shutdown` returned its port is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_only_api_is_one_of_its_tasks_and_stops_with_it() {
+    let port = common::free_port();
+    let h = harness_with((Duration::from_secs(10), Duration::from_secs(300)), |cfg| {
+        cfg.address = "127.0.0.1".parse().unwrap();
+        cfg.read_only_port = port;
+    })
+    .await;
+    h.workers.update(PodWork::Sync(pod(
+        "r1",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (health, pods) = loop {
+        let health = match client.get(format!("{base}/healthz")).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => e.to_string(),
+        };
+        let pods: serde_json::Value = client
+            .get(format!("{base}/pods"))
+            .send()
+            .await
+            .expect("GET /pods")
+            .json()
+            .await
+            .expect("a PodList");
+        let listed = pods["items"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|p| p["metadata"]["uid"] == "r1"));
+        if (health == "ok" && listed) || std::time::Instant::now() > deadline {
+            break (health, pods);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(health, "ok", "the PLEG never relisted");
+    assert_eq!(pods["items"][0]["metadata"]["uid"], "r1", "{pods:#}");
+    drop(client);
+    let Harness { nodelet, .. } = h;
+    assert!(
+        nodelet.shutdown(Duration::from_secs(20)).await,
+        "some task was still running 20 s after the cancellation"
+    );
+    std::net::TcpListener::bind(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("port {port} still taken after shutdown: {e}"));
+}
