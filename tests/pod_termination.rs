@@ -79,7 +79,7 @@ async fn running(h: &Harness, p: &Arc<Pod>) {
 /// terminal and reclaimed within the 2 s floor.
 #[tokio::test(start_paused = true)]
 async fn force_delete_during_a_30s_grace_period_ends_the_pod_within_the_2s_floor() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_ignores_sigterm("a");
     let p = with_grace(pod("f1", "Always", &["a"], "localhost/app:1"), 30);
     running(&h, &p).await;
@@ -123,7 +123,7 @@ async fn a_shorter_grace_cuts_a_running_pre_stop_hook_short() {
         (Some(10), 15, "timeout=2", 17),
     ];
     for (asked, signal_at, timeout, done_at) in cases {
-        let h = harness();
+        let h = harness().await;
         h.fake.set_ignores_sigterm("a");
         h.fake.set_exec_behaviour("a", 0, secs(100));
         let p = with_lifecycle(
@@ -170,7 +170,7 @@ async fn a_longer_grace_later_does_not_extend_the_termination() {
     // (preStop hook, StopContainer at (s), its timeout, terminated at (s))
     let cases = [(false, 0, "timeout=10", 10), (true, 10, "timeout=2", 12)];
     for (hook, stop_at, timeout, done_at) in cases {
-        let h = harness();
+        let h = harness().await;
         h.fake.set_ignores_sigterm("a");
         h.fake.set_exec_behaviour("a", 0, secs(100));
         let mut p = with_grace(pod("f3", "Always", &["a"], "localhost/app:1"), 10);
@@ -224,7 +224,7 @@ async fn a_longer_grace_later_does_not_extend_the_termination() {
 /// of the terminated pod changes nothing.
 #[tokio::test(start_paused = true)]
 async fn kill_pod_applies_its_status_mutation_to_the_final_status_once() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_ignores_sigterm("a");
     let p = pod("f4", "Always", &["a"], "localhost/app:1");
     running(&h, &p).await;
@@ -326,7 +326,7 @@ async fn kill_pod_applies_its_status_mutation_to_the_final_status_once() {
 /// way, and the pod is removed and forgotten within the 2 s floor.
 #[tokio::test(start_paused = true)]
 async fn an_api_pod_removed_by_a_force_delete_is_killed_at_once() {
-    let h = harness();
+    let h = harness().await;
     h.fake.set_ignores_sigterm("a");
     let p = with_grace(pod("f5", "Always", &["a"], "localhost/app:1"), 30);
     let (mut manager, _ready) =
@@ -364,18 +364,18 @@ async fn an_api_pod_removed_by_a_force_delete_is_killed_at_once() {
 }
 
 /// `kill_pod` of a pod that never ran (admission rejection): it is never started, its final
-/// status is only the mutation and its QoS class (the kubelet's `rejectPod`), and once no
-/// source wants it, the pod manager's cleanup removes its worker and status.
+/// status is only the mutation and its QoS class (the kubelet's `rejectPod`), and once its
+/// source drops it (the removal the pod manager sends), its worker and status go.
 #[tokio::test(start_paused = true)]
 async fn a_pod_killed_before_it_ran_is_never_started_and_is_forgotten_when_unwanted() {
-    let h = harness();
+    let h = harness().await;
     let p = pod("f6", "Always", &["a"], "localhost/app:1");
     let rejected = StatusMutation::failed(
         "OutOfcpu",
         "Pod was rejected: Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000",
     );
     h.workers
-        .kill_pod(p.clone(), Some(Duration::ZERO), rejected.clone())
+        .reject(p.clone(), rejected.clone())
         .terminated()
         .await;
     let status = h.status.status("f6").unwrap();
@@ -394,10 +394,12 @@ async fn a_pod_killed_before_it_ran_is_never_started_and_is_forgotten_when_unwan
     tokio::time::sleep(secs(120)).await;
     assert_eq!(h.status.status("f6").unwrap(), status);
 
-    let (manager, _ready) =
-        PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
     assert!(h.workers.has_worker("f6"));
-    manager.cleanup_orphans().await;
+    h.workers.update(PodWork::Kill {
+        pod: p.clone(),
+        grace: None,
+        remove: true,
+    });
     h.settle("worker and status gone", |h| {
         !h.workers.has_worker("f6") && h.status.status("f6").is_none()
     })
@@ -406,5 +408,34 @@ async fn a_pod_killed_before_it_ran_is_never_started_and_is_forgotten_when_unwan
     // never started anything.
     assert!(h.fake.calls_of("run_pod_sandbox").is_empty());
     assert!(h.fake.calls_of("create_container").is_empty());
+    h.cancel.cancel();
+}
+
+/// `kill_pod` of a pod that has no worker (gone already, or never on this node) starts
+/// nothing: the handle is done at once and no worker appears, while a worked pod next to it
+/// is ended as asked.
+#[tokio::test(start_paused = true)]
+async fn kill_pod_of_a_pod_without_a_worker_starts_nothing() {
+    let h = harness().await;
+    let running = pod("f7", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(running.clone()));
+    h.settle("f7 running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    let stranger = pod("f8", "Always", &["a"], "localhost/app:1");
+    let handle = h.workers.kill_pod(stranger, None, evicted());
+    assert!(handle.is_terminated(), "nothing to wait for");
+    // The positive sign that kills are carried out: the running pod is ended.
+    h.workers
+        .kill_pod(running, Some(Duration::ZERO), evicted())
+        .terminated()
+        .await;
+    assert!(h.fake.running_container_names().is_empty());
+    assert!(!h.workers.has_worker("f8"));
+    assert!(h.status.status("f8").is_none());
+    assert_eq!(
+        h.fake.calls_of("run_pod_sandbox").len(),
+        1,
+        "only f7's sandbox"
+    );
     h.cancel.cancel();
 }

@@ -519,6 +519,7 @@ mod tests {
         let events = tokio::spawn(pleg.run_events(
             format!("unix://{}", socket.display()),
             "k8s.io".into(),
+            TaskTracker::new(),
             cancel.clone(),
         ));
         // The subscription reached containerd's stand-in and waits for an answer.

@@ -31,7 +31,7 @@ pub use crate::status::StatusMutation;
 /// Ends pods through their workers. Implemented by [`super::PodWorkers`]; a component that
 /// ends pods holds an `Arc<dyn PodKiller>`, which its tests can replace with a recorder.
 pub trait PodKiller: Send + Sync {
-    /// Ends `pod` (by UID; a pod without a worker gets one, which never starts it) with
+    /// Ends `pod` (by UID; a pod without a worker is not running here, and nothing is done) with
     /// `grace_override` (`None`: the pod's own; zero: SIGKILL at once, no preStop hook) and
     /// `status` applied to its final status. Returns at once.
     fn kill_pod(

@@ -182,8 +182,7 @@ impl PodManager {
                     format!("Pod was rejected: {}", rejection.message),
                 );
                 self.rejected.insert(pod_uid(pod).to_string());
-                self.workers
-                    .kill_pod(pod.clone(), Some(Duration::ZERO), status);
+                self.workers.reject(pod.clone(), status);
                 false
             }
         }
@@ -290,8 +289,6 @@ impl PodManager {
             return;
         }
         let desired = self.desired();
-        self.workers
-            .remove_unwanted(|uid| desired.contains_key(uid));
         let selector = model::node_selector(&self.node_name);
         let sandboxes = match self
             .runtime

@@ -68,8 +68,35 @@ impl PodWorkers {
     }
 
     /// `kill_pod` (see [`PodKiller`]): ends the pod through its worker, with `grace_override`
-    /// and `status` applied to its final status.
+    /// and `status` applied to its final status. A pod without a worker does not run on this
+    /// node (it was never started, or it is gone already): nothing is started for it, and the
+    /// handle says "terminated" at once.
     pub fn kill_pod(
+        &self,
+        pod: Arc<Pod>,
+        grace_override: Option<Duration>,
+        status: StatusMutation,
+    ) -> KillHandle {
+        if !self.has_worker(pod_uid(&pod)) {
+            tracing::info!(
+                pod.uid = pod_uid(&pod),
+                pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
+                "kill_pod: the pod has no worker on this node; nothing to end"
+            );
+            return KillHandle::new(watch::channel(true).1);
+        }
+        self.end(pod, grace_override, status)
+    }
+
+    /// Ends a pod that never ran (an admission rejection): its worker is started in the
+    /// terminated state, never starts anything, and publishes `status` as the final status.
+    /// The pod manager does this for a pod its source wants, so the worker goes when the
+    /// source drops the pod, as every other worker does.
+    pub fn reject(&self, pod: Arc<Pod>, status: StatusMutation) -> KillHandle {
+        self.end(pod, Some(Duration::ZERO), status)
+    }
+
+    fn end(
         &self,
         pod: Arc<Pod>,
         grace_override: Option<Duration>,
@@ -136,33 +163,6 @@ impl PodWorkers {
         );
         self.tracker.spawn(worker.run().instrument(span));
         signal
-    }
-
-    /// Has the workers of pods `wanted` says no to removed (the kubelet's `SyncKnownPods`): a
-    /// pod `kill_pod` ended after its source dropped it would otherwise keep a worker forever.
-    /// Returns how many were asked.
-    pub fn remove_unwanted(&self, wanted: impl Fn(&str) -> bool) -> usize {
-        let workers = self.lock();
-        let mut asked = 0;
-        for (uid, handle) in workers.iter().filter(|(uid, _)| !wanted(uid)) {
-            let removing = handle.requests.send_if_modified(|r| {
-                if r.work() == (super::worker_state::Work::Remove { comes_back: false }) {
-                    return false;
-                }
-                let pod = r.pod.clone();
-                r.merge(PodWork::Kill {
-                    pod,
-                    grace: None,
-                    remove: true,
-                });
-                true
-            });
-            if removing {
-                tracing::info!(pod.uid = %uid, "worker of a pod no source wants; removing it");
-                asked += 1;
-            }
-        }
-        asked
     }
 
     /// Something about the pod changed in the runtime: sync it soon.
