@@ -378,6 +378,23 @@ impl PodSyncer {
             return Ok(SyncOutcome::Idle(deadline));
         }
         tracing::debug!(?actions, "pod actions");
+        if actions.create_sandbox {
+            if let (Some(change), Some(sandbox)) = (
+                crate::sync::actions::sandbox_change(pod, &runtime),
+                runtime.sandbox(),
+            ) {
+                // The kubelet logs this too (`podSandboxChanged`): a pod restarted in a new
+                // sandbox must say what the runtime reported about the old one.
+                tracing::info!(
+                    reason = %change,
+                    sandbox.id = %sandbox.id,
+                    sandbox.attempt = sandbox.attempt,
+                    sandbox.ready = sandbox.ready,
+                    sandbox.ips = ?sandbox.ips,
+                    "the pod needs a new sandbox"
+                );
+            }
+        }
         if let Some(trigger) = &actions.restart_all {
             self.restart_in_place(pod, &runtime, trigger, memory)
                 .await?;
