@@ -54,6 +54,27 @@ const CGROUP_SETTINGS: &str = "podPidsLimit: 100\n\
     systemReserved: {cpu: 100m, memory: 156Mi}\n\
     enforceNodeAllocatable: [pods]\n";
 
+/// How an OOM kill takes a container, per driver, so both settings run in the VM. cgroupfs
+/// has the kubelet's default (`singleProcessOOMKill: false`: `memory.oom.group` 1, the whole
+/// container goes). The systemd driver kills only the chosen process: with the whole
+/// container gone at once, systemd removes the container's scope as soon as it is empty, and
+/// containerd 1.6's shim, which reads the scope's `memory.events` only then, misses the OOM
+/// now and then and reports `Error`; the OOM step keeps the container's shell alive for that.
+fn oom_setting(driver: Driver) -> &'static str {
+    match driver {
+        Driver::Systemd => "singleProcessOOMKill: true\n",
+        Driver::Cgroupfs => "",
+    }
+}
+
+/// A container's `memory.oom.group` under [`oom_setting`].
+fn oom_group(driver: Driver) -> &'static str {
+    match driver {
+        Driver::Systemd => "0",
+        Driver::Cgroupfs => "1",
+    }
+}
+
 /// The same with Memory QoS turned off as the seed says to (the gate off, no reservation
 /// policy, no throttling factor).
 const CGROUP_SETTINGS_MEMORY_QOS_OFF: &str = "podPidsLimit: 100\n\
@@ -219,7 +240,7 @@ fn nodelet_runs_as_a_systemd_service(node: &Guest) {
         nix::sys::statfs::CGROUP2_SUPER_MAGIC,
         "the guest runs the unified cgroup v2 hierarchy"
     );
-    node.start_nodelet(CGROUP_SETTINGS);
+    node.start_nodelet(&format!("{CGROUP_SETTINGS}{}", oom_setting(node.driver)));
     assert_eq!(
         node.unit("nodelet.service", "FragmentPath"),
         "/etc/systemd/system/nodelet.service"
@@ -571,6 +592,15 @@ fn cgroup_value_mismatches(
                     ));
                 }
             }
+            let group = read_cgroup(&dir, "memory.oom.group");
+            let want = oom_group(node.driver);
+            if group != want {
+                wrong.push(format!(
+                    "{} container memory.oom.group ({}): reads {group}; want {want}",
+                    pod.name,
+                    dir.display()
+                ));
+            }
         }
     }
     for tier in [None, Some(Qos::Burstable), Some(Qos::BestEffort)] {
@@ -763,12 +793,15 @@ async fn container_over_its_memory_limit_is_oom_killed(
     facts: &NodeFacts,
 ) {
     let _step = node.step("container over its memory limit is OOM-killed; its cgroup goes with it");
-    // The allocating process is a child of the container's shell, which outlives it by two
-    // seconds: containerd 1.6's shim reads the container cgroup's memory.events when the kernel
-    // bumps oom_kill, and under the systemd driver systemd removes the scope as soon as it is
-    // empty; under emulation that removal won the race now and then, the OOM event was lost and
-    // the CRI said "Error" (containerd/containerd#8180 is the same loss for containers killed
-    // right after their start). A kubelet on this containerd reports exactly what nodelet does.
+    // The allocating process is a child of the container's shell, which exits 2 s after it
+    // with its status. containerd 1.6's shim reads the container cgroup's memory.events when
+    // the kernel bumps oom_kill; under the systemd driver systemd removes the scope as soon as
+    // it is empty, and when that removal wins, the OOM is lost and the CRI says "Error"
+    // (containerd/containerd#8180 is the same loss for containers killed right after their
+    // start; a kubelet on this containerd reports the same). Under systemd the scenario runs
+    // with `singleProcessOOMKill: true` ([`oom_setting`]), so the shell outlives the kill and
+    // the scope is still there; under cgroupfs the whole container goes (the default) and its
+    // cgroup stays until runc deletes it.
     node.write_manifest(
         "oom.yaml",
         &format!(
@@ -1134,7 +1167,10 @@ async fn memory_qos_off_resets_protection_and_the_orphan_is_swept(
     }
     let sweeps = node.journal_count(SWEPT);
     let removed_line = format!("pod.uid={}", orphan.uid);
-    node.write_config(CGROUP_SETTINGS_MEMORY_QOS_OFF);
+    node.write_config(&format!(
+        "{CGROUP_SETTINGS_MEMORY_QOS_OFF}{}",
+        oom_setting(node.driver)
+    ));
     node.systemctl(&["restart", "nodelet.service"]);
     node.wait_for("the start-up sweep", || node.journal_count(SWEPT) > sweeps)
         .await;

@@ -53,6 +53,8 @@ pub struct SyncSettings {
     pub crash_loop_backoff: (Duration, Duration),
     /// Whether the node is on the unified cgroup v2 hierarchy.
     pub cgroup_v2: bool,
+    /// `singleProcessOOMKill`: leave `memory.oom.group` alone (cgroup v2).
+    pub single_process_oom_kill: bool,
     /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;
     /// `None` leaves the pod cgroup to the runtime, without pod-level limits.
     pub cgroups: Option<Arc<cgroup::node::NodeCgroups>>,
