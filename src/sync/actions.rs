@@ -601,13 +601,15 @@ mod tests {
             host_network: true,
             ..sandbox("s1", 0, true, 1)
         };
-        let cases: [(
-            &str,
-            &Pod,
+        // (name, pod, sandboxes, why a new one, (changed, next attempt))
+        type Case<'a> = (
+            &'a str,
+            &'a Pod,
             Vec<RuntimeSandbox>,
             Option<SandboxChange>,
             (bool, u32),
-        ); 7] = [
+        );
+        let cases: [Case; 7] = [
             (
                 "none",
                 &p,
