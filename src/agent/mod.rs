@@ -540,6 +540,7 @@ fn sync_settings(
         runtime_name: version.runtime_name.clone(),
         crash_loop_backoff: cfg.crash_loop_back_off_delays(),
         cgroup_v2: pod_cgroup.cgroup_v2,
+        single_process_oom_kill: cfg.single_process_oom_kill,
         cgroups,
         pod_cgroup,
     }

@@ -70,6 +70,7 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "authentication",
     "authorization",
     "failCgroupV1",
+    "singleProcessOOMKill",
     "podPidsLimit",
     "kubeReserved",
     "systemReserved",
@@ -164,6 +165,7 @@ pub(super) struct Decoded {
     pub cache_authorized_ttl: Option<Duration>,
     pub cache_unauthorized_ttl: Option<Duration>,
     pub fail_cgroup_v1: Option<bool>,
+    pub single_process_oom_kill: Option<bool>,
     pub pod_pids_limit: Option<i64>,
     pub kube_reserved: Option<Reserved>,
     pub system_reserved: Option<Reserved>,
@@ -254,6 +256,7 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "authentication" => d.authentication(name, value),
             "authorization" => d.authorization(name, value),
             "failCgroupV1" => d.fail_cgroup_v1 = d.boolean(name, value),
+            "singleProcessOOMKill" => d.single_process_oom_kill = d.boolean(name, value),
             "podPidsLimit" => {
                 d.pod_pids_limit = d.int_in(
                     name,

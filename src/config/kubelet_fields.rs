@@ -75,7 +75,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "shutdownGracePeriod",
     "shutdownGracePeriodByPodPriority",
     "shutdownGracePeriodCriticalPods",
-    "singleProcessOOMKill",
     "staticPodURL",
     "staticPodURLHeader",
     "streamingConnectionIdleTimeout",

@@ -61,6 +61,9 @@ pub struct Config {
     pub cgroup_root: String,
     /// `failCgroupV1` (default true): refuse to run on a cgroup v1 host.
     pub fail_cgroup_v1: bool,
+    /// `singleProcessOOMKill` (default false): on cgroup v2, an OOM kill in a container kills
+    /// only the chosen process instead of the whole container (`memory.oom.group`).
+    pub single_process_oom_kill: bool,
     /// `podPidsLimit` (default -1, no limit): `pids.max` of every pod cgroup.
     pub pod_pids_limit: i64,
     /// `kubeReserved`: cpu, memory, ephemeral-storage and pids set aside for node daemons.
@@ -419,6 +422,7 @@ impl Config {
             cgroups_per_qos: true,
             cgroup_root: "/".to_string(),
             fail_cgroup_v1: true,
+            single_process_oom_kill: false,
             pod_pids_limit: -1,
             kube_reserved: Default::default(),
             system_reserved: Default::default(),

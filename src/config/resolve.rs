@@ -64,6 +64,9 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.cgroups_per_qos = decoded.cgroups_per_qos.unwrap_or(defaults.cgroups_per_qos);
     config.cgroup_root = non_empty(decoded.cgroup_root).unwrap_or(defaults.cgroup_root);
     config.fail_cgroup_v1 = decoded.fail_cgroup_v1.unwrap_or(defaults.fail_cgroup_v1);
+    config.single_process_oom_kill = decoded
+        .single_process_oom_kill
+        .unwrap_or(defaults.single_process_oom_kill);
     config.pod_pids_limit = decoded.pod_pids_limit.unwrap_or(defaults.pod_pids_limit);
     config.kube_reserved = decoded.kube_reserved.unwrap_or_default();
     config.system_reserved = decoded.system_reserved.unwrap_or_default();

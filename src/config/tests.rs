@@ -821,6 +821,15 @@ fn cgroup_and_memory_qos_fields() {
     use crate::cgroup::memory_qos::ReservationPolicy;
     let d = Config::defaults(&env());
     assert!(d.fail_cgroup_v1);
+    assert!(
+        !d.single_process_oom_kill,
+        "the kubelet's default on cgroup v2"
+    );
+    assert!(
+        ok("singleProcessOOMKill: true")
+            .config
+            .single_process_oom_kill
+    );
     assert_eq!(d.pod_pids_limit, -1);
     assert_eq!(d.enforce_node_allocatable, ["pods"]);
     assert!(d.enforces_pods_allocatable());
@@ -873,6 +882,7 @@ fn cgroup_and_memory_qos_fields() {
         ("featureGates: {MemoryQoS: false}\nmemoryReservationPolicy: TieredReservation", &["memoryReservationPolicy: Forbidden: \"TieredReservation\": requires feature gate MemoryQoS"]),
         ("podPidsLimit: -2", &["podPidsLimit: Invalid value: -2: must be -1 (no limit) or greater"]),
         ("failCgroupV1: no", &["failCgroupV1: Invalid value: \"no\": expected a boolean (true or false)"]),
+        ("singleProcessOOMKill: 1", &["singleProcessOOMKill: Invalid value: 1: expected a boolean (true or false)"]),
         ("kubeReserved: {memory: lots}", &["kubeReserved.memory: Invalid value: \"lots\": invalid quantity \"lots\": expected a number"]),
         ("systemReserved: {cpu: -1}", &["systemReserved.cpu: Invalid value: -1: resource quantity for \"cpu\" cannot be negative"]),
         ("kubeReserved: {gpu: 1}", &["kubeReserved.gpu: Unsupported value: cannot reserve \"gpu\" resource; supported: cpu, ephemeral-storage, memory, pid"]),

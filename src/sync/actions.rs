@@ -105,25 +105,67 @@ pub struct ActionInputs<'a> {
     pub startup: &'a BTreeMap<String, bool>,
 }
 
-/// Whether the pod needs a new sandbox: none exists, more than one is ready, the newest is not
-/// ready, or it has no IP although the pod is not on the host network. Returns the next attempt
-/// number and the ID of the newest sandbox.
+/// Why a pod needs a new sandbox (the kubelet's `podSandboxChanged` reasons, which it logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxChange {
+    /// The runtime has no sandbox for the pod.
+    NoSandbox,
+    /// More than one of its sandboxes is ready.
+    SeveralReady,
+    /// The newest sandbox is not ready.
+    NotReady,
+    /// The newest sandbox's network mode (host or pod) is not the spec's.
+    NetworkModeChanged,
+    /// The newest sandbox has no IP although the pod is not on the host network.
+    NoIp,
+}
+
+impl std::fmt::Display for SandboxChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SandboxChange::NoSandbox => "no sandbox for the pod",
+            SandboxChange::SeveralReady => "more than one sandbox is ready",
+            SandboxChange::NotReady => "the newest sandbox is not ready",
+            SandboxChange::NetworkModeChanged => "the sandbox's network mode is not the spec's",
+            SandboxChange::NoIp => "the sandbox has no IP",
+        })
+    }
+}
+
+/// Why the pod needs a new sandbox, if it does: none exists, more than one is ready, the newest
+/// is not ready, its network mode is not the spec's, or it has no IP although the pod is not
+/// on the host network.
+pub fn sandbox_change(pod: &Pod, runtime: &PodRuntime) -> Option<SandboxChange> {
+    let Some(newest) = runtime.sandbox() else {
+        return Some(SandboxChange::NoSandbox);
+    };
+    let ready = runtime.sandboxes.iter().filter(|s| s.ready).count();
+    if ready > 1 {
+        return Some(SandboxChange::SeveralReady);
+    }
+    if !newest.ready {
+        return Some(SandboxChange::NotReady);
+    }
+    if newest.host_network != host_network(pod) {
+        return Some(SandboxChange::NetworkModeChanged);
+    }
+    if !host_network(pod) && newest.ips.is_empty() {
+        return Some(SandboxChange::NoIp);
+    }
+    None
+}
+
+/// Whether the pod needs a new sandbox ([`sandbox_change`]). Returns the next attempt number
+/// and the ID of the newest sandbox.
 pub fn pod_sandbox_changed(pod: &Pod, runtime: &PodRuntime) -> (bool, u32, Option<String>) {
     let Some(newest) = runtime.sandbox() else {
         return (true, 0, None);
     };
-    let ready = runtime.sandboxes.iter().filter(|s| s.ready).count();
-    let next = newest.attempt + 1;
-    if ready > 1 || !newest.ready {
-        return (true, next, Some(newest.id.clone()));
+    match sandbox_change(pod, runtime) {
+        None => (false, newest.attempt, Some(newest.id.clone())),
+        Some(SandboxChange::NetworkModeChanged) => (true, newest.attempt + 1, None),
+        Some(_) => (true, newest.attempt + 1, Some(newest.id.clone())),
     }
-    if newest.host_network != host_network(pod) {
-        return (true, next, None);
-    }
-    if !host_network(pod) && newest.ips.is_empty() {
-        return (true, next, Some(newest.id.clone()));
-    }
-    (false, newest.attempt, Some(newest.id.clone()))
 }
 
 fn succeeded(runtime: &PodRuntime, name: &str) -> bool {
@@ -544,6 +586,87 @@ mod tests {
     }
 
     use ContainerState::*;
+
+    #[test]
+    fn sandbox_change_reasons() {
+        let p = pod("Always", &["a"], &[]);
+        let mut host = pod("Always", &["a"], &[]);
+        host.spec.as_mut().unwrap().host_network = Some(true);
+        let no_ip = RuntimeSandbox {
+            ips: vec![],
+            ..sandbox("s1", 0, true, 1)
+        };
+        let host_sandbox = RuntimeSandbox {
+            ips: vec![],
+            host_network: true,
+            ..sandbox("s1", 0, true, 1)
+        };
+        // (name, pod, sandboxes, why a new one, (changed, next attempt))
+        type Case<'a> = (
+            &'a str,
+            &'a Pod,
+            Vec<RuntimeSandbox>,
+            Option<SandboxChange>,
+            (bool, u32),
+        );
+        let cases: [Case; 7] = [
+            (
+                "none",
+                &p,
+                vec![],
+                Some(SandboxChange::NoSandbox),
+                (true, 0),
+            ),
+            (
+                "ready",
+                &p,
+                vec![sandbox("s1", 0, true, 1)],
+                None,
+                (false, 0),
+            ),
+            (
+                "newest not ready",
+                &p,
+                vec![sandbox("s1", 0, true, 1), sandbox("s2", 1, false, 2)],
+                Some(SandboxChange::NotReady),
+                (true, 2),
+            ),
+            (
+                "two ready",
+                &p,
+                vec![sandbox("s1", 0, true, 1), sandbox("s2", 1, true, 2)],
+                Some(SandboxChange::SeveralReady),
+                (true, 2),
+            ),
+            (
+                "no ip",
+                &p,
+                vec![no_ip],
+                Some(SandboxChange::NoIp),
+                (true, 1),
+            ),
+            (
+                "host network needs no ip",
+                &host,
+                vec![host_sandbox.clone()],
+                None,
+                (false, 0),
+            ),
+            (
+                "network mode changed",
+                &p,
+                vec![host_sandbox],
+                Some(SandboxChange::NetworkModeChanged),
+                (true, 1),
+            ),
+        ];
+        for (name, pod, sandboxes, want, (changed, attempt)) in cases {
+            let r = runtime(sandboxes, vec![]);
+            assert_eq!(sandbox_change(pod, &r), want, "{name}");
+            let (c, a, _) = pod_sandbox_changed(pod, &r);
+            assert_eq!((c, a), (changed, attempt), "{name}");
+        }
+    }
 
     #[test]
     fn table() {

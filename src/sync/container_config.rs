@@ -129,6 +129,8 @@ pub struct ContainerContext<'a> {
     pub seccomp_default: bool,
     /// The node runs the unified cgroup v2 hierarchy (`cgroup::is_cgroup2_unified`).
     pub cgroup_v2: bool,
+    /// `singleProcessOOMKill`: an OOM kill takes only the chosen process, not the container.
+    pub single_process_oom_kill: bool,
     /// Memory QoS in effect, the node's allocatable memory and the page size, for the
     /// container's `memory.high` / `memory.min` / `memory.low` (cgroup v2 only).
     pub memory_qos: crate::cgroup::memory_qos::MemoryQos,
@@ -518,9 +520,11 @@ fn container_resources(
             ctx.memory_qos_allocatable,
             ctx.page_size,
         );
-        // An OOM kills the whole container, as the kubelet does on cgroup v2 by default
-        // (`singleProcessOOMKill: false`). runc rejects `unified` on cgroup v1.
-        unified.insert("memory.oom.group".to_string(), "1".to_string());
+        // An OOM kills the whole container, as the kubelet does on cgroup v2 unless
+        // `singleProcessOOMKill` is set. runc rejects `unified` on cgroup v1.
+        if !ctx.single_process_oom_kill {
+            unified.insert("memory.oom.group".to_string(), "1".to_string());
+        }
         resources.unified = unified;
     }
     resources
@@ -981,6 +985,7 @@ mod tests {
             seccomp_profile_root: Path::new("/var/lib/nodelet/seccomp"),
             seccomp_default: false,
             cgroup_v2: true,
+            single_process_oom_kill: false,
             memory_qos: crate::cgroup::memory_qos::MemoryQos::OFF,
             memory_qos_allocatable: 8 << 30,
             page_size: 4096,
@@ -1184,6 +1189,16 @@ mod tests {
         };
         let cfg = container_config(&p, &c, ContainerKind::Regular, &v1).unwrap();
         assert!(cfg.linux.unwrap().resources.unwrap().unified.is_empty());
+        // `singleProcessOOMKill: true` leaves the container's `memory.oom.group` to the
+        // runtime's default (0: the kernel kills only the process it picks).
+        let single = ContainerContext {
+            single_process_oom_kill: true,
+            ..ctx(&volumes)
+        };
+        let cfg = container_config(&p, &c, ContainerKind::Regular, &single).unwrap();
+        let unified = cfg.linux.unwrap().resources.unwrap().unified;
+        assert!(!unified.contains_key("memory.oom.group"), "{unified:?}");
+        assert_eq!(unified["memory.high"], "max", "the rest is still sent");
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct SyncSettings {
     pub crash_loop_backoff: (Duration, Duration),
     /// Whether the node is on the unified cgroup v2 hierarchy.
     pub cgroup_v2: bool,
+    /// `singleProcessOOMKill`: leave `memory.oom.group` alone (cgroup v2).
+    pub single_process_oom_kill: bool,
     /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;
     /// `None` leaves the pod cgroup to the runtime, without pod-level limits.
     pub cgroups: Option<Arc<cgroup::node::NodeCgroups>>,
@@ -378,6 +380,23 @@ impl PodSyncer {
             return Ok(SyncOutcome::Idle(deadline));
         }
         tracing::debug!(?actions, "pod actions");
+        if actions.create_sandbox {
+            if let (Some(change), Some(sandbox)) = (
+                crate::sync::actions::sandbox_change(pod, &runtime),
+                runtime.sandbox(),
+            ) {
+                // The kubelet logs this too (`podSandboxChanged`): a pod restarted in a new
+                // sandbox must say what the runtime reported about the old one.
+                tracing::info!(
+                    reason = %change,
+                    sandbox.id = %sandbox.id,
+                    sandbox.attempt = sandbox.attempt,
+                    sandbox.ready = sandbox.ready,
+                    sandbox.ips = ?sandbox.ips,
+                    "the pod needs a new sandbox"
+                );
+            }
+        }
         if let Some(trigger) = &actions.restart_all {
             self.restart_in_place(pod, &runtime, trigger, memory)
                 .await?;

@@ -343,6 +343,7 @@ impl PodSyncer {
             seccomp_profile_root: &seccomp_root,
             seccomp_default: false,
             cgroup_v2: self.settings.cgroup_v2,
+            single_process_oom_kill: self.settings.single_process_oom_kill,
             memory_qos: self.settings.pod_cgroup.memory_qos,
             memory_qos_allocatable: self.settings.pod_cgroup.node_allocatable_memory,
             page_size: self.settings.pod_cgroup.page_size,

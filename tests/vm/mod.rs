@@ -100,6 +100,23 @@ pub fn pod_cgroup_path(driver: Driver, qos: Qos, uid: &str) -> String {
     }
 }
 
+/// Where the kubelet puts `kubepods` (`None`) and the Burstable and BestEffort tiers, written
+/// out literally: systemd `kubepods.slice[/kubepods-<qos>.slice]`, cgroupfs `kubepods[/<qos>]`.
+/// Guaranteed pods have no tier of their own: `kubepods` is theirs.
+pub fn tier_cgroup_path(driver: Driver, qos: Option<Qos>) -> String {
+    let tier = match qos {
+        None | Some(Qos::Guaranteed) => None,
+        Some(Qos::Burstable) => Some("burstable"),
+        Some(Qos::BestEffort) => Some("besteffort"),
+    };
+    match (driver, tier) {
+        (Driver::Systemd, None) => "kubepods.slice".into(),
+        (Driver::Systemd, Some(t)) => format!("kubepods.slice/kubepods-{t}.slice"),
+        (Driver::Cgroupfs, None) => "kubepods".into(),
+        (Driver::Cgroupfs, Some(t)) => format!("kubepods/{t}"),
+    }
+}
+
 /// Runs `body` as the VM scenario `name`, which must be the name of the calling test function
 /// (the guest runs the test binary with `--exact name`). On the host: boots the VM and checks
 /// the guest's report. In the guest: runs `body` against the node.
@@ -370,9 +387,15 @@ impl Guest {
     /// `systemctl start`, which returns once nodelet reported ready (`Type=notify`).
     pub fn start_nodelet(&self, extra: &str) {
         std::fs::create_dir_all(&self.manifests).expect("manifest directory");
-        std::fs::write("/etc/nodelet/config.yaml", self.config(extra)).expect("write config");
+        self.write_config(extra);
         self.systemctl(&["start", "nodelet.service"]);
         assert_eq!(self.unit("nodelet.service", "ActiveState"), "active");
+    }
+
+    /// Writes /etc/nodelet/config.yaml with [`Guest::config`]`(extra)`; the next start or
+    /// restart of nodelet's unit reads it.
+    pub fn write_config(&self, extra: &str) {
+        std::fs::write("/etc/nodelet/config.yaml", self.config(extra)).expect("write config");
     }
 
     /// `systemctl ARGS`; fails the scenario with its output and nodelet's journal when it fails.
@@ -403,6 +426,15 @@ impl Guest {
             .to_string()
     }
 
+    /// Several properties of a unit at once (`systemctl show -p A,B,...`), by name.
+    pub fn unit_properties(&self, unit: &str, properties: &[&str]) -> BTreeMap<String, String> {
+        self.systemctl(&["show", "-p", &properties.join(","), unit])
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     pub fn main_pid(&self, unit: &str) -> u32 {
         let pid = self.unit(unit, "MainPID");
         pid.parse()
@@ -423,6 +455,11 @@ impl Guest {
 
     /// How many lines of nodelet's journal (this boot) contain `text`.
     pub fn journal_count(&self, text: &str) -> usize {
+        self.journal_lines(text).len()
+    }
+
+    /// The lines of nodelet's journal (this boot) that contain `text`, oldest first.
+    pub fn journal_lines(&self, text: &str) -> Vec<String> {
         let out = Command::new("journalctl")
             .args(["--no-pager", "-o", "cat", "-u", "nodelet"])
             .output()
@@ -430,7 +467,8 @@ impl Guest {
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| l.contains(text))
-            .count()
+            .map(str::to_string)
+            .collect()
     }
 
     pub fn write_manifest(&self, file: &str, body: &str) {
@@ -554,6 +592,16 @@ impl Guest {
             .unwrap_or_else(|| format!("(unexpected /events answer: {text})"))
     }
 
+    /// `/stats/summary` as JSON; fails when nodelet does not answer it.
+    pub async fn stats_summary(&self) -> serde_json::Value {
+        let text = self
+            .get("/stats/summary")
+            .await
+            .expect("nodelet answers /stats/summary");
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("/stats/summary is not JSON ({e}): {text}"))
+    }
+
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> Option<String> {
         self.get("/metrics").await
@@ -619,6 +667,11 @@ impl Guest {
             String::from_utf8_lossy(&out.stderr)
         );
         parse_tasks(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// The absolute directory of a QoS tier's cgroup (`None`: `kubepods` itself).
+    pub fn tier_cgroup(&self, qos: Option<Qos>) -> PathBuf {
+        Path::new(CGROUP_MOUNT).join(tier_cgroup_path(self.driver, qos))
     }
 
     /// The absolute directory of a pod's cgroup, by the kubelet's naming for this driver.
