@@ -65,11 +65,12 @@ pub struct Credential {
 }
 
 impl Credential {
+    /// The CRI's AuthConfig. Like the kubelet, no `server_address`: containerd would parse it
+    /// as a URL (`127.0.0.1:5000` is not one), and the credential is for this pull anyway.
     pub fn auth_config(&self) -> api::AuthConfig {
         api::AuthConfig {
             username: self.username.clone(),
             password: self.password.clone(),
-            server_address: self.registry.clone(),
             ..Default::default()
         }
     }
@@ -363,7 +364,8 @@ mod tests {
             (c.username.as_str(), c.password.as_str()),
             ("alice", "s3cr:et")
         );
-        assert_eq!(c.auth_config().server_address, "reg.io");
+        assert_eq!(c.auth_config().server_address, "");
+        assert_eq!(c.auth_config().username, "alice");
     }
 
     fn secret(type_: &str, key: &str, value: &str) -> Secret {
