@@ -614,7 +614,8 @@ mod tests {
                 .map(|a| a["reg.io"].username.clone())
         };
         // (kind, response duration, image looked up, seconds later, hit)
-        let cases: &[(CacheKeyType, Option<u64>, &str, u64, Option<&str>)] = &[
+        type Case<'a> = (CacheKeyType, Option<u64>, &'a str, u64, Option<&'a str>);
+        let cases: &[Case] = &[
             (CacheKeyType::Image, None, "reg.io/a", 59, Some("x")),
             (CacheKeyType::Image, None, "reg.io/a", 60, None),
             (CacheKeyType::Image, None, "reg.io/b", 1, None),
