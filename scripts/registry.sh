@@ -12,8 +12,8 @@
 #   registry.sh env     print the environment tests need (address, user, password, CA)
 #   registry.sh status  print whether it runs (exit 0) or not (exit 3)
 #
-# Port: NODELET_TEST_REGISTRY_PORT (5000); directory: NODELET_TEST_REGISTRY_DIR
-# ($NODELET_TEST_VAR/registry).
+# Port: NODELET_TEST_REGISTRY_PORT (5443; not 5000, where Debian's own docker-registry service
+# listens when it runs); directory: NODELET_TEST_REGISTRY_DIR ($NODELET_TEST_VAR/registry).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -143,7 +143,7 @@ cmd_stop() {
 		sleep 0.1
 		tenths=$((tenths - 1))
 	done
-	[ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
+	if [ -d "/proc/$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
 	rm -f "$REG_PIDFILE"
 }
 
