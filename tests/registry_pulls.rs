@@ -1,7 +1,8 @@
 //! Pulls from a real registry: Debian's docker-registry on 127.0.0.1 with TLS (a test CA that
 //! containerd trusts through its hosts.toml) and htpasswd authentication, started by
-//! `scripts/registry.sh` (from `scripts/test-env.sh up`). Each test pushes its own image names
-//! with skopeo, so no image is present on the node before its pull.
+//! `scripts/registry.sh` (from `scripts/test-env.sh up`). Each test builds and pushes images of
+//! its own (own names and own IDs, see `Registry::push`), so none is on the node before its
+//! pull, and removes them from the node at the end.
 //!
 //! Fails (never skips) when the registry's environment is missing or it does not answer.
 
@@ -55,11 +56,45 @@ fn registry() -> Registry {
 }
 
 impl Registry {
-    /// Pushes one of the project's OCI archives (`pause`, `testbox`) as `private/<name>:1`;
-    /// returns the image reference and the manifest digest the registry stored.
-    fn push(&self, archive: &str, name: &str) -> (String, String) {
+    /// Builds an image of its own (a label makes its config, so its ID, unique) from one of
+    /// the project's static binaries, `pause` or `testbox` (both run with no arguments until
+    /// SIGTERM), and pushes it as `private/<name>:1`; returns the image reference and the
+    /// manifest digest the registry stored. Its own ID matters: the CRI's RemoveImage removes
+    /// every name of an image, and the node status lists only five names per image, so a test
+    /// image must never share an ID with `localhost/testbox:1`.
+    fn push(&self, binary: &str, name: &str) -> (String, String) {
         let image = format!("{}/private/{name}:1", self.address);
-        let digest_file = tempfile::NamedTempFile::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("image.tar");
+        let stage = self.oci_dir.parent().unwrap().join("stage");
+        let out = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/images/build-image.py"
+            ))
+            .args(["--name", &image, "--out"])
+            .arg(&archive)
+            .arg("--file")
+            .arg(format!("/{binary}={}:0755", stage.join(binary).display()))
+            .arg("--entrypoint")
+            .arg(format!("[\"/{binary}\"]"))
+            .arg("--label")
+            .arg(format!(
+                "io.nodelet.test.variant={name}-{}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            ))
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "building {image} from {} failed (run scripts/images.sh build): {}",
+            stage.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let digest_file = dir.path().join("digest");
         let out = Command::new("skopeo")
             .args([
                 "copy",
@@ -70,11 +105,8 @@ impl Registry {
             ])
             .arg(format!("{}:{}", self.user, self.password))
             .arg("--digestfile")
-            .arg(digest_file.path())
-            .arg(format!(
-                "oci-archive:{}",
-                self.oci_dir.join(format!("{archive}.tar")).display()
-            ))
+            .arg(&digest_file)
+            .arg(format!("oci-archive:{}", archive.display()))
             .arg(format!("docker://{image}"))
             .output()
             .expect("skopeo (apt-get install skopeo, or scripts/install-deps.sh)");
@@ -83,7 +115,7 @@ impl Registry {
             "skopeo copy to {image} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let digest = std::fs::read_to_string(digest_file.path()).unwrap();
+        let digest = std::fs::read_to_string(&digest_file).unwrap();
         assert!(digest.starts_with("sha256:"), "digest file: {digest:?}");
         (image, digest.trim().to_string())
     }
@@ -94,6 +126,7 @@ fn unique(name: &str) -> String {
     format!("{name}-{}", std::process::id())
 }
 
+/// Removes a test image from the node (each has an ID of its own, see [`Registry::push`]).
 async fn remove_image(image: &str) {
     let _ = runtime().remove_image(image).await;
 }
@@ -282,6 +315,9 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
     let cfg: Pod = fixture.get(Some("team"), "cfg").unwrap().unwrap();
     let secrets = cfg.spec.unwrap().image_pull_secrets.unwrap_or_default();
     assert_eq!(secrets[0].name, "legacy");
+    drop(n);
+    remove_image(&json_image).await;
+    remove_image(&cfg_image).await;
 }
 
 /// A wrong password: the registry's 401 in the pod's waiting message (ErrImagePull) and in
@@ -443,6 +479,8 @@ async fn credential_provider_plugin_pulls_for_a_static_pod() {
             "image": image.trim_end_matches(":1"),
         })
     );
+    drop(n);
+    remove_image(&image).await;
 }
 
 /// `imagePullPolicy: Always`: the container's next start pulls again, and a new digest pushed
@@ -500,4 +538,8 @@ async fn always_runs_the_newly_pushed_digest_on_the_next_start() {
     for m in &pulls {
         assert_pulled_message(m, &image);
     }
+    drop(n);
+    remove_image(&image).await;
+    let repository = image.trim_end_matches(":1");
+    remove_image(&format!("{repository}@{first}")).await;
 }
