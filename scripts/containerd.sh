@@ -93,13 +93,14 @@ render_conflist() {
 EOF
 }
 
-# A local registry (Debian's docker-registry on 127.0.0.1:5000) speaks plain HTTP.
+# The private test registry (scripts/registry.sh) speaks TLS with a certificate of the test CA.
 render_registry_hosts() {
 	cat <<EOF
-server = "http://$1"
+server = "https://$1"
 
-[host."http://$1"]
+[host."https://$1"]
   capabilities = ["pull", "resolve"]
+  ca = "$REGISTRY_CA"
 EOF
 }
 
@@ -132,7 +133,7 @@ prepare_files() {
 	write_if_changed "$CTD_CONFIG" "$(render_config)"
 	write_if_changed "$CNI_CONFLIST" "$(render_conflist)"
 	local host
-	for host in 127.0.0.1:5000 localhost:5000; do
+	for host in "$REGISTRY_ADDRESS" "localhost:$NODELET_TEST_REGISTRY_PORT"; do
 		mkdir -p "$REGISTRY_HOSTS_DIR/$host"
 		write_if_changed "$REGISTRY_HOSTS_DIR/$host/hosts.toml" "$(render_registry_hosts "$host")"
 	done

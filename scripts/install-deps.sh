@@ -13,6 +13,9 @@
 #                                                  the Debian kernel it boots, with its modules
 #   cpio, dbus, systemd                            the VM's initramfs; the guest's system bus and
 #                                                  PID 1 (the guest runs this machine's /)
+#   docker-registry, skopeo, apache2-utils, openssl  the private TLS registry of the pull tests
+#                                                  (scripts/registry.sh): the registry, pushing
+#                                                  the OCI archives, htpasswd (bcrypt), the test CA
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -21,6 +24,7 @@ PACKAGES=(
 	containerd runc containernetworking-plugins protobuf-compiler busybox-static
 	iproute2 iptables gcc libc6-dev python3 curl dbus-daemon
 	qemu-system-x86 linux-image-amd64 cpio dbus systemd
+	docker-registry skopeo apache2-utils openssl
 )
 
 missing=()

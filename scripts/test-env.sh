@@ -2,9 +2,10 @@
 # Bring nodelet's integration-test environment up or down.
 #
 #   test-env.sh up     install missing packages, build the pause and testbox images, start the
-#                      project-local containerd, import the images; then print the environment
-#                      tests need (eval "$(scripts/test-env.sh up)")
-#   test-env.sh down   stop that containerd and clean up everything it started
+#                      project-local containerd, import the images, start the private test
+#                      registry and push the images into it; then print the environment tests
+#                      need (eval "$(scripts/test-env.sh up)")
+#   test-env.sh down   stop that containerd and the registry, and clean up everything they started
 #
 # Quiet on success (only the export lines on stdout); on failure, names the step and shows the
 # end of its log. Every step is idempotent: running `up` twice is cheap.
@@ -38,15 +39,19 @@ up)
 	step "build images" "$SCRIPTS/images.sh" build
 	step "start containerd" "$SCRIPTS/containerd.sh" start
 	step "import images" "$SCRIPTS/images.sh" import
+	step "start registry" "$SCRIPTS/registry.sh" start
+	step "push images to the registry" "$SCRIPTS/registry.sh" push
 	"$SCRIPTS/containerd.sh" env
+	"$SCRIPTS/registry.sh" env
 	;;
 down)
 	require_root
 	mkdir -p "$NODELET_TEST_VAR"
 	step "stop containerd" "$SCRIPTS/containerd.sh" stop
+	step "stop registry" "$SCRIPTS/registry.sh" stop
 	;;
 *)
-	sed -n '2,10s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,11s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac

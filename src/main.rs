@@ -167,6 +167,22 @@ fn validate(
                     println!("{}: warning: {w}", path.display());
                 }
                 println!("{}: ok", path.display());
+                if let (Some(file), Some(bin_dir)) = (
+                    &loaded.config.image_credential_provider_config,
+                    &loaded.config.image_credential_provider_bin_dir,
+                ) {
+                    match nodelet::images::provider::load_config(file, bin_dir) {
+                        Ok(providers) => println!(
+                            "{}: ok ({} credential provider(s))",
+                            file.display(),
+                            providers.len()
+                        ),
+                        Err(e) => {
+                            problems += 1;
+                            println!("{e}");
+                        }
+                    }
+                }
                 let unified = nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(
                     nodelet::cgroup::CGROUP_MOUNT,
                 ));

@@ -21,6 +21,46 @@ fn validate_reports_a_wrong_type_and_an_unknown_field_and_fails() {
     assert!(all.contains("fooBar"), "unknown field not reported:\n{all}");
 }
 
+/// The credential provider config is checked too: a provider whose binary is missing from the
+/// bin dir fails with the field and the path; a good one is counted.
+#[test]
+fn validate_checks_the_credential_provider_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("login"), "#!/bin/sh\n").unwrap();
+    let providers = dir.path().join("providers.yaml");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageCredentialProviderConfig: {}\nimageCredentialProviderBinDir: {}\n",
+            providers.display(),
+            bin.display()
+        ),
+    )
+    .unwrap();
+    let write = |name: &str| {
+        std::fs::write(
+            &providers,
+            format!("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: {name}\n  matchImages: [\"*.example.com\"]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n"),
+        )
+        .unwrap()
+    };
+    write("login");
+    let (ok, out, err) = cli(&["validate", "--config", config.to_str().unwrap()]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("ok (1 credential provider(s))"), "{out}");
+    write("missing");
+    let (ok, out, err) = cli(&["validate", "--config", config.to_str().unwrap()]);
+    assert!(!ok, "validate must fail\n{out}\n{err}");
+    assert!(
+        out.contains("providers[0].name: error inspecting binary executable")
+            && out.contains("bin/missing"),
+        "{out}"
+    );
+}
+
 #[test]
 fn validate_accepts_the_example_config() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.yaml");

@@ -729,3 +729,52 @@ async fn image_pull_backoff() {
     assert_eq!(pulls, [0, 10, 30], "pull times");
     h.cancel.cancel();
 }
+
+/// `serializeImagePulls` (the default): two pods pulling at once take turns, node-wide; the
+/// second's `Pulled` event counts its wait ("in 2s (4s including waiting)"). With
+/// `serializeImagePulls: false` both pull at once.
+#[tokio::test(start_paused = true)]
+async fn serialized_pulls_take_turns_and_report_the_wait() {
+    for (serialize, want) in [(true, ["2s (2s", "2s (4s"]), (false, ["2s (2s", "2s (2s"])] {
+        let h = harness_with((Duration::from_secs(10), Duration::from_secs(300)), |c| {
+            c.serialize_image_pulls = serialize
+        })
+        .await;
+        h.fake.add_pullable_image("localhost/slow:1");
+        h.fake.add_pullable_image("localhost/slow:2");
+        h.fake.set_pull_delay(Duration::from_secs(2));
+        for (uid, image) in [("u31", "localhost/slow:1"), ("u32", "localhost/slow:2")] {
+            let mut p = (*pod(uid, "Always", &["a"], image)).clone();
+            p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
+            h.workers.update(PodWork::Sync(Arc::new(p)));
+        }
+        let pulled = |h: &Harness| -> Vec<String> {
+            let mut m: Vec<String> = h
+                .events
+                .events()
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("Pulled"))
+                .filter_map(|e| e.message)
+                .collect();
+            m.sort();
+            m
+        };
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        h.settle("both pulled", |h| pulled(h).len() == 2).await;
+        let messages = pulled(&h);
+        let mut got: Vec<&str> = messages
+            .iter()
+            .map(|m| {
+                let start = m.find(" in ").unwrap() + 4;
+                &m[start..start + 6]
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "serializeImagePulls: {serialize}: {messages:?}");
+        assert!(
+            messages[0].ends_with("including waiting). Image size: 0 bytes."),
+            "{messages:?}"
+        );
+        h.cancel.cancel();
+    }
+}

@@ -83,6 +83,8 @@ pub enum StartError {
     Tls { what: &'static str, error: TlsError },
     #[error(transparent)]
     Bind(#[from] BindError),
+    #[error(transparent)]
+    CredentialProviders(#[from] crate::images::provider::ProviderError),
 }
 
 /// containerd's native event service, which tells the PLEG of task starts and exits at once.
@@ -354,9 +356,29 @@ impl NodeletBuilder {
             tasks.clone(),
             &cancel,
         );
+        let providers = match (
+            &cfg.image_credential_provider_config,
+            &cfg.image_credential_provider_bin_dir,
+        ) {
+            (Some(file), Some(bin_dir)) => crate::images::provider::load_config(file, bin_dir)?,
+            _ => Vec::new(),
+        };
+        let pulls = Arc::new(crate::images::ImagePuller::new(
+            rt.images.clone(),
+            objects.clone(),
+            Arc::new(crate::images::CredentialProviders::new(
+                providers,
+                Arc::new(crate::images::provider::ProcessExec),
+            )),
+            crate::images::PullLimit::from_config(
+                cfg.serialize_image_pulls,
+                cfg.max_parallel_image_pulls,
+            ),
+        ));
         let syncer = PodSyncer {
             runtime: rt.runtime.clone(),
             images: rt.images.clone(),
+            pulls,
             status: status.clone(),
             node: node.clone(),
             settings: Arc::new(sync_settings(

@@ -45,6 +45,9 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "resolvConf",
     "runtimeRequestTimeout",
     "serializeImagePulls",
+    "maxParallelImagePulls",
+    "imageCredentialProviderConfig",
+    "imageCredentialProviderBinDir",
     "featureGates",
     "logging",
     "nodeStatusUpdateFrequency",
@@ -132,6 +135,9 @@ pub(super) struct Decoded {
     pub resolv_conf: Option<String>,
     pub runtime_request_timeout: Option<Duration>,
     pub serialize_image_pulls: Option<bool>,
+    pub max_parallel_image_pulls: Option<u32>,
+    pub image_credential_provider_config: Option<String>,
+    pub image_credential_provider_bin_dir: Option<String>,
     pub feature_gates: BTreeMap<String, bool>,
     pub logging_format: Option<LogFormat>,
     pub logging_verbosity: Option<u32>,
@@ -224,6 +230,15 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "resolvConf" => d.resolv_conf = d.optional_absolute_path(name, value),
             "runtimeRequestTimeout" => d.runtime_request_timeout = d.duration(name, value),
             "serializeImagePulls" => d.serialize_image_pulls = d.boolean(name, value),
+            "maxParallelImagePulls" => {
+                d.max_parallel_image_pulls = d.int32(name, value, 1, "must be greater than 0")
+            }
+            "imageCredentialProviderConfig" => {
+                d.image_credential_provider_config = d.optional_absolute_path(name, value)
+            }
+            "imageCredentialProviderBinDir" => {
+                d.image_credential_provider_bin_dir = d.optional_absolute_path(name, value)
+            }
             "featureGates" => d.feature_gates(name, value),
             "logging" => d.logging(name, value),
             "nodeStatusUpdateFrequency" => d.node_status_update_frequency = d.duration(name, value),

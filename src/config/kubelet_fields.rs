@@ -51,7 +51,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "localStorageCapacityIsolation",
     "makeIPTablesUtilChains",
     "maxOpenFiles",
-    "maxParallelImagePulls",
     "memoryManagerPolicy",
     "memorySwap",
     "mergeDefaultEvictionSettings",

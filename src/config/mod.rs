@@ -98,6 +98,14 @@ pub struct Config {
     /// `runtimeRequestTimeout`: deadline of CRI calls except pulls, logs, exec and attach.
     pub runtime_request_timeout: Duration,
     pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls`: at most this many pulls at once (with
+    /// `serializeImagePulls: false`); `None` = no limit.
+    pub max_parallel_image_pulls: Option<u32>,
+    /// `imageCredentialProviderConfig`: the `CredentialProviderConfig` file of the credential
+    /// provider plugins (the kubelet's `--image-credential-provider-config`).
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// `imageCredentialProviderBinDir`: where those plugins' executables are.
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// `featureGates` exactly as written; use [`Config::feature_enabled`] to read a gate.
     pub feature_gates: BTreeMap<String, bool>,
     pub logging: Logging,
@@ -440,6 +448,9 @@ impl Config {
             resolv_conf: PathBuf::from(DEFAULT_RESOLV_CONF),
             runtime_request_timeout: Duration::from_secs(120),
             serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
+            image_credential_provider_config: None,
+            image_credential_provider_bin_dir: None,
             feature_gates: BTreeMap::new(),
             logging: Logging {
                 format: LogFormat::Text,

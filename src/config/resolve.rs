@@ -105,6 +105,39 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.serialize_image_pulls = decoded
         .serialize_image_pulls
         .unwrap_or(defaults.serialize_image_pulls);
+    config.max_parallel_image_pulls = decoded.max_parallel_image_pulls;
+    if let Some(n) = config.max_parallel_image_pulls {
+        if config.serialize_image_pulls && n != 1 {
+            errors.push(FieldError {
+                path: "maxParallelImagePulls".into(),
+                value: n.to_string(),
+                reason: "must be 1 or unset when serializeImagePulls is true".into(),
+                kind: FieldErrorKind::Invalid,
+            });
+        }
+    }
+    config.image_credential_provider_config =
+        non_empty(decoded.image_credential_provider_config).map(PathBuf::from);
+    config.image_credential_provider_bin_dir =
+        non_empty(decoded.image_credential_provider_bin_dir).map(PathBuf::from);
+    match (
+        &config.image_credential_provider_config,
+        &config.image_credential_provider_bin_dir,
+    ) {
+        (Some(_), None) => errors.push(FieldError {
+            path: "imageCredentialProviderBinDir".into(),
+            value: String::new(),
+            reason: "must be set together with imageCredentialProviderConfig".into(),
+            kind: FieldErrorKind::Required,
+        }),
+        (None, Some(_)) => errors.push(FieldError {
+            path: "imageCredentialProviderConfig".into(),
+            value: String::new(),
+            reason: "must be set together with imageCredentialProviderBinDir".into(),
+            kind: FieldErrorKind::Required,
+        }),
+        _ => {}
+    }
     config.logging.format = decoded.logging_format.unwrap_or(defaults.logging.format);
     config.logging.verbosity = decoded
         .logging_verbosity

@@ -230,6 +230,20 @@ fn each_field_happy_path() {
         ("serializeImagePulls: false", |c| {
             c.serialize_image_pulls = false
         }),
+        ("serializeImagePulls: false\nmaxParallelImagePulls: 3", |c| {
+            c.serialize_image_pulls = false;
+            c.max_parallel_image_pulls = Some(3)
+        }),
+        ("maxParallelImagePulls: 1", |c| {
+            c.max_parallel_image_pulls = Some(1)
+        }),
+        (
+            "imageCredentialProviderConfig: /etc/nodelet/providers.yaml\nimageCredentialProviderBinDir: /usr/libexec/nodelet",
+            |c| {
+                c.image_credential_provider_config = Some("/etc/nodelet/providers.yaml".into());
+                c.image_credential_provider_bin_dir = Some("/usr/libexec/nodelet".into())
+            },
+        ),
         (
             "featureGates: {ContainerStopSignals: true, KubeletCrashLoopBackOffMax: false}",
             |c| {
@@ -317,6 +331,11 @@ fn field_errors_name_the_path_and_the_value() {
     let cases: &[(&str, &[&str])] = &[
         // wrong types
         ("maxPods: many", &["maxPods: Invalid value: \"many\": expected an integer"]),
+        ("maxParallelImagePulls: 2", &["maxParallelImagePulls: Invalid value: 2: must be 1 or unset when serializeImagePulls is true"]),
+        ("serializeImagePulls: false\nmaxParallelImagePulls: 0", &["maxParallelImagePulls: Invalid value: 0: must be greater than 0"]),
+        ("imageCredentialProviderConfig: providers.yaml", &["imageCredentialProviderConfig: Invalid value: \"providers.yaml\": must be an absolute path"]),
+        ("imageCredentialProviderConfig: /etc/p.yaml", &["imageCredentialProviderBinDir: Required value: must be set together with imageCredentialProviderConfig"]),
+        ("imageCredentialProviderBinDir: /usr/libexec/nodelet", &["imageCredentialProviderConfig: Required value: must be set together with imageCredentialProviderBinDir"]),
         ("maxPods: 1.5", &["maxPods: Invalid value: 1.5: expected an integer"]),
         ("maxPods: '110'", &["maxPods: Invalid value: \"110\": expected an integer"]),
         ("cgroupsPerQOS: 'true'", &["cgroupsPerQOS: Invalid value: \"true\": expected a boolean (true or false)"]),

@@ -58,6 +58,10 @@ struct State {
     ignores_sigterm: HashSet<String>,
     /// How ExecSync behaves per container name: (exit code, how long it takes).
     exec_behaviour: HashMap<String, (i32, Duration)>,
+    /// How long a PullImage takes (tokio time).
+    pull_delay: Duration,
+    /// Images that pull only with this username in the AuthConfig (else 401 Unauthorized).
+    pull_users: HashMap<String, String>,
 }
 
 #[derive(Clone)]
@@ -96,6 +100,19 @@ impl FakeRuntime {
     /// Makes an image present on the node.
     pub fn add_image(&self, image: &str) {
         self.lock().images.insert(image.to_string());
+    }
+
+    /// How long every PullImage takes from now on (tokio time, so paused-clock tests see it).
+    pub fn set_pull_delay(&self, delay: Duration) {
+        self.lock().pull_delay = delay;
+    }
+
+    /// The image pulls only with `username` in its AuthConfig; otherwise the pull fails as a
+    /// registry refusing the credentials does.
+    pub fn require_pull_user(&self, image: &str, username: &str) {
+        self.lock()
+            .pull_users
+            .insert(image.to_string(), username.to_string());
     }
 
     /// Makes an image pullable (present after a pull).
@@ -664,10 +681,28 @@ impl ImageService for FakeRuntime {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<api::AuthConfig>,
         _sandbox_config: Option<api::PodSandboxConfig>,
     ) -> Result<String> {
+        let username = auth.map(|a| a.username).unwrap_or_default();
+        let delay = {
+            let mut st = self.lock();
+            self.record(&mut st, "pull_image", image.into(), username.clone())?;
+            st.pull_delay
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let mut st = self.lock();
-        self.record(&mut st, "pull_image", image.into(), String::new())?;
+        if st.pull_users.get(image).is_some_and(|u| *u != username) {
+            return Err(Error::Call {
+                op: "pull_image",
+                target: image.into(),
+                status: tonic::Status::unknown(format!(
+                    "failed to pull and unpack image {image:?}: unexpected status: 401 Unauthorized"
+                )),
+            });
+        }
         if st.pullable.contains(image) || st.images.contains(image) {
             st.images.insert(image.to_string());
             Ok(format!("sha256:{image}"))

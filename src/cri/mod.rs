@@ -131,10 +131,12 @@ pub trait StatsRuntime: Send + Sync + 'static {
 pub trait ImageService: Send + Sync + 'static {
     /// `None` when the image is not present on the node.
     async fn image_status(&self, image: &str) -> Result<Option<api::Image>>;
-    /// Pulls an image and returns its reference (digest or ID).
+    /// Pulls an image (with registry credentials, if any) and returns its reference
+    /// (digest or ID).
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<api::AuthConfig>,
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> Result<String>;
     async fn list_images(&self) -> Result<Vec<api::Image>>;

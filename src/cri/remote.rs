@@ -400,6 +400,7 @@ impl ImageService for RemoteRuntime {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<api::AuthConfig>,
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> Result<String> {
         let mut c = self.images.clone();
@@ -409,7 +410,7 @@ impl ImageService for RemoteRuntime {
                     image: image.into(),
                     ..Default::default()
                 }),
-                auth: None,
+                auth,
                 sandbox_config,
             },
             PULL_TIMEOUT,

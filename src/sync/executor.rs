@@ -149,6 +149,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct PodSyncer {
     pub runtime: Arc<dyn Runtime>,
     pub images: Arc<dyn ImageService>,
+    /// Pulls with credentials (pull secrets, credential provider plugins), node-wide limits.
+    pub pulls: Arc<crate::images::ImagePuller>,
     pub status: StatusManager,
     pub node: Arc<NodeInfo>,
     pub settings: Arc<SyncSettings>,

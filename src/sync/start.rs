@@ -37,6 +37,11 @@ pub(super) struct StartEnv<'a> {
     pub(super) attempt: u32,
 }
 
+/// Durations in pull events are shown to the millisecond, as the kubelet's.
+fn truncate_to_millis(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The effective pull policy: the spec's, else Always for `:latest` or no tag, IfNotPresent
 /// otherwise (the API's defaulting, for pods that were not defaulted).
 fn image_pull_policy(container: &Container) -> &str {
@@ -163,49 +168,63 @@ impl PodSyncer {
                         Some(remaining),
                     ));
                 }
+                let credentials = self.pulls.credentials(pod, image).await;
+                if !credentials.failed_secrets.is_empty() {
+                    self.events.record(
+                        &crate::events::pod_ref(pod),
+                        EventType::Warning,
+                        "FailedToRetrieveImagePullSecret",
+                        format!(
+                            "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                            credentials.failed_secrets.join(", ")
+                        ),
+                    );
+                }
                 tracing::info!(image, "Pulling image");
                 event(
                     EventType::Normal,
                     "Pulling",
                     format!("Pulling image {image:?}"),
                 );
-                let started = tokio::time::Instant::now();
                 match self
-                    .images
-                    .pull_image(image, Some(sandbox_config.clone()))
+                    .pulls
+                    .pull(image, &credentials.matching, sandbox_config)
                     .await
                 {
-                    Ok(image_ref) => {
+                    Ok(pulled) => {
                         tracing::info!(
                             image,
-                            seconds = started.elapsed().as_secs_f64(),
+                            seconds = pulled.pull_duration.as_secs_f64(),
                             "Successfully pulled image"
                         );
                         memory.image_backoff.reset(&key);
                         let found = inspect().await.map_err(|f| (f, None))?;
-                        let took = format_duration(started.elapsed());
                         let size = found.as_ref().map_or(0, |i| i.size);
                         event(
                             EventType::Normal,
                             "Pulled",
-                            format!("Successfully pulled image {image:?} in {took} ({took} including waiting). Image size: {size} bytes."),
+                            format!(
+                                "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+                                format_duration(truncate_to_millis(pulled.pull_duration)),
+                                format_duration(truncate_to_millis(pulled.total_duration)),
+                            ),
                         );
                         Ok(found.unwrap_or(api::Image {
-                            id: image_ref,
+                            id: pulled.image_ref,
                             ..Default::default()
                         }))
                     }
-                    Err(e) => {
+                    Err(message) => {
                         event(
                             EventType::Warning,
                             "Failed",
-                            format!("Failed to pull image {image:?}: {}", e.runtime_message()),
+                            format!("Failed to pull image {image:?}: {message}"),
                         );
                         memory.image_backoff.next(&key, self.clock.now());
                         Err((
                             StartFailure {
                                 reason: "ErrImagePull".into(),
-                                message: e.runtime_message(),
+                                message,
                             },
                             Some(memory.image_backoff.get(&key)),
                         ))
@@ -248,14 +267,24 @@ impl PodSyncer {
                 // Start errors (not waits) get the kubelet's "Failed" event.
                 if matches!(
                     failure.reason.as_str(),
-                    "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError"
+                    "CreateContainerConfigError"
+                        | "CreateContainerError"
+                        | "RunContainerError"
+                        | "ErrImagePull"
+                        | "ImagePullBackOff"
                 ) {
                     self.container_event(
                         pod,
                         &container.name,
                         EventType::Warning,
                         "Failed",
-                        format!("Error: {}", failure.message),
+                        // Image errors are named by their reason (`Error: ErrImagePull`), the
+                        // registry's message went in the event before.
+                        if failure.reason.contains("Image") {
+                            format!("Error: {}", failure.reason)
+                        } else {
+                            format!("Error: {}", failure.message)
+                        },
                     );
                 }
                 tracing::warn!(reason = %failure.reason, message = %failure.message, "container failed to start");
