@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod eviction;
 pub mod images;
 pub mod logs;
 pub mod metrics;

@@ -12,7 +12,7 @@
 //! the impure inputs to defaulting (the hostname).
 
 mod decode;
-mod duration;
+pub(crate) mod duration;
 pub mod kubelet_fields;
 mod resolve;
 #[cfg(test)]
