@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod gc;
 pub mod logs;
 pub mod metrics;
 pub mod node;
