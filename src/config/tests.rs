@@ -944,7 +944,10 @@ fn image_gc_and_log_rotation_fields() {
         (1 << 20, 3, 2, s(3))
     );
     // "0s" is the kubelet's unset: the default minimum age.
-    assert_eq!(ok("imageMinimumGCAge: 0s").config.image_minimum_gc_age, s(120));
+    assert_eq!(
+        ok("imageMinimumGCAge: 0s").config.image_minimum_gc_age,
+        s(120)
+    );
 
     let errors: &[(&str, &[&str])] = &[
         ("imageGCHighThresholdPercent: 101", &["imageGCHighThresholdPercent: Invalid value: 101: must be at most 100"]),

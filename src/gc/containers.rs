@@ -151,6 +151,30 @@ pub fn orphaned_dirs<'a>(
         .collect()
 }
 
+/// The `(container name, restart count)` a log file `<container>/<N>.log` (or one of its
+/// rotated files, `<N>.log.<...>`) belongs to.
+pub fn log_file_owner<'a>(container: &'a str, file: &str) -> Option<(&'a str, i32)> {
+    let (n, rest) = file.split_once('.')?;
+    (rest == "log" || rest.starts_with("log.")).then_some(())?;
+    Some((container, n.parse().ok()?))
+}
+
+/// Log files of a pod the runtime still holds whose container instance is gone (removed by its
+/// worker or by GC): `(container dir, file)` pairs from the pod's log directory, and the
+/// instances that remain.
+pub fn orphaned_log_files<'a>(
+    files: &'a [(String, String)],
+    remaining: &HashSet<(String, i32)>,
+) -> Vec<&'a (String, String)> {
+    files
+        .iter()
+        .filter(|(container, file)| {
+            log_file_owner(container, file)
+                .is_some_and(|(c, n)| !remaining.contains(&(c.to_string(), n)))
+        })
+        .collect()
+}
+
 /// What container GC needs of the runtime.
 #[async_trait]
 pub trait ContainerGcRuntime: Send + Sync + 'static {
@@ -197,6 +221,24 @@ fn list_dir(dir: &Path, uid: impl Fn(&str) -> Option<String>) -> Vec<(String, Op
         .collect()
 }
 
+/// `(container dir, file)` of every file one level down in a pod's log directory.
+fn list_log_files(pod_dir: &Path) -> Vec<(String, String)> {
+    list_dir(pod_dir, |_| None)
+        .into_iter()
+        .flat_map(|(container, _)| {
+            let files = std::fs::read_dir(pod_dir.join(&container))
+                .map(|entries| {
+                    entries
+                        .filter_map(|e| e.ok())
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            files.into_iter().map(move |f| (container.clone(), f))
+        })
+        .collect()
+}
+
 impl ContainerGc {
     /// One run. Errors of single removals are logged and the run goes on.
     pub async fn garbage_collect(&self) -> Result<ContainerGcReport, Error> {
@@ -234,6 +276,32 @@ impl ContainerGc {
             })
             .map(|p| p.uid.clone())
             .collect();
+        // The logs of instances that are gone, in the directories of pods that are not.
+        for (dir, uid) in &log_dirs {
+            let Some(pod) = uid.as_ref().and_then(|u| pods.iter().find(|p| &p.uid == u)) else {
+                continue;
+            };
+            let remaining: HashSet<(String, i32)> = pod
+                .containers
+                .iter()
+                .filter(|c| !plan.containers.contains(&c.id))
+                .map(|c| (c.name.clone(), c.restart_count))
+                .collect();
+            let dir = self.pod_logs_dir.join(dir);
+            let files = list_log_files(&dir);
+            for (container, file) in orphaned_log_files(&files, &remaining) {
+                let path = dir.join(container).join(file);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {
+                        tracing::debug!(path = %path.display(), "removed the log of a removed container")
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "removing a container log")
+                    }
+                }
+            }
+        }
         for name in orphaned_dirs(&log_dirs, &live, &in_runtime) {
             let path = self.pod_logs_dir.join(name);
             match std::fs::remove_dir_all(&path) {
@@ -498,6 +566,35 @@ mod tests {
             let got = select_garbage(&case.pods, &live, &case.policy, now());
             assert_eq!(got, case.want, "{}", case.name);
         }
+    }
+
+    #[test]
+    fn orphaned_log_files_table() {
+        assert_eq!(log_file_owner("app", "3.log"), Some(("app", 3)));
+        assert_eq!(
+            log_file_owner("app", "3.log.20261201-103005.gz"),
+            Some(("app", 3))
+        );
+        assert_eq!(log_file_owner("app", "notes.txt"), None);
+        assert_eq!(log_file_owner("app", "3.logx"), None);
+        let files: Vec<(String, String)> = [
+            ("app", "0.log"),
+            ("app", "1.log"),
+            ("app", "2.log"),
+            ("app", "2.log.20261201-103005"),
+            ("side", "0.log"),
+            ("side", "README"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let remaining: HashSet<(String, i32)> =
+            [("app".to_string(), 1), ("app".to_string(), 2)].into();
+        let got: Vec<String> = orphaned_log_files(&files, &remaining)
+            .into_iter()
+            .map(|(c, f)| format!("{c}/{f}"))
+            .collect();
+        assert_eq!(got, vec!["app/0.log", "side/0.log"]);
     }
 
     #[test]

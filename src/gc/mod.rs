@@ -204,6 +204,11 @@ pub fn group_pods(
             state: container_state(c.state),
             attempt: c.metadata.as_ref().map_or(0, |m| m.attempt),
             created_at: created(c.created_at),
+            restart_count: c
+                .annotations
+                .get(labels::CONTAINER_RESTART_COUNT)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
             ..Default::default()
         });
     }
