@@ -441,25 +441,6 @@ impl ImageService for RemoteRuntime {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoint_forms() {
-        assert_eq!(
-            socket_path("unix:///run/containerd/containerd.sock").unwrap(),
-            PathBuf::from("/run/containerd/containerd.sock")
-        );
-        assert_eq!(
-            socket_path("/run/x.sock").unwrap(),
-            PathBuf::from("/run/x.sock")
-        );
-        let err = socket_path("tcp://127.0.0.1:1234").unwrap_err().to_string();
-        assert!(err.contains("tcp://127.0.0.1:1234"), "{err}");
-    }
-}
-
 #[async_trait]
 impl HousekeepingRuntime for RemoteRuntime {
     async fn runtime_info(&self) -> Result<std::collections::HashMap<String, String>> {
@@ -483,5 +464,24 @@ impl HousekeepingRuntime for RemoteRuntime {
         )
         .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_forms() {
+        assert_eq!(
+            socket_path("unix:///run/containerd/containerd.sock").unwrap(),
+            PathBuf::from("/run/containerd/containerd.sock")
+        );
+        assert_eq!(
+            socket_path("/run/x.sock").unwrap(),
+            PathBuf::from("/run/x.sock")
+        );
+        let err = socket_path("tcp://127.0.0.1:1234").unwrap_err().to_string();
+        assert!(err.contains("tcp://127.0.0.1:1234"), "{err}");
     }
 }
