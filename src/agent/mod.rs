@@ -574,6 +574,7 @@ fn housekeeping(
             runtime: Arc::new(CriLogs {
                 runtime: rt.runtime.clone(),
                 housekeeping: h.clone(),
+                node_name: cfg.node_name.clone(),
             }),
             policy: RotationPolicy {
                 max_size: cfg.container_log_max_size,

@@ -193,7 +193,8 @@ pub trait ImageGcRuntime: Send + Sync + 'static {
     /// runtime's sandbox image.
     async fn images_in_use(&self) -> Result<HashSet<String>, Error>;
     async fn remove_image(&self, id: &str) -> Result<(), Error>;
-    async fn image_fs_space(&self) -> Result<FsSpace, Error>;
+    /// `None`: the runtime offers no filesystem numbers (then only the maximum age applies).
+    async fn image_fs_space(&self) -> Result<Option<FsSpace>, Error>;
 }
 
 /// What one run did.
@@ -280,7 +281,9 @@ impl ImageGc {
         let old = select_old_images(&records, now, self.policy.min_age, self.policy.max_age);
         self.remove(&mut records, old, &mut report).await?;
 
-        let space = self.runtime.image_fs_space().await?;
+        let Some(space) = self.runtime.image_fs_space().await? else {
+            return Ok(report);
+        };
         let Some(wanted) = bytes_to_free(space.capacity, space.available, &self.policy) else {
             return Ok(report);
         };
@@ -618,8 +621,8 @@ mod tests {
             self.images.lock().unwrap().retain(|i| i.id != id);
             Ok(())
         }
-        async fn image_fs_space(&self) -> Result<FsSpace, Error> {
-            Ok(self.space)
+        async fn image_fs_space(&self) -> Result<Option<FsSpace>, Error> {
+            Ok(Some(self.space))
         }
     }
 
@@ -699,5 +702,62 @@ mod tests {
         let report = gc.free_space(1000).await.unwrap();
         assert_eq!(report.removed, vec!["old2"]);
         assert_eq!(report.bytes_freed, 40);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_every_five_minutes_and_image_gc_failed_on_the_second_failure() {
+        let rt = fake(FsSpace {
+            capacity: 100,
+            available: 10,
+        });
+        let events = EventRecorder::new(crate::clock::Clock::system(), "kubelet", "n");
+        let policy = ImageGcPolicy {
+            high_threshold_percent: 85,
+            low_threshold_percent: 80,
+            // Never old enough: every run fails to free anything.
+            min_age: Duration::from_secs(24 * 3600),
+            max_age: Duration::ZERO,
+        };
+        let gc = Arc::new(ImageGc::new(rt, policy, events.clone(), "n".into()));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(gc.clone().run(cancel.clone()));
+        let count = |reason: &str| {
+            events
+                .events()
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .map(|e| e.count.unwrap_or(1))
+                .sum::<i32>()
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            (count("FreeDiskSpaceFailed"), count("ImageGCFailed")),
+            (1, 0)
+        );
+        tokio::time::sleep(IMAGE_GC_PERIOD - Duration::from_secs(2)).await;
+        assert_eq!(
+            count("FreeDiskSpaceFailed"),
+            1,
+            "the second run is 5 minutes after the first"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            (count("FreeDiskSpaceFailed"), count("ImageGCFailed")),
+            (2, 1)
+        );
+        cancel.cancel();
+        task.await.unwrap();
+
+        // Off at 100 % without a maximum age: returns at once.
+        let off = ImageGcPolicy {
+            high_threshold_percent: 100,
+            ..policy
+        };
+        assert!(off.disabled());
+        assert!(!ImageGcPolicy {
+            max_age: Duration::from_secs(600),
+            ..off
+        }
+        .disabled());
     }
 }

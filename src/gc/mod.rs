@@ -125,8 +125,10 @@ impl ImageGcRuntime for CriGc {
             .map_err(runtime_error("removing an image"))
     }
 
-    async fn image_fs_space(&self) -> Result<FsSpace, Error> {
-        let stats = self.stats.as_ref().ok_or(Error::NoImageFs)?;
+    async fn image_fs_space(&self) -> Result<Option<FsSpace>, Error> {
+        let Some(stats) = self.stats.as_ref() else {
+            return Ok(None);
+        };
         let info = stats
             .image_fs_info()
             .await
@@ -144,10 +146,10 @@ impl ImageGcRuntime for CriGc {
                 source,
             })?;
         let frag = st.fragment_size() as u64;
-        Ok(FsSpace {
+        Ok(Some(FsSpace {
             capacity: (st.blocks() as u64).saturating_mul(frag),
             available: (st.blocks_available() as u64).saturating_mul(frag),
-        })
+        }))
     }
 }
 

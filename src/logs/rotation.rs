@@ -134,6 +134,9 @@ pub trait LogRotationRuntime: Send + Sync + 'static {
 pub struct CriLogs {
     pub runtime: Arc<dyn cri::Runtime>,
     pub housekeeping: Arc<dyn cri::HousekeepingRuntime>,
+    /// Only this node's containers (`io.nodelet.node-name`): another nodelet on the same
+    /// runtime rotates its own by its own policy.
+    pub node_name: String,
 }
 
 #[async_trait]
@@ -145,6 +148,7 @@ impl LogRotationRuntime for CriLogs {
                 state: Some(cri::api::ContainerStateValue {
                     state: cri::api::ContainerState::ContainerRunning as i32,
                 }),
+                label_selector: cri::model::node_selector(&self.node_name),
                 ..Default::default()
             }))
             .await?;
