@@ -14,6 +14,7 @@ pub mod config;
 pub mod cri;
 pub mod events;
 pub mod eviction;
+pub mod gc;
 pub mod images;
 pub mod logs;
 pub mod metrics;

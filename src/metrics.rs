@@ -54,6 +54,16 @@ pub struct Metrics {
     pub node_status_updates_total: Counter,
     /// Cluster mode: Lease creations and renewals.
     pub node_lease_writes_total: Counter,
+    /// Image garbage collection runs.
+    pub image_gc_runs: Counter,
+    /// Images removed by image garbage collection.
+    pub image_gc_removed: Counter,
+    /// Container garbage collection runs.
+    pub container_gc_runs: Counter,
+    /// Dead containers, sandboxes and pod directories removed by container garbage collection.
+    pub container_gc_removed: Counter,
+    /// Container log files rotated.
+    pub log_rotations: Counter,
     registry: Registry,
 }
 
@@ -84,6 +94,11 @@ impl Metrics {
         let node_status_writes_total = Counter::default();
         let node_status_updates_total = Counter::default();
         let node_lease_writes_total = Counter::default();
+        let image_gc_runs = Counter::default();
+        let image_gc_removed = Counter::default();
+        let container_gc_runs = Counter::default();
+        let container_gc_removed = Counter::default();
+        let log_rotations = Counter::default();
 
         let mut registry = Registry::with_prefix("nodelet");
         registry.register(
@@ -171,7 +186,37 @@ impl Metrics {
             "Node Lease creations and renewals",
             node_lease_writes_total.clone(),
         );
+        registry.register(
+            "image_gc_runs",
+            "Image garbage collection runs",
+            image_gc_runs.clone(),
+        );
+        registry.register(
+            "image_gc_removed_images",
+            "Images removed by image garbage collection",
+            image_gc_removed.clone(),
+        );
+        registry.register(
+            "container_gc_runs",
+            "Container garbage collection runs",
+            container_gc_runs.clone(),
+        );
+        registry.register(
+            "container_gc_removed",
+            "Dead containers, sandboxes and pod directories removed by container garbage collection",
+            container_gc_removed.clone(),
+        );
+        registry.register(
+            "container_log_rotations",
+            "Container log files rotated",
+            log_rotations.clone(),
+        );
         Metrics {
+            image_gc_runs,
+            image_gc_removed,
+            container_gc_runs,
+            container_gc_removed,
+            log_rotations,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,
             pleg_events_total,

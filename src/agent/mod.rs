@@ -40,9 +40,11 @@ use crate::cluster::{self, ApiServerVersion};
 use crate::config::Config;
 use crate::cri::containerd::{ContainerdTasks, TaskSignaller};
 use crate::cri::remote::RemoteRuntime;
-use crate::cri::{api, ImageService, Runtime, StatsRuntime, StreamingRuntime};
+use crate::cri::{api, HousekeepingRuntime, ImageService, Runtime, StatsRuntime, StreamingRuntime};
 use crate::events::api_sink::ApiEventSink;
 use crate::events::{container_field_path, node_ref, EventRecorder, EventType, ObjectRef};
+use crate::gc::{ContainerGc, CriGc, ImageGc, ImageGcPolicy};
+use crate::logs::rotation::{CriLogs, LogRotator, RotationPolicy};
 use crate::node::{NodeAgent, NodeFacts, NodeInfo, NodeSettings};
 use crate::objects::{NoApiServer, ObjectCache, ObjectSource};
 use crate::pleg::{EventKind, Pleg, PodLifecycleEvent};
@@ -106,6 +108,9 @@ pub struct RuntimeServices {
     pub stats: Option<Arc<dyn StatsRuntime>>,
     /// Delivers `lifecycle.stopSignal`; `None` falls back to the runtime's stop signal.
     pub tasks: Option<Arc<dyn TaskSignaller>>,
+    /// The runtime's status and `ReopenContainerLog`; `None` turns log rotation off and leaves
+    /// image GC without the runtime's sandbox image.
+    pub housekeeping: Option<Arc<dyn HousekeepingRuntime>>,
     /// `None`: the PLEG relies on its relist alone.
     pub containerd_events: Option<ContainerdEvents>,
     /// The runtime's Version answer (its name goes into every `containerID`).
@@ -143,7 +148,8 @@ impl RuntimeServices {
             runtime: remote.clone(),
             images: remote.clone(),
             streaming: Some(remote.clone()),
-            stats: Some(remote),
+            stats: Some(remote.clone()),
+            housekeeping: Some(remote),
             tasks,
             containerd_events: Some(ContainerdEvents {
                 endpoint: cfg.containerd_endpoint.clone(),
@@ -506,6 +512,10 @@ impl NodeletBuilder {
             tasks.spawn(agent.run(heartbeat, cancel.clone()));
         }
 
+        let image_gc = housekeeping(
+            &cfg, &rt, &workers, &recorder, clock, &ready, tasks, &cancel,
+        );
+
         servers::start(
             servers::Served {
                 cfg: &cfg,
@@ -524,6 +534,7 @@ impl NodeletBuilder {
         .await?;
 
         Ok(Nodelet {
+            image_gc,
             status,
             events: recorder,
             workers,
@@ -533,6 +544,71 @@ impl NodeletBuilder {
             tasks: tasks.clone(),
         })
     }
+}
+
+/// Starts image GC and container GC once the pods already on the node were adopted (so that
+/// their containers are not taken for a gone pod's), and log rotation at once.
+#[allow(clippy::too_many_arguments)]
+fn housekeeping(
+    cfg: &Config,
+    rt: &RuntimeServices,
+    workers: &PodWorkers,
+    recorder: &EventRecorder,
+    clock: Clock,
+    ready: &watch::Receiver<bool>,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) -> Arc<ImageGc> {
+    let cri = Arc::new(CriGc {
+        runtime: rt.runtime.clone(),
+        images: rt.images.clone(),
+        stats: rt.stats.clone(),
+        housekeeping: rt.housekeeping.clone(),
+        node_name: cfg.node_name.clone(),
+    });
+    let image_gc = Arc::new(ImageGc::new(
+        cri.clone(),
+        ImageGcPolicy::from_config(cfg),
+        recorder.clone(),
+        cfg.node_name.clone(),
+    ));
+    let container_gc = ContainerGc {
+        runtime: cri,
+        live: Arc::new(workers.clone()),
+        policy: Default::default(),
+        clock,
+        pod_logs_dir: cfg.pod_logs_dir.clone(),
+        pods_dir: cfg.root_dir.join("pods"),
+        root_dir: cfg.root_dir.clone(),
+    };
+    let mut ready = ready.clone();
+    let (gc, gc_cancel, gc_tasks) = (image_gc.clone(), cancel.clone(), tasks.clone());
+    tasks.spawn(async move {
+        tokio::select! {
+            r = ready.wait_for(|r| *r) => if r.is_err() { return },
+            _ = gc_cancel.cancelled() => return,
+        }
+        gc_tasks.spawn(gc.run(gc_cancel.clone()));
+        gc_tasks.spawn(container_gc.run(gc_cancel));
+    });
+    if let Some(h) = &rt.housekeeping {
+        let rotator = LogRotator {
+            runtime: Arc::new(CriLogs {
+                runtime: rt.runtime.clone(),
+                housekeeping: h.clone(),
+                node_name: cfg.node_name.clone(),
+            }),
+            policy: RotationPolicy {
+                max_size: cfg.container_log_max_size,
+                max_files: cfg.container_log_max_files as usize,
+            },
+            workers: cfg.container_log_max_workers as usize,
+            interval: cfg.container_log_monitor_interval,
+            clock,
+        };
+        tasks.spawn(rotator.run(cancel.clone()));
+    }
+    image_gc
 }
 
 fn create_dir(field: &'static str, path: &std::path::Path) -> Result<(), StartError> {
@@ -633,6 +709,7 @@ fn record_probe_event(recorder: EventRecorder) -> Arc<dyn Fn(ProbeEvent) + Send 
 
 /// A started nodelet: its parts that callers look at, and the handle that stops it.
 pub struct Nodelet {
+    image_gc: Arc<ImageGc>,
     status: StatusManager,
     events: EventRecorder,
     workers: PodWorkers,
@@ -656,6 +733,11 @@ impl Nodelet {
     /// The pod workers, for tests that drive pods without a pod source.
     pub fn workers(&self) -> &PodWorkers {
         &self.workers
+    }
+
+    /// Image garbage collection, for node-level reclaim (`ImageGc::free_space`).
+    pub fn image_gc(&self) -> &Arc<ImageGc> {
+        &self.image_gc
     }
 
     /// The root of the cancellation tree.

@@ -80,6 +80,14 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "enforceNodeAllocatable",
     "memoryThrottlingFactor",
     "memoryReservationPolicy",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
 ];
 
 /// `enforceNodeAllocatable` values the kubelet knows; nodelet enforces `pods` (and `none`).
@@ -179,6 +187,14 @@ pub(super) struct Decoded {
     /// The factor as written (a YAML number), kept for the gate rules in `resolve`.
     pub memory_throttling_factor: Option<(f64, String)>,
     pub memory_reservation_policy: Option<ReservationPolicy>,
+    pub image_gc_high_threshold_percent: Option<u32>,
+    pub image_gc_low_threshold_percent: Option<u32>,
+    pub image_minimum_gc_age: Option<Duration>,
+    pub image_maximum_gc_age: Option<Duration>,
+    pub container_log_max_size: Option<u64>,
+    pub container_log_max_files: Option<u32>,
+    pub container_log_max_workers: Option<u32>,
+    pub container_log_monitor_interval: Option<Duration>,
     pub errors: Vec<FieldError>,
     pub warnings: Vec<Warning>,
 }
@@ -291,6 +307,38 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             }
             "memoryReservationPolicy" => {
                 d.memory_reservation_policy = d.reservation_policy(name, value)
+            }
+            "imageGCHighThresholdPercent" => {
+                d.image_gc_high_threshold_percent =
+                    d.int_in(name, value, 0, 100, "must be between 0 and 100, inclusive")
+            }
+            "imageGCLowThresholdPercent" => {
+                d.image_gc_low_threshold_percent =
+                    d.int_in(name, value, 0, 100, "must be between 0 and 100, inclusive")
+            }
+            "imageMinimumGCAge" => d.image_minimum_gc_age = d.duration(name, value),
+            "imageMaximumGCAge" => d.image_maximum_gc_age = d.duration(name, value),
+            "containerLogMaxSize" => d.container_log_max_size = d.log_size(name, value),
+            "containerLogMaxFiles" => {
+                d.container_log_max_files = d.int32(name, value, 2, "must be greater than 1")
+            }
+            "containerLogMaxWorkers" => {
+                d.container_log_max_workers =
+                    d.int32(name, value, 1, "must be greater than or equal to 1")
+            }
+            "containerLogMonitorInterval" => {
+                d.container_log_monitor_interval = d.duration(name, value).and_then(|interval| {
+                    if interval < Duration::from_secs(3) {
+                        d.invalid(
+                            name,
+                            value,
+                            "must be a positive time duration greater than or equal to 3s",
+                        );
+                        None
+                    } else {
+                        Some(interval)
+                    }
+                })
             }
             _ if NOT_IMPLEMENTED_FIELDS.contains(&name) => d.warn(name, NOT_IMPLEMENTED_MESSAGE),
             _ => d.unknown_field(name, TOP_LEVEL_FIELDS),
@@ -511,6 +559,30 @@ impl Decoded {
                     value,
                     "expected a duration string such as \"30s\" or \"1m30s\"",
                 );
+                None
+            }
+        }
+    }
+
+    /// `containerLogMaxSize`: a quantity string (`10Mi`, `500Ki`) of more than 0 bytes.
+    fn log_size(&mut self, path: &str, value: &Value) -> Option<u64> {
+        let text = match value {
+            Value::Null => return None,
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => {
+                self.invalid(path, value, "expected a quantity such as \"10Mi\"");
+                return None;
+            }
+        };
+        match crate::quantity::Quantity::parse(&text) {
+            Ok(q) if q.value() > 0 => u64::try_from(q.value()).ok(),
+            Ok(_) => {
+                self.invalid(path, value, "must be greater than 0");
+                None
+            }
+            Err(e) => {
+                self.invalid(path, value, e.to_string());
                 None
             }
         }

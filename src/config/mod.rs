@@ -77,6 +77,22 @@ pub struct Config {
     /// `memoryReservationPolicy` (default `None`).
     pub memory_reservation_policy: crate::cgroup::memory_qos::ReservationPolicy,
     pub max_pods: u32,
+    /// `imageGCHighThresholdPercent` (85): image GC runs when the image filesystem is this full.
+    pub image_gc_high_threshold_percent: u32,
+    /// `imageGCLowThresholdPercent` (80): image GC frees down to this.
+    pub image_gc_low_threshold_percent: u32,
+    /// `imageMinimumGCAge` (2m): an image seen for less than this is never collected.
+    pub image_minimum_gc_age: Duration,
+    /// `imageMaximumGCAge` (0 = off): an image unused for this long is collected anyway.
+    pub image_maximum_gc_age: Duration,
+    /// `containerLogMaxSize` (10Mi) in bytes: a running container's log is rotated past this.
+    pub container_log_max_size: u64,
+    /// `containerLogMaxFiles` (5): log files kept per container, the current one included.
+    pub container_log_max_files: u32,
+    /// `containerLogMaxWorkers` (1): containers whose logs are rotated at the same time.
+    pub container_log_max_workers: u32,
+    /// `containerLogMonitorInterval` (10s): how often log sizes are checked.
+    pub container_log_monitor_interval: Duration,
     /// `nodeStatusMaxImages`: how many images the node status lists (largest first); `None`
     /// (`-1` in the file) lists all.
     pub node_status_max_images: Option<u32>,
@@ -438,6 +454,14 @@ impl Config {
             memory_throttling_factor: None,
             memory_reservation_policy: Default::default(),
             max_pods: 110,
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: Duration::from_secs(120),
+            image_maximum_gc_age: Duration::ZERO,
+            container_log_max_size: 10 << 20,
+            container_log_max_files: 5,
+            container_log_max_workers: 1,
+            container_log_monitor_interval: Duration::from_secs(10),
             node_status_max_images: Some(50),
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             read_only_port: 0,

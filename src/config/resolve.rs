@@ -36,6 +36,7 @@ fn non_empty(value: Option<String>) -> Option<String> {
 }
 
 pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
+    let gc_fields = decoded_gc(&decoded);
     let mut errors = decoded.errors;
     let mut warnings = decoded.warnings;
     let defaults = Config::defaults(env);
@@ -81,6 +82,7 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         &mut warnings,
     );
     config.max_pods = decoded.max_pods.unwrap_or(defaults.max_pods);
+    resolve_gc_and_logs(&mut config, &gc_fields, &mut errors);
     config.node_status_max_images = match decoded.node_status_max_images {
         None => defaults.node_status_max_images,
         // -1 is the kubelet's "no limit"; the decoder refused anything lower.
@@ -353,4 +355,75 @@ fn resolve_node_name(
         });
     }
     name
+}
+
+/// The image GC and log rotation fields as written.
+struct GcFields {
+    high: Option<u32>,
+    low: Option<u32>,
+    min_age: Option<Duration>,
+    max_age: Option<Duration>,
+    log_max_size: Option<u64>,
+    log_max_files: Option<u32>,
+    log_max_workers: Option<u32>,
+    log_monitor_interval: Option<Duration>,
+}
+
+fn decoded_gc(d: &Decoded) -> GcFields {
+    GcFields {
+        high: d.image_gc_high_threshold_percent,
+        low: d.image_gc_low_threshold_percent,
+        min_age: d.image_minimum_gc_age,
+        max_age: d.image_maximum_gc_age,
+        log_max_size: d.container_log_max_size,
+        log_max_files: d.container_log_max_files,
+        log_max_workers: d.container_log_max_workers,
+        log_monitor_interval: d.container_log_monitor_interval,
+    }
+}
+
+/// Defaults as the kubelet's (`imageMinimumGCAge: 0s` means unset, so 2m), and the rules that
+/// span fields: low below high, a maximum age above the minimum.
+fn resolve_gc_and_logs(config: &mut Config, f: &GcFields, errors: &mut Vec<FieldError>) {
+    if let Some(high) = f.high {
+        config.image_gc_high_threshold_percent = high;
+    }
+    if let Some(low) = f.low {
+        config.image_gc_low_threshold_percent = low;
+    }
+    config.image_minimum_gc_age = or_default_if_zero(f.min_age, config.image_minimum_gc_age);
+    config.image_maximum_gc_age = f.max_age.unwrap_or(config.image_maximum_gc_age);
+    let (high, low) = (
+        config.image_gc_high_threshold_percent,
+        config.image_gc_low_threshold_percent,
+    );
+    if low >= high {
+        errors.push(FieldError {
+            path: "imageGCLowThresholdPercent".into(),
+            value: low.to_string(),
+            reason: format!("must be less than imageGCHighThresholdPercent ({high})"),
+            kind: FieldErrorKind::Invalid,
+        });
+    }
+    let (min_age, max_age) = (config.image_minimum_gc_age, config.image_maximum_gc_age);
+    if !max_age.is_zero() && max_age <= min_age {
+        errors.push(FieldError {
+            path: "imageMaximumGCAge".into(),
+            value: format!("{max_age:?}"),
+            reason: format!("must be greater than imageMinimumGCAge ({min_age:?})"),
+            kind: FieldErrorKind::Invalid,
+        });
+    }
+    if let Some(size) = f.log_max_size {
+        config.container_log_max_size = size;
+    }
+    if let Some(files) = f.log_max_files {
+        config.container_log_max_files = files;
+    }
+    if let Some(workers) = f.log_max_workers {
+        config.container_log_max_workers = workers;
+    }
+    if let Some(interval) = f.log_monitor_interval {
+        config.container_log_monitor_interval = interval;
+    }
 }

@@ -931,3 +931,71 @@ fn cgroup_and_memory_qos_fields() {
         ["enforceNodeAllocatable[1]: \"kube-reserved\" is accepted but not enforced by nodelet (it manages no kubeReservedCgroup/systemReservedCgroup); only \"pods\" is"]
     );
 }
+
+#[test]
+fn image_gc_and_log_rotation_fields() {
+    let d = ok("").config;
+    assert_eq!(
+        (
+            d.image_gc_high_threshold_percent,
+            d.image_gc_low_threshold_percent,
+            d.image_minimum_gc_age,
+            d.image_maximum_gc_age
+        ),
+        (85, 80, s(120), s(0))
+    );
+    assert_eq!(
+        (
+            d.container_log_max_size,
+            d.container_log_max_files,
+            d.container_log_max_workers,
+            d.container_log_monitor_interval
+        ),
+        (10 << 20, 5, 1, s(10))
+    );
+    let c = ok("imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1s\nimageMaximumGCAge: 1h\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMaxWorkers: 2\ncontainerLogMonitorInterval: 3s").config;
+    assert_eq!(
+        (
+            c.image_gc_high_threshold_percent,
+            c.image_gc_low_threshold_percent,
+            c.image_minimum_gc_age,
+            c.image_maximum_gc_age
+        ),
+        (1, 0, s(1), s(3600))
+    );
+    assert_eq!(
+        (
+            c.container_log_max_size,
+            c.container_log_max_files,
+            c.container_log_max_workers,
+            c.container_log_monitor_interval
+        ),
+        (1 << 20, 3, 2, s(3))
+    );
+    // "0s" is the kubelet's unset: the default minimum age.
+    assert_eq!(
+        ok("imageMinimumGCAge: 0s").config.image_minimum_gc_age,
+        s(120)
+    );
+
+    let errors: &[(&str, &[&str])] = &[
+        ("imageGCHighThresholdPercent: 101", &["imageGCHighThresholdPercent: Invalid value: 101: must be at most 100"]),
+        ("imageGCLowThresholdPercent: -1", &["imageGCLowThresholdPercent: Invalid value: -1: must be between 0 and 100, inclusive"]),
+        ("imageGCLowThresholdPercent: 90", &["imageGCLowThresholdPercent: Invalid value: 90: must be less than imageGCHighThresholdPercent (85)"]),
+        ("imageGCHighThresholdPercent: 50\nimageGCLowThresholdPercent: 50", &["imageGCLowThresholdPercent: Invalid value: 50: must be less than imageGCHighThresholdPercent (50)"]),
+        ("imageMaximumGCAge: 1m", &["imageMaximumGCAge: Invalid value: 60s: must be greater than imageMinimumGCAge (120s)"]),
+        ("imageMinimumGCAge: soon", &["imageMinimumGCAge: Invalid value: \"soon\": invalid duration (expected a Go duration such as \"1m30s\", \"500ms\", \"2h\")"]),
+        ("containerLogMaxSize: big", &["containerLogMaxSize: Invalid value: \"big\": invalid quantity \"big\": expected a number"]),
+        ("containerLogMaxSize: 0Mi", &["containerLogMaxSize: Invalid value: \"0Mi\": must be greater than 0"]),
+        ("containerLogMaxFiles: 1", &["containerLogMaxFiles: Invalid value: 1: must be greater than 1"]),
+        ("containerLogMaxWorkers: 0", &["containerLogMaxWorkers: Invalid value: 0: must be greater than or equal to 1"]),
+        ("containerLogMonitorInterval: 2s", &["containerLogMonitorInterval: Invalid value: \"2s\": must be a positive time duration greater than or equal to 3s"]),
+    ];
+    for (body, want) in errors {
+        assert_eq!(
+            &field_errors(&format!("{HEADER}{body}")),
+            want,
+            "body {body:?}"
+        );
+    }
+}

@@ -126,6 +126,19 @@ pub trait StatsRuntime: Send + Sync + 'static {
     ) -> Result<Vec<api::ContainerStats>>;
 }
 
+/// The CRI calls node housekeeping needs (`gc`, `logs::rotation`): the runtime's own status
+/// (containerd's holds its CRI configuration, with the sandbox image) and reopening a container's
+/// log file after it was renamed away.
+#[async_trait]
+pub trait HousekeepingRuntime: Send + Sync + 'static {
+    /// The `info` map of a verbose `Status` (containerd: `config` is its CRI configuration as
+    /// JSON, `sandboxImage` among it).
+    async fn runtime_info(&self) -> Result<std::collections::HashMap<String, String>>;
+    /// `ReopenContainerLog`: the runtime closes the container's log file and opens its path
+    /// again (creating a new file there).
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()>;
+}
+
 /// The image half of the CRI.
 #[async_trait]
 pub trait ImageService: Send + Sync + 'static {

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::api::{
     image_service_client::ImageServiceClient, runtime_service_client::RuntimeServiceClient,
 };
-use super::{api, Error, ImageService, Result, Runtime};
+use super::{api, Error, HousekeepingRuntime, ImageService, Result, Runtime};
 use crate::metrics::{metrics, Metrics};
 
 /// `unix:///run/containerd/containerd.sock` or a bare absolute path → the socket path.
@@ -438,6 +438,32 @@ impl ImageService for RemoteRuntime {
             Duration::ZERO,
         );
         observe("remove_image", image, c.remove_image(req)).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HousekeepingRuntime for RemoteRuntime {
+    async fn runtime_info(&self) -> Result<std::collections::HashMap<String, String>> {
+        let mut c = self.runtime.clone();
+        let req = self.request(api::StatusRequest { verbose: true }, Duration::ZERO);
+        Ok(observe("status", "", c.status(req)).await?.info)
+    }
+
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = self.request(
+            api::ReopenContainerLogRequest {
+                container_id: container_id.into(),
+            },
+            Duration::ZERO,
+        );
+        observe(
+            "reopen_container_log",
+            container_id,
+            c.reopen_container_log(req),
+        )
+        .await?;
         Ok(())
     }
 }

@@ -16,6 +16,7 @@ mod parse;
 mod reader;
 #[cfg(test)]
 mod reader_tests;
+pub mod rotation;
 mod tail;
 
 pub use lines::{LineAssembler, LineFormatter, LogLine, Output};

@@ -111,6 +111,7 @@ pub async fn harness_with(
         streaming: None,
         stats: None,
         tasks: Some(fake.clone()),
+        housekeeping: None,
         containerd_events: None,
         version: nodelet::cri::api::VersionResponse {
             version: "0.1.0".into(),
