@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::phase::{get_phase_with_initialized, is_terminal_phase};
 use super::{StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING};
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
+use crate::podspec::restart::should_container_be_restarted;
 use crate::quantity::Quantity;
-use crate::sync::restart::should_container_be_restarted;
 
 pub const POD_SCHEDULED: &str = "PodScheduled";
 pub const POD_RESTART_IN_PLACE: &str = "PodRestartInPlace";

@@ -17,7 +17,7 @@ pub fn is_terminal_phase(phase: Option<&str>) -> bool {
     matches!(phase, Some(SUCCEEDED) | Some(FAILED))
 }
 
-pub use crate::sync::restart::container_should_restart;
+pub use crate::podspec::restart::container_should_restart;
 
 /// The kubelet's `getPhase` for `statuses` (init and regular container statuses together).
 ///

@@ -9,12 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use super::restart::restart_all_containers_on_exit;
+use crate::podspec::restart::restart_all_containers_on_exit;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::restart::should_container_be_restarted;
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
+use crate::podspec::restart::should_container_be_restarted;
 use crate::podspec::{
     host_network, init_containers, regular_containers as containers,
     restart_policy as pod_restart_policy,
@@ -283,7 +283,7 @@ pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
                     (
                         *probe,
                         m,
-                        super::restart::container_should_restart(container, pod, 137),
+                        crate::podspec::restart::container_should_restart(container, pod, 137),
                     )
                 } else {
                     keep += 1;

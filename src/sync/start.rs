@@ -12,7 +12,6 @@ use tracing::Instrument;
 use super::container_config::{
     container_config_with_env, format_pod, verify_run_as_non_root, ContainerContext,
 };
-use super::env;
 use super::executor::{pod_uid, PodMemory, PodSyncer, SYNC_ERROR_RETRY};
 use super::hooks::run_hook;
 use super::kill::StopReason;
@@ -22,6 +21,7 @@ use crate::config::format_duration;
 use crate::cri::{api, ContainerState, PodRuntime};
 use crate::events::EventType;
 use crate::metrics::metrics;
+use crate::podspec::env;
 use crate::podspec::ContainerKind;
 use crate::status::StartFailure;
 use crate::volume;
@@ -357,11 +357,16 @@ impl PodSyncer {
                 invalid.message(),
             );
         }
-        let mut config = container_config_with_env(pod, container, kind, &ctx, &env_objects)
-            .map_err(|e| StartFailure {
-                reason: "CreateContainerConfigError".into(),
-                message: e.to_string(),
-            })
+        let config_error = |e: crate::podspec::ConfigError| StartFailure {
+            reason: "CreateContainerConfigError".into(),
+            message: e.to_string(),
+        };
+        let built = container_config_with_env(pod, container, kind, &ctx, &env_objects)
+            .map_err(config_error)
+            .map_err(no_retry)?;
+        let mut config = built.config;
+        volume::subpath::prepare_sub_paths(&mut config.mounts, &built.sub_paths)
+            .map_err(config_error)
             .map_err(no_retry)?;
         // Create from the resolved image, as the kubelet does, keeping what the user wrote.
         if !image.id.is_empty() {

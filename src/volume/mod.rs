@@ -21,6 +21,7 @@ pub mod hostpath;
 pub mod hosts;
 pub mod mounts;
 pub mod projection;
+pub mod subpath;
 
 pub use api::{update_api_volumes, ApiVolumeContext, ApiVolumes};
 pub use projection::NodeAllocatable;
@@ -34,9 +35,9 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 
+use crate::podspec::hostname::pod_hostname_and_domain;
+use crate::podspec::ConfigError;
 use crate::quantity::Quantity;
-use crate::sync::container_config::ConfigError;
-use crate::sync::sandbox_config::pod_hostname_and_domain;
 use emptydir::Medium;
 use hostpath::{CheckError, HostPathType};
 

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, ObjectFieldSelector, Pod, ResourceFieldSelector,
 };
 
-use super::container_config::{container_field_path, ConfigError};
+use super::error::{container_field_path, ConfigError};
 use crate::cgroup::resources::{container_limits, container_requests, regular_containers};
 use crate::objects::{FetchedObjects, ObjectKind, ObjectSource, References};
 use crate::quantity::Quantity;

@@ -1,5 +1,19 @@
-//! Small accessors over the pod spec that every module needs, with the API defaults applied,
-//! so no module re-derives them differently.
+//! What a pod spec means, independent of who acts on it: the accessors every module needs
+//! (with the API defaults applied, so no module re-derives them differently), the container
+//! environment and Downward API values (`env`), restart rules (`restart`), the hostname
+//! (`hostname`), and the error a spec that cannot be turned into a runtime config gives, with
+//! its field path (`error`).
+//!
+//! This is a leaf below `sync`, `probe`, `status` and `volume`: it imports none of them (a test
+//! in `tests/layering.rs` keeps it that way), so they can all share it without importing one
+//! another.
+
+pub mod env;
+pub mod error;
+pub mod hostname;
+pub mod restart;
+
+pub use error::{container_field_path, ConfigError};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
