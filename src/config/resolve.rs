@@ -144,9 +144,9 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         if decoded.max_container_restart_period.is_some() {
             errors.push(FieldError {
                 path: "crashLoopBackOff.maxContainerRestartPeriod".to_string(),
-                value: String::new(),
-                reason: format!("may only be set when feature gate {KUBELET_CRASH_LOOP_BACK_OFF_MAX} is enabled"),
                 kind: FieldErrorKind::Forbidden,
+                value: None,
+                detail: format!("may only be set when feature gate {KUBELET_CRASH_LOOP_BACK_OFF_MAX} is enabled"),
             });
         }
         if config.feature_enabled(REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY) {
@@ -191,15 +191,15 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         _ if tls_field_invalid => {}
         (Some(_), None) => errors.push(FieldError {
             path: "tlsPrivateKeyFile".into(),
-            value: String::new(),
-            reason: "must be set together with tlsCertFile".into(),
             kind: FieldErrorKind::Required,
+            value: None,
+            detail: "must be set together with tlsCertFile".into(),
         }),
         (None, Some(_)) => errors.push(FieldError {
             path: "tlsCertFile".into(),
-            value: String::new(),
-            reason: "must be set together with tlsPrivateKeyFile".into(),
             kind: FieldErrorKind::Required,
+            value: None,
+            detail: "must be set together with tlsPrivateKeyFile".into(),
         }),
         _ => {}
     }
@@ -267,20 +267,20 @@ fn resolve_memory_qos(
         }
         Some((_, written)) => errors.push(FieldError {
             path: "memoryThrottlingFactor".into(),
-            value: written.clone(),
-            reason: format!(
+            kind: FieldErrorKind::Forbidden,
+            value: (!written.is_empty()).then(|| written.clone()),
+            detail: format!(
                 "may only be set (to anything but 0.9, the former default) when feature gate {MEMORY_QOS} is enabled"
             ),
-            kind: FieldErrorKind::Forbidden,
         }),
         None => {}
     }
     if config.memory_reservation_policy == ReservationPolicy::TieredReservation {
         errors.push(FieldError {
             path: "memoryReservationPolicy".into(),
-            value: "\"TieredReservation\"".into(),
-            reason: format!("requires feature gate {MEMORY_QOS}"),
             kind: FieldErrorKind::Forbidden,
+            value: Some("\"TieredReservation\"".into()),
+            detail: format!("requires feature gate {MEMORY_QOS}"),
         });
     }
 }
@@ -300,9 +300,9 @@ fn resolve_node_name(
     if name.is_empty() {
         errors.push(FieldError {
             path: "nodeName".to_string(),
-            value: String::new(),
-            reason: "the hostname is empty; set nodeName".to_string(),
             kind: FieldErrorKind::Required,
+            value: None,
+            detail: "the hostname is empty; set nodeName".to_string(),
         });
     } else if !is_dns1123_subdomain(&name) {
         let mut reason = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".to_string();
@@ -311,9 +311,9 @@ fn resolve_node_name(
         }
         errors.push(FieldError {
             path: "nodeName".to_string(),
-            value: format!("{name:?}"),
-            reason,
             kind: FieldErrorKind::Invalid,
+            value: Some(format!("{name:?}")),
+            detail: reason,
         });
     }
     name

@@ -16,10 +16,10 @@ use super::workers::{PodWork, PodWorkers};
 use crate::cri::{api, labels, model, Runtime};
 use crate::events::{pod_ref, EventRecorder, EventType};
 use crate::pleg::PodLifecycleEvent;
+use crate::podspec::pod_uid;
 use crate::source::SourceSnapshot;
 use crate::status::StatusManager;
 use crate::status::StatusMutation;
-use crate::sync::executor::pod_uid;
 
 /// The change from one desired set to the next, by UID.
 #[derive(Debug, Default, PartialEq)]

@@ -4,38 +4,19 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::error::ConfigError;
+use super::field;
 
 const HOSTNAME_MAX_LEN: usize = 63;
 const FQDN_MAX_LEN: usize = 64;
 
-const DNS1123_LABEL_ERROR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
-const DNS1123_SUBDOMAIN_ERROR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-
-fn is_label_shape(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && b.first().is_some_and(alnum)
-        && b.last().is_some_and(alnum)
-        && b.iter().all(|c| alnum(c) || *c == b'-')
+/// `IsDNS1123Label`: the first reason `s` is not a DNS label, if it is not.
+fn dns1123_label_error(s: &str) -> Option<String> {
+    field::dns1123_label(s).into_iter().next()
 }
 
-/// `IsDNS1123Label`: the reason `s` is not a DNS label, if it is not.
-pub fn dns1123_label_error(s: &str) -> Option<String> {
-    if s.len() > HOSTNAME_MAX_LEN {
-        return Some(format!(
-            "must be no more than {HOSTNAME_MAX_LEN} characters"
-        ));
-    }
-    (!is_label_shape(s)).then(|| DNS1123_LABEL_ERROR.to_string())
-}
-
-/// `IsDNS1123Subdomain`: the reason `s` is not a DNS subdomain, if it is not.
-pub fn dns1123_subdomain_error(s: &str) -> Option<String> {
-    if s.len() > 253 {
-        return Some("must be no more than 253 characters".to_string());
-    }
-    (!s.split('.').all(is_label_shape)).then(|| DNS1123_SUBDOMAIN_ERROR.to_string())
+/// `IsDNS1123Subdomain`: the first reason `s` is not a DNS subdomain, if it is not.
+fn dns1123_subdomain_error(s: &str) -> Option<String> {
+    field::dns1123_subdomain(s).into_iter().next()
 }
 
 /// Caps a hostname at 63 characters without a trailing `-` or `.`

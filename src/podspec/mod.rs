@@ -1,7 +1,8 @@
 //! What a pod spec means, independent of who acts on it: the accessors every module needs
 //! (with the API defaults applied, so no module re-derives them differently), the container
 //! environment and Downward API values (`env`), restart rules (`restart`), the hostname
-//! (`hostname`), and the error a spec that cannot be turned into a runtime config gives, with
+//! (`hostname`), field paths and errors in apimachinery's shape with the string-format checks
+//! pod validation uses (`field`), and the error a spec that cannot be turned into a runtime config gives, with
 //! its field path (`error`).
 //!
 //! This is a leaf below `sync`, `probe`, `status` and `volume`: it imports none of them (a test
@@ -10,6 +11,7 @@
 
 pub mod env;
 pub mod error;
+pub mod field;
 pub mod hostname;
 pub mod restart;
 
@@ -54,8 +56,14 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
     annotation(pod, MIRROR_ANNOTATION).is_some()
 }
 
-pub fn uid(pod: &Pod) -> &str {
+/// `metadata.uid` (empty when unset: a pod from a source always has one).
+pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
+}
+
+/// A restartable init container (`restartPolicy: Always`), i.e. a sidecar.
+pub fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
 }
 
 /// `spec.containers`.

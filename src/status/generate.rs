@@ -42,12 +42,7 @@ pub use crate::podspec::ContainerKind;
 
 // ---- small accessors shared with phase.rs ----
 
-pub(super) use crate::podspec::{init_containers, regular_containers};
-
-/// A restartable init container (`restartPolicy: Always`), i.e. a sidecar.
-pub(super) fn is_sidecar(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
-}
+pub(super) use crate::podspec::{init_containers, is_sidecar, regular_containers};
 
 pub(super) fn running(s: &ContainerStatus) -> Option<&ContainerStateRunning> {
     s.state.as_ref().and_then(|st| st.running.as_ref())

@@ -9,14 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::podspec::restart::restart_all_containers_on_exit;
-
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
-use crate::podspec::restart::should_container_be_restarted;
+use crate::podspec::restart::{restart_all_containers_on_exit, should_container_be_restarted};
 use crate::podspec::{
-    host_network, init_containers, regular_containers as containers,
+    host_network, init_containers, is_sidecar, regular_containers as containers,
     restart_policy as pod_restart_policy,
 };
 
@@ -130,10 +128,6 @@ fn succeeded(runtime: &PodRuntime, name: &str) -> bool {
     runtime
         .latest(name)
         .is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
-}
-
-fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 /// The kubelet's `isInitContainerFailed`.

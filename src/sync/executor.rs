@@ -28,7 +28,8 @@ use crate::metrics::metrics;
 use crate::node::NodeInfo;
 use crate::objects::ObjectSource;
 use crate::podspec::{
-    init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind,
+    init_containers as spec_init_containers, pod_uid, regular_containers as spec_containers,
+    ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::status::{
@@ -160,10 +161,6 @@ pub struct PodSyncer {
     pub probes: ProbeManager,
     /// ConfigMaps and Secrets for volumes and env (the API server's, cached; none standalone).
     pub objects: Arc<dyn ObjectSource>,
-}
-
-pub fn pod_uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
 impl PodSyncer {

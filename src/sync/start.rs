@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::container_config::{
     container_config_with_env, format_pod, verify_run_as_non_root, ContainerContext,
 };
-use super::executor::{pod_uid, PodMemory, PodSyncer, SYNC_ERROR_RETRY};
+use super::executor::{PodMemory, PodSyncer, SYNC_ERROR_RETRY};
 use super::hooks::run_hook;
 use super::kill::StopReason;
 use super::sandbox_config::container_log_dir;
@@ -22,6 +22,7 @@ use crate::cri::{api, ContainerState, PodRuntime};
 use crate::events::EventType;
 use crate::metrics::metrics;
 use crate::podspec::env;
+use crate::podspec::pod_uid;
 use crate::podspec::ContainerKind;
 use crate::status::StartFailure;
 use crate::volume;
