@@ -13,9 +13,11 @@ pub mod env;
 pub mod error;
 pub mod field;
 pub mod hostname;
+pub mod phase;
 pub mod restart;
 
 pub use error::{container_field_path, ConfigError};
+pub use phase::Phase;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 

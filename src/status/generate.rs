@@ -17,6 +17,7 @@ use super::phase::{get_phase_with_initialized, is_terminal_phase};
 use super::{StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING};
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
 use crate::podspec::restart::should_container_be_restarted;
+use crate::podspec::Phase;
 use crate::quantity::Quantity;
 
 pub const POD_SCHEDULED: &str = "PodScheduled";
@@ -509,7 +510,7 @@ fn initialized_condition(
             }
         }
     }
-    if phase == super::phase::SUCCEEDED && unknown.is_empty() {
+    if Phase::parse(phase) == Some(Phase::Succeeded) && unknown.is_empty() {
         return condition(INITIALIZED, true, Some(POD_COMPLETED), None, generation);
     }
     if any_regular_container_started(pod, statuses) {
@@ -568,7 +569,7 @@ fn containers_ready_condition(
             Some(_) => {}
         }
     }
-    if phase == super::phase::SUCCEEDED && unknown.is_empty() {
+    if Phase::parse(phase) == Some(Phase::Succeeded) && unknown.is_empty() {
         return condition(
             CONTAINERS_READY,
             false,
@@ -577,7 +578,7 @@ fn containers_ready_condition(
             generation,
         );
     }
-    if phase == super::phase::FAILED {
+    if Phase::parse(phase) == Some(Phase::Failed) {
         return condition(CONTAINERS_READY, false, Some(POD_FAILED), None, generation);
     }
     let mut messages = Vec::new();

@@ -202,8 +202,8 @@ impl PodSyncer {
     /// failure is a FailedMount event.
     async fn api_volumes(&self, pod: &Pod) -> volume::ApiVolumes {
         let ctx = volume::ApiVolumeContext::new(volume::NodeAllocatable {
-            cpu_milli: self.node.cpu_capacity_milli,
-            memory: i64::try_from(self.node.memory_capacity).unwrap_or(i64::MAX),
+            cpu_milli: self.node.cpu_capacity_milli(),
+            memory: i64::try_from(self.node.memory_capacity()).unwrap_or(i64::MAX),
             ephemeral_storage: None,
         });
         let api =
@@ -356,7 +356,7 @@ impl PodSyncer {
                 message,
             )));
         }
-        if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        if is_terminal(&status) {
             return Ok(SyncOutcome::Terminal);
         }
         let hashes = Self::spec_hashes(pod);
@@ -739,7 +739,7 @@ impl PodSyncer {
 }
 
 fn is_terminal(status: &PodStatus) -> bool {
-    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
+    crate::podspec::Phase::is_terminal_status(Some(status))
 }
 
 /// What is left of the pod's `activeDeadlineSeconds` (counted from `startTime`): `None` without
