@@ -697,7 +697,7 @@ fn pod_conditions(
     conditions.push(ready);
     conditions.push(containers_ready);
     conditions.push(condition(POD_SCHEDULED, true, None, None, generation));
-    if let Some(restarting) = inputs.restart_in_place {
+    if let Some(restarting) = inputs.restart_in_place.condition() {
         conditions.retain(|c| c.type_ != POD_RESTART_IN_PLACE);
         conditions.push(condition(
             POD_RESTART_IN_PLACE,
@@ -713,7 +713,7 @@ fn pod_conditions(
         .unwrap_or(&[]);
     for c in conditions.iter_mut().filter(|c| {
         is_kubelet_condition(&c.type_)
-            || (c.type_ == POD_RESTART_IN_PLACE && inputs.restart_in_place.is_some())
+            || (c.type_ == POD_RESTART_IN_PLACE && inputs.restart_in_place.condition().is_some())
     }) {
         let kept = old
             .iter()
