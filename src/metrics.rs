@@ -25,6 +25,14 @@ pub struct EventLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    /// `Liveness`, `Readiness` or `Startup`.
+    pub probe_type: String,
+    /// `successful`, `failed` or `unknown` (the kubelet's values).
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodLabels {
     pub namespace: String,
     pub pod: String,
@@ -36,6 +44,9 @@ pub struct Metrics {
     pub pleg_events_total: Family<EventLabels, Counter>,
     pub pleg_relist_duration_seconds: Histogram,
     pub pod_worker_duration_seconds: Histogram,
+    /// Probe attempts by kind and result (the kubelet's `prober_probe_total`, without its
+    /// per-container labels).
+    pub prober_probe_total: Family<ProbeLabels, Counter>,
     pub started_containers_total: Counter,
     pub started_pods_total: Counter,
     pub pod_start_duration_seconds: Histogram,
@@ -82,6 +93,7 @@ impl Metrics {
         let pleg_events_total = Family::<EventLabels, Counter>::default();
         let pleg_relist_duration_seconds = Histogram::new(seconds_buckets());
         let pod_worker_duration_seconds = Histogram::new(seconds_buckets());
+        let prober_probe_total = Family::<ProbeLabels, Counter>::default();
         let started_containers_total = Counter::default();
         let started_pods_total = Counter::default();
         let pod_start_duration_seconds = Histogram::new(seconds_buckets());
@@ -120,6 +132,11 @@ impl Metrics {
             "pleg_relist_duration_seconds",
             "Duration of one PLEG relist",
             pleg_relist_duration_seconds.clone(),
+        );
+        registry.register(
+            "prober_probe",
+            "Probe attempts by probe type and result",
+            prober_probe_total.clone(),
         );
         registry.register(
             "pod_worker_duration_seconds",
@@ -222,6 +239,7 @@ impl Metrics {
             pleg_events_total,
             pleg_relist_duration_seconds,
             pod_worker_duration_seconds,
+            prober_probe_total,
             started_containers_total,
             started_pods_total,
             pod_start_duration_seconds,

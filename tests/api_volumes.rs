@@ -16,7 +16,7 @@ use nodelet::objects::token::ApiTokenIssuer;
 use nodelet::objects::{
     FakeObjects, ObjectCache, ObjectKind, ObjectSource, TokenManager, TokenRequest,
 };
-use nodelet::sync::env::{gather_env_objects, make_environment, EnvContext};
+use nodelet::podspec::env::{gather_env_objects, make_environment, EnvContext};
 use nodelet::volume::{update_api_volumes, ApiVolumeContext, NodeAllocatable};
 
 const KUBECTL: &str = "/usr/bin/kubectl";

@@ -297,6 +297,7 @@ async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
     .await;
     // Time for a looping agent to send more; nodelet must not.
     tokio::time::sleep(Duration::from_secs(5)).await;
+    one_more_reconcile(&n).await;
     let p = api_pod(&fixture, "held").expect("still there: it has a finalizer");
     assert!(p.metadata.deletion_timestamp.is_some());
     let finals = fixture
@@ -338,6 +339,7 @@ async fn recreated_pod_under_the_same_name_is_not_touched_by_the_old_worker() {
     let new_uid = second.metadata.uid.unwrap();
     fixture.clear_log();
     tokio::time::sleep(Duration::from_secs(5)).await;
+    one_more_reconcile(&n).await;
     for r in fixture.request_log() {
         if let Some(body) = &r.body {
             assert_ne!(
@@ -408,6 +410,28 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
 }
 
 /// The sum of a Prometheus counter (every series of it) on nodelet's `/metrics`.
+/// Waits until the pod status sync has finished one more full pass over every pod (its
+/// reconcile counter moved): the moment a looping agent would write again. Tests that prove
+/// nodelet sends nothing more wait for this positive sign before they look.
+async fn one_more_reconcile(n: &Nodelet) {
+    let name = "nodelet_pod_status_reconciles_total";
+    let start = metric(n, name)
+        .await
+        .unwrap_or_else(|| panic!("{name} in /metrics"));
+    let deadline = Instant::now() + T;
+    loop {
+        if metric(n, name).await.is_some_and(|now| now > start) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for a status reconcile\n{}",
+            tail(&n.logs(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn metric(n: &Nodelet, name: &str) -> Option<f64> {
     let text = reqwest::Client::new()
         .get(format!("{}/metrics", n.base_url()))
@@ -803,6 +827,8 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
     assert_eq!(body["propagationPolicy"], "Background");
     assert!(body["preconditions"]["uid"].is_string());
     tokio::time::sleep(Duration::from_secs(5)).await;
+    // A full pass after the DELETE of `owned` looked at `bare` again.
+    one_more_reconcile(&n).await;
     assert!(api_pod(&fixture, "bare").is_some(), "a bare pod is kept");
 }
 

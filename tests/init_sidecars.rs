@@ -124,6 +124,17 @@ async fn failing_init_container_is_retried_under_always_and_fails_the_pod_under_
     .await;
     h.fake.exit_container("init1", 1);
     h.workers.wake("i2");
+    // The positive sign first: the worker saw the second exit and reports the back-off.
+    h.settle("init1 in CrashLoopBackOff", |h| {
+        h.status
+            .status("i2")
+            .and_then(|s| s.init_container_statuses)
+            .and_then(|cs| cs.into_iter().find(|c| c.name == "init1"))
+            .and_then(|c| c.state?.waiting?.reason)
+            .as_deref()
+            == Some("CrashLoopBackOff")
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(h.started().len(), 2, "then it backs off");
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -182,6 +193,12 @@ async fn sidecars_start_in_their_place_and_gate_on_their_startup_probe() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
+    // The positive sign: the startup probe ran (and failed) meanwhile.
+    let probed = h.fake.calls_of("exec_sync");
+    assert!(
+        probed.iter().filter(|t| *t == "sidecar2").count() >= 2,
+        "sidecar2's startup probe ran: {probed:?}"
+    );
     assert_eq!(
         h.started().last().map(String::as_str),
         Some("sidecar2"),

@@ -58,7 +58,10 @@ async fn sigterm_ignored_is_killed_after_grace_and_handled_is_completed() {
         gap.as_secs() >= 2,
         "SIGKILL came only {gap:?} after the polite container stopped"
     );
-    // Never reported running or waiting again.
+    // Never reported running or waiting again: the PLEG has relisted the runtime since (a
+    // container started again would have reached the status), then some more time.
+    n.wait_metric_advance("nodelet_pleg_relist_duration_seconds_count", T)
+        .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let later = n.pod("d").await.unwrap();
     assert_eq!(phase(&later), "Failed");
@@ -157,6 +160,17 @@ async fn restart_policy_rules_restart_only_on_exit_code_42() {
         })
         .await;
     assert_eq!(restart_count(&pod, "other"), 0);
+    // The positive sign first: `other` exited and was reported, and the pod worker has since
+    // finished two more syncs (the one that may have decided a restart, and one that reported
+    // its result).
+    n.wait_pod("r", T, "other reported exited", |p| {
+        terminated(p, "other").is_some()
+    })
+    .await;
+    for _ in 0..2 {
+        n.wait_metric_advance("nodelet_pod_worker_duration_seconds_count", T)
+            .await;
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pod = n.pod("r").await.unwrap();
     assert_eq!(restart_count(&pod, "other"), 0, "exit 1 is not restarted");

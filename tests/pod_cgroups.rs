@@ -188,16 +188,16 @@ async fn pod_cgroups_carry_the_effective_limits_and_go_with_the_pod() {
     );
 
     // Node allocatable on kubepods: the machine's capacity less kubeReserved.
-    let node = nodelet::node::NodeInfo::detect("probe", None, Path::new("/proc"));
+    let node = nodelet::node::NodeInfo::detect("probe", None, Path::new("/"), Path::new("/"));
     assert_eq!(
         shares(version, &kubepods),
         expected_shares(
             version,
-            nodelet::cgroup::milli_cpu_to_shares(node.cpu_capacity_milli - 100)
+            nodelet::cgroup::milli_cpu_to_shares(node.cpu_capacity_milli() - 100)
         ),
         "{kubepods}"
     );
-    let memory = i64::try_from(node.memory_capacity).unwrap() - (100 << 20);
+    let memory = i64::try_from(node.memory_capacity()).unwrap() - (100 << 20);
     let memory_file = match version {
         Version::V1 => "memory.limit_in_bytes",
         Version::V2 => "memory.max",

@@ -626,6 +626,9 @@ async fn readiness_drives_ready_without_restarts() {
             .unwrap_or_default()
     };
     tokio::time::sleep(Duration::from_secs(60)).await;
+    // The positive sign first: the readiness probe ran (and failed) all along.
+    let probed = h.fake.calls_of("exec_sync");
+    assert!(probed.len() >= 3, "the readiness probe ran: {probed:?}");
     assert_eq!(ready(&h), "False");
     assert_eq!(h.restart_count("u18", "a"), 0);
     assert!(h.fake.calls_of("stop_container").is_empty());

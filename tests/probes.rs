@@ -88,6 +88,11 @@ async fn tcp_liveness_on_an_open_port_does_not_restart() {
         ),
     );
     n.wait_pod("p", T, "running", all_running).await;
+    // The positive sign first: the liveness probe has run, more times than its failure
+    // threshold (a failing probe would have asked for a restart by then).
+    for _ in 0..4 {
+        n.wait_metric_advance("nodelet_prober_probe_total", T).await;
+    }
     tokio::time::sleep(Duration::from_secs(6)).await;
     let p = n.pod("p").await.unwrap();
     assert_eq!(restart_count(&p, "main"), 0);
@@ -153,6 +158,8 @@ async fn failing_readiness_keeps_the_pod_not_ready_without_restarts_until_health
         ),
     );
     let p = n.wait_pod("p", T, "running", all_running).await;
+    // The positive sign first: the readiness probe has run.
+    n.wait_metric_advance("nodelet_prober_probe_total", T).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let p2 = n.pod("p").await.unwrap();
     assert!(!ready(&p2), "not Ready while the probe fails");
@@ -234,6 +241,8 @@ async fn redirects_local_followed_foreign_is_success_with_a_warning() {
     );
     n.wait_pod("foreign", T, "Ready", ready).await;
     n.wait_pod("local", T, "running", all_running).await;
+    // The positive sign first: the probes keep running.
+    n.wait_metric_advance("nodelet_prober_probe_total", T).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         !ready(&n.pod("local").await.unwrap()),

@@ -420,7 +420,7 @@ async fn a_recreated_pod_is_never_patched_or_deleted_with_the_old_status() {
     let env = Env::start().await;
     let old = env.create("web", json!({}));
     let old_pod = env.stored("web", &uid(&old)).await;
-    let _sync = env.sync();
+    let (_cancel, _task, stats) = env.sync_with_stats(fast());
     deliver_running(&env, &old_pod).await;
 
     env.fixture
@@ -442,6 +442,13 @@ async fn a_recreated_pod_is_never_patched_or_deleted_with_the_old_status() {
         .set_pod_status(&old_pod, terminal("Failed", Some("Evicted")));
     env.statuses.set_reclaimed(&uid(&old_pod));
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The positive sign first: the sync has compared every pod with the API since.
+    let before = stats.reconciles();
+    eventually("3 more reconciles", || {
+        let done = stats.reconciles() >= before + 3;
+        async move { done }
+    })
+    .await;
     assert_eq!(env.all_writes(), Vec::<LoggedRequest>::new());
     assert_eq!(env.phase("web").as_deref(), Some("Pending"));
     assert_eq!(env.api_pod("web").map(|p| uid(&p)), Some(uid(&new)));

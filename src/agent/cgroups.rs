@@ -37,8 +37,8 @@ pub(super) async fn setup(
         }
     }
     let capacity = allocatable::NodeResources {
-        cpu_milli: node.cpu_capacity_milli,
-        memory: i64::try_from(node.memory_capacity).unwrap_or(i64::MAX),
+        cpu_milli: node.cpu_capacity_milli(),
+        memory: i64::try_from(node.memory_capacity()).unwrap_or(i64::MAX),
         pids: allocatable::pid_capacity(&paths.proc),
     };
     let reserved = cfg.kube_reserved.plus(cfg.system_reserved);

@@ -319,9 +319,9 @@ impl NodeletBuilder {
         };
         create_dir("rootDir", &cfg.root_dir)?;
         create_dir("podLogsDir", &cfg.pod_logs_dir)?;
-        let node = Arc::new(
-            node.unwrap_or_else(|| NodeInfo::detect(&cfg.node_name, cfg.node_ip, &paths.proc)),
-        );
+        let node = Arc::new(node.unwrap_or_else(|| {
+            NodeInfo::detect(&cfg.node_name, cfg.node_ip, &paths.root, &cfg.root_dir)
+        }));
         // The local event log (the API server's, in cluster mode).
         let recorder = EventRecorder::new(clock, "kubelet", &cfg.node_name);
         let (pod_cgroup, node_cgroups) = match cgroup_setup {
@@ -490,7 +490,7 @@ impl NodeletBuilder {
             let heartbeat = cluster::heartbeat_client(&cfg)
                 .await
                 .map_err(|error| StartError::ApiServer { error })?;
-            let facts = NodeFacts::detect(&cfg, &node, &rt.version, &paths.root);
+            let facts = NodeFacts::detect(&cfg, &node, &rt.version);
             let node_pleg = pleg.clone();
             let health: crate::node::HealthFn = Arc::new(move || {
                 if node_pleg.healthy() {
@@ -667,8 +667,8 @@ fn admission(
     .unwrap_or_default();
     Admission {
         node: NodeCapacity {
-            cpu_milli: (node.cpu_capacity_milli - reserve.cpu_milli).max(0),
-            memory: (i64::try_from(node.memory_capacity).unwrap_or(i64::MAX)
+            cpu_milli: (node.cpu_capacity_milli() - reserve.cpu_milli).max(0),
+            memory: (i64::try_from(node.memory_capacity()).unwrap_or(i64::MAX)
                 - reserve.memory_bytes)
                 .max(0),
             pods: cfg.max_pods,

@@ -130,11 +130,7 @@ pub fn pod_level_requests_set(pod: &Pod) -> bool {
     r.cpu_milli.is_some() || r.memory.is_some()
 }
 
-pub fn is_sidecar(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
-}
-
-pub use crate::podspec::{init_containers, regular_containers};
+pub use crate::podspec::{init_containers, is_sidecar, regular_containers};
 
 /// Which list of the pod spec a container comes from, for aggregation callbacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

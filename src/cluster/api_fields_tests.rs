@@ -397,7 +397,7 @@ fn rich_pod_status() -> PodStatus {
         pod_is_terminal: false,
         now: ts(2_000),
         runtime_name: "containerd",
-        restart_in_place: Some(false),
+        restart_in_place: crate::status::RestartInPlace::Done,
     })
 }
 

@@ -408,9 +408,9 @@ impl Decoded {
     ) {
         self.errors.push(FieldError {
             path: path.to_string(),
-            value: value.to_string(),
-            reason: reason.into(),
             kind,
+            value: (!value.is_empty()).then(|| value.to_string()),
+            detail: reason.into(),
         });
     }
 
@@ -421,7 +421,7 @@ impl Decoded {
     fn unsupported(&mut self, path: &str, value: &Value, supported: &[&str]) {
         let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
         let reason = format!("supported values: {}", list.join(", "));
-        self.fail(path, &render(value), reason, FieldErrorKind::Unsupported);
+        self.fail(path, &render(value), reason, FieldErrorKind::NotSupported);
     }
 
     fn warn(&mut self, path: &str, message: impl Into<String>) {
@@ -903,17 +903,17 @@ impl Decoded {
                     ) {
                         self.errors.push(FieldError {
                             path: format!("{path}[{i}].effect"),
-                            value: format!("{:?}", t.effect),
-                            reason: "supported values: \"NoExecute\", \"NoSchedule\", \"PreferNoSchedule\"".into(),
-                            kind: FieldErrorKind::Unsupported,
+                            kind: FieldErrorKind::NotSupported,
+                            value: Some(format!("{:?}", t.effect)),
+                            detail: "supported values: \"NoExecute\", \"NoSchedule\", \"PreferNoSchedule\"".into(),
                         });
                     }
                     if t.key.is_empty() {
                         self.errors.push(FieldError {
                             path: format!("{path}[{i}].key"),
-                            value: String::new(),
-                            reason: String::new(),
                             kind: FieldErrorKind::Required,
+                            value: None,
+                            detail: String::new(),
                         });
                     }
                 }
@@ -1074,7 +1074,7 @@ impl Decoded {
                         "cannot reserve {name:?} resource; supported: {}",
                         KNOWN.join(", ")
                     ),
-                    FieldErrorKind::Unsupported,
+                    FieldErrorKind::NotSupported,
                 );
                 ok = false;
                 continue;
@@ -1248,16 +1248,7 @@ fn is_valid_containerd_namespace(s: &str) -> bool {
 
 /// A lowercase RFC 1123 subdomain, the rule for Node names.
 pub(super) fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|label| {
-            let bytes = label.as_bytes();
-            !bytes.is_empty()
-                && bytes[0].is_ascii_alphanumeric()
-                && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-                && bytes
-                    .iter()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        })
+    crate::podspec::field::dns1123_subdomain(s).is_empty()
 }
 
 #[cfg(test)]

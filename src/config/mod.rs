@@ -321,59 +321,9 @@ impl fmt::Display for Warning {
     }
 }
 
-/// The category of a [`FieldError`], named like the API server's `field.ErrorType`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldErrorKind {
-    /// Wrong type or a bad value.
-    Invalid,
-    /// A value outside a fixed set (`cgroupDriver: foo`).
-    Unsupported,
-    /// A field that must be present (`apiVersion`).
-    Required,
-    /// A value not allowed in this combination (a locked feature gate set the other way).
-    Forbidden,
-    /// A field name that nodelet and the kubelet do not know.
-    Unknown,
-}
-
-impl FieldErrorKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FieldErrorKind::Invalid => "Invalid value",
-            FieldErrorKind::Unsupported => "Unsupported value",
-            FieldErrorKind::Required => "Required value",
-            FieldErrorKind::Forbidden => "Forbidden",
-            FieldErrorKind::Unknown => "Unknown field",
-        }
-    }
-}
-
-/// One problem in the file. Displays like the API server:
-/// `maxPods: Invalid value: "many": expected an integer`, `fooBar: Unknown field`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// Field path: `maxPods`, `logging.format`, `clusterDNS[1]`, `featureGates.Foo`.
-    pub path: String,
-    /// The offending value as written, rendered like the API server does (strings quoted,
-    /// numbers and booleans bare); empty when the error is not about a value.
-    pub value: String,
-    /// The detail after the value (`expected an integer`); may be empty.
-    pub reason: String,
-    pub kind: FieldErrorKind,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.kind.as_str())?;
-        if !self.value.is_empty() {
-            write!(f, ": {}", self.value)?;
-        }
-        if !self.reason.is_empty() {
-            write!(f, ": {}", self.reason)?;
-        }
-        Ok(())
-    }
-}
+/// A problem in the file, displayed like the API server's (`maxPods: Invalid value: "many":
+/// expected an integer`, `fooBar: Unknown field`): the same field-error type pod manifests use.
+pub use crate::podspec::field::{FieldError, FieldErrorKind};
 
 /// A configuration file nodelet accepted, and what it ignored on the way.
 #[derive(Debug, Clone, PartialEq)]

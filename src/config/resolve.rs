@@ -112,8 +112,8 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         if config.serialize_image_pulls && n != 1 {
             errors.push(FieldError {
                 path: "maxParallelImagePulls".into(),
-                value: n.to_string(),
-                reason: "must be 1 or unset when serializeImagePulls is true".into(),
+                value: Some(n.to_string()),
+                detail: "must be 1 or unset when serializeImagePulls is true".into(),
                 kind: FieldErrorKind::Invalid,
             });
         }
@@ -128,14 +128,14 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     ) {
         (Some(_), None) => errors.push(FieldError {
             path: "imageCredentialProviderBinDir".into(),
-            value: String::new(),
-            reason: "must be set together with imageCredentialProviderConfig".into(),
+            value: None,
+            detail: "must be set together with imageCredentialProviderConfig".into(),
             kind: FieldErrorKind::Required,
         }),
         (None, Some(_)) => errors.push(FieldError {
             path: "imageCredentialProviderConfig".into(),
-            value: String::new(),
-            reason: "must be set together with imageCredentialProviderBinDir".into(),
+            value: None,
+            detail: "must be set together with imageCredentialProviderBinDir".into(),
             kind: FieldErrorKind::Required,
         }),
         _ => {}
@@ -182,9 +182,9 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         if decoded.max_container_restart_period.is_some() {
             errors.push(FieldError {
                 path: "crashLoopBackOff.maxContainerRestartPeriod".to_string(),
-                value: String::new(),
-                reason: format!("may only be set when feature gate {KUBELET_CRASH_LOOP_BACK_OFF_MAX} is enabled"),
                 kind: FieldErrorKind::Forbidden,
+                value: None,
+                detail: format!("may only be set when feature gate {KUBELET_CRASH_LOOP_BACK_OFF_MAX} is enabled"),
             });
         }
         if config.feature_enabled(REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY) {
@@ -229,15 +229,15 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         _ if tls_field_invalid => {}
         (Some(_), None) => errors.push(FieldError {
             path: "tlsPrivateKeyFile".into(),
-            value: String::new(),
-            reason: "must be set together with tlsCertFile".into(),
             kind: FieldErrorKind::Required,
+            value: None,
+            detail: "must be set together with tlsCertFile".into(),
         }),
         (None, Some(_)) => errors.push(FieldError {
             path: "tlsCertFile".into(),
-            value: String::new(),
-            reason: "must be set together with tlsPrivateKeyFile".into(),
             kind: FieldErrorKind::Required,
+            value: None,
+            detail: "must be set together with tlsPrivateKeyFile".into(),
         }),
         _ => {}
     }
@@ -305,20 +305,20 @@ fn resolve_memory_qos(
         }
         Some((_, written)) => errors.push(FieldError {
             path: "memoryThrottlingFactor".into(),
-            value: written.clone(),
-            reason: format!(
+            kind: FieldErrorKind::Forbidden,
+            value: (!written.is_empty()).then(|| written.clone()),
+            detail: format!(
                 "may only be set (to anything but 0.9, the former default) when feature gate {MEMORY_QOS} is enabled"
             ),
-            kind: FieldErrorKind::Forbidden,
         }),
         None => {}
     }
     if config.memory_reservation_policy == ReservationPolicy::TieredReservation {
         errors.push(FieldError {
             path: "memoryReservationPolicy".into(),
-            value: "\"TieredReservation\"".into(),
-            reason: format!("requires feature gate {MEMORY_QOS}"),
             kind: FieldErrorKind::Forbidden,
+            value: Some("\"TieredReservation\"".into()),
+            detail: format!("requires feature gate {MEMORY_QOS}"),
         });
     }
 }
@@ -338,9 +338,9 @@ fn resolve_node_name(
     if name.is_empty() {
         errors.push(FieldError {
             path: "nodeName".to_string(),
-            value: String::new(),
-            reason: "the hostname is empty; set nodeName".to_string(),
             kind: FieldErrorKind::Required,
+            value: None,
+            detail: "the hostname is empty; set nodeName".to_string(),
         });
     } else if !is_dns1123_subdomain(&name) {
         let mut reason = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".to_string();
@@ -349,9 +349,9 @@ fn resolve_node_name(
         }
         errors.push(FieldError {
             path: "nodeName".to_string(),
-            value: format!("{name:?}"),
-            reason,
             kind: FieldErrorKind::Invalid,
+            value: Some(format!("{name:?}")),
+            detail: reason,
         });
     }
     name
@@ -400,8 +400,8 @@ fn resolve_gc_and_logs(config: &mut Config, f: &GcFields, errors: &mut Vec<Field
     if low >= high {
         errors.push(FieldError {
             path: "imageGCLowThresholdPercent".into(),
-            value: low.to_string(),
-            reason: format!("must be less than imageGCHighThresholdPercent ({high})"),
+            value: Some(low.to_string()),
+            detail: format!("must be less than imageGCHighThresholdPercent ({high})"),
             kind: FieldErrorKind::Invalid,
         });
     }
@@ -409,8 +409,8 @@ fn resolve_gc_and_logs(config: &mut Config, f: &GcFields, errors: &mut Vec<Field
     if !max_age.is_zero() && max_age <= min_age {
         errors.push(FieldError {
             path: "imageMaximumGCAge".into(),
-            value: format!("{max_age:?}"),
-            reason: format!("must be greater than imageMinimumGCAge ({min_age:?})"),
+            value: Some(format!("{max_age:?}")),
+            detail: format!("must be greater than imageMinimumGCAge ({min_age:?})"),
             kind: FieldErrorKind::Invalid,
         });
     }

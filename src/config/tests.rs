@@ -523,10 +523,10 @@ fn every_problem_in_a_file_is_reported() {
             "clusterDNS[1]"
         ]
     );
-    assert_eq!(errors[0].value, "\"many\"");
-    assert_eq!(errors[0].reason, "expected an integer");
+    assert_eq!(errors[0].value.as_deref(), Some("\"many\""));
+    assert_eq!(errors[0].detail, "expected an integer");
     assert_eq!(errors[0].kind, FieldErrorKind::Invalid);
-    assert_eq!(errors[1].value, "");
+    assert_eq!(errors[1].value, None);
     assert_eq!(errors[1].kind, FieldErrorKind::Unknown);
 }
 
@@ -698,27 +698,27 @@ fn field_error_display_omits_empty_parts() {
         (
             FieldError {
                 path: "maxPods".into(),
-                value: "\"many\"".into(),
-                reason: "expected an integer".into(),
                 kind: FieldErrorKind::Invalid,
+                value: Some("\"many\"".into()),
+                detail: "expected an integer".into(),
             },
             "maxPods: Invalid value: \"many\": expected an integer",
         ),
         (
             FieldError {
                 path: "fooBar".into(),
-                value: String::new(),
-                reason: String::new(),
                 kind: FieldErrorKind::Unknown,
+                value: None,
+                detail: String::new(),
             },
             "fooBar: Unknown field",
         ),
         (
             FieldError {
                 path: "x".into(),
-                value: "0".into(),
-                reason: String::new(),
                 kind: FieldErrorKind::Invalid,
+                value: Some("0".into()),
+                detail: String::new(),
             },
             "x: Invalid value: 0",
         ),

@@ -31,37 +31,46 @@ use crate::events::EventRecorder;
 pub use machine::MachineInfo;
 pub use status::{build_node_status, AllocatableReservation, NodeStatusInputs, Pressure};
 
+/// The node as the pod-facing parts see it: its name, addresses and machine facts. Admission,
+/// allocatable, the Downward API's defaults, `oom_score_adj` and the Node's status all take
+/// the capacity from this one `MachineInfo`, so they cannot disagree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
     pub name: String,
     pub host_ips: Vec<String>,
-    pub cpu_capacity_milli: i64,
-    pub memory_capacity: u64,
+    pub machine: MachineInfo,
 }
 
 impl NodeInfo {
-    /// Reads the node's facts; `node_ip` from the configuration wins over detection.
-    pub fn detect(name: &str, node_ip: Option<IpAddr>, proc_root: &Path) -> NodeInfo {
+    /// Reads the node's facts (machine facts under `host_root`, the filesystem of `root_dir`);
+    /// `node_ip` from the configuration wins over detection.
+    pub fn detect(
+        name: &str,
+        node_ip: Option<IpAddr>,
+        host_root: &Path,
+        root_dir: &Path,
+    ) -> NodeInfo {
         let host_ips = match node_ip {
             Some(ip) => vec![ip.to_string()],
             None => detect_host_ip()
                 .map(|ip| vec![ip.to_string()])
                 .unwrap_or_default(),
         };
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let memory_capacity = match crate::stats::node::read_meminfo(proc_root) {
-            Ok(meminfo) => meminfo.mem_total,
-            Err(e) => {
-                tracing::warn!(error = %e, "memory capacity unknown");
-                0
-            }
-        };
         NodeInfo {
             name: name.to_string(),
             host_ips,
-            cpu_capacity_milli: i64::try_from(cpus).unwrap_or(1) * 1000,
-            memory_capacity,
+            machine: MachineInfo::read(host_root, root_dir),
         }
+    }
+
+    /// CPU capacity in millicores: the machine's online CPUs.
+    pub fn cpu_capacity_milli(&self) -> i64 {
+        i64::from(self.machine.num_cores) * 1000
+    }
+
+    /// Memory capacity in bytes (`MemTotal`).
+    pub fn memory_capacity(&self) -> u64 {
+        self.machine.memory_capacity
     }
 }
 
@@ -220,17 +229,16 @@ pub struct NodeFacts {
 }
 
 impl NodeFacts {
-    /// Facts of this host: machine info from `host_root` (normally `/`) and the filesystem of
-    /// `rootDir`, the IP from `nodeIP` or the detected one in `info`, the runtime from its
+    /// Facts of this host: the machine info of `info` (the same the pods are admitted
+    /// against), the IP from `nodeIP` or the detected one in `info`, the runtime from its
     /// Version answer.
     pub fn detect(
         config: &Config,
         info: &NodeInfo,
         runtime: &crate::cri::api::VersionResponse,
-        host_root: &Path,
     ) -> NodeFacts {
         NodeFacts {
-            machine: MachineInfo::read(host_root, &config.root_dir),
+            machine: info.machine.clone(),
             internal_ip: config
                 .node_ip
                 .or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
@@ -465,16 +473,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn node_status_reports_the_capacity_pods_are_admitted_against() {
+        let info = NodeInfo {
+            name: "n1".into(),
+            host_ips: vec!["10.1.2.3".into()],
+            machine: MachineInfo {
+                num_cores: 3,
+                memory_capacity: 5 << 30,
+                ..Default::default()
+            },
+        };
+        let cfg = Config::defaults(&crate::config::Environment {
+            hostname: "n1".into(),
+        });
+        let facts = NodeFacts::detect(&cfg, &info, &Default::default());
+        assert_eq!(facts.machine, info.machine);
+        assert_eq!(info.cpu_capacity_milli(), 3000);
+        assert_eq!(info.memory_capacity(), 5 << 30);
+    }
+
+    #[test]
     fn detects_from_a_fake_proc() {
         let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("proc")).unwrap();
         std::fs::write(
-            dir.path().join("meminfo"),
+            dir.path().join("proc/meminfo"),
             crate::stats::node::test_support::MEMINFO,
         )
         .unwrap();
-        let info = NodeInfo::detect("n1", Some("10.1.2.3".parse().unwrap()), dir.path());
-        assert_eq!(info.memory_capacity, 4_028_580 * 1024);
+        let info = NodeInfo::detect(
+            "n1",
+            Some("10.1.2.3".parse().unwrap()),
+            dir.path(),
+            dir.path(),
+        );
+        assert_eq!(info.memory_capacity(), 4_028_580 * 1024);
         assert_eq!(info.host_ips, vec!["10.1.2.3".to_string()]);
-        assert!(info.cpu_capacity_milli >= 1000);
+        assert!(info.cpu_capacity_milli() >= 1000);
+        assert_eq!(info.machine, MachineInfo::read(dir.path(), dir.path()));
     }
 }

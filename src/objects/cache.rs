@@ -150,8 +150,7 @@ impl ObjectCache {
     /// and are unregistered instead.
     pub fn register_pod(&self, pod: &Pod) {
         let uid = pod_key(pod);
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
+        if crate::podspec::Phase::is_terminal_status(pod.status.as_ref()) {
             self.unregister_pod(&uid);
             return;
         }

@@ -16,10 +16,10 @@ use super::workers::{PodWork, PodWorkers};
 use crate::cri::{api, labels, model, Runtime};
 use crate::events::{pod_ref, EventRecorder, EventType};
 use crate::pleg::PodLifecycleEvent;
+use crate::podspec::{pod_uid, Phase};
 use crate::source::SourceSnapshot;
 use crate::status::StatusManager;
 use crate::status::StatusMutation;
-use crate::sync::executor::pod_uid;
 
 /// The change from one desired set to the next, by UID.
 #[derive(Debug, Default, PartialEq)]
@@ -138,8 +138,8 @@ impl PodManager {
             .iter()
             .filter(|(uid, _)| !self.rejected.contains(*uid) && self.workers.has_worker(uid))
             .filter(|(uid, _)| {
-                let phase = status.and_then(|s| s.status(uid)).and_then(|s| s.phase);
-                !matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+                let pod_status = status.and_then(|s| s.status(uid));
+                !Phase::is_terminal_status(pod_status.as_ref())
             })
             .map(|(_, p)| p.clone())
             .collect()

@@ -26,7 +26,8 @@ use super::kill::{KillHandle, PodKiller, StatusMutation};
 pub use super::worker_state::PodWork;
 use super::worker_state::{transition, Effect, Outcome, Request, State, Wait};
 use crate::metrics::metrics;
-use crate::sync::executor::{pod_uid, PodMemory, PodSyncer, SyncOutcome};
+use crate::podspec::pod_uid;
+use crate::sync::executor::{PodMemory, PodSyncer, SyncOutcome};
 use crate::sync::kill::{Grace, GraceDeadline};
 
 struct Handle {

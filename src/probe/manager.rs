@@ -219,7 +219,7 @@ impl ProbeManager {
     /// workers and results; a container that is not running loses its workers and results.
     /// Must be called inside a tokio runtime (workers are spawned on it).
     pub fn sync_pod(&self, pod: &Pod, containers: &[RunningContainer]) {
-        let uid = podspec::uid(pod);
+        let uid = podspec::pod_uid(pod);
         if uid.is_empty() {
             tracing::warn!(pod = %pod_name(pod), "pod without a UID: not probing it");
             return;

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, HTTPGetAction, HTTPHeader, Pod, Prob
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{HandlerError, ProbeKind};
-use crate::sync::env::expand_with;
+use crate::podspec::env::expand_with;
 
 /// The User-Agent the kubelet sends (`kube-probe/<major>.<minor>`), the Kubernetes version
 /// nodelet follows.

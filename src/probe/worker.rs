@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::manager::Inner;
 use super::prober::{event_for, outcome};
 use super::spec::{resolve_handler, ProbeSettings};
-use super::threshold::{step, ThresholdState, Thresholds};
+use super::threshold::{step, Outcome, ThresholdState, Thresholds};
 use super::{ProbeKind, ProbeResult};
 
 /// The container instance a worker probes: an immutable snapshot taken when the worker
@@ -117,7 +117,20 @@ async fn probe_loop(
         if let Some((reason, message)) = event_for(kind, &attempt) {
             inner.record_event(target, kind, reason, message);
         }
-        let Some(outcome) = outcome(&attempt) else {
+        let outcome = outcome(&attempt);
+        let result = match outcome {
+            Some(Outcome::Success) => "successful",
+            Some(Outcome::Failure) => "failed",
+            None => "unknown",
+        };
+        crate::metrics::metrics()
+            .prober_probe_total
+            .get_or_create(&crate::metrics::ProbeLabels {
+                probe_type: kind.as_str().to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+        let Some(outcome) = outcome else {
             continue;
         };
         let (next, changed) = step(kind, state, outcome, thresholds);

@@ -297,7 +297,8 @@ fn apply_static_pod_fields(pod: &mut Pod, uid: &str, node_name: &str) {
             ..Default::default()
         },
     );
-    pod.status.get_or_insert_with(Default::default).phase = Some("Pending".to_string());
+    pod.status.get_or_insert_with(Default::default).phase =
+        Some(crate::podspec::Phase::Pending.into());
 }
 
 /// `helper.AddOrUpdateTolerationInPod`: replace a toleration that matches on key, operator,

@@ -17,7 +17,6 @@
 
 pub mod api;
 pub mod defaults;
-pub mod field;
 pub mod manifest;
 pub mod scan;
 pub mod validation;
@@ -28,8 +27,8 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Pod;
 
+pub use crate::podspec::field::{FieldError, FieldErrorKind, FieldPath};
 pub use defaults::apply_defaults;
-pub use field::{FieldError, FieldPath, FieldReason};
 pub use manifest::{parse_manifest, static_pod_name, static_pod_uid};
 pub use scan::{scan_dir, scan_dir_at, ScanState};
 pub use validation::{validate_pod, validate_static_pod};

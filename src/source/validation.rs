@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::defaults::volume_sources;
-use super::field::{
+use crate::podspec::field::{
     dns1123_label, dns1123_subdomain, env_var_name, http_header_name, inclusive_range_error,
     ip_address, label_value, port_name, port_num, qualified_name, FieldError, FieldPath,
 };

@@ -45,7 +45,7 @@ use super::generate::{
 };
 use super::manager::{StatusManager, VersionedStatus};
 use super::patch::{changed_paths, status_patch};
-use super::phase::{is_terminal_phase, FAILED, SUCCEEDED};
+use super::phase::is_terminal_phase;
 use crate::clock::Clock;
 use crate::cluster::api_fields::strip_pod_status;
 pub use crate::cluster::convergence::{after_write, decide_write, NonConvergence, WriteDecision};
@@ -53,6 +53,7 @@ use crate::cluster::{ApiServerVersion, Release};
 use crate::config::PodCleanup;
 use crate::metrics::{metrics, PodLabels};
 pub use crate::podspec::is_mirror_pod;
+use crate::podspec::Phase;
 use crate::podspec::{annotation, MIRROR_ANNOTATION};
 use crate::source::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
 
@@ -307,9 +308,9 @@ pub fn merge_pod_status(
     }
     merged.observed_generation = merged.observed_generation.max(api.observed_generation);
 
-    let terminal_reason = match merged.phase.as_deref() {
-        Some(FAILED) => Some(POD_FAILED_REASON),
-        Some(SUCCEEDED) => Some(POD_COMPLETED_REASON),
+    let terminal_reason = match merged.phase.as_deref().and_then(Phase::parse) {
+        Some(Phase::Failed) => Some(POD_FAILED_REASON),
+        Some(Phase::Succeeded) => Some(POD_COMPLETED_REASON),
         _ => None,
     };
     if let Some(reason) = terminal_reason {
@@ -361,7 +362,7 @@ pub fn cleanup_deadline(
 ) -> Option<Timestamp> {
     let eligible = cfg.enabled
         && pod.metadata.deletion_timestamp.is_none()
-        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(FAILED)
+        && Phase::of(pod.status.as_ref()) == Some(Phase::Failed)
         && !is_mirror_pod(pod)
         && pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name)
         && (has_controller(pod) || cfg.bare_pods);

@@ -16,8 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::phase::{get_phase_with_initialized, is_terminal_phase};
 use super::{StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING};
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
+use crate::podspec::restart::should_container_be_restarted;
+use crate::podspec::Phase;
 use crate::quantity::Quantity;
-use crate::sync::restart::should_container_be_restarted;
 
 pub const POD_SCHEDULED: &str = "PodScheduled";
 pub const POD_RESTART_IN_PLACE: &str = "PodRestartInPlace";
@@ -42,12 +43,7 @@ pub use crate::podspec::ContainerKind;
 
 // ---- small accessors shared with phase.rs ----
 
-pub(super) use crate::podspec::{init_containers, regular_containers};
-
-/// A restartable init container (`restartPolicy: Always`), i.e. a sidecar.
-pub(super) fn is_sidecar(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
-}
+pub(super) use crate::podspec::{init_containers, is_sidecar, regular_containers};
 
 pub(super) fn running(s: &ContainerStatus) -> Option<&ContainerStateRunning> {
     s.state.as_ref().and_then(|st| st.running.as_ref())
@@ -514,7 +510,7 @@ fn initialized_condition(
             }
         }
     }
-    if phase == super::phase::SUCCEEDED && unknown.is_empty() {
+    if Phase::parse(phase) == Some(Phase::Succeeded) && unknown.is_empty() {
         return condition(INITIALIZED, true, Some(POD_COMPLETED), None, generation);
     }
     if any_regular_container_started(pod, statuses) {
@@ -573,7 +569,7 @@ fn containers_ready_condition(
             Some(_) => {}
         }
     }
-    if phase == super::phase::SUCCEEDED && unknown.is_empty() {
+    if Phase::parse(phase) == Some(Phase::Succeeded) && unknown.is_empty() {
         return condition(
             CONTAINERS_READY,
             false,
@@ -582,7 +578,7 @@ fn containers_ready_condition(
             generation,
         );
     }
-    if phase == super::phase::FAILED {
+    if Phase::parse(phase) == Some(Phase::Failed) {
         return condition(CONTAINERS_READY, false, Some(POD_FAILED), None, generation);
     }
     let mut messages = Vec::new();
@@ -701,7 +697,7 @@ fn pod_conditions(
     conditions.push(ready);
     conditions.push(containers_ready);
     conditions.push(condition(POD_SCHEDULED, true, None, None, generation));
-    if let Some(restarting) = inputs.restart_in_place {
+    if let Some(restarting) = inputs.restart_in_place.condition() {
         conditions.retain(|c| c.type_ != POD_RESTART_IN_PLACE);
         conditions.push(condition(
             POD_RESTART_IN_PLACE,
@@ -717,7 +713,7 @@ fn pod_conditions(
         .unwrap_or(&[]);
     for c in conditions.iter_mut().filter(|c| {
         is_kubelet_condition(&c.type_)
-            || (c.type_ == POD_RESTART_IN_PLACE && inputs.restart_in_place.is_some())
+            || (c.type_ == POD_RESTART_IN_PLACE && inputs.restart_in_place.condition().is_some())
     }) {
         let kept = old
             .iter()

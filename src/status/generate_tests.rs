@@ -11,7 +11,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::generate::{qos_class, sort_ips};
-use super::{container_statuses, generate_pod_status, ContainerKind, StartFailure, StatusInputs};
+use super::{
+    container_statuses, generate_pod_status, ContainerKind, RestartInPlace, StartFailure,
+    StatusInputs,
+};
 use crate::cri::{ContainerState as RS, PodRuntime, RuntimeContainer, RuntimeSandbox};
 
 const NOW: i64 = 2_000_000;
@@ -164,7 +167,7 @@ struct Fixture {
     startup: BTreeMap<String, bool>,
     host_ips: Vec<String>,
     terminal: bool,
-    restart_in_place: Option<bool>,
+    restart_in_place: RestartInPlace,
 }
 
 impl Fixture {
@@ -178,7 +181,7 @@ impl Fixture {
             startup: BTreeMap::new(),
             host_ips: vec!["192.168.1.10".into()],
             terminal: false,
-            restart_in_place: None,
+            restart_in_place: RestartInPlace::Never,
         }
     }
 
@@ -1564,15 +1567,29 @@ fn pod_restart_in_place_condition_follows_the_restart() {
         None,
         "no condition before any in-place restart"
     );
-    f.restart_in_place = Some(true);
+    f.restart_in_place = RestartInPlace::Killing;
     let during = f.status();
     assert_eq!(find(&during).unwrap().0, "True");
     let mut f = Fixture::new(pod, runtime).previous(during.clone());
-    f.restart_in_place = Some(false);
+    f.restart_in_place = RestartInPlace::Done;
     let after = f.status();
     assert_eq!(find(&after).unwrap().0, "False");
     // Kept (as False) once the restart is over, even when the worker no longer sets it.
     let mut g = Fixture::new(f.pod.clone(), f.runtime.clone()).previous(after.clone());
-    g.restart_in_place = None;
+    g.restart_in_place = RestartInPlace::Never;
     assert_eq!(find(&g.status()).unwrap().0, "False");
+}
+
+#[test]
+fn restart_in_place_states_map_to_the_condition() {
+    let cases = [
+        (RestartInPlace::Never, None),
+        (RestartInPlace::Killing, Some(true)),
+        (RestartInPlace::Removed, Some(false)),
+        (RestartInPlace::Done, Some(false)),
+    ];
+    for (state, want) in cases {
+        assert_eq!(state.condition(), want, "{state:?}");
+    }
+    assert_eq!(RestartInPlace::default(), RestartInPlace::Never);
 }

@@ -81,7 +81,34 @@ pub struct StatusInputs<'a> {
     pub now: Timestamp,
     /// Runtime name used in container IDs (`containerd` gives `containerd://<id>`).
     pub runtime_name: &'a str,
-    /// `PodRestartInPlace`: `Some(true)` while a `RestartAllContainers` restart kills the
-    /// containers, `Some(false)` after; `None` adds no condition.
-    pub restart_in_place: Option<bool>,
+    /// Where the pod is in a `RestartAllContainers` restart (the `PodRestartInPlace`
+    /// condition).
+    pub restart_in_place: RestartInPlace,
+}
+
+/// Where a pod is in a `RestartAllContainers` restart in place, which the executor keeps
+/// between syncs and the status shows as the `PodRestartInPlace` condition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RestartInPlace {
+    /// The pod never restarted in place: no condition.
+    #[default]
+    Never,
+    /// Every container is being killed: the condition is True.
+    Killing,
+    /// Every old instance was just removed; the status about to be published is the pod's
+    /// fresh start, in which the old instances are gone on purpose (not vanished). False.
+    Removed,
+    /// The restart is over: False.
+    Done,
+}
+
+impl RestartInPlace {
+    /// The `PodRestartInPlace` condition's status; `None` adds no condition.
+    pub fn condition(self) -> Option<bool> {
+        match self {
+            RestartInPlace::Never => None,
+            RestartInPlace::Killing => Some(true),
+            RestartInPlace::Removed | RestartInPlace::Done => Some(false),
+        }
+    }
 }

@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
-use super::phase::FAILED;
+use crate::podspec::Phase;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatusMutation {
@@ -26,7 +26,7 @@ impl StatusMutation {
     /// Phase `Failed` with this reason and message.
     pub fn failed(reason: impl Into<String>, message: impl Into<String>) -> Self {
         StatusMutation {
-            phase: Some(FAILED.to_string()),
+            phase: Some(Phase::Failed.into()),
             reason: Some(reason.into()),
             message: Some(message.into()),
             conditions: Vec::new(),

@@ -7,17 +7,14 @@ use super::generate::{
     init_containers, is_sidecar, last_terminated, regular_containers, running, terminated, waiting,
 };
 
-pub const PENDING: &str = "Pending";
-pub const RUNNING: &str = "Running";
-pub const SUCCEEDED: &str = "Succeeded";
-pub const FAILED: &str = "Failed";
+use crate::podspec::Phase;
 
 /// True for the phases a pod never leaves.
 pub fn is_terminal_phase(phase: Option<&str>) -> bool {
-    matches!(phase, Some(SUCCEEDED) | Some(FAILED))
+    phase.and_then(Phase::parse).is_some_and(Phase::is_terminal)
 }
 
-pub use crate::sync::restart::container_should_restart;
+pub use crate::podspec::restart::container_should_restart;
 
 /// The kubelet's `getPhase` for `statuses` (init and regular container statuses together).
 ///
@@ -137,34 +134,34 @@ pub fn get_phase_with_initialized(
         }
     }
 
-    phase_from_counts(&n, pod_is_terminal, pod_has_initialized).to_string()
+    phase_from_counts(&n, pod_is_terminal, pod_has_initialized).into()
 }
 
-fn phase_from_counts(n: &Counts, pod_is_terminal: bool, pod_has_initialized: bool) -> &'static str {
+fn phase_from_counts(n: &Counts, pod_is_terminal: bool, pod_has_initialized: bool) -> Phase {
     if n.failed_init_not_restartable > 0 {
-        return FAILED;
+        return Phase::Failed;
     }
     if n.pending_regular_init > 0 || (n.pending_sidecars > 0 && !pod_has_initialized) {
-        return PENDING;
+        return Phase::Pending;
     }
     if n.waiting > 0 {
-        return PENDING;
+        return Phase::Pending;
     }
     if n.running > 0 && n.unknown == 0 {
-        return RUNNING;
+        return Phase::Running;
     }
     if n.running == 0 && n.stopped > 0 && n.unknown == 0 {
         if pod_is_terminal || n.stopped == n.stopped_not_restartable {
             return if n.stopped == n.succeeded {
-                SUCCEEDED
+                Phase::Succeeded
             } else {
-                FAILED
+                Phase::Failed
             };
         }
         // At least one container is going to be restarted.
-        return RUNNING;
+        return Phase::Running;
     }
-    PENDING
+    Phase::Pending
 }
 
 #[cfg(test)]
@@ -175,6 +172,11 @@ mod tests {
     };
 
     use super::*;
+
+    const PENDING: &str = Phase::Pending.as_str();
+    const RUNNING: &str = Phase::Running.as_str();
+    const SUCCEEDED: &str = Phase::Succeeded.as_str();
+    const FAILED: &str = Phase::Failed.as_str();
 
     fn container(name: &str) -> Container {
         Container {

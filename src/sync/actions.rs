@@ -8,15 +8,14 @@
 //! place on a `RestartAllContainers` rule; and kill the pod when nothing is left to run.
 
 use std::collections::BTreeMap;
-
-use super::restart::restart_all_containers_on_exit;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::restart::should_container_be_restarted;
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
+use crate::podspec::restart::{restart_all_containers_on_exit, should_container_be_restarted};
 use crate::podspec::{
-    host_network, init_containers, regular_containers as containers,
+    host_network, init_containers, is_sidecar, regular_containers as containers,
     restart_policy as pod_restart_policy,
 };
 
@@ -53,8 +52,26 @@ pub struct ContainerToKill {
     pub message: String,
 }
 
+/// How a pod ends, decided before any container action: when set, nothing else is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodEnd {
+    /// `activeDeadlineSeconds` has passed: the pod fails ([`DEADLINE_EXCEEDED`],
+    /// [`DEADLINE_EXCEEDED_MESSAGE`]) and is terminated through its worker.
+    DeadlineExceeded,
+    /// The pod's phase is terminal (Succeeded or Failed): nothing runs again.
+    Terminal,
+}
+
+/// The reason a pod past its `activeDeadlineSeconds` fails with (the kubelet's).
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// Its message (the kubelet's).
+pub const DEADLINE_EXCEEDED_MESSAGE: &str =
+    "Pod was active on the node longer than the specified deadline";
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodActions {
+    /// The pod ends instead of being synced; every other field is empty then.
+    pub end: Option<PodEnd>,
     /// Stop every running container and every sandbox of the pod first.
     pub kill_pod: bool,
     /// Create a new sandbox (after `kill_pod`, when both are set).
@@ -81,7 +98,8 @@ pub struct PodActions {
 impl PodActions {
     /// True when executing these actions changes nothing.
     pub fn is_empty(&self) -> bool {
-        !self.kill_pod
+        self.end.is_none()
+            && !self.kill_pod
             && !self.create_sandbox
             && self.init_containers_to_start.is_empty()
             && self.restart_all.is_none()
@@ -103,6 +121,22 @@ pub struct ActionInputs<'a> {
     /// Startup probe results by container ID (true = succeeded); a sidecar with a startup probe
     /// counts as started only once it is true.
     pub startup: &'a BTreeMap<String, bool>,
+    /// What is left of `activeDeadlineSeconds` (`None` without one); zero means it passed.
+    pub deadline_remaining: Option<Duration>,
+    /// The status just published has a terminal phase.
+    pub phase_terminal: bool,
+}
+
+/// Whether the pod ends now instead of being synced: a passed deadline fails a pod that is not
+/// terminal yet; a terminal pod runs nothing again.
+pub fn pod_end(deadline_remaining: Option<Duration>, phase_terminal: bool) -> Option<PodEnd> {
+    if phase_terminal {
+        Some(PodEnd::Terminal)
+    } else if deadline_remaining == Some(Duration::ZERO) {
+        Some(PodEnd::DeadlineExceeded)
+    } else {
+        None
+    }
 }
 
 /// Why a pod needs a new sandbox (the kubelet's `podSandboxChanged` reasons, which it logs).
@@ -174,10 +208,6 @@ fn succeeded(runtime: &PodRuntime, name: &str) -> bool {
         .is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
 }
 
-fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
-}
-
 /// The kubelet's `isInitContainerFailed`.
 fn init_failed(c: &RuntimeContainer) -> bool {
     c.reason.contains("OOMKilled")
@@ -228,6 +258,12 @@ fn prunable_containers(runtime: &PodRuntime) -> Vec<String> {
 }
 
 pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
+    if let Some(end) = pod_end(inputs.deadline_remaining, inputs.phase_terminal) {
+        return PodActions {
+            end: Some(end),
+            ..Default::default()
+        };
+    }
     let pod = inputs.pod;
     let runtime = inputs.runtime;
     let (create_sandbox, attempt, sandbox_id) = pod_sandbox_changed(pod, runtime);
@@ -325,7 +361,7 @@ pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
                     (
                         *probe,
                         m,
-                        super::restart::container_should_restart(container, pod, 137),
+                        crate::podspec::restart::container_should_restart(container, pod, 137),
                     )
                 } else {
                     keep += 1;
@@ -1023,6 +1059,8 @@ mod tests {
                 spec_hashes: &case.hashes,
                 probe_failures: &case.probes,
                 startup: &BTreeMap::new(),
+                deadline_remaining: None,
+                phase_terminal: false,
             });
             assert_eq!(got, case.want, "case: {}", case.name);
         }
@@ -1043,6 +1081,8 @@ mod tests {
             spec_hashes: &hashes(&["a"]),
             probe_failures: &BTreeMap::new(),
             startup: &BTreeMap::new(),
+            deadline_remaining: None,
+            phase_terminal: false,
         });
         assert!(got.kill_pod);
         assert!(got.containers_to_start.is_empty());
@@ -1137,6 +1177,8 @@ mod sidecar_tests {
             spec_hashes: &hashes,
             probe_failures: &BTreeMap::new(),
             startup: &startup,
+            deadline_remaining: None,
+            phase_terminal: false,
         })
     }
 
@@ -1334,5 +1376,58 @@ mod sidecar_tests {
         let got = actions(&p, &runtime(other), &[]);
         assert_eq!(got.restart_all, None, "exit 1 is a plain sidecar restart");
         assert_eq!(got.init_containers_to_start, vec![1]);
+    }
+}
+
+#[cfg(test)]
+mod pod_end_tests {
+    use super::*;
+
+    #[test]
+    fn pod_end_table() {
+        let s = Duration::from_secs;
+        // (deadline remaining, phase terminal, expected)
+        let cases = [
+            (None, false, None),
+            (Some(s(5)), false, None),
+            (Some(Duration::ZERO), false, Some(PodEnd::DeadlineExceeded)),
+            (Some(Duration::ZERO), true, Some(PodEnd::Terminal)),
+            (None, true, Some(PodEnd::Terminal)),
+            (Some(s(5)), true, Some(PodEnd::Terminal)),
+        ];
+        for (deadline, terminal, want) in cases {
+            assert_eq!(pod_end(deadline, terminal), want, "{deadline:?} {terminal}");
+        }
+    }
+
+    #[test]
+    fn an_ended_pod_gets_no_other_action() {
+        let pod = Pod::default();
+        // No sandbox at all: without the end, the actions would create one.
+        let runtime = PodRuntime::default();
+        let none = BTreeMap::new();
+        let hashes = BTreeMap::new();
+        for (deadline, terminal, end) in [
+            (Some(Duration::ZERO), false, PodEnd::DeadlineExceeded),
+            (None, true, PodEnd::Terminal),
+        ] {
+            let got = compute_pod_actions(&ActionInputs {
+                pod: &pod,
+                runtime: &runtime,
+                spec_hashes: &hashes,
+                probe_failures: &none,
+                startup: &BTreeMap::new(),
+                deadline_remaining: deadline,
+                phase_terminal: terminal,
+            });
+            assert_eq!(
+                got,
+                PodActions {
+                    end: Some(end),
+                    ..Default::default()
+                }
+            );
+            assert!(!got.is_empty());
+        }
     }
 }

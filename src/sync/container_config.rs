@@ -2,99 +2,25 @@
 //! `pkg/kubelet/kuberuntime/kuberuntime_container.go` and `_linux.go`, `makeMounts` in
 //! `pkg/kubelet/kubelet_pods.go`, labels and annotations from `kuberuntime/labels.go`).
 //!
-//! Building the config is pure except for one kubelet effect: a missing `subPath` directory is
-//! created inside its volume before the runtime bind-mounts it.
+//! Building the config is pure: the subPath directories a container mounts are named in the
+//! result ([`BuiltContainerConfig::sub_paths`]), and the executor creates them
+//! (`volume::subpath::prepare_sub_paths`) before it creates the container.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs;
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext, VolumeMount};
 
-use super::env::{expand, make_environment, EnvContext};
 use super::sandbox_config::namespace_options;
 use crate::cgroup::resources::{
     container_limits, container_requests, pod_level_limits, pod_level_resources_set,
 };
 use crate::cgroup::{milli_cpu_to_quota, milli_cpu_to_shares, oom_score_adj, QUOTA_PERIOD};
 use crate::cri::{api, labels};
-use crate::objects::{FetchedObjects, ObjectKind};
-
-/// Why the kubelet could not build a container's (or sandbox's) runtime config. The Display
-/// text becomes the container's `CreateContainerConfigError` message; where the kubelet has a
-/// message of its own, this is it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{field}: Required value")]
-    Required { field: String },
-    #[error("{field}: Invalid value: {value:?}: {reason}")]
-    Invalid {
-        field: String,
-        value: String,
-        reason: String,
-    },
-    /// Cluster-mode features nodelet does not implement yet.
-    #[error("{field}: {feature} is not supported yet")]
-    Unsupported { field: String, feature: String },
-    /// A ConfigMap or Secret reference in standalone mode (the kubelet's message without a
-    /// client).
-    #[error("couldn't get {kind} {namespace}/{name}, no kubeClient defined")]
-    NoApiClient {
-        field: String,
-        kind: &'static str,
-        namespace: String,
-        name: String,
-    },
-    /// A ConfigMap or Secret the environment needs does not exist: the API's NotFound message,
-    /// which the kubelet passes on (`configmap "x" not found`).
-    #[error("{} {name:?} not found", kind.resource())]
-    ObjectNotFound {
-        field: String,
-        kind: ObjectKind,
-        name: String,
-    },
-    /// A ConfigMap or Secret could not be read (API server unreachable before the first read,
-    /// forbidden, ...); the message is the reader's.
-    #[error("{message}")]
-    ObjectUnavailable { field: String, message: String },
-    /// A `configMapKeyRef`/`secretKeyRef` names a key the object does not have.
-    #[error("couldn't find key {key} in {} {namespace}/{name}", kind.kind())]
-    MissingKey {
-        field: String,
-        kind: ObjectKind,
-        key: String,
-        namespace: String,
-        name: String,
-    },
-    #[error("cannot find volume {volume:?} to mount into container {container:?}")]
-    MissingVolume {
-        field: String,
-        volume: String,
-        container: String,
-    },
-    /// The subPath directory could not be created or resolves outside its volume. As the
-    /// kubelet does, the message leaves out host paths; `path` and `reason` keep them for logs.
-    #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
-    SubPath {
-        field: String,
-        volume: String,
-        container: String,
-        path: PathBuf,
-        reason: String,
-    },
-    #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
-    RunAsRoot { pod: String, container: String },
-    #[error("container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})")]
-    ImageRunsAsRoot { pod: String, container: String },
-    #[error("container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})")]
-    NonNumericImageUser {
-        user: String,
-        pod: String,
-        container: String,
-    },
-}
+use crate::objects::FetchedObjects;
+use crate::podspec::env::{expand, make_environment, EnvContext};
+use crate::podspec::{container_field_path, ConfigError};
+use crate::volume::subpath::SubPathMount;
 
 pub use crate::podspec::ContainerKind;
 
@@ -145,21 +71,6 @@ const ETC_HOSTS: &str = "/etc/hosts";
 const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 const DEFAULT_TERMINATION_MESSAGE_POLICY: &str = "File";
 const DEFAULT_TERMINATION_GRACE_PERIOD: i64 = 30;
-
-/// `spec.containers[i]` or `spec.initContainers[i]` for the named container, for error paths.
-pub fn container_field_path(pod: &Pod, name: &str) -> String {
-    let spec = pod.spec.as_ref();
-    if let Some(i) = spec
-        .and_then(|s| s.init_containers.as_ref())
-        .and_then(|c| c.iter().position(|c| c.name == name))
-    {
-        return format!("spec.initContainers[{i}]");
-    }
-    match spec.and_then(|s| s.containers.iter().position(|c| c.name == name)) {
-        Some(i) => format!("spec.containers[{i}]"),
-        None => format!("spec.containers[name={name}]"),
-    }
-}
 
 /// `name_namespace(uid)`, the kubelet's `format.Pod`.
 pub fn format_pod(pod: &Pod) -> String {
@@ -715,41 +626,6 @@ fn validate_sub_path(sub_path: &str, field: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Creates `sub_path` inside `volume` when missing, with the volume directory's mode (so an
-/// fsGroup-writable volume stays writable below), and returns it resolved. Each existing
-/// component is resolved before descending, so a symlink a container planted cannot lead the
-/// creation (or the mount) outside the volume.
-pub fn ensure_sub_path(volume: &Path, sub_path: &str) -> io::Result<PathBuf> {
-    let root = fs::canonicalize(volume)?;
-    let mode = fs::metadata(&root)?.permissions().mode() & 0o7777;
-    let mut current = root.clone();
-    for part in Path::new(sub_path).components() {
-        let Component::Normal(part) = part else {
-            continue;
-        };
-        let next = current.join(part);
-        match fs::symlink_metadata(&next) {
-            Ok(_) => {
-                let resolved = fs::canonicalize(&next)?;
-                if !resolved.starts_with(&root) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::PermissionDenied,
-                        format!("{} resolves outside of the volume", next.display()),
-                    ));
-                }
-                current = resolved;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::DirBuilder::new().mode(mode).create(&next)?;
-                fs::set_permissions(&next, fs::Permissions::from_mode(mode))?;
-                current = next;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(current)
-}
-
 /// `subPathExpr` expanded with the container's environment; every referenced variable must be
 /// set and non-empty (`ExpandContainerVolumeMounts`).
 fn expand_sub_path_expr(
@@ -783,13 +659,16 @@ fn expand_sub_path_expr(
 /// The container's mounts (`makeMounts` + kuberuntime's `makeMounts`): its volumeMounts, then
 /// the managed /etc/hosts unless the container mounts something there itself, then the
 /// termination-message file.
+/// A subPath mount's host path is `<volume>/<subPath>` unresolved, with the subPath named in the
+/// second list.
 fn make_mounts(
     container: &Container,
     base: &str,
     ctx: &ContainerContext,
     envs: &[(String, String)],
-) -> Result<Vec<api::Mount>, ConfigError> {
+) -> Result<(Vec<api::Mount>, Vec<SubPathMount>), ConfigError> {
     let mut mounts = Vec::new();
+    let mut sub_paths = Vec::new();
     let mut mount_etc_hosts = ctx.etc_hosts.is_some();
     for (i, m) in container.volume_mounts.iter().flatten().enumerate() {
         let field = format!("{base}.volumeMounts[{i}]");
@@ -809,13 +688,15 @@ fn make_mounts(
             volume_path.clone()
         } else {
             validate_sub_path(&sub_path, &format!("{field}.subPath"))?;
-            ensure_sub_path(volume_path, &sub_path).map_err(|e| ConfigError::SubPath {
-                field: format!("{field}.subPath"),
+            sub_paths.push(SubPathMount {
+                mount: mounts.len(),
+                field: field.clone(),
                 volume: m.name.clone(),
                 container: container.name.clone(),
-                path: volume_path.join(&sub_path),
-                reason: e.to_string(),
-            })?
+                volume_path: volume_path.clone(),
+                sub_path: sub_path.clone(),
+            });
+            volume_path.join(&sub_path)
         };
         let container_path = if m.mount_path.starts_with('/') {
             m.mount_path.clone()
@@ -846,7 +727,7 @@ fn make_mounts(
             ..Default::default()
         });
     }
-    Ok(mounts)
+    Ok((mounts, sub_paths))
 }
 
 /// The CRI config to create `container` of `pod` with, without an API server: any ConfigMap
@@ -857,7 +738,7 @@ pub fn container_config(
     container: &Container,
     kind: ContainerKind,
     ctx: &ContainerContext,
-) -> Result<api::ContainerConfig, ConfigError> {
+) -> Result<BuiltContainerConfig, ConfigError> {
     let standalone = FetchedObjects {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         ..FetchedObjects::default()
@@ -877,7 +758,7 @@ pub fn container_config_with_env(
     kind: ContainerKind,
     ctx: &ContainerContext,
     env_objects: &FetchedObjects,
-) -> Result<api::ContainerConfig, ConfigError> {
+) -> Result<BuiltContainerConfig, ConfigError> {
     let base = container_field_path(pod, &container.name);
     let image = container
         .image
@@ -904,9 +785,9 @@ pub fn container_config_with_env(
     };
     let command = expand_all(&container.command);
     let args = expand_all(&container.args);
-    let mounts = make_mounts(container, &base, ctx, &envs)?;
+    let (mounts, sub_paths) = make_mounts(container, &base, ctx, &envs)?;
 
-    Ok(api::ContainerConfig {
+    let config = api::ContainerConfig {
         metadata: Some(api::ContainerMetadata {
             name: container.name.clone(),
             attempt: ctx.attempt,
@@ -936,12 +817,22 @@ pub fn container_config_with_env(
             security_context: Some(linux_security_context(pod, container, &base, ctx)?),
         }),
         ..Default::default()
-    })
+    };
+    Ok(BuiltContainerConfig { config, sub_paths })
+}
+
+/// A container's CRI config and the subPath directories it needs before it can be created.
+#[derive(Debug, Clone)]
+pub struct BuiltContainerConfig {
+    pub config: api::ContainerConfig,
+    /// Mounts of `config` whose subPath directory must exist (and be resolved) first.
+    pub sub_paths: Vec<SubPathMount>,
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::symlink;
+    use std::fs;
+    use std::os::unix::fs::{symlink, PermissionsExt};
 
     use k8s_openapi::api::core::v1::{
         Capabilities, ContainerPort, EnvVar, PodSecurityContext, PodSpec, SeccompProfile,
@@ -949,6 +840,19 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::volume::subpath::prepare_sub_paths;
+
+    /// The config as the executor sends it: built, then its subPath directories created.
+    fn built(
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        ctx: &ContainerContext,
+    ) -> Result<api::ContainerConfig, ConfigError> {
+        let mut b = container_config(pod, container, kind, ctx)?;
+        prepare_sub_paths(&mut b.config.mounts, &b.sub_paths)?;
+        Ok(b.config)
+    }
     use crate::cgroup::resources::test_support::container as resourced;
 
     fn pod_with(containers: Vec<Container>) -> Pod {
@@ -1089,7 +993,7 @@ mod tests {
         let mut p = pod_with(vec![c.clone()]);
         p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(5);
         let volumes = BTreeMap::new();
-        let cfg = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+        let cfg = built(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
 
         let meta = cfg.metadata.unwrap();
         assert_eq!((meta.name.as_str(), meta.attempt), ("app", 2));
@@ -1164,7 +1068,7 @@ mod tests {
             let c = resourced("app", requests, limits);
             let p = pod_with(vec![c.clone()]);
             let volumes = BTreeMap::new();
-            let cfg = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+            let cfg = built(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
             let r = cfg.linux.unwrap().resources.unwrap();
             assert_eq!(
                 (
@@ -1187,7 +1091,7 @@ mod tests {
             cgroup_v2: false,
             ..ctx(&volumes)
         };
-        let cfg = container_config(&p, &c, ContainerKind::Regular, &v1).unwrap();
+        let cfg = built(&p, &c, ContainerKind::Regular, &v1).unwrap();
         assert!(cfg.linux.unwrap().resources.unwrap().unified.is_empty());
         // `singleProcessOOMKill: true` leaves the container's `memory.oom.group` to the
         // runtime's default (0: the kernel kills only the process it picks).
@@ -1195,7 +1099,7 @@ mod tests {
             single_process_oom_kill: true,
             ..ctx(&volumes)
         };
-        let cfg = container_config(&p, &c, ContainerKind::Regular, &single).unwrap();
+        let cfg = built(&p, &c, ContainerKind::Regular, &single).unwrap();
         let unified = cfg.linux.unwrap().resources.unwrap().unified;
         assert!(!unified.contains_key("memory.oom.group"), "{unified:?}");
         assert_eq!(unified["memory.high"], "max", "the rest is still sent");
@@ -1214,7 +1118,7 @@ mod tests {
         };
         let unified = |c: &Container, ctx: &ContainerContext| {
             let p = pod_with(vec![c.clone()]);
-            let cfg = container_config(&p, c, ContainerKind::Regular, ctx).unwrap();
+            let cfg = built(&p, c, ContainerKind::Regular, ctx).unwrap();
             let mut u: Vec<(String, String)> = cfg
                 .linux
                 .unwrap()
@@ -1295,7 +1199,7 @@ mod tests {
             ..Default::default()
         });
         let volumes = BTreeMap::new();
-        let sc = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes))
+        let sc = built(&p, &c, ContainerKind::Regular, &ctx(&volumes))
             .unwrap()
             .linux
             .unwrap()
@@ -1334,7 +1238,7 @@ mod tests {
         let p = pod_with(vec![c.clone()]);
         let volumes = BTreeMap::new();
         let mut context = ctx(&volumes);
-        let sc = container_config(&p, &c, ContainerKind::Init, &context)
+        let sc = built(&p, &c, ContainerKind::Init, &context)
             .unwrap()
             .linux
             .unwrap()
@@ -1352,7 +1256,7 @@ mod tests {
             api::security_profile::ProfileType::Unconfined as i32
         );
         context.seccomp_default = true;
-        let cfg = container_config(&p, &c, ContainerKind::Init, &context).unwrap();
+        let cfg = built(&p, &c, ContainerKind::Init, &context).unwrap();
         assert_eq!(cfg.labels[labels::CONTAINER_TYPE], "init");
         assert_eq!(
             cfg.linux
@@ -1413,7 +1317,7 @@ mod tests {
             termination_message: Some(&term),
             ..ctx(&volumes)
         };
-        let mounts = container_config(&p, &c, ContainerKind::Regular, &context)
+        let mounts = built(&p, &c, ContainerKind::Regular, &context)
             .unwrap()
             .mounts;
         let canonical = fs::canonicalize(&data).unwrap();
@@ -1464,6 +1368,40 @@ mod tests {
     }
 
     #[test]
+    fn building_the_config_creates_no_sub_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        fs::create_dir(&data).unwrap();
+        let volumes = BTreeMap::from([("data".to_string(), data.clone())]);
+        let mut c = resourced("app", "", "");
+        c.volume_mounts = Some(vec![
+            mount("data", "/whole"),
+            VolumeMount {
+                sub_path: Some("logs/app".into()),
+                ..mount("data", "/logs")
+            },
+        ]);
+        let p = pod_with(vec![c.clone()]);
+        let b = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+        assert!(!data.join("logs").exists(), "the builder is pure");
+        assert_eq!(
+            b.sub_paths,
+            vec![crate::volume::subpath::SubPathMount {
+                mount: 1,
+                field: "spec.containers[0].volumeMounts[1]".into(),
+                volume: "data".into(),
+                container: "app".into(),
+                volume_path: data.clone(),
+                sub_path: "logs/app".into(),
+            }]
+        );
+        assert_eq!(
+            b.config.mounts[1].host_path,
+            data.join("logs/app").to_string_lossy()
+        );
+    }
+
+    #[test]
     fn container_mounting_etc_hosts_keeps_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let volumes = BTreeMap::from([("h".to_string(), dir.path().to_path_buf())]);
@@ -1475,7 +1413,7 @@ mod tests {
             etc_hosts: Some(&hosts),
             ..ctx(&volumes)
         };
-        let mounts = container_config(&p, &c, ContainerKind::Regular, &context)
+        let mounts = built(&p, &c, ContainerKind::Regular, &context)
             .unwrap()
             .mounts;
         assert_eq!(mounts.len(), 1);
@@ -1540,7 +1478,7 @@ mod tests {
             let mut c = resourced("app", "", "");
             c.volume_mounts = Some(vec![m]);
             let p = pod_with(vec![c.clone()]);
-            let err = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
+            let err = built(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
             assert_eq!(err.to_string(), want);
         }
         // nothing was created outside the volume
@@ -1553,7 +1491,7 @@ mod tests {
         c.image = None;
         let p = pod_with(vec![c.clone()]);
         let volumes = BTreeMap::new();
-        let err = container_config(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
+        let err = built(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
         assert_eq!(err.to_string(), "spec.containers[0].image: Required value");
     }
 

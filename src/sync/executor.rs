@@ -12,7 +12,10 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::actions::KillReason;
-use super::actions::{compute_pod_actions, ActionInputs, PodActions};
+use super::actions::{
+    compute_pod_actions, ActionInputs, PodActions, PodEnd, DEADLINE_EXCEEDED,
+    DEADLINE_EXCEEDED_MESSAGE,
+};
 use super::container_config::container_hash;
 use super::kill::StopReason;
 use super::sandbox_config::{pod_log_dir, sandbox_config, SandboxContext};
@@ -28,11 +31,12 @@ use crate::metrics::metrics;
 use crate::node::NodeInfo;
 use crate::objects::ObjectSource;
 use crate::podspec::{
-    init_containers as spec_init_containers, regular_containers as spec_containers, ContainerKind,
+    init_containers as spec_init_containers, is_sidecar, pod_uid,
+    regular_containers as spec_containers, ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::status::{
-    generate_pod_status, StartFailure, StatusInputs, StatusManager, StatusMutation,
+    generate_pod_status, RestartInPlace, StartFailure, StatusInputs, StatusManager, StatusMutation,
 };
 use crate::volume;
 
@@ -75,11 +79,8 @@ pub struct PodMemory {
     pub restart_backoff: Backoff,
     /// Image pull backoff, keyed per image (ImagePullBackOff).
     pub image_backoff: Backoff,
-    /// `PodRestartInPlace`: true while a `RestartAllContainers` restart kills the containers,
-    /// false after; `None` until the pod first restarts in place.
-    pub restart_in_place: Option<bool>,
-    /// Set right after an in-place restart removed every container instance.
-    pub fresh_start: bool,
+    /// Where the pod is in a `RestartAllContainers` restart in place.
+    pub restart_in_place: RestartInPlace,
     /// Restart counts of containers whose instances an in-place restart removed.
     pub restart_count_base: BTreeMap<String, i32>,
     /// When nodelet first saw the pod, for the pod start duration metric.
@@ -166,10 +167,6 @@ pub struct PodSyncer {
     pub objects: Arc<dyn ObjectSource>,
 }
 
-pub fn pod_uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or_default()
-}
-
 impl PodSyncer {
     /// The running containers the prober should watch, with the address network probes dial.
     fn running_for_probes(&self, pod: &Pod, runtime: &PodRuntime) -> Vec<RunningContainer> {
@@ -209,8 +206,8 @@ impl PodSyncer {
     /// failure is a FailedMount event.
     async fn api_volumes(&self, pod: &Pod) -> volume::ApiVolumes {
         let ctx = volume::ApiVolumeContext::new(volume::NodeAllocatable {
-            cpu_milli: self.node.cpu_capacity_milli,
-            memory: i64::try_from(self.node.memory_capacity).unwrap_or(i64::MAX),
+            cpu_milli: self.node.cpu_capacity_milli(),
+            memory: i64::try_from(self.node.memory_capacity()).unwrap_or(i64::MAX),
             ephemeral_storage: None,
         });
         let api =
@@ -255,9 +252,8 @@ impl PodSyncer {
             start_failures: BTreeMap::new(),
             restart_backoff: Backoff::new(initial, max),
             image_backoff: Backoff::new(IMAGE_BACKOFF.0, IMAGE_BACKOFF.1),
-            restart_in_place: None,
+            restart_in_place: RestartInPlace::Never,
             restart_count_base: BTreeMap::new(),
-            fresh_start: false,
             first_seen: Some(tokio::time::Instant::now()),
             start_recorded: false,
             cgroup_configured: false,
@@ -303,7 +299,7 @@ impl PodSyncer {
     ) -> PodStatus {
         let uid = pod_uid(pod);
         let mut previous = self.status.status(uid);
-        if memory.fresh_start {
+        if memory.restart_in_place == RestartInPlace::Removed {
             // After an in-place restart the old instances are gone on purpose: they must not
             // read as containers that vanished (which the kubelet reports as terminated).
             if let Some(p) = previous.as_mut() {
@@ -349,23 +345,6 @@ impl PodSyncer {
         self.record_pod_started(&status, memory);
         let start_time = status.start_time.as_ref().map(|t| t.0);
         let deadline = active_deadline_remaining(pod, start_time, self.clock.now());
-        if deadline == Some(Duration::ZERO) && !is_terminal(&status) {
-            let message = "Pod was active on the node longer than the specified deadline";
-            tracing::info!(reason = "DeadlineExceeded", message, "pod failed");
-            self.events.record(
-                &pod_ref(pod),
-                EventType::Normal,
-                "DeadlineExceeded",
-                message,
-            );
-            return Ok(SyncOutcome::Kill(StatusMutation::failed(
-                "DeadlineExceeded",
-                message,
-            )));
-        }
-        if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
-            return Ok(SyncOutcome::Terminal);
-        }
         let hashes = Self::spec_hashes(pod);
         let actions = compute_pod_actions(&ActionInputs {
             pod,
@@ -373,7 +352,20 @@ impl PodSyncer {
             spec_hashes: &hashes,
             probe_failures: &self.probe_failures(&uid),
             startup: &self.probes.startup(&uid),
+            deadline_remaining: deadline,
+            phase_terminal: is_terminal(&status),
         });
+        match actions.end {
+            Some(PodEnd::DeadlineExceeded) => {
+                let (reason, message) = (DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE);
+                tracing::info!(reason, message, "pod failed");
+                self.events
+                    .record(&pod_ref(pod), EventType::Normal, reason, message);
+                return Ok(SyncOutcome::Kill(StatusMutation::failed(reason, message)));
+            }
+            Some(PodEnd::Terminal) => return Ok(SyncOutcome::Terminal),
+            None => {}
+        }
         if actions.is_empty() {
             // Running containers see ConfigMap/Secret/downwardAPI changes through the volumes.
             if runtime.sandbox().is_some_and(|s| s.ready) && volume::has_api_volumes(pod) {
@@ -586,7 +578,7 @@ impl PodSyncer {
             let failed = self
                 .start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
                 .await;
-            let stop_here = failed.is_some() && c.restart_policy.as_deref() != Some("Always");
+            let stop_here = failed.is_some() && !is_sidecar(c);
             note(failed);
             if stop_here {
                 // A regular init container that could not start holds back everything after it;
@@ -626,7 +618,7 @@ impl PodSyncer {
             "RestartAllContainers",
             format!("Container {trigger} exited under a RestartAllContainers rule; restarting all containers in place"),
         );
-        memory.restart_in_place = Some(true);
+        memory.restart_in_place = RestartInPlace::Killing;
         self.publish_status(pod, runtime, memory, false);
         let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
         let kills = runtime
@@ -660,11 +652,10 @@ impl PodSyncer {
             )?;
         }
         memory.start_failures.clear();
-        memory.restart_in_place = Some(false);
-        memory.fresh_start = true;
+        memory.restart_in_place = RestartInPlace::Removed;
         let runtime = self.inspect(&uid).await?;
         self.publish_status(pod, &runtime, memory, false);
-        memory.fresh_start = false;
+        memory.restart_in_place = RestartInPlace::Done;
         Ok(())
     }
 
@@ -763,7 +754,7 @@ impl PodSyncer {
 }
 
 fn is_terminal(status: &PodStatus) -> bool {
-    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
+    crate::podspec::Phase::is_terminal_status(Some(status))
 }
 
 /// What is left of the pod's `activeDeadlineSeconds` (counted from `startTime`): `None` without

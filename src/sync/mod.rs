@@ -3,11 +3,9 @@
 
 pub mod actions;
 pub mod container_config;
-pub mod env;
 pub mod executor;
 pub mod hooks;
 pub mod kill;
-pub mod restart;
 pub mod sandbox_config;
 pub mod start;
 pub mod stop;

@@ -12,8 +12,7 @@ use tracing::Instrument;
 use super::container_config::{
     container_config_with_env, format_pod, verify_run_as_non_root, ContainerContext,
 };
-use super::env;
-use super::executor::{pod_uid, PodMemory, PodSyncer, SYNC_ERROR_RETRY};
+use super::executor::{PodMemory, PodSyncer, SYNC_ERROR_RETRY};
 use super::hooks::run_hook;
 use super::kill::StopReason;
 use super::sandbox_config::container_log_dir;
@@ -22,6 +21,8 @@ use crate::config::format_duration;
 use crate::cri::{api, ContainerState, PodRuntime};
 use crate::events::EventType;
 use crate::metrics::metrics;
+use crate::podspec::env;
+use crate::podspec::pod_uid;
 use crate::podspec::ContainerKind;
 use crate::status::StartFailure;
 use crate::volume;
@@ -359,9 +360,9 @@ impl PodSyncer {
             pod_ips: env.pod_ips,
             host_ips: &self.node.host_ips,
             node_name: &self.node.name,
-            node_allocatable_cpu_milli: self.node.cpu_capacity_milli,
-            node_allocatable_memory: i64::try_from(self.node.memory_capacity).unwrap_or(i64::MAX),
-            memory_capacity: self.node.memory_capacity,
+            node_allocatable_cpu_milli: self.node.cpu_capacity_milli(),
+            node_allocatable_memory: i64::try_from(self.node.memory_capacity()).unwrap_or(i64::MAX),
+            memory_capacity: self.node.memory_capacity(),
             volumes: env.volumes,
             etc_hosts: env.etc_hosts,
             termination_message: termination_message.as_deref(),
@@ -387,11 +388,16 @@ impl PodSyncer {
                 invalid.message(),
             );
         }
-        let mut config = container_config_with_env(pod, container, kind, &ctx, &env_objects)
-            .map_err(|e| StartFailure {
-                reason: "CreateContainerConfigError".into(),
-                message: e.to_string(),
-            })
+        let config_error = |e: crate::podspec::ConfigError| StartFailure {
+            reason: "CreateContainerConfigError".into(),
+            message: e.to_string(),
+        };
+        let built = container_config_with_env(pod, container, kind, &ctx, &env_objects)
+            .map_err(config_error)
+            .map_err(no_retry)?;
+        let mut config = built.config;
+        volume::subpath::prepare_sub_paths(&mut config.mounts, &built.sub_paths)
+            .map_err(config_error)
             .map_err(no_retry)?;
         // Create from the resolved image, as the kubelet does, keeping what the user wrote.
         if !image.id.is_empty() {

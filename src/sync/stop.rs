@@ -13,12 +13,13 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 
-use super::executor::{pod_uid, removed, PodMemory, PodSyncer, Result};
+use super::executor::{removed, PodMemory, PodSyncer, Result};
 use super::hooks::run_hook;
 use super::kill::{termination_grace_period, Grace, StopReason, TerminationOrdering};
 use crate::cri::containerd::parse_signal;
 use crate::cri::{api, ContainerState, PodRuntime, RuntimeContainer};
 use crate::events::EventType;
+use crate::podspec::pod_uid;
 use crate::podspec::{init_containers, regular_containers};
 use crate::status::StatusMutation;
 use crate::volume;

@@ -16,7 +16,7 @@ use super::atomic_writer::{write_payload, WriteOutcome};
 use super::projection::{
     token_requests, volume_payload, volume_references, ApiVolumeKind, NodeAllocatable,
 };
-use super::{check_component, emptydir, make_pod_dirs, mounts, pod_uid, VolumeError};
+use super::{check_component, checked_pod_uid, emptydir, make_pod_dirs, mounts, VolumeError};
 use crate::objects::{FetchedObjects, FetchedTokens, ObjectSource};
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -117,7 +117,7 @@ pub fn set_up_api_volumes(
     if volumes.is_empty() {
         return out;
     }
-    let pod_dir = match pod_uid(pod).and_then(|uid| make_pod_dirs(root_dir, uid)) {
+    let pod_dir = match checked_pod_uid(pod).and_then(|uid| make_pod_dirs(root_dir, uid)) {
         Ok(dir) => dir,
         Err(e) => {
             out.failures.push(e);

@@ -21,6 +21,7 @@ pub mod hostpath;
 pub mod hosts;
 pub mod mounts;
 pub mod projection;
+pub mod subpath;
 
 pub use api::{update_api_volumes, ApiVolumeContext, ApiVolumes};
 pub use projection::NodeAllocatable;
@@ -34,9 +35,9 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 
+use crate::podspec::hostname::pod_hostname_and_domain;
+use crate::podspec::ConfigError;
 use crate::quantity::Quantity;
-use crate::sync::container_config::ConfigError;
-use crate::sync::sandbox_config::pod_hostname_and_domain;
 use emptydir::Medium;
 use hostpath::{CheckError, HostPathType};
 
@@ -131,8 +132,9 @@ fn check_component(field: &str, value: &str) -> Result<(), VolumeError> {
     Ok(())
 }
 
-fn pod_uid(pod: &Pod) -> Result<&str, VolumeError> {
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+/// The pod's UID, checked to be one path component (it names the pod's directory).
+pub(crate) fn checked_pod_uid(pod: &Pod) -> Result<&str, VolumeError> {
+    let uid = crate::podspec::pod_uid(pod);
     check_component("metadata.uid", uid)?;
     Ok(uid)
 }
@@ -185,7 +187,7 @@ pub fn prepare_pod_volumes_with(
     node_allocatable_memory: Option<i64>,
     mountinfo: &Path,
 ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
-    let uid = pod_uid(pod)?;
+    let uid = checked_pod_uid(pod)?;
     let dir = make_pod_dirs(root_dir, uid)?;
     let mut paths = BTreeMap::new();
     for (i, volume) in pod
@@ -325,7 +327,7 @@ pub fn write_etc_hosts_from(
     cluster_domain: &str,
     node_hosts: &Path,
 ) -> Result<PathBuf, VolumeError> {
-    let uid = pod_uid(pod)?;
+    let uid = checked_pod_uid(pod)?;
     let dir = make_pod_dirs(root_dir, uid)?;
     let spec = pod.spec.as_ref();
     let aliases = spec

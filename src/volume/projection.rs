@@ -15,7 +15,7 @@ use super::atomic_writer::{FileProjection, Payload};
 use crate::objects::{
     not_found_message, Fetched, FetchedObjects, FetchedTokens, ObjectKind, TokenRequest,
 };
-use crate::sync::env::{format_map, resource_field_ref_value, split_subscript, EnvContext};
+use crate::podspec::env::{format_map, resource_field_ref_value, split_subscript, EnvContext};
 
 /// The API default of `defaultMode` for configMap, secret, downwardAPI and projected volumes
 /// (`0644`, 420 in JSON), used when a pod was not defaulted (static pods read from disk are).

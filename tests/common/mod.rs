@@ -231,6 +231,49 @@ impl Nodelet {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// A counter (or a histogram's `_count`) from `/metrics`, summed over its label sets.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = reqwest::Client::new()
+            .get(format!("{}/metrics", self.base_url()))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let values: Vec<f64> = text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
+    }
+
+    /// Waits until the counter `name` grows past its value now: the positive sign that the part
+    /// it counts is alive and has run once more, which a test proving an absence ("not
+    /// restarted") waits for before it looks.
+    pub async fn wait_metric_advance(&self, name: &str, timeout: Duration) {
+        // A counter family shows no series before its first count: absent is zero. (A wrong
+        // name fails all the same, at the deadline.)
+        let start = self.metric(name).await.unwrap_or(0.0);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.metric(name).await.is_some_and(|now| now > start) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not move from {start} in {timeout:?}\n{}",
+                tail(&self.logs(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn pods(&self) -> Option<Vec<Pod>> {
         let resp = reqwest::Client::new()
             .get(format!("{}/pods", self.base_url()))

@@ -128,8 +128,11 @@ pub async fn harness_with(
         .node_info(NodeInfo {
             name: "node1".into(),
             host_ips: vec!["192.168.1.10".into()],
-            cpu_capacity_milli: 2000,
-            memory_capacity: 4 << 30,
+            machine: nodelet::node::MachineInfo {
+                num_cores: 2,
+                memory_capacity: 4 << 30,
+                ..Default::default()
+            },
         })
         .cgroups(CgroupSetup::Given {
             settings: Default::default(),

@@ -45,7 +45,7 @@ impl fmt::Display for FieldPath {
 
 /// The kind of a field error; its `Display` is the Go `ErrorType` string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldReason {
+pub enum FieldErrorKind {
     Required,
     Invalid,
     NotSupported,
@@ -54,52 +54,59 @@ pub enum FieldReason {
     NotFound,
     TooLong,
     TooMany,
+    /// A field name that is not part of the schema (strict decoding of the configuration file:
+    /// `fooBar: Unknown field`).
+    Unknown,
 }
 
-impl fmt::Display for FieldReason {
+impl fmt::Display for FieldErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            FieldReason::Required => "Required value",
-            FieldReason::Invalid => "Invalid value",
-            FieldReason::NotSupported => "Unsupported value",
-            FieldReason::Duplicate => "Duplicate value",
-            FieldReason::Forbidden => "Forbidden",
-            FieldReason::NotFound => "Not found",
-            FieldReason::TooLong => "Too long",
-            FieldReason::TooMany => "Too many",
+            FieldErrorKind::Required => "Required value",
+            FieldErrorKind::Invalid => "Invalid value",
+            FieldErrorKind::NotSupported => "Unsupported value",
+            FieldErrorKind::Duplicate => "Duplicate value",
+            FieldErrorKind::Forbidden => "Forbidden",
+            FieldErrorKind::NotFound => "Not found",
+            FieldErrorKind::TooLong => "Too long",
+            FieldErrorKind::TooMany => "Too many",
+            FieldErrorKind::Unknown => "Unknown field",
         })
     }
 }
 
-/// One validation failure: which field, the offending value (already rendered the way Go prints
-/// it: strings quoted, numbers bare) and why.
+/// One field error, apimachinery's `field.Error`: which field, what kind of problem, the
+/// offending value (already rendered the way Go prints it: strings quoted, numbers bare) and
+/// why. The one field-error type of nodelet: the configuration file (`config`), pod manifests
+/// and pod validation (`source`) report with it; `podspec::ConfigError` names field paths the
+/// same way.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {}", self.body())]
 pub struct FieldError {
     pub path: String,
-    pub reason: FieldReason,
+    pub kind: FieldErrorKind,
     pub value: Option<String>,
     pub detail: String,
 }
 
 impl FieldError {
-    fn new(path: &FieldPath, reason: FieldReason, value: Option<String>, detail: String) -> Self {
+    fn new(path: &FieldPath, kind: FieldErrorKind, value: Option<String>, detail: String) -> Self {
         FieldError {
             path: path.to_string(),
-            reason,
+            kind,
             value,
             detail,
         }
     }
 
     pub fn required(path: &FieldPath, detail: &str) -> Self {
-        Self::new(path, FieldReason::Required, None, detail.to_string())
+        Self::new(path, FieldErrorKind::Required, None, detail.to_string())
     }
 
     pub fn invalid(path: &FieldPath, value: impl BadValue, detail: impl Into<String>) -> Self {
         Self::new(
             path,
-            FieldReason::Invalid,
+            FieldErrorKind::Invalid,
             Some(value.render()),
             detail.into(),
         )
@@ -115,7 +122,7 @@ impl FieldError {
             .join(", ");
         Self::new(
             path,
-            FieldReason::NotSupported,
+            FieldErrorKind::NotSupported,
             Some(value.render()),
             format!("supported values: {list}"),
         )
@@ -124,20 +131,20 @@ impl FieldError {
     pub fn duplicate(path: &FieldPath, value: impl BadValue) -> Self {
         Self::new(
             path,
-            FieldReason::Duplicate,
+            FieldErrorKind::Duplicate,
             Some(value.render()),
             String::new(),
         )
     }
 
     pub fn forbidden(path: &FieldPath, detail: impl Into<String>) -> Self {
-        Self::new(path, FieldReason::Forbidden, None, detail.into())
+        Self::new(path, FieldErrorKind::Forbidden, None, detail.into())
     }
 
     pub fn not_found(path: &FieldPath, value: impl BadValue) -> Self {
         Self::new(
             path,
-            FieldReason::NotFound,
+            FieldErrorKind::NotFound,
             Some(value.render()),
             String::new(),
         )
@@ -146,7 +153,7 @@ impl FieldError {
     pub fn too_long_bytes(path: &FieldPath, max: usize) -> Self {
         Self::new(
             path,
-            FieldReason::TooLong,
+            FieldErrorKind::TooLong,
             None,
             format!("must have at most {max} bytes"),
         )
@@ -155,7 +162,7 @@ impl FieldError {
     pub fn too_many(path: &FieldPath, actual: usize, max: usize) -> Self {
         Self::new(
             path,
-            FieldReason::TooMany,
+            FieldErrorKind::TooMany,
             Some(actual.to_string()),
             format!("must have at most {max} items"),
         )
@@ -163,7 +170,7 @@ impl FieldError {
 
     /// Everything after `path: `, e.g. `Invalid value: "Web": a lowercase RFC 1123 ...`.
     pub fn body(&self) -> String {
-        let mut s = self.reason.to_string();
+        let mut s = self.kind.to_string();
         if let Some(v) = &self.value {
             s.push_str(": ");
             s.push_str(v);

@@ -14,11 +14,11 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, ObjectFieldSelector, Pod, ResourceFieldSelector,
 };
 
-use super::container_config::{container_field_path, ConfigError};
+use super::error::{container_field_path, ConfigError};
+use super::field::env_var_name;
 use crate::cgroup::resources::{container_limits, container_requests, regular_containers};
 use crate::objects::{FetchedObjects, ObjectKind, ObjectSource, References};
 use crate::quantity::Quantity;
-use crate::source::field::env_var_name;
 
 /// What the environment needs besides the pod: addresses and the node's allocatable resources
 /// (the fallback for `limits.*` of a container without limits, as the seed's Downward API

@@ -1,5 +1,23 @@
-//! Small accessors over the pod spec that every module needs, with the API defaults applied,
-//! so no module re-derives them differently.
+//! What a pod spec means, independent of who acts on it: the accessors every module needs
+//! (with the API defaults applied, so no module re-derives them differently), the container
+//! environment and Downward API values (`env`), restart rules (`restart`), the hostname
+//! (`hostname`), field paths and errors in apimachinery's shape with the string-format checks
+//! pod validation uses (`field`), and the error a spec that cannot be turned into a runtime config gives, with
+//! its field path (`error`).
+//!
+//! This is a leaf below `sync`, `probe`, `status` and `volume`: it imports none of them (a test
+//! in `tests/layering.rs` keeps it that way), so they can all share it without importing one
+//! another.
+
+pub mod env;
+pub mod error;
+pub mod field;
+pub mod hostname;
+pub mod phase;
+pub mod restart;
+
+pub use error::{container_field_path, ConfigError};
+pub use phase::Phase;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -40,8 +58,14 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
     annotation(pod, MIRROR_ANNOTATION).is_some()
 }
 
-pub fn uid(pod: &Pod) -> &str {
+/// `metadata.uid` (empty when unset: a pod from a source always has one).
+pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
+}
+
+/// A restartable init container (`restartPolicy: Always`), i.e. a sidecar.
+pub fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
 }
 
 /// `spec.containers`.

@@ -1,0 +1,96 @@
+//! Why a pod's runtime config cannot be built, and the field paths those errors name.
+
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::objects::ObjectKind;
+
+/// Why the kubelet could not build a container's (or sandbox's) runtime config. The Display
+/// text becomes the container's `CreateContainerConfigError` message; where the kubelet has a
+/// message of its own, this is it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field}: Required value")]
+    Required { field: String },
+    #[error("{field}: Invalid value: {value:?}: {reason}")]
+    Invalid {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    /// Cluster-mode features nodelet does not implement yet.
+    #[error("{field}: {feature} is not supported yet")]
+    Unsupported { field: String, feature: String },
+    /// A ConfigMap or Secret reference in standalone mode (the kubelet's message without a
+    /// client).
+    #[error("couldn't get {kind} {namespace}/{name}, no kubeClient defined")]
+    NoApiClient {
+        field: String,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    /// A ConfigMap or Secret the environment needs does not exist: the API's NotFound message,
+    /// which the kubelet passes on (`configmap "x" not found`).
+    #[error("{} {name:?} not found", kind.resource())]
+    ObjectNotFound {
+        field: String,
+        kind: ObjectKind,
+        name: String,
+    },
+    /// A ConfigMap or Secret could not be read (API server unreachable before the first read,
+    /// forbidden, ...); the message is the reader's.
+    #[error("{message}")]
+    ObjectUnavailable { field: String, message: String },
+    /// A `configMapKeyRef`/`secretKeyRef` names a key the object does not have.
+    #[error("couldn't find key {key} in {} {namespace}/{name}", kind.kind())]
+    MissingKey {
+        field: String,
+        kind: ObjectKind,
+        key: String,
+        namespace: String,
+        name: String,
+    },
+    #[error("cannot find volume {volume:?} to mount into container {container:?}")]
+    MissingVolume {
+        field: String,
+        volume: String,
+        container: String,
+    },
+    /// The subPath directory could not be created or resolves outside its volume. As the
+    /// kubelet does, the message leaves out host paths; `path` and `reason` keep them for logs.
+    #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
+    SubPath {
+        field: String,
+        volume: String,
+        container: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
+    RunAsRoot { pod: String, container: String },
+    #[error("container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})")]
+    ImageRunsAsRoot { pod: String, container: String },
+    #[error("container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})")]
+    NonNumericImageUser {
+        user: String,
+        pod: String,
+        container: String,
+    },
+}
+
+/// `spec.containers[i]` or `spec.initContainers[i]` for the named container, for error paths.
+pub fn container_field_path(pod: &Pod, name: &str) -> String {
+    let spec = pod.spec.as_ref();
+    if let Some(i) = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .and_then(|c| c.iter().position(|c| c.name == name))
+    {
+        return format!("spec.initContainers[{i}]");
+    }
+    match spec.and_then(|s| s.containers.iter().position(|c| c.name == name)) {
+        Some(i) => format!("spec.containers[{i}]"),
+        None => format!("spec.containers[name={name}]"),
+    }
+}
