@@ -409,18 +409,18 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
     );
 }
 
-/// The sum of a Prometheus counter (every series of it) on nodelet's `/metrics`.
 /// Waits until the pod status sync has finished one more full pass over every pod (its
 /// reconcile counter moved): the moment a looping agent would write again. Tests that prove
 /// nodelet sends nothing more wait for this positive sign before they look.
 async fn one_more_reconcile(n: &Nodelet) {
     let name = "nodelet_pod_status_reconciles_total";
-    let start = metric(n, name)
+    let start = n
+        .metric(name)
         .await
         .unwrap_or_else(|| panic!("{name} in /metrics"));
     let deadline = Instant::now() + T;
     loop {
-        if metric(n, name).await.is_some_and(|now| now > start) {
+        if n.metric(name).await.is_some_and(|now| now > start) {
             return;
         }
         assert!(
@@ -430,27 +430,6 @@ async fn one_more_reconcile(n: &Nodelet) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-async fn metric(n: &Nodelet, name: &str) -> Option<f64> {
-    let text = reqwest::Client::new()
-        .get(format!("{}/metrics", n.base_url()))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
 }
 
 fn is_pod_status_patch(r: &LoggedRequest) -> bool {
@@ -513,7 +492,7 @@ impl Minute {
 
 /// Clears the fixture's log, waits a minute, and counts what nodelet wrote.
 async fn one_minute(fixture: &Fixture, n: &Nodelet) -> Minute {
-    let reconciles = || metric(n, "nodelet_pod_status_reconciles_total");
+    let reconciles = || n.metric("nodelet_pod_status_reconciles_total");
     let start = reconciles()
         .await
         .expect("nodelet_pod_status_reconciles_total in /metrics");

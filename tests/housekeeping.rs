@@ -18,32 +18,10 @@ use common::*;
 
 const T: Duration = Duration::from_secs(120);
 
-/// The sum of a Prometheus counter on nodelet's `/metrics`.
-async fn metric(n: &Nodelet, name: &str) -> Option<f64> {
-    let text = reqwest::Client::new()
-        .get(format!("{}/metrics", n.base_url()))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
-}
-
 async fn wait_metric(n: &Nodelet, name: &str, at_least: f64) {
     let deadline = std::time::Instant::now() + T;
     loop {
-        if metric(n, name).await.is_some_and(|v| v >= at_least) {
+        if n.metric(name).await.is_some_and(|v| v >= at_least) {
             return;
         }
         assert!(
@@ -199,7 +177,8 @@ async fn container_gc_keeps_the_policy_and_leaves_nothing_of_gone_pods() {
     let uid = pod.metadata.uid.clone().unwrap();
     // A run after the extra instances were gone (they go at the pod's next sync, and their
     // logs at the next GC run after that; a run is every minute).
-    let runs = metric(&n, "nodelet_container_gc_runs_total")
+    let runs = n
+        .metric("nodelet_container_gc_runs_total")
         .await
         .unwrap_or(0.0);
     wait_metric(&n, "nodelet_container_gc_runs_total", runs + 1.0).await;
@@ -327,7 +306,8 @@ async fn log_rotation_keeps_max_files_and_tail_reads_the_last_lines() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let rotations = metric(&n, "nodelet_container_log_rotations_total")
+    let rotations = n
+        .metric("nodelet_container_log_rotations_total")
         .await
         .unwrap_or(0.0);
     assert!(rotations >= 20.0, "only {rotations} rotations for 50 MiB");
