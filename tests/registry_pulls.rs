@@ -176,6 +176,35 @@ async fn wait_api_pod(
     }
 }
 
+/// The waiting message of container `main` in the first successful status write for pod
+/// `name` whose waiting reason is `reason`, from the fixture's request log.
+async fn wait_written_waiting(fixture: &Fixture, n: &Nodelet, name: &str, reason: &str) -> String {
+    let deadline = Instant::now() + T;
+    let path = format!("/pods/{name}/status");
+    loop {
+        let written = fixture.request_log().into_iter().find_map(|r| {
+            if r.method != "PATCH" || !r.path.ends_with(&path) || r.status != 200 {
+                return None;
+            }
+            let statuses = r.body?["status"]["containerStatuses"].as_array()?.clone();
+            statuses.iter().find_map(|c| {
+                let waiting = &c["state"]["waiting"];
+                (c["name"] == "main" && waiting["reason"] == reason)
+                    .then(|| waiting["message"].as_str().unwrap_or_default().to_string())
+            })
+        });
+        if let Some(message) = written {
+            return message;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no status write with waiting reason {reason} for {name}\n{}",
+            tail(&n.logs(), 80)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 fn pod_events(fixture: &Fixture, namespace: &str, pod: &str) -> Vec<(String, String)> {
     fixture
         .list::<Event>(Some(namespace))
@@ -356,11 +385,9 @@ async fn wrong_password_gives_err_image_pull_then_image_pull_backoff() {
             "  imagePullSecrets: [{name: badcred}]\n",
         ),
     );
-    let failed = wait_api_pod(&fixture, &n, "default", "denied", "ErrImagePull", |p| {
-        waiting_reason(p, "main").as_deref() == Some("ErrImagePull")
-    })
-    .await;
-    let message = waiting_message(&failed);
+    // ErrImagePull lasts only until the next sync finds the pull in back-off (milliseconds when
+    // an event is queued), so it is read from the status writes nodelet sent, not by polling.
+    let message = wait_written_waiting(&fixture, &n, "denied", "ErrImagePull").await;
     assert!(
         message.contains("401 Unauthorized"),
         "ErrImagePull message without the registry's answer: {message}"
