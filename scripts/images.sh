@@ -47,14 +47,7 @@ build_pause_binary() {
 }
 
 busybox_path() {
-	local candidate
-	for candidate in /bin/busybox /usr/bin/busybox; do
-		if [ -x "$candidate" ] && ! readelf -l "$candidate" 2>/dev/null | grep -q 'Requesting program interpreter'; then
-			echo "$candidate"
-			return 0
-		fi
-	done
-	die "no static busybox (apt-get install busybox-static, or run scripts/install-deps.sh)"
+	busybox_static || die "no static busybox (apt-get install busybox-static, or run scripts/install-deps.sh)"
 }
 
 cmd_build() {

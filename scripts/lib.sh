@@ -110,3 +110,16 @@ wait_gone() {
 	done
 	return 1
 }
+
+# The path of a statically linked busybox (the images and the VM initramfs copy it as is, so
+# it must need no loader); fails when there is none.
+busybox_static() {
+	local candidate
+	for candidate in /bin/busybox /usr/bin/busybox; do
+		if [ -x "$candidate" ] && ! readelf -l "$candidate" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+			echo "$candidate"
+			return 0
+		fi
+	done
+	return 1
+}

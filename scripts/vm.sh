@@ -80,17 +80,6 @@ check_host() {
 	fi
 }
 
-busybox_static() {
-	local candidate
-	for candidate in /bin/busybox /usr/bin/busybox; do
-		if [ -x "$candidate" ] && ! readelf -l "$candidate" 2>/dev/null | grep -q 'Requesting program interpreter'; then
-			echo "$candidate"
-			return 0
-		fi
-	done
-	return 1
-}
-
 # Module files (relative to /lib/modules/V) in load order: each module's dependencies (the
 # last one in modules.dep is loaded first, as modprobe does), then the module; built-in ones
 # are left out.
