@@ -12,10 +12,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::actions::KillReason;
-use super::actions::{
-    compute_pod_actions, ActionInputs, PodActions, PodEnd, DEADLINE_EXCEEDED,
-    DEADLINE_EXCEEDED_MESSAGE,
-};
+use super::actions::{compute_pod_actions, ActionInputs, PodActions, PodEnd};
 use super::container_config::container_hash;
 use super::kill::StopReason;
 use super::sandbox_config::{pod_log_dir, sandbox_config, SandboxContext};
@@ -31,8 +28,8 @@ use crate::metrics::metrics;
 use crate::node::NodeInfo;
 use crate::objects::ObjectSource;
 use crate::podspec::{
-    init_containers as spec_init_containers, is_sidecar, pod_uid,
-    regular_containers as spec_containers, ContainerKind,
+    init_containers as spec_init_containers, pod_uid, regular_containers as spec_containers,
+    ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::status::{
@@ -356,12 +353,12 @@ impl PodSyncer {
             phase_terminal: is_terminal(&status),
         });
         match actions.end {
-            Some(PodEnd::DeadlineExceeded) => {
-                let (reason, message) = (DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE);
+            Some(PodEnd::Fail(failure)) => {
+                let (reason, message) = (failure.reason, failure.message);
                 tracing::info!(reason, message, "pod failed");
                 self.events
                     .record(&pod_ref(pod), EventType::Normal, reason, message);
-                return Ok(SyncOutcome::Kill(StatusMutation::failed(reason, message)));
+                return Ok(SyncOutcome::Kill(failure.status_mutation()));
             }
             Some(PodEnd::Terminal) => return Ok(SyncOutcome::Terminal),
             None => {}
@@ -578,11 +575,9 @@ impl PodSyncer {
             let failed = self
                 .start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
                 .await;
-            let stop_here = failed.is_some() && !is_sidecar(c);
+            let stop_here = failed.is_some() && !actions.init_failure_continues.contains(idx);
             note(failed);
             if stop_here {
-                // A regular init container that could not start holds back everything after it;
-                // a sidecar that could not start does not.
                 return Ok(retry);
             }
         }
