@@ -1393,7 +1393,8 @@ mod sidecar_tests {
     #[test]
     fn only_a_sidecars_failed_start_lets_the_next_containers_start() {
         // (case, instances, init to start, of which a failed start does not stop the sync)
-        let cases: Vec<(&str, Vec<RuntimeContainer>, Vec<usize>, Vec<usize>)> = vec![
+        type Case = (&'static str, Vec<RuntimeContainer>, Vec<usize>, Vec<usize>);
+        let cases: Vec<Case> = vec![
             ("first init container", vec![], vec![0], vec![]),
             (
                 "the sidecar after it",

@@ -115,7 +115,7 @@ impl PodSyncer {
                 pulls: parts.pulls,
                 node: parts.node.clone(),
                 settings: parts.settings.clone(),
-                clock: parts.clock.clone(),
+                clock: parts.clock,
                 events: events.clone(),
                 objects: parts.objects.clone(),
                 stopper: stopper.clone(),

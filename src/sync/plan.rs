@@ -250,10 +250,7 @@ mod tests {
         assert!(plan.is_for(&with_status, Some("nameserver 1.1.1.1")));
         assert!(!plan.is_for(&pod, Some("nameserver 8.8.8.8")));
         assert!(!plan.is_for(&pod, None));
-        assert!(!plan.is_for(
-            &guaranteed("1", "128Mi"),
-            Some("nameserver 1.1.1.1")
-        ));
+        assert!(!plan.is_for(&guaranteed("1", "128Mi"), Some("nameserver 1.1.1.1")));
         let mut labelled = pod.clone();
         labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         assert!(!plan.is_for(&labelled, Some("nameserver 1.1.1.1")));

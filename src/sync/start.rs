@@ -153,7 +153,8 @@ impl ContainerStarter {
         };
         let present = inspect().await.map_err(|f| (f, None))?;
         let event = |type_, reason: &str, message: String| {
-            self.events.container(pod, &container.name, type_, reason, message);
+            self.events
+                .container(pod, &container.name, type_, reason, message);
         };
         match (image_pull_policy(container), present) {
             ("Never", None) => {
@@ -492,18 +493,19 @@ impl ContainerStarter {
                     restart_count,
                     ..Default::default()
                 };
-                self.stopper.kill_container(
-                    pod,
-                    &instance,
-                    Kill {
-                        reason: StopReason::Other,
-                        message: "FailedPostStartHook",
-                        grace: KillGrace::Own(None),
-                        pod_ip,
-                        ordering: None,
-                    },
-                )
-                .await;
+                self.stopper
+                    .kill_container(
+                        pod,
+                        &instance,
+                        Kill {
+                            reason: StopReason::Other,
+                            message: "FailedPostStartHook",
+                            grace: KillGrace::Own(None),
+                            pod_ip,
+                            ordering: None,
+                        },
+                    )
+                    .await;
                 return Err((
                     StartFailure {
                         reason: "PostStartHookError".into(),

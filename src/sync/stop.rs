@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::recorder::PodEvents;
 use super::hooks::run_hook;
 use super::kill::{termination_grace_period, Grace, StopReason, TerminationOrdering};
+use super::recorder::PodEvents;
 use crate::cri::containerd::parse_signal;
 use crate::cri::containerd::TaskSignaller;
 use crate::cri::{api, ContainerState, PodRuntime, Runtime, RuntimeContainer};
