@@ -151,8 +151,13 @@ impl PodSyncer {
             &self.node.name,
             resolv.as_deref(),
         ));
-        tracing::debug!(qos = ?plan.qos_class, cgroup_parent = %plan.cgroup_parent, "pod plan derived");
         memory.plans_derived += 1;
+        tracing::debug!(
+            qos = ?plan.qos_class,
+            cgroup_parent = %plan.cgroup_parent,
+            plans_derived = memory.plans_derived,
+            "pod plan derived for a new spec version"
+        );
         memory.plan = Some(plan.clone());
         plan
     }
