@@ -164,3 +164,129 @@ fn a_planted_upward_import_is_reported_with_file_and_line() {
         found[0]
     );
 }
+
+/// The other files of `sync` a line of `src/sync/<file>.rs` refers to (`super::x`,
+/// `crate::sync::x`); comment lines are skipped.
+fn sync_files_referenced(line: &str) -> Vec<String> {
+    let code = line.trim_start();
+    if code.starts_with("//") {
+        return Vec::new();
+    }
+    let code = code.split(" //").next().unwrap_or(code);
+    let mut found = Vec::new();
+    for prefix in ["super::", "crate::sync::"] {
+        let mut rest = code;
+        while let Some(at) = rest.find(prefix) {
+            let after = &rest[at + prefix.len()..];
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                found.push(name);
+            }
+            rest = after;
+        }
+    }
+    found
+}
+
+/// An import cycle among the files of `<src>/sync` (`a -> b -> a`), if there is one.
+fn sync_import_cycle(src: &Path) -> Option<Vec<String>> {
+    let dir = src.join("sync");
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let names: Vec<String> = files
+        .iter()
+        .filter_map(|f| Some(f.file_stem()?.to_str()?.to_string()))
+        .filter(|n| n != "mod")
+        .collect();
+    for file in &files {
+        let Some(name) = file.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if name == "mod" {
+            continue;
+        }
+        let text =
+            fs::read_to_string(file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        // A file's own test module may use its parent's neighbours freely.
+        let code = text.split("#[cfg(test)]").next().unwrap_or(&text);
+        let edges = graph.entry(name.to_string()).or_default();
+        for line in code.lines() {
+            for other in sync_files_referenced(line) {
+                if other != name && names.contains(&other) {
+                    edges.insert(other);
+                }
+            }
+        }
+    }
+    fn visit(
+        node: &str,
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = Default::default();
+    for node in graph.keys() {
+        if let Some(cycle) = visit(node, &graph, &mut Vec::new(), &mut done) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_files_of_sync_import_one_another_without_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let cycle = sync_import_cycle(&src);
+    assert_eq!(
+        cycle, None,
+        "an import cycle among the files of sync: {cycle:?}"
+    );
+}
+
+#[test]
+fn a_planted_cycle_among_the_files_of_sync_is_named() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sync = dir.path().join("sync");
+    fs::create_dir(&sync).expect("sync dir");
+    fs::write(sync.join("mod.rs"), "pub mod a;\npub mod b;\npub mod c;\n").expect("mod.rs");
+    fs::write(sync.join("a.rs"), "use super::b::B;\n").expect("a.rs");
+    fs::write(
+        sync.join("b.rs"),
+        "use crate::sync::c::C;\n// super::a in a comment\n",
+    )
+    .expect("b.rs");
+    fs::write(sync.join("c.rs"), "pub struct C;\n").expect("c.rs");
+    assert_eq!(
+        sync_import_cycle(dir.path()),
+        None,
+        "a -> b -> c is no cycle"
+    );
+    fs::write(sync.join("c.rs"), "fn f() { super::a::g() }\n").expect("c.rs");
+    assert_eq!(
+        sync_import_cycle(dir.path()),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}

@@ -247,6 +247,9 @@ async fn kill_pod_applies_its_status_mutation_to_the_final_status_once() {
     let killer: Arc<dyn PodKiller> = Arc::new(h.workers.clone());
     let t0 = Instant::now();
     let killed = killer.kill_pod(p.clone(), None, evicted());
+    // The positive sign first: the termination is under way (StopContainer was called).
+    h.settle("stopping", |h| !stops_since(h, t0).is_empty())
+        .await;
     tokio::time::sleep(secs(3)).await;
     assert_eq!(
         h.phase("f4"),
@@ -389,9 +392,12 @@ async fn a_pod_killed_before_it_ran_is_never_started_and_is_forgotten_when_unwan
             ..Default::default()
         }
     );
-    // An update and two resync periods later, the pod is still only rejected.
+    // An update and two resync periods later, the pod is still only rejected; a canary pod
+    // failing at its deadline meanwhile shows the workers were acting all along.
     h.workers.update(PodWork::Sync(p.clone()));
+    h.start_canary("f6-canary", 60).await;
     tokio::time::sleep(secs(120)).await;
+    h.assert_canary_failed("f6-canary");
     assert_eq!(h.status.status("f6").unwrap(), status);
 
     assert!(h.workers.has_worker("f6"));
@@ -405,9 +411,12 @@ async fn a_pod_killed_before_it_ran_is_never_started_and_is_forgotten_when_unwan
     })
     .await;
     // The worker was alive and reading updates all along (it carried out the removal), and
-    // never started anything.
-    assert!(h.fake.calls_of("run_pod_sandbox").is_empty());
-    assert!(h.fake.calls_of("create_container").is_empty());
+    // never started anything (the canary's sandbox and container are the only ones).
+    assert_eq!(
+        h.fake.calls_of("run_pod_sandbox"),
+        ["default/f6-canary-node1"]
+    );
+    assert_eq!(h.fake.calls_of("create_container"), ["canary"]);
     h.cancel.cancel();
 }
 

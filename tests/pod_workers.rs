@@ -109,12 +109,16 @@ async fn never_policy_failure_makes_the_pod_failed_and_stops_the_sandbox() {
         h.fake.calls_of("create_container").len() == 1,
         "never restarted"
     );
-    // Resyncs after the pod is terminal do nothing.
+    // Resyncs after the pod is terminal do nothing; a canary pod failing at its deadline
+    // meanwhile shows the workers were acting all along.
+    h.start_canary("u3-canary", 200).await;
     let before = h.fake.calls().len();
     tokio::time::sleep(Duration::from_secs(300)).await;
+    h.assert_canary_failed("u3-canary");
     let after: Vec<_> = h.fake.calls()[before..]
         .iter()
         .filter(|c| !matches!(c.op, "image_status"))
+        .filter(|c| c.target != "canary" && !c.target.contains("u3-canary"))
         .map(|c| c.op)
         .collect();
     assert!(

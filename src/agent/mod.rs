@@ -58,7 +58,7 @@ use crate::server::BindError;
 use crate::source::{self, FileSource};
 use crate::status::api_sync::{ApiStatusSync, ApiStatusSyncOptions};
 use crate::status::StatusManager;
-use crate::sync::executor::{PodSyncer, SyncSettings};
+use crate::sync::executor::{PodSyncer, SyncSettings, SyncerParts};
 
 /// Why nodelet could not start. Each names what it was doing and the path, address or field.
 #[derive(Debug, thiserror::Error)]
@@ -381,7 +381,7 @@ impl NodeletBuilder {
                 cfg.max_parallel_image_pulls,
             ),
         ));
-        let syncer = PodSyncer {
+        let syncer = PodSyncer::new(SyncerParts {
             runtime: rt.runtime.clone(),
             images: rt.images.clone(),
             pulls,
@@ -398,7 +398,7 @@ impl NodeletBuilder {
             probes: probes.clone(),
             objects,
             tasks: rt.tasks.clone(),
-        };
+        });
         let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
 
         let pleg = Pleg::new(

@@ -307,15 +307,32 @@ impl NodeCgroups {
     /// Before the pod's sandbox: the tiers count the pod, then its cgroup is made (or, for a pod
     /// adopted after a restart, updated) with its values.
     pub async fn ensure_pod(&self, pod: &Pod) -> Result<CgroupName> {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let name = self.pod_cgroup(pod);
+        self.ensure_pod_with(
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+            PodShare::of(pod),
+            &name,
+            &self.pod_config(pod),
+        )
+        .await?;
+        Ok(name)
+    }
+
+    /// [`Self::ensure_pod`] from values derived before (the pod's sync plan): the pod's share of
+    /// its tier, its cgroup's name and what to write to it.
+    pub async fn ensure_pod_with(
+        &self,
+        uid: &str,
+        share: PodShare,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<()> {
         {
             let mut state = self.state.lock().await;
-            state.pods.insert(uid, PodShare::of(pod));
+            state.pods.insert(uid.to_string(), share);
             self.apply_tiers(&mut state).await?;
         }
-        let name = self.pod_cgroup(pod);
-        self.manager.ensure(&name, &self.pod_config(pod)).await?;
-        Ok(name)
+        self.manager.ensure(name, config).await
     }
 
     /// The pod's containers are all stopped: its tier no longer counts it.

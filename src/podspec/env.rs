@@ -427,10 +427,10 @@ fn resolve(
         );
     }
     if source.file_key_ref.is_some() {
-        return Err(ConfigError::Unsupported {
-            field: format!("{field}.fileKeyRef"),
-            feature: "fileKeyRef".to_string(),
-        });
+        return Err(ConfigError::unsupported(
+            format!("{field}.fileKeyRef"),
+            "fileKeyRef".to_string(),
+        ));
     }
     Ok(Some(String::new()))
 }
@@ -508,17 +508,19 @@ pub fn field_ref_value(
 ) -> Result<String, ConfigError> {
     let version = selector.api_version.as_deref().unwrap_or("v1");
     if version != "v1" {
-        return Err(ConfigError::Invalid {
-            field: format!("{field}.apiVersion"),
-            value: version.to_string(),
-            reason: "unsupported pod version".to_string(),
-        });
+        return Err(ConfigError::invalid(
+            format!("{field}.apiVersion"),
+            version.to_string(),
+            "unsupported pod version".to_string(),
+        ));
     }
     let path = selector.field_path.as_str();
-    let unsupported = |reason: &str| ConfigError::Invalid {
-        field: format!("{field}.fieldPath"),
-        value: path.to_string(),
-        reason: reason.to_string(),
+    let unsupported = |reason: &str| {
+        ConfigError::invalid(
+            format!("{field}.fieldPath"),
+            path.to_string(),
+            reason.to_string(),
+        )
     };
     let meta = &pod.metadata;
     if let Some((head, key)) = split_subscript(path) {
@@ -615,11 +617,11 @@ pub fn resource_field_ref_value(
         // container being started), so an init container named here keeps its own.
         (c, c.name == container.name)
     } else {
-        return Err(ConfigError::Invalid {
-            field: format!("{field}.containerName"),
-            value: target_name.to_string(),
-            reason: "container not found".to_string(),
-        });
+        return Err(ConfigError::invalid(
+            format!("{field}.containerName"),
+            target_name.to_string(),
+            "container not found".to_string(),
+        ));
     };
 
     let divisor = match &selector.divisor {
@@ -628,11 +630,11 @@ pub fn resource_field_ref_value(
             Ok(q) if q.is_zero() => Quantity::from_value(1),
             Ok(q) => q,
             Err(e) => {
-                return Err(ConfigError::Invalid {
-                    field: format!("{field}.divisor"),
-                    value: d.0.clone(),
-                    reason: e.reason.to_string(),
-                })
+                return Err(ConfigError::invalid(
+                    format!("{field}.divisor"),
+                    d.0.clone(),
+                    e.reason.to_string(),
+                ))
             }
         },
     };
@@ -677,11 +679,11 @@ pub fn resource_field_ref_value(
                     }
                 }
                 _ => {
-                    return Err(ConfigError::Invalid {
-                        field: format!("{field}.resource"),
-                        value: other.to_string(),
-                        reason: "unsupported container resource".to_string(),
-                    })
+                    return Err(ConfigError::invalid(
+                        format!("{field}.resource"),
+                        other.to_string(),
+                        "unsupported container resource".to_string(),
+                    ))
                 }
             }
         }

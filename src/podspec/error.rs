@@ -4,24 +4,19 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::field::{BadValue, FieldError, FieldErrorKind};
 use crate::objects::ObjectKind;
 
 /// Why the kubelet could not build a container's (or sandbox's) runtime config. The Display
 /// text becomes the container's `CreateContainerConfigError` message; where the kubelet has a
-/// message of its own, this is it.
+/// message of its own, this is it. A bad field of the spec is the one [`FieldError`] (path,
+/// kind, value, detail), as in the configuration file and pod validation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{field}: Required value")]
-    Required { field: String },
-    #[error("{field}: Invalid value: {value:?}: {reason}")]
-    Invalid {
-        field: String,
-        value: String,
-        reason: String,
-    },
-    /// Cluster-mode features nodelet does not implement yet.
-    #[error("{field}: {feature} is not supported yet")]
-    Unsupported { field: String, feature: String },
+    /// A field of the spec that is missing or has a value nodelet cannot use:
+    /// `spec.dnsPolicy: Invalid value: "Sometimes": supported values: ...`.
+    #[error(transparent)]
+    Field(#[from] FieldError),
     /// A ConfigMap or Secret reference in standalone mode (the kubelet's message without a
     /// client).
     #[error("couldn't get {kind} {namespace}/{name}, no kubeClient defined")]
@@ -78,6 +73,43 @@ pub enum ConfigError {
         pod: String,
         container: String,
     },
+}
+
+impl ConfigError {
+    /// `<field>: Required value`.
+    pub fn required(field: impl Into<String>) -> Self {
+        ConfigError::Field(FieldError {
+            path: field.into(),
+            kind: FieldErrorKind::Required,
+            value: None,
+            detail: String::new(),
+        })
+    }
+
+    /// `<field>: Invalid value: "<value>": <reason>`.
+    pub fn invalid(
+        field: impl Into<String>,
+        value: impl BadValue,
+        reason: impl Into<String>,
+    ) -> Self {
+        ConfigError::Field(FieldError {
+            path: field.into(),
+            kind: FieldErrorKind::Invalid,
+            value: Some(value.render()),
+            detail: reason.into(),
+        })
+    }
+
+    /// A feature nodelet does not implement yet: `<field>: Forbidden: <feature> is not
+    /// supported yet`.
+    pub fn unsupported(field: impl Into<String>, feature: impl std::fmt::Display) -> Self {
+        ConfigError::Field(FieldError {
+            path: field.into(),
+            kind: FieldErrorKind::Forbidden,
+            value: None,
+            detail: format!("{feature} is not supported yet"),
+        })
+    }
 }
 
 /// `spec.containers[i]` or `spec.initContainers[i]` for the named container, for error paths.

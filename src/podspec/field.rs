@@ -77,9 +77,9 @@ impl fmt::Display for FieldErrorKind {
 
 /// One field error, apimachinery's `field.Error`: which field, what kind of problem, the
 /// offending value (already rendered the way Go prints it: strings quoted, numbers bare) and
-/// why. The one field-error type of nodelet: the configuration file (`config`), pod manifests
-/// and pod validation (`source`) report with it; `podspec::ConfigError` names field paths the
-/// same way.
+/// why. The one field-error type of nodelet: the configuration file (`config`), pod manifests,
+/// pod validation (`source`) and the container and sandbox config builders (a bad field there is
+/// `podspec::ConfigError::Field`) report with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {}", self.body())]
 pub struct FieldError {

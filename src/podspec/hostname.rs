@@ -32,11 +32,11 @@ fn truncate_hostname(hostname: &str) -> Result<String, ConfigError> {
     }
     let truncated = hostname[..cut].trim_end_matches(['-', '.']);
     if truncated.is_empty() {
-        return Err(ConfigError::Invalid {
-            field: "metadata.name".to_string(),
-            value: hostname.to_string(),
-            reason: "hostname for pod was invalid".to_string(),
-        });
+        return Err(ConfigError::invalid(
+            "metadata.name".to_string(),
+            hostname.to_string(),
+            "hostname for pod was invalid".to_string(),
+        ));
     }
     Ok(truncated.to_string())
 }
@@ -60,11 +60,11 @@ pub fn pod_hostname_and_domain(
             dns1123_subdomain_error(over)
         };
         if let Some(reason) = err {
-            return Err(ConfigError::Invalid {
-                field: "spec.hostnameOverride".to_string(),
-                value: over.to_string(),
+            return Err(ConfigError::invalid(
+                "spec.hostnameOverride".to_string(),
+                over.to_string(),
                 reason,
-            });
+            ));
         }
         return Ok((truncate_hostname(over)?, String::new()));
     }
@@ -74,11 +74,11 @@ pub fn pod_hostname_and_domain(
         .filter(|h| !h.is_empty())
     {
         if let Some(reason) = dns1123_label_error(h) {
-            return Err(ConfigError::Invalid {
-                field: "spec.hostname".to_string(),
-                value: h.to_string(),
+            return Err(ConfigError::invalid(
+                "spec.hostname".to_string(),
+                h.to_string(),
                 reason,
-            });
+            ));
         }
         hostname = h;
     }
@@ -89,11 +89,11 @@ pub fn pod_hostname_and_domain(
         .filter(|s| !s.is_empty())
     {
         if let Some(reason) = dns1123_label_error(sub) {
-            return Err(ConfigError::Invalid {
-                field: "spec.subdomain".to_string(),
-                value: sub.to_string(),
+            return Err(ConfigError::invalid(
+                "spec.subdomain".to_string(),
+                sub.to_string(),
                 reason,
-            });
+            ));
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         domain = format!("{sub}.{namespace}.svc.{cluster_domain}");
@@ -112,14 +112,10 @@ pub fn kernel_hostname(pod: &Pod, cluster_domain: &str) -> Result<String, Config
     }
     let fqdn = format!("{hostname}.{domain}");
     if fqdn.len() > FQDN_MAX_LEN {
-        return Err(ConfigError::Invalid {
-            field: "spec.setHostnameAsFQDN".to_string(),
-            value: fqdn.clone(),
-            reason: format!(
+        return Err(ConfigError::invalid("spec.setHostnameAsFQDN".to_string(), fqdn.clone(), format!(
                 "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX_LEN} characters is the max, {} characters requested)",
                 fqdn.len()
-            ),
-        });
+            )));
     }
     Ok(fqdn)
 }

@@ -18,6 +18,7 @@ use crate::podspec::{
     host_network, init_containers, is_sidecar, regular_containers as containers,
     restart_policy as pod_restart_policy,
 };
+use crate::status::StatusMutation;
 
 /// Why a running container is being killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,9 +56,10 @@ pub struct ContainerToKill {
 /// How a pod ends, decided before any container action: when set, nothing else is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodEnd {
-    /// `activeDeadlineSeconds` has passed: the pod fails ([`DEADLINE_EXCEEDED`],
-    /// [`DEADLINE_EXCEEDED_MESSAGE`]) and is terminated through its worker.
-    DeadlineExceeded,
+    /// The pod fails with this reason and message in its final status (and an event of that
+    /// reason), and is terminated through its worker: `activeDeadlineSeconds` has passed
+    /// ([`PodFailure::DEADLINE_EXCEEDED`]).
+    Fail(PodFailure),
     /// The pod's phase is terminal (Succeeded or Failed): nothing runs again.
     Terminal,
 }
@@ -67,6 +69,26 @@ pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 /// Its message (the kubelet's).
 pub const DEADLINE_EXCEEDED_MESSAGE: &str =
     "Pod was active on the node longer than the specified deadline";
+
+/// Why the pod fails: what its final status (phase `Failed`) and its event say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodFailure {
+    pub reason: &'static str,
+    pub message: &'static str,
+}
+
+impl PodFailure {
+    /// `activeDeadlineSeconds` has passed (the kubelet's reason and message).
+    pub const DEADLINE_EXCEEDED: PodFailure = PodFailure {
+        reason: DEADLINE_EXCEEDED,
+        message: DEADLINE_EXCEEDED_MESSAGE,
+    };
+
+    /// The final status' phase, reason and message, applied once by the pod worker.
+    pub fn status_mutation(&self) -> StatusMutation {
+        StatusMutation::failed(self.reason, self.message)
+    }
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodActions {
@@ -83,6 +105,10 @@ pub struct PodActions {
     /// Indices into `spec.initContainers` to start, in spec order: the next regular init
     /// container and/or sidecars to (re)start.
     pub init_containers_to_start: Vec<usize>,
+    /// Of `init_containers_to_start`, the ones whose failure to start does not hold back the
+    /// containers after them (sidecars). A regular init container that could not start stops
+    /// the starts of this sync there: nothing after it may run before it has.
+    pub init_failure_continues: Vec<usize>,
     /// A container exited under a `RestartAllContainers` rule (its name): kill every container
     /// at once, keep the sandbox, and start over from the first init container.
     pub restart_all: Option<String>,
@@ -133,7 +159,7 @@ pub fn pod_end(deadline_remaining: Option<Duration>, phase_terminal: bool) -> Op
     if phase_terminal {
         Some(PodEnd::Terminal)
     } else if deadline_remaining == Some(Duration::ZERO) {
-        Some(PodEnd::DeadlineExceeded)
+        Some(PodEnd::Fail(PodFailure::DEADLINE_EXCEEDED))
     } else {
         None
     }
@@ -257,7 +283,20 @@ fn prunable_containers(runtime: &PodRuntime) -> Vec<String> {
     out
 }
 
+/// What to do with the pod now (the kubelet's `computePodActions`), including what the
+/// executor does when a start fails (`init_failure_continues`).
 pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
+    let mut actions = decide_pod_actions(inputs);
+    actions.init_failure_continues = actions
+        .init_containers_to_start
+        .iter()
+        .copied()
+        .filter(|i| init_containers(inputs.pod).get(*i).is_some_and(is_sidecar))
+        .collect();
+    actions
+}
+
+fn decide_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
     if let Some(end) = pod_end(inputs.deadline_remaining, inputs.phase_terminal) {
         return PodActions {
             end: Some(end),
@@ -1352,6 +1391,64 @@ mod sidecar_tests {
     }
 
     #[test]
+    fn only_a_sidecars_failed_start_lets_the_next_containers_start() {
+        // (case, instances, init to start, of which a failed start does not stop the sync)
+        type Case = (&'static str, Vec<RuntimeContainer>, Vec<usize>, Vec<usize>);
+        let cases: Vec<Case> = vec![
+            ("first init container", vec![], vec![0], vec![]),
+            (
+                "the sidecar after it",
+                vec![ctr("i1", "1", Exited, 0, 2)],
+                vec![1],
+                vec![1],
+            ),
+            (
+                "the regular init container after a running sidecar",
+                vec![ctr("i1", "1", Exited, 0, 2), ctr("s1", "2", Running, 0, 3)],
+                vec![2],
+                vec![],
+            ),
+            (
+                "a sidecar restarted while the main container runs",
+                vec![
+                    ctr("i1", "1", Exited, 0, 2),
+                    ctr("s1", "2", Exited, 1, 3),
+                    ctr("i2", "3", Exited, 0, 4),
+                    ctr("a", "4", Running, 0, 5),
+                ],
+                vec![1],
+                vec![1],
+            ),
+        ];
+        for (name, instances, init, continues) in cases {
+            let got = actions(&pod("Always", sidecar("s1")), &runtime(instances), &[]);
+            assert_eq!(
+                (
+                    got.init_containers_to_start.clone(),
+                    got.init_failure_continues.clone()
+                ),
+                (init, continues),
+                "case: {name}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_passed_deadline_fails_the_pod_with_the_kubelets_reason() {
+        let end = pod_end(Some(Duration::ZERO), false);
+        let Some(PodEnd::Fail(failure)) = end else {
+            panic!("a passed deadline must fail the pod: {end:?}");
+        };
+        let m = failure.status_mutation();
+        assert_eq!(m.phase.as_deref(), Some("Failed"));
+        assert_eq!(m.reason.as_deref(), Some("DeadlineExceeded"));
+        assert_eq!(
+            m.message.as_deref(),
+            Some("Pod was active on the node longer than the specified deadline")
+        );
+    }
+
+    #[test]
     fn restart_all_containers_rule_triggers_once_on_its_exit_code() {
         let mut s1 = sidecar("s1");
         s1.restart_policy_rules = Some(vec![ContainerRestartRule {
@@ -1390,7 +1487,11 @@ mod pod_end_tests {
         let cases = [
             (None, false, None),
             (Some(s(5)), false, None),
-            (Some(Duration::ZERO), false, Some(PodEnd::DeadlineExceeded)),
+            (
+                Some(Duration::ZERO),
+                false,
+                Some(PodEnd::Fail(PodFailure::DEADLINE_EXCEEDED)),
+            ),
             (Some(Duration::ZERO), true, Some(PodEnd::Terminal)),
             (None, true, Some(PodEnd::Terminal)),
             (Some(s(5)), true, Some(PodEnd::Terminal)),
@@ -1408,7 +1509,11 @@ mod pod_end_tests {
         let none = BTreeMap::new();
         let hashes = BTreeMap::new();
         for (deadline, terminal, end) in [
-            (Some(Duration::ZERO), false, PodEnd::DeadlineExceeded),
+            (
+                Some(Duration::ZERO),
+                false,
+                PodEnd::Fail(PodFailure::DEADLINE_EXCEEDED),
+            ),
             (None, true, PodEnd::Terminal),
         ] {
             let got = compute_pod_actions(&ActionInputs {

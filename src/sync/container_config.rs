@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext, VolumeMount};
 
-use super::sandbox_config::namespace_options;
+use super::sandbox_config::{linux_resources, namespace_options, supplemental_groups_policy};
+use crate::cgroup::oom_score_adj;
 use crate::cgroup::resources::{
     container_limits, container_requests, pod_level_limits, pod_level_resources_set,
 };
-use crate::cgroup::{milli_cpu_to_quota, milli_cpu_to_shares, oom_score_adj, QUOTA_PERIOD};
 use crate::cri::{api, labels};
 use crate::objects::FetchedObjects;
 use crate::podspec::env::{expand, make_environment, EnvContext};
@@ -63,9 +63,6 @@ pub struct ContainerContext<'a> {
     pub memory_qos_allocatable: i64,
     pub page_size: i64,
 }
-
-/// The CFS period containers get (`cpuCFSQuotaPeriod` default).
-const CPU_PERIOD: u64 = QUOTA_PERIOD;
 
 const ETC_HOSTS: &str = "/etc/hosts";
 const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
@@ -257,9 +254,7 @@ fn seccomp_profile(
                     .to_string_lossy()
                     .into_owned(),
             )),
-            None => Err(ConfigError::Required {
-                field: format!("{path}.localhostProfile"),
-            }),
+            None => Err(ConfigError::required(format!("{path}.localhostProfile"))),
         },
         _ => Ok(security_profile(ProfileType::Unconfined, String::new())),
     }
@@ -365,37 +360,6 @@ fn linux_security_context(
             supplemental_groups_policy(psc.supplemental_groups_policy.as_deref())?;
     }
     Ok(out)
-}
-
-pub(crate) fn supplemental_groups_policy(policy: Option<&str>) -> Result<i32, ConfigError> {
-    match policy {
-        None | Some("Merge") => Ok(api::SupplementalGroupsPolicy::Merge as i32),
-        Some("Strict") => Ok(api::SupplementalGroupsPolicy::Strict as i32),
-        Some(other) => Err(ConfigError::Invalid {
-            field: "spec.securityContext.supplementalGroupsPolicy".to_string(),
-            value: other.to_string(),
-            reason: "unsupported supplementalGroupsPolicy".to_string(),
-        }),
-    }
-}
-
-/// `calculateLinuxResources`: cpu shares from the request (the limit when only that is set),
-/// CFS quota from the limit (0 = unlimited), and the memory limit.
-pub(crate) fn linux_resources(
-    cpu_request_milli: Option<i64>,
-    cpu_limit_milli: i64,
-    memory_limit: i64,
-) -> api::LinuxContainerResources {
-    api::LinuxContainerResources {
-        cpu_shares: i64::try_from(milli_cpu_to_shares(
-            cpu_request_milli.unwrap_or(cpu_limit_milli),
-        ))
-        .unwrap_or(i64::MAX),
-        memory_limit_in_bytes: memory_limit.max(0),
-        cpu_period: i64::try_from(CPU_PERIOD).unwrap_or(i64::MAX),
-        cpu_quota: milli_cpu_to_quota(cpu_limit_milli, CPU_PERIOD),
-        ..Default::default()
-    }
 }
 
 /// The container's resources (`generateLinuxContainerResources`). Without a container limit,
@@ -568,11 +532,11 @@ fn mount_propagation(mode: Option<&str>, field: &str) -> Result<i32, ConfigError
         None | Some("None") => Ok(P::PropagationPrivate as i32),
         Some("HostToContainer") => Ok(P::PropagationHostToContainer as i32),
         Some("Bidirectional") => Ok(P::PropagationBidirectional as i32),
-        Some(other) => Err(ConfigError::Invalid {
-            field: format!("{field}.mountPropagation"),
-            value: other.to_string(),
-            reason: "invalid MountPropagation mode".to_string(),
-        }),
+        Some(other) => Err(ConfigError::invalid(
+            format!("{field}.mountPropagation"),
+            other.to_string(),
+            "invalid MountPropagation mode".to_string(),
+        )),
     }
 }
 
@@ -584,10 +548,12 @@ fn recursive_read_only(mount: &VolumeMount, field: &str) -> Result<bool, ConfigE
         None | Some("Disabled") => return Ok(false),
         Some(mode) => mode,
     };
-    let invalid = |reason: &str| ConfigError::Invalid {
-        field: format!("{field}.recursiveReadOnly"),
-        value: mode.to_string(),
-        reason: reason.to_string(),
+    let invalid = |reason: &str| {
+        ConfigError::invalid(
+            format!("{field}.recursiveReadOnly"),
+            mode.to_string(),
+            reason.to_string(),
+        )
     };
     if mount.read_only != Some(true) {
         return Err(invalid(
@@ -612,10 +578,8 @@ fn recursive_read_only(mount: &VolumeMount, field: &str) -> Result<bool, ConfigE
 
 /// Rejects absolute subPaths and `..` components (`ValidatePathNoBacksteps`).
 fn validate_sub_path(sub_path: &str, field: &str) -> Result<(), ConfigError> {
-    let invalid = |reason: &str| ConfigError::Invalid {
-        field: field.to_string(),
-        value: sub_path.to_string(),
-        reason: reason.to_string(),
+    let invalid = |reason: &str| {
+        ConfigError::invalid(field.to_string(), sub_path.to_string(), reason.to_string())
     };
     if Path::new(sub_path).is_absolute() {
         return Err(invalid("must not be an absolute path"));
@@ -644,14 +608,14 @@ fn expand_sub_path_expr(
     });
     let missing = missing.into_inner();
     if !missing.is_empty() {
-        return Err(ConfigError::Invalid {
-            field: format!("{field}.subPathExpr"),
-            value: expr.to_string(),
-            reason: format!(
+        return Err(ConfigError::invalid(
+            format!("{field}.subPathExpr"),
+            expr.to_string(),
+            format!(
                 "missing value for {}",
                 missing.into_iter().collect::<Vec<_>>().join(", ")
             ),
-        });
+        ));
     }
     Ok(expanded)
 }
@@ -764,9 +728,7 @@ pub fn container_config_with_env(
         .image
         .clone()
         .filter(|i| !i.is_empty())
-        .ok_or_else(|| ConfigError::Required {
-            field: format!("{base}.image"),
-        })?;
+        .ok_or_else(|| ConfigError::required(format!("{base}.image")))?;
     let env_ctx = EnvContext {
         pod_ips: ctx.pod_ips,
         host_ips: ctx.host_ips,

@@ -1,10 +1,11 @@
 //! The executor: carries out `compute_pod_actions`' decisions through the CRI, and the kill and
-//! cleanup steps of pod termination. It owns no state of its own; what must survive between
-//! syncs of one pod (the last start failure of each container) lives in [`PodMemory`], which the
-//! pod worker keeps.
+//! cleanup steps of pod termination. [`PodSyncer`] decides nothing and owns little: it reads
+//! the pod's [`PodPlan`] (what its spec implies, derived once per spec version), publishes the
+//! status, and hands the work to narrow parts — [`PodSandboxes`] (sandbox, pod cgroup, removal),
+//! [`ContainerStarter`] and [`ContainerStopper`]. What must survive between syncs of one pod
+//! lives in [`PodMemory`], which the pod worker keeps.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,84 +13,34 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::actions::KillReason;
-use super::actions::{
-    compute_pod_actions, ActionInputs, PodActions, PodEnd, DEADLINE_EXCEEDED,
-    DEADLINE_EXCEEDED_MESSAGE,
-};
-use super::container_config::container_hash;
-use super::kill::StopReason;
-use super::sandbox_config::{pod_log_dir, sandbox_config, SandboxContext};
-use super::start::StartEnv;
-use super::stop::{Kill, KillGrace};
+use super::actions::{compute_pod_actions, ActionInputs, PodActions, PodEnd};
+pub use super::error::{removed, Error, Result};
+use super::kill::{Grace, StopReason};
+pub use super::memory::{PodMemory, IMAGE_BACKOFF, SYNC_ERROR_RETRY};
+use super::plan::PodPlan;
+use super::recorder::PodEvents;
+use super::sandbox::PodSandboxes;
+pub use super::settings::SyncSettings;
+use super::start::{ContainerStarter, StartEnv};
+use super::stop::{ContainerStopper, Kill, KillGrace};
 use crate::backoff::Backoff;
 use crate::cgroup;
 use crate::clock::Clock;
 use crate::cri::containerd::TaskSignaller;
-use crate::cri::{self, api, ContainerState, ImageService, PodRuntime, Runtime};
-use crate::events::{container_ref, pod_ref, EventRecorder, EventType};
+use crate::cri::{self, ContainerState, ImageService, PodRuntime, Runtime};
+use crate::events::{EventRecorder, EventType};
 use crate::metrics::metrics;
 use crate::node::NodeInfo;
 use crate::objects::ObjectSource;
 use crate::podspec::{
-    init_containers as spec_init_containers, is_sidecar, pod_uid,
-    regular_containers as spec_containers, ContainerKind,
+    init_containers as spec_init_containers, pod_uid, regular_containers as spec_containers,
+    ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::status::{
     generate_pod_status, RestartInPlace, StartFailure, StatusInputs, StatusManager, StatusMutation,
 };
 use crate::volume;
-
-/// Node-wide settings the executor needs (from the configuration).
-#[derive(Debug, Clone)]
-pub struct SyncSettings {
-    pub root_dir: PathBuf,
-    pub pod_logs_dir: PathBuf,
-    pub cgroup_driver: cgroup::Driver,
-    pub cgroup_root: String,
-    pub cgroups_per_qos: bool,
-    pub cluster_dns: Vec<std::net::IpAddr>,
-    pub cluster_domain: String,
-    pub resolv_conf: Option<PathBuf>,
-    /// The runtime's name for `containerID` (`containerd://<id>`).
-    pub runtime_name: String,
-    /// Restart backoff (initial, max): 10 s / 300 s by default, see `crashLoopBackOff`.
-    pub crash_loop_backoff: (Duration, Duration),
-    /// Whether the node is on the unified cgroup v2 hierarchy.
-    pub cgroup_v2: bool,
-    /// `singleProcessOOMKill`: leave `memory.oom.group` alone (cgroup v2).
-    pub single_process_oom_kill: bool,
-    /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;
-    /// `None` leaves the pod cgroup to the runtime, without pod-level limits.
-    pub cgroups: Option<Arc<cgroup::node::NodeCgroups>>,
-    /// What shapes pod and container cgroup values, Memory QoS among them (containers get it
-    /// through the CRI even without `cgroupsPerQOS`).
-    pub pod_cgroup: cgroup::PodCgroupSettings,
-}
-
-/// Image pull backoff, as the kubelet's (10 s doubling to 300 s).
-pub const IMAGE_BACKOFF: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(300));
-
-/// Per-pod memory the worker keeps between syncs.
-#[derive(Debug)]
-pub struct PodMemory {
-    /// The kubelet's "reason cache": why the last start of each container failed.
-    pub start_failures: BTreeMap<String, StartFailure>,
-    /// Restart backoff, keyed per container (CrashLoopBackOff).
-    pub restart_backoff: Backoff,
-    /// Image pull backoff, keyed per image (ImagePullBackOff).
-    pub image_backoff: Backoff,
-    /// Where the pod is in a `RestartAllContainers` restart in place.
-    pub restart_in_place: RestartInPlace,
-    /// Restart counts of containers whose instances an in-place restart removed.
-    pub restart_count_base: BTreeMap<String, i32>,
-    /// When nodelet first saw the pod, for the pod start duration metric.
-    pub first_seen: Option<tokio::time::Instant>,
-    pub start_recorded: bool,
-    /// The pod's cgroup was configured by this nodelet (before its sandbox, or on the first
-    /// sync of a pod adopted after a restart, which applies the current settings to it).
-    pub cgroup_configured: bool,
-}
 
 /// What one sync decided about the pod's life.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,46 +59,8 @@ pub enum SyncOutcome {
     Kill(StatusMutation),
 }
 
-/// How long to wait before retrying a sync whose starts failed with no backoff of their own
-/// (the kubelet's pod worker error backoff).
-pub const SYNC_ERROR_RETRY: Duration = Duration::from_secs(10);
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("pod {uid}: reading runtime state: {source}")]
-    Inspect {
-        uid: String,
-        #[source]
-        source: cri::Error,
-    },
-    #[error("pod {uid}: {op}: {source}")]
-    Runtime {
-        uid: String,
-        op: &'static str,
-        #[source]
-        source: cri::Error,
-    },
-    #[error("pod {uid}: creating sandbox: {message}")]
-    Sandbox { uid: String, message: String },
-}
-
-/// The outcome of a CRI removal: gone already (NotFound) counts as removed; any other error
-/// names the pod and the call.
-pub(super) fn removed(result: cri::Result<()>, uid: &str, op: &'static str) -> Result<()> {
-    match result {
-        Err(e) if !e.is_not_found() => Err(Error::Runtime {
-            uid: uid.to_string(),
-            op,
-            source: e,
-        }),
-        _ => Ok(()),
-    }
-}
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[derive(Clone)]
-pub struct PodSyncer {
+/// What [`PodSyncer::new`] is built from (the composition root fills it in).
+pub struct SyncerParts {
     pub runtime: Arc<dyn Runtime>,
     pub images: Arc<dyn ImageService>,
     /// Pulls with credentials (pull secrets, credential provider plugins), node-wide limits.
@@ -167,10 +80,91 @@ pub struct PodSyncer {
     pub objects: Arc<dyn ObjectSource>,
 }
 
+/// One pod's sync and termination, over the parts that do the work.
+#[derive(Clone)]
+pub struct PodSyncer {
+    runtime: Arc<dyn Runtime>,
+    status: StatusManager,
+    node: Arc<NodeInfo>,
+    settings: Arc<SyncSettings>,
+    clock: Clock,
+    events: PodEvents,
+    probes: ProbeManager,
+    objects: Arc<dyn ObjectSource>,
+    sandboxes: PodSandboxes,
+    starter: ContainerStarter,
+    stopper: ContainerStopper,
+}
+
 impl PodSyncer {
+    pub fn new(parts: SyncerParts) -> Self {
+        let events = PodEvents(parts.events);
+        let stopper = ContainerStopper {
+            runtime: parts.runtime.clone(),
+            tasks: parts.tasks,
+            events: events.clone(),
+        };
+        PodSyncer {
+            sandboxes: PodSandboxes {
+                runtime: parts.runtime.clone(),
+                settings: parts.settings.clone(),
+            },
+            starter: ContainerStarter {
+                runtime: parts.runtime.clone(),
+                images: parts.images,
+                pulls: parts.pulls,
+                node: parts.node.clone(),
+                settings: parts.settings.clone(),
+                clock: parts.clock,
+                events: events.clone(),
+                objects: parts.objects.clone(),
+                stopper: stopper.clone(),
+            },
+            stopper,
+            runtime: parts.runtime,
+            status: parts.status,
+            node: parts.node,
+            settings: parts.settings,
+            clock: parts.clock,
+            events,
+            probes: parts.probes,
+            objects: parts.objects,
+        }
+    }
+
+    /// The pod's plan for its current spec: the one derived before, or a new one when the spec
+    /// (or the host's `resolv.conf`) changed since.
+    fn plan(&self, pod: &Pod, memory: &mut PodMemory) -> Arc<PodPlan> {
+        let resolv = self
+            .settings
+            .resolv_conf
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok());
+        if let Some(plan) = memory.plan.as_ref() {
+            if plan.is_for(pod, resolv.as_deref()) {
+                return plan.clone();
+            }
+        }
+        let plan = Arc::new(PodPlan::derive(
+            pod,
+            &self.settings,
+            &self.node.name,
+            resolv.as_deref(),
+        ));
+        memory.plans_derived += 1;
+        tracing::debug!(
+            qos = ?plan.qos_class,
+            cgroup_parent = %plan.cgroup_parent,
+            plans_derived = memory.plans_derived,
+            "pod plan derived for a new spec version"
+        );
+        memory.plan = Some(plan.clone());
+        plan
+    }
+
     /// The running containers the prober should watch, with the address network probes dial.
-    fn running_for_probes(&self, pod: &Pod, runtime: &PodRuntime) -> Vec<RunningContainer> {
-        let pod_ip = if crate::podspec::host_network(pod) {
+    fn running_for_probes(&self, plan: &PodPlan, runtime: &PodRuntime) -> Vec<RunningContainer> {
+        let pod_ip = if plan.host_network {
             self.node.host_ips.first().cloned()
         } else {
             runtime.sandbox().and_then(|s| s.ips.first().cloned())
@@ -214,35 +208,10 @@ impl PodSyncer {
             volume::update_api_volumes(pod, &self.settings.root_dir, self.objects.as_ref(), &ctx)
                 .await;
         for e in &api.failures {
-            self.events.record(
-                &pod_ref(pod),
-                EventType::Warning,
-                "FailedMount",
-                e.to_string(),
-            );
+            self.events
+                .pod(pod, EventType::Warning, "FailedMount", e.to_string());
         }
         api
-    }
-
-    /// Records an event about one container of the pod.
-    pub fn container_event(
-        &self,
-        pod: &Pod,
-        container: &str,
-        type_: EventType,
-        reason: &str,
-        message: impl Into<String>,
-    ) {
-        let kind = if spec_init_containers(pod)
-            .iter()
-            .any(|c| c.name == container)
-        {
-            ContainerKind::Init
-        } else {
-            ContainerKind::Regular
-        };
-        self.events
-            .record(&container_ref(pod, container, kind), type_, reason, message);
     }
 
     /// Fresh per-pod memory with this node's backoff settings.
@@ -257,6 +226,8 @@ impl PodSyncer {
             first_seen: Some(tokio::time::Instant::now()),
             start_recorded: false,
             cgroup_configured: false,
+            plan: None,
+            plans_derived: 0,
         }
     }
 
@@ -267,14 +238,6 @@ impl PodSyncer {
                 uid: uid.to_string(),
                 source,
             })
-    }
-
-    fn spec_hashes(pod: &Pod) -> BTreeMap<String, String> {
-        spec_init_containers(pod)
-            .iter()
-            .chain(spec_containers(pod))
-            .map(|c| (c.name.clone(), container_hash(c)))
-            .collect()
     }
 
     /// Builds the API status from what the runtime reports and publishes it.
@@ -334,34 +297,33 @@ impl PodSyncer {
     pub async fn sync(&self, pod: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
         let uid = pod_uid(pod).to_string();
         let runtime = self.inspect(&uid).await?;
+        let plan = self.plan(pod, memory);
         if !memory.cgroup_configured && runtime.sandbox().is_some() {
             // Adopted after a restart: the pod's cgroup and its tier get today's settings.
-            self.ensure_pod_cgroup(pod).await;
+            self.sandboxes.ensure_pod_cgroup(pod, &plan).await;
             memory.cgroup_configured = true;
         }
         self.probes
-            .sync_pod(pod, &self.running_for_probes(pod, &runtime));
+            .sync_pod(pod, &self.running_for_probes(&plan, &runtime));
         let status = self.publish_status(pod, &runtime, memory, false);
         self.record_pod_started(&status, memory);
         let start_time = status.start_time.as_ref().map(|t| t.0);
         let deadline = active_deadline_remaining(pod, start_time, self.clock.now());
-        let hashes = Self::spec_hashes(pod);
         let actions = compute_pod_actions(&ActionInputs {
             pod,
             runtime: &runtime,
-            spec_hashes: &hashes,
+            spec_hashes: &plan.spec_hashes,
             probe_failures: &self.probe_failures(&uid),
             startup: &self.probes.startup(&uid),
             deadline_remaining: deadline,
             phase_terminal: is_terminal(&status),
         });
         match actions.end {
-            Some(PodEnd::DeadlineExceeded) => {
-                let (reason, message) = (DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE);
+            Some(PodEnd::Fail(failure)) => {
+                let (reason, message) = (failure.reason, failure.message);
                 tracing::info!(reason, message, "pod failed");
-                self.events
-                    .record(&pod_ref(pod), EventType::Normal, reason, message);
-                return Ok(SyncOutcome::Kill(StatusMutation::failed(reason, message)));
+                self.events.pod(pod, EventType::Normal, reason, message);
+                return Ok(SyncOutcome::Kill(failure.status_mutation()));
             }
             Some(PodEnd::Terminal) => return Ok(SyncOutcome::Terminal),
             None => {}
@@ -396,7 +358,7 @@ impl PodSyncer {
                 .await?;
             return Ok(SyncOutcome::Acted);
         }
-        if let Some(retry) = self.execute(pod, &runtime, actions, memory).await? {
+        if let Some(retry) = self.execute(pod, &plan, &runtime, actions, memory).await? {
             // Publish the failure reasons now rather than at the next (delayed) sync.
             let runtime = self.inspect(&uid).await?;
             self.publish_status(pod, &runtime, memory, false);
@@ -430,6 +392,7 @@ impl PodSyncer {
     async fn execute(
         &self,
         pod: &Pod,
+        plan: &PodPlan,
         runtime: &PodRuntime,
         actions: PodActions,
         memory: &mut PodMemory,
@@ -438,7 +401,7 @@ impl PodSyncer {
         let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
         let kills = actions.containers_to_kill.iter().filter_map(|k| {
             let c = runtime.containers.iter().find(|c| c.id == k.container_id)?;
-            Some(self.kill_container(
+            Some(self.stopper.kill_container(
                 pod,
                 c,
                 Kill {
@@ -453,7 +416,7 @@ impl PodSyncer {
         join_all(kills).await;
         if actions.kill_pod {
             let grace = super::kill::Grace::fixed(super::kill::pod_grace_period(pod, None));
-            self.stop_pod(pod, runtime, &grace).await;
+            self.stopper.stop_pod(pod, runtime, &grace).await;
         }
         for id in &actions.containers_to_remove {
             if let Err(e) = self.runtime.remove_container(id).await {
@@ -512,17 +475,25 @@ impl PodSyncer {
         } else {
             runtime.sandbox().map_or(0, |s| s.attempt)
         };
-        let sandbox_cfg = self.sandbox_config(pod, attempt)?;
+        let sandbox_cfg = plan
+            .sandbox_config(attempt)
+            .map_err(|message| Error::Sandbox {
+                uid: uid.clone(),
+                message,
+            })?;
         if actions.create_sandbox && actions.attempt > 0 {
-            self.events.record(
-                &pod_ref(pod),
+            self.events.pod(
+                pod,
                 EventType::Normal,
                 "SandboxChanged",
                 "Pod sandbox changed, it will be killed and re-created.",
             );
         }
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
-            let id = self.create_sandbox(pod, sandbox_cfg.clone()).await?;
+            let id = self
+                .sandboxes
+                .create(pod, plan, sandbox_cfg.clone())
+                .await?;
             memory.cgroup_configured = true;
             let ips = match self.runtime.pod_sandbox_status(&id).await {
                 Ok(s) => cri::model::sandbox_from_status(&s).ips,
@@ -576,20 +547,20 @@ impl PodSyncer {
                 continue;
             };
             let failed = self
+                .starter
                 .start_container(pod, c, ContainerKind::Init, runtime, &env, memory)
                 .await;
-            let stop_here = failed.is_some() && !is_sidecar(c);
+            let stop_here = failed.is_some() && !actions.init_failure_continues.contains(idx);
             note(failed);
             if stop_here {
-                // A regular init container that could not start holds back everything after it;
-                // a sidecar that could not start does not.
                 return Ok(retry);
             }
         }
         for idx in &actions.containers_to_start {
             if let Some(c) = spec_containers(pod).get(*idx) {
                 note(
-                    self.start_container(pod, c, ContainerKind::Regular, runtime, &env, memory)
+                    self.starter
+                        .start_container(pod, c, ContainerKind::Regular, runtime, &env, memory)
                         .await,
                 );
             }
@@ -612,8 +583,8 @@ impl PodSyncer {
             container = trigger,
             "RestartAllContainers: restarting the pod in place"
         );
-        self.events.record(
-            &pod_ref(pod),
+        self.events.pod(
+            pod,
             EventType::Normal,
             "RestartAllContainers",
             format!("Container {trigger} exited under a RestartAllContainers rule; restarting all containers in place"),
@@ -626,7 +597,7 @@ impl PodSyncer {
             .iter()
             .filter(|c| c.state != ContainerState::Exited)
             .map(|c| {
-                self.kill_container(
+                self.stopper.kill_container(
                     pod,
                     c,
                     Kill {
@@ -659,97 +630,76 @@ impl PodSyncer {
         Ok(())
     }
 
-    fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig> {
-        let resolv = self
-            .settings
-            .resolv_conf
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(p).ok());
-        let cgroup_parent = cgroup::pod_cgroup_parent(
-            pod,
-            self.settings.cgroup_driver,
-            &self.settings.cgroup_root,
-            self.settings.cgroups_per_qos,
-        );
-        let ctx = SandboxContext {
-            node_name: &self.node.name,
-            pod_logs_dir: &self.settings.pod_logs_dir,
-            cgroup_parent,
-            cluster_dns: &self.settings.cluster_dns,
-            cluster_domain: &self.settings.cluster_domain,
-            host_resolv_conf: resolv.as_deref(),
-        };
-        sandbox_config(pod, attempt, &ctx).map_err(|e| Error::Sandbox {
-            uid: pod_uid(pod).to_string(),
-            message: e.to_string(),
-        })
-    }
-
-    async fn create_sandbox(&self, pod: &Pod, config: api::PodSandboxConfig) -> Result<String> {
+    /// The first half of a pod's termination (the kubelet's `SyncTerminatingPod`): liveness
+    /// and startup probes stop, every container and sandbox is stopped within `grace`; returns
+    /// what the runtime holds afterwards, for [`Self::publish_final_status`].
+    pub async fn stop_for_termination(&self, pod: &Pod, grace: &Grace) -> Result<PodRuntime> {
         let uid = pod_uid(pod).to_string();
-        let log_dir = pod_log_dir(
-            &self.settings.pod_logs_dir,
-            pod.metadata.namespace.as_deref().unwrap_or("default"),
-            pod.metadata.name.as_deref().unwrap_or_default(),
-            &uid,
-        );
-        if let Err(e) = std::fs::create_dir_all(&log_dir) {
-            return Err(Error::Sandbox {
-                uid,
-                message: format!("creating log directory {}: {e}", log_dir.display()),
-            });
-        }
-        self.ensure_pod_cgroup(pod).await;
-        tracing::info!("creating pod sandbox");
-        let id = self
-            .runtime
-            .run_pod_sandbox(config)
-            .await
-            .map_err(|source| Error::Runtime {
-                uid: uid.clone(),
-                op: "RunPodSandbox",
-                source,
-            })?;
-        metrics().started_pods_total.inc();
-        tracing::info!(sandbox.id = %id, "pod sandbox ready");
-        Ok(id)
+        // Liveness and startup probes stop now; readiness keeps reporting until the end.
+        self.probes.pod_terminating(&uid);
+        let runtime = self.inspect(&uid).await?;
+        self.stopper.stop_pod(pod, &runtime, grace).await;
+        self.inspect(&uid).await
     }
 
-    /// The pod's cgroup with its effective limits, before the runtime places anything in it
-    /// (and its QoS tier counting it). A failure is logged and the pod still starts, bounded by
-    /// its containers' own limits only.
-    async fn ensure_pod_cgroup(&self, pod: &Pod) {
-        let Some(cgroups) = &self.settings.cgroups else {
-            return;
-        };
-        match cgroups.ensure_pod(pod).await {
-            Ok(name) => tracing::debug!(
-                cgroup = %cgroups.manager().literal(&name),
-                config = ?cgroups.pod_config(pod),
-                "pod cgroup configured"
-            ),
-            Err(e) => tracing::warn!(error = %e, "configuring the pod cgroup"),
+    /// The second half: the final status (with `mutation` applied, once), then the probes and
+    /// the QoS tier forget the pod.
+    ///
+    /// A pod that never ran here (`ran` false: ended before its first sync, and the runtime
+    /// holds nothing of it) and that is ended with a mutation (admission rejection) reports
+    /// only its QoS class and the mutation, as the kubelet's `rejectPod`: it has no container
+    /// or condition to speak of.
+    pub async fn publish_final_status(
+        &self,
+        pod: &Pod,
+        runtime: &PodRuntime,
+        memory: &PodMemory,
+        mutation: Option<&StatusMutation>,
+        ran: bool,
+    ) {
+        let uid = pod_uid(pod).to_string();
+        let never_ran = !ran && runtime.sandboxes.is_empty() && runtime.containers.is_empty();
+        match mutation {
+            Some(m) if never_ran => {
+                let qos = memory
+                    .plan
+                    .as_ref()
+                    .map_or_else(|| cgroup::qos_class(pod), |p| p.qos_class);
+                let mut status = PodStatus {
+                    qos_class: Some(qos.as_str().to_string()),
+                    ..Default::default()
+                };
+                m.apply(&mut status);
+                self.status.set_pod_status(pod, status);
+            }
+            _ => {
+                self.publish_status_with(pod, runtime, memory, true, mutation);
+            }
         }
+        self.probes.remove_pod(&uid);
+        self.sandboxes.pod_cgroup_terminated(pod).await;
     }
 
-    /// The pod's containers are stopped: its QoS tier stops counting it.
-    pub(super) async fn pod_cgroup_terminated(&self, pod: &Pod) {
-        let Some(cgroups) = &self.settings.cgroups else {
-            return;
-        };
-        if let Err(e) = cgroups.pod_terminated(pod_uid(pod)).await {
-            tracing::warn!(error = %e, "updating the QoS tiers");
-        }
+    /// After a deletion through the API: removes what the runtime holds for the pod and its
+    /// volumes, keeping its status, and tells the status manager the resources are reclaimed
+    /// (which lets the final DELETE go out).
+    pub async fn reclaim(&self, pod: &Pod) -> Result<()> {
+        let runtime = self.inspect(pod_uid(pod)).await?;
+        self.sandboxes.remove_pod(pod, &runtime).await?;
+        self.status.set_reclaimed(pod_uid(pod));
+        Ok(())
     }
 
-    /// Removes the pod's cgroup once its sandbox is gone.
-    pub(super) async fn remove_pod_cgroup(&self, pod: &Pod) {
-        let Some(cgroups) = &self.settings.cgroups else {
-            return;
-        };
-        if let Err(e) = cgroups.remove_pod(pod).await {
-            tracing::warn!(error = %e, "removing the pod cgroup");
-        }
+    /// Removes everything the runtime still holds for the pod, its volumes, its logs and its
+    /// status.
+    pub async fn remove(&self, pod: &Pod) -> Result<()> {
+        let runtime = self.inspect(pod_uid(pod)).await?;
+        self.sandboxes.remove_pod(pod, &runtime).await?;
+        let uid = pod_uid(pod);
+        self.probes.remove_pod(uid);
+        self.status.remove(uid);
+        tracing::info!("pod removed");
+        Ok(())
     }
 }
 

@@ -1,11 +1,22 @@
 //! Deciding what to do with a pod (`compute_pod_actions`) and doing it (executor), plus the pure
-//! builders of the CRI configs the executor sends.
+//! builders of the CRI configs the executor sends and what a pod spec implies (`plan`).
+//!
+//! Inside `sync` the files import one another in one direction only (no cycle):
+//! `executor` → `start` → `stop` → `hooks`/`kill`/`recorder`; `executor` → `sandbox` → `plan` →
+//! the config builders; `memory`, `settings` and `error` are imported, and import nothing of
+//! `sync` but `plan`.
 
 pub mod actions;
 pub mod container_config;
+pub mod error;
 pub mod executor;
 pub mod hooks;
 pub mod kill;
+pub mod memory;
+pub mod plan;
+pub mod recorder;
+pub mod sandbox;
 pub mod sandbox_config;
+pub mod settings;
 pub mod start;
 pub mod stop;

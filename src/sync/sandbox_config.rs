@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::container_config::{linux_resources, supplemental_groups_policy};
 use crate::cgroup::resources::{pod_limits, pod_overhead, pod_requests};
+use crate::cgroup::{milli_cpu_to_quota, milli_cpu_to_shares, QUOTA_PERIOD};
 use crate::cri::{api, labels};
 use crate::podspec::hostname::kernel_hostname;
 use crate::podspec::ConfigError;
@@ -67,10 +67,10 @@ pub fn namespace_options(pod: &Pod) -> Result<api::NamespaceOption, ConfigError>
     let spec = pod.spec.as_ref();
     let flag = |f: Option<bool>| f == Some(true);
     if spec.and_then(|s| s.host_users) == Some(false) {
-        return Err(ConfigError::Unsupported {
-            field: "spec.hostUsers".to_string(),
-            feature: "a pod user namespace (hostUsers: false)".to_string(),
-        });
+        return Err(ConfigError::unsupported(
+            "spec.hostUsers".to_string(),
+            "a pod user namespace (hostUsers: false)".to_string(),
+        ));
     }
     let pid = if flag(spec.and_then(|s| s.host_pid)) {
         M::Node
@@ -194,11 +194,7 @@ fn dns_type(pod: &Pod) -> Result<DnsType, ConfigError> {
         "ClusterFirst" if !host_network(pod) => Ok(DnsType::Cluster),
         // A host-network pod with ClusterFirst resolves like the node.
         "ClusterFirst" | "Default" => Ok(DnsType::Host),
-        other => Err(ConfigError::Invalid {
-            field: "spec.dnsPolicy".to_string(),
-            value: other.to_string(),
-            reason: "supported values: \"ClusterFirst\", \"ClusterFirstWithHostNet\", \"Default\", \"None\"".to_string(),
-        }),
+        other => Err(ConfigError::invalid("spec.dnsPolicy".to_string(), other.to_string(), "supported values: \"ClusterFirst\", \"ClusterFirstWithHostNet\", \"Default\", \"None\"".to_string())),
     }
 }
 
@@ -358,6 +354,38 @@ fn has_privileged_container(pod: &Pod) -> bool {
             .iter()
             .flatten()
             .any(|c| privileged(c.security_context.as_ref()))
+}
+
+pub(crate) fn supplemental_groups_policy(policy: Option<&str>) -> Result<i32, ConfigError> {
+    match policy {
+        None | Some("Merge") => Ok(api::SupplementalGroupsPolicy::Merge as i32),
+        Some("Strict") => Ok(api::SupplementalGroupsPolicy::Strict as i32),
+        Some(other) => Err(ConfigError::invalid(
+            "spec.securityContext.supplementalGroupsPolicy".to_string(),
+            other.to_string(),
+            "unsupported supplementalGroupsPolicy".to_string(),
+        )),
+    }
+}
+
+/// `calculateLinuxResources`: cpu shares from the request (the limit when only that is set),
+/// CFS quota from the limit (0 = unlimited) over the default `cpuCFSQuotaPeriod`, and the memory
+/// limit. Containers and the sandbox (its resources and overhead) get it alike.
+pub(crate) fn linux_resources(
+    cpu_request_milli: Option<i64>,
+    cpu_limit_milli: i64,
+    memory_limit: i64,
+) -> api::LinuxContainerResources {
+    api::LinuxContainerResources {
+        cpu_shares: i64::try_from(milli_cpu_to_shares(
+            cpu_request_milli.unwrap_or(cpu_limit_milli),
+        ))
+        .unwrap_or(i64::MAX),
+        memory_limit_in_bytes: memory_limit.max(0),
+        cpu_period: i64::try_from(QUOTA_PERIOD).unwrap_or(i64::MAX),
+        cpu_quota: milli_cpu_to_quota(cpu_limit_milli, QUOTA_PERIOD),
+        ..Default::default()
+    }
 }
 
 fn sandbox_linux_config(
@@ -936,7 +964,7 @@ mod tests {
             sandbox_config(&p, 0, &ctx(&[], None))
                 .unwrap_err()
                 .to_string(),
-            "spec.hostUsers: a pod user namespace (hostUsers: false) is not supported yet"
+            "spec.hostUsers: Forbidden: a pod user namespace (hostUsers: false) is not supported yet"
         );
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -12,15 +13,20 @@ use tracing::Instrument;
 use super::container_config::{
     container_config_with_env, format_pod, verify_run_as_non_root, ContainerContext,
 };
-use super::executor::{PodMemory, PodSyncer, SYNC_ERROR_RETRY};
 use super::hooks::run_hook;
 use super::kill::StopReason;
+use super::memory::{PodMemory, SYNC_ERROR_RETRY};
+use super::recorder::PodEvents;
 use super::sandbox_config::container_log_dir;
-use super::stop::{Kill, KillGrace};
+use super::settings::SyncSettings;
+use super::stop::{ContainerStopper, Kill, KillGrace};
+use crate::clock::Clock;
 use crate::config::format_duration;
-use crate::cri::{api, ContainerState, PodRuntime};
+use crate::cri::{api, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::events::EventType;
 use crate::metrics::metrics;
+use crate::node::NodeInfo;
+use crate::objects::ObjectSource;
 use crate::podspec::env;
 use crate::podspec::pod_uid;
 use crate::podspec::ContainerKind;
@@ -28,14 +34,14 @@ use crate::status::StartFailure;
 use crate::volume;
 
 /// What every container started in one sync shares: its sandbox and the pod's volumes.
-pub(super) struct StartEnv<'a> {
-    pub(super) sandbox_id: &'a str,
-    pub(super) sandbox_config: &'a api::PodSandboxConfig,
-    pub(super) pod_ips: &'a [String],
-    pub(super) volumes: &'a BTreeMap<String, PathBuf>,
-    pub(super) etc_hosts: Option<&'a std::path::Path>,
+pub struct StartEnv<'a> {
+    pub sandbox_id: &'a str,
+    pub sandbox_config: &'a api::PodSandboxConfig,
+    pub pod_ips: &'a [String],
+    pub volumes: &'a BTreeMap<String, PathBuf>,
+    pub etc_hosts: Option<&'a std::path::Path>,
     #[allow(dead_code)]
-    pub(super) attempt: u32,
+    pub attempt: u32,
 }
 
 /// Durations in pull events are shown to the millisecond, as the kubelet's.
@@ -58,7 +64,25 @@ fn image_pull_policy(container: &Container) -> &str {
     }
 }
 
-impl PodSyncer {
+/// Starts containers: backoff, image, config, CreateContainer, StartContainer, postStart (a
+/// failed postStart hook kills the container through `stopper`); owns nothing else.
+#[derive(Clone)]
+pub struct ContainerStarter {
+    pub runtime: Arc<dyn Runtime>,
+    pub images: Arc<dyn ImageService>,
+    /// Pulls with credentials (pull secrets, credential provider plugins), node-wide limits.
+    pub pulls: Arc<crate::images::ImagePuller>,
+    pub node: Arc<NodeInfo>,
+    pub settings: Arc<SyncSettings>,
+    pub clock: Clock,
+    /// Where Pulling, Pulled, Created, Started, BackOff, ... go.
+    pub events: PodEvents,
+    /// ConfigMaps and Secrets for env (the API server's, cached; none standalone).
+    pub objects: Arc<dyn ObjectSource>,
+    pub stopper: ContainerStopper,
+}
+
+impl ContainerStarter {
     /// The kubelet's `doBackOff`: a container whose newest exited instance finished less than
     /// its backoff ago waits (CrashLoopBackOff); otherwise the backoff advances and it starts.
     fn check_restart_backoff(
@@ -79,7 +103,7 @@ impl PodSyncer {
         let now = self.clock.now();
         if let Some(remaining) = memory.restart_backoff.remaining_since(&key, finished, now) {
             let delay = memory.restart_backoff.get(&key);
-            self.container_event(
+            self.events.container(
                 pod,
                 &container.name,
                 EventType::Warning,
@@ -129,7 +153,8 @@ impl PodSyncer {
         };
         let present = inspect().await.map_err(|f| (f, None))?;
         let event = |type_, reason: &str, message: String| {
-            self.container_event(pod, &container.name, type_, reason, message);
+            self.events
+                .container(pod, &container.name, type_, reason, message);
         };
         match (image_pull_policy(container), present) {
             ("Never", None) => {
@@ -171,8 +196,8 @@ impl PodSyncer {
                 }
                 let credentials = self.pulls.credentials(pod, image).await;
                 if !credentials.failed_secrets.is_empty() {
-                    self.events.record(
-                        &crate::events::pod_ref(pod),
+                    self.events.pod(
+                        pod,
                         EventType::Warning,
                         "FailedToRetrieveImagePullSecret",
                         format!(
@@ -235,7 +260,7 @@ impl PodSyncer {
         }
     }
 
-    pub(super) async fn start_container(
+    pub async fn start_container(
         &self,
         pod: &Pod,
         container: &Container,
@@ -255,7 +280,7 @@ impl PodSyncer {
                 memory.start_failures.remove(&container.name);
                 metrics().started_containers_total.inc();
                 tracing::info!(container.id = %id, "Started container");
-                self.container_event(
+                self.events.container(
                     pod,
                     &container.name,
                     EventType::Normal,
@@ -274,7 +299,7 @@ impl PodSyncer {
                         | "ErrImagePull"
                         | "ImagePullBackOff"
                 ) {
-                    self.container_event(
+                    self.events.container(
                         pod,
                         &container.name,
                         EventType::Warning,
@@ -380,7 +405,7 @@ impl PodSyncer {
         };
         let env_objects = env::gather_env_objects(pod, container, self.objects.as_ref()).await;
         for invalid in env::invalid_env_from_keys(pod, container, &env_objects) {
-            self.container_event(
+            self.events.container(
                 pod,
                 &container.name,
                 EventType::Warning,
@@ -417,7 +442,7 @@ impl PodSyncer {
             })
             .map_err(no_retry)?;
         tracing::info!(container.id = %id, "Created container");
-        self.container_event(
+        self.events.container(
             pod,
             &container.name,
             EventType::Normal,
@@ -452,7 +477,7 @@ impl PodSyncer {
             {
                 tracing::warn!(error = %e, "FailedPostStartHook");
                 // Like the kubelet, the event does not carry the hook's output (it may hold secrets).
-                self.container_event(
+                self.events.container(
                     pod,
                     &container.name,
                     EventType::Warning,
@@ -468,18 +493,19 @@ impl PodSyncer {
                     restart_count,
                     ..Default::default()
                 };
-                self.kill_container(
-                    pod,
-                    &instance,
-                    Kill {
-                        reason: StopReason::Other,
-                        message: "FailedPostStartHook",
-                        grace: KillGrace::Own(None),
-                        pod_ip,
-                        ordering: None,
-                    },
-                )
-                .await;
+                self.stopper
+                    .kill_container(
+                        pod,
+                        &instance,
+                        Kill {
+                            reason: StopReason::Other,
+                            message: "FailedPostStartHook",
+                            grace: KillGrace::Own(None),
+                            pod_ip,
+                            ordering: None,
+                        },
+                    )
+                    .await;
                 return Err((
                     StartFailure {
                         reason: "PostStartHookError".into(),

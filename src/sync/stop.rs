@@ -1,7 +1,6 @@
 //! Stopping containers and pods: the kubelet's `killContainer` (grace period by precedence,
 //! preStop hook counted against it, the stop signal, SIGKILL after the rest of the period) and
-//! `killPodWithSyncResult` (every container in parallel, then the sandboxes), plus the final
-//! removal of a pod nodelet forgets.
+//! `killPodWithSyncResult` (every container in parallel, then the sandboxes).
 //!
 //! Every stop follows a [`Grace`] deadline. For a pod's termination the pod worker moves it
 //! earlier when a shorter grace period arrives (force delete, eviction): a preStop hook still
@@ -11,18 +10,18 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use std::sync::Arc;
 
-use super::executor::{removed, PodMemory, PodSyncer, Result};
+use k8s_openapi::api::core::v1::{Container, Pod};
+
 use super::hooks::run_hook;
 use super::kill::{termination_grace_period, Grace, StopReason, TerminationOrdering};
+use super::recorder::PodEvents;
 use crate::cri::containerd::parse_signal;
-use crate::cri::{api, ContainerState, PodRuntime, RuntimeContainer};
+use crate::cri::containerd::TaskSignaller;
+use crate::cri::{api, ContainerState, PodRuntime, Runtime, RuntimeContainer};
 use crate::events::EventType;
-use crate::podspec::pod_uid;
 use crate::podspec::{init_containers, regular_containers};
-use crate::status::StatusMutation;
-use crate::volume;
 
 /// How often to look whether a container signalled with its own stop signal has exited.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -65,7 +64,19 @@ fn timeout_until(kill_at: tokio::time::Instant) -> Duration {
     Duration::from_secs(whole)
 }
 
-impl PodSyncer {
+/// Stops containers and pods through the CRI (and containerd's task API for
+/// `lifecycle.stopSignal`); owns nothing else.
+#[derive(Clone)]
+pub struct ContainerStopper {
+    pub runtime: Arc<dyn Runtime>,
+    /// Sends `lifecycle.stopSignal` (containerd's task API); `None` when the runtime offers
+    /// none, and the runtime's own stop signal is used.
+    pub tasks: Option<Arc<dyn TaskSignaller>>,
+    /// Where Killing and FailedPreStopHook go.
+    pub events: PodEvents,
+}
+
+impl ContainerStopper {
     /// Stops one container: Killing is logged, the preStop hook (if any, and if there is time)
     /// runs first and its time counts against the grace period, then the stop signal is sent and
     /// SIGKILL follows after what is left (at least 2 s, unless the grace period is 0). A
@@ -92,7 +103,7 @@ impl PodSyncer {
         };
         let deadline = grace.current();
         tracing::info!(container = %container.name, grace_seconds = deadline.period().as_secs(), %message, "Killing");
-        self.container_event(
+        self.events.container(
             pod,
             &container.name,
             EventType::Normal,
@@ -116,7 +127,7 @@ impl PodSyncer {
                 tokio::select! {
                     result = run => if let Err(e) = result {
                         tracing::warn!(container = %container.name, error = %e, "FailedPreStopHook");
-                        self.container_event(
+                        self.events.container(
                             pod,
                             &container.name,
                             EventType::Warning,
@@ -262,106 +273,5 @@ impl PodSyncer {
                 Err(e) => tracing::warn!(sandbox.id = %sandbox.id, error = %e, "stopping sandbox"),
             }
         }
-    }
-
-    /// The first half of a pod's termination (the kubelet's `SyncTerminatingPod`): liveness
-    /// and startup probes stop, every container and sandbox is stopped within `grace`; returns
-    /// what the runtime holds afterwards, for [`Self::publish_final_status`].
-    pub async fn stop_for_termination(&self, pod: &Pod, grace: &Grace) -> Result<PodRuntime> {
-        let uid = pod_uid(pod).to_string();
-        // Liveness and startup probes stop now; readiness keeps reporting until the end.
-        self.probes.pod_terminating(&uid);
-        let runtime = self.inspect(&uid).await?;
-        self.stop_pod(pod, &runtime, grace).await;
-        self.inspect(&uid).await
-    }
-
-    /// The second half: the final status (with `mutation` applied, once), then the probes and
-    /// the QoS tier forget the pod.
-    ///
-    /// A pod that never ran here (`ran` false: ended before its first sync, and the runtime
-    /// holds nothing of it) and that is ended with a mutation (admission rejection) reports
-    /// only its QoS class and the mutation, as the kubelet's `rejectPod`: it has no container
-    /// or condition to speak of.
-    pub async fn publish_final_status(
-        &self,
-        pod: &Pod,
-        runtime: &PodRuntime,
-        memory: &PodMemory,
-        mutation: Option<&StatusMutation>,
-        ran: bool,
-    ) {
-        let uid = pod_uid(pod).to_string();
-        let never_ran = !ran && runtime.sandboxes.is_empty() && runtime.containers.is_empty();
-        match mutation {
-            Some(m) if never_ran => {
-                let mut status = PodStatus {
-                    qos_class: Some(crate::cgroup::qos_class(pod).as_str().to_string()),
-                    ..Default::default()
-                };
-                m.apply(&mut status);
-                self.status.set_pod_status(pod, status);
-            }
-            _ => {
-                self.publish_status_with(pod, runtime, memory, true, mutation);
-            }
-        }
-        self.probes.remove_pod(&uid);
-        self.pod_cgroup_terminated(pod).await;
-    }
-
-    /// After a deletion through the API: removes what the runtime holds for the pod and its
-    /// volumes, keeping its status, and tells the status manager the resources are reclaimed
-    /// (which lets the final DELETE go out).
-    pub async fn reclaim(&self, pod: &Pod) -> Result<()> {
-        self.remove_runtime_objects(pod).await?;
-        self.status.set_reclaimed(pod_uid(pod));
-        Ok(())
-    }
-
-    /// Removes everything the runtime still holds for the pod, its volumes, its logs and its
-    /// status.
-    pub async fn remove(&self, pod: &Pod) -> Result<()> {
-        self.remove_runtime_objects(pod).await?;
-        let uid = pod_uid(pod);
-        self.probes.remove_pod(uid);
-        self.status.remove(uid);
-        tracing::info!("pod removed");
-        Ok(())
-    }
-
-    async fn remove_runtime_objects(&self, pod: &Pod) -> Result<()> {
-        let uid = pod_uid(pod).to_string();
-        let runtime = self.inspect(&uid).await?;
-        for c in &runtime.containers {
-            removed(
-                self.runtime.remove_container(&c.id).await,
-                &uid,
-                "RemoveContainer",
-            )?;
-        }
-        for s in &runtime.sandboxes {
-            // StopPodSandbox before RemovePodSandbox, as the CRI asks; both are idempotent.
-            let _ = self.runtime.stop_pod_sandbox(&s.id).await;
-            removed(
-                self.runtime.remove_pod_sandbox(&s.id).await,
-                &uid,
-                "RemovePodSandbox",
-            )?;
-        }
-        self.remove_pod_cgroup(pod).await;
-        if let Err(e) = volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
-            tracing::warn!(error = %e, "cleaning up pod directory");
-        }
-        if let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) {
-            let logs =
-                super::sandbox_config::pod_log_dir(&self.settings.pod_logs_dir, ns, name, &uid);
-            if let Err(e) = std::fs::remove_dir_all(&logs) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(path = %logs.display(), error = %e, "removing pod logs");
-                }
-            }
-        }
-        Ok(())
     }
 }

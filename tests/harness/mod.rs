@@ -179,6 +179,29 @@ pub fn pod(uid: &str, policy: &str, containers: &[&str], image: &str) -> Arc<Pod
 }
 
 impl Harness {
+    /// The positive sign for a test that proves an absence over a quiet period: a canary pod
+    /// (its own UID, one container `canary`) whose `activeDeadlineSeconds` ends inside the
+    /// period. Start it before the period; [`Self::assert_canary_failed`] after it shows the pod
+    /// workers kept acting on time meanwhile, so the absence is not that of a stalled agent.
+    pub async fn start_canary(&self, uid: &str, deadline_seconds: i64) {
+        let mut p = (*pod(uid, "Always", &["canary"], "localhost/app:1")).clone();
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(deadline_seconds);
+        self.workers
+            .update(nodelet::pod::PodWork::Sync(Arc::new(p)));
+        self.settle("the canary pod runs", |h| h.phase(uid) == "Running")
+            .await;
+    }
+
+    /// The canary's deadline passed and its worker failed it (see [`Self::start_canary`]).
+    pub fn assert_canary_failed(&self, uid: &str) {
+        let status = self.status.status(uid).expect("the canary's status");
+        assert_eq!(
+            (status.phase.as_deref(), status.reason.as_deref()),
+            (Some("Failed"), Some("DeadlineExceeded")),
+            "the canary pod's worker acted during the quiet period"
+        );
+    }
+
     /// Lets the workers run until `check` holds (at most 100 steps of 10 ms of paused time).
     pub async fn settle(&self, what: &str, check: impl Fn(&Self) -> bool) {
         for _ in 0..100 {

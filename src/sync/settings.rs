@@ -1,0 +1,34 @@
+//! The node-wide settings a pod's sync reads (from the configuration and the machine).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cgroup;
+
+/// Node-wide settings the executor needs (from the configuration).
+#[derive(Debug, Clone)]
+pub struct SyncSettings {
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub cgroup_driver: cgroup::Driver,
+    pub cgroup_root: String,
+    pub cgroups_per_qos: bool,
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    pub cluster_domain: String,
+    pub resolv_conf: Option<PathBuf>,
+    /// The runtime's name for `containerID` (`containerd://<id>`).
+    pub runtime_name: String,
+    /// Restart backoff (initial, max): 10 s / 300 s by default, see `crashLoopBackOff`.
+    pub crash_loop_backoff: (Duration, Duration),
+    /// Whether the node is on the unified cgroup v2 hierarchy.
+    pub cgroup_v2: bool,
+    /// `singleProcessOOMKill`: leave `memory.oom.group` alone (cgroup v2).
+    pub single_process_oom_kill: bool,
+    /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;
+    /// `None` leaves the pod cgroup to the runtime, without pod-level limits.
+    pub cgroups: Option<Arc<cgroup::node::NodeCgroups>>,
+    /// What shapes pod and container cgroup values, Memory QoS among them (containers get it
+    /// through the CRI even without `cgroupsPerQOS`).
+    pub pod_cgroup: cgroup::PodCgroupSettings,
+}
