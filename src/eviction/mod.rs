@@ -4,4 +4,5 @@
 //! these; it is not wired in yet.
 
 pub mod rank;
+pub mod signals;
 pub mod threshold;
