@@ -3,6 +3,7 @@
 //! ([`rank`]). The manager that reads the signals and ends pods through `kill_pod` builds on
 //! these; it is not wired in yet.
 
+pub mod manager;
 pub mod rank;
 pub mod signals;
 pub mod threshold;

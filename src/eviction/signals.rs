@@ -55,7 +55,10 @@ pub fn observations(summary: &Summary) -> BTreeMap<Signal, Observation> {
             out.insert(signal, o);
         }
     };
-    put(Signal::MemoryAvailable, node.memory.as_ref().and_then(memory));
+    put(
+        Signal::MemoryAvailable,
+        node.memory.as_ref().and_then(memory),
+    );
     put(
         Signal::AllocatableMemoryAvailable,
         node.system_containers
