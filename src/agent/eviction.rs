@@ -9,8 +9,8 @@ use tokio::sync::watch;
 
 use crate::eviction::manager::{ActivePods, NodeReclaim};
 use crate::gc::{ContainerGc, ImageGc};
-use crate::podspec::{pod_uid, Phase};
 use crate::pod::PodWorkers;
+use crate::podspec::{pod_uid, Phase};
 use crate::status::StatusManager;
 
 /// The kubelet's `GetActivePods`: admitted, running here (a worker), not terminal.

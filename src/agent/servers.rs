@@ -102,7 +102,6 @@ fn api_state(served: &Served<'_>) -> ApiState {
     }
 }
 
-
 /// The authenticated kubelet API on `port`: HTTPS with the configured or a self-signed
 /// certificate; TokenReviews and SubjectAccessReviews go to the API server in cluster mode.
 async fn serve_kubelet_api(
