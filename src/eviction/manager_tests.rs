@@ -625,6 +625,8 @@ fn grace_periods_like_evict_pod() {
     }
 }
 
+type Verdict = Result<(), (String, String)>;
+
 #[test]
 fn admission_under_pressure_like_the_kubelet() {
     use NodeCondition::*;
@@ -646,12 +648,8 @@ fn admission_under_pressure_like_the_kubelet() {
         ))
     };
     // (what, pod, conditions, result)
-    let cases: Vec<(
-        &str,
-        &Arc<Pod>,
-        Vec<NodeCondition>,
-        Result<(), (String, String)>,
-    )> = vec![
+    type Case<'a> = (&'a str, &'a Arc<Pod>, Vec<NodeCondition>, Verdict);
+    let cases: Vec<Case> = vec![
         ("no pressure", &best_effort, vec![], Ok(())),
         (
             "memory: BestEffort rejected",

@@ -170,7 +170,8 @@ mod tests {
             swap: None,
         };
         // (what, summary, readings)
-        let cases: Vec<(&str, Summary, Vec<(Signal, Observation)>)> = vec![
+        type Case = (&'static str, Summary, Vec<(Signal, Observation)>);
+        let cases: Vec<Case> = vec![
             ("nothing measured: no readings", summary(|_| {}), vec![]),
             (
                 "node memory: capacity is available + working set",
