@@ -38,6 +38,12 @@ pub struct PodLabels {
     pub pod: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    /// `memory.available`, `nodefs.available`, ... (the kubelet's label).
+    pub eviction_signal: String,
+}
+
 pub struct Metrics {
     pub runtime_operations_duration_seconds: Family<OperationLabels, Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabels, Counter>,
@@ -75,6 +81,14 @@ pub struct Metrics {
     pub container_gc_removed: Counter,
     /// Container log files rotated.
     pub log_rotations: Counter,
+    /// Pods evicted, by the signal whose threshold was met (the kubelet's `evictions`).
+    pub evictions_total: Family<SignalLabels, Counter>,
+    /// Passes of the eviction manager (a sign that it runs).
+    pub eviction_passes_total: Counter,
+    /// The last reading of each eviction signal: what is available (bytes, inodes, PIDs).
+    pub eviction_signal_available: Family<SignalLabels, Gauge>,
+    /// From the pass that first saw a threshold met to the kill of the pod evicted for it.
+    pub eviction_crossing_to_kill_seconds: Histogram,
     registry: Registry,
 }
 
@@ -111,6 +125,10 @@ impl Metrics {
         let container_gc_runs = Counter::default();
         let container_gc_removed = Counter::default();
         let log_rotations = Counter::default();
+        let evictions_total = Family::<SignalLabels, Counter>::default();
+        let eviction_passes_total = Counter::default();
+        let eviction_signal_available = Family::<SignalLabels, Gauge>::default();
+        let eviction_crossing_to_kill_seconds = Histogram::new(seconds_buckets());
 
         let mut registry = Registry::with_prefix("nodelet");
         registry.register(
@@ -228,7 +246,31 @@ impl Metrics {
             "Container log files rotated",
             log_rotations.clone(),
         );
+        registry.register(
+            "evictions",
+            "Pods evicted by the eviction manager, by eviction signal",
+            evictions_total.clone(),
+        );
+        registry.register(
+            "eviction_passes",
+            "Passes of the eviction manager",
+            eviction_passes_total.clone(),
+        );
+        registry.register(
+            "eviction_signal_available",
+            "Last reading of each eviction signal: the amount available",
+            eviction_signal_available.clone(),
+        );
+        registry.register(
+            "eviction_crossing_to_kill_seconds",
+            "Time from the eviction pass that first saw a threshold met to the kill of the pod evicted for it",
+            eviction_crossing_to_kill_seconds.clone(),
+        );
         Metrics {
+            evictions_total,
+            eviction_passes_total,
+            eviction_signal_available,
+            eviction_crossing_to_kill_seconds,
             image_gc_runs,
             image_gc_removed,
             container_gc_runs,

@@ -99,6 +99,15 @@ impl Nodelet {
     /// Joins the cluster of the API server at `api_url` (a kubeconfig is written for it);
     /// `extra` is appended to the configuration.
     pub fn start_in_cluster(test: &str, api_url: &str, extra: &str) -> Nodelet {
+        let mut me = Self::prepare_in_cluster(test, api_url, extra);
+        me.spawn();
+        me
+    }
+
+    /// [`Nodelet::start_in_cluster`] without starting the process: the node's name is known,
+    /// so a test can create what must exist before nodelet first looks, then
+    /// [`Nodelet::launch`]es it.
+    pub fn prepare_in_cluster(test: &str, api_url: &str, extra: &str) -> Nodelet {
         let dir = tempfile::Builder::new()
             .prefix("nodelet-kubeconfig-")
             .tempdir()
@@ -113,7 +122,7 @@ impl Nodelet {
             ),
         )
         .expect("write kubeconfig");
-        Self::start_with(
+        Self::prepare_with(
             test,
             &format!(
                 "kubeconfig: {}\nnodeStatusUpdateFrequency: 2s\nnodeLeaseDurationSeconds: 8\n{extra}",
@@ -123,6 +132,19 @@ impl Nodelet {
     }
 
     pub fn start_with(test: &str, extra: &str) -> Nodelet {
+        let mut me = Self::prepare_with(test, extra);
+        me.spawn();
+        me
+    }
+
+    /// Starts a prepared nodelet.
+    pub fn launch(&mut self) {
+        self.spawn();
+    }
+
+    /// The directories and configuration of [`Nodelet::start_with`], without starting it (a
+    /// test writes manifests first, so the first scan sees them all).
+    pub fn prepare_with(test: &str, extra: &str) -> Nodelet {
         let endpoint = cri_endpoint();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let node = format!("it-{}-{}-{n}", test.replace('_', "-"), std::process::id());
@@ -163,7 +185,7 @@ impl Nodelet {
             root = dir.path().join("root").display(),
         );
         std::fs::write(&config, text).expect("write config");
-        let mut me = Nodelet {
+        let me = Nodelet {
             node,
             log: dir.path().join("nodelet.log"),
             dir,
@@ -173,7 +195,6 @@ impl Nodelet {
             child: None,
             runs: 0,
         };
-        me.spawn();
         me
     }
 
