@@ -39,6 +39,12 @@ pub struct PodLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WakeLabels {
+    /// `memory_check`, `psi`, `memory_events` (`eviction::notify::WakeSource`).
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SignalLabels {
     /// `memory.available`, `nodefs.available`, ... (the kubelet's label).
     pub eviction_signal: String,
@@ -89,6 +95,8 @@ pub struct Metrics {
     pub eviction_signal_available: Family<SignalLabels, Gauge>,
     /// From the pass that first saw a threshold met to the kill of the pod evicted for it.
     pub eviction_crossing_to_kill_seconds: Histogram,
+    /// Wake-ups of the eviction manager between its passes, by source.
+    pub eviction_wakeups_total: Family<WakeLabels, Counter>,
     registry: Registry,
 }
 
@@ -129,6 +137,7 @@ impl Metrics {
         let eviction_passes_total = Counter::default();
         let eviction_signal_available = Family::<SignalLabels, Gauge>::default();
         let eviction_crossing_to_kill_seconds = Histogram::new(seconds_buckets());
+        let eviction_wakeups_total = Family::<WakeLabels, Counter>::default();
 
         let mut registry = Registry::with_prefix("nodelet");
         registry.register(
@@ -266,11 +275,17 @@ impl Metrics {
             "Time from the eviction pass that first saw a threshold met to the kill of the pod evicted for it",
             eviction_crossing_to_kill_seconds.clone(),
         );
+        registry.register(
+            "eviction_wakeups",
+            "Wake-ups of the eviction manager between its passes (memory check, PSI trigger, memory.events), by source",
+            eviction_wakeups_total.clone(),
+        );
         Metrics {
             evictions_total,
             eviction_passes_total,
             eviction_signal_available,
             eviction_crossing_to_kill_seconds,
+            eviction_wakeups_total,
             image_gc_runs,
             image_gc_removed,
             container_gc_runs,

@@ -26,7 +26,9 @@ fn memory_eviction() {
 }
 
 async fn eviction_checks(node: Guest) {
-    let fixture = Fixture::start(None).await.expect("start the API server fixture");
+    let fixture = Fixture::start(None)
+        .await
+        .expect("start the API server fixture");
     let cluster = Cluster::new(&fixture);
     lower_priority_hog_goes_first_and_guaranteed_never(&node, &cluster).await;
     fast_hog_is_evicted_before_the_kernel_oom_killer(&node, &cluster).await;
@@ -74,7 +76,10 @@ impl<'a> Cluster<'a> {
     }
 
     fn pod(&self, name: &str) -> Option<Pod> {
-        self.fixture.get::<Pod>(Some("default"), name).ok().flatten()
+        self.fixture
+            .get::<Pod>(Some("default"), name)
+            .ok()
+            .flatten()
     }
 
     fn node(&self, node: &Guest) -> Option<Node> {
@@ -82,7 +87,9 @@ impl<'a> Cluster<'a> {
     }
 
     fn events(&self) -> Vec<Event> {
-        self.fixture.list::<Event>(Some("default")).unwrap_or_default()
+        self.fixture
+            .list::<Event>(Some("default"))
+            .unwrap_or_default()
     }
 
     /// Polls `check` against the fixture until it gives a value; fails with nodelet's journal.
@@ -193,7 +200,9 @@ fn assert_memory_evicted(p: &Pod, threshold: &str) {
     assert_eq!(phase(p), "Failed", "{name}: {:?}", p.status);
     assert_eq!(status_reason(p), "Evicted", "{name}");
     let message = status_message(p);
-    let start = format!("The node was low on resource: memory. Threshold quantity: {threshold}, available: ");
+    let start = format!(
+        "The node was low on resource: memory. Threshold quantity: {threshold}, available: "
+    );
     assert!(
         message.starts_with(&start)
             && message.contains(". Container main was using ")
@@ -214,7 +223,8 @@ fn mib(bytes: u64) -> u64 {
 }
 
 async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluster: &Cluster<'_>) {
-    let _step = node.step("memory pressure: the lower-priority hog is evicted first, the Guaranteed pod never");
+    let _step = node
+        .step("memory pressure: the lower-priority hog is evicted first, the Guaranteed pod never");
     cluster.start_nodelet(node, "");
     cluster.create(
         node,
@@ -238,10 +248,8 @@ async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluste
     );
     cluster.wait_running(node, "guaranteed").await;
     cluster.wait_running(node, "hog-high").await;
-    node.wait_for("hog-high holding 200 MiB", || {
-        hog_rss_at_least(200 * MI)
-    })
-    .await;
+    node.wait_for("hog-high holding 200 MiB", || hog_rss_at_least(200 * MI))
+        .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Met once about 150 MiB more are in use; the lower-priority hog takes 400 MiB slowly.
@@ -254,7 +262,9 @@ async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluste
         ),
     );
     let passes_before = node
-        .wait_metric("nodelet_eviction_passes_total", "an eviction pass", |v| v >= 1.0)
+        .wait_metric("nodelet_eviction_passes_total", "an eviction pass", |v| {
+            v >= 1.0
+        })
         .await;
     cluster.create(
         node,
@@ -266,7 +276,9 @@ async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluste
         ),
     );
     let low = cluster
-        .wait(node, "hog-low evicted", || cluster.pod("hog-low").filter(evicted))
+        .wait(node, "hog-low evicted", || {
+            cluster.pod("hog-low").filter(evicted)
+        })
         .await;
     assert_memory_evicted(&low, &threshold);
     let crossing = node
@@ -293,8 +305,7 @@ async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluste
                         && e.reason.as_deref() == Some(reason)
                 })
             };
-            (has("hog-low", "Evicted") && has(&node.node, "EvictionThresholdMet"))
-                .then_some(events)
+            (has("hog-low", "Evicted") && has(&node.node, "EvictionThresholdMet")).then_some(events)
         })
         .await;
     let evicted_events: Vec<_> = events
@@ -334,7 +345,10 @@ async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluste
         })
         .await;
     let passes = node.metric_now("nodelet_eviction_passes_total").await;
-    assert!(passes > passes_before + 5.0, "passes {passes_before} → {passes}");
+    assert!(
+        passes > passes_before + 5.0,
+        "passes {passes_before} → {passes}"
+    );
     for name in ["hog-high", "guaranteed"] {
         let p = cluster.pod(name).expect("listed");
         assert_eq!(phase(&p), "Running", "{name}: {:?}", p.status);
@@ -381,8 +395,10 @@ async fn fast_hog_is_evicted_before_the_kernel_oom_killer(node: &Guest, cluster:
         node,
         "evictionHard: {memory.available: 300Mi}\nevictionPressureTransitionPeriod: 10s\n",
     );
-    node.wait_metric("nodelet_eviction_passes_total", "an eviction pass", |v| v >= 1.0)
-        .await;
+    node.wait_metric("nodelet_eviction_passes_total", "an eviction pass", |v| {
+        v >= 1.0
+    })
+    .await;
     let oom_before = kernel_oom_kills();
     let memory_total = memory_available() + 4096 * MI;
     cluster.create(
@@ -399,9 +415,7 @@ async fn fast_hog_is_evicted_before_the_kernel_oom_killer(node: &Guest, cluster:
     );
     let hog = cluster
         .wait(node, "fast-hog evicted", || {
-            cluster
-                .pod("fast-hog")
-                .filter(|p| phase(p) == "Failed")
+            cluster.pod("fast-hog").filter(|p| phase(p) == "Failed")
         })
         .await;
     assert_memory_evicted(&hog, "300Mi");
@@ -409,7 +423,9 @@ async fn fast_hog_is_evicted_before_the_kernel_oom_killer(node: &Guest, cluster:
         .metric("nodelet_eviction_crossing_to_kill_seconds_sum")
         .await
         .unwrap_or(f64::NAN);
-    println!("vm scenario: fast hog: crossings to kills, total {crossing:.3} s over both evictions");
+    println!(
+        "vm scenario: fast hog: crossings to kills, total {crossing:.3} s over both evictions"
+    );
     assert_eq!(
         kernel_oom_kills(),
         oom_before,
@@ -419,9 +435,7 @@ async fn fast_hog_is_evicted_before_the_kernel_oom_killer(node: &Guest, cluster:
     let kubepods_events = std::fs::read_to_string("/sys/fs/cgroup/kubepods.slice/memory.events")
         .expect("kubepods memory.events");
     assert!(
-        kubepods_events
-            .lines()
-            .any(|l| l.trim() == "oom_kill 0"),
+        kubepods_events.lines().any(|l| l.trim() == "oom_kill 0"),
         "kubepods.slice memory.events: {kubepods_events}"
     );
     assert!(dmesg_oom().is_empty(), "kernel log: {}", dmesg_oom());

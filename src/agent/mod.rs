@@ -23,6 +23,7 @@
 mod cgroups;
 mod eviction;
 mod servers;
+mod wakeups;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -486,8 +487,19 @@ impl NodeletBuilder {
         let pressure = eviction
             .as_ref()
             .map_or_else(PressureView::none, EvictionManager::pressure);
-        if eviction.is_none() {
-            tracing::warn!("the runtime offers no stats calls: node-pressure eviction is off");
+        match &eviction {
+            Some(eviction) => wakeups::spawn(
+                &cfg,
+                &paths,
+                &crate::eviction::manager::Settings::from_config(&cfg).thresholds,
+                node.memory_capacity(),
+                eviction.waker(),
+                tasks,
+                &cancel,
+            ),
+            None => {
+                tracing::warn!("the runtime offers no stats calls: node-pressure eviction is off")
+            }
         }
         if let (Some(client), Some(store)) = (&cluster, &pod_store) {
             manager = manager.with_admission(admission(&cfg, &node, &status, &recorder, &pressure));
