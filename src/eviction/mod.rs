@@ -4,6 +4,7 @@
 //! the passes and ends pods through `kill_pod`; [`notify`] wakes it between its passes (a
 //! cheap memory check, PSI triggers, `memory.events` changes).
 
+pub mod local_storage;
 pub mod manager;
 pub mod notify;
 pub mod rank;
