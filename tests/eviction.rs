@@ -261,8 +261,27 @@ fn node_condition(node: &Node, type_: &str) -> Option<(String, String)> {
 async fn cluster_eviction_status_events_node_condition_and_admission() {
     let fixture = Fixture::start(None).await.unwrap();
     let api = fixture.url();
-    let mut n = Nodelet::prepare_in_cluster("evict_cluster", &api, ALWAYS_MET);
+    let mut n = Nodelet::prepare_in_cluster(
+        "evict_cluster",
+        &api,
+        &format!("{ALWAYS_MET}podCleanup:\n  retention: 3s\n"),
+    );
     // Bound before nodelet starts, so they are admitted before the first pass sees pressure.
+    // `owned` (lowest priority, goes first) has a controller: the owner-aware cleanup of
+    // seed 001 deletes it after the retention.
+    let mut owned: Pod =
+        serde_yaml::from_str(&bound_pod("owned", &n.node, "  priority: -10\n")).unwrap();
+    owned.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "rs".into(),
+            uid: "11111111-2222-3333-4444-555555555555".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ]);
+    fixture.create(&owned).unwrap();
     for (name, priority) in [
         ("low", "  priority: 0\n"),
         ("high", "  priority: 1000\n"),
@@ -282,10 +301,10 @@ async fn cluster_eviction_status_events_node_condition_and_admission() {
     })
     .await;
     assert_evicted_status(&high);
-    let order = eviction_order(&n, &["pod.name=low", "pod.name=high"]);
+    let order = eviction_order(&n, &["pod.name=owned", "pod.name=low", "pod.name=high"]);
     assert!(
-        matches!(order[..], [Some(a), Some(b)] if a < b),
-        "low before high: {order:?}\n{}",
+        matches!(order[..], [Some(a), Some(b), Some(c)] if a < b && b < c),
+        "owned, then low, then high: {order:?}\n{}",
         tail(&n.logs(), 60)
     );
     // kubectl reads the reason. (Its table prints the container's `Completed` over the pod's
@@ -341,7 +360,21 @@ async fn cluster_eviction_status_events_node_condition_and_admission() {
     wait_metric_at_least(&n, "nodelet_eviction_passes_total", passes + 3.0).await;
     let critical = api_pod(&fixture, "critical").expect("critical in the API");
     assert_eq!(phase(&critical), "Running", "{:?}", critical.status);
-    assert_eq!(n.metric("nodelet_evictions_total").await, Some(2.0));
-    // Bare evicted pods stay visible (podCleanup deletes only owned ones by default).
-    assert!(api_pod(&fixture, "low").is_some());
+    assert_eq!(n.metric("nodelet_evictions_total").await, Some(3.0));
+    // The evicted pod with a controller is deleted after the retention (seed 001), with
+    // nodelet's DELETE; bare evicted pods stay visible (podCleanup's default).
+    wait_api("owned deleted after the retention", &n, || {
+        api_pod(&fixture, "owned").is_none().then_some(())
+    })
+    .await;
+    let delete = fixture
+        .request_log()
+        .into_iter()
+        .find(|r| r.method == "DELETE" && r.path.ends_with("/pods/owned"))
+        .expect("nodelet's DELETE of owned");
+    assert!(delete.body.unwrap()["preconditions"]["uid"].is_string());
+    assert!(
+        api_pod(&fixture, "low").is_some(),
+        "a bare evicted pod is kept"
+    );
 }

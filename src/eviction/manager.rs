@@ -329,6 +329,13 @@ pub struct EvictionManager {
     /// The last full summary's readings, for the signals a cheap summary lacks.
     last_full: BTreeMap<Signal, Observation>,
     next_full: Option<Instant>,
+    /// The last summary read failed (logged once, not every second).
+    stats_failing: bool,
+    /// The last `EvictionThresholdMet` event, per resource: repeated at most every
+    /// `housekeeping_period` (the kubelet's rate; nodelet passes ten times as often).
+    last_threshold_event: BTreeMap<Resource, Instant>,
+    /// The last node-level reclaim: at most one per `housekeeping_period`, as the kubelet's.
+    last_reclaim: Option<Instant>,
 }
 
 impl EvictionManager {
@@ -352,6 +359,9 @@ impl EvictionManager {
             state: PassState::default(),
             last_full: BTreeMap::new(),
             next_full: None,
+            stats_failing: false,
+            last_threshold_event: BTreeMap::new(),
+            last_reclaim: None,
         }
     }
 
@@ -410,9 +420,16 @@ impl EvictionManager {
             Scope::CpuAndMemory
         };
         let summary = match self.summary.summary(scope).await {
-            Ok(s) => s,
+            Ok(s) => {
+                if std::mem::take(&mut self.stats_failing) {
+                    tracing::info!("eviction manager: the stats summary is readable again");
+                }
+                s
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "eviction manager: reading the stats summary");
+                if !std::mem::replace(&mut self.stats_failing, true) {
+                    tracing::warn!(error = %e, "eviction manager: reading the stats summary failed; no eviction until it works (logged once)");
+                }
                 return None;
             }
         };
@@ -469,13 +486,25 @@ impl EvictionManager {
         };
         let resource = threshold.signal.resource();
         tracing::warn!(signal = %threshold.signal, resource = resource.name(), "eviction manager: attempting to reclaim");
-        self.events.record(
-            &node_ref(&self.settings.node_name),
-            EventType::Warning,
-            "EvictionThresholdMet",
-            format!("Attempting to reclaim {}", resource.name()),
-        );
-        if self.reclaim_node_level(threshold.signal).await {
+        let period = self.settings.housekeeping_period;
+        if self
+            .last_threshold_event
+            .get(&resource)
+            .is_none_or(|at| now.saturating_duration_since(*at) >= period)
+        {
+            self.last_threshold_event.insert(resource, now);
+            self.events.record(
+                &node_ref(&self.settings.node_name),
+                EventType::Warning,
+                "EvictionThresholdMet",
+                format!("Attempting to reclaim {}", resource.name()),
+            );
+        }
+        if self
+            .last_reclaim
+            .is_none_or(|at| now.saturating_duration_since(at) >= period)
+            && self.reclaim_node_level(threshold.signal).await
+        {
             return PassResult::Reclaimed;
         }
         if resource != Resource::Memory && !full {
@@ -566,6 +595,7 @@ impl EvictionManager {
             | Signal::ContainerFsInodesFree => (true, true),
             _ => return false,
         };
+        self.last_reclaim = Some(Instant::now());
         if containers {
             self.reclaim.delete_unused_containers().await;
         }

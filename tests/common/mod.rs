@@ -172,6 +172,7 @@ impl Nodelet {
              {kubelet_port}\
              plegRelistPeriod: 2s\n\
              {fail_cgroup_v1}\
+             {eviction_hard}\
              logging:\n  verbosity: 2\n{extra}",
             manifests = manifests.display(),
             // Tests run side by side: the kubelet API only where a test asks for a port, and
@@ -181,6 +182,10 @@ impl Nodelet {
             // This machine is a cgroup v1 host, which nodelet (as the kubelet since 1.35)
             // refuses unless told otherwise.
             fail_cgroup_v1 = default_line(extra, "failCgroupV1", "false"),
+            // The shared test disk hovers around 15% free, where the kubelet's default
+            // `imagefs.available: 15%` fires and evicts (and rejects) every test's pods. The
+            // manager still runs; tests of eviction set their own thresholds.
+            eviction_hard = default_line(extra, "evictionHard", "{memory.available: \"1Mi\"}"),
             logs = dir.path().join("logs").display(),
             root = dir.path().join("root").display(),
         );
