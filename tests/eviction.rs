@@ -378,3 +378,92 @@ async fn cluster_eviction_status_events_node_condition_and_admission() {
         "a bare evicted pod is kept"
     );
 }
+
+/// A static pod writing `kib` KiB into its emptyDir `cache` (limited to 1Mi), then sleeping.
+fn writer_pod(name: &str, kib: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 5\n  \
+         volumes:\n  - name: cache\n    emptyDir: {{sizeLimit: 1Mi}}\n  containers:\n  - name: main\n    \
+         image: {TESTBOX}\n    imagePullPolicy: Never\n    command: [/bin/sh, -c, 'dd if=/dev/zero of=/cache/f bs=1024 count={kib} && exec sleep 3600']\n    \
+         volumeMounts:\n    - {{name: cache, mountPath: /cache}}\n"
+    )
+}
+
+/// Local storage: an emptyDir over its `sizeLimit` is evicted with the kubelet's message (and
+/// no node threshold met); one below its limit stays, through passes that saw its usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_dir_over_its_size_limit_is_evicted_and_one_below_is_not() {
+    let mut n = Nodelet::prepare_with(
+        "evict_emptydir",
+        &format!("{NEVER_MET}evictStaticPods: true\n"),
+    );
+    n.write_manifest("over.yaml", &writer_pod("over", 2048));
+    n.write_manifest("under.yaml", &writer_pod("under", 512));
+    n.launch();
+    // Volumes are walked at most once a minute: allow for a walk that came before the write.
+    let long = Duration::from_secs(180);
+    let over = n.wait_pod("over", long, "over evicted", evicted).await;
+    assert_eq!(phase(&over), "Failed");
+    assert_eq!(
+        status_message(&over),
+        "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Mi\". "
+    );
+    assert_eq!(
+        condition(&over, "DisruptionTarget"),
+        None,
+        "no DisruptionTarget for local storage, as the kubelet"
+    );
+    let events = local_events(&n).await;
+    let e = events_with(&events, &n.pod_name("over"), "Evicted");
+    assert_eq!(e.len(), 1, "{events:?}");
+    assert_eq!(
+        e[0]["message"].as_str(),
+        Some(status_message(&over).as_str())
+    );
+    assert_eq!(
+        n.metric("nodelet_evictions_total{eviction_signal=\"emptydirfs.limit\"}")
+            .await,
+        Some(1.0)
+    );
+    // The positive sign: the summary has measured `under`'s 512 KiB; then two more full passes
+    // (every 10 s) ran, and it still runs.
+    let under_name = n.pod_name("under");
+    let deadline = Instant::now() + long;
+    loop {
+        let summary: serde_json::Value = reqwest::get(format!("{}/stats/summary", n.base_url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let used = summary["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["podRef"]["name"] == under_name.as_str())
+            .flat_map(|p| p["volume"].as_array().cloned().unwrap_or_default())
+            .find(|v| v["name"] == "cache")
+            .and_then(|v| v["usedBytes"].as_u64())
+            .unwrap_or(0);
+        if used >= 512 * 1024 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "under's emptyDir never measured: {summary}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let passes = n
+        .metric("nodelet_eviction_passes_total")
+        .await
+        .unwrap_or(0.0);
+    wait_metric_at_least(&n, "nodelet_eviction_passes_total", passes + 22.0).await;
+    let under = n.pod("under").await.expect("under listed");
+    assert!(
+        all_running(&under),
+        "under still running: {:?}",
+        under.status
+    );
+    assert_eq!(n.metric("nodelet_evictions_total").await, Some(1.0));
+}

@@ -26,6 +26,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::local_storage;
 use super::rank::{evictable, eviction_message, rank, Candidate, ContainerUsage};
 use super::signals::observations;
 use super::threshold::{
@@ -481,6 +482,11 @@ impl EvictionManager {
             *c = outcome.conditions.clone();
             true
         });
+        if full {
+            if let Some(result) = self.local_storage_evictions(&summary) {
+                return result;
+            }
+        }
         let Some(threshold) = outcome.act_on.first().copied() else {
             return PassResult::Nothing;
         };
@@ -580,6 +586,59 @@ impl EvictionManager {
             uid: chosen.uid.clone(),
             handle,
         }
+    }
+
+    /// The kubelet's `localStorageEviction`, on full passes (volume and writable-layer usage
+    /// are in the full summary only): every evictable pod over an emptyDir `sizeLimit` or its
+    /// `ephemeral-storage` limits goes at once with the hard grace period — not one per pass,
+    /// and before any threshold is acted on. No `DisruptionTarget` condition: the kubelet sets
+    /// none for these. The pass waits for the first one's cleanup.
+    fn local_storage_evictions(&mut self, summary: &Summary) -> Option<PassResult> {
+        let mut evicted: Option<PassResult> = None;
+        for pod in self.pods.active_pods() {
+            if !evictable(&pod, self.settings.evict_static_pods) {
+                continue;
+            }
+            let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == pod_uid(&pod)) else {
+                continue;
+            };
+            let Some(violation) =
+                local_storage::violation(&pod, stats, self.settings.split_image_fs)
+            else {
+                continue;
+            };
+            let message = violation.message();
+            tracing::warn!(
+                pod.uid = %pod_uid(&pod),
+                pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
+                message = %message,
+                "eviction manager: evicting pod over its local storage limits"
+            );
+            self.events.record(
+                &pod_ref(&pod),
+                EventType::Warning,
+                REASON_EVICTED,
+                message.clone(),
+            );
+            let handle = self.killer.kill_pod(
+                pod.clone(),
+                Some(HARD_EVICTION_GRACE),
+                StatusMutation::failed(REASON_EVICTED, message),
+            );
+            crate::metrics::metrics()
+                .evictions_total
+                .get_or_create(&crate::metrics::SignalLabels {
+                    eviction_signal: violation.signal_label().to_string(),
+                })
+                .inc();
+            if evicted.is_none() {
+                evicted = Some(PassResult::Evicted {
+                    uid: pod_uid(&pod).to_string(),
+                    handle,
+                });
+            }
+        }
+        evicted
     }
 
     /// Dead containers (and, for the image filesystem, unused images) first; true when the

@@ -699,3 +699,81 @@ fn admission_under_pressure_like_the_kubelet() {
         assert_eq!(admit(p, &conditions), want, "{what}");
     }
 }
+
+/// A pod with an emptyDir `cache` limited to 1Mi.
+fn pod_with_cache(uid: &str, priority: i32) -> Arc<Pod> {
+    let mut p = (*pod(uid, priority, None)).clone();
+    p.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(serde_json::json!({
+        "name": "cache", "emptyDir": {"sizeLimit": "1Mi"}
+    }))
+    .unwrap()]);
+    Arc::new(p)
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_storage_over_its_limits_goes_at_once_without_a_node_threshold() {
+    let r = rig(FakeReclaim::default());
+    r.pods(vec![
+        pod_with_cache("over-1", 0),
+        pod_with_cache("under", 0),
+        pod_with_cache("over-2", 1000),
+        {
+            let mut p = (*pod_with_cache("critical", 0)).clone();
+            p.spec.as_mut().unwrap().priority = Some(2_000_001_000);
+            Arc::new(p)
+        },
+    ]);
+    // Plenty of memory and disk: no node threshold is met.
+    let mut s = summary(
+        900 * MI,
+        90 * 1024 * MI,
+        &[
+            ("over-1", "hog", MI),
+            ("under", "hog", MI),
+            ("over-2", "hog", MI),
+            ("critical", "hog", MI),
+        ],
+    );
+    for p in &mut s.pods {
+        let used = if p.pod_ref.uid == "under" { MI } else { 2 * MI };
+        p.volume_stats = vec![crate::stats::summary::VolumeStats {
+            fs: FsStats {
+                used_bytes: Some(used),
+                ..FsStats::empty(time())
+            },
+            name: "cache".into(),
+        }];
+    }
+    r.set(s);
+    let mut m = r.manager(settings(memory_100mi()));
+    // The first pass reads the full summary.
+    assert!(
+        matches!(m.synchronize().await, PassResult::Evicted { ref uid, .. } if uid == "over-1")
+    );
+    assert_eq!(
+        r.killer.uids(),
+        ["over-1", "over-2"],
+        "every violator in one pass, no critical one"
+    );
+    let message = "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Mi\". ";
+    for k in r.killer.0.lock().unwrap().iter() {
+        assert_eq!(k.grace, Some(Duration::from_secs(1)));
+        assert_eq!(k.status.reason.as_deref(), Some("Evicted"));
+        assert_eq!(k.status.message.as_deref(), Some(message));
+        assert!(
+            k.status.conditions.is_empty(),
+            "no DisruptionTarget, as the kubelet"
+        );
+    }
+    assert_eq!(
+        r.events()
+            .into_iter()
+            .map(|(object, _, reason, _)| (object, reason))
+            .collect::<Vec<_>>(),
+        [
+            ("over-1".to_string(), "Evicted".to_string()),
+            ("over-2".to_string(), "Evicted".to_string())
+        ]
+    );
+    assert!(m.pressure().conditions().is_empty(), "no node condition");
+}
