@@ -467,3 +467,82 @@ async fn an_empty_dir_over_its_size_limit_is_evicted_and_one_below_is_not() {
     );
     assert_eq!(n.metric("nodelet_evictions_total").await, Some(1.0));
 }
+
+/// `pid.available` as nodelet reads it: min(`pid_max`, `threads-max`) − the tasks in
+/// `/proc/loadavg`.
+fn pids_available() -> i64 {
+    let read = |p: &str| -> i64 {
+        std::fs::read_to_string(p)
+            .unwrap_or_else(|e| panic!("{p}: {e}"))
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{p}: {e}"))
+    };
+    let limit = read("/proc/sys/kernel/pid_max").min(read("/proc/sys/kernel/threads-max"));
+    let loadavg = std::fs::read_to_string("/proc/loadavg").expect("/proc/loadavg");
+    let tasks: i64 = loadavg
+        .split_whitespace()
+        .nth(3)
+        .and_then(|f| f.split_once('/'))
+        .and_then(|(_, total)| total.parse().ok())
+        .unwrap_or_else(|| panic!("/proc/loadavg: {loadavg}"));
+    limit - tasks
+}
+
+/// A PID-hungry pod: with `pid.available` set 1500 below what the node has free, a pod that
+/// starts 2500 processes is evicted (PID ranking: priority, then process count), a quiet pod of
+/// the same priority is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pid_hungry_pod_is_evicted_under_a_low_pid_available_threshold() {
+    let threshold = pids_available() - 1500;
+    let mut n = Nodelet::prepare_with(
+        "evict_pids",
+        &format!("evictionHard: {{pid.available: \"{threshold}\"}}\nevictStaticPods: true\n"),
+    );
+    n.write_manifest("quiet.yaml", &static_pod("quiet", ""));
+    n.launch();
+    let quiet = n.wait_pod("quiet", T, "quiet running", all_running).await;
+    let passes = n
+        .metric("nodelet_eviction_passes_total")
+        .await
+        .unwrap_or(0.0);
+    wait_metric_at_least(&n, "nodelet_eviction_passes_total", passes + 2.0).await;
+    assert_eq!(
+        n.metric("nodelet_evictions_total").await.unwrap_or(0.0),
+        0.0,
+        "nothing yet"
+    );
+    n.write_manifest(
+        "hungry.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hungry\nspec:\n  terminationGracePeriodSeconds: 5\n  \
+             containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    \
+             command: [/bin/sh, -c, 'i=0; while [ $i -lt 2500 ]; do sleep 3600 & i=$((i+1)); done; wait']\n"
+        ),
+    );
+    let hungry = n.wait_pod("hungry", T, "hungry evicted", evicted).await;
+    let message = status_message(&hungry);
+    assert!(
+        message.starts_with(&format!(
+            "The node was low on resource: pids. Threshold quantity: {threshold}, available: "
+        )),
+        "{message:?}"
+    );
+    let passes = n
+        .metric("nodelet_eviction_passes_total")
+        .await
+        .unwrap_or(0.0);
+    wait_metric_at_least(&n, "nodelet_eviction_passes_total", passes + 3.0).await;
+    let now = n.pod("quiet").await.expect("quiet listed");
+    assert!(all_running(&now), "quiet still running: {:?}", now.status);
+    assert_eq!(
+        running_ids(&now),
+        running_ids(&quiet),
+        "quiet's container kept"
+    );
+    assert_eq!(
+        n.metric("nodelet_evictions_total{eviction_signal=\"pid.available\"}")
+            .await,
+        Some(1.0)
+    );
+}
