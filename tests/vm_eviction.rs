@@ -32,6 +32,7 @@ async fn eviction_checks(node: Guest) {
     let cluster = Cluster::new(&fixture);
     lower_priority_hog_goes_first_and_guaranteed_never(&node, &cluster).await;
     fast_hog_is_evicted_before_the_kernel_oom_killer(&node, &cluster).await;
+    standalone_static_hogs_with_evict_static_pods(&node).await;
 }
 
 /// The fixture's address in a kubeconfig nodelet reads, and the configuration lines for it.
@@ -464,4 +465,79 @@ fn dmesg_oom() -> String {
         .filter(|l| l.contains("Out of memory") || l.contains("oom-kill"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The first step on a standalone node (static pods only, no API server) with
+/// `evictStaticPods: true`: static pods are ranked by `spec.priority` like any other.
+async fn standalone_static_hogs_with_evict_static_pods(node: &Guest) {
+    let _step =
+        node.step("standalone, evictStaticPods: the lower-priority static hog is evicted first");
+    // Without a kubeconfig: the cluster's pods are no longer this node's and are stopped.
+    node.systemctl(&["stop", "nodelet.service"]);
+    node.start_nodelet("");
+    let static_pod = |name: &str, args: &str, priority: &str, resources: &str| {
+        pod_yaml(name, args, priority, resources).replace("  namespace: default\n", "")
+    };
+    node.write_manifest(
+        "guaranteed.yaml",
+        &static_pod(
+            "guaranteed",
+            "serve",
+            "",
+            "    resources: {limits: {memory: 64Mi, cpu: 100m}}\n",
+        ),
+    );
+    node.write_manifest(
+        "hog-high.yaml",
+        &static_pod(
+            "hog-high",
+            "alloc, --mib, \"200\", --hold",
+            "  priority: 1000\n",
+            "",
+        ),
+    );
+    let running = |p: &Pod| phase(p) == "Running";
+    node.wait_pod("guaranteed", "Running", running).await;
+    node.wait_pod("hog-high", "Running", running).await;
+    node.wait_for("hog-high holding 200 MiB", || hog_rss_at_least(200 * MI))
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let threshold = format!("{}Mi", mib(memory_available()).saturating_sub(150));
+    println!("vm scenario: standalone memory.available threshold {threshold}");
+    node.systemctl(&["stop", "nodelet.service"]);
+    node.start_nodelet(&format!(
+        "evictionHard: {{memory.available: {threshold}}}\nevictStaticPods: true\n"
+    ));
+    let passes_before = node
+        .wait_metric("nodelet_eviction_passes_total", "an eviction pass", |v| {
+            v >= 1.0
+        })
+        .await;
+    node.write_manifest(
+        "hog-low.yaml",
+        &static_pod(
+            "hog-low",
+            "alloc, --mib, \"400\", --chunk-mib, \"4\", --interval, 100ms, --hold",
+            "  priority: 0\n",
+            "",
+        ),
+    );
+    let low = node.wait_pod("hog-low", "evicted", evicted).await;
+    assert_memory_evicted(&low, &threshold);
+    let uid = low.metadata.uid.clone().unwrap_or_default();
+    let events = node.events(&uid).await;
+    assert!(
+        events.contains(&format!("Warning Evicted: {}", status_message(&low))),
+        "hog-low's events: {events}"
+    );
+    // More passes, pressure gone, the others still run; one eviction in all.
+    node.wait_metric("nodelet_eviction_passes_total", "more passes", |v| {
+        v >= passes_before + 10.0
+    })
+    .await;
+    for name in ["hog-high", "guaranteed"] {
+        let p = node.pod(name).await.expect("listed");
+        assert_eq!(phase(&p), "Running", "{name}: {:?}", p.status);
+    }
+    assert_eq!(node.metric_now("nodelet_evictions_total").await, 1.0);
 }
