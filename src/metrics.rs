@@ -38,6 +38,18 @@ pub struct PodLabels {
     pub pod: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WakeLabels {
+    /// `memory_check`, `psi`, `memory_events` (`eviction::notify::WakeSource`).
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    /// `memory.available`, `nodefs.available`, ... (the kubelet's label).
+    pub eviction_signal: String,
+}
+
 pub struct Metrics {
     pub runtime_operations_duration_seconds: Family<OperationLabels, Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabels, Counter>,
@@ -75,6 +87,16 @@ pub struct Metrics {
     pub container_gc_removed: Counter,
     /// Container log files rotated.
     pub log_rotations: Counter,
+    /// Pods evicted, by the signal whose threshold was met (the kubelet's `evictions`).
+    pub evictions_total: Family<SignalLabels, Counter>,
+    /// Passes of the eviction manager (a sign that it runs).
+    pub eviction_passes_total: Counter,
+    /// The last reading of each eviction signal: what is available (bytes, inodes, PIDs).
+    pub eviction_signal_available: Family<SignalLabels, Gauge>,
+    /// From the pass that first saw a threshold met to the kill of the pod evicted for it.
+    pub eviction_crossing_to_kill_seconds: Histogram,
+    /// Wake-ups of the eviction manager between its passes, by source.
+    pub eviction_wakeups_total: Family<WakeLabels, Counter>,
     registry: Registry,
 }
 
@@ -111,6 +133,11 @@ impl Metrics {
         let container_gc_runs = Counter::default();
         let container_gc_removed = Counter::default();
         let log_rotations = Counter::default();
+        let evictions_total = Family::<SignalLabels, Counter>::default();
+        let eviction_passes_total = Counter::default();
+        let eviction_signal_available = Family::<SignalLabels, Gauge>::default();
+        let eviction_crossing_to_kill_seconds = Histogram::new(seconds_buckets());
+        let eviction_wakeups_total = Family::<WakeLabels, Counter>::default();
 
         let mut registry = Registry::with_prefix("nodelet");
         registry.register(
@@ -228,7 +255,37 @@ impl Metrics {
             "Container log files rotated",
             log_rotations.clone(),
         );
+        registry.register(
+            "evictions",
+            "Pods evicted by the eviction manager, by eviction signal",
+            evictions_total.clone(),
+        );
+        registry.register(
+            "eviction_passes",
+            "Passes of the eviction manager",
+            eviction_passes_total.clone(),
+        );
+        registry.register(
+            "eviction_signal_available",
+            "Last reading of each eviction signal: the amount available",
+            eviction_signal_available.clone(),
+        );
+        registry.register(
+            "eviction_crossing_to_kill_seconds",
+            "Time from the eviction pass that first saw a threshold met to the kill of the pod evicted for it",
+            eviction_crossing_to_kill_seconds.clone(),
+        );
+        registry.register(
+            "eviction_wakeups",
+            "Wake-ups of the eviction manager between its passes (memory check, PSI trigger, memory.events), by source",
+            eviction_wakeups_total.clone(),
+        );
         Metrics {
+            evictions_total,
+            eviction_passes_total,
+            eviction_signal_available,
+            eviction_crossing_to_kill_seconds,
+            eviction_wakeups_total,
             image_gc_runs,
             image_gc_removed,
             container_gc_runs,

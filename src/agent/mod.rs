@@ -21,7 +21,9 @@
 //! tree and waits for all of them.
 
 mod cgroups;
+mod eviction;
 mod servers;
+mod wakeups;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,6 +45,7 @@ use crate::cri::remote::RemoteRuntime;
 use crate::cri::{api, HousekeepingRuntime, ImageService, Runtime, StatsRuntime, StreamingRuntime};
 use crate::events::api_sink::ApiEventSink;
 use crate::events::{container_field_path, node_ref, EventRecorder, EventType, ObjectRef};
+use crate::eviction::manager::{EvictionManager, PressureView};
 use crate::gc::{ContainerGc, CriGc, ImageGc, ImageGcPolicy};
 use crate::logs::rotation::{CriLogs, LogRotator, RotationPolicy};
 use crate::node::{NodeAgent, NodeFacts, NodeInfo, NodeSettings};
@@ -448,8 +451,58 @@ impl NodeletBuilder {
             cfg.node_name.clone(),
             expected,
         );
+        let cri = Arc::new(CriGc {
+            runtime: rt.runtime.clone(),
+            images: rt.images.clone(),
+            stats: rt.stats.clone(),
+            housekeeping: rt.housekeeping.clone(),
+            node_name: cfg.node_name.clone(),
+        });
+        let image_gc = Arc::new(ImageGc::new(
+            cri.clone(),
+            ImageGcPolicy::from_config(&cfg),
+            recorder.clone(),
+            cfg.node_name.clone(),
+        ));
+        let summary = servers::summary_provider(&cfg, &paths, &rt, &status, clock);
+        let eviction = summary.clone().map(|summary| {
+            let mut reclaim_gc = container_gc(&cfg, &cri, &workers, clock);
+            reclaim_gc.policy.max_per_pod_container = 0;
+            EvictionManager::new(
+                crate::eviction::manager::Settings::from_config(&cfg),
+                summary,
+                Arc::new(eviction::AdmittedPods {
+                    pods: manager.admitted_pods(),
+                    status: status.clone(),
+                    workers: workers.clone(),
+                }),
+                Arc::new(workers.clone()),
+                Arc::new(eviction::GcReclaim {
+                    containers: reclaim_gc,
+                    images: image_gc.clone(),
+                }),
+                recorder.clone(),
+            )
+        });
+        let pressure = eviction
+            .as_ref()
+            .map_or_else(PressureView::none, EvictionManager::pressure);
+        match &eviction {
+            Some(eviction) => wakeups::spawn(
+                &cfg,
+                &paths,
+                &crate::eviction::manager::Settings::from_config(&cfg).thresholds,
+                node.memory_capacity(),
+                eviction.waker(),
+                tasks,
+                &cancel,
+            ),
+            None => {
+                tracing::warn!("the runtime offers no stats calls: node-pressure eviction is off")
+            }
+        }
         if let (Some(client), Some(store)) = (&cluster, &pod_store) {
-            manager = manager.with_admission(admission(&cfg, &node, &status, &recorder));
+            manager = manager.with_admission(admission(&cfg, &node, &status, &recorder, &pressure));
             let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone());
             tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
             let sync = ApiStatusSync::new(
@@ -503,7 +556,10 @@ impl NodeletBuilder {
                 NodeSettings::from_config(&cfg),
                 facts,
                 health,
-                Arc::new(Default::default),
+                {
+                    let pressure = pressure.clone();
+                    Arc::new(move || pressure.pressure())
+                },
                 clock,
             )
             .with_images(rt.images.clone())
@@ -512,21 +568,32 @@ impl NodeletBuilder {
             tasks.spawn(agent.run(heartbeat, cancel.clone()));
         }
 
-        let image_gc = housekeeping(
-            &cfg, &rt, &workers, &recorder, clock, &ready, tasks, &cancel,
+        housekeeping(
+            &cfg,
+            &rt,
+            Housekeeping {
+                cri,
+                image_gc: image_gc.clone(),
+                eviction,
+            },
+            &workers,
+            clock,
+            &ready,
+            tasks,
+            &cancel,
         );
 
         servers::start(
             servers::Served {
                 cfg: &cfg,
                 node: &node,
-                paths: &paths,
                 runtime: &rt,
                 status: &status,
                 events: &recorder,
                 pleg: &pleg,
                 cluster: cluster.as_ref(),
                 clock,
+                summary,
             },
             tasks,
             &cancel,
@@ -546,49 +613,57 @@ impl NodeletBuilder {
     }
 }
 
-/// Starts image GC and container GC once the pods already on the node were adopted (so that
-/// their containers are not taken for a gone pod's), and log rotation at once.
-#[allow(clippy::too_many_arguments)]
-fn housekeeping(
-    cfg: &Config,
-    rt: &RuntimeServices,
-    workers: &PodWorkers,
-    recorder: &EventRecorder,
-    clock: Clock,
-    ready: &watch::Receiver<bool>,
-    tasks: &TaskTracker,
-    cancel: &CancellationToken,
-) -> Arc<ImageGc> {
-    let cri = Arc::new(CriGc {
-        runtime: rt.runtime.clone(),
-        images: rt.images.clone(),
-        stats: rt.stats.clone(),
-        housekeeping: rt.housekeeping.clone(),
-        node_name: cfg.node_name.clone(),
-    });
-    let image_gc = Arc::new(ImageGc::new(
-        cri.clone(),
-        ImageGcPolicy::from_config(cfg),
-        recorder.clone(),
-        cfg.node_name.clone(),
-    ));
-    let container_gc = ContainerGc {
-        runtime: cri,
+/// The housekeeping parts `wire` builds before the pod manager (eviction needs them).
+struct Housekeeping {
+    cri: Arc<CriGc>,
+    image_gc: Arc<ImageGc>,
+    eviction: Option<EvictionManager>,
+}
+
+/// Container GC over the CRI with the kubelet's default policy.
+fn container_gc(cfg: &Config, cri: &Arc<CriGc>, workers: &PodWorkers, clock: Clock) -> ContainerGc {
+    ContainerGc {
+        runtime: cri.clone(),
         live: Arc::new(workers.clone()),
         policy: Default::default(),
         clock,
         pod_logs_dir: cfg.pod_logs_dir.clone(),
         pods_dir: cfg.root_dir.join("pods"),
         root_dir: cfg.root_dir.clone(),
-    };
+    }
+}
+
+/// Starts image GC, container GC and the eviction manager once the pods already on the node
+/// were adopted (so that their containers are not taken for a gone pod's, and eviction ranks
+/// every pod), and log rotation at once.
+#[allow(clippy::too_many_arguments)]
+fn housekeeping(
+    cfg: &Config,
+    rt: &RuntimeServices,
+    parts: Housekeeping,
+    workers: &PodWorkers,
+    clock: Clock,
+    ready: &watch::Receiver<bool>,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    let Housekeeping {
+        cri,
+        image_gc,
+        eviction,
+    } = parts;
+    let container_gc = container_gc(cfg, &cri, workers, clock);
     let mut ready = ready.clone();
-    let (gc, gc_cancel, gc_tasks) = (image_gc.clone(), cancel.clone(), tasks.clone());
+    let (gc, gc_cancel, gc_tasks) = (image_gc, cancel.clone(), tasks.clone());
     tasks.spawn(async move {
         tokio::select! {
             r = ready.wait_for(|r| *r) => if r.is_err() { return },
             _ = gc_cancel.cancelled() => return,
         }
         gc_tasks.spawn(gc.run(gc_cancel.clone()));
+        if let Some(eviction) = eviction {
+            gc_tasks.spawn(eviction.run(gc_cancel.clone()));
+        }
         gc_tasks.spawn(container_gc.run(gc_cancel));
     });
     if let Some(h) = &rt.housekeeping {
@@ -608,7 +683,6 @@ fn housekeeping(
         };
         tasks.spawn(rotator.run(cancel.clone()));
     }
-    image_gc
 }
 
 fn create_dir(field: &'static str, path: &std::path::Path) -> Result<(), StartError> {
@@ -651,6 +725,7 @@ fn admission(
     node: &NodeInfo,
     status: &StatusManager,
     recorder: &EventRecorder,
+    pressure: &PressureView,
 ) -> Admission {
     let reserve = crate::node::AllocatableReservation::for_config(cfg);
     let labels = crate::node::register::initial_node(
@@ -677,6 +752,7 @@ fn admission(
         node_name: cfg.node_name.clone(),
         status: status.clone(),
         events: recorder.clone(),
+        pressure: pressure.clone(),
     }
 }
 

@@ -22,7 +22,6 @@ use crate::status::StatusManager;
 pub(super) struct Served<'a> {
     pub cfg: &'a Config,
     pub node: &'a NodeInfo,
-    pub paths: &'a HostPaths,
     pub runtime: &'a RuntimeServices,
     pub status: &'a StatusManager,
     pub events: &'a EventRecorder,
@@ -30,6 +29,33 @@ pub(super) struct Served<'a> {
     /// The API server, for TokenReviews and SubjectAccessReviews (cluster mode).
     pub cluster: Option<&'a kube::Client>,
     pub clock: Clock,
+    /// `/stats/summary` (with a stats-capable runtime).
+    pub summary: Option<Arc<dyn crate::stats::SummarySource>>,
+}
+
+/// The Summary provider over the runtime's stats calls and the host's cgroups and `/proc`
+/// (`None` without a stats-capable runtime); `/stats/summary` and eviction read it.
+pub(super) fn summary_provider(
+    cfg: &Config,
+    paths: &HostPaths,
+    runtime: &RuntimeServices,
+    status: &StatusManager,
+    clock: Clock,
+) -> Option<Arc<dyn crate::stats::SummarySource>> {
+    let stats = runtime.stats.clone()?;
+    let status = status.clone();
+    let pods = Arc::new(move || status.pods());
+    Some(Arc::new(crate::stats::SummaryProvider::new(
+        crate::stats::StatsSettings {
+            cgroup_mount: paths.cgroup.clone(),
+            proc_root: paths.proc.clone(),
+            ..crate::stats::StatsSettings::from_config(cfg)
+        },
+        runtime.runtime.clone(),
+        stats,
+        pods,
+        clock,
+    )))
 }
 
 /// Binds and starts every enabled server in `tasks`.
@@ -72,26 +98,7 @@ fn api_state(served: &Served<'_>) -> ApiState {
             }
         }),
         events: Arc::new(move || events.events()),
-        summary: served.runtime.stats.clone().map(|stats| {
-            Arc::new(crate::stats::SummaryProvider::new(
-                served.stats_settings(),
-                served.runtime.runtime.clone(),
-                stats,
-                pods,
-                served.clock,
-            )) as Arc<dyn crate::stats::SummarySource>
-        }),
-    }
-}
-
-impl Served<'_> {
-    /// The Summary API's settings, with the host paths nodelet was given.
-    fn stats_settings(&self) -> crate::stats::StatsSettings {
-        crate::stats::StatsSettings {
-            cgroup_mount: self.paths.cgroup.clone(),
-            proc_root: self.paths.proc.clone(),
-            ..crate::stats::StatsSettings::from_config(self.cfg)
-        }
+        summary: served.summary.clone(),
     }
 }
 

@@ -88,6 +88,14 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "containerLogMaxFiles",
     "containerLogMaxWorkers",
     "containerLogMonitorInterval",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMinimumReclaim",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "mergeDefaultEvictionSettings",
+    "evictStaticPods",
 ];
 
 /// `enforceNodeAllocatable` values the kubelet knows; nodelet enforces `pods` (and `none`).
@@ -195,6 +203,15 @@ pub(super) struct Decoded {
     pub container_log_max_files: Option<u32>,
     pub container_log_max_workers: Option<u32>,
     pub container_log_monitor_interval: Option<Duration>,
+    /// `evictionHard` as written; `None` when absent (the defaults apply).
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    pub eviction_pressure_transition_period: Option<Duration>,
+    pub eviction_max_pod_grace_period: Option<i64>,
+    pub merge_default_eviction_settings: Option<bool>,
+    pub evict_static_pods: Option<bool>,
     pub errors: Vec<FieldError>,
     pub warnings: Vec<Warning>,
 }
@@ -340,6 +357,26 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
                     }
                 })
             }
+            "evictionHard" => d.eviction_hard = d.string_map(name, value),
+            "evictionSoft" => d.eviction_soft = d.string_map(name, value),
+            "evictionSoftGracePeriod" => d.eviction_soft_grace_period = d.string_map(name, value),
+            "evictionMinimumReclaim" => d.eviction_minimum_reclaim = d.string_map(name, value),
+            "evictionPressureTransitionPeriod" => {
+                d.eviction_pressure_transition_period = d.duration(name, value)
+            }
+            "evictionMaxPodGracePeriod" => {
+                d.eviction_max_pod_grace_period = d.int_in(
+                    name,
+                    value,
+                    0,
+                    i64::from(i32::MAX),
+                    "must be greater than or equal to 0",
+                )
+            }
+            "mergeDefaultEvictionSettings" => {
+                d.merge_default_eviction_settings = d.boolean(name, value)
+            }
+            "evictStaticPods" => d.evict_static_pods = d.boolean(name, value),
             _ if NOT_IMPLEMENTED_FIELDS.contains(&name) => d.warn(name, NOT_IMPLEMENTED_MESSAGE),
             _ => d.unknown_field(name, TOP_LEVEL_FIELDS),
         }

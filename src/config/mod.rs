@@ -96,6 +96,8 @@ pub struct Config {
     /// `nodeStatusMaxImages`: how many images the node status lists (largest first); `None`
     /// (`-1` in the file) lists all.
     pub node_status_max_images: Option<u32>,
+    /// `evictionHard`, `evictionSoft` and the other eviction fields, parsed.
+    pub eviction: Eviction,
     /// `address`: where the kubelet API (`port`) and the read-only API (`readOnlyPort`, off
     /// by default, unauthenticated) listen. 0.0.0.0 as the kubelet's, so the API server can
     /// reach the kubelet API for `kubectl logs`.
@@ -276,6 +278,43 @@ pub struct Logging {
     pub verbosity: u32,
 }
 
+/// Node-pressure eviction as configured: the kubelet's eviction fields, and nodelet's
+/// `evictStaticPods`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eviction {
+    /// `evictionHard` (default: the kubelet's Linux defaults, see
+    /// [`crate::eviction::threshold::DEFAULT_EVICTION_HARD`]) merged with
+    /// `mergeDefaultEvictionSettings`, `evictionSoft` with `evictionSoftGracePeriod`, each
+    /// with its `evictionMinimumReclaim`; hard thresholds first.
+    pub thresholds: Vec<crate::eviction::threshold::Threshold>,
+    /// `evictionPressureTransitionPeriod` (default 5m): how long a pressure condition stays
+    /// after its threshold stopped being met.
+    pub pressure_transition_period: Duration,
+    /// `evictionMaxPodGracePeriod` (default 0): the longest grace period a soft eviction gives
+    /// a pod, in seconds.
+    pub max_pod_grace_period_seconds: i64,
+    /// `evictStaticPods` (nodelet, default false): static pods are evicted like any other
+    /// pod unless their priority makes them critical. The kubelet never evicts a static pod,
+    /// so a standalone node (only static pods) could never relieve pressure.
+    pub evict_static_pods: bool,
+}
+
+impl Eviction {
+    /// The kubelet's defaults (with `enforceNodeAllocatable: [pods]`).
+    pub fn kubelet_defaults() -> Eviction {
+        let fields = crate::eviction::threshold::EvictionFields {
+            enforce_pods_allocatable: true,
+            ..Default::default()
+        };
+        Eviction {
+            thresholds: crate::eviction::threshold::parse_thresholds(&fields).unwrap_or_default(),
+            pressure_transition_period: Duration::from_secs(300),
+            max_pod_grace_period_seconds: 0,
+            evict_static_pods: false,
+        }
+    }
+}
+
 /// `podCleanup`: pods this node failed (evicted, rejected at admission) carry no
 /// deletionTimestamp, so the kubelet never deletes them and they pile up (seed 001). nodelet
 /// deletes them after `retention` when a controller owns them (it creates a replacement), and bare
@@ -413,6 +452,7 @@ impl Config {
             container_log_max_workers: 1,
             container_log_monitor_interval: Duration::from_secs(10),
             node_status_max_images: Some(50),
+            eviction: Eviction::kubelet_defaults(),
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             read_only_port: 0,
             healthz_port: 10248,

@@ -35,9 +35,60 @@ fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|s| !s.is_empty())
 }
 
+/// The eviction fields: thresholds parsed with the kubelet's rules (`ParseThresholdConfig`),
+/// an invalid one reported with its field path (`evictionHard[memory.available]`) and value.
+fn resolve_eviction(
+    d: &Decoded,
+    enforce_pods_allocatable: bool,
+    errors: &mut Vec<FieldError>,
+) -> Option<super::Eviction> {
+    use crate::eviction::threshold::{parse_thresholds, EvictionFields};
+    let fields = EvictionFields {
+        hard: d.eviction_hard.clone(),
+        soft: d.eviction_soft.clone().unwrap_or_default(),
+        soft_grace_period: d.eviction_soft_grace_period.clone().unwrap_or_default(),
+        minimum_reclaim: d.eviction_minimum_reclaim.clone().unwrap_or_default(),
+        merge_defaults: d.merge_default_eviction_settings.unwrap_or(false),
+        enforce_pods_allocatable,
+    };
+    let thresholds = match parse_thresholds(&fields) {
+        Ok(t) => t,
+        Err(e) => {
+            errors.push(FieldError {
+                path: e.field,
+                kind: if e.value.is_empty() {
+                    FieldErrorKind::Required
+                } else {
+                    FieldErrorKind::Invalid
+                },
+                value: (!e.value.is_empty()).then(|| format!("{:?}", e.value)),
+                detail: e.message,
+            });
+            return None;
+        }
+    };
+    let defaults = super::Eviction::kubelet_defaults();
+    Some(super::Eviction {
+        thresholds,
+        pressure_transition_period: or_default_if_zero(
+            d.eviction_pressure_transition_period,
+            defaults.pressure_transition_period,
+        ),
+        max_pod_grace_period_seconds: d.eviction_max_pod_grace_period.unwrap_or(0),
+        evict_static_pods: d.evict_static_pods.unwrap_or(false),
+    })
+}
+
 pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     let gc_fields = decoded_gc(&decoded);
+    let mut eviction_errors = Vec::new();
+    let enforce_pods = decoded
+        .enforce_node_allocatable
+        .as_ref()
+        .is_none_or(|v| v.iter().any(|x| x == "pods"));
+    let eviction = resolve_eviction(&decoded, enforce_pods, &mut eviction_errors);
     let mut errors = decoded.errors;
+    errors.extend(eviction_errors);
     let mut warnings = decoded.warnings;
     let defaults = Config::defaults(env);
 
@@ -82,6 +133,7 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         &mut warnings,
     );
     config.max_pods = decoded.max_pods.unwrap_or(defaults.max_pods);
+    config.eviction = eviction.unwrap_or(defaults.eviction.clone());
     resolve_gc_and_logs(&mut config, &gc_fields, &mut errors);
     config.node_status_max_images = match decoded.node_status_max_images {
         None => defaults.node_status_max_images,

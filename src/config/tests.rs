@@ -445,7 +445,7 @@ fn type_meta_is_required_and_checked() {
 #[test]
 fn accepted_but_ignored_fields_warn() {
     let cases: &[(&str, &[&str])] = &[
-        ("evictionHard: {memory.available: 100Mi}", &["evictionHard: accepted but not implemented by nodelet yet; ignored"]),
+        ("shutdownGracePeriod: 30s", &["shutdownGracePeriod: accepted but not implemented by nodelet yet; ignored"]),
         ("tlsMinVersion: VersionTLS12\nserverTLSBootstrap: true", &[
             "tlsMinVersion: accepted but not implemented by nodelet yet; ignored",
             "serverTLSBootstrap: accepted but not implemented by nodelet yet; ignored",
@@ -471,9 +471,7 @@ fn accepted_but_ignored_fields_warn() {
 
 #[test]
 fn ignored_fields_do_not_change_the_config_but_unknown_gates_are_kept() {
-    let loaded = ok(
-        "evictionHard: {memory.available: 100Mi}\nport: 10250\nfeatureGates: {SomeOtherGate: true}",
-    );
+    let loaded = ok("shutdownGracePeriod: 30s\nport: 10250\nfeatureGates: {SomeOtherGate: true}");
     let mut want = Config::defaults(&env());
     want.feature_gates.insert("SomeOtherGate".into(), true);
     assert_eq!(loaded.config, want);
@@ -992,6 +990,96 @@ fn image_gc_and_log_rotation_fields() {
         ("containerLogMonitorInterval: 2s", &["containerLogMonitorInterval: Invalid value: \"2s\": must be a positive time duration greater than or equal to 3s"]),
     ];
     for (body, want) in errors {
+        assert_eq!(
+            &field_errors(&format!("{HEADER}{body}")),
+            want,
+            "body {body:?}"
+        );
+    }
+}
+
+#[test]
+fn eviction_fields() {
+    use crate::eviction::threshold::{Signal, Threshold, ThresholdValue};
+    const MI: i64 = 1 << 20;
+    let hard = |signal, value| Threshold {
+        signal,
+        value,
+        grace_period: Duration::ZERO,
+        min_reclaim: None,
+    };
+    // Defaults: the kubelet's five hard thresholds, plus the allocatable copy of memory's.
+    let c = Config::defaults(&env());
+    assert_eq!(c.eviction.thresholds.len(), 6);
+    assert!(c.eviction.thresholds.contains(&hard(
+        Signal::AllocatableMemoryAvailable,
+        ThresholdValue::Quantity(100 * MI)
+    )));
+    assert_eq!(c.eviction.pressure_transition_period, s(300));
+    assert_eq!(c.eviction.max_pod_grace_period_seconds, 0);
+    assert!(!c.eviction.evict_static_pods);
+
+    let e = ok("evictionHard: {pid.available: \"1000\"}\n\
+        evictionSoft: {memory.available: 1Gi}\n\
+        evictionSoftGracePeriod: {memory.available: 1m30s}\n\
+        evictionMinimumReclaim: {memory.available: 0.5Gi}\n\
+        evictionPressureTransitionPeriod: 30s\n\
+        evictionMaxPodGracePeriod: 20\n\
+        evictStaticPods: true\n\
+        enforceNodeAllocatable: []")
+    .config
+    .eviction;
+    assert_eq!(
+        e.thresholds,
+        vec![
+            hard(Signal::PidAvailable, ThresholdValue::Quantity(1000)),
+            Threshold {
+                grace_period: s(90),
+                min_reclaim: Some(ThresholdValue::Quantity(512 * MI)),
+                ..hard(Signal::MemoryAvailable, ThresholdValue::Quantity(1 << 30))
+            },
+        ]
+    );
+    assert_eq!(e.pressure_transition_period, s(30));
+    assert_eq!(e.max_pod_grace_period_seconds, 20);
+    assert!(e.evict_static_pods);
+
+    // An empty evictionHard replaces the defaults with nothing (the kubelet's rule);
+    // mergeDefaultEvictionSettings fills in the ones left out.
+    let none = ok("evictionHard: {}\nenforceNodeAllocatable: []")
+        .config
+        .eviction;
+    assert!(none.thresholds.is_empty());
+    let merged = ok("evictionHard: {memory.available: 1Gi}\nmergeDefaultEvictionSettings: true\nenforceNodeAllocatable: []")
+        .config
+        .eviction;
+    assert_eq!(merged.thresholds.len(), 5);
+    assert!(merged.thresholds.contains(&hard(
+        Signal::MemoryAvailable,
+        ThresholdValue::Quantity(1 << 30)
+    )));
+    // A zero transition period is the kubelet's "unset".
+    assert_eq!(
+        ok("evictionPressureTransitionPeriod: 0s")
+            .config
+            .eviction
+            .pressure_transition_period,
+        s(300)
+    );
+
+    // Errors stop the file, naming the field and the value.
+    let cases: &[(&str, &[&str])] = &[
+        ("evictionHard: {memory.avail: 1Gi}", &["evictionHard[memory.avail]: Invalid value: \"1Gi\": unsupported eviction signal memory.avail"]),
+        ("evictionHard: {memory.available: -1Gi}", &["evictionHard[memory.available]: Invalid value: \"-1Gi\": eviction threshold memory.available must be positive: -1Gi"]),
+        ("evictionHard: {nodefs.available: 120%}", &["evictionHard[nodefs.available]: Invalid value: \"120%\": eviction percentage threshold nodefs.available must be <= 100%: 120%"]),
+        ("evictionSoft: {memory.available: 1Gi}", &["evictionSoftGracePeriod[memory.available]: Required value: grace period must be specified for the soft eviction threshold memory.available"]),
+        ("evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: -1s}", &["evictionSoftGracePeriod[memory.available]: Invalid value: \"-1s\": invalid eviction grace period specified: -1s, must be a positive value"]),
+        ("evictionMinimumReclaim: {memory.available: -1Mi}", &["evictionMinimumReclaim[memory.available]: Invalid value: \"-1Mi\": negative eviction minimum reclaim specified for memory.available"]),
+        ("evictionHard: {pid.available: 1000}", &["evictionHard[\"pid.available\"]: Invalid value: 1000: expected string keys and values"]),
+        ("evictionMaxPodGracePeriod: -1", &["evictionMaxPodGracePeriod: Invalid value: -1: must be greater than or equal to 0"]),
+        ("evictStaticPods: maybe", &["evictStaticPods: Invalid value: \"maybe\": expected a boolean (true or false)"]),
+    ];
+    for (body, want) in cases {
         assert_eq!(
             &field_errors(&format!("{HEADER}{body}")),
             want,

@@ -305,7 +305,8 @@ fn statements(
             let quantity = Quantity::parse(value).map_err(|e| error(e.to_string()))?;
             if quantity <= Quantity::default() {
                 return Err(error(format!(
-                    "eviction threshold {signal} must be positive: {quantity}"
+                    "eviction threshold {signal} must be positive: {}",
+                    value.trim()
                 )));
             }
             ThresholdValue::Quantity(quantity.value())

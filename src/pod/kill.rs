@@ -50,7 +50,8 @@ pub struct KillHandle {
 }
 
 impl KillHandle {
-    pub(super) fn new(terminated: watch::Receiver<bool>) -> Self {
+    /// A handle on this signal (true = terminated); the workers make them, fakes too.
+    pub fn new(terminated: watch::Receiver<bool>) -> Self {
         KillHandle { terminated }
     }
 

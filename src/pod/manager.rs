@@ -85,6 +85,8 @@ pub struct PodManager {
     rejected: BTreeSet<String>,
     /// The current static pods, for the mirror pod manager.
     static_pods: watch::Sender<Vec<Pod>>,
+    /// Every desired pod not rejected at admission, for the eviction manager.
+    admitted: watch::Sender<Vec<Arc<Pod>>>,
 }
 
 /// What the pod manager needs to admit API pods (cluster mode).
@@ -93,6 +95,9 @@ pub struct Admission {
     pub node_name: String,
     pub status: StatusManager,
     pub events: EventRecorder,
+    /// The eviction manager's node conditions (its `Admit`, checked first as the kubelet's
+    /// admit handlers are ordered).
+    pub pressure: crate::eviction::manager::PressureView,
 }
 
 impl PodManager {
@@ -115,6 +120,7 @@ impl PodManager {
                 admission: None,
                 rejected: BTreeSet::new(),
                 static_pods: watch::channel(Vec::new()).0,
+                admitted: watch::channel(Vec::new()).0,
             },
             ready_rx,
         )
@@ -129,6 +135,11 @@ impl PodManager {
     /// The static pods, as they change (for mirror pods).
     pub fn static_pods(&self) -> watch::Receiver<Vec<Pod>> {
         self.static_pods.subscribe()
+    }
+
+    /// The desired pods not rejected at admission, as they change (for eviction).
+    pub fn admitted_pods(&self) -> watch::Receiver<Vec<Arc<Pod>>> {
+        self.admitted.subscribe()
     }
 
     /// Pods admitted and not finished: what admission counts against the node.
@@ -161,7 +172,12 @@ impl PodManager {
         }
         let active = self.active_pods(desired);
         let refs: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
-        match admission::admit(pod, &refs, &admission.node, &admission.node_name) {
+        let verdict = admission
+            .pressure
+            .admit(pod)
+            .map_err(|(reason, message)| admission::Rejection { reason, message })
+            .and_then(|()| admission::admit(pod, &refs, &admission.node, &admission.node_name));
+        match verdict {
             Ok(()) => true,
             Err(rejection) => {
                 tracing::warn!(
@@ -260,6 +276,13 @@ impl PodManager {
                 self.dispatch(pod.clone());
             }
         }
+        let admitted = self
+            .desired()
+            .into_iter()
+            .filter(|(uid, _)| !self.rejected.contains(uid))
+            .map(|(_, p)| p)
+            .collect();
+        self.admitted.send_replace(admitted);
         for uid in &diff.removed {
             self.rejected.remove(uid);
             if let Some(pod) = deleted.get(uid).or_else(|| old.get(uid)) {

@@ -99,6 +99,15 @@ impl Nodelet {
     /// Joins the cluster of the API server at `api_url` (a kubeconfig is written for it);
     /// `extra` is appended to the configuration.
     pub fn start_in_cluster(test: &str, api_url: &str, extra: &str) -> Nodelet {
+        let mut me = Self::prepare_in_cluster(test, api_url, extra);
+        me.spawn();
+        me
+    }
+
+    /// [`Nodelet::start_in_cluster`] without starting the process: the node's name is known,
+    /// so a test can create what must exist before nodelet first looks, then
+    /// [`Nodelet::launch`]es it.
+    pub fn prepare_in_cluster(test: &str, api_url: &str, extra: &str) -> Nodelet {
         let dir = tempfile::Builder::new()
             .prefix("nodelet-kubeconfig-")
             .tempdir()
@@ -113,7 +122,7 @@ impl Nodelet {
             ),
         )
         .expect("write kubeconfig");
-        Self::start_with(
+        Self::prepare_with(
             test,
             &format!(
                 "kubeconfig: {}\nnodeStatusUpdateFrequency: 2s\nnodeLeaseDurationSeconds: 8\n{extra}",
@@ -123,6 +132,19 @@ impl Nodelet {
     }
 
     pub fn start_with(test: &str, extra: &str) -> Nodelet {
+        let mut me = Self::prepare_with(test, extra);
+        me.spawn();
+        me
+    }
+
+    /// Starts a prepared nodelet.
+    pub fn launch(&mut self) {
+        self.spawn();
+    }
+
+    /// The directories and configuration of [`Nodelet::start_with`], without starting it (a
+    /// test writes manifests first, so the first scan sees them all).
+    pub fn prepare_with(test: &str, extra: &str) -> Nodelet {
         let endpoint = cri_endpoint();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let node = format!("it-{}-{}-{n}", test.replace('_', "-"), std::process::id());
@@ -150,6 +172,7 @@ impl Nodelet {
              {kubelet_port}\
              plegRelistPeriod: 2s\n\
              {fail_cgroup_v1}\
+             {eviction_hard}\
              logging:\n  verbosity: 2\n{extra}",
             manifests = manifests.display(),
             // Tests run side by side: the kubelet API only where a test asks for a port, and
@@ -159,11 +182,15 @@ impl Nodelet {
             // This machine is a cgroup v1 host, which nodelet (as the kubelet since 1.35)
             // refuses unless told otherwise.
             fail_cgroup_v1 = default_line(extra, "failCgroupV1", "false"),
+            // The shared test disk hovers around 15% free, where the kubelet's default
+            // `imagefs.available: 15%` fires and evicts (and rejects) every test's pods. The
+            // manager still runs; tests of eviction set their own thresholds.
+            eviction_hard = default_line(extra, "evictionHard", "{memory.available: \"1Mi\"}"),
             logs = dir.path().join("logs").display(),
             root = dir.path().join("root").display(),
         );
         std::fs::write(&config, text).expect("write config");
-        let mut me = Nodelet {
+        let me = Nodelet {
             node,
             log: dir.path().join("nodelet.log"),
             dir,
@@ -173,7 +200,6 @@ impl Nodelet {
             child: None,
             runs: 0,
         };
-        me.spawn();
         me
     }
 

@@ -1,0 +1,677 @@
+//! The eviction manager: a thin loop around the pure pass ([`super::threshold::pass`]), as the
+//! kubelet's `managerImpl.synchronize`. Each pass reads the signals from the Summary
+//! ([`super::signals::observations`]), works out the met thresholds and node conditions, and
+//! when a threshold's grace period has elapsed: records `EvictionThresholdMet` on the node,
+//! frees node-level resources first for disk signals (dead containers, unused images) and
+//! stops there when that cleared every threshold (with its minimum reclaim); otherwise ranks
+//! the active pods ([`super::rank::rank`]) and ends the first one that may go, through
+//! `kill_pod`, with the kubelet's status, message, `DisruptionTarget` condition and event. At
+//! most one pod per pass, and the next pass waits for that pod's cleanup.
+//!
+//! Timing: the kubelet passes every 10 s. nodelet passes every `check_period` (1 s) on the
+//! cheap CPU-and-memory summary, reusing the last full readings of the other signals, and on a
+//! full summary every `housekeeping_period` (10 s) or while a non-memory threshold is met;
+//! [`EvictionManager::waker`] starts a pass at once (for a future PSI / `memory.events`
+//! notifier).
+//!
+//! The effects are behind small traits ([`ActivePods`], [`NodeReclaim`], the pod module's
+//! [`PodKiller`], the stats' [`SummarySource`]), so the loop has paused-clock tests with fakes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition, Toleration};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::local_storage;
+use super::rank::{evictable, eviction_message, rank, Candidate, ContainerUsage};
+use super::signals::observations;
+use super::threshold::{
+    pass, thresholds_met, NodeCondition, Observation, PassState, Resource, Signal, Threshold,
+};
+use crate::cgroup::qos::{is_critical_pod, qos_class, QosClass};
+use crate::events::{node_ref, pod_ref, EventRecorder, EventType};
+use crate::pod::kill::{KillHandle, PodKiller, StatusMutation};
+use crate::podspec::pod_uid;
+use crate::quantity::Quantity;
+use crate::stats::summary::{PodStats, Summary};
+use crate::stats::{Scope, SummarySource};
+
+/// The kubelet's `Reason` of evicted and rejected pods.
+pub const REASON_EVICTED: &str = "Evicted";
+/// The grace period of a hard eviction (`immediateEvictionGracePeriodSeconds`).
+pub const HARD_EVICTION_GRACE: Duration = Duration::from_secs(1);
+/// How long a pass waits for the evicted pod's cleanup (`podCleanupTimeout`).
+pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The kubelet's eviction period (`evictionMonitoringPeriod`).
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(10);
+/// nodelet's short period between two cheap passes.
+pub const CHECK_PERIOD: Duration = Duration::from_secs(1);
+/// The taint a BestEffort pod must tolerate to be admitted under memory pressure.
+pub const TAINT_MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
+
+/// The pods running on the node that eviction may rank (the kubelet's `GetActivePods`:
+/// admitted, not terminal).
+pub trait ActivePods: Send + Sync {
+    fn active_pods(&self) -> Vec<Arc<Pod>>;
+}
+
+/// Node-level reclaim for disk signals: remove dead containers and unused images. Errors are
+/// the implementation's to log; the pass re-reads the signals either way.
+#[async_trait::async_trait]
+pub trait NodeReclaim: Send + Sync {
+    async fn delete_unused_containers(&self);
+    async fn delete_unused_images(&self);
+}
+
+/// How the manager is set up.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub thresholds: Vec<Threshold>,
+    pub pressure_transition_period: Duration,
+    pub max_pod_grace_period_seconds: i64,
+    pub evict_static_pods: bool,
+    /// Whether the image filesystem is its own (then `nodefs` reclaim removes containers only,
+    /// and `imagefs` reclaim removes images too), as the kubelet's `buildSignalToNodeReclaimFuncs`.
+    pub split_image_fs: bool,
+    pub housekeeping_period: Duration,
+    pub check_period: Duration,
+    pub node_name: String,
+}
+
+impl Settings {
+    pub fn from_config(cfg: &crate::config::Config) -> Settings {
+        Settings {
+            thresholds: cfg.eviction.thresholds.clone(),
+            pressure_transition_period: cfg.eviction.pressure_transition_period,
+            max_pod_grace_period_seconds: cfg.eviction.max_pod_grace_period_seconds,
+            evict_static_pods: cfg.eviction.evict_static_pods,
+            split_image_fs: false,
+            housekeeping_period: HOUSEKEEPING_PERIOD,
+            check_period: CHECK_PERIOD,
+            node_name: cfg.node_name.clone(),
+        }
+    }
+}
+
+/// What the manager tells the rest of nodelet: the node conditions (node status, admission).
+#[derive(Debug, Clone)]
+pub struct PressureView {
+    conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+}
+
+impl PressureView {
+    /// A view that never reports pressure (no eviction manager).
+    pub fn none() -> PressureView {
+        PressureView {
+            conditions: watch::channel(BTreeSet::new()).1,
+        }
+    }
+
+    pub fn conditions(&self) -> BTreeSet<NodeCondition> {
+        self.conditions.borrow().clone()
+    }
+
+    /// The node status' view of it.
+    pub fn pressure(&self) -> crate::node::status::Pressure {
+        let c = self.conditions.borrow();
+        crate::node::status::Pressure {
+            memory: c.contains(&NodeCondition::MemoryPressure),
+            disk: c.contains(&NodeCondition::DiskPressure),
+            pid: c.contains(&NodeCondition::PidPressure),
+        }
+    }
+
+    /// The kubelet's eviction `Admit` against the current conditions.
+    pub fn admit(&self, pod: &Pod) -> Result<(), (String, String)> {
+        admit(pod, &self.conditions.borrow())
+    }
+}
+
+/// The kubelet's eviction admission (`managerImpl.Admit`): under no pressure every pod; a
+/// critical pod always; under memory pressure alone every pod but BestEffort ones that do not
+/// tolerate `node.kubernetes.io/memory-pressure`; under disk or PID pressure none. A rejection
+/// is `(reason, message)`: `Evicted`, `The node had condition: [DiskPressure]. `.
+pub fn admit(pod: &Pod, conditions: &BTreeSet<NodeCondition>) -> Result<(), (String, String)> {
+    if conditions.is_empty() || is_critical_pod(pod) {
+        return Ok(());
+    }
+    let only_memory = conditions.len() == 1 && conditions.contains(&NodeCondition::MemoryPressure);
+    if only_memory && (qos_class(pod) != QosClass::BestEffort || tolerates_memory_pressure(pod)) {
+        return Ok(());
+    }
+    let names: Vec<&str> = conditions.iter().map(|c| c.name()).collect();
+    Err((
+        REASON_EVICTED.to_string(),
+        format!("The node had condition: [{}]. ", names.join(" ")),
+    ))
+}
+
+/// `TolerationsTolerateTaint` for the `NoSchedule` memory-pressure taint (empty value).
+fn tolerates_memory_pressure(pod: &Pod) -> bool {
+    let tolerations: &[Toleration] = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    tolerations.iter().any(|t| {
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let key = t.key.as_deref().unwrap_or_default();
+        let op = t.operator.as_deref().unwrap_or("Equal");
+        let key_ok = if key.is_empty() {
+            op == "Exists"
+        } else {
+            key == TAINT_MEMORY_PRESSURE
+        };
+        let value_ok = op == "Exists" || t.value.as_deref().unwrap_or_default().is_empty();
+        effect_ok && key_ok && value_ok
+    })
+}
+
+/// The grace period an eviction gives `pod` (`evictPod`'s override): 1 s for a hard
+/// threshold; for a soft one `evictionMaxPodGracePeriod`, or the pod's own grace period when
+/// that is shorter.
+pub fn grace_period(threshold: &Threshold, pod: &Pod, max_pod_grace_seconds: i64) -> Duration {
+    if threshold.is_hard() {
+        return HARD_EVICTION_GRACE;
+    }
+    let mut seconds = max_pod_grace_seconds;
+    if let Some(own) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+    {
+        seconds = seconds.min(own);
+    }
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+}
+
+fn ephemeral_request(pod: &Pod) -> i64 {
+    crate::podspec::regular_containers(pod)
+        .iter()
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("ephemeral-storage")
+        })
+        .filter_map(|q| Quantity::parse(&q.0).ok())
+        .map(|q| q.value())
+        .sum()
+}
+
+fn memory_request_text(c: &k8s_openapi::api::core::v1::Container) -> (String, i64) {
+    let written = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("memory"))
+        .map(|q| q.0.clone());
+    match written {
+        Some(text) => {
+            let value = Quantity::parse(&text).map(|q| q.value()).unwrap_or(0);
+            (text, value)
+        }
+        None => ("0".to_string(), 0),
+    }
+}
+
+/// A pod as ranking sees it for `resource`.
+pub fn candidate(pod: &Pod, stats: Option<&PodStats>, resource: Resource) -> Candidate {
+    let (request, usage) = match resource {
+        Resource::Memory => (
+            crate::cgroup::effective_pod_resources(pod).memory_request,
+            stats
+                .and_then(|s| s.memory.as_ref())
+                .and_then(|m| m.working_set_bytes)
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        ),
+        Resource::EphemeralStorage => (
+            ephemeral_request(pod),
+            stats
+                .and_then(|s| s.ephemeral_storage.as_ref())
+                .and_then(|f| f.used_bytes)
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        ),
+        Resource::Inodes => (
+            0,
+            stats
+                .and_then(|s| s.ephemeral_storage.as_ref())
+                .and_then(|f| f.inodes_used)
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        ),
+        Resource::Pids => (0, None),
+    };
+    Candidate {
+        uid: pod_uid(pod).to_string(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+        request,
+        usage,
+        processes: stats
+            .and_then(|s| s.process_stats.as_ref())
+            .and_then(|p| p.process_count),
+    }
+}
+
+/// Each container's usage of `resource` and its request, for the message.
+fn container_usage(pod: &Pod, stats: Option<&PodStats>, resource: Resource) -> Vec<ContainerUsage> {
+    let Some(stats) = stats else {
+        return Vec::new();
+    };
+    crate::podspec::regular_containers(pod)
+        .iter()
+        .filter_map(|c| {
+            let s = stats.containers.iter().find(|s| s.name == c.name)?;
+            let (request, request_value, usage) = match resource {
+                Resource::Memory => {
+                    let (text, value) = memory_request_text(c);
+                    (text, value, s.memory.as_ref()?.working_set_bytes?)
+                }
+                Resource::EphemeralStorage => {
+                    let written = c
+                        .resources
+                        .as_ref()
+                        .and_then(|r| r.requests.as_ref())
+                        .and_then(|r| r.get("ephemeral-storage"))
+                        .map(|q| q.0.clone());
+                    let value = written
+                        .as_deref()
+                        .and_then(|t| Quantity::parse(t).ok())
+                        .map_or(0, |q| q.value());
+                    let used = s.rootfs.as_ref().and_then(|f| f.used_bytes).unwrap_or(0)
+                        + s.logs.as_ref().and_then(|f| f.used_bytes).unwrap_or(0);
+                    (written.unwrap_or_else(|| "0".into()), value, used)
+                }
+                _ => return None,
+            };
+            Some(ContainerUsage {
+                name: c.name.clone(),
+                usage: i64::try_from(usage).unwrap_or(i64::MAX),
+                request,
+                request_value,
+            })
+        })
+        .collect()
+}
+
+/// What one pass did.
+#[derive(Debug)]
+pub enum PassResult {
+    /// No threshold to act on.
+    Nothing,
+    /// Node-level reclaim cleared the thresholds.
+    Reclaimed,
+    /// This pod was evicted; the handle resolves at its cleanup.
+    Evicted { uid: String, handle: KillHandle },
+    /// A threshold to act on, but no pod that may go.
+    NoCandidate,
+    /// The summary could not be read.
+    NoStats,
+}
+
+pub struct EvictionManager {
+    settings: Settings,
+    summary: Arc<dyn SummarySource>,
+    pods: Arc<dyn ActivePods>,
+    killer: Arc<dyn PodKiller>,
+    reclaim: Arc<dyn NodeReclaim>,
+    events: EventRecorder,
+    wake: Arc<Notify>,
+    conditions: watch::Sender<BTreeSet<NodeCondition>>,
+    state: PassState,
+    /// The last full summary's readings, for the signals a cheap summary lacks.
+    last_full: BTreeMap<Signal, Observation>,
+    next_full: Option<Instant>,
+    /// The last summary read failed (logged once, not every second).
+    stats_failing: bool,
+    /// The last `EvictionThresholdMet` event, per resource: repeated at most every
+    /// `housekeeping_period` (the kubelet's rate; nodelet passes ten times as often).
+    last_threshold_event: BTreeMap<Resource, Instant>,
+    /// The last node-level reclaim: at most one per `housekeeping_period`, as the kubelet's.
+    last_reclaim: Option<Instant>,
+}
+
+impl EvictionManager {
+    pub fn new(
+        settings: Settings,
+        summary: Arc<dyn SummarySource>,
+        pods: Arc<dyn ActivePods>,
+        killer: Arc<dyn PodKiller>,
+        reclaim: Arc<dyn NodeReclaim>,
+        events: EventRecorder,
+    ) -> EvictionManager {
+        EvictionManager {
+            settings,
+            summary,
+            pods,
+            killer,
+            reclaim,
+            events,
+            wake: Arc::new(Notify::new()),
+            conditions: watch::channel(BTreeSet::new()).0,
+            state: PassState::default(),
+            last_full: BTreeMap::new(),
+            next_full: None,
+            stats_failing: false,
+            last_threshold_event: BTreeMap::new(),
+            last_reclaim: None,
+        }
+    }
+
+    /// Poking it starts a pass at once (a pressure notifier's hook).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    pub fn pressure(&self) -> PressureView {
+        PressureView {
+            conditions: self.conditions.subscribe(),
+        }
+    }
+
+    /// Passes until `cancel`: every `check_period`, or at once when woken; after an eviction,
+    /// the next pass waits for the pod's cleanup (at most [`POD_CLEANUP_TIMEOUT`]).
+    pub async fn run(mut self, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.check_period) => {}
+                _ = self.wake.notified() => {}
+                _ = cancel.cancelled() => return,
+            }
+            if let PassResult::Evicted { uid, handle } = self.synchronize().await {
+                tokio::select! {
+                    r = tokio::time::timeout(POD_CLEANUP_TIMEOUT, handle.terminated()) => {
+                        if r.is_err() {
+                            tracing::warn!(pod.uid = %uid, "eviction manager: timed out waiting for the evicted pod's cleanup");
+                        }
+                    }
+                    _ = cancel.cancelled() => return,
+                }
+            }
+        }
+    }
+
+    /// Whether this pass reads the full summary: every `housekeeping_period`, and on every
+    /// pass while a threshold of a signal the cheap summary lacks is met.
+    fn wants_full(&self, now: Instant) -> bool {
+        self.next_full.is_none_or(|at| now >= at)
+            || self
+                .state
+                .first_observed
+                .keys()
+                .any(|t| t.signal.resource() != Resource::Memory)
+    }
+
+    async fn read(
+        &mut self,
+        full: bool,
+        now: Instant,
+    ) -> Option<(Summary, BTreeMap<Signal, Observation>)> {
+        let scope = if full {
+            Scope::Full
+        } else {
+            Scope::CpuAndMemory
+        };
+        let summary = match self.summary.summary(scope).await {
+            Ok(s) => {
+                if std::mem::take(&mut self.stats_failing) {
+                    tracing::info!("eviction manager: the stats summary is readable again");
+                }
+                s
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.stats_failing, true) {
+                    tracing::warn!(error = %e, "eviction manager: reading the stats summary failed; no eviction until it works (logged once)");
+                }
+                return None;
+            }
+        };
+        let fresh = observations(&summary);
+        let readings = if full {
+            self.last_full = fresh.clone();
+            self.next_full = Some(now + self.settings.housekeeping_period);
+            fresh
+        } else {
+            let mut merged = self.last_full.clone();
+            merged.retain(|s, _| s.resource() != Resource::Memory);
+            merged.extend(fresh);
+            merged
+        };
+        Some((summary, readings))
+    }
+
+    /// One pass (the kubelet's `synchronize`).
+    pub async fn synchronize(&mut self) -> PassResult {
+        let now = Instant::now();
+        let metrics = crate::metrics::metrics();
+        metrics.eviction_passes_total.inc();
+        let full = self.wants_full(now);
+        let Some((mut summary, readings)) = self.read(full, now).await else {
+            return PassResult::NoStats;
+        };
+        for (signal, o) in &readings {
+            metrics
+                .eviction_signal_available
+                .get_or_create(&crate::metrics::SignalLabels {
+                    eviction_signal: signal.name().to_string(),
+                })
+                .set(o.available);
+        }
+        let (state, outcome) = pass(
+            &self.state,
+            &self.settings.thresholds,
+            &readings,
+            self.settings.pressure_transition_period,
+            now,
+        );
+        let first_observed = state.first_observed.clone();
+        self.state = state;
+        self.conditions.send_if_modified(|c| {
+            if *c == outcome.conditions {
+                return false;
+            }
+            tracing::info!(conditions = ?outcome.conditions, "eviction manager: node conditions changed");
+            *c = outcome.conditions.clone();
+            true
+        });
+        if full {
+            if let Some(result) = self.local_storage_evictions(&summary) {
+                return result;
+            }
+        }
+        let Some(threshold) = outcome.act_on.first().copied() else {
+            return PassResult::Nothing;
+        };
+        let resource = threshold.signal.resource();
+        tracing::warn!(signal = %threshold.signal, resource = resource.name(), "eviction manager: attempting to reclaim");
+        let period = self.settings.housekeeping_period;
+        if self
+            .last_threshold_event
+            .get(&resource)
+            .is_none_or(|at| now.saturating_duration_since(*at) >= period)
+        {
+            self.last_threshold_event.insert(resource, now);
+            self.events.record(
+                &node_ref(&self.settings.node_name),
+                EventType::Warning,
+                "EvictionThresholdMet",
+                format!("Attempting to reclaim {}", resource.name()),
+            );
+        }
+        if self
+            .last_reclaim
+            .is_none_or(|at| now.saturating_duration_since(at) >= period)
+            && self.reclaim_node_level(threshold.signal).await
+        {
+            return PassResult::Reclaimed;
+        }
+        if resource != Resource::Memory && !full {
+            // Ranking by disk or PIDs needs the full per-pod numbers.
+            match self.summary.summary(Scope::Full).await {
+                Ok(s) => summary = s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "eviction manager: reading the stats summary");
+                    return PassResult::NoStats;
+                }
+            }
+        }
+        let Some(observed) = readings.get(&threshold.signal).copied() else {
+            return PassResult::Nothing;
+        };
+        let pods = self.pods.active_pods();
+        let stats_of = |pod: &Pod| summary.pods.iter().find(|s| s.pod_ref.uid == pod_uid(pod));
+        let mut candidates: Vec<Candidate> = pods
+            .iter()
+            .filter(|p| evictable(p, self.settings.evict_static_pods))
+            .map(|p| candidate(p, stats_of(p), resource))
+            .collect();
+        rank(resource, &mut candidates);
+        let Some(chosen) = candidates.first() else {
+            tracing::warn!(signal = %threshold.signal, "eviction manager: no pod may be evicted");
+            return PassResult::NoCandidate;
+        };
+        let Some(pod) = pods.iter().find(|p| pod_uid(p) == chosen.uid).cloned() else {
+            return PassResult::NoCandidate;
+        };
+        let message = eviction_message(
+            resource,
+            threshold.value.amount(observed.capacity),
+            observed.available,
+            &container_usage(&pod, stats_of(&pod), resource),
+        );
+        let grace = grace_period(&threshold, &pod, self.settings.max_pod_grace_period_seconds);
+        tracing::warn!(
+            pod.uid = %chosen.uid,
+            pod.name = %chosen.name,
+            signal = %threshold.signal,
+            grace = ?grace,
+            message = %message,
+            "eviction manager: evicting pod"
+        );
+        self.events.record(
+            &pod_ref(&pod),
+            EventType::Warning,
+            REASON_EVICTED,
+            message.clone(),
+        );
+        let status =
+            StatusMutation::failed(REASON_EVICTED, message.clone()).with_condition(PodCondition {
+                type_: "DisruptionTarget".to_string(),
+                status: "True".to_string(),
+                reason: Some("TerminationByKubelet".to_string()),
+                message: Some(message),
+                ..Default::default()
+            });
+        let handle = self.killer.kill_pod(pod.clone(), Some(grace), status);
+        metrics
+            .evictions_total
+            .get_or_create(&crate::metrics::SignalLabels {
+                eviction_signal: threshold.signal.name().to_string(),
+            })
+            .inc();
+        if let Some(at) = first_observed.get(&threshold) {
+            let seconds = Instant::now().saturating_duration_since(*at).as_secs_f64();
+            metrics.eviction_crossing_to_kill_seconds.observe(seconds);
+            tracing::info!(seconds, signal = %threshold.signal, "eviction manager: threshold first observed → kill");
+        }
+        PassResult::Evicted {
+            uid: chosen.uid.clone(),
+            handle,
+        }
+    }
+
+    /// The kubelet's `localStorageEviction`, on full passes (volume and writable-layer usage
+    /// are in the full summary only): every evictable pod over an emptyDir `sizeLimit` or its
+    /// `ephemeral-storage` limits goes at once with the hard grace period — not one per pass,
+    /// and before any threshold is acted on. No `DisruptionTarget` condition: the kubelet sets
+    /// none for these. The pass waits for the first one's cleanup.
+    fn local_storage_evictions(&mut self, summary: &Summary) -> Option<PassResult> {
+        let mut evicted: Option<PassResult> = None;
+        for pod in self.pods.active_pods() {
+            if !evictable(&pod, self.settings.evict_static_pods) {
+                continue;
+            }
+            let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == pod_uid(&pod)) else {
+                continue;
+            };
+            let Some(violation) =
+                local_storage::violation(&pod, stats, self.settings.split_image_fs)
+            else {
+                continue;
+            };
+            let message = violation.message();
+            tracing::warn!(
+                pod.uid = %pod_uid(&pod),
+                pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
+                message = %message,
+                "eviction manager: evicting pod over its local storage limits"
+            );
+            self.events.record(
+                &pod_ref(&pod),
+                EventType::Warning,
+                REASON_EVICTED,
+                message.clone(),
+            );
+            let handle = self.killer.kill_pod(
+                pod.clone(),
+                Some(HARD_EVICTION_GRACE),
+                StatusMutation::failed(REASON_EVICTED, message),
+            );
+            crate::metrics::metrics()
+                .evictions_total
+                .get_or_create(&crate::metrics::SignalLabels {
+                    eviction_signal: violation.signal_label().to_string(),
+                })
+                .inc();
+            if evicted.is_none() {
+                evicted = Some(PassResult::Evicted {
+                    uid: pod_uid(&pod).to_string(),
+                    handle,
+                });
+            }
+        }
+        evicted
+    }
+
+    /// Dead containers (and, for the image filesystem, unused images) first; true when the
+    /// signals read afterwards meet no threshold, minimum reclaim included.
+    async fn reclaim_node_level(&mut self, signal: Signal) -> bool {
+        let (containers, images) = match signal {
+            Signal::NodeFsAvailable | Signal::NodeFsInodesFree => {
+                (true, !self.settings.split_image_fs)
+            }
+            Signal::ImageFsAvailable
+            | Signal::ImageFsInodesFree
+            | Signal::ContainerFsAvailable
+            | Signal::ContainerFsInodesFree => (true, true),
+            _ => return false,
+        };
+        self.last_reclaim = Some(Instant::now());
+        if containers {
+            self.reclaim.delete_unused_containers().await;
+        }
+        if images {
+            self.reclaim.delete_unused_images().await;
+        }
+        let Some((_, readings)) = self.read(true, Instant::now()).await else {
+            return false;
+        };
+        if thresholds_met(&self.settings.thresholds, &readings, true).is_empty() {
+            tracing::info!(signal = %signal, "eviction manager: node-level reclaim relieved the pressure without evicting pods");
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;
