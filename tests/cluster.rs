@@ -11,25 +11,6 @@ use k8s_openapi::api::core::v1::Pod;
 
 const T: Duration = Duration::from_secs(90);
 
-fn api_pod(fixture: &Fixture, name: &str) -> Option<Pod> {
-    fixture.get::<Pod>(Some("default"), name).ok().flatten()
-}
-
-async fn wait_api<T>(what: &str, n: &Nodelet, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            tail(&n.logs(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// The logged requests that match, once there is at least one. The fixture changes its store
 /// inside the handler and logs the request right after, so a change the test saw may still
 /// precede its log entry by a moment.

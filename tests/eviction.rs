@@ -222,25 +222,6 @@ async fn a_threshold_the_node_does_not_meet_evicts_nothing() {
     assert!(events_with(&local_events(&n).await, &n.node, "EvictionThresholdMet").is_empty());
 }
 
-fn api_pod(fixture: &Fixture, name: &str) -> Option<Pod> {
-    fixture.get::<Pod>(Some("default"), name).ok().flatten()
-}
-
-async fn wait_api<T>(what: &str, n: &Nodelet, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            tail(&n.logs(), 80)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 fn bound_pod(name: &str, node: &str, priority: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {node}\n{priority}  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"

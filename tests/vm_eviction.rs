@@ -225,6 +225,13 @@ fn mib(bytes: u64) -> u64 {
     bytes / MI
 }
 
+/// A `memory.available` threshold met once about 150 MiB more are in use than now.
+fn threshold_150mi_below_free(step: &str) -> String {
+    let threshold = format!("{}Mi", mib(memory_available()).saturating_sub(150));
+    println!("vm scenario: {step}: memory.available threshold {threshold}");
+    threshold
+}
+
 async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluster: &Cluster<'_>) {
     let _step = node
         .step("memory pressure: the lower-priority hog is evicted first, the Guaranteed pod never");
@@ -255,9 +262,8 @@ async fn lower_priority_hog_goes_first_and_guaranteed_never(node: &Guest, cluste
         .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    // Met once about 150 MiB more are in use; the lower-priority hog takes 400 MiB slowly.
-    let threshold = format!("{}Mi", mib(memory_available()).saturating_sub(150));
-    println!("vm scenario: memory.available threshold {threshold}");
+    // The lower-priority hog takes 400 MiB slowly.
+    let threshold = threshold_150mi_below_free("cluster mode");
     cluster.start_nodelet(
         node,
         &format!(
@@ -506,8 +512,7 @@ async fn standalone_static_hogs_with_evict_static_pods(node: &Guest) {
     node.wait_for("hog-high holding 200 MiB", || hog_rss_at_least(200 * MI))
         .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let threshold = format!("{}Mi", mib(memory_available()).saturating_sub(150));
-    println!("vm scenario: standalone memory.available threshold {threshold}");
+    let threshold = threshold_150mi_below_free("standalone");
     node.systemctl(&["stop", "nodelet.service"]);
     node.start_nodelet(&format!(
         "evictionHard: {{memory.available: {threshold}}}\nevictStaticPods: true\n"

@@ -207,12 +207,14 @@ fn ephemeral_request(pod: &Pod) -> i64 {
         .sum()
 }
 
-fn memory_request_text(c: &k8s_openapi::api::core::v1::Container) -> (String, i64) {
+/// A container's request of `resource` as written (for the message) and its value; `("0", 0)`
+/// without one.
+fn request_text(c: &k8s_openapi::api::core::v1::Container, resource: &str) -> (String, i64) {
     let written = c
         .resources
         .as_ref()
         .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("memory"))
+        .and_then(|r| r.get(resource))
         .map(|q| q.0.clone());
     match written {
         Some(text) => {
@@ -272,23 +274,14 @@ fn container_usage(pod: &Pod, stats: Option<&PodStats>, resource: Resource) -> V
             let s = stats.containers.iter().find(|s| s.name == c.name)?;
             let (request, request_value, usage) = match resource {
                 Resource::Memory => {
-                    let (text, value) = memory_request_text(c);
+                    let (text, value) = request_text(c, "memory");
                     (text, value, s.memory.as_ref()?.working_set_bytes?)
                 }
                 Resource::EphemeralStorage => {
-                    let written = c
-                        .resources
-                        .as_ref()
-                        .and_then(|r| r.requests.as_ref())
-                        .and_then(|r| r.get("ephemeral-storage"))
-                        .map(|q| q.0.clone());
-                    let value = written
-                        .as_deref()
-                        .and_then(|t| Quantity::parse(t).ok())
-                        .map_or(0, |q| q.value());
+                    let (text, value) = request_text(c, "ephemeral-storage");
                     let used = s.rootfs.as_ref().and_then(|f| f.used_bytes).unwrap_or(0)
                         + s.logs.as_ref().and_then(|f| f.used_bytes).unwrap_or(0);
-                    (written.unwrap_or_else(|| "0".into()), value, used)
+                    (text, value, used)
                 }
                 _ => return None,
             };

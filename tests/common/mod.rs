@@ -619,3 +619,25 @@ impl TestCa {
         format!("{}{}", cert.pem(), key.serialize_pem())
     }
 }
+
+/// A pod of namespace `default` as the API server fixture has it.
+pub fn api_pod(fixture: &apiserver_fixture::Fixture, name: &str) -> Option<Pod> {
+    fixture.get::<Pod>(Some("default"), name).ok().flatten()
+}
+
+/// Polls `check` (against the API server fixture, say) every 200 ms until it gives a value;
+/// fails after 90 s with `what` and the tail of nodelet's log.
+pub async fn wait_api<T>(what: &str, n: &Nodelet, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            tail(&n.logs(), 80)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
