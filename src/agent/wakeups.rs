@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cgroup::{CgroupName, KUBEPODS};
+use crate::cgroup::kubepods_cgroup_name;
 use crate::config::Config;
 use crate::eviction::notify::{
     open_memory_events, open_psi_trigger, watch_memory, PriorityWatch, PsiTrigger, Wake, WakeSource,
@@ -78,8 +78,7 @@ pub(super) fn spawn(
     }
     let kubepods: Option<PathBuf> = (v2 && cfg.cgroups_per_qos).then(|| {
         paths.cgroup.join(
-            CgroupName::parse_cgroupfs(&cfg.cgroup_root)
-                .child(KUBEPODS)
+            kubepods_cgroup_name(&cfg.cgroup_root)
                 .to_driver(cfg.cgroup_driver)
                 .trim_start_matches('/'),
         )

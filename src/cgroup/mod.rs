@@ -277,10 +277,15 @@ impl CgroupName {
     }
 }
 
+/// `kubepods` under `cgroupRoot`: the cgroup of all pods (the kubelet's `pods` system container).
+pub fn kubepods_cgroup_name(cgroup_root: &str) -> CgroupName {
+    CgroupName::parse_cgroupfs(cgroup_root).child(KUBEPODS)
+}
+
 /// The QoS-tier cgroup a pod of `class` lives in: Guaranteed pods sit directly under
 /// `kubepods`, the other tiers under `kubepods/burstable` and `kubepods/besteffort`.
 pub fn qos_cgroup_name(class: QosClass, cgroup_root: &str) -> CgroupName {
-    let root = CgroupName::parse_cgroupfs(cgroup_root).child(KUBEPODS);
+    let root = kubepods_cgroup_name(cgroup_root);
     match class {
         QosClass::Guaranteed => root,
         QosClass::Burstable => root.child("burstable"),

@@ -19,7 +19,7 @@ use super::manager::{CgroupError, CgroupManager, FoundPodCgroup, Result};
 use super::memory_qos::{self, MemoryQos, TierRequests};
 use super::{
     effective_pod_resources, milli_cpu_to_shares, pod_cgroup_config, qos_class, shares_to_weight,
-    CgroupName, MemoryHigh, PodCgroupSettings, QosClass, ResourceConfig, KUBEPODS, MIN_SHARES,
+    CgroupName, MemoryHigh, PodCgroupSettings, QosClass, ResourceConfig, MIN_SHARES,
 };
 
 /// How young a pod cgroup without a sandbox may be and still be left alone by the start-up
@@ -218,7 +218,7 @@ pub struct NodeCgroups {
 
 impl NodeCgroups {
     pub fn new(manager: Arc<dyn CgroupManager>, config: NodeCgroupConfig) -> NodeCgroups {
-        let kubepods = CgroupName::parse_cgroupfs(&config.cgroup_root).child(KUBEPODS);
+        let kubepods = super::kubepods_cgroup_name(&config.cgroup_root);
         NodeCgroups {
             manager,
             config,

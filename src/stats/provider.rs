@@ -38,7 +38,7 @@ use super::volumes::{
     dir_usage, ephemeral_volume_names, read_pod_volumes, VolumeCache, VolumeUsage,
 };
 use super::{Error, Result};
-use crate::cgroup::{CgroupName, Driver, KUBEPODS};
+use crate::cgroup::{kubepods_cgroup_name, Driver};
 use crate::clock::Clock;
 use crate::cri::{api, labels, Runtime, StatsRuntime};
 
@@ -207,9 +207,7 @@ impl SummaryProvider {
     /// The `kubepods` cgroup (the kubelet's `pods` system container).
     fn kubepods_cgroup(&self) -> Option<String> {
         self.settings.cgroups_per_qos.then(|| {
-            CgroupName::parse_cgroupfs(&self.settings.cgroup_root)
-                .child(KUBEPODS)
-                .to_driver(self.settings.cgroup_driver)
+            kubepods_cgroup_name(&self.settings.cgroup_root).to_driver(self.settings.cgroup_driver)
         })
     }
 
