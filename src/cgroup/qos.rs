@@ -159,11 +159,12 @@ fn remaining_pod_memory_request_per_container(pod: &Pod) -> i64 {
 /// uses more than it asked for ends up near 1000 and goes first; the result stays in
 /// `[3, 999]` so Burstable always ranks between the other two classes. A sidecar never scores
 /// above the smallest regular container, so it is not killed before the app it serves.
-pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: u64) -> i64 {
+/// `qos` is the pod's class ([`qos_class`]), which the caller derived once for the pod.
+pub fn oom_score_adj(qos: QosClass, pod: &Pod, container: &Container, memory_capacity: u64) -> i64 {
     if is_node_critical_pod(pod) {
         return GUARANTEED_OOM_SCORE_ADJ;
     }
-    match qos_class(pod) {
+    match qos {
         QosClass::Guaranteed => return GUARANTEED_OOM_SCORE_ADJ,
         QosClass::BestEffort => return BEST_EFFORT_OOM_SCORE_ADJ,
         QosClass::Burstable => {}
@@ -370,7 +371,11 @@ mod tests {
         ];
         for (name, c, capacity, want) in cases {
             let p = pod(vec![c.clone()], vec![]);
-            assert_eq!(oom_score_adj(&p, &c, capacity), want, "{name}");
+            assert_eq!(
+                oom_score_adj(qos_class(&p), &p, &c, capacity),
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -380,13 +385,13 @@ mod tests {
         let small = container("small", "memory=2Gi", "");
         let side = sidecar("side", "memory=100Mi", "");
         let p = pod(vec![app.clone(), small.clone()], vec![side.clone()]);
-        assert_eq!(oom_score_adj(&p, &small, 10 * GI), 800);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &small, 10 * GI), 800);
         // sidecar alone would be 991; capped at the smallest regular container's 800
-        assert_eq!(oom_score_adj(&p, &side, 10 * GI), 800);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &side, 10 * GI), 800);
         // a plain init container is not capped
         let init = container("init", "memory=100Mi", "");
         let p = pod(vec![app, small], vec![init.clone()]);
-        assert_eq!(oom_score_adj(&p, &init, 10 * GI), 991);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &init, 10 * GI), 991);
     }
 
     #[test]
@@ -395,18 +400,18 @@ mod tests {
         let mut p = pod(vec![c.clone()], vec![]);
         p.spec.as_mut().unwrap().priority_class_name = Some(SYSTEM_NODE_CRITICAL.into());
         // not critical yet: a best-effort pod from the API server
-        assert_eq!(oom_score_adj(&p, &c, 10 * GI), 1000);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &c, 10 * GI), 1000);
         p.metadata.annotations = Some(BTreeMap::from([(
             CONFIG_SOURCE_ANNOTATION.to_string(),
             "file".to_string(),
         )]));
-        assert_eq!(oom_score_adj(&p, &c, 10 * GI), -997);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &c, 10 * GI), -997);
         // critical by priority but of another class: plain QoS rules
         p.metadata.annotations = None;
         let spec = p.spec.as_mut().unwrap();
         spec.priority = Some(SYSTEM_CRITICAL_PRIORITY);
         spec.priority_class_name = Some("system-cluster-critical".into());
-        assert_eq!(oom_score_adj(&p, &c, 10 * GI), 1000);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &c, 10 * GI), 1000);
     }
 
     #[test]
@@ -419,7 +424,7 @@ mod tests {
             ..Default::default()
         });
         // (3Gi - 1Gi) / 2 = 1Gi extra each
-        assert_eq!(oom_score_adj(&p, &a, 10 * GI), 800);
-        assert_eq!(oom_score_adj(&p, &b, 10 * GI), 900);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &a, 10 * GI), 800);
+        assert_eq!(oom_score_adj(qos_class(&p), &p, &b, 10 * GI), 900);
     }
 }

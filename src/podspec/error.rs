@@ -17,6 +17,11 @@ pub enum ConfigError {
     /// `spec.dnsPolicy: Invalid value: "Sometimes": supported values: ...`.
     #[error(transparent)]
     Field(#[from] FieldError),
+    /// A valid spec that nodelet cannot run yet (`hostUsers: false`, `fileKeyRef`). Not a
+    /// [`FieldError`]: the API server accepts the field, only this node lacks the feature, so
+    /// the message says that and names the field: `spec.hostUsers: ... is not supported yet`.
+    #[error("{field}: {feature} is not supported yet")]
+    Unsupported { field: String, feature: String },
     /// A ConfigMap or Secret reference in standalone mode (the kubelet's message without a
     /// client).
     #[error("couldn't get {kind} {namespace}/{name}, no kubeClient defined")]
@@ -100,15 +105,12 @@ impl ConfigError {
         })
     }
 
-    /// A feature nodelet does not implement yet: `<field>: Forbidden: <feature> is not
-    /// supported yet`.
+    /// A feature nodelet does not implement yet: `<field>: <feature> is not supported yet`.
     pub fn unsupported(field: impl Into<String>, feature: impl std::fmt::Display) -> Self {
-        ConfigError::Field(FieldError {
-            path: field.into(),
-            kind: FieldErrorKind::Forbidden,
-            value: None,
-            detail: format!("{feature} is not supported yet"),
-        })
+        ConfigError::Unsupported {
+            field: field.into(),
+            feature: feature.to_string(),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
-    ResourceRequirements, VolumeMountStatus,
+    VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -18,7 +18,6 @@ use super::{StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INIT
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
 use crate::podspec::restart::should_container_be_restarted;
 use crate::podspec::Phase;
-use crate::quantity::Quantity;
 
 pub const POD_SCHEDULED: &str = "PodScheduled";
 pub const POD_RESTART_IN_PLACE: &str = "PodRestartInPlace";
@@ -770,63 +769,6 @@ fn pod_and_host_ips(inputs: &StatusInputs) -> (Vec<String>, Vec<String>) {
     (host_ips, pod_ips)
 }
 
-/// The pod's QoS class (`ComputePodQOS`). Private on purpose: the cgroup module will own the
-/// shared one. A request left out next to a limit counts as equal to the limit, which is what
-/// API defaulting would have filled in.
-pub(super) fn qos_class(pod: &Pod) -> &'static str {
-    if let Some(resources) = pod.spec.as_ref().and_then(|s| s.resources.as_ref()) {
-        return resource_qos(resources);
-    }
-    let mut class: Option<&'static str> = None;
-    for c in init_containers(pod).iter().chain(regular_containers(pod)) {
-        let q = resource_qos(
-            c.resources
-                .as_ref()
-                .unwrap_or(&ResourceRequirements::default()),
-        );
-        match class {
-            _ if q == "Burstable" => return "Burstable",
-            None => class = Some(q),
-            Some(existing) if existing != q => return "Burstable",
-            Some(_) => {}
-        }
-    }
-    class.unwrap_or("BestEffort")
-}
-
-fn resource_qos(resources: &ResourceRequirements) -> &'static str {
-    let requests = resources.requests.as_ref();
-    let limits = resources.limits.as_ref();
-    if requests.is_none_or(|r| r.is_empty()) && limits.is_none_or(|l| l.is_empty()) {
-        return "BestEffort";
-    }
-    let get = |list: Option<&std::collections::BTreeMap<String, _>>, name: &str| {
-        list.and_then(|l| l.get(name))
-            .and_then(|q| Quantity::try_from(q).ok())
-    };
-    let mut class: Option<&'static str> = None;
-    for name in ["cpu", "memory"] {
-        let limit = get(limits, name).unwrap_or_default();
-        let request = get(requests, name).unwrap_or(limit);
-        if request != limit {
-            return "Burstable";
-        }
-        let best_effort = request.is_zero();
-        match class {
-            None => {
-                class = Some(if best_effort {
-                    "BestEffort"
-                } else {
-                    "Guaranteed"
-                })
-            }
-            Some(existing) if best_effort != (existing == "BestEffort") => return "Burstable",
-            Some(_) => {}
-        }
-    }
-    class.unwrap_or("BestEffort")
-}
-
 // ---- the pod status ----
 
 /// The kubelet's `generateAPIPodStatus` plus the status manager's timestamp rules.
@@ -885,7 +827,7 @@ pub fn generate_pod_status(inputs: &StatusInputs) -> PodStatus {
     let qos = source_status
         .and_then(|s| s.qos_class.clone())
         .filter(|q| !q.is_empty())
-        .unwrap_or_else(|| qos_class(pod).to_string());
+        .unwrap_or_else(|| crate::cgroup::qos_class(pod).as_str().to_string());
     let start_time = inputs
         .previous
         .and_then(|s| s.start_time.clone())

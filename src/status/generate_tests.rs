@@ -10,11 +10,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::generate::{qos_class, sort_ips};
+use super::generate::sort_ips;
 use super::{
     container_statuses, generate_pod_status, ContainerKind, RestartInPlace, StartFailure,
     StatusInputs,
 };
+use crate::cgroup::qos_class;
 use crate::cri::{ContainerState as RS, PodRuntime, RuntimeContainer, RuntimeSandbox};
 
 const NOW: i64 = 2_000_000;
@@ -1495,7 +1496,7 @@ fn qos_class_table() {
         if let Some(spec) = p.spec.as_mut() {
             spec.resources = pod_resources;
         }
-        assert_eq!(qos_class(&p), expected, "{name}");
+        assert_eq!(qos_class(&p).as_str(), expected, "{name}");
         let f = Fixture::new(p, runtime(vec![], vec![]));
         assert_eq!(
             f.status().qos_class.as_deref(),

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext, VolumeMount};
 
 use super::sandbox_config::{linux_resources, namespace_options, supplemental_groups_policy};
-use crate::cgroup::oom_score_adj;
 use crate::cgroup::resources::{
     container_limits, container_requests, pod_level_limits, pod_level_resources_set,
 };
+use crate::cgroup::{oom_score_adj, QosClass};
 use crate::cri::{api, labels};
 use crate::objects::FetchedObjects;
 use crate::podspec::env::{expand, make_environment, EnvContext};
@@ -33,6 +33,8 @@ pub struct ContainerContext<'a> {
     pub node_allocatable_cpu_milli: i64,
     pub node_allocatable_memory: i64,
     pub memory_capacity: u64,
+    /// The pod's QoS class, derived once with its plan.
+    pub qos_class: QosClass,
     /// Pod volume name → host path (from `volume::prepare_pod_volumes`).
     pub volumes: &'a BTreeMap<String, PathBuf>,
     /// Host file to mount at /etc/hosts (`volume::write_etc_hosts`).
@@ -383,7 +385,7 @@ fn container_resources(
         }
     }
     let mut resources = linux_resources(requests.cpu_milli, cpu_limit, memory_limit);
-    resources.oom_score_adj = oom_score_adj(pod, container, ctx.memory_capacity);
+    resources.oom_score_adj = oom_score_adj(ctx.qos_class, pod, container, ctx.memory_capacity);
     if ctx.cgroup_v2 {
         // Memory QoS through the runtime (`memory.high`, reset to `max` when it is off;
         // `memory.min`/`memory.low` by reservation policy), as the kubelet sets them.
@@ -841,6 +843,7 @@ mod tests {
             node_allocatable_cpu_milli: 4000,
             node_allocatable_memory: 8 << 30,
             memory_capacity: 10 << 30,
+            qos_class: QosClass::BestEffort,
             volumes,
             etc_hosts: None,
             termination_message: None,
@@ -1030,7 +1033,11 @@ mod tests {
             let c = resourced("app", requests, limits);
             let p = pod_with(vec![c.clone()]);
             let volumes = BTreeMap::new();
-            let cfg = built(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+            let context = ContainerContext {
+                qos_class: crate::cgroup::qos_class(&p),
+                ..ctx(&volumes)
+            };
+            let cfg = built(&p, &c, ContainerKind::Regular, &context).unwrap();
             let r = cfg.linux.unwrap().resources.unwrap();
             assert_eq!(
                 (

@@ -532,6 +532,7 @@ impl PodSyncer {
             pod_ips: &pod_ips,
             volumes: &volumes,
             etc_hosts: etc_hosts.as_deref(),
+            qos_class: plan.qos_class,
             attempt,
         };
         // After a new sandbox, nothing of the old runtime state applies to restart counting

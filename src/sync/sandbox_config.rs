@@ -964,7 +964,7 @@ mod tests {
             sandbox_config(&p, 0, &ctx(&[], None))
                 .unwrap_err()
                 .to_string(),
-            "spec.hostUsers: Forbidden: a pod user namespace (hostUsers: false) is not supported yet"
+            "spec.hostUsers: a pod user namespace (hostUsers: false) is not supported yet"
         );
     }
 }

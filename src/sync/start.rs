@@ -40,6 +40,8 @@ pub struct StartEnv<'a> {
     pub pod_ips: &'a [String],
     pub volumes: &'a BTreeMap<String, PathBuf>,
     pub etc_hosts: Option<&'a std::path::Path>,
+    /// The pod's QoS class from its plan (for each container's `oom_score_adj`).
+    pub qos_class: crate::cgroup::QosClass,
     #[allow(dead_code)]
     pub attempt: u32,
 }
@@ -388,6 +390,7 @@ impl ContainerStarter {
             node_allocatable_cpu_milli: self.node.cpu_capacity_milli(),
             node_allocatable_memory: i64::try_from(self.node.memory_capacity()).unwrap_or(i64::MAX),
             memory_capacity: self.node.memory_capacity(),
+            qos_class: env.qos_class,
             volumes: env.volumes,
             etc_hosts: env.etc_hosts,
             termination_message: termination_message.as_deref(),
