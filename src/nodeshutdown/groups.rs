@@ -164,13 +164,14 @@ mod tests {
     #[test]
     fn periods_from_the_configuration() {
         let s = Duration::from_secs;
-        let cases: &[(
-            &str,
+        type Case = (
+            &'static str,
             Vec<GracePeriodByPriority>,
             Duration,
             Duration,
             Vec<GracePeriodByPriority>,
-        )] = &[
+        );
+        let cases: &[Case] = &[
             ("off", vec![], s(0), s(0), vec![]),
             (
                 "critical only is off, as the kubelet",
