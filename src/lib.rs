@@ -19,6 +19,7 @@ pub mod images;
 pub mod logs;
 pub mod metrics;
 pub mod node;
+pub mod nodeshutdown;
 pub mod objects;
 pub mod pleg;
 pub mod pod;

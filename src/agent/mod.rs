@@ -501,8 +501,30 @@ impl NodeletBuilder {
                 tracing::warn!("the runtime offers no stats calls: node-pressure eviction is off")
             }
         }
+        let shutdown = match crate::nodeshutdown::manager::Settings::from_config(&cfg) {
+            Some(settings) => {
+                let shutdown = crate::nodeshutdown::ShutdownManager::new(
+                    settings,
+                    crate::nodeshutdown::manager::system_bus(),
+                    Arc::new(eviction::AdmittedPods {
+                        pods: manager.admitted_pods(),
+                        status: status.clone(),
+                        workers: workers.clone(),
+                    }),
+                    Arc::new(workers.clone()),
+                    recorder.clone(),
+                    clock,
+                );
+                let view = shutdown.view();
+                tasks.spawn(shutdown.run(cancel.clone()));
+                view
+            }
+            None => crate::nodeshutdown::ShutdownView::none(),
+        };
         if let (Some(client), Some(store)) = (&cluster, &pod_store) {
-            manager = manager.with_admission(admission(&cfg, &node, &status, &recorder, &pressure));
+            manager = manager.with_admission(admission(
+                &cfg, &node, &status, &recorder, &pressure, &shutdown,
+            ));
             let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone());
             tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
             let sync = ApiStatusSync::new(
@@ -564,7 +586,8 @@ impl NodeletBuilder {
             )
             .with_images(rt.images.clone())
             .with_events(recorder.clone())
-            .with_server_version(api_server.clone());
+            .with_server_version(api_server.clone())
+            .with_shutdown(shutdown.clone());
             tasks.spawn(agent.run(heartbeat, cancel.clone()));
         }
 
@@ -726,6 +749,7 @@ fn admission(
     status: &StatusManager,
     recorder: &EventRecorder,
     pressure: &PressureView,
+    shutdown: &crate::nodeshutdown::ShutdownView,
 ) -> Admission {
     let reserve = crate::node::AllocatableReservation::for_config(cfg);
     let labels = crate::node::register::initial_node(
@@ -753,6 +777,7 @@ fn admission(
         status: status.clone(),
         events: recorder.clone(),
         pressure: pressure.clone(),
+        shutdown: shutdown.clone(),
     }
 }
 

@@ -455,6 +455,7 @@ fn every_generated_node_status_field_is_classified() {
         kubelet_port: 10250,
         pressure: Pressure::default(),
         health: Err("runtime down".into()),
+        shutting_down: false,
         images: Some(&images),
     };
     let status = serde_json::to_value(build_node_status(None, &inputs, ts(2_000))).unwrap();

@@ -20,6 +20,7 @@ use super::{
 };
 use crate::cgroup::allocatable::Reserved;
 use crate::cgroup::memory_qos::ReservationPolicy;
+use crate::nodeshutdown::groups::GracePeriodByPriority;
 
 /// Top-level fields nodelet implements (kubelet fields, then nodelet's own).
 pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
@@ -96,6 +97,9 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "evictionMaxPodGracePeriod",
     "mergeDefaultEvictionSettings",
     "evictStaticPods",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
 ];
 
 /// `enforceNodeAllocatable` values the kubelet knows; nodelet enforces `pods` (and `none`).
@@ -118,6 +122,7 @@ const AUTHORIZATION_WEBHOOK_FIELDS: &[&str] = &["cacheAuthorizedTTL", "cacheUnau
 const IMPLEMENTED_LOGGING_FIELDS: &[&str] = &["format", "verbosity"];
 const CRASH_LOOP_BACK_OFF_FIELDS: &[&str] = &["maxContainerRestartPeriod"];
 const POD_CLEANUP_FIELDS: &[&str] = &["enabled", "retention", "barePods"];
+const SHUTDOWN_BY_PRIORITY_FIELDS: &[&str] = &["priority", "shutdownGracePeriodSeconds"];
 const TOP_LEVEL_FIELDS: &[&[&str]] = &[IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_FIELDS];
 const LOGGING_FIELDS: &[&[&str]] = &[IMPLEMENTED_LOGGING_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS];
 
@@ -212,6 +217,9 @@ pub(super) struct Decoded {
     pub eviction_max_pod_grace_period: Option<i64>,
     pub merge_default_eviction_settings: Option<bool>,
     pub evict_static_pods: Option<bool>,
+    pub shutdown_grace_period: Option<Duration>,
+    pub shutdown_grace_period_critical_pods: Option<Duration>,
+    pub shutdown_grace_period_by_pod_priority: Option<Vec<GracePeriodByPriority>>,
     pub errors: Vec<FieldError>,
     pub warnings: Vec<Warning>,
 }
@@ -287,6 +295,13 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
                 d.kube_api_burst = d.int32(name, value, 0, "must not be a negative number")
             }
             "crashLoopBackOff" => d.crash_loop_back_off(name, value),
+            "shutdownGracePeriod" => d.shutdown_grace_period = d.duration(name, value),
+            "shutdownGracePeriodCriticalPods" => {
+                d.shutdown_grace_period_critical_pods = d.duration(name, value)
+            }
+            "shutdownGracePeriodByPodPriority" => {
+                d.shutdown_grace_period_by_pod_priority = d.shutdown_by_priority(name, value)
+            }
             "rootDir" => d.root_dir = d.absolute_clean_path(name, value),
             "nodeName" => d.node_name = d.string(name, value),
             "nodeIP" => d.node_ip = d.node_ip(name, value),
@@ -1238,6 +1253,77 @@ impl Decoded {
                 None
             }
         }
+    }
+
+    /// `shutdownGracePeriodByPodPriority`: a list of `{priority, shutdownGracePeriodSeconds}`
+    /// (both required: an entry without a period would end its pods at once).
+    fn shutdown_by_priority(
+        &mut self,
+        path: &str,
+        value: &Value,
+    ) -> Option<Vec<GracePeriodByPriority>> {
+        let items = match value {
+            Value::Null => return None,
+            Value::Sequence(items) => items,
+            _ => {
+                self.invalid(path, value, "expected a list");
+                return None;
+            }
+        };
+        let errors = self.errors.len();
+        let mut periods = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let item_path = format!("{path}[{i}]");
+            let (mut priority, mut seconds) = (None, None);
+            for (field_path, name, value) in
+                self.fields(&item_path, item, SHUTDOWN_BY_PRIORITY_FIELDS)
+            {
+                if name == "priority" {
+                    priority = self.int_in::<i32>(
+                        &field_path,
+                        value,
+                        i64::from(i32::MIN),
+                        i64::from(i32::MAX),
+                        "",
+                    );
+                } else {
+                    seconds = self.int_in::<i64>(
+                        &field_path,
+                        value,
+                        0,
+                        i64::MAX,
+                        "must be greater than or equal to 0",
+                    );
+                }
+            }
+            if !matches!(item, Value::Mapping(_)) {
+                continue;
+            }
+            for (name, found) in [
+                ("priority", priority.is_some()),
+                ("shutdownGracePeriodSeconds", seconds.is_some()),
+            ] {
+                let missing = match item.get(name) {
+                    None | Some(Value::Null) => true,
+                    Some(_) => false,
+                };
+                if !found && missing {
+                    self.fail(
+                        &format!("{item_path}.{name}"),
+                        "",
+                        "",
+                        FieldErrorKind::Required,
+                    );
+                }
+            }
+            if let (Some(priority), Some(shutdown_grace_period_seconds)) = (priority, seconds) {
+                periods.push(GracePeriodByPriority {
+                    priority,
+                    shutdown_grace_period_seconds,
+                });
+            }
+        }
+        (self.errors.len() == errors).then_some(periods)
     }
 
     fn crash_loop_back_off(&mut self, path: &str, value: &Value) {

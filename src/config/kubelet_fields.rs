@@ -56,9 +56,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "seccompDefault",
     "serverTLSBootstrap",
     "showHiddenMetricsForVersion",
-    "shutdownGracePeriod",
-    "shutdownGracePeriodByPodPriority",
-    "shutdownGracePeriodCriticalPods",
     "staticPodURL",
     "staticPodURLHeader",
     "streamingConnectionIdleTimeout",
@@ -119,6 +116,12 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
     ),
     gate("ContainerRestartRules", true, GateStage::Beta),
     gate("ContainerStopSignals", false, GateStage::Alpha),
+    gate("GracefulNodeShutdown", true, GateStage::Beta),
+    gate(
+        "GracefulNodeShutdownBasedOnPodPriority",
+        true,
+        GateStage::Beta,
+    ),
     gate("InPlacePodVerticalScaling", true, GateStage::Ga),
     gate("KubeletCrashLoopBackOffMax", true, GateStage::Beta),
     gate("MemoryQoS", true, GateStage::Beta),
@@ -138,6 +141,8 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
 ];
 
 pub const MEMORY_QOS: &str = "MemoryQoS";
+pub const GRACEFUL_NODE_SHUTDOWN: &str = "GracefulNodeShutdown";
+pub const GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY: &str = "GracefulNodeShutdownBasedOnPodPriority";
 pub const KUBELET_CRASH_LOOP_BACK_OFF_MAX: &str = "KubeletCrashLoopBackOffMax";
 pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLoopBackOffDecay";
 

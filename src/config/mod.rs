@@ -133,6 +133,9 @@ pub struct Config {
     pub kube_api_qps: u32,
     pub kube_api_burst: u32,
     pub crash_loop_back_off: CrashLoopBackOff,
+    /// `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`,
+    /// `shutdownGracePeriodByPodPriority`: graceful node shutdown (off when all are unset).
+    pub shutdown: Shutdown,
     // nodelet extensions (not in the kubelet's KubeletConfiguration):
     /// `rootDir`: nodelet's state directory (the kubelet's `--root-dir`).
     pub root_dir: PathBuf,
@@ -347,6 +350,18 @@ pub struct CrashLoopBackOff {
     pub max_container_restart_period: Duration,
 }
 
+/// The graceful node shutdown fields, as written (validated; the groups they make are
+/// [`crate::nodeshutdown::groups::effective_periods`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shutdown {
+    /// `shutdownGracePeriod` (default 0: off): the whole delay of a node shutdown.
+    pub grace_period: Duration,
+    /// `shutdownGracePeriodCriticalPods` (default 0): the part of it for critical pods.
+    pub grace_period_critical_pods: Duration,
+    /// `shutdownGracePeriodByPodPriority` (default empty): the groups by priority instead.
+    pub grace_period_by_pod_priority: Vec<crate::nodeshutdown::groups::GracePeriodByPriority>,
+}
+
 /// A field that was accepted but has no effect (not implemented, unknown feature gate, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
@@ -478,6 +493,7 @@ impl Config {
             crash_loop_back_off: CrashLoopBackOff {
                 max_container_restart_period: DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
             },
+            shutdown: Shutdown::default(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
             node_name: env.hostname.trim().to_lowercase(),
             node_ip: None,

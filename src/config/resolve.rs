@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use super::decode::{is_dns1123_subdomain, Decoded};
 use super::kubelet_fields::{
-    KUBELET_CRASH_LOOP_BACK_OFF_MAX, MEMORY_QOS, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
+    GRACEFUL_NODE_SHUTDOWN, GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY, KUBELET_CRASH_LOOP_BACK_OFF_MAX,
+    MEMORY_QOS, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
 };
 use super::{
     Authentication, Authorization, AuthorizationMode, Config, Environment, FieldError,
@@ -28,6 +29,75 @@ pub(super) struct Resolved {
 /// A duration the kubelet defaults when it is zero (`metav1.Duration{}` is "unset").
 fn or_default_if_zero(value: Option<Duration>, default: Duration) -> Duration {
     value.filter(|d| !d.is_zero()).unwrap_or(default)
+}
+
+/// The graceful node shutdown fields with the kubelet's rules (`ValidateKubeletConfiguration`):
+/// each period zero or at least a second, the critical pods' share within the total, the
+/// by-priority list not together with the two periods, each behind its feature gate.
+fn resolve_shutdown(
+    shutdown: super::Shutdown,
+    config: &Config,
+    errors: &mut Vec<FieldError>,
+) -> super::Shutdown {
+    let total = shutdown.grace_period;
+    let critical = shutdown.grace_period_critical_pods;
+    let shown = |d: Duration| Some(format!("{:?}", super::format_duration(d)));
+    let periods_set = !total.is_zero() || !critical.is_zero();
+    if config.feature_enabled(GRACEFUL_NODE_SHUTDOWN) {
+        if critical > total {
+            errors.push(FieldError {
+                path: "shutdownGracePeriodCriticalPods".into(),
+                kind: FieldErrorKind::Invalid,
+                value: shown(critical),
+                detail: format!(
+                    "must be <= shutdownGracePeriod {}",
+                    super::format_duration(total)
+                ),
+            });
+        }
+        for (path, value) in [
+            ("shutdownGracePeriod", total),
+            ("shutdownGracePeriodCriticalPods", critical),
+        ] {
+            if !value.is_zero() && value < Duration::from_secs(1) {
+                errors.push(FieldError {
+                    path: path.into(),
+                    kind: FieldErrorKind::Invalid,
+                    value: shown(value),
+                    detail: "must be either zero or otherwise >= 1 sec".into(),
+                });
+            }
+        }
+    } else if periods_set {
+        errors.push(FieldError {
+            path: if total.is_zero() {
+                "shutdownGracePeriodCriticalPods".into()
+            } else {
+                "shutdownGracePeriod".into()
+            },
+            kind: FieldErrorKind::Forbidden,
+            value: None,
+            detail: format!("specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate {GRACEFUL_NODE_SHUTDOWN}"),
+        });
+    }
+    if !shutdown.grace_period_by_pod_priority.is_empty() {
+        if !config.feature_enabled(GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY) {
+            errors.push(FieldError {
+                path: "shutdownGracePeriodByPodPriority".into(),
+                kind: FieldErrorKind::Forbidden,
+                value: None,
+                detail: format!("specifying shutdownGracePeriodByPodPriority requires feature gate {GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY}"),
+            });
+        } else if periods_set {
+            errors.push(FieldError {
+                path: "shutdownGracePeriodByPodPriority".into(),
+                kind: FieldErrorKind::Forbidden,
+                value: None,
+                detail: "cannot be specified together with shutdownGracePeriod or shutdownGracePeriodCriticalPods".into(),
+            });
+        }
+    }
+    shutdown
 }
 
 /// A string where `""` means "use the default".
@@ -245,6 +315,20 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
             DEFAULT_MAX_CONTAINER_RESTART_PERIOD
         }
     };
+
+    config.shutdown = resolve_shutdown(
+        super::Shutdown {
+            grace_period: decoded.shutdown_grace_period.unwrap_or_default(),
+            grace_period_critical_pods: decoded
+                .shutdown_grace_period_critical_pods
+                .unwrap_or_default(),
+            grace_period_by_pod_priority: decoded
+                .shutdown_grace_period_by_pod_priority
+                .unwrap_or_default(),
+        },
+        &config,
+        &mut errors,
+    );
 
     if let Some(dir) = decoded.root_dir {
         config.root_dir = PathBuf::from(dir);

@@ -445,7 +445,7 @@ fn type_meta_is_required_and_checked() {
 #[test]
 fn accepted_but_ignored_fields_warn() {
     let cases: &[(&str, &[&str])] = &[
-        ("shutdownGracePeriod: 30s", &["shutdownGracePeriod: accepted but not implemented by nodelet yet; ignored"]),
+        ("seccompDefault: true", &["seccompDefault: accepted but not implemented by nodelet yet; ignored"]),
         ("tlsMinVersion: VersionTLS12\nserverTLSBootstrap: true", &[
             "tlsMinVersion: accepted but not implemented by nodelet yet; ignored",
             "serverTLSBootstrap: accepted but not implemented by nodelet yet; ignored",
@@ -471,7 +471,7 @@ fn accepted_but_ignored_fields_warn() {
 
 #[test]
 fn ignored_fields_do_not_change_the_config_but_unknown_gates_are_kept() {
-    let loaded = ok("shutdownGracePeriod: 30s\nport: 10250\nfeatureGates: {SomeOtherGate: true}");
+    let loaded = ok("seccompDefault: true\nport: 10250\nfeatureGates: {SomeOtherGate: true}");
     let mut want = Config::defaults(&env());
     want.feature_gates.insert("SomeOtherGate".into(), true);
     assert_eq!(loaded.config, want);
@@ -1085,5 +1085,73 @@ fn eviction_fields() {
             want,
             "body {body:?}"
         );
+    }
+}
+
+#[test]
+fn graceful_node_shutdown_fields_follow_the_kubelets_rules() {
+    use crate::nodeshutdown::groups::GracePeriodByPriority as P;
+    let p = |priority, shutdown_grace_period_seconds| P {
+        priority,
+        shutdown_grace_period_seconds,
+    };
+    let accepted: &[(&str, Duration, Duration, Vec<P>)] = &[
+        ("", s(0), s(0), vec![]),
+        ("shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s", s(30), s(10), vec![]),
+        ("shutdownGracePeriod: 30s", s(30), s(0), vec![]),
+        ("shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 10s", s(10), s(10), vec![]),
+        (
+            "shutdownGracePeriodByPodPriority: [{priority: 100000, shutdownGracePeriodSeconds: 10}, {priority: -10, shutdownGracePeriodSeconds: 0}]",
+            s(0),
+            s(0),
+            vec![p(100_000, 10), p(-10, 0)],
+        ),
+        ("shutdownGracePeriodByPodPriority: []", s(0), s(0), vec![]),
+        ("shutdownGracePeriodByPodPriority: []\nshutdownGracePeriod: 5s", s(5), s(0), vec![]),
+    ];
+    for (body, total, critical, list) in accepted {
+        let shutdown = ok(body).config.shutdown;
+        assert_eq!(shutdown.grace_period, *total, "{body}");
+        assert_eq!(shutdown.grace_period_critical_pods, *critical, "{body}");
+        assert_eq!(&shutdown.grace_period_by_pod_priority, list, "{body}");
+    }
+    let rejected: &[(&str, &[&str])] = &[
+        ("shutdownGracePeriod: 1s\nshutdownGracePeriodCriticalPods: 2s", &[
+            "shutdownGracePeriodCriticalPods: Invalid value: \"2s\": must be <= shutdownGracePeriod 1s",
+        ]),
+        ("shutdownGracePeriod: 1ms", &["shutdownGracePeriod: Invalid value: \"1ms\": must be either zero or otherwise >= 1 sec"]),
+        ("shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 500ms", &[
+            "shutdownGracePeriodCriticalPods: Invalid value: \"500ms\": must be either zero or otherwise >= 1 sec",
+        ]),
+        ("shutdownGracePeriod: -1s", &["shutdownGracePeriod: Invalid value: \"-1s\": must not be negative"]),
+        ("shutdownGracePeriod: 30", &["shutdownGracePeriod: Invalid value: 30: expected a duration string such as \"30s\" or \"1m30s\""]),
+        ("featureGates: {GracefulNodeShutdown: false}\nshutdownGracePeriod: 1s", &[
+            "shutdownGracePeriod: Forbidden: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown",
+        ]),
+        ("featureGates: {GracefulNodeShutdown: false}\nshutdownGracePeriodCriticalPods: 1s", &[
+            "shutdownGracePeriodCriticalPods: Forbidden: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown",
+        ]),
+        ("shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 10}]", &[
+            "shutdownGracePeriodByPodPriority: Forbidden: cannot be specified together with shutdownGracePeriod or shutdownGracePeriodCriticalPods",
+        ]),
+        ("featureGates: {GracefulNodeShutdownBasedOnPodPriority: false}\nshutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 10}]", &[
+            "shutdownGracePeriodByPodPriority: Forbidden: specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority",
+        ]),
+        ("shutdownGracePeriodByPodPriority: {priority: 1}", &["shutdownGracePeriodByPodPriority: Invalid value: {\"priority\":1}: expected a list"]),
+        ("shutdownGracePeriodByPodPriority: [{priority: 1}]", &["shutdownGracePeriodByPodPriority[0].shutdownGracePeriodSeconds: Required value"]),
+        ("shutdownGracePeriodByPodPriority: [{shutdownGracePeriodSeconds: 1}, 5]", &[
+            "shutdownGracePeriodByPodPriority[0].priority: Required value",
+            "shutdownGracePeriodByPodPriority[1]: Invalid value: 5: expected a mapping",
+        ]),
+        ("shutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: -3, grace: 2}]", &[
+            "shutdownGracePeriodByPodPriority[0].grace: Unknown field",
+            "shutdownGracePeriodByPodPriority[0].shutdownGracePeriodSeconds: Invalid value: -3: must be greater than or equal to 0",
+        ]),
+        ("shutdownGracePeriodByPodPriority: [{priority: 3000000000, shutdownGracePeriodSeconds: 1}]", &[
+            "shutdownGracePeriodByPodPriority[0].priority: Invalid value: 3000000000: must be at most 2147483647",
+        ]),
+    ];
+    for (body, want) in rejected {
+        assert_eq!(&field_errors(&format!("{HEADER}{body}")), want, "{body}");
     }
 }

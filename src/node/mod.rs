@@ -310,6 +310,7 @@ pub struct NodeAgent {
     images: Option<Arc<dyn ImageService>>,
     events: Option<EventRecorder>,
     server: ApiServerVersion,
+    shutdown: crate::nodeshutdown::ShutdownView,
 }
 
 impl NodeAgent {
@@ -330,7 +331,15 @@ impl NodeAgent {
             images: None,
             events: None,
             server: ApiServerVersion::new(),
+            shutdown: crate::nodeshutdown::ShutdownView::none(),
         }
+    }
+
+    /// Reports `Ready=False` while the node shuts down, and updates the status at once when
+    /// that starts or stops (the kubelet's `syncNodeStatus` from the shutdown manager).
+    pub fn with_shutdown(mut self, shutdown: crate::nodeshutdown::ShutdownView) -> Self {
+        self.shutdown = shutdown;
+        self
     }
 
     /// Shares the API server's version with the pod status sync (one `/version` read).
@@ -361,6 +370,7 @@ impl NodeAgent {
         let facts = self.facts.clone();
         let health = self.health.clone();
         let pressure = self.pressure.clone();
+        let shutdown = self.shutdown.clone();
         let clock = self.clock;
         let kubelet_version = status::kubelet_version();
         Arc::new(
@@ -376,6 +386,7 @@ impl NodeAgent {
                     kubelet_port: settings.kubelet_port,
                     pressure: pressure(),
                     health: health(),
+                    shutting_down: shutdown.is_shutting_down(),
                     images,
                 };
                 build_node_status(previous, &inputs, clock.now())
@@ -451,6 +462,7 @@ impl NodeAgent {
             max_images: self.settings.max_images,
         }))
         .with_events(self.events.clone());
+        let mut shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
                 result = updater.update() => {
@@ -462,6 +474,7 @@ impl NodeAgent {
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.settings.update_frequency) => {}
+                _ = shutdown.changed() => {}
                 _ = cancel.cancelled() => return,
             }
         }

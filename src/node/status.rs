@@ -114,6 +114,9 @@ pub struct NodeStatusInputs<'a> {
     /// `Err(reason)` when the runtime or the PLEG is unhealthy; the reason becomes the
     /// message of `Ready=False`.
     pub health: Result<(), String>,
+    /// The node is shutting down (graceful node shutdown): `Ready=False`,
+    /// `node is shutting down`.
+    pub shutting_down: bool,
     /// The images to list (see [`node_images`]); `None` when the runtime could not list them
     /// this time, which keeps the list the API server has.
     pub images: Option<&'a [ContainerImage]>,
@@ -151,7 +154,11 @@ pub fn build_node_status(
     }
     let missing = missing_capacities(status.capacity.as_ref());
     let conditions = status.conditions.get_or_insert_with(Vec::new);
-    set_ready_condition(conditions, ready_errors(&inputs.health, &missing), &now);
+    set_ready_condition(
+        conditions,
+        ready_errors(&inputs.health, inputs.shutting_down, &missing),
+        &now,
+    );
     status
 }
 
@@ -346,12 +353,15 @@ fn missing_capacities(capacity: Option<&BTreeMap<String, K8sQuantity>>) -> Vec<&
         .collect()
 }
 
-/// The errors behind `Ready=False`, in the kubelet's order: runtime health, then missing
-/// capacity.
-fn ready_errors(health: &Result<(), String>, missing: &[&str]) -> Vec<String> {
+/// The errors behind `Ready=False`, in the kubelet's order: runtime health, node shutdown,
+/// then missing capacity.
+fn ready_errors(health: &Result<(), String>, shutting_down: bool, missing: &[&str]) -> Vec<String> {
     let mut errors = Vec::new();
     if let Err(reason) = health {
         errors.push(reason.clone());
+    }
+    if shutting_down {
+        errors.push(crate::nodeshutdown::NODE_SHUTTING_DOWN.to_string());
     }
     if !missing.is_empty() {
         errors.push(format!(

@@ -31,6 +31,7 @@ fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
         kubelet_port: 10250,
         pressure: Pressure::default(),
         health: Ok(()),
+        shutting_down: false,
         images: None,
     }
 }
@@ -387,6 +388,38 @@ fn missing_capacity_makes_the_node_not_ready() {
         let status = build_node_status(None, &inputs, ts("2026-01-01T00:00:00Z"));
         let ready = condition(&status, "Ready");
         assert_eq!(ready.status, "False");
+        assert_eq!(ready.message.as_deref(), Some(want));
+    }
+}
+
+#[test]
+fn a_node_shutting_down_is_not_ready() {
+    let full = machine();
+    let mut no_storage = machine();
+    no_storage.ephemeral_storage_capacity = None;
+    let cases = [
+        (&full, Ok(()), "node is shutting down"),
+        (
+            &full,
+            Err("container runtime is down".to_string()),
+            "[container runtime is down, node is shutting down]",
+        ),
+        (
+            &no_storage,
+            Ok(()),
+            "[node is shutting down, Missing node capacity for resources: ephemeral-storage]",
+        ),
+    ];
+    for (machine, health, want) in cases {
+        let mut inputs = inputs(machine);
+        inputs.health = health;
+        inputs.shutting_down = true;
+        let status = build_node_status(None, &inputs, ts("2026-01-01T00:00:00Z"));
+        let ready = condition(&status, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("KubeletNotReady"))
+        );
         assert_eq!(ready.message.as_deref(), Some(want));
     }
 }

@@ -115,6 +115,17 @@ fn host_ports(pod: &Pod) -> BTreeSet<(String, i32)> {
         .collect()
 }
 
+/// The node shutdown manager's `Admit`: while the node shuts down, no pod is admitted.
+pub fn admit_node_shutdown(shutting_down: bool) -> Result<(), Rejection> {
+    if shutting_down {
+        return Err(reject(
+            crate::nodeshutdown::NODE_SHUTDOWN_NOT_ADMITTED_REASON,
+            crate::nodeshutdown::NODE_SHUTDOWN_NOT_ADMITTED_MESSAGE.to_string(),
+        ));
+    }
+    Ok(())
+}
+
 /// Admits `pod` on a node already running `active` pods (admitted and not terminal).
 pub fn admit(
     pod: &Pod,
@@ -410,6 +421,18 @@ mod tests {
         assert_eq!(
             r.message,
             "Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: 2000"
+        );
+    }
+
+    #[test]
+    fn nothing_is_admitted_while_the_node_shuts_down() {
+        assert_eq!(admit_node_shutdown(false), Ok(()));
+        assert_eq!(
+            admit_node_shutdown(true),
+            Err(Rejection {
+                reason: "NodeShutdown".into(),
+                message: "Pod was rejected as the node is shutting down.".into(),
+            })
         );
     }
 }

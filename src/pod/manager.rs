@@ -98,6 +98,8 @@ pub struct Admission {
     /// The eviction manager's node conditions (its `Admit`, checked first as the kubelet's
     /// admit handlers are ordered).
     pub pressure: crate::eviction::manager::PressureView,
+    /// The node shutdown manager's mark (its `Admit`, after eviction's).
+    pub shutdown: crate::nodeshutdown::ShutdownView,
 }
 
 impl PodManager {
@@ -176,6 +178,7 @@ impl PodManager {
             .pressure
             .admit(pod)
             .map_err(|(reason, message)| admission::Rejection { reason, message })
+            .and_then(|()| admission::admit_node_shutdown(admission.shutdown.is_shutting_down()))
             .and_then(|()| admission::admit(pod, &refs, &admission.node, &admission.node_name));
         match verdict {
             Ok(()) => true,

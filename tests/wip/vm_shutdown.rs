@@ -1,0 +1,249 @@
+// NOT YET PASSING, NOT BUILT: cargo does not compile tests/wip/*.rs. Move it back to
+// tests/vm_shutdown.rs to run it (`cargo test --test vm_shutdown`). Two runs (2026-12-01): the
+// real logind held the shutdown, nodelet ended the groups in order and released the lock, but
+// no pod's final status (Failed/Terminated) was written before its group's period ran out, so
+// the guest saw none and the scenario was SIGTERMed by the shutdown. In the second run the
+// testbox containers were exiting and restarting seconds after they started, before the
+// shutdown; not understood yet. See the i14 report.
+//! Graceful node shutdown under a real systemd-logind (the VM test bed, see tests/vm/mod.rs):
+//! nodelet with `shutdownGracePeriod: 90s`, `shutdownGracePeriodCriticalPods: 30s` and three
+//! static pods — `web` (priority 0, exits on SIGTERM), `stubborn` (priority 1000, ignores
+//! SIGTERM, its own grace period 4 s) and `critical` (priority 2000001000, exits 2 s after
+//! SIGTERM). The periods are long because under emulation stopping a pod sandbox takes ~10 s
+//! (a first run with 20 s / 10 s had every group run out its period before the pods' final
+//! statuses were written); a group ends as soon as its pods are terminated, so the run is not
+//! longer for it. Checked: logind's
+//! `InhibitDelayMaxUSec` raised through nodelet's drop-in, nodelet's delay lock in
+//! `systemd-inhibit --list`; then `systemctl poweroff`: while logind holds the shutdown for the
+//! lock, the guest reads nodelet's local API every 100 ms and sees the regular pods end first
+//! (each Failed, `Terminated`, the kubelet's message, `DisruptionTarget`) while `critical` still
+//! runs, and `critical` after them. The scenario returns as soon as the
+//! last pod ends — the real shutdown then goes on and powers the VM off.
+//!
+//! Standalone mode: the node's `Ready=False` is covered by unit tests only (no API server here).
+
+mod common;
+mod vm;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{phase, TESTBOX};
+use k8s_openapi::api::core::v1::Pod;
+use vm::{Driver, Guest};
+
+const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
+
+#[test]
+fn graceful_node_shutdown() {
+    vm::scenario("graceful_node_shutdown", Driver::Systemd, shutdown_checks);
+}
+
+fn pod_yaml(name: &str, priority: Option<i64>, grace: u32, args: &str) -> String {
+    let priority = priority.map_or_else(String::new, |p| format!("  priority: {p}\n"));
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n\
+         {priority}  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    \
+         image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [{args}]\n"
+    )
+}
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{cmd} {}: {}\n{text}",
+        args.join(" "),
+        out.status
+    );
+    text
+}
+
+/// What a pod looked like when it was first seen Failed, and when.
+#[derive(Debug, Clone)]
+struct Ended {
+    at: Duration,
+    reason: String,
+    message: String,
+    disruption: Option<(String, String)>,
+}
+
+fn ended(pod: &Pod, at: Duration) -> Option<Ended> {
+    if phase(pod) != "Failed" {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    Some(Ended {
+        at,
+        reason: status.reason.clone().unwrap_or_default(),
+        message: status.message.clone().unwrap_or_default(),
+        disruption: status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "DisruptionTarget")
+            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default())),
+    })
+}
+
+async fn shutdown_checks(node: Guest) {
+    {
+        let _step = node.step("logind");
+        run(
+            "systemctl",
+            &["start", "dbus.service", "systemd-logind.service"],
+        );
+        println!(
+            "vm shutdown: logind before nodelet: {}",
+            run(
+                "busctl",
+                &[
+                    "get-property",
+                    "org.freedesktop.login1",
+                    "/org/freedesktop/login1",
+                    "org.freedesktop.login1.Manager",
+                    "InhibitDelayMaxUSec"
+                ]
+            )
+            .trim()
+        );
+    }
+    {
+        let _step = node.step("nodelet and pods");
+        node.start_nodelet("shutdownGracePeriod: 90s\nshutdownGracePeriodCriticalPods: 30s\n");
+        node.write_manifest("web.yaml", &pod_yaml("web", None, 30, "sleep, forever"));
+        node.write_manifest(
+            "stubborn.yaml",
+            &pod_yaml(
+                "stubborn",
+                Some(1000),
+                4,
+                "sleep, forever, --on-sigterm, ignore",
+            ),
+        );
+        node.write_manifest(
+            "critical.yaml",
+            &pod_yaml(
+                "critical",
+                Some(2_000_001_000),
+                30,
+                "sleep, forever, --sigterm-delay, 2s",
+            ),
+        );
+        for name in ["web", "stubborn", "critical"] {
+            node.wait_pod(name, "Running", |p| phase(p) == "Running")
+                .await;
+        }
+    }
+    {
+        let _step = node.step("the lock");
+        let drop_in = std::fs::read_to_string("/etc/systemd/logind.conf.d/99-nodelet.conf")
+            .expect("nodelet's logind drop-in (logind's default delay is 5 s)");
+        assert!(
+            drop_in.contains("[Login]\nInhibitDelayMaxSec=90\n"),
+            "{drop_in}"
+        );
+        let delay = run(
+            "busctl",
+            &[
+                "get-property",
+                "org.freedesktop.login1",
+                "/org/freedesktop/login1",
+                "org.freedesktop.login1.Manager",
+                "InhibitDelayMaxUSec",
+            ],
+        );
+        assert_eq!(delay.trim(), "t 90000000", "logind re-read the drop-in");
+        node.wait_for("nodelet's lock in systemd-inhibit --list", || {
+            let list = run("systemd-inhibit", &["--list", "--no-pager"]);
+            list.lines()
+                .any(|l| l.contains("nodelet") && l.contains("shutdown") && l.contains("delay"))
+        })
+        .await;
+        println!(
+            "vm shutdown: {}",
+            run("systemd-inhibit", &["--list", "--no-pager"])
+        );
+    }
+    let _step = node.step("systemctl poweroff");
+    let t0 = Instant::now();
+    Command::new("systemctl")
+        .arg("poweroff")
+        .spawn()
+        .expect("systemctl poweroff");
+    let names = ["web", "stubborn", "critical"];
+    let mut seen: std::collections::BTreeMap<&str, Ended> = Default::default();
+    while seen.len() < names.len() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "pods not all ended after 120 s: {seen:?}\n{}",
+            node.journal(60)
+        );
+        if let Some(pods) = node.pods().await {
+            for name in names {
+                let full = node.pod_name(name);
+                if seen.contains_key(name) {
+                    continue;
+                }
+                if let Some(e) = pods
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+                    .and_then(|p| ended(p, t0.elapsed()))
+                {
+                    println!(
+                        "vm shutdown: {name} Failed at {:.1} s: {e:?}",
+                        e.at.as_secs_f64()
+                    );
+                    seen.insert(name, e);
+                    if name != "critical"
+                        && seen.contains_key("web")
+                        && seen.contains_key("stubborn")
+                    {
+                        // The regular group is over: the critical pod must not have ended yet.
+                        let full = node.pod_name("critical");
+                        let critical = pods
+                            .iter()
+                            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+                            .map(|p| phase(p).to_string());
+                        println!(
+                            "vm shutdown: the regular group is over; critical is {critical:?}"
+                        );
+                        assert_ne!(
+                            critical.as_deref(),
+                            Some("Failed"),
+                            "critical ended with the regular group"
+                        );
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (name, e) in &seen {
+        assert_eq!(e.reason, "Terminated", "{name}: {e:?}");
+        assert_eq!(e.message, MESSAGE, "{name}: {e:?}");
+        assert_eq!(
+            e.disruption,
+            Some(("True".to_string(), "TerminationByKubelet".to_string())),
+            "{name}: {e:?}"
+        );
+    }
+    // Order, not timing (timings are asserted in the paused-clock tests): the regular group
+    // ends before the critical one; stubborn lasts its group's period.
+    assert!(seen["web"].at < seen["critical"].at, "{seen:?}");
+    assert!(seen["stubborn"].at < seen["critical"].at, "{seen:?}");
+    println!(
+        "vm shutdown: timings after systemctl poweroff: web {:.1} s, stubborn {:.1} s (own grace 4 s), critical {:.1} s (periods 60 s + 30 s)",
+        seen["web"].at.as_secs_f64(),
+        seen["stubborn"].at.as_secs_f64(),
+        seen["critical"].at.as_secs_f64()
+    );
+}
