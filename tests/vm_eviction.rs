@@ -579,8 +579,10 @@ async fn memory_pressure_stall_evicts_the_throttled_pod(node: &Guest) {
         node_memory_some_avg10() < 5.0
     })
     .await;
-    // A bystander of higher priority using more memory than it requests (none): ranked after
-    // the stalled pod, and kept.
+    // Standalone without thresholds while the bystander starts: a BestEffort pod of higher
+    // priority using more memory than it requests (none), ranked after the stalled pod, kept.
+    node.systemctl(&["stop", "nodelet.service"]);
+    node.start_nodelet("");
     let static_pod = |name: &str, args: &str, priority: &str| {
         pod_yaml(name, args, priority, "").replace("  namespace: default\n", "")
     };
