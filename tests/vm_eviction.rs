@@ -565,7 +565,8 @@ fn node_memory_some_avg10() -> f64 {
 }
 
 /// nodelet's PSI signal, standalone with `evictStaticPods`: a Burstable static pod (request
-/// 16Mi, limit 256Mi, so Memory QoS puts its `memory.high` at 232Mi) keeps writing 248 MiB into
+/// 16Mi, limit 256Mi; with `memoryThrottlingFactor: 0.5` Memory QoS puts its `memory.high` at
+/// 136Mi) keeps writing 248 MiB into
 /// its writable layer (tmpfs in the VM, not reclaimable without swap): the kernel throttles it
 /// above `memory.high` with penalty sleeps, which PSI counts as memory stall. The node's
 /// `memory.pressure.some.avg10` crosses 20 % with plenty of memory free, and the pod (priority
@@ -598,7 +599,7 @@ async fn memory_pressure_stall_evicts_the_throttled_pod(node: &Guest) {
         .await;
     node.systemctl(&["stop", "nodelet.service"]);
     node.start_nodelet(&format!(
-        "evictionHard: {{memory.pressure.some.avg10: \"{PSI_THRESHOLD}\"}}\nevictStaticPods: true\n"
+        "evictionHard: {{memory.pressure.some.avg10: \"{PSI_THRESHOLD}\"}}\nevictStaticPods: true\nmemoryThrottlingFactor: 0.5\n"
     ));
     // The positive sign: nodelet reads the signal (in millionths).
     let series =
@@ -619,7 +620,20 @@ async fn memory_pressure_stall_evicts_the_throttled_pod(node: &Guest) {
         ),
     );
     let started = Instant::now();
+    // What the node's PSI says while the pod runs (for the record and for a failure's reader).
+    let progress = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let psi = std::fs::read_to_string("/proc/pressure/memory").unwrap_or_default();
+            println!(
+                "vm scenario: PSI: after {:.0} s: {}",
+                started.elapsed().as_secs_f64(),
+                psi.replace('\n', "; ")
+            );
+        }
+    });
     let stall = node.wait_pod("stall", "evicted", evicted).await;
+    progress.abort();
     println!(
         "vm scenario: PSI: stall evicted {:.1} s after its manifest (node some avg10 now {})",
         started.elapsed().as_secs_f64(),
