@@ -179,7 +179,8 @@ mod tests {
         use crate::stats::cgroup::Resource;
         use Signal::*;
         // (file contents, None = no file, readings of some and full)
-        let cases: Vec<(Option<&str>, Vec<(Signal, Observation)>)> = vec![
+        type Case = (Option<&'static str>, Vec<(Signal, Observation)>);
+        let cases: Vec<Case> = vec![
             (
                 Some(
                     "some avg10=12.34 avg60=3.00 avg300=0.50 total=123456\n\
