@@ -91,7 +91,9 @@ pub struct Metrics {
     pub evictions_total: Family<SignalLabels, Counter>,
     /// Passes of the eviction manager (a sign that it runs).
     pub eviction_passes_total: Counter,
-    /// The last reading of each eviction signal: what is available (bytes, inodes, PIDs).
+    /// The last reading of each eviction signal: what is available (bytes, inodes, PIDs); for
+    /// the PSI signals the stall share in millionths (`memory.pressure.some.avg10` 12.5 % →
+    /// 125000).
     pub eviction_signal_available: Family<SignalLabels, Gauge>,
     /// From the pass that first saw a threshold met to the kill of the pod evicted for it.
     pub eviction_crossing_to_kill_seconds: Histogram,

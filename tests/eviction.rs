@@ -188,6 +188,68 @@ async fn standalone_static_pods_are_evicted_lowest_priority_first_and_critical_n
             .await,
         Some(2.0)
     );
+
+    // Admission under pressure: a new static pod, evictable with evictStaticPods, is rejected
+    // as the kubelet's `Admit` rejects a non-critical pod; a new critical one is admitted.
+    n.write_manifest("late.yaml", &static_pod("late", ""));
+    n.write_manifest(
+        "late-critical.yaml",
+        &static_pod(
+            "late-critical",
+            "  priorityClassName: system-node-critical\n",
+        ),
+    );
+    let late = n
+        .wait_pod("late", T, "late rejected", |p| phase(p) == "Failed")
+        .await;
+    assert_eq!(status_reason(&late).as_deref(), Some("Evicted"));
+    assert_eq!(
+        status_message(&late),
+        "Pod was rejected: The node had condition: [PIDPressure]. "
+    );
+    assert!(
+        late.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_none_or(|c| c.iter().all(|c| c.container_id.is_none())),
+        "late never started a container: {:?}",
+        late.status
+    );
+    let rejected = events_with(&local_events(&n).await, &n.pod_name("late"), "Evicted");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(
+        rejected[0]["message"],
+        "The node had condition: [PIDPressure]. "
+    );
+    n.wait_pod("late-critical", T, "late-critical running", all_running)
+        .await;
+}
+
+/// Without `evictStaticPods`, static pods are critical as the kubelet's: under pressure none is
+/// evicted and a new one is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_evict_static_pods_static_pods_stay_critical_under_pressure() {
+    let mut n = Nodelet::prepare_with("evict_static_off", ALWAYS_MET);
+    n.write_manifest("first.yaml", &static_pod("first", ""));
+    n.launch();
+    n.wait_pod("first", T, "first running", all_running).await;
+    // The positive sign: the manager saw the pressure and found no pod it may evict.
+    let deadline = Instant::now() + T;
+    while !n.logs().contains("eviction manager: no pod may be evicted") {
+        assert!(
+            Instant::now() < deadline,
+            "the manager never looked for a pod\n{}",
+            tail(&n.logs(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    n.write_manifest("second.yaml", &static_pod("second", ""));
+    n.wait_pod("second", T, "second running under pressure", all_running)
+        .await;
+    let first = n.pod("first").await.expect("first listed");
+    assert!(all_running(&first), "first: {:?}", first.status);
+    assert_eq!(n.metric("nodelet_evictions_total").await, None);
+    assert!(!n.logs().contains("pod rejected at admission"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -526,4 +588,198 @@ async fn a_pid_hungry_pod_is_evicted_under_a_low_pid_available_threshold() {
             .await,
         Some(1.0)
     );
+}
+
+/// A static pod whose container `main` has an `ephemeral-storage` limit and writes
+/// `rootfs_kib` KiB into its writable layer and `volume_kib` KiB into an emptyDir without a
+/// `sizeLimit`, then sleeps; `spec` adds spec lines, `containers` more containers (YAML).
+fn storage_pod(
+    name: &str,
+    limit: &str,
+    (rootfs_kib, volume_kib): (u32, u32),
+    spec: &str,
+    containers: &str,
+) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 5\n{spec}  \
+         volumes:\n  - name: scratch\n    emptyDir: {{}}\n  containers:\n  - name: main\n    \
+         image: {TESTBOX}\n    imagePullPolicy: Never\n    \
+         resources: {{limits: {{ephemeral-storage: {limit}}}}}\n    \
+         command: [/bin/sh, -c, 'dd if=/dev/zero of=/fill bs=1024 count={rootfs_kib} && dd if=/dev/zero of=/scratch/f bs=1024 count={volume_kib} && exec sleep 3600']\n    \
+         volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n{containers}"
+    )
+}
+
+/// The Summary's ephemeral-storage use of pod `name` (bytes), 0 while unmeasured.
+async fn pod_ephemeral_used(n: &Nodelet, name: &str) -> u64 {
+    let summary: serde_json::Value = reqwest::get(format!("{}/stats/summary", n.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let full = n.pod_name(name);
+    summary["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["podRef"]["name"] == full.as_str())
+        .and_then(|p| p["ephemeral-storage"]["usedBytes"].as_u64())
+        .unwrap_or(0)
+}
+
+/// Local storage on the writable layer: a container over its own `ephemeral-storage` limit,
+/// and a pod over its containers' limits plus its `spec.overhead` (the kubelet's `PodLimits`),
+/// each evicted with the kubelet's message; a pod over its containers' limits but within the
+/// overhead-included total stays, through passes that saw its usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_and_pods_over_their_ephemeral_storage_limits_are_evicted() {
+    let mut n = Nodelet::prepare_with(
+        "evict_ephemeral",
+        &format!("{NEVER_MET}evictStaticPods: true\n"),
+    );
+    // main: 2 MiB in its writable layer against its own 1Mi; the second container's 10Mi keeps
+    // the pod total clear, so the container's own limit is what it breaks.
+    n.write_manifest(
+        "container-over.yaml",
+        &storage_pod(
+            "container-over",
+            "1Mi",
+            (2048, 0),
+            "",
+            &format!(
+                "  - name: roomy\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    \
+                 resources: {{limits: {{ephemeral-storage: 10Mi}}}}\n"
+            ),
+        ),
+    );
+    let overhead = "  overhead: {ephemeral-storage: 2Mi}\n";
+    // 512 KiB in the layer (within main's 2Mi), 4 MiB in the emptyDir: over 2Mi + 2Mi overhead.
+    n.write_manifest(
+        "pod-over.yaml",
+        &storage_pod("pod-over", "2Mi", (512, 4096), overhead, ""),
+    );
+    // 512 KiB + 2.5 MiB: over the containers' 2Mi, within 2Mi + 2Mi overhead.
+    n.write_manifest(
+        "pod-under.yaml",
+        &storage_pod("pod-under", "2Mi", (512, 2560), overhead, ""),
+    );
+    n.launch();
+    let long = Duration::from_secs(180);
+    let over = n
+        .wait_pod("container-over", long, "container-over evicted", evicted)
+        .await;
+    assert_eq!(
+        status_message(&over),
+        "Container main exceeded its local ephemeral storage limit \"1Mi\". "
+    );
+    let pod_over = n
+        .wait_pod("pod-over", long, "pod-over evicted", evicted)
+        .await;
+    assert_eq!(
+        status_message(&pod_over),
+        "Pod ephemeral local storage usage exceeds the total limit of containers 4Mi. "
+    );
+    let events = local_events(&n).await;
+    for p in [&over, &pod_over] {
+        assert_eq!(condition(p, "DisruptionTarget"), None);
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let e = events_with(&events, &name, "Evicted");
+        assert_eq!(e.len(), 1, "{name}: {events:?}");
+        assert_eq!(e[0]["message"].as_str(), Some(status_message(p).as_str()));
+    }
+    assert_eq!(
+        n.metric("nodelet_evictions_total{eviction_signal=\"ephemeralcontainerfs.limit\"}")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        n.metric("nodelet_evictions_total{eviction_signal=\"ephemeralpodfs.limit\"}")
+            .await,
+        Some(1.0)
+    );
+    // The positive sign: pod-under's use measured above its containers' 2Mi; then two more
+    // full passes ran, and it still runs.
+    let deadline = Instant::now() + long;
+    while pod_ephemeral_used(&n, "pod-under").await <= 2 << 20 {
+        assert!(
+            Instant::now() < deadline,
+            "pod-under's use never measured above 2Mi\n{}",
+            tail(&n.logs(), 40)
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let passes = n
+        .metric("nodelet_eviction_passes_total")
+        .await
+        .unwrap_or(0.0);
+    wait_metric_at_least(&n, "nodelet_eviction_passes_total", passes + 22.0).await;
+    let under = n.pod("pod-under").await.expect("pod-under listed");
+    assert!(all_running(&under), "pod-under: {:?}", under.status);
+    assert_eq!(n.metric("nodelet_evictions_total").await, Some(2.0));
+}
+
+/// A memory-backed emptyDir: its tmpfs is sized to the `sizeLimit` (the kubelet's
+/// SizeMemoryBackedVolumes: the smallest of sizeLimit, the pod's memory limit and node
+/// allocatable), and what is written into it is charged to the pod's memory cgroup, so it is
+/// the pod's memory in the Summary (and in memory-pressure ranking).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_empty_dir_is_sized_to_its_limit_and_counts_as_the_pods_memory() {
+    let mut n = Nodelet::prepare_with("evict_memory_dir", NEVER_MET);
+    n.write_manifest(
+        "mem.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: mem\nspec:\n  terminationGracePeriodSeconds: 5\n  \
+             volumes:\n  - name: ram\n    emptyDir: {{medium: Memory, sizeLimit: 24Mi}}\n  containers:\n  - name: main\n    \
+             image: {TESTBOX}\n    imagePullPolicy: Never\n    \
+             resources: {{limits: {{memory: 256Mi}}}}\n    \
+             command: [/bin/sh, -c, 'dd if=/dev/zero of=/ram/f bs=1M count=16 && exec sleep 3600']\n    \
+             volumeMounts:\n    - {{name: ram, mountPath: /ram}}\n"
+        ),
+    );
+    n.launch();
+    let pod = n.wait_pod("mem", T, "mem running", all_running).await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let suffix = format!("{uid}/volumes/kubernetes.io~empty-dir/ram");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let line = mountinfo
+        .lines()
+        .find(|l| {
+            l.split_whitespace()
+                .nth(4)
+                .is_some_and(|m| m.ends_with(&suffix))
+        })
+        .unwrap_or_else(|| panic!("no mount of {suffix}:\n{mountinfo}"));
+    assert!(
+        line.contains(" - tmpfs ") && line.contains("size=24576k"),
+        "a tmpfs of 24Mi (min of sizeLimit 24Mi and the pod's 256Mi): {line}"
+    );
+    // The 16 MiB written are the pod's memory: its working set is at least that.
+    let name = n.pod_name("mem");
+    let deadline = Instant::now() + T;
+    loop {
+        let summary: serde_json::Value = reqwest::get(format!("{}/stats/summary", n.base_url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let working_set = summary["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["podRef"]["name"] == name.as_str())
+            .and_then(|p| p["memory"]["workingSetBytes"].as_u64())
+            .unwrap_or(0);
+        if working_set >= 16 << 20 {
+            println!("memory emptyDir: pod working set {working_set} bytes after 16 MiB written");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pod's working set never reached 16 MiB (last {working_set}): {}",
+            summary["pods"]
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

@@ -128,6 +128,37 @@ async fn sleep_until(start: Instant, seconds: f64) {
     tokio::time::sleep_until(start + Duration::from_secs_f64(seconds)).await;
 }
 
+/// Allocatable holds back the configured hard `memory.available` threshold (and the configured
+/// `nodefs.available` one), not the kubelet's defaults.
+#[tokio::test(start_paused = true)]
+async fn allocatable_holds_back_the_configured_hard_thresholds() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                evictionHard: {memory.available: 500Mi, nodefs.available: 1Gi}\n\
+                kubeReserved: {memory: 100Mi}\n";
+    let config = nodelet::config::parse(
+        text,
+        std::path::Path::new("c.yaml"),
+        &Environment {
+            hostname: "node-e".into(),
+        },
+    )
+    .unwrap()
+    .config;
+    let t0 = Instant::now();
+    let running = start(&fixture, NodeSettings::from_config(&config));
+    sleep_until(t0, 1.0).await;
+    let allocatable = node(&fixture, "node-e")
+        .status
+        .unwrap()
+        .allocatable
+        .unwrap();
+    // 4028580Ki − 500Mi − 100Mi; 30832548Ki − 1Gi.
+    assert_eq!(allocatable["memory"].0, "3414180Ki");
+    assert_eq!(allocatable["ephemeral-storage"].0, "29783972Ki");
+    running.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn register_creates_the_node_with_labels_taints_and_capacity() {
     let fixture = Fixture::start(None).await.unwrap();

@@ -21,6 +21,8 @@ use vm::{Driver, Guest, T};
 const MI: u64 = 1 << 20;
 /// `memory.available` for the fast hog (see [`fast_hog_is_evicted_before_the_kernel_oom_killer`]).
 const FAST_HOG_THRESHOLD: &str = "600Mi";
+/// nodelet's PSI signal for [`memory_pressure_stall_evicts_the_throttled_pod`].
+const PSI_THRESHOLD: &str = "20%";
 
 #[test]
 fn memory_eviction() {
@@ -35,6 +37,7 @@ async fn eviction_checks(node: Guest) {
     lower_priority_hog_goes_first_and_guaranteed_never(&node, &cluster).await;
     fast_hog_is_evicted_before_the_kernel_oom_killer(&node, &cluster).await;
     standalone_static_hogs_with_evict_static_pods(&node).await;
+    memory_pressure_stall_evicts_the_throttled_pod(&node).await;
 }
 
 /// The fixture's address in a kubeconfig nodelet reads, and the configuration lines for it.
@@ -549,4 +552,128 @@ async fn standalone_static_hogs_with_evict_static_pods(node: &Guest) {
         assert_eq!(phase(&p), "Running", "{name}: {:?}", p.status);
     }
     assert_eq!(node.metric_now("nodelet_evictions_total").await, 1.0);
+}
+
+/// The node's `some avg10` of `/proc/pressure/memory`, in percent.
+fn node_memory_some_avg10() -> f64 {
+    let text = std::fs::read_to_string("/proc/pressure/memory").expect("/proc/pressure/memory");
+    text.lines()
+        .find_map(|l| l.strip_prefix("some "))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("avg10=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("/proc/pressure/memory: {text}"))
+}
+
+/// nodelet's PSI signal, standalone with `evictStaticPods`: a Burstable static pod (request
+/// 16Mi, limit 256Mi; with `memoryThrottlingFactor: 0.5` Memory QoS puts its `memory.high` at
+/// 136Mi) keeps writing 248 MiB into
+/// its writable layer (tmpfs in the VM, not reclaimable without swap): the kernel throttles it
+/// above `memory.high` with penalty sleeps, which PSI counts as memory stall. The node's
+/// `memory.pressure.some.avg10` crosses 20 % with plenty of memory free, and the pod (priority
+/// 0) goes, not a BestEffort bystander of priority 1000, with nodelet's PSI message; avg10's lag
+/// after the kill evicts nothing more.
+async fn memory_pressure_stall_evicts_the_throttled_pod(node: &Guest) {
+    let _step = node.step(&format!(
+        "PSI: memory.pressure.some.avg10 at {PSI_THRESHOLD} evicts the pod stalled on memory.high"
+    ));
+    node.wait_for("the node's memory pressure settled below 5%", || {
+        node_memory_some_avg10() < 5.0
+    })
+    .await;
+    // Standalone without thresholds while the bystander starts: a BestEffort pod of higher
+    // priority using more memory than it requests (none), ranked after the stalled pod, kept.
+    node.systemctl(&["stop", "nodelet.service"]);
+    node.start_nodelet("");
+    let static_pod = |name: &str, args: &str, priority: &str| {
+        pod_yaml(name, args, priority, "").replace("  namespace: default\n", "")
+    };
+    node.write_manifest(
+        "bystander.yaml",
+        &static_pod(
+            "bystander",
+            "alloc, --mib, \"64\", --hold",
+            "  priority: 1000\n",
+        ),
+    );
+    node.wait_pod("bystander", "Running", |p| phase(p) == "Running")
+        .await;
+    node.systemctl(&["stop", "nodelet.service"]);
+    node.start_nodelet(&format!(
+        "evictionHard: {{memory.pressure.some.avg10: \"{PSI_THRESHOLD}\"}}\nevictStaticPods: true\nmemoryThrottlingFactor: 0.5\n"
+    ));
+    // The positive sign: nodelet reads the signal (in millionths).
+    let series =
+        "nodelet_eviction_signal_available{eviction_signal=\"memory.pressure.some.avg10\"}";
+    let before = node
+        .wait_metric(series, "a PSI reading below the threshold", |v| {
+            v < 200_000.0
+        })
+        .await;
+    println!("vm scenario: PSI: memory.pressure.some.avg10 before: {before} ppm");
+    node.write_manifest(
+        "stall.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: stall\nspec:\n  priority: 0\n  \
+             terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {TESTBOX}\n    \
+             imagePullPolicy: Never\n    resources: {{requests: {{memory: 16Mi}}, limits: {{memory: 256Mi}}}}\n    \
+             command: [/bin/sh, -c, 'while :; do dd if=/dev/zero of=/fill bs=1M count=248 2>/dev/null; done']\n"
+        ),
+    );
+    let started = Instant::now();
+    // What the node's PSI says while the pod runs (for the record and for a failure's reader).
+    let progress = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let psi = std::fs::read_to_string("/proc/pressure/memory").unwrap_or_default();
+            println!(
+                "vm scenario: PSI: after {:.0} s: {}",
+                started.elapsed().as_secs_f64(),
+                psi.replace('\n', "; ")
+            );
+        }
+    });
+    let stall = node.wait_pod("stall", "evicted", evicted).await;
+    progress.abort();
+    println!(
+        "vm scenario: PSI: stall evicted {:.1} s after its manifest (node some avg10 now {})",
+        started.elapsed().as_secs_f64(),
+        node_memory_some_avg10()
+    );
+    let message = status_message(&stall);
+    let start = format!(
+        "The node was low on resource: memory. Threshold: memory.pressure.some.avg10 at or above {PSI_THRESHOLD}, observed: "
+    );
+    assert!(
+        message.starts_with(&start)
+            && message.contains(". Container main was using ")
+            && message.ends_with(", request is 16Mi, has larger consumption of memory. "),
+        "stall: message {message:?}"
+    );
+    println!("vm scenario: PSI: {message}");
+    assert_eq!(
+        pod_condition(&stall, "DisruptionTarget"),
+        Some(("True".into(), "TerminationByKubelet".into())),
+        "{:?}",
+        stall.status
+    );
+    let uid = stall.metadata.uid.clone().unwrap_or_default();
+    let events = node.events(&uid).await;
+    assert!(
+        events.contains(&format!("Warning Evicted: {message}")),
+        "stall's events: {events}"
+    );
+    // The stall is gone with the pod; avg10 lags for seconds, and no other pod goes for it.
+    let passes = node.metric_now("nodelet_eviction_passes_total").await;
+    node.wait_metric("nodelet_eviction_passes_total", "more passes", |v| {
+        v >= passes + 10.0
+    })
+    .await;
+    let bystander = node.pod("bystander").await.expect("listed");
+    assert_eq!(phase(&bystander), "Running", "{:?}", bystander.status);
+    assert_eq!(node.metric_now("nodelet_evictions_total").await, 1.0);
+    assert_eq!(
+        node.metric_now("nodelet_evictions_total{eviction_signal=\"memory.pressure.some.avg10\"}")
+            .await,
+        1.0
+    );
 }

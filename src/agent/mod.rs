@@ -521,6 +521,10 @@ impl NodeletBuilder {
             }
             None => crate::nodeshutdown::ShutdownView::none(),
         };
+        manager = manager.with_static_admission(crate::pod::manager::StaticAdmission {
+            pressure: pressure.clone(),
+            events: recorder.clone(),
+        });
         if let (Some(client), Some(store)) = (&cluster, &pod_store) {
             manager = manager.with_admission(admission(
                 &cfg, &node, &status, &recorder, &pressure, &shutdown,
@@ -767,9 +771,10 @@ fn admission(
     Admission {
         node: NodeCapacity {
             cpu_milli: (node.cpu_capacity_milli() - reserve.cpu_milli).max(0),
-            memory: (i64::try_from(node.memory_capacity()).unwrap_or(i64::MAX)
-                - reserve.memory_bytes)
-                .max(0),
+            memory: {
+                let capacity = i64::try_from(node.memory_capacity()).unwrap_or(i64::MAX);
+                (capacity - reserve.memory_reserved(capacity)).max(0)
+            },
             pods: cfg.max_pods,
             labels,
         },

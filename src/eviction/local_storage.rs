@@ -7,7 +7,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cgroup::resources::pod_limits;
+use crate::cgroup::resources::{pod_limits, pod_overhead};
 use crate::quantity::Quantity;
 use crate::stats::summary::{FsStats, PodStats};
 
@@ -68,6 +68,17 @@ fn used(fs: Option<&FsStats>) -> i64 {
         .map_or(0, |b| i64::try_from(b).unwrap_or(i64::MAX))
 }
 
+/// The pod's `ephemeral-storage` limit as the kubelet's `PodLimits` (overhead included) has
+/// it: the containers' limits summed (or the pod-level one), plus `spec.overhead`'s
+/// ephemeral storage — added only to a limit that is there, so overhead alone sets none.
+pub fn pod_ephemeral_storage_limit(pod: &Pod) -> Option<i64> {
+    let limit = pod_limits(pod).0.ephemeral_storage?;
+    let overhead = pod_overhead(pod)
+        .and_then(|o| o.ephemeral_storage)
+        .unwrap_or(0);
+    Some(limit.saturating_add(overhead))
+}
+
 /// The first local-storage violation of `pod` by its `stats`, if any. `dedicated_image_fs`:
 /// container writable layers live on the image filesystem, so only logs count for a container.
 pub fn violation(pod: &Pod, stats: &PodStats, dedicated_image_fs: bool) -> Option<Violation> {
@@ -98,7 +109,7 @@ pub fn violation(pod: &Pod, stats: &PodStats, dedicated_image_fs: bool) -> Optio
             });
         }
     }
-    if let Some(limit) = pod_limits(pod).0.ephemeral_storage {
+    if let Some(limit) = pod_ephemeral_storage_limit(pod) {
         if used(stats.ephemeral_storage.as_ref()) > limit {
             return Some(Violation::Pod {
                 limit: binary_si(limit, Resource::EphemeralStorage),
@@ -281,6 +292,39 @@ spec:
                 "{volumes:?} {pod_used:?} {containers:?} dedicated={dedicated}"
             );
         }
+    }
+
+    #[test]
+    fn overhead_counts_in_the_pod_limit_as_pod_limits_adds_it() {
+        // (pod yaml, the pod's limit)
+        let cases = [
+            (POD.to_string(), Some(6 * MI as i64)),
+            (
+                format!("{POD}  overhead: {{ephemeral-storage: 1Mi, memory: 10Mi}}\n"),
+                Some(7 * MI as i64),
+            ),
+            // Overhead alone sets no limit (it is added to non-zero limits only).
+            (
+                "metadata: {name: p}\nspec:\n  overhead: {ephemeral-storage: 1Mi}\n  containers:\n  - {name: a, image: x}\n".to_string(),
+                None,
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(pod_ephemeral_storage_limit(&pod(&yaml)), want, "{yaml}");
+        }
+        let p = pod(&format!("{POD}  overhead: {{ephemeral-storage: 1Mi}}\n"));
+        // 6Mi + 1 is within 7Mi; 7Mi + 1 is over it, named so in the message.
+        assert_eq!(
+            violation(&p, &stats(&[], Some(6 * MI + 1), &[]), false),
+            None
+        );
+        assert_eq!(
+            violation(&p, &stats(&[], Some(7 * MI + 1), &[]), false)
+                .as_ref()
+                .map(Violation::message)
+                .as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 7Mi. ")
+        );
     }
 
     #[test]

@@ -27,12 +27,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::local_storage;
-use super::rank::{evictable, eviction_message, rank, Candidate, ContainerUsage};
+use super::rank::{
+    evictable, eviction_message, pressure_eviction_message, rank, Candidate, ContainerUsage,
+};
 use super::signals::observations;
 use super::threshold::{
-    pass, thresholds_met, NodeCondition, Observation, PassState, Resource, Signal, Threshold,
+    pass, stall_persists, thresholds_met, NodeCondition, Observation, PassState, Resource, Signal,
+    StallMark, Threshold, STALL_CAPACITY,
 };
-use crate::cgroup::qos::{is_critical_pod, qos_class, QosClass};
+use crate::cgroup::qos::{qos_class, QosClass};
 use crate::events::{node_ref, pod_ref, EventRecorder, EventType};
 use crate::pod::kill::{KillHandle, PodKiller, StatusMutation};
 use crate::podspec::pod_uid;
@@ -101,6 +104,8 @@ impl Settings {
 #[derive(Debug, Clone)]
 pub struct PressureView {
     conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+    /// `evictStaticPods`: static pods are not critical, so admission may reject them too.
+    evict_static_pods: bool,
 }
 
 impl PressureView {
@@ -108,6 +113,7 @@ impl PressureView {
     pub fn none() -> PressureView {
         PressureView {
             conditions: watch::channel(BTreeSet::new()).1,
+            evict_static_pods: false,
         }
     }
 
@@ -127,16 +133,22 @@ impl PressureView {
 
     /// The kubelet's eviction `Admit` against the current conditions.
     pub fn admit(&self, pod: &Pod) -> Result<(), (String, String)> {
-        admit(pod, &self.conditions.borrow())
+        admit(pod, &self.conditions.borrow(), self.evict_static_pods)
     }
 }
 
 /// The kubelet's eviction admission (`managerImpl.Admit`): under no pressure every pod; a
 /// critical pod always; under memory pressure alone every pod but BestEffort ones that do not
 /// tolerate `node.kubernetes.io/memory-pressure`; under disk or PID pressure none. A rejection
-/// is `(reason, message)`: `Evicted`, `The node had condition: [DiskPressure]. `.
-pub fn admit(pod: &Pod, conditions: &BTreeSet<NodeCondition>) -> Result<(), (String, String)> {
-    if conditions.is_empty() || is_critical_pod(pod) {
+/// is `(reason, message)`: `Evicted`, `The node had condition: [DiskPressure]. `. With
+/// `evict_static_pods` a static pod is critical only by its priority, as in ranking
+/// ([`evictable`]): one the manager could evict is not admitted under pressure either.
+pub fn admit(
+    pod: &Pod,
+    conditions: &BTreeSet<NodeCondition>,
+    evict_static_pods: bool,
+) -> Result<(), (String, String)> {
+    if conditions.is_empty() || !evictable(pod, evict_static_pods) {
         return Ok(());
     }
     let only_memory = conditions.len() == 1 && conditions.contains(&NodeCondition::MemoryPressure);
@@ -330,6 +342,22 @@ pub struct EvictionManager {
     last_threshold_event: BTreeMap<Resource, Instant>,
     /// The last node-level reclaim: at most one per `housekeeping_period`, as the kubelet's.
     last_reclaim: Option<Instant>,
+    /// After an eviction, the PSI counters as the first pass after its cleanup read them: a
+    /// met PSI threshold evicts again only when the stall since then is still at or above it
+    /// ([`stall_persists`]). Dropped when the threshold clears.
+    stall_marks: BTreeMap<Signal, StallMark>,
+    /// An eviction happened; the next pass takes the stall marks.
+    stall_mark_pending: bool,
+}
+
+/// The `total` counter of a PSI signal's line in the node's memory pressure.
+fn stall_total(summary: &Summary, signal: Signal) -> Option<u64> {
+    let psi = summary.node.memory.as_ref()?.psi.as_ref()?;
+    match signal {
+        Signal::MemoryPressureSomeAvg10 => Some(psi.some.total),
+        Signal::MemoryPressureFullAvg10 => Some(psi.full.total),
+        _ => None,
+    }
 }
 
 impl EvictionManager {
@@ -356,6 +384,8 @@ impl EvictionManager {
             stats_failing: false,
             last_threshold_event: BTreeMap::new(),
             last_reclaim: None,
+            stall_marks: BTreeMap::new(),
+            stall_mark_pending: false,
         }
     }
 
@@ -367,6 +397,7 @@ impl EvictionManager {
     pub fn pressure(&self) -> PressureView {
         PressureView {
             conditions: self.conditions.subscribe(),
+            evict_static_pods: self.settings.evict_static_pods,
         }
     }
 
@@ -480,7 +511,32 @@ impl EvictionManager {
                 return result;
             }
         }
-        let Some(threshold) = outcome.act_on.first().copied() else {
+        self.stall_marks
+            .retain(|signal, _| first_observed.keys().any(|t| t.signal == *signal));
+        if std::mem::take(&mut self.stall_mark_pending) {
+            for signal in [
+                Signal::MemoryPressureSomeAvg10,
+                Signal::MemoryPressureFullAvg10,
+            ] {
+                if let Some(total_us) = stall_total(&summary, signal) {
+                    self.stall_marks
+                        .insert(signal, StallMark { at: now, total_us });
+                }
+            }
+        }
+        let settled = |t: &&Threshold| {
+            let Some(mark) = self.stall_marks.get(&t.signal) else {
+                return true;
+            };
+            let persists = stall_total(&summary, t.signal).is_some_and(|total| {
+                stall_persists(*mark, total, now, t.value.amount(STALL_CAPACITY))
+            });
+            if !persists {
+                tracing::debug!(signal = %t.signal, "eviction manager: memory pressure stall since the last eviction is below the threshold; waiting");
+            }
+            persists
+        };
+        let Some(threshold) = outcome.act_on.iter().find(settled).copied() else {
             return PassResult::Nothing;
         };
         let resource = threshold.signal.resource();
@@ -534,12 +590,22 @@ impl EvictionManager {
         let Some(pod) = pods.iter().find(|p| pod_uid(p) == chosen.uid).cloned() else {
             return PassResult::NoCandidate;
         };
-        let message = eviction_message(
-            resource,
-            threshold.value.amount(observed.capacity),
-            observed.available,
-            &container_usage(&pod, stats_of(&pod), resource),
-        );
+        let usage = container_usage(&pod, stats_of(&pod), resource);
+        let message = if threshold.signal.is_pressure_stall() {
+            pressure_eviction_message(
+                threshold.signal,
+                threshold.value.amount(observed.capacity),
+                observed.available,
+                &usage,
+            )
+        } else {
+            eviction_message(
+                resource,
+                threshold.value.amount(observed.capacity),
+                observed.available,
+                &usage,
+            )
+        };
         let grace = grace_period(&threshold, &pod, self.settings.max_pod_grace_period_seconds);
         tracing::warn!(
             pod.uid = %chosen.uid,
@@ -564,6 +630,7 @@ impl EvictionManager {
                 ..Default::default()
             });
         let handle = self.killer.kill_pod(pod.clone(), Some(grace), status);
+        self.stall_mark_pending = true;
         metrics
             .evictions_total
             .get_or_create(&crate::metrics::SignalLabels {

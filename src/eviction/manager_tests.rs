@@ -696,7 +696,37 @@ fn admission_under_pressure_like_the_kubelet() {
     ];
     for (what, p, conditions, want) in cases {
         let conditions: BTreeSet<NodeCondition> = conditions.into_iter().collect();
-        assert_eq!(admit(p, &conditions), want, "{what}");
+        assert_eq!(admit(p, &conditions, false), want, "{what}");
+    }
+    // evictStaticPods: a static pod is critical only by its priority.
+    let mut node_critical = (*static_pod("snc", 0)).clone();
+    node_critical.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+    let node_critical = Arc::new(node_critical);
+    let disk = BTreeSet::from([DiskPressure]);
+    // (what, pod, evictStaticPods, result)
+    let static_cases: Vec<(&str, &Arc<Pod>, bool, Verdict)> = vec![
+        ("static, default: critical", &critical, false, Ok(())),
+        (
+            "static, evictStaticPods: rejected",
+            &critical,
+            true,
+            rejected("DiskPressure"),
+        ),
+        (
+            "static system-node-critical, evictStaticPods: admitted",
+            &node_critical,
+            true,
+            Ok(()),
+        ),
+        (
+            "API pod, evictStaticPods: rejected as before",
+            &guaranteed,
+            true,
+            rejected("DiskPressure"),
+        ),
+    ];
+    for (what, p, evict_static_pods, want) in static_cases {
+        assert_eq!(admit(p, &disk, evict_static_pods), want, "{what}");
     }
 }
 
@@ -776,4 +806,119 @@ async fn local_storage_over_its_limits_goes_at_once_without_a_node_threshold() {
         ]
     );
     assert!(m.pressure().conditions().is_empty(), "no node condition");
+}
+
+/// `summary` with the node's memory PSI: `some` avg10 in percent and its stall counter.
+fn with_stall(mut s: Summary, some_avg10: f64, some_total_us: u64) -> Summary {
+    use crate::stats::summary::{PsiData, PsiStats};
+    let memory = s.node.memory.as_mut().unwrap();
+    memory.psi = Some(PsiStats {
+        some: PsiData {
+            total: some_total_us,
+            avg10: some_avg10,
+            avg60: 0.0,
+            avg300: 0.0,
+        },
+        full: PsiData::default(),
+    });
+    s
+}
+
+/// nodelet's PSI signal: met at or above its percentage (plenty of memory available), ranks
+/// like memory, raises MemoryPressure; after an eviction, avg10's lag does not evict another
+/// pod until the stall counter since the cleanup shows the pressure is still there.
+#[tokio::test(start_paused = true)]
+async fn memory_pressure_stall_evicts_like_memory_and_waits_out_avg10s_lag() {
+    let r = rig(FakeReclaim::default());
+    r.pods(vec![
+        pod("guaranteed", 0, Some("64Mi")),
+        pod("hog-high", 1000, None),
+        pod("hog-low", 0, None),
+    ]);
+    let pods = [
+        ("guaranteed", "hog", 32 * MI),
+        ("hog-high", "hog", 300 * MI),
+        ("hog-low", "hog", 180 * MI),
+    ];
+    let psi = hard(
+        Signal::MemoryPressureSomeAvg10,
+        ThresholdValue::PartsPerMillion(100_000),
+    );
+    let mut m = r.manager(settings(vec![psi]));
+    let pressure = m.pressure();
+    // 9.99 %: not met.
+    r.set(with_stall(
+        summary(800 * MI, 50 * 1024 * MI, &pods),
+        9.99,
+        0,
+    ));
+    assert!(matches!(m.synchronize().await, PassResult::Nothing));
+    assert!(pressure.conditions().is_empty());
+    // 42.5 %: the low-priority hog goes, with nodelet's PSI message.
+    r.set(with_stall(
+        summary(800 * MI, 50 * 1024 * MI, &pods),
+        42.5,
+        5_000_000,
+    ));
+    assert!(
+        matches!(m.synchronize().await, PassResult::Evicted { ref uid, .. } if uid == "hog-low")
+    );
+    let message = "The node was low on resource: memory. Threshold: memory.pressure.some.avg10 at or above 10%, observed: 42.5%. Container hog was using 180Mi, request is 0, has larger consumption of memory. ";
+    {
+        let kills = r.killer.0.lock().unwrap();
+        assert_eq!(kills[0].status.message.as_deref(), Some(message));
+        assert_eq!(kills[0].grace, Some(HARD_EVICTION_GRACE));
+    }
+    assert_eq!(
+        pressure.conditions(),
+        BTreeSet::from([NodeCondition::MemoryPressure])
+    );
+    r.killer.finish_all();
+    r.pods(vec![
+        pod("guaranteed", 0, Some("64Mi")),
+        pod("hog-high", 1000, None),
+    ]);
+    let pods = &pods[..2];
+    // avg10 lags at 30 % while the counter barely moves (1 % of the time since the cleanup):
+    // no second eviction, for as long as that lasts.
+    r.set(with_stall(
+        summary(800 * MI, 50 * 1024 * MI, pods),
+        30.0,
+        5_100_000,
+    ));
+    let mut total = 5_100_000;
+    for _ in 0..10 {
+        assert!(matches!(m.synchronize().await, PassResult::Nothing));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        total += 10_000;
+        r.set(with_stall(
+            summary(800 * MI, 50 * 1024 * MI, pods),
+            30.0,
+            total,
+        ));
+    }
+    assert_eq!(r.killer.uids(), vec!["hog-low"]);
+    // The stall comes back (60 % of the next 10 s): the next pod goes.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    r.set(with_stall(
+        summary(800 * MI, 50 * 1024 * MI, pods),
+        45.0,
+        total + 6_000_000,
+    ));
+    assert!(
+        matches!(m.synchronize().await, PassResult::Evicted { ref uid, .. } if uid == "hog-high")
+    );
+    // Pressure gone: avg10 below the threshold clears the mark; the condition stays for the
+    // transition period.
+    r.killer.finish_all();
+    r.set(with_stall(
+        summary(800 * MI, 50 * 1024 * MI, pods),
+        1.0,
+        total,
+    ));
+    assert!(matches!(m.synchronize().await, PassResult::Nothing));
+    assert_eq!(
+        pressure.conditions(),
+        BTreeSet::from([NodeCondition::MemoryPressure])
+    );
 }

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::threshold::Resource;
+use super::threshold::{Resource, Signal};
 use crate::cgroup::qos::{is_critical_pod, is_mirror_pod, is_static_pod, SYSTEM_CRITICAL_PRIORITY};
 
 /// What ranking needs to know of one pod.
@@ -100,12 +100,51 @@ pub fn eviction_message(
     available: i64,
     containers: &[ContainerUsage],
 ) -> String {
-    let mut message = format!(
+    let head = format!(
         "The node was low on resource: {}. Threshold quantity: {}, available: {}. ",
         resource.name(),
         binary_si(threshold, resource),
         binary_si(available, resource)
     );
+    with_containers(head, resource, containers)
+}
+
+/// nodelet's message for an eviction on a PSI signal (`threshold` and `observed` in
+/// millionths of wall time): the kubelet's first sentence and container sentences, with the
+/// stall share in place of the amounts: `The node was low on resource: memory. Threshold:
+/// memory.pressure.some.avg10 at or above 10%, observed: 42.5%. Container hog was using …`.
+pub fn pressure_eviction_message(
+    signal: Signal,
+    threshold: i64,
+    observed: i64,
+    containers: &[ContainerUsage],
+) -> String {
+    let resource = signal.resource();
+    let head = format!(
+        "The node was low on resource: {}. Threshold: {signal} at or above {}, observed: {}. ",
+        resource.name(),
+        percent(threshold),
+        percent(observed)
+    );
+    with_containers(head, resource, containers)
+}
+
+/// Millionths as a percentage with at most two decimals, as the kernel prints PSI (`42.5%`).
+fn percent(ppm: i64) -> String {
+    let hundredths = (ppm + 50) / 100;
+    let (whole, frac) = (hundredths / 100, hundredths % 100);
+    match frac {
+        0 => format!("{whole}%"),
+        f if f % 10 == 0 => format!("{whole}.{}%", f / 10),
+        f => format!("{whole}.{f:02}%"),
+    }
+}
+
+fn with_containers(
+    mut message: String,
+    resource: Resource,
+    containers: &[ContainerUsage],
+) -> String {
     if matches!(resource, Resource::Memory | Resource::EphemeralStorage) {
         for c in containers.iter().filter(|c| c.usage > c.request_value) {
             message.push_str(&format!(
@@ -322,13 +361,39 @@ mod tests {
                 Resource::Pids,
                 100,
                 42,
-                vec![hog],
+                vec![hog.clone()],
                 "The node was low on resource: pids. Threshold quantity: 100, available: 42. ",
             ),
         ];
         for (resource, threshold, available, containers, want) in cases {
             assert_eq!(
                 eviction_message(resource, threshold, available, &containers),
+                want
+            );
+        }
+        // (threshold, observed, message)
+        let pressure = [
+            (
+                100_000,
+                425_000,
+                vec![hog.clone(), within.clone()],
+                "The node was low on resource: memory. Threshold: memory.pressure.some.avg10 at or above 10%, observed: 42.5%. Container hog was using 180Mi, request is 0, has larger consumption of memory. ",
+            ),
+            (
+                125_000,
+                123_456,
+                vec![within.clone()],
+                "The node was low on resource: memory. Threshold: memory.pressure.some.avg10 at or above 12.5%, observed: 12.35%. ",
+            ),
+        ];
+        for (threshold, observed, containers, want) in pressure {
+            assert_eq!(
+                pressure_eviction_message(
+                    Signal::MemoryPressureSomeAvg10,
+                    threshold,
+                    observed,
+                    &containers
+                ),
                 want
             );
         }

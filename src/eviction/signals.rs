@@ -9,14 +9,17 @@
 //!   limit it has no `availableBytes` and so no reading);
 //! - `nodefs.*` from the node's root filesystem, `imagefs.*` / `containerfs.*` from the
 //!   runtime's `ImageFsInfo`;
-//! - `pid.available`: `maxpid − curproc` out of `maxpid` (min(`pid_max`, `threads-max`)).
+//! - `pid.available`: `maxpid − curproc` out of `maxpid` (min(`pid_max`, `threads-max`));
+//! - nodelet's `memory.pressure.{some,full}.avg10`: the node's memory PSI (the stats readers
+//!   read `<proc>/pressure/memory`), the line's `avg10` percentage as millionths of
+//!   [`STALL_CAPACITY`]; no reading on a kernel without PSI.
 //!
 //! A signal whose numbers are missing has no reading, and a threshold on it is never met.
 //! Pure: the summary comes in, the readings go out.
 
 use std::collections::BTreeMap;
 
-use super::threshold::{Observation, Signal};
+use super::threshold::{Observation, Signal, STALL_CAPACITY};
 use crate::stats::summary::{FsStats, MemoryStats, Summary, SYSTEM_CONTAINER_PODS};
 
 fn int(v: u64) -> i64 {
@@ -30,6 +33,15 @@ fn memory(m: &MemoryStats) -> Option<Observation> {
         available,
         capacity: available.saturating_add(working_set),
     })
+}
+
+/// An `avg10` percentage as a stall reading (millionths of wall time).
+fn stall(avg10_percent: f64) -> Observation {
+    let ppm = (avg10_percent * 10_000.0).round();
+    Observation {
+        available: (ppm.clamp(0.0, STALL_CAPACITY as f64)) as i64,
+        capacity: STALL_CAPACITY,
+    }
 }
 
 fn bytes(fs: &FsStats) -> Option<Observation> {
@@ -59,6 +71,10 @@ pub fn observations(summary: &Summary) -> BTreeMap<Signal, Observation> {
         Signal::MemoryAvailable,
         node.memory.as_ref().and_then(memory),
     );
+    if let Some(psi) = node.memory.as_ref().and_then(|m| m.psi.as_ref()) {
+        put(Signal::MemoryPressureSomeAvg10, Some(stall(psi.some.avg10)));
+        put(Signal::MemoryPressureFullAvg10, Some(stall(psi.full.avg10)));
+    }
     put(
         Signal::AllocatableMemoryAvailable,
         node.system_containers
@@ -154,6 +170,67 @@ mod tests {
             available,
             capacity,
         }
+    }
+
+    /// The PSI signals from the text of `<proc>/pressure/memory`, read through a proc root
+    /// given as a path, as the stats readers read it.
+    #[test]
+    fn pressure_readings_from_the_proc_file() {
+        use crate::stats::cgroup::Resource;
+        use Signal::*;
+        // (file contents, None = no file, readings of some and full)
+        type Case = (Option<&'static str>, Vec<(Signal, Observation)>);
+        let cases: Vec<Case> = vec![
+            (
+                Some(
+                    "some avg10=12.34 avg60=3.00 avg300=0.50 total=123456\n\
+                     full avg10=0.56 avg60=0.10 avg300=0.00 total=4567\n",
+                ),
+                vec![
+                    (MemoryPressureSomeAvg10, obs(123_400, STALL_CAPACITY)),
+                    (MemoryPressureFullAvg10, obs(5_600, STALL_CAPACITY)),
+                ],
+            ),
+            (
+                Some(
+                    "some avg10=100.00 avg60=0.00 avg300=0.00 total=1\n\
+                     full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                ),
+                vec![
+                    (MemoryPressureSomeAvg10, obs(STALL_CAPACITY, STALL_CAPACITY)),
+                    (MemoryPressureFullAvg10, obs(0, STALL_CAPACITY)),
+                ],
+            ),
+            // A kernel without PSI: no reading, so a PSI threshold is never met.
+            (None, vec![]),
+        ];
+        for (contents, want) in cases {
+            let proc = tempfile::tempdir().unwrap();
+            if let Some(text) = contents {
+                std::fs::create_dir(proc.path().join("pressure")).unwrap();
+                std::fs::write(proc.path().join("pressure/memory"), text).unwrap();
+            }
+            let psi = crate::stats::node::read_pressure(proc.path(), Resource::Memory).unwrap();
+            let memory = crate::stats::convert::memory_stats(&time(), None, None, psi.as_ref());
+            let got = observations(&summary(|n| n.memory = memory));
+            let want: BTreeMap<Signal, Observation> = want.into_iter().collect();
+            assert_eq!(got, want, "{contents:?}");
+        }
+        // A malformed file is an error naming the path and the field, not a zero reading.
+        let proc = tempfile::tempdir().unwrap();
+        std::fs::create_dir(proc.path().join("pressure")).unwrap();
+        std::fs::write(
+            proc.path().join("pressure/memory"),
+            "some avg10=x avg60=0 avg300=0 total=0\n",
+        )
+        .unwrap();
+        let err = crate::stats::node::read_pressure(proc.path(), Resource::Memory)
+            .expect_err("malformed")
+            .to_string();
+        assert!(
+            err.contains("pressure/memory") && err.contains("avg10=\"x\""),
+            "{err}"
+        );
     }
 
     #[test]

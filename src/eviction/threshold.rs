@@ -28,10 +28,27 @@ pub enum Signal {
     ContainerFsInodesFree,
     /// min(`pid_max`, `threads-max`) − running tasks.
     PidAvailable,
+    /// nodelet's extension: the node's memory pressure stall (`/proc/pressure/memory`, the
+    /// root cgroup's `memory.pressure`), the `some` line's `avg10`, in percent of wall time.
+    /// Met at or above the threshold ([`Operator::AtLeast`]).
+    MemoryPressureSomeAvg10,
+    /// The same of the `full` line (every non-idle task stalled at once).
+    MemoryPressureFullAvg10,
+}
+
+/// How a signal's reading compares with its threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    /// Met while the reading is below the threshold: an amount left (the kubelet's
+    /// `OpLessThan`, every kubelet signal).
+    LessThan,
+    /// Met while the reading is at or above the threshold: a measured pressure (nodelet's PSI
+    /// signals; the opposite direction of the `*.available` ones).
+    AtLeast,
 }
 
 impl Signal {
-    pub const ALL: [Signal; 9] = [
+    pub const ALL: [Signal; 11] = [
         Signal::MemoryAvailable,
         Signal::AllocatableMemoryAvailable,
         Signal::NodeFsAvailable,
@@ -41,6 +58,8 @@ impl Signal {
         Signal::ContainerFsAvailable,
         Signal::ContainerFsInodesFree,
         Signal::PidAvailable,
+        Signal::MemoryPressureSomeAvg10,
+        Signal::MemoryPressureFullAvg10,
     ];
 
     /// The name in configuration, metrics and messages.
@@ -55,7 +74,27 @@ impl Signal {
             Signal::ContainerFsAvailable => "containerfs.available",
             Signal::ContainerFsInodesFree => "containerfs.inodesFree",
             Signal::PidAvailable => "pid.available",
+            Signal::MemoryPressureSomeAvg10 => "memory.pressure.some.avg10",
+            Signal::MemoryPressureFullAvg10 => "memory.pressure.full.avg10",
         }
+    }
+
+    /// The comparison that makes a threshold on this signal met.
+    pub fn operator(self) -> Operator {
+        if self.is_pressure_stall() {
+            Operator::AtLeast
+        } else {
+            Operator::LessThan
+        }
+    }
+
+    /// nodelet's PSI signals: the reading is a stall share in millionths of wall time (out of
+    /// a capacity of [`STALL_CAPACITY`]), and thresholds are percentages only.
+    pub fn is_pressure_stall(self) -> bool {
+        matches!(
+            self,
+            Signal::MemoryPressureSomeAvg10 | Signal::MemoryPressureFullAvg10
+        )
     }
 
     pub fn from_name(name: &str) -> Option<Signal> {
@@ -65,9 +104,10 @@ impl Signal {
     /// The node condition a met threshold of this signal raises.
     pub fn node_condition(self) -> NodeCondition {
         match self {
-            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => {
-                NodeCondition::MemoryPressure
-            }
+            Signal::MemoryAvailable
+            | Signal::AllocatableMemoryAvailable
+            | Signal::MemoryPressureSomeAvg10
+            | Signal::MemoryPressureFullAvg10 => NodeCondition::MemoryPressure,
             Signal::PidAvailable => NodeCondition::PidPressure,
             _ => NodeCondition::DiskPressure,
         }
@@ -76,7 +116,10 @@ impl Signal {
     /// The resource reclaimed for this signal, as named in eviction messages.
     pub fn resource(self) -> Resource {
         match self {
-            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => Resource::Memory,
+            Signal::MemoryAvailable
+            | Signal::AllocatableMemoryAvailable
+            | Signal::MemoryPressureSomeAvg10
+            | Signal::MemoryPressureFullAvg10 => Resource::Memory,
             Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => {
                 Resource::EphemeralStorage
             }
@@ -153,8 +196,9 @@ impl ThresholdValue {
     }
 }
 
-/// One threshold: met when the signal's available amount falls below the value (every signal
-/// uses the kubelet's `LessThan`). A zero grace period makes it a hard threshold.
+/// One threshold: met when the signal's reading compares with the value as its
+/// [`Signal::operator`] says — below it for every kubelet signal, at or above it for nodelet's
+/// PSI signals. A zero grace period makes it a hard threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Threshold {
     pub signal: Signal,
@@ -168,6 +212,10 @@ impl Threshold {
         self.grace_period.is_zero()
     }
 }
+
+/// The capacity of a PSI reading: 100 % of wall time in millionths, so that a percentage
+/// threshold's [`ThresholdValue::amount`] is its own parts per million.
+pub const STALL_CAPACITY: i64 = 1_000_000;
 
 /// The kubelet's Linux `evictionHard` defaults.
 pub const DEFAULT_EVICTION_HARD: [(&str, &str); 5] = [
@@ -284,7 +332,9 @@ fn statements(
             value: value.clone(),
             message,
         };
-        let threshold_value = if value.ends_with('%') {
+        let threshold_value = if signal.is_pressure_stall() {
+            stall_percentage(signal, value).map_err(error)?
+        } else if value.ends_with('%') {
             if value == "0%" || value == "100%" {
                 continue;
             }
@@ -319,6 +369,23 @@ fn statements(
         });
     }
     Ok(out)
+}
+
+/// A PSI threshold or minimum reclaim: a percentage of wall time above 0 % and at most 100 %
+/// (a quantity means nothing for a stall share, and 0 % would always be met).
+fn stall_percentage(signal: Signal, value: &str) -> Result<ThresholdValue, String> {
+    if !value.ends_with('%') {
+        return Err(format!(
+            "{signal} takes a percentage of wall time stalled (like 10%), not a quantity"
+        ));
+    }
+    let ppm = percentage(value).ok_or_else(|| format!("invalid percentage {value:?}"))?;
+    if ppm <= 0 || ppm > 1_000_000 {
+        return Err(format!(
+            "pressure threshold {signal} must be above 0% and at most 100%: {value}"
+        ));
+    }
+    Ok(ThresholdValue::PartsPerMillion(ppm as u32))
 }
 
 fn grace_periods(
@@ -358,7 +425,9 @@ fn minimum_reclaims(
             value: value.clone(),
             message,
         };
-        let reclaim = if value.ends_with('%') {
+        let reclaim = if signal.is_pressure_stall() {
+            stall_percentage(signal, value).map_err(error)?
+        } else if value.ends_with('%') {
             let ppm =
                 percentage(value).ok_or_else(|| error(format!("invalid percentage {value:?}")))?;
             if ppm <= 0 {
@@ -381,16 +450,20 @@ fn minimum_reclaims(
     Ok(out)
 }
 
-/// One signal's reading: what is available of what capacity.
+/// One signal's reading: what is available of what capacity. For a PSI signal
+/// ([`Signal::is_pressure_stall`]) `available` is the observed stall share in millionths and
+/// `capacity` is [`STALL_CAPACITY`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Observation {
     pub available: i64,
     pub capacity: i64,
 }
 
-/// The thresholds whose signal reads below them (`thresholdsMet`). With `enforce_min_reclaim`,
-/// a threshold counts as met until the signal is above threshold + minimum reclaim: a fired
-/// threshold clears only once that much more is free. A signal without a reading meets nothing.
+/// The thresholds met by the readings (`thresholdsMet`): for `LessThan` signals the reading is
+/// below the threshold, for `AtLeast` (PSI) signals at or above it. With
+/// `enforce_min_reclaim`, a fired threshold stays met until the reading is past it by the
+/// minimum reclaim: above threshold + reclaim for an amount left, below threshold − reclaim
+/// for a pressure. A signal without a reading meets nothing.
 pub fn thresholds_met(
     thresholds: &[Threshold],
     observations: &BTreeMap<Signal, Observation>,
@@ -402,13 +475,15 @@ pub fn thresholds_met(
             let Some(observed) = observations.get(&t.signal) else {
                 return false;
             };
-            let mut amount = t.value.amount(observed.capacity);
-            if enforce_min_reclaim {
-                if let Some(reclaim) = t.min_reclaim {
-                    amount = amount.saturating_add(reclaim.amount(observed.capacity));
-                }
+            let amount = t.value.amount(observed.capacity);
+            let reclaim = match t.min_reclaim {
+                Some(reclaim) if enforce_min_reclaim => reclaim.amount(observed.capacity),
+                _ => 0,
+            };
+            match t.signal.operator() {
+                Operator::LessThan => observed.available < amount.saturating_add(reclaim),
+                Operator::AtLeast => observed.available >= amount.saturating_sub(reclaim),
             }
-            amount > observed.available
         })
         .copied()
         .collect()
@@ -477,6 +552,33 @@ pub fn pass(
         },
         PassOutcome { conditions, act_on },
     )
+}
+
+/// The shortest window [`stall_persists`] measures over: the kernel updates its averages every
+/// 2 s.
+pub const STALL_WINDOW_MIN: Duration = Duration::from_secs(2);
+
+/// Where a PSI line's stall counter (`total`, microseconds) stood at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallMark {
+    pub at: Instant,
+    pub total_us: u64,
+}
+
+/// Whether a met PSI threshold may evict again after the eviction whose cleanup ended at
+/// `mark`. `avg10` is an exponentially weighted average over about 10 s, so it lags behind the
+/// relief an eviction brought by ten seconds or more, and acting on it alone would evict pod
+/// after pod for pressure that is gone. So, after an eviction, the stall share measured since
+/// the mark from the counter (Δtotal / Δt, over at least [`STALL_WINDOW_MIN`]) must itself be
+/// at or above the threshold (`threshold_ppm`, millionths of wall time).
+pub fn stall_persists(mark: StallMark, total_us: u64, now: Instant, threshold_ppm: i64) -> bool {
+    let elapsed = now.saturating_duration_since(mark.at);
+    if elapsed < STALL_WINDOW_MIN {
+        return false;
+    }
+    let stalled = u128::from(total_us.saturating_sub(mark.total_us));
+    let share_ppm = stalled * 1_000_000 / elapsed.as_micros().max(1);
+    share_ppm >= u128::try_from(threshold_ppm.max(0)).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -698,6 +800,152 @@ mod tests {
             thresholds_met(&[t], &BTreeMap::new(), false).is_empty(),
             "no reading"
         );
+    }
+
+    #[test]
+    fn pressure_signals_take_percentages_of_wall_time() {
+        use Signal::*;
+        use ThresholdValue::*;
+        let fields = |hard: &[(&str, &str)], reclaim: &[(&str, &str)]| EvictionFields {
+            hard: Some(map(hard)),
+            minimum_reclaim: map(reclaim),
+            ..Default::default()
+        };
+        let ok = parse_thresholds(&fields(
+            &[
+                ("memory.pressure.some.avg10", "12.5%"),
+                ("memory.pressure.full.avg10", "100%"),
+            ],
+            &[("memory.pressure.some.avg10", "2.5%")],
+        ));
+        assert_eq!(
+            ok,
+            Ok(vec![
+                hard(MemoryPressureFullAvg10, PartsPerMillion(1_000_000)),
+                Threshold {
+                    min_reclaim: Some(PartsPerMillion(25_000)),
+                    ..hard(MemoryPressureSomeAvg10, PartsPerMillion(125_000))
+                },
+            ])
+        );
+        for signal in [MemoryPressureSomeAvg10, MemoryPressureFullAvg10] {
+            assert_eq!(signal.operator(), Operator::AtLeast, "{signal}");
+            assert_eq!(signal.resource(), Resource::Memory, "{signal}");
+            assert_eq!(
+                signal.node_condition(),
+                NodeCondition::MemoryPressure,
+                "{signal}"
+            );
+        }
+        assert_eq!(MemoryAvailable.operator(), Operator::LessThan);
+        // (fields, error)
+        let cases: Vec<(EvictionFields, &str)> = vec![
+            (
+                fields(&[("memory.pressure.some.avg10", "10")], &[]),
+                "evictionHard[memory.pressure.some.avg10]: Invalid value: \"10\": memory.pressure.some.avg10 takes a percentage of wall time stalled (like 10%), not a quantity",
+            ),
+            (
+                fields(&[("memory.pressure.full.avg10", "0%")], &[]),
+                "evictionHard[memory.pressure.full.avg10]: Invalid value: \"0%\": pressure threshold memory.pressure.full.avg10 must be above 0% and at most 100%: 0%",
+            ),
+            (
+                fields(&[("memory.pressure.full.avg10", "150%")], &[]),
+                "evictionHard[memory.pressure.full.avg10]: Invalid value: \"150%\": pressure threshold memory.pressure.full.avg10 must be above 0% and at most 100%: 150%",
+            ),
+            (
+                fields(&[("memory.pressure.some.avg10", "ten%")], &[]),
+                "evictionHard[memory.pressure.some.avg10]: Invalid value: \"ten%\": invalid percentage \"ten%\"",
+            ),
+            (
+                fields(&[], &[("memory.pressure.some.avg10", "1Mi")]),
+                "evictionMinimumReclaim[memory.pressure.some.avg10]: Invalid value: \"1Mi\": memory.pressure.some.avg10 takes a percentage of wall time stalled (like 10%), not a quantity",
+            ),
+            (
+                EvictionFields {
+                    soft: map(&[("memory.pressure.some.avg10", "20%")]),
+                    ..Default::default()
+                },
+                "evictionSoftGracePeriod[memory.pressure.some.avg10]: Invalid value: \"\": grace period must be specified for the soft eviction threshold memory.pressure.some.avg10",
+            ),
+        ];
+        for (fields, want) in cases {
+            let err = parse_thresholds(&fields).expect_err(want);
+            assert_eq!(err.to_string(), want);
+        }
+    }
+
+    #[test]
+    fn pressure_is_met_at_or_above_the_value_and_clears_below_it_minus_reclaim() {
+        use ThresholdValue::*;
+        // 10 %, with a 2 % minimum reclaim: clears below 8 % once fired.
+        let t = Threshold {
+            min_reclaim: Some(PartsPerMillion(20_000)),
+            ..hard(Signal::MemoryPressureSomeAvg10, PartsPerMillion(100_000))
+        };
+        // (observed stall in millionths, met, met with min reclaim enforced)
+        let cases = [
+            (0, false, false),
+            (79_999, false, false),
+            (80_000, false, true),
+            (99_999, false, true),
+            (100_000, true, true),
+            (650_000, true, true),
+            (STALL_CAPACITY, true, true),
+        ];
+        for (stalled, met, enforced) in cases {
+            let obs = BTreeMap::from([(
+                Signal::MemoryPressureSomeAvg10,
+                Observation {
+                    available: stalled,
+                    capacity: STALL_CAPACITY,
+                },
+            )]);
+            assert_eq!(
+                !thresholds_met(&[t], &obs, false).is_empty(),
+                met,
+                "{stalled}"
+            );
+            assert_eq!(
+                !thresholds_met(&[t], &obs, true).is_empty(),
+                enforced,
+                "{stalled} enforced"
+            );
+        }
+        // The other signal's reading does not meet it.
+        let other = BTreeMap::from([(
+            Signal::MemoryPressureFullAvg10,
+            Observation {
+                available: STALL_CAPACITY,
+                capacity: STALL_CAPACITY,
+            },
+        )]);
+        assert!(thresholds_met(&[t], &other, false).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stall_persists_only_on_the_counter_since_the_mark() {
+        let at = Instant::now();
+        let mark = StallMark {
+            at,
+            total_us: 1_000_000,
+        };
+        // (ms since the mark, counter now, threshold ppm, persists)
+        let cases = [
+            (1_999, 3_000_000, 100_000, false), // too short a window, whatever the stall
+            (2_000, 1_199_999, 100_000, false), // 9.99999 % over 2 s
+            (2_000, 1_200_000, 100_000, true),  // 10 % over 2 s
+            (10_000, 1_000_000, 1, false),      // no stall at all
+            (10_000, 7_000_000, 600_000, true), // 60 % over 10 s
+            (10_000, 900_000, 1, false),        // a counter that went back (a new cgroup)
+        ];
+        for (ms, total, threshold, want) in cases {
+            let now = at + Duration::from_millis(ms);
+            assert_eq!(
+                stall_persists(mark, total, now, threshold),
+                want,
+                "{ms} ms, {total}, {threshold}"
+            );
+        }
     }
 
     /// A run of passes on a paused clock: a soft threshold waits out its grace period, the

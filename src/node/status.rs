@@ -56,11 +56,19 @@ pub struct Pressure {
 pub struct AllocatableReservation {
     pub cpu_milli: i64,
     pub memory_bytes: i64,
+    /// A hard `memory.available` threshold given as a share of capacity (`5%` → 0.05), an
+    /// `f32` for the same reason as `ephemeral_storage_fraction`.
+    pub memory_fraction: f32,
     pub ephemeral_storage_bytes: i64,
     /// A `nodefs.available` threshold given as a share of capacity (`10%` → 0.1). It is an
     /// `f32` because the kubelet's `ThresholdValue.Percentage` is one, and the reserved bytes
     /// (`int64(float64(capacity) * float64(percentage))`) must come out the same.
     pub ephemeral_storage_fraction: f32,
+}
+
+/// `GetThresholdQuantity` of a share: `int64(float64(capacity) * float64(percentage))`.
+fn share(capacity: i64, fraction: f32) -> i64 {
+    (capacity as f64 * f64::from(fraction)) as i64
 }
 
 impl AllocatableReservation {
@@ -69,27 +77,70 @@ impl AllocatableReservation {
     pub const KUBELET_DEFAULT: AllocatableReservation = AllocatableReservation {
         cpu_milli: 0,
         memory_bytes: 100 * 1024 * 1024,
+        memory_fraction: 0.0,
         ephemeral_storage_bytes: 0,
         ephemeral_storage_fraction: 0.1,
     };
 
-    /// `kubeReserved` + `systemReserved` on top of the default hard eviction thresholds.
+    /// `kubeReserved` + `systemReserved` + the configured hard `memory.available` and
+    /// `nodefs.available` thresholds (`hardEvictionReservation` over the parsed `evictionHard`,
+    /// defaults and `mergeDefaultEvictionSettings` included: a given `evictionHard` without
+    /// `memory.available` reserves no memory for it, as the kubelet's).
     pub fn for_config(config: &crate::config::Config) -> AllocatableReservation {
         let reserved = config.kube_reserved.plus(config.system_reserved);
-        let default = AllocatableReservation::KUBELET_DEFAULT;
+        let eviction = AllocatableReservation::for_hard_thresholds(&config.eviction.thresholds);
         AllocatableReservation {
-            cpu_milli: default.cpu_milli.saturating_add(reserved.cpu_milli),
-            memory_bytes: default.memory_bytes.saturating_add(reserved.memory),
-            ephemeral_storage_bytes: default
+            cpu_milli: reserved.cpu_milli,
+            memory_bytes: eviction.memory_bytes.saturating_add(reserved.memory),
+            ephemeral_storage_bytes: eviction
                 .ephemeral_storage_bytes
                 .saturating_add(reserved.ephemeral_storage),
-            ephemeral_storage_fraction: default.ephemeral_storage_fraction,
+            ..eviction
         }
+    }
+
+    /// What the hard `memory.available` and `nodefs.available` thresholds among `thresholds`
+    /// hold back (soft ones, and every other signal, hold back nothing).
+    pub fn for_hard_thresholds(
+        thresholds: &[crate::eviction::threshold::Threshold],
+    ) -> AllocatableReservation {
+        use crate::eviction::threshold::{Signal, ThresholdValue};
+        let mut out = AllocatableReservation::NONE;
+        for t in thresholds.iter().filter(|t| t.is_hard()) {
+            let (bytes, fraction) = match t.signal {
+                Signal::MemoryAvailable => (&mut out.memory_bytes, &mut out.memory_fraction),
+                Signal::NodeFsAvailable => (
+                    &mut out.ephemeral_storage_bytes,
+                    &mut out.ephemeral_storage_fraction,
+                ),
+                _ => continue,
+            };
+            match t.value {
+                ThresholdValue::Quantity(q) => (*bytes, *fraction) = (q, 0.0),
+                ThresholdValue::PartsPerMillion(ppm) => {
+                    (*bytes, *fraction) = (0, (f64::from(ppm) / 1_000_000.0) as f32)
+                }
+            }
+        }
+        out
+    }
+
+    /// The memory held back of `capacity` bytes.
+    pub fn memory_reserved(&self, capacity: i64) -> i64 {
+        self.memory_bytes
+            .saturating_add(share(capacity, self.memory_fraction))
+    }
+
+    /// The ephemeral storage held back of `capacity` bytes.
+    pub fn ephemeral_storage_reserved(&self, capacity: i64) -> i64 {
+        self.ephemeral_storage_bytes
+            .saturating_add(share(capacity, self.ephemeral_storage_fraction))
     }
 
     pub const NONE: AllocatableReservation = AllocatableReservation {
         cpu_milli: 0,
         memory_bytes: 0,
+        memory_fraction: 0.0,
         ephemeral_storage_bytes: 0,
         ephemeral_storage_fraction: 0.0,
     };
@@ -205,7 +256,7 @@ fn set_resources(status: &mut NodeStatus, inputs: &NodeStatusInputs<'_>) {
         ),
         {
             let hugepage_bytes: i64 = hugepages.iter().map(|(_, b)| *b).sum();
-            let allocatable = memory - reserved.memory_bytes - hugepage_bytes;
+            let allocatable = memory - reserved.memory_reserved(memory) - hugepage_bytes;
             (
                 "memory".into(),
                 format_binary_si(memory),
@@ -220,8 +271,7 @@ fn set_resources(status: &mut NodeStatus, inputs: &NodeStatusInputs<'_>) {
     ];
     if let Some(storage) = machine.ephemeral_storage_capacity {
         let storage = to_i64(storage);
-        let by_fraction = (storage as f64 * f64::from(reserved.ephemeral_storage_fraction)) as i64;
-        let allocatable = storage - reserved.ephemeral_storage_bytes - by_fraction;
+        let allocatable = storage - reserved.ephemeral_storage_reserved(storage);
         ours.push((
             "ephemeral-storage".into(),
             format_binary_si(storage),

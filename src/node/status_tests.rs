@@ -127,6 +127,7 @@ fn allocatable_table() {
             AllocatableReservation {
                 cpu_milli: 500,
                 memory_bytes: 1 << 30,
+                memory_fraction: 0.0,
                 ephemeral_storage_bytes: 1 << 30,
                 ephemeral_storage_fraction: 0.0,
             },
@@ -891,25 +892,76 @@ fn node_events_table() {
     );
 }
 
-#[test]
-fn reservation_adds_kube_and_system_reserved_to_the_eviction_thresholds() {
-    let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeName: n\nkubeReserved: {cpu: 100m, memory: 1Gi, ephemeral-storage: 1Gi}\nsystemReserved: {cpu: 150m, memory: 512Mi}\n";
-    let cfg = crate::config::parse(
-        text,
+fn config(extra: &str) -> crate::config::Config {
+    let text = format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeName: n\n{extra}");
+    crate::config::parse(
+        &text,
         std::path::Path::new("c.yaml"),
         &crate::config::Environment {
             hostname: "n".into(),
         },
     )
     .unwrap()
-    .config;
+    .config
+}
+
+#[test]
+fn reservation_adds_kube_and_system_reserved_to_the_eviction_thresholds() {
+    let cfg = config("kubeReserved: {cpu: 100m, memory: 1Gi, ephemeral-storage: 1Gi}\nsystemReserved: {cpu: 150m, memory: 512Mi}\n");
     assert_eq!(
         AllocatableReservation::for_config(&cfg),
         AllocatableReservation {
             cpu_milli: 250,
             memory_bytes: (100 << 20) + (1 << 30) + (512 << 20),
+            memory_fraction: 0.0,
             ephemeral_storage_bytes: 1 << 30,
             ephemeral_storage_fraction: 0.1,
         }
     );
+}
+
+/// The configured hard thresholds, not the defaults, come out of allocatable (the kubelet's
+/// `hardEvictionReservation` over the parsed `evictionHard`).
+#[test]
+fn reservation_follows_the_configured_hard_thresholds() {
+    let mi = 1i64 << 20;
+    // (configuration lines, memory reserved of 16 GiB, ephemeral storage reserved of 100 GiB)
+    let cases: Vec<(&str, i64, i64)> = vec![
+        // 10% as the kubelet keeps it: float32(0.1) of the capacity.
+        ("", 100 * mi, ((100i64 << 30) as f64 * f64::from(0.1f32)) as i64),
+        (
+            "evictionHard: {memory.available: 500Mi, nodefs.available: 5Gi}\n",
+            500 * mi,
+            5 * 1024 * mi,
+        ),
+        (
+            "evictionHard: {memory.available: 5%, nodefs.available: 12.5%}\n",
+            // int64(float64(capacity) * float64(float32(0.05))), as the kubelet computes it.
+            ((16i64 << 30) as f64 * f64::from(0.05f32)) as i64,
+            ((100i64 << 30) as f64 * f64::from(0.125f32)) as i64,
+        ),
+        // A given evictionHard replaces the defaults: nothing reserved for memory.
+        ("evictionHard: {nodefs.available: 1Gi}\n", 0, 1024 * mi),
+        // Merged with the defaults: memory's 100Mi comes back.
+        (
+            "evictionHard: {nodefs.available: 1Gi}\nmergeDefaultEvictionSettings: true\n",
+            100 * mi,
+            1024 * mi,
+        ),
+        // Soft thresholds and other signals reserve nothing; kubeReserved adds up.
+        (
+            "evictionHard: {memory.available: 200Mi, pid.available: 10%}\nevictionSoft: {memory.available: 1Gi, nodefs.available: 20%}\nevictionSoftGracePeriod: {memory.available: 1m, nodefs.available: 1m}\nkubeReserved: {memory: 1Gi}\n",
+            200 * mi + 1024 * mi,
+            0,
+        ),
+    ];
+    for (extra, memory, storage) in cases {
+        let r = AllocatableReservation::for_config(&config(extra));
+        assert_eq!(r.memory_reserved(16 << 30), memory, "memory: {extra}");
+        assert_eq!(
+            r.ephemeral_storage_reserved(100 << 30),
+            storage,
+            "ephemeral-storage: {extra}"
+        );
+    }
 }

@@ -80,6 +80,10 @@ pub struct PodManager {
     ready: watch::Sender<bool>,
     /// Cluster mode: admission of API pods, and where rejections are reported.
     admission: Option<Admission>,
+    /// Admission of new static pods under node pressure (the eviction manager's `Admit`,
+    /// which lets them through unless `evictStaticPods` made them evictable), and where
+    /// rejections are reported. Resource predicates are not applied to static pods.
+    static_admission: Option<StaticAdmission>,
     /// UIDs of pods rejected at admission: ended through `kill_pod` before they ever ran,
     /// never admitted again.
     rejected: BTreeSet<String>,
@@ -87,6 +91,12 @@ pub struct PodManager {
     static_pods: watch::Sender<Vec<Pod>>,
     /// Every desired pod not rejected at admission, for the eviction manager.
     admitted: watch::Sender<Vec<Arc<Pod>>>,
+}
+
+/// What the pod manager needs to admit static pods under node pressure.
+pub struct StaticAdmission {
+    pub pressure: crate::eviction::manager::PressureView,
+    pub events: EventRecorder,
 }
 
 /// What the pod manager needs to admit API pods (cluster mode).
@@ -120,6 +130,7 @@ impl PodManager {
                 orphan_check_period: Duration::from_secs(10),
                 ready,
                 admission: None,
+                static_admission: None,
                 rejected: BTreeSet::new(),
                 static_pods: watch::channel(Vec::new()).0,
                 admitted: watch::channel(Vec::new()).0,
@@ -131,6 +142,12 @@ impl PodManager {
     /// Admits pods from the API server before they run (cluster mode).
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = Some(admission);
+        self
+    }
+
+    /// Admits new static pods against the node's pressure conditions.
+    pub fn with_static_admission(mut self, admission: StaticAdmission) -> Self {
+        self.static_admission = Some(admission);
         self
     }
 
@@ -183,28 +200,52 @@ impl PodManager {
         match verdict {
             Ok(()) => true,
             Err(rejection) => {
-                tracing::warn!(
-                    pod.uid = pod_uid(pod),
-                    pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
-                    reason = %rejection.reason,
-                    message = %rejection.message,
-                    "pod rejected at admission"
-                );
-                admission.events.record(
-                    &pod_ref(pod),
-                    EventType::Warning,
-                    &rejection.reason,
-                    rejection.message.clone(),
-                );
-                let status = StatusMutation::failed(
-                    rejection.reason,
-                    format!("Pod was rejected: {}", rejection.message),
-                );
-                self.rejected.insert(pod_uid(pod).to_string());
-                self.workers.reject(pod.clone(), status);
+                let events = admission.events.clone();
+                self.reject(pod, rejection, &events);
                 false
             }
         }
+    }
+
+    /// Admission of a new static pod under node pressure (static pods skip the resource
+    /// predicates here); rejected as an API pod is.
+    fn admit_static(&mut self, pod: &Arc<Pod>) -> bool {
+        let Some(admission) = &self.static_admission else {
+            return true;
+        };
+        match admission.pressure.admit(pod) {
+            Ok(()) => true,
+            Err((reason, message)) => {
+                let events = admission.events.clone();
+                self.reject(pod, admission::Rejection { reason, message }, &events);
+                false
+            }
+        }
+    }
+
+    /// Ends a pod that failed admission through `kill_pod` before it ever runs: Failed with
+    /// the reason and `Pod was rejected: <message>`, as the kubelet's `rejectPod`, and a
+    /// Warning event with the reason.
+    fn reject(&mut self, pod: &Arc<Pod>, rejection: admission::Rejection, events: &EventRecorder) {
+        tracing::warn!(
+            pod.uid = pod_uid(pod),
+            pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
+            reason = %rejection.reason,
+            message = %rejection.message,
+            "pod rejected at admission"
+        );
+        events.record(
+            &pod_ref(pod),
+            EventType::Warning,
+            &rejection.reason,
+            rejection.message.clone(),
+        );
+        let status = StatusMutation::failed(
+            rejection.reason,
+            format!("Pod was rejected: {}", rejection.message),
+        );
+        self.rejected.insert(pod_uid(pod).to_string());
+        self.workers.reject(pod.clone(), status);
     }
 
     fn desired(&self) -> BTreeMap<String, Arc<Pod>> {
@@ -262,12 +303,16 @@ impl PodManager {
                 .map(|t| t.0)
                 .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
         });
+        let from_files = snapshot.source == crate::source::FILE_SOURCE;
         for pod in added {
             if from_api
                 && !self.rejected.contains(pod_uid(&pod))
                 && !self.admit(&pod, &new)
                 && pod.metadata.deletion_timestamp.is_none()
             {
+                continue;
+            }
+            if from_files && !self.rejected.contains(pod_uid(&pod)) && !self.admit_static(&pod) {
                 continue;
             }
             self.dispatch(pod);
