@@ -705,6 +705,16 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
         );
     }
     n.launch();
+    // Polled from the moment it first answers (it binds its port during start-up).
+    let deadline = Instant::now() + T;
+    while healthz(&n).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the local API never answered\n{}",
+            tail(&n.logs(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let poller = tokio::spawn(poll_api(n.base_url(), stop.clone()));
     let started = Instant::now();
@@ -789,54 +799,39 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
 async fn a_thousand_manifests_rewritten_in_a_loop_flap_no_pod() {
     let _shared = CONTAINERD.read().await;
     const FILES: usize = 1000;
-    const ADMITTED: usize = 20;
-    // 1,000 pods of which 20 fit (maxPods): the rest are rejected (OutOfpods) and stay so.
-    let mut n = Nodelet::prepare_with("rewrites", &format!("maxPods: {ADMITTED}\n"));
-    let body = |i: usize| sleeper(&format!("m{i}"));
-    for i in 0..FILES {
-        n.write_manifest(&format!("m{i}.yaml"), &body(i));
+    const PODS: usize = 20;
+    // 1,000 manifests: 20 pods, each also defined by 49 more files of the same pod name
+    // (`d<i>-<copy>.yaml`). The first path in order wins (`m<i>.yaml`), the others are reported
+    // as duplicates: every file is read and parsed at each change, 20 pods run.
+    let mut n = Nodelet::prepare_with("rewrites", "");
+    let file = |k: usize| {
+        if k < PODS {
+            format!("m{k}.yaml")
+        } else {
+            format!("d{}-{}.yaml", k % PODS, k / PODS)
+        }
+    };
+    let body = |k: usize| sleeper(&format!("m{}", k % PODS));
+    for k in 0..FILES {
+        n.write_manifest(&file(k), &body(k));
     }
     n.launch();
-    let deadline = Instant::now() + MANY;
-    let (running, rejected) = loop {
-        if let Some(pods) = n.pods().await {
-            let running: BTreeSet<String> = pods
-                .iter()
-                .filter(|p| phase(p) == "Running" && all_running(p))
-                .filter_map(|p| p.metadata.name.clone())
-                .collect();
-            let rejected = pods
-                .iter()
-                .filter(|p| {
-                    phase(p) == "Failed"
-                        && p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("OutOfpods")
-                })
-                .count();
-            if running.len() == ADMITTED && rejected == FILES - ADMITTED {
-                break (running, rejected);
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the 1,000 pods never settled\n{}",
-            tail(&n.logs(), 60)
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let pods = wait_all_running(&n, PODS, MANY).await;
     let before = runtime_snapshot(&n).await;
-    assert_eq!(before.sandboxes.len(), ADMITTED);
+    assert_eq!(before.sandboxes.len(), PODS, "{before:#?}");
+    let uids: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
     let pid = n.pid().unwrap();
     let cpu_before = cpu_time(pid);
     let loop_started = Instant::now();
     let mut rounds = 0;
     while loop_started.elapsed() < Duration::from_secs(30) {
-        for i in 0..FILES {
-            if (i + rounds) % 2 == 0 {
+        for k in 0..FILES {
+            if (k + rounds) % 2 == 0 {
                 // By rename, as `write_manifest` does.
-                n.write_manifest(&format!("m{i}.yaml"), &body(i));
+                n.write_manifest(&file(k), &body(k));
             } else {
                 // In place: truncated, then written.
-                std::fs::write(n.manifests.join(format!("m{i}.yaml")), body(i)).unwrap();
+                std::fs::write(n.manifests.join(file(k)), body(k)).unwrap();
             }
         }
         rounds += 1;
@@ -850,16 +845,16 @@ async fn a_thousand_manifests_rewritten_in_a_loop_flap_no_pod() {
         cpu.as_secs_f64() / looped.as_secs_f64() * 100.0
     );
     assert!(rounds >= 2, "only {rounds} rounds of rewrites");
-    // The positive sign that the source still reads the directory: one admitted pod's file
-    // removed at the end, its pod goes.
-    let removed = running.iter().next().unwrap().clone();
-    let file = removed
-        .strip_suffix(&format!("-{}", n.node))
-        .unwrap()
-        .to_string();
-    n.remove_manifest(&format!("{file}.yaml"));
-    n.wait_gone(&file, T).await;
+    // The positive sign that the source still reads the directory after the storm: one pod's
+    // file removed, its pod goes (the next file of its name, `d0-1.yaml`, would win: remove
+    // the pod's every file).
+    let gone = 0;
+    for k in (0..FILES).filter(|k| k % PODS == gone) {
+        n.remove_manifest(&file(k));
+    }
+    n.wait_gone(&format!("m{gone}"), T).await;
     let after = runtime_snapshot(&n).await;
+    let removed = n.pod_name(&format!("m{gone}"));
     let mut expected = before.clone();
     expected
         .containers
@@ -874,12 +869,9 @@ async fn a_thousand_manifests_rewritten_in_a_loop_flap_no_pod() {
         after.containers, expected.containers,
         "a container was recreated"
     );
-    let pods = n.pods().await.expect("/pods");
-    let still_rejected = pods
-        .iter()
-        .filter(|p| p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("OutOfpods"))
-        .count();
-    assert_eq!(still_rejected, rejected);
+    let pods = wait_all_running(&n, PODS - 1, T).await;
+    let uids_after: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert!(uids_after.is_subset(&uids), "a pod changed its UID");
     assert!(
         cpu < looped,
         "nodelet used {cpu:?} of CPU in {looped:?} of rewrites (a core's worth, busy)"
