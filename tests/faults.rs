@@ -4,7 +4,8 @@
 //! proves an absence, and prints what it measured (`cargo test --test faults -- --nocapture`).
 //!
 //! The containerd outage stops the one containerd every test of this binary uses, so it takes
-//! [`CONTAINERD`] exclusively; the other tests share it.
+//! [`CONTAINERD`] exclusively; the other tests share it. The three tests with 20 to 110 pods run
+//! one at a time ([`MANY_PODS`]).
 
 mod common;
 
@@ -18,6 +19,9 @@ use nodelet::cri::Runtime;
 
 /// Held shared by every test, exclusively by the one that stops containerd.
 static CONTAINERD: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+/// Held by the tests that start 20 or more pods: one at a time, so that they do not slow
+/// each other past their deadlines on a 2-core machine.
+static MANY_PODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Deadlines are generous: the machine is shared, and 50 or 110 sandboxes take a while.
 const T: Duration = Duration::from_secs(90);
@@ -143,6 +147,7 @@ fn sleeper(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_with_50_pods_running_restarts_no_container() {
     let _shared = CONTAINERD.read().await;
+    let _many = MANY_PODS.lock().await;
     const PODS: usize = 50;
     let mut n = Nodelet::prepare_with("sigkill", "");
     for i in 0..PODS {
@@ -692,6 +697,7 @@ fn parse_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() {
     let _shared = CONTAINERD.read().await;
+    let _many = MANY_PODS.lock().await;
     const PODS: usize = 110;
     let mut n = Nodelet::prepare_with("crashloop", "maxPods: 110\n");
     for i in 0..PODS {
@@ -798,6 +804,7 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_manifests_rewritten_in_a_loop_flap_no_pod() {
     let _shared = CONTAINERD.read().await;
+    let _many = MANY_PODS.lock().await;
     const FILES: usize = 1000;
     const PODS: usize = 20;
     // 1,000 manifests: 20 pods, each also defined by 49 more files of the same pod name
