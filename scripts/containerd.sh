@@ -9,6 +9,10 @@
 #                          port-mapping rules, IP leases; works after a crash too
 #   containerd.sh restart  stop, then start
 #   containerd.sh status   print whether it runs (exit 0) or not (exit 3)
+#   containerd.sh daemon-stop   stop only the daemon (SIGTERM), as an upgrade or a crash does:
+#                          shims and containers keep running, nothing is cleaned up
+#   containerd.sh daemon-start  start the daemon again over that state (no clean-up, no restart
+#                          of containers); waits until it answers
 #   containerd.sh env      print the environment tests need (eval "$(scripts/containerd.sh env)")
 #   containerd.sh purge    stop, then delete its root too (images, metadata)
 #   containerd.sh config   print the containerd config it would use
@@ -322,6 +326,23 @@ cmd_stop() {
 	do_stop
 }
 
+# The fault tests' containerd outage: the daemon goes, its shims (and so every container) stay.
+cmd_daemon_stop() {
+	require_root
+	exec 9>"$CTD_LOCK"
+	flock 9
+	[ -n "$(running_pid)" ] || die "containerd is not running (socket $CTD_SOCK)"
+	stop_daemon
+}
+
+cmd_daemon_start() {
+	require_root
+	exec 9>"$CTD_LOCK"
+	flock 9
+	[ -z "$(running_pid)" ] || die "containerd is already running (socket $CTD_SOCK)"
+	launch
+}
+
 cmd_purge() {
 	cmd_stop
 	rm -rf --one-file-system "$CTD_ROOT"
@@ -368,6 +389,8 @@ stop) cmd_stop ;;
 restart) cmd_stop && cmd_start ;;
 purge) cmd_purge ;;
 status) cmd_status ;;
+daemon-stop) cmd_daemon_stop ;;
+daemon-start) cmd_daemon_start ;;
 env) cmd_env ;;
 config) render_config ;;
 prepare)
@@ -375,7 +398,7 @@ prepare)
 	prepare_files
 	;;
 *)
-	sed -n '2,17s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,21s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac

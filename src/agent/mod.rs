@@ -41,6 +41,7 @@ use crate::clock::Clock;
 use crate::cluster::{self, ApiServerVersion};
 use crate::config::Config;
 use crate::cri::containerd::{ContainerdTasks, TaskSignaller};
+use crate::cri::health::RuntimeHealth;
 use crate::cri::remote::RemoteRuntime;
 use crate::cri::{api, HousekeepingRuntime, ImageService, Runtime, StatsRuntime, StreamingRuntime};
 use crate::events::api_sink::ApiEventSink;
@@ -411,6 +412,8 @@ impl NodeletBuilder {
             pleg_tx,
         );
         tasks.spawn(pleg.clone().run_relist(cancel.clone()));
+        let runtime_health = RuntimeHealth::new(rt.runtime.clone());
+        tasks.spawn(runtime_health.clone().run(cancel.clone()));
         if let Some(events) = &rt.containerd_events {
             tasks.spawn(pleg.clone().run_events(
                 events.endpoint.clone(),
@@ -571,11 +574,22 @@ impl NodeletBuilder {
                 .map_err(|error| StartError::ApiServer { error })?;
             let facts = NodeFacts::detect(&cfg, &node, &rt.version);
             let node_pleg = pleg.clone();
+            let node_runtime = runtime_health.clone();
+            // The kubelet's runtimeState.runtimeErrors: the runtime first, then the PLEG.
             let health: crate::node::HealthFn = Arc::new(move || {
-                if node_pleg.healthy() {
+                let mut errors = Vec::new();
+                if let Err(e) = node_runtime.status() {
+                    errors.push(e);
+                }
+                if !node_pleg.healthy() {
+                    errors.push(
+                        "PLEG is not healthy: pleg was last seen active more than 3m0s ago".into(),
+                    );
+                }
+                if errors.is_empty() {
                     Ok(())
                 } else {
-                    Err("PLEG is not healthy: pleg was last seen active more than 3m0s ago".into())
+                    Err(errors.join(", "))
                 }
             });
             let agent = NodeAgent::new(
@@ -618,6 +632,7 @@ impl NodeletBuilder {
                 status: &status,
                 events: &recorder,
                 pleg: &pleg,
+                runtime_health: &runtime_health,
                 cluster: cluster.as_ref(),
                 clock,
                 summary,

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use super::{HostPaths, RuntimeServices, StartError};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::cri::health::RuntimeHealth;
 use crate::events::EventRecorder;
 use crate::node::NodeInfo;
 use crate::pleg::Pleg;
@@ -26,6 +27,7 @@ pub(super) struct Served<'a> {
     pub status: &'a StatusManager,
     pub events: &'a EventRecorder,
     pub pleg: &'a Arc<Pleg>,
+    pub runtime_health: &'a RuntimeHealth,
     /// The API server, for TokenReviews and SubjectAccessReviews (cluster mode).
     pub cluster: Option<&'a kube::Client>,
     pub clock: Clock,
@@ -87,10 +89,14 @@ fn api_state(served: &Served<'_>) -> ApiState {
         Arc::new(move || status.pods())
     };
     let pleg = served.pleg.clone();
+    let runtime_health = served.runtime_health.clone();
     let events = served.events.clone();
     ApiState {
         pods: pods.clone(),
+        // The kubelet's /healthz reports only the PLEG (and its sync loop); nodelet's also
+        // reports a runtime that stopped answering (see `crate::cri::health`).
         health: Arc::new(move || {
+            runtime_health.status()?;
             if pleg.healthy() {
                 Ok(())
             } else {

@@ -6,6 +6,7 @@ pub mod containerd;
 /// The in-memory runtime for component tests (feature `test-util`).
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod health;
 pub mod labels;
 pub mod model;
 pub mod remote;

@@ -95,6 +95,12 @@ pub fn relist_diff(
 /// If a relist has not succeeded for this long, the PLEG reports unhealthy (the kubelet's value).
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 
+/// The first wait before subscribing to containerd's events again after the stream was lost.
+const EVENTS_RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// The longest wait between attempts: a containerd restarted after an outage is followed again
+/// within this (the relist covers the gap meanwhile).
+const EVENTS_RETRY_MAX: Duration = Duration::from_secs(5);
+
 pub struct Pleg {
     runtime: Arc<dyn Runtime>,
     node_name: String,
@@ -324,11 +330,11 @@ impl Pleg {
         tasks: TaskTracker,
         cancel: CancellationToken,
     ) {
-        let mut backoff = Duration::from_millis(500);
+        let mut backoff = EVENTS_RETRY_INITIAL;
         loop {
-            let attempt = self
-                .clone()
-                .follow_events(&endpoint, &namespace, &tasks, &cancel);
+            let attempt =
+                self.clone()
+                    .follow_events(&endpoint, &namespace, &tasks, &cancel, &mut backoff);
             match attempt.await {
                 Ok(()) => return,
                 Err(e) => {
@@ -339,7 +345,7 @@ impl Pleg {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(backoff) => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(30));
+            backoff = (backoff * 2).min(EVENTS_RETRY_MAX);
         }
     }
 
@@ -349,6 +355,7 @@ impl Pleg {
         namespace: &str,
         tasks: &TaskTracker,
         cancel: &CancellationToken,
+        backoff: &mut Duration,
     ) -> Result<(), String> {
         let path = crate::cri::remote::socket_path(endpoint).map_err(|e| e.to_string())?;
         let subscribe = async {
@@ -372,6 +379,8 @@ impl Pleg {
             response = subscribe => response?.into_inner(),
         };
         tracing::info!(endpoint, namespace, "following containerd task events");
+        // Subscribed: the next loss of the stream (a containerd restart) retries quickly again.
+        *backoff = EVENTS_RETRY_INITIAL;
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),

@@ -221,6 +221,22 @@ impl Nodelet {
         self.child = Some(child);
     }
 
+    /// The process id of the running nodelet.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// `Some(status)` once the started nodelet process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
+    /// Starts nodelet again after [`Nodelet::kill9`] (same configuration and directories).
+    pub fn relaunch(&mut self) {
+        assert!(self.child.is_none(), "nodelet still runs");
+        self.spawn();
+    }
+
     /// SIGKILL, as an OOM kill or a crash would.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
