@@ -576,6 +576,16 @@ async fn memory_pressure_stall_evicts_the_throttled_pod(node: &Guest) {
     let _step = node.step(&format!(
         "PSI: memory.pressure.some.avg10 at {PSI_THRESHOLD} evicts the pod stalled on memory.high"
     ));
+    // The previous step's static pods go first: a restarted nodelet would start its evicted
+    // hog again, and that hog (priority 0) would rank before the stalled pod.
+    node.systemctl(&["stop", "nodelet.service"]);
+    for file in ["guaranteed.yaml", "hog-high.yaml", "hog-low.yaml"] {
+        node.remove_manifest(file);
+    }
+    node.start_nodelet("");
+    for name in ["guaranteed", "hog-high", "hog-low"] {
+        node.wait_gone(name).await;
+    }
     node.wait_for("the node's memory pressure settled below 5%", || {
         node_memory_some_avg10() < 5.0
     })
