@@ -12,11 +12,19 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # containerd, runc, CNI plugins, protoc (for containerd-client's build), busybox, gcc.
 scripts/install-deps.sh
 eval "$(scripts/test-env.sh up)"
+# The fuzz targets' build runs in the background (below); an early exit stops it. The trap
+# runs under `set -e` too, so a command in it that may fail must not be the last of a list.
 fuzz_build=
+stop_fuzz_build() {
+	if [ -n "$fuzz_build" ]; then
+		pkill -TERM -P "$fuzz_build" 2>/dev/null || true
+		kill "$fuzz_build" 2>/dev/null || true
+	fi
+}
 if [ "${NODELET_TEST_KEEP:-0}" != 1 ]; then
-	trap '[ -z "$fuzz_build" ] || kill "$fuzz_build" 2>/dev/null; scripts/test-env.sh down' EXIT
+	trap 'stop_fuzz_build; scripts/test-env.sh down' EXIT
 else
-	trap '[ -z "$fuzz_build" ] || kill "$fuzz_build" 2>/dev/null' EXIT
+	trap stop_fuzz_build EXIT
 fi
 
 cargo build --workspace --locked --all-targets
@@ -29,7 +37,9 @@ if [ $# -eq 0 ]; then
 fi
 cargo test --workspace --locked -- "$@"
 if [ -n "$fuzz_build" ]; then
-	if ! wait "$fuzz_build"; then
+	build=$fuzz_build
+	fuzz_build=
+	if ! wait "$build"; then
 		tail -n 40 target/fuzz-build.log >&2
 		echo "test.sh: the fuzz targets did not build (target/fuzz-build.log)" >&2
 		exit 1
