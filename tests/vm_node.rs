@@ -902,6 +902,42 @@ fn running_tasks(node: &Guest) -> BTreeMap<String, u32> {
         .collect()
 }
 
+/// Which tasks `ctr tasks ls` must list again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TaskSet {
+    /// Exactly the earlier ones.
+    Same,
+    /// The earlier ones and maybe others (pods created since).
+    AtLeast,
+}
+
+/// Waits until containerd lists every earlier task again, each with its earlier pid, and
+/// fails at once when a task's pid changed. containerd leaves a task out of its listing when
+/// the shim's State call takes longer than 2 s (`io.containerd.timeout.task.state`), which
+/// happens right after a restart of containerd under emulation; a task that is gone stays
+/// out and fails the wait.
+async fn wait_same_tasks(node: &Guest, before: &BTreeMap<String, u32>, set: TaskSet, after: &str) {
+    let deadline = std::time::Instant::now() + vm::T;
+    loop {
+        let now = running_tasks(node);
+        for (id, pid) in before {
+            if let Some(new_pid) = now.get(id) {
+                assert_eq!(new_pid, pid, "task {id}'s pid after {after}");
+            }
+        }
+        let listed = before.keys().all(|id| now.contains_key(id));
+        if listed && (set == TaskSet::AtLeast || now.len() == before.len()) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "containerd's running tasks after {after}: {now:?}, before {before:?}\n{}",
+            node.journal(40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 async fn restarting_nodelet_adopts_the_running_containers(
     node: &Guest,
     pods: &[QosPod],
@@ -938,7 +974,7 @@ async fn restarting_nodelet_adopts_the_running_containers(
         0.0,
         "the restarted nodelet started sandboxes"
     );
-    assert_eq!(running_tasks(node), tasks, "containerd's running tasks");
+    wait_same_tasks(node, &tasks, TaskSet::Same, "nodelet's restart").await;
     // The adopted pods' cgroups were configured again (under systemd: the existing units
     // updated with SetUnitProperties) to the same values.
     let wrong = cgroup_value_mismatches(node, pods, facts, true);
@@ -1010,14 +1046,7 @@ async fn restarting_containerd_leaves_nodelet_running_and_connected(
     // containerd's restart left the containers running (its unit is KillMode=process too), and
     // nodelet left them alone.
     wait_same_containers(node, pods, "containerd's restart").await;
-    let now = running_tasks(node);
-    for (id, pid) in &tasks {
-        assert_eq!(
-            now.get(id),
-            Some(pid),
-            "task {id} after containerd's restart"
-        );
-    }
+    wait_same_tasks(node, &tasks, TaskSet::AtLeast, "containerd's restart").await;
 }
 
 /// nodelet's summary line of the start-up sweep of pod cgroups.
@@ -1133,7 +1162,7 @@ async fn stopping_nodelet_leaves_the_pods_alone(node: &Guest, pods: &[QosPod]) -
         "nodelet's shutdown was not clean\n{}",
         node.journal(20)
     );
-    assert_eq!(running_tasks(node), tasks, "containerd's running tasks");
+    wait_same_tasks(node, &tasks, TaskSet::Same, "nodelet's stop").await;
     for (id, pid) in &tasks {
         assert!(
             std::path::Path::new(&format!("/proc/{pid}")).exists(),
