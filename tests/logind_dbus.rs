@@ -6,13 +6,16 @@
 //! short raised through the drop-in, the lock taken, released after `PrepareForShutdown(true)`.
 //! logind itself runs only in the VM (tests/vm_shutdown.rs); this is the protocol half.
 
+#[path = "common/dbus_bus.rs"]
+mod dbus_bus;
+
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dbus_bus::Bus;
 use futures::StreamExt;
 use nodelet::clock::Clock;
 use nodelet::events::EventRecorder;
@@ -80,52 +83,6 @@ impl FakeSystemd {
                 s.delay_usec = secs.parse::<u64>().unwrap() * 1_000_000;
             }
         }
-    }
-}
-
-/// A private bus: `dbus-daemon` started for this test and killed (by its pid) at the end.
-struct Bus {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Bus {
-    fn start() -> Bus {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("bus");
-        let address = format!("unix:path={}", socket.display());
-        let log = dir.path().join("dbus-daemon.log");
-        let child = Command::new("dbus-daemon")
-            .args(["--session", "--nofork", "--nopidfile"])
-            .arg(format!("--address={address}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect(
-                "dbus-daemon (Debian package dbus-daemon; scripts/install-deps.sh installs it)",
-            );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "dbus-daemon did not listen at {address}: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Bus {
-            child,
-            address,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -4,11 +4,14 @@
 //! systemd's error names (`UnitExists`, `NoSuchUnit`), failed and stuck jobs. systemd itself
 //! runs only in the VM; this is the protocol half, checked here.
 
-use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+#[path = "common/dbus_bus.rs"]
+mod dbus_bus;
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dbus_bus::Bus;
 use nodelet::cgroup::dbus::ZbusSystemd;
 use nodelet::cgroup::manager::{CgroupError, CgroupManager};
 use nodelet::cgroup::systemd::{SystemdBus, SystemdManager, UnitStart};
@@ -170,52 +173,6 @@ impl FakeSystemd {
         unit: &str,
         result: &str,
     ) -> zbus::Result<()>;
-}
-
-/// A private bus: `dbus-daemon` started for this test and killed (by its pid) at the end.
-struct Bus {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Bus {
-    fn start() -> Bus {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("bus");
-        let address = format!("unix:path={}", socket.display());
-        let log = dir.path().join("dbus-daemon.log");
-        let child = Command::new("dbus-daemon")
-            .args(["--session", "--nofork", "--nopidfile"])
-            .arg(format!("--address={address}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect(
-                "dbus-daemon (Debian package dbus-daemon; scripts/install-deps.sh installs it)",
-            );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "dbus-daemon did not listen at {address}: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Bus {
-            child,
-            address,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn props_of<'a>(call: &'a Received, name: &str) -> Option<(&'a str, &'a str)> {
