@@ -886,6 +886,46 @@ spec:
     assert_eq!(exec("echo $APP_password".into()).await, "s3cret");
     assert_eq!(exec("cat /etc/settings/size".into()).await, "L");
     assert_eq!(exec("cat /etc/creds/password".into()).await, "s3cret");
+    // The secret reached the container and nowhere else: not nodelet's log (at debug level),
+    // not an event or status nodelet wrote to the API server (the secret's own create, by
+    // kubectl, is the one write that carries it).
+    let secret_forms = ["s3cret", "czNjcmV0"];
+    let log = n.logs();
+    assert!(
+        log.contains("wrote volume data volume=creds"),
+        "nodelet's log tells of writing the secret's volume: {}",
+        tail(&log, 20)
+    );
+    for form in secret_forms {
+        assert!(
+            !log.contains(form),
+            "nodelet's log has the secret: {}",
+            log.lines()
+                .filter(|l| l.contains(form))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    let writes: Vec<_> = fixture
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method != "GET" && !r.path.contains("/secrets"))
+        .collect();
+    assert!(
+        writes.iter().any(|r| r.path.ends_with("/pods/app/status")),
+        "nodelet wrote the pod's status"
+    );
+    for r in &writes {
+        let body = r.body.as_ref().map(|b| b.to_string()).unwrap_or_default();
+        for form in secret_forms {
+            assert!(
+                !body.contains(form),
+                "{} {} carries the secret: {body}",
+                r.method,
+                r.path
+            );
+        }
+    }
     // The ConfigMap changes: the file follows, in place.
     let (ok, _, err) = kubectl(
         &api,
@@ -946,7 +986,27 @@ fn kubelet_client_identity(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8
     let ca_file = dir.join("ca.crt");
     std::fs::write(&ca_file, ca.cert.pem()).unwrap();
     let identity = ca.client_pem("kube-apiserver-kubelet-client", "kubeadm:cluster-admins");
+    // For a client (curl) of the test's own.
+    std::fs::write(dir.join(IDENTITY_PEM), &identity).unwrap();
     (ca_file, identity.into_bytes())
+}
+
+/// The kubelet client identity's file (certificate and key) in the certificates' directory.
+const IDENTITY_PEM: &str = "kubelet-client.pem";
+
+/// `GET path` on the kubelet API with curl as the API server's kubelet client, the path sent
+/// as it is (no `..` removed, no escape decoded): (status, body).
+fn kubelet_api_get(certs: &std::path::Path, port: u16, path: &str) -> (String, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "--path-as-is", "--max-time", "30", "--cert"])
+        .arg(certs.join(IDENTITY_PEM))
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.to_string(), body.to_string())
 }
 
 /// A fixture that proxies to node agents with its kubelet client certificate, a nodelet joined
@@ -988,7 +1048,7 @@ async fn joined_with_kubelet_api(test: &str) -> (Fixture, Nodelet, u16, tempfile
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
-    let (fixture, n, kubelet_port, _certs) = joined_with_kubelet_api("kubectl-logs").await;
+    let (fixture, n, kubelet_port, certs) = joined_with_kubelet_api("kubectl-logs").await;
     let api = fixture.url();
     let node = n.node.clone();
     // The Node tells the API server where the kubelet API is.
@@ -1089,6 +1149,62 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
         "{body}"
     );
     assert_eq!(body["spec"]["resourceAttributes"]["name"], *node, "{body}");
+
+    // A path cannot reach outside the pod: logs are found through the pod's container status
+    // and the runtime, never from the request's names. First the way in works for this client.
+    let (code, body) = kubelet_api_get(
+        certs.path(),
+        kubelet_port,
+        "/containerLogs/default/chatty/main",
+    );
+    assert_eq!(code, "200", "{body}");
+    assert!(body.contains(banner), "{body}");
+    let host_passwd = "root:x:0:0:";
+    // (path, the kubelet's answer: logs 404 for an unknown pod or container; exec 500
+    // `container not found`, as the kubelet's GetExec error)
+    let escapes = [
+        ("/containerLogs/default/../../../../../../etc/passwd", "404"),
+        (
+            "/containerLogs/default/chatty/../../../../../../etc/passwd",
+            "404",
+        ),
+        (
+            "/containerLogs/default/chatty/..%2F..%2F..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+            "404",
+        ),
+        (
+            "/containerLogs/default/..%2F..%2F..%2F..%2F..%2F..%2Fetc/passwd",
+            "404",
+        ),
+        (
+            "/containerLogs/..%2F..%2F..%2F..%2F..%2Fvar%2Flog%2Fpods/chatty/main",
+            "404",
+        ),
+        (
+            "/containerLogs/default/chatty%2F..%2F..%2F..%2F/main",
+            "404",
+        ),
+        (
+            "/containerLogs/default/chatty/main%2F..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+            "404",
+        ),
+        (
+            "/exec/default/chatty/..%2F..%2F..%2Fetc?command=cat&command=%2Fetc%2Fpasswd&output=1",
+            "500",
+        ),
+        (
+            "/exec/default/..%2F..%2Fchatty/main?command=cat&command=%2Fetc%2Fpasswd&output=1",
+            "404",
+        ),
+    ];
+    for (path, want) in escapes {
+        let (code, body) = kubelet_api_get(certs.path(), kubelet_port, path);
+        assert_eq!(code, want, "{path}: {body}");
+        assert!(
+            !body.contains(host_passwd) && !body.contains(banner),
+            "{path}: {code} {body}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

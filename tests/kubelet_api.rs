@@ -240,3 +240,44 @@ async fn a_silent_client_is_disconnected_after_the_handshake_timeout() {
     assert!(started.elapsed() >= nodelet::server::tls::HANDSHAKE_TIMEOUT);
     server.cancel.cancel();
 }
+
+#[tokio::test]
+async fn oversized_requests_are_refused_before_authentication() {
+    use nodelet::server::connection::{MAX_BODY_BYTES, MAX_HEADERS, MAX_HEADER_BYTES};
+    let ca = TestCa::new("test-ca");
+    let server = start(AuthorizationMode::Webhook, false, &ca).await;
+    let alice = client(Some(client_identity(&ca, "alice", "")));
+    let url = format!("{}/pods", server.url);
+    // A request within the limits reaches the handler.
+    let ok = alice
+        .get(&url)
+        .header("x-padding", "p".repeat(8192))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    // A head over the byte limit, and more header fields than allowed: 431, from a client
+    // the server would otherwise authorize.
+    let big = alice
+        .get(&url)
+        .header("x-padding", "p".repeat(MAX_HEADER_BYTES))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.status().as_u16(), 431);
+    let mut many = alice.get(&url);
+    for i in 0..MAX_HEADERS {
+        many = many.header(format!("x-h{i}"), "v");
+    }
+    assert_eq!(many.send().await.unwrap().status().as_u16(), 431);
+    // A declared body over the limit: 413, before authentication (an anonymous client).
+    let anonymous = client(None);
+    let body = anonymous
+        .post(format!("{}/exec/ns/web/app", server.url))
+        .body(vec![b'b'; MAX_BODY_BYTES as usize + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(body.status().as_u16(), 413);
+    server.cancel.cancel();
+}

@@ -9,6 +9,7 @@
 //!   `kubectl logs`.
 
 pub mod auth;
+pub mod connection;
 pub mod container_logs;
 pub mod streaming;
 pub mod tls;
@@ -261,8 +262,10 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
-/// Binds now (so a taken port fails startup with a clear error) and serves until cancelled,
-/// in a task of `tasks` (which ends once the open connections have finished).
+/// Binds now (so a taken port fails startup with a clear error) and serves until cancelled:
+/// the accept loop is a task of `tasks` (the returned handle), each connection another, with
+/// the limits of [`connection`]; on `cancel` the loop ends and the connections shut down
+/// gracefully.
 pub async fn serve(
     addr: SocketAddr,
     app: Router,
@@ -285,13 +288,28 @@ pub fn serve_listener(
     if let Ok(bound) = listener.local_addr() {
         tracing::info!(%bound, "serving local API");
     }
+    let app = connection::limited(app);
+    let connections = tasks.clone();
     tasks.spawn(async move {
-        let shutdown = async move { cancel.cancelled().await };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "local API server stopped");
+        loop {
+            let (stream, remote) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(error) => {
+                        tracing::warn!(%error, "local API accept");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                _ = cancel.cancelled() => return,
+            };
+            let app = app.clone();
+            let cancel = cancel.clone();
+            connections.spawn(async move {
+                if let Err(error) = connection::serve_connection(stream, app, cancel).await {
+                    tracing::debug!(%error, %remote, "local API connection");
+                }
+            });
         }
     })
 }

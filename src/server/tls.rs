@@ -8,20 +8,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Router;
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt;
 
 use super::auth::{user_from_certificate, PeerIdentity};
 use super::BindError;
 
-/// How long a client may take to finish the TLS handshake, and to send a request's headers.
+/// How long a client may take to finish the TLS handshake (then
+/// [`super::connection::HEADER_TIMEOUT`] to send a request's head).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Problems with certificates, keys and CA files, each naming the file.
@@ -214,6 +212,7 @@ pub async fn serve_tls(
         .local_addr()
         .map_err(|source| BindError { addr, source })?;
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let router = super::connection::limited(router);
     tracing::info!(%local, "kubelet API listening (HTTPS)");
     let connections = tasks.clone();
     tasks.spawn(async move {
@@ -254,24 +253,9 @@ pub async fn serve_tls(
                         .and_then(|certs| certs.first())
                         .and_then(|cert| user_from_certificate(cert)),
                 );
-                let service = router.map_request(move |mut request: axum::extract::Request<_>| {
-                    request.extensions_mut().insert(peer.clone());
-                    request
-                });
-                // Upgrades: exec, attach and port-forward switch the connection to SPDY.
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(HANDSHAKE_TIMEOUT)
-                    .serve_connection(TokioIo::new(tls), TowerToHyperService::new(service))
-                    .with_upgrades();
-                tokio::pin!(connection);
-                tokio::select! {
-                    result = connection.as_mut() => {
-                        if let Err(error) = result {
-                            tracing::debug!(%error, %remote, "kubelet API connection");
-                        }
-                    }
-                    _ = cancel.cancelled() => connection.as_mut().graceful_shutdown(),
+                let router = router.layer(axum::Extension(peer));
+                if let Err(error) = super::connection::serve_connection(tls, router, cancel).await {
+                    tracing::debug!(%error, %remote, "kubelet API connection");
                 }
             });
         }
