@@ -473,18 +473,11 @@ async fn an_empty_dir_over_its_size_limit_is_evicted_and_one_below_is_not() {
     let under_name = n.pod_name("under");
     let deadline = Instant::now() + long;
     loop {
-        let summary: serde_json::Value = reqwest::get(format!("{}/stats/summary", n.base_url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let used = summary["pods"]
-            .as_array()
+        let (summary, pod) = summary_pod(&n, &under_name).await;
+        let used = pod
+            .and_then(|p| p["volume"].as_array().cloned())
             .into_iter()
             .flatten()
-            .filter(|p| p["podRef"]["name"] == under_name.as_str())
-            .flat_map(|p| p["volume"].as_array().cloned().unwrap_or_default())
             .find(|v| v["name"] == "cache")
             .and_then(|v| v["usedBytes"].as_u64())
             .unwrap_or(0);
@@ -612,20 +605,31 @@ fn storage_pod(
 
 /// The Summary's ephemeral-storage use of pod `name` (bytes), 0 while unmeasured.
 async fn pod_ephemeral_used(n: &Nodelet, name: &str) -> u64 {
+    summary_pod(n, &n.pod_name(name))
+        .await
+        .1
+        .and_then(|p| p["ephemeral-storage"]["usedBytes"].as_u64())
+        .unwrap_or(0)
+}
+
+/// nodelet's `/stats/summary`, and in it the entry of the pod named `full_name` (as listed).
+async fn summary_pod(
+    n: &Nodelet,
+    full_name: &str,
+) -> (serde_json::Value, Option<serde_json::Value>) {
     let summary: serde_json::Value = reqwest::get(format!("{}/stats/summary", n.base_url()))
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let full = n.pod_name(name);
-    summary["pods"]
+    let pod = summary["pods"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|p| p["podRef"]["name"] == full.as_str())
-        .and_then(|p| p["ephemeral-storage"]["usedBytes"].as_u64())
-        .unwrap_or(0)
+        .find(|p| p["podRef"]["name"] == full_name)
+        .cloned();
+    (summary, pod)
 }
 
 /// Local storage on the writable layer: a container over its own `ephemeral-storage` limit,
@@ -758,17 +762,8 @@ async fn a_memory_empty_dir_is_sized_to_its_limit_and_counts_as_the_pods_memory(
     let name = n.pod_name("mem");
     let deadline = Instant::now() + T;
     loop {
-        let summary: serde_json::Value = reqwest::get(format!("{}/stats/summary", n.base_url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let working_set = summary["pods"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["podRef"]["name"] == name.as_str())
+        let (summary, pod) = summary_pod(&n, &name).await;
+        let working_set = pod
             .and_then(|p| p["memory"]["workingSetBytes"].as_u64())
             .unwrap_or(0);
         if working_set >= 16 << 20 {
