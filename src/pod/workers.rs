@@ -27,7 +27,8 @@ pub use super::worker_state::PodWork;
 use super::worker_state::{transition, Effect, Outcome, Request, State, Wait};
 use crate::metrics::metrics;
 use crate::podspec::pod_uid;
-use crate::sync::executor::{PodMemory, PodSyncer, SyncOutcome};
+use crate::status::RestartInPlace;
+use crate::sync::executor::{PodMemory, PodSyncer, RuntimeWrites, SyncOutcome};
 use crate::sync::kill::{Grace, GraceDeadline};
 
 struct Handle {
@@ -347,9 +348,28 @@ impl Worker {
         }
     }
 
-    async fn sync(&self, pod: &Arc<Pod>, memory: &mut PodMemory) -> Outcome {
+    /// One sync, cut short when an update asks for the pod's end (a `kill_pod`, a delete, an
+    /// eviction): the sync is dropped at its next safe point (see [`RuntimeWrites`]) and the
+    /// termination that follows stops whatever the sync left running, from the runtime's
+    /// listing.
+    async fn sync(&mut self, pod: &Arc<Pod>, memory: &mut PodMemory) -> Outcome {
         let started = Instant::now();
-        let result = self.syncer.sync(pod, memory).await;
+        let writes = memory.runtime_writes.clone();
+        let sync = self.syncer.sync(pod, memory);
+        let Some(result) = until_ended(sync, &mut self.updates, &writes).await else {
+            tracing::info!(
+                after_seconds = started.elapsed().as_secs_f64(),
+                "the pod is to end: its sync under way is cut short"
+            );
+            // An in-place restart cut short is over: the final status does not say it runs.
+            if matches!(
+                memory.restart_in_place,
+                RestartInPlace::Killing | RestartInPlace::Removed
+            ) {
+                memory.restart_in_place = RestartInPlace::Done;
+            }
+            return Outcome::Woke;
+        };
         metrics()
             .pod_worker_duration_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -446,6 +466,36 @@ impl Worker {
                 _ = self.updates.changed() => true,
             },
         }
+    }
+}
+
+/// Runs `sync` to its end, or, once `updates` ask for the pod's end, until no runtime call
+/// that must finish is under way (`writes`), then drops it; `None` when it was dropped.
+async fn until_ended<T>(
+    sync: impl std::future::Future<Output = T>,
+    updates: &mut watch::Receiver<Request>,
+    writes: &RuntimeWrites,
+) -> Option<T> {
+    tokio::pin!(sync);
+    let ended = async {
+        loop {
+            if updates.borrow_and_update().work().ends_the_pod() {
+                return;
+            }
+            if updates.changed().await.is_err() {
+                // The sender lives in the worker itself: never closed while it runs.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        result = &mut sync => return Some(result),
+        () = ended => {}
+    }
+    tokio::select! {
+        biased;
+        result = &mut sync => Some(result),
+        _quiet = writes.quiesce() => None,
     }
 }
 
