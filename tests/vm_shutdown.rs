@@ -1,24 +1,17 @@
-// NOT YET PASSING, NOT BUILT: cargo does not compile tests/wip/*.rs. Move it back to
-// tests/vm_shutdown.rs to run it (`cargo test --test vm_shutdown`). Two runs (2026-12-01): the
-// real logind held the shutdown, nodelet ended the groups in order and released the lock, but
-// no pod's final status (Failed/Terminated) was written before its group's period ran out, so
-// the guest saw none and the scenario was SIGTERMed by the shutdown. In the second run the
-// testbox containers were exiting and restarting seconds after they started, before the
-// shutdown; not understood yet. See the i14 report.
 //! Graceful node shutdown under a real systemd-logind (the VM test bed, see tests/vm/mod.rs):
-//! nodelet with `shutdownGracePeriod: 90s`, `shutdownGracePeriodCriticalPods: 30s` and three
-//! static pods — `web` (priority 0, exits on SIGTERM), `stubborn` (priority 1000, ignores
-//! SIGTERM, its own grace period 4 s) and `critical` (priority 2000001000, exits 2 s after
-//! SIGTERM). The periods are long because under emulation stopping a pod sandbox takes ~10 s
-//! (a first run with 20 s / 10 s had every group run out its period before the pods' final
-//! statuses were written); a group ends as soon as its pods are terminated, so the run is not
-//! longer for it. Checked: logind's
-//! `InhibitDelayMaxUSec` raised through nodelet's drop-in, nodelet's delay lock in
-//! `systemd-inhibit --list`; then `systemctl poweroff`: while logind holds the shutdown for the
-//! lock, the guest reads nodelet's local API every 100 ms and sees the regular pods end first
-//! (each Failed, `Terminated`, the kubelet's message, `DisruptionTarget`) while `critical` still
-//! runs, and `critical` after them. The scenario returns as soon as the
-//! last pod ends — the real shutdown then goes on and powers the VM off.
+//! nodelet with `shutdownGracePeriod: 90s`, `shutdownGracePeriodCriticalPods: 30s` (two
+//! priority groups: regular 60 s, critical 30 s) and three static pods — `web` (priority 0,
+//! exits on SIGTERM), `stubborn` (priority 1000, ignores SIGTERM, its own grace period 4 s) and
+//! `critical` (priority 2000001000, exits 2 s after SIGTERM). A group ends as soon as its pods
+//! are terminated, so the long periods (room for stopping sandboxes under emulation) do not
+//! make the run longer. Checked: logind's `InhibitDelayMaxUSec` raised through nodelet's
+//! drop-in, nodelet's delay lock in `systemd-inhibit --list`; then `systemctl poweroff`: while
+//! logind holds the shutdown for the lock, the guest reads nodelet's local API every 100 ms
+//! and sees the regular pods end first (each Failed, `Terminated`, the kubelet's message,
+//! `DisruptionTarget`) while `critical` still runs, and `critical` after them. The scenario
+//! returns as soon as the last pod ends — the real shutdown then goes on and powers the VM
+//! off. All of it within `shutdownGracePeriod`: logind goes on after its `InhibitDelayMaxSec`
+//! (90 s) whatever the locks, and the scenario, stopped by the shutdown, fails.
 //!
 //! Standalone mode: the node's `Ready=False` is covered by unit tests only (no API server here).
 
@@ -65,6 +58,29 @@ fn run(cmd: &str, args: &[&str]) -> String {
         out.status
     );
     text
+}
+
+/// The scenario's own delay lock, held until this process exits: once nodelet releases its
+/// lock (right after the last pod ends) the shutdown goes on and stops the scenario's unit,
+/// which lost the race with the scenario's pass report in a first run. `cat` reads this
+/// process's end of a pipe: when the process exits (after the report), the pipe closes, `cat`
+/// and `systemd-inhibit` end and logind goes on at once. It changes nothing of what nodelet
+/// sees (one `PrepareForShutdown`, logind's `InhibitDelayMaxSec` for every delay lock).
+fn hold_shutdown_until_exit() {
+    let child = Command::new("systemd-inhibit")
+        .args([
+            "--what=shutdown",
+            "--mode=delay",
+            "--who=vm_shutdown scenario",
+            "--why=report the result before the shutdown stops the scenario",
+            "cat",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("systemd-inhibit");
+    // Kept open until the process exits: that is the point.
+    std::mem::forget(child);
 }
 
 /// What a pod looked like when it was first seen Failed, and when.
@@ -119,15 +135,10 @@ async fn shutdown_checks(node: Guest) {
     {
         let _step = node.step("nodelet and pods");
         node.start_nodelet("shutdownGracePeriod: 90s\nshutdownGracePeriodCriticalPods: 30s\n");
-        node.write_manifest("web.yaml", &pod_yaml("web", None, 30, "sleep, forever"));
+        node.write_manifest("web.yaml", &pod_yaml("web", None, 30, "sleep"));
         node.write_manifest(
             "stubborn.yaml",
-            &pod_yaml(
-                "stubborn",
-                Some(1000),
-                4,
-                "sleep, forever, --on-sigterm, ignore",
-            ),
+            &pod_yaml("stubborn", Some(1000), 4, "sleep, --on-sigterm, ignore"),
         );
         node.write_manifest(
             "critical.yaml",
@@ -135,7 +146,7 @@ async fn shutdown_checks(node: Guest) {
                 "critical",
                 Some(2_000_001_000),
                 30,
-                "sleep, forever, --sigterm-delay, 2s",
+                "sleep, --sigterm-delay, 2s",
             ),
         );
         for name in ["web", "stubborn", "critical"] {
@@ -174,6 +185,7 @@ async fn shutdown_checks(node: Guest) {
         );
     }
     let _step = node.step("systemctl poweroff");
+    hold_shutdown_until_exit();
     let t0 = Instant::now();
     Command::new("systemctl")
         .arg("poweroff")
