@@ -612,3 +612,63 @@ async fn kill_pod_lets_a_create_container_under_way_finish_then_stops_it() {
     assert_eq!(h.phase("c4"), "Failed");
     h.cancel.cancel();
 }
+
+/// Standalone mode: while the node shuts down, a new static pod is rejected (`NodeShutdown`)
+/// and never started, as the kubelet's shutdown admit handler applies to every pod source; a
+/// static pod admitted before the mark keeps running (the shutdown manager ends it), and once
+/// the mark is lifted a new static pod is admitted again.
+#[tokio::test(start_paused = true)]
+async fn a_new_static_pod_is_rejected_while_the_node_shuts_down() {
+    let h = harness().await;
+    let (mark, marked) = tokio::sync::watch::channel(false);
+    let (manager, _ready) =
+        PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
+    let mut manager = manager.with_static_admission(nodelet::pod::manager::StaticAdmission {
+        pressure: nodelet::eviction::manager::PressureView::none(),
+        events: h.events.0.clone(),
+        shutdown: nodelet::nodeshutdown::ShutdownView::following(marked),
+    });
+    let files = |pods: &[&Arc<Pod>]| SourceSnapshot {
+        source: nodelet::source::FILE_SOURCE,
+        pods: pods.iter().map(|p| (***p).clone()).collect(),
+        errors: vec![],
+        deleted: vec![],
+    };
+    let before = pod("s1", "Always", &["a"], "localhost/app:1");
+    manager.apply(files(&[&before]));
+    h.settle("admitted before the shutdown", |h| {
+        h.phase("s1") == "Running"
+    })
+    .await;
+    mark.send_replace(true);
+    let during = pod("s2", "Always", &["b"], "localhost/app:1");
+    manager.apply(files(&[&before, &during]));
+    h.settle("rejected", |h| h.phase("s2") == "Failed").await;
+    let status = h.status.status("s2").unwrap();
+    assert_eq!(status.reason.as_deref(), Some("NodeShutdown"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: Pod was rejected as the node is shutting down.")
+    );
+    assert_eq!(h.phase("s1"), "Running", "an admitted pod is not rejected");
+    mark.send_replace(false);
+    let after = pod("s3", "Always", &["c"], "localhost/app:1");
+    manager.apply(files(&[&before, &during, &after]));
+    h.settle("admitted after the mark", |h| h.phase("s3") == "Running")
+        .await;
+    assert_eq!(
+        h.fake.running_container_names(),
+        ["a", "c"],
+        "the rejected pod's container never ran"
+    );
+    assert!(
+        !h.fake.calls_of("create_container").iter().any(|n| n == "b"),
+        "nothing was created for the rejected pod"
+    );
+    assert!(h
+        .events
+        .events()
+        .iter()
+        .any(|e| e.reason.as_deref() == Some("NodeShutdown")));
+    h.cancel.cancel();
+}
