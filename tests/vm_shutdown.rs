@@ -71,7 +71,7 @@ fn hold_shutdown_until_exit() {
         .args([
             "--what=shutdown",
             "--mode=delay",
-            "--who=vm_shutdown scenario",
+            "--who=vm_shutdown",
             "--why=report the result before the shutdown stops the scenario",
             "cat",
         ])
@@ -184,8 +184,15 @@ async fn shutdown_checks(node: Guest) {
             run("systemd-inhibit", &["--list", "--no-pager"])
         );
     }
+    {
+        let _step = node.step("the scenario's own lock");
+        hold_shutdown_until_exit();
+        node.wait_for("the scenario's lock in systemd-inhibit --list", || {
+            run("systemd-inhibit", &["--list", "--no-pager"]).contains("vm_shutdown")
+        })
+        .await;
+    }
     let _step = node.step("systemctl poweroff");
-    hold_shutdown_until_exit();
     let t0 = Instant::now();
     Command::new("systemctl")
         .arg("poweroff")
