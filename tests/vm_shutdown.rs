@@ -196,7 +196,8 @@ async fn shutdown_checks(node: Guest) {
     }
     let _step = node.step("systemctl poweroff");
     let t0 = Instant::now();
-    Command::new("systemctl")
+    // Spawned, not waited for here: the guest polls the pods while logind holds the shutdown.
+    let mut poweroff = Command::new("systemctl")
         .arg("poweroff")
         .spawn()
         .expect("systemctl poweroff");
@@ -248,6 +249,9 @@ async fn shutdown_checks(node: Guest) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // systemctl returned long ago (logind answers PowerOff once the delay starts).
+    let status = poweroff.wait().expect("systemctl poweroff");
+    assert!(status.success(), "systemctl poweroff: {status}");
     for (name, e) in &seen {
         assert_eq!(e.reason, "Terminated", "{name}: {e:?}");
         assert_eq!(e.message, MESSAGE, "{name}: {e:?}");
