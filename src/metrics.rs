@@ -5,6 +5,7 @@
 //! kubelet's (`kubelet_runtime_operations_duration_seconds` → `nodelet_runtime_operations_duration_seconds`)
 //! so existing dashboards translate by prefix.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::LazyLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -99,6 +100,11 @@ pub struct Metrics {
     pub eviction_crossing_to_kill_seconds: Histogram,
     /// Wake-ups of the eviction manager between its passes, by source.
     pub eviction_wakeups_total: Family<WakeLabels, Counter>,
+    /// When the last graceful node shutdown started / ended, in seconds since the epoch (the
+    /// kubelet's `graceful_shutdown_start_time_seconds` / `..._end_time_seconds`); set when
+    /// it happens and again at the next start from the state file, unset (0) before any.
+    pub graceful_shutdown_start_time_seconds: Gauge<f64, AtomicU64>,
+    pub graceful_shutdown_end_time_seconds: Gauge<f64, AtomicU64>,
     registry: Registry,
 }
 
@@ -140,6 +146,8 @@ impl Metrics {
         let eviction_signal_available = Family::<SignalLabels, Gauge>::default();
         let eviction_crossing_to_kill_seconds = Histogram::new(seconds_buckets());
         let eviction_wakeups_total = Family::<WakeLabels, Counter>::default();
+        let graceful_shutdown_start_time_seconds = Gauge::<f64, AtomicU64>::default();
+        let graceful_shutdown_end_time_seconds = Gauge::<f64, AtomicU64>::default();
 
         let mut registry = Registry::with_prefix("nodelet");
         registry.register(
@@ -282,7 +290,19 @@ impl Metrics {
             "Wake-ups of the eviction manager between its passes (memory check, PSI trigger, memory.events), by source",
             eviction_wakeups_total.clone(),
         );
+        registry.register(
+            "graceful_shutdown_start_time_seconds",
+            "Last graceful shutdown start time since unix epoch in seconds",
+            graceful_shutdown_start_time_seconds.clone(),
+        );
+        registry.register(
+            "graceful_shutdown_end_time_seconds",
+            "Last graceful shutdown end time since unix epoch in seconds",
+            graceful_shutdown_end_time_seconds.clone(),
+        );
         Metrics {
+            graceful_shutdown_start_time_seconds,
+            graceful_shutdown_end_time_seconds,
             evictions_total,
             eviction_passes_total,
             eviction_signal_available,

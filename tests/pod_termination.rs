@@ -457,3 +457,218 @@ async fn kill_pod_of_a_pod_without_a_worker_starts_nothing() {
     );
     h.cancel.cancel();
 }
+
+/// Paused time since `t0` in whole seconds.
+fn secs_since(t0: Instant) -> u64 {
+    t0.elapsed().as_secs()
+}
+
+/// A sync waiting in a postStart hook that runs for 100 s: `kill_pod` cuts the sync short
+/// (as the kubelet cancels the sync's context), the termination stops the container within
+/// the pod's 7 s grace period instead of after the hook, and the final status carries the
+/// kill's mutation.
+#[tokio::test(start_paused = true)]
+async fn kill_pod_cuts_a_sync_waiting_in_a_post_start_hook_short() {
+    let h = harness().await;
+    h.fake.set_exec_behaviour("a", 0, secs(100));
+    let p = with_lifecycle(pod("c1", "Always", &["a"], "localhost/app:1"), |c| {
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            post_start: Some(exec_handler(&["sleep", "100"])),
+            ..Default::default()
+        });
+    });
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("the postStart hook runs", |h| {
+        !h.fake.calls_of("exec_sync").is_empty()
+    })
+    .await;
+    tokio::time::sleep(secs(5)).await;
+    assert_eq!(
+        h.fake.running_container_names(),
+        ["a"],
+        "hook still running"
+    );
+    let t0 = Instant::now();
+    let killed = h.workers.kill_pod(p.clone(), None, evicted());
+    killed.terminated().await;
+    assert!(
+        secs_since(t0) <= 7,
+        "terminated {:?} after kill_pod (grace 7 s; the hook had 95 s left)",
+        t0.elapsed()
+    );
+    assert_eq!(stops_since(&h, t0).len(), 1, "the container was stopped");
+    assert!(h.fake.running_container_names().is_empty());
+    let status = h.status.status("c1").unwrap();
+    assert_eq!(
+        (status.phase.as_deref(), status.reason.as_deref()),
+        (Some("Failed"), Some("Evicted"))
+    );
+    h.cancel.cancel();
+}
+
+/// The last session's finding: a sync stopping a SIGTERM-ignoring container with its 30 s
+/// grace period (a spec change restarts it) held `kill_pod` for those 30 s. Now the sync is
+/// cut short and the termination's StopContainer with the 2 s override ends the pod in 2 s.
+#[tokio::test(start_paused = true)]
+async fn kill_pod_cuts_a_sync_stopping_a_container_short() {
+    let h = harness().await;
+    h.fake.set_ignores_sigterm("a");
+    h.fake.add_image("localhost/app:2");
+    let p = with_grace(pod("c2", "Always", &["a"], "localhost/app:1"), 30);
+    running(&h, &p).await;
+    let changed = with_lifecycle(p.clone(), |c| c.image = Some("localhost/app:2".into()));
+    let t0 = Instant::now();
+    h.workers.update(PodWork::Sync(changed.clone()));
+    h.settle("the sync stops the old container with its 30 s", |h| {
+        stops_since(h, t0) == [(0, "timeout=30".to_string())]
+    })
+    .await;
+    tokio::time::sleep(secs(3)).await;
+    let killed_at = Instant::now();
+    let killed = h
+        .workers
+        .kill_pod(changed.clone(), Some(secs(2)), evicted());
+    killed.terminated().await;
+    assert_eq!(
+        killed_at.elapsed(),
+        secs(2),
+        "the override's 2 s, not the sync's remaining 27 s"
+    );
+    assert_eq!(
+        stops_since(&h, t0),
+        [(0, "timeout=30".to_string()), (3, "timeout=2".to_string())]
+    );
+    assert!(
+        h.fake.calls_of("create_container").len() == 1,
+        "no new container was started for the changed spec: {:?}",
+        h.fake.calls_of("create_container")
+    );
+    assert_eq!(h.phase("c2"), "Failed");
+    h.cancel.cancel();
+}
+
+/// A sync waiting for a 60 s image pull: `kill_pod` ends the pod at once (nothing runs), no
+/// container is created afterwards.
+#[tokio::test(start_paused = true)]
+async fn kill_pod_cuts_a_sync_waiting_for_an_image_pull_short() {
+    let h = harness().await;
+    h.fake.add_pullable_image("localhost/slow:1");
+    h.fake.set_pull_delay(secs(60));
+    let mut p = (*pod("c3", "Always", &["a"], "localhost/slow:1")).clone();
+    p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
+    let p = Arc::new(p);
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("pulling", |h| !h.fake.calls_of("pull_image").is_empty())
+        .await;
+    tokio::time::sleep(secs(5)).await;
+    let t0 = Instant::now();
+    h.workers
+        .kill_pod(p.clone(), None, evicted())
+        .terminated()
+        .await;
+    assert!(secs_since(t0) <= 1, "took {:?}", t0.elapsed());
+    tokio::time::sleep(secs(120)).await;
+    assert!(
+        h.fake.calls_of("create_container").is_empty(),
+        "nothing was created after the kill"
+    );
+    assert_eq!(h.phase("c3"), "Failed");
+    h.cancel.cancel();
+}
+
+/// A CreateContainer under way is never abandoned: the kill waits for it (and its
+/// StartContainer), then the termination, listing the runtime, stops the new container, so
+/// nothing outlives the pod.
+#[tokio::test(start_paused = true)]
+async fn kill_pod_lets_a_create_container_under_way_finish_then_stops_it() {
+    let h = harness().await;
+    h.fake.set_create_delay(secs(10));
+    let p = pod("c4", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p.clone()));
+    h.settle("creating", |h| {
+        !h.fake.calls_of("create_container").is_empty()
+    })
+    .await;
+    let t0 = Instant::now();
+    let killed = h.workers.kill_pod(p.clone(), Some(secs(2)), evicted());
+    killed.terminated().await;
+    // The create began a settle step (≤ 10 ms) before t0; the container stops at once.
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(9_900) && took <= secs(12),
+        "the create's remaining 10 s, then at most the 2 s grace: {took:?}"
+    );
+    assert_eq!(
+        h.fake.calls_of("start_container").len(),
+        1,
+        "the create's start ran"
+    );
+    assert_eq!(
+        stops_since(&h, t0).len(),
+        1,
+        "the new container was stopped"
+    );
+    assert!(h.fake.running_container_names().is_empty());
+    assert_eq!(h.phase("c4"), "Failed");
+    h.cancel.cancel();
+}
+
+/// Standalone mode: while the node shuts down, a new static pod is rejected (`NodeShutdown`)
+/// and never started, as the kubelet's shutdown admit handler applies to every pod source; a
+/// static pod admitted before the mark keeps running (the shutdown manager ends it), and once
+/// the mark is lifted a new static pod is admitted again.
+#[tokio::test(start_paused = true)]
+async fn a_new_static_pod_is_rejected_while_the_node_shuts_down() {
+    let h = harness().await;
+    let (mark, marked) = tokio::sync::watch::channel(false);
+    let (manager, _ready) =
+        PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
+    let mut manager = manager.with_static_admission(nodelet::pod::manager::StaticAdmission {
+        pressure: nodelet::eviction::manager::PressureView::none(),
+        events: h.events.0.clone(),
+        shutdown: nodelet::nodeshutdown::ShutdownView::following(marked),
+    });
+    let files = |pods: &[&Arc<Pod>]| SourceSnapshot {
+        source: nodelet::source::FILE_SOURCE,
+        pods: pods.iter().map(|p| (***p).clone()).collect(),
+        errors: vec![],
+        deleted: vec![],
+    };
+    let before = pod("s1", "Always", &["a"], "localhost/app:1");
+    manager.apply(files(&[&before]));
+    h.settle("admitted before the shutdown", |h| {
+        h.phase("s1") == "Running"
+    })
+    .await;
+    mark.send_replace(true);
+    let during = pod("s2", "Always", &["b"], "localhost/app:1");
+    manager.apply(files(&[&before, &during]));
+    h.settle("rejected", |h| h.phase("s2") == "Failed").await;
+    let status = h.status.status("s2").unwrap();
+    assert_eq!(status.reason.as_deref(), Some("NodeShutdown"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: Pod was rejected as the node is shutting down.")
+    );
+    assert_eq!(h.phase("s1"), "Running", "an admitted pod is not rejected");
+    mark.send_replace(false);
+    let after = pod("s3", "Always", &["c"], "localhost/app:1");
+    manager.apply(files(&[&before, &during, &after]));
+    h.settle("admitted after the mark", |h| h.phase("s3") == "Running")
+        .await;
+    assert_eq!(
+        h.fake.running_container_names(),
+        ["a", "c"],
+        "the rejected pod's container never ran"
+    );
+    assert!(
+        !h.fake.calls_of("create_container").iter().any(|n| n == "b"),
+        "nothing was created for the rejected pod"
+    );
+    assert!(h
+        .events
+        .events()
+        .iter()
+        .any(|e| e.reason.as_deref() == Some("NodeShutdown")));
+    h.cancel.cancel();
+}

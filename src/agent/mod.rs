@@ -527,6 +527,7 @@ impl NodeletBuilder {
         manager = manager.with_static_admission(crate::pod::manager::StaticAdmission {
             pressure: pressure.clone(),
             events: recorder.clone(),
+            shutdown: shutdown.clone(),
         });
         if let (Some(client), Some(store)) = (&cluster, &pod_store) {
             manager = manager.with_admission(admission(

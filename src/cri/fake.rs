@@ -60,6 +60,9 @@ struct State {
     exec_behaviour: HashMap<String, (i32, Duration)>,
     /// How long a PullImage takes (tokio time).
     pull_delay: Duration,
+    /// How long a CreateContainer takes after the container exists (tokio time): the window
+    /// in which the runtime holds a container its caller has no ID of yet.
+    create_delay: Duration,
     /// Images that pull only with this username in the AuthConfig (else 401 Unauthorized).
     pull_users: HashMap<String, String>,
 }
@@ -105,6 +108,66 @@ impl FakeRuntime {
     /// How long every PullImage takes from now on (tokio time, so paused-clock tests see it).
     pub fn set_pull_delay(&self, delay: Duration) {
         self.lock().pull_delay = delay;
+    }
+
+    /// How long every CreateContainer takes from now on; the container exists (created) from
+    /// the call's start, its ID comes back only at the end.
+    pub fn set_create_delay(&self, delay: Duration) {
+        self.lock().create_delay = delay;
+    }
+
+    /// CreateContainer's effect (the container exists from here) and how long the call takes.
+    fn create_now(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+    ) -> Result<(String, Duration)> {
+        let now = self.now_nanos();
+        let mut st = self.lock();
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        self.record(&mut st, "create_container", name, String::new())?;
+        if !st.sandboxes.contains_key(sandbox_id) {
+            return Err(Self::not_found("create_container", sandbox_id));
+        }
+        let image = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        // Like containerd, accept an image by name or by the ID ImageStatus reported.
+        let known = st.images.contains(&image)
+            || image
+                .strip_prefix("sha256:")
+                .is_some_and(|name| st.images.contains(name));
+        if !known {
+            return Err(Error::Call {
+                op: "create_container",
+                target: image.clone(),
+                status: tonic::Status::not_found(format!("image {image:?} not found")),
+            });
+        }
+        st.next_id += 1;
+        let id = format!("container-{}", st.next_id);
+        st.containers.insert(
+            id.clone(),
+            FakeContainer {
+                sandbox_id: sandbox_id.into(),
+                config,
+                state: api::ContainerState::ContainerCreated,
+                created_at: now,
+                started_at: 0,
+                finished_at: 0,
+                exit_code: 0,
+                reason: String::new(),
+                image_ref: format!("sha256:{image}"),
+            },
+        );
+        let delay = st.create_delay;
+        Ok((id, delay))
     }
 
     /// The image pulls only with `username` in its AuthConfig; otherwise the pull fails as a
@@ -427,50 +490,10 @@ impl Runtime for FakeRuntime {
         config: api::ContainerConfig,
         _sandbox_config: api::PodSandboxConfig,
     ) -> Result<String> {
-        let now = self.now_nanos();
-        let mut st = self.lock();
-        let name = config
-            .metadata
-            .as_ref()
-            .map(|m| m.name.clone())
-            .unwrap_or_default();
-        self.record(&mut st, "create_container", name, String::new())?;
-        if !st.sandboxes.contains_key(sandbox_id) {
-            return Err(Self::not_found("create_container", sandbox_id));
+        let (id, delay) = self.create_now(sandbox_id, config)?;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
-        let image = config
-            .image
-            .as_ref()
-            .map(|i| i.image.clone())
-            .unwrap_or_default();
-        // Like containerd, accept an image by name or by the ID ImageStatus reported.
-        let known = st.images.contains(&image)
-            || image
-                .strip_prefix("sha256:")
-                .is_some_and(|name| st.images.contains(name));
-        if !known {
-            return Err(Error::Call {
-                op: "create_container",
-                target: image.clone(),
-                status: tonic::Status::not_found(format!("image {image:?} not found")),
-            });
-        }
-        st.next_id += 1;
-        let id = format!("container-{}", st.next_id);
-        st.containers.insert(
-            id.clone(),
-            FakeContainer {
-                sandbox_id: sandbox_id.into(),
-                config,
-                state: api::ContainerState::ContainerCreated,
-                created_at: now,
-                started_at: 0,
-                finished_at: 0,
-                exit_code: 0,
-                reason: String::new(),
-                image_ref: format!("sha256:{image}"),
-            },
-        );
         Ok(id)
     }
 

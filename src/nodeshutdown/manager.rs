@@ -41,6 +41,7 @@ use super::{NODE_SHUTDOWN_MESSAGE, NODE_SHUTDOWN_REASON};
 use crate::clock::Clock;
 use crate::events::{node_ref, EventRecorder, EventType};
 use crate::eviction::manager::ActivePods;
+use crate::metrics::metrics;
 use crate::pod::kill::{PodKiller, StatusMutation};
 use crate::podspec::pod_uid;
 
@@ -106,6 +107,11 @@ impl ShutdownView {
         ShutdownView {
             shutting_down: watch::channel(false).1,
         }
+    }
+
+    /// A view following a mark kept elsewhere (a component test's stand-in for the manager).
+    pub fn following(shutting_down: watch::Receiver<bool>) -> ShutdownView {
+        ShutdownView { shutting_down }
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -219,14 +225,19 @@ impl ShutdownManager {
             "node shutdown manager: starting"
         );
         match state::load(&self.settings.state_file) {
-            Ok(ShutdownState {
-                start: Some(start),
-                end,
-            }) => tracing::info!(
-                %start,
-                end = %end.map_or_else(|| "never".to_string(), |e| e.to_string()),
-                "node shutdown manager: the last graceful shutdown"
-            ),
+            Ok(
+                last @ ShutdownState {
+                    start: Some(start),
+                    end,
+                },
+            ) => {
+                tracing::info!(
+                    %start,
+                    end = %end.map_or_else(|| "never".to_string(), |e| e.to_string()),
+                    "node shutdown manager: the last graceful shutdown"
+                );
+                publish_metrics(&last);
+            }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "node shutdown manager: reading the state"),
         }
@@ -355,6 +366,7 @@ impl ShutdownManager {
     async fn end_pods(&self, lock: Option<InhibitLock>) {
         let start = self.clock.now();
         let store = |state: ShutdownState| {
+            publish_metrics(&state);
             if let Err(error) = state::store(&self.settings.state_file, &state) {
                 tracing::warn!(%error, "node shutdown manager: storing the state");
             }
@@ -412,6 +424,23 @@ impl ShutdownManager {
         tracing::info!(
             "node shutdown manager: done; the inhibitor lock is released, the node will shut down"
         );
+    }
+}
+
+/// The shutdown's times as the metrics' values: seconds since the epoch, `None` for a time
+/// not reached (the metric keeps its value).
+pub fn metric_seconds(state: &ShutdownState) -> (Option<f64>, Option<f64>) {
+    let seconds = |t: Option<jiff::Timestamp>| t.map(|t| t.as_millisecond() as f64 / 1000.0);
+    (seconds(state.start), seconds(state.end))
+}
+
+fn publish_metrics(state: &ShutdownState) {
+    let (start, end) = metric_seconds(state);
+    if let Some(start) = start {
+        metrics().graceful_shutdown_start_time_seconds.set(start);
+    }
+    if let Some(end) = end {
+        metrics().graceful_shutdown_end_time_seconds.set(end);
     }
 }
 

@@ -536,3 +536,35 @@ fn settings_from_the_configuration() {
         .insert("GracefulNodeShutdown".into(), false);
     assert_eq!(Settings::from_config(&cfg), None, "gate off");
 }
+
+#[test]
+fn the_shutdown_metrics_are_the_state_files_times_in_epoch_seconds() {
+    let t = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
+    let cases = [
+        (ShutdownState::default(), (None, None)),
+        (
+            ShutdownState {
+                start: t("2026-12-01T20:00:00.250Z"),
+                end: None,
+            },
+            (Some(1_796_155_200.25), None),
+        ),
+        (
+            ShutdownState {
+                start: t("2026-12-01T20:00:00Z"),
+                end: t("2026-12-01T20:01:30Z"),
+            },
+            (Some(1_796_155_200.0), Some(1_796_155_290.0)),
+        ),
+    ];
+    for (state, want) in cases {
+        assert_eq!(metric_seconds(&state), want, "{state:?}");
+    }
+    let text = crate::metrics::metrics().encode();
+    for name in [
+        "nodelet_graceful_shutdown_start_time_seconds",
+        "nodelet_graceful_shutdown_end_time_seconds",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name} gauge")), "{name}");
+    }
+}

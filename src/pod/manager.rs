@@ -93,10 +93,13 @@ pub struct PodManager {
     admitted: watch::Sender<Vec<Arc<Pod>>>,
 }
 
-/// What the pod manager needs to admit static pods under node pressure.
+/// What the pod manager needs to admit static pods under node pressure and node shutdown.
 pub struct StaticAdmission {
     pub pressure: crate::eviction::manager::PressureView,
     pub events: EventRecorder,
+    /// The node shutdown manager's mark: while the node shuts down no new pod of any source
+    /// is admitted, as the kubelet's shutdown admit handler applies to every pod.
+    pub shutdown: crate::nodeshutdown::ShutdownView,
 }
 
 /// What the pod manager needs to admit API pods (cluster mode).
@@ -207,17 +210,22 @@ impl PodManager {
         }
     }
 
-    /// Admission of a new static pod under node pressure (static pods skip the resource
-    /// predicates here); rejected as an API pod is.
+    /// Admission of a new static pod under node pressure and node shutdown (static pods skip
+    /// the resource predicates here); rejected as an API pod is.
     fn admit_static(&mut self, pod: &Arc<Pod>) -> bool {
         let Some(admission) = &self.static_admission else {
             return true;
         };
-        match admission.pressure.admit(pod) {
+        let verdict = admission
+            .pressure
+            .admit(pod)
+            .map_err(|(reason, message)| admission::Rejection { reason, message })
+            .and_then(|()| admission::admit_node_shutdown(admission.shutdown.is_shutting_down()));
+        match verdict {
             Ok(()) => true,
-            Err((reason, message)) => {
+            Err(rejection) => {
                 let events = admission.events.clone();
-                self.reject(pod, admission::Rejection { reason, message }, &events);
+                self.reject(pod, rejection, &events);
                 false
             }
         }

@@ -204,6 +204,14 @@ pub enum Work {
     Remove { comes_back: bool },
 }
 
+impl Work {
+    /// True when the pod is to end: a sync under way is cut short for the termination (the
+    /// kubelet cancels the running sync's context when `UpdatePod` brings a kill).
+    pub fn ends_the_pod(self) -> bool {
+        self != Work::Run
+    }
+}
+
 /// Where the worker is in the pod's life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -785,5 +793,19 @@ mod tests {
         assert_eq!(r.work(), Work::Reclaim, "it came back being deleted");
         assert_eq!(r.grace(), Duration::from_secs(5));
         assert!(r.returned.is_none());
+    }
+
+    #[test]
+    fn every_end_cuts_a_sync_short_and_running_does_not() {
+        let cases = [
+            (Work::Run, false),
+            (Work::Stop, true),
+            (Work::Reclaim, true),
+            (Work::Remove { comes_back: false }, true),
+            (Work::Remove { comes_back: true }, true),
+        ];
+        for (work, cut) in cases {
+            assert_eq!(work.ends_the_pod(), cut, "{work:?}");
+        }
     }
 }

@@ -27,7 +27,8 @@ pub use super::worker_state::PodWork;
 use super::worker_state::{transition, Effect, Outcome, Request, State, Wait};
 use crate::metrics::metrics;
 use crate::podspec::pod_uid;
-use crate::sync::executor::{PodMemory, PodSyncer, SyncOutcome};
+use crate::status::RestartInPlace;
+use crate::sync::executor::{PodMemory, PodSyncer, RuntimeWrites, SyncOutcome};
 use crate::sync::kill::{Grace, GraceDeadline};
 
 struct Handle {
@@ -347,9 +348,28 @@ impl Worker {
         }
     }
 
+    /// One sync, cut short when an update asks for the pod's end (a `kill_pod`, a delete, an
+    /// eviction): the sync is dropped at its next safe point (see [`RuntimeWrites`]) and the
+    /// termination that follows stops whatever the sync left running, from the runtime's
+    /// listing.
     async fn sync(&self, pod: &Arc<Pod>, memory: &mut PodMemory) -> Outcome {
         let started = Instant::now();
-        let result = self.syncer.sync(pod, memory).await;
+        let writes = memory.runtime_writes.clone();
+        let sync = self.syncer.sync(pod, memory);
+        let Some(result) = until_ended(sync, &self.updates, &writes).await else {
+            tracing::info!(
+                after_seconds = started.elapsed().as_secs_f64(),
+                "the pod is to end: its sync under way is cut short"
+            );
+            // An in-place restart cut short is over: the final status does not say it runs.
+            if matches!(
+                memory.restart_in_place,
+                RestartInPlace::Killing | RestartInPlace::Removed
+            ) {
+                memory.restart_in_place = RestartInPlace::Done;
+            }
+            return Outcome::Woke;
+        };
         metrics()
             .pod_worker_duration_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -449,6 +469,39 @@ impl Worker {
     }
 }
 
+/// Runs `sync` to its end, or, once `updates` ask for the pod's end, until no runtime call
+/// that must finish is under way (`writes`), then drops it; `None` when it was dropped.
+/// Watches a clone of `updates`: an update that does not end the pod stays unseen by the
+/// worker's own receiver, so the worker syncs again for it right after this sync.
+async fn until_ended<T>(
+    sync: impl std::future::Future<Output = T>,
+    updates: &watch::Receiver<Request>,
+    writes: &RuntimeWrites,
+) -> Option<T> {
+    tokio::pin!(sync);
+    let mut updates = updates.clone();
+    let ended = async move {
+        loop {
+            if updates.borrow_and_update().work().ends_the_pod() {
+                return;
+            }
+            if updates.changed().await.is_err() {
+                // The sender lives in the worker itself: never closed while it runs.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        result = &mut sync => return Some(result),
+        () = ended => {}
+    }
+    tokio::select! {
+        biased;
+        result = &mut sync => Some(result),
+        _quiet = writes.quiesce() => None,
+    }
+}
+
 /// Moves the deadline earlier if `grace` from now ends sooner; true if it moved.
 fn shorten(deadline: &watch::Sender<GraceDeadline>, grace: Duration) -> bool {
     let now = Instant::now();
@@ -456,4 +509,92 @@ fn shorten(deadline: &watch::Sender<GraceDeadline>, grace: Duration) -> bool {
         let shorter = d.shortened(grace, now);
         std::mem::replace(d, shorter) != shorter
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::worker_state::PodWork;
+
+    fn request() -> (watch::Sender<Request>, watch::Receiver<Request>) {
+        let mut r = watch::channel(Request::new(PodWork::Sync(Arc::new(Pod::default()))));
+        r.1.borrow_and_update();
+        r
+    }
+
+    fn kill(tx: &watch::Sender<Request>) {
+        tx.send_modify(|r| r.kill(Arc::new(Pod::default()), None, StatusMutation::default()));
+    }
+
+    /// A sync that ends by itself is waited for; an update that does not end the pod does not
+    /// cut it, and stays unseen for the worker's next wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_runs_to_its_end_unless_the_pod_is_to_end() {
+        let (tx, mut rx) = request();
+        let writes = RuntimeWrites::default();
+        let t0 = Instant::now();
+        let sync = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            tx.send_modify(|r| r.merge(PodWork::Sync(Arc::new(Pod::default()))));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            "synced"
+        };
+        assert_eq!(until_ended(sync, &rx, &writes).await, Some("synced"));
+        assert_eq!(t0.elapsed(), Duration::from_secs(10));
+        assert!(rx.has_changed().unwrap(), "the update is still to be seen");
+        rx.borrow_and_update();
+
+        // A kill 3 s into a 60 s step: dropped at once.
+        let t0 = Instant::now();
+        let sync = tokio::time::sleep(Duration::from_secs(60));
+        let killer = async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            kill(&tx);
+            std::future::pending::<()>().await;
+        };
+        let cut = tokio::select! {
+            cut = until_ended(sync, &rx, &writes) => cut,
+            () = killer => unreachable!(),
+        };
+        assert_eq!(cut, None);
+        assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    }
+
+    /// A kill while the sync is inside a call that must finish (it holds `RuntimeWrites`): the
+    /// sync goes on until it leaves the call, then is dropped before its next step.
+    #[tokio::test(start_paused = true)]
+    async fn a_kill_waits_for_a_runtime_write_under_way_then_drops_the_sync() {
+        let (tx, rx) = request();
+        let writes = RuntimeWrites::default();
+        let steps = Arc::new(Mutex::new(Vec::new()));
+        let t0 = Instant::now();
+        let sync = {
+            let (writes, steps) = (writes.clone(), steps.clone());
+            async move {
+                let guard = writes.enter().await;
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                steps.lock().unwrap().push("created");
+                drop(guard);
+                // The next call that must finish: reached after the kill, never entered.
+                let _guard = writes.enter().await;
+                steps.lock().unwrap().push("second create");
+            }
+        };
+        let killer = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            kill(&tx);
+            std::future::pending::<()>().await;
+        };
+        let cut = tokio::select! {
+            cut = until_ended(sync, &rx, &writes) => cut,
+            () = killer => unreachable!(),
+        };
+        assert_eq!(cut, None);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(10),
+            "the call under way finished"
+        );
+        assert_eq!(*steps.lock().unwrap(), ["created"]);
+    }
 }

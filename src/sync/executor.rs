@@ -16,7 +16,7 @@ use super::actions::KillReason;
 use super::actions::{compute_pod_actions, ActionInputs, PodActions, PodEnd};
 pub use super::error::{removed, Error, Result};
 use super::kill::{Grace, StopReason};
-pub use super::memory::{PodMemory, IMAGE_BACKOFF, SYNC_ERROR_RETRY};
+pub use super::memory::{PodMemory, RuntimeWrites, IMAGE_BACKOFF, SYNC_ERROR_RETRY};
 use super::plan::PodPlan;
 use super::recorder::PodEvents;
 use super::sandbox::PodSandboxes;
@@ -228,6 +228,7 @@ impl PodSyncer {
             cgroup_configured: false,
             plan: None,
             plans_derived: 0,
+            runtime_writes: RuntimeWrites::default(),
         }
     }
 
@@ -490,10 +491,12 @@ impl PodSyncer {
             );
         }
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
+            let writes = memory.runtime_writes.enter().await;
             let id = self
                 .sandboxes
                 .create(pod, plan, sandbox_cfg.clone())
                 .await?;
+            drop(writes);
             memory.cgroup_configured = true;
             let ips = match self.runtime.pod_sandbox_status(&id).await {
                 Ok(s) => cri::model::sandbox_from_status(&s).ips,

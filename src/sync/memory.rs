@@ -34,6 +34,37 @@ pub struct PodMemory {
     pub plan: Option<Arc<PodPlan>>,
     /// How many plans were derived for the pod: one per spec version it was synced with.
     pub plans_derived: u32,
+    /// Held by a sync around the runtime calls it must not abandon half-way; the pod worker
+    /// waits for them before it cuts a sync short for a termination.
+    pub runtime_writes: RuntimeWrites,
+}
+
+/// The runtime calls of a sync that must finish once begun: RunPodSandbox, and a container's
+/// CreateContainer with its StartContainer. A sync cut short inside one of them could leave an
+/// object the termination that follows does not see: it lists the runtime first, and a sandbox
+/// or container that appears afterwards (or a created container that a StartContainer still
+/// in flight starts after containerd's StopContainer, which does nothing to a container that
+/// is not running yet) would outlive the pod. Everything else a sync waits for (image pulls,
+/// postStart hooks, StopContainer with a grace period, volumes) may be abandoned: the
+/// termination stops what runs, from the runtime's listing.
+///
+/// A sync holds a shared guard ([`Self::enter`]) around such a call; the pod worker takes the
+/// exclusive one ([`Self::quiesce`]) before dropping the sync. tokio's lock is fair, so once
+/// the worker waits, a sync reaching the next such call waits too — at a safe point — and is
+/// dropped there.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeWrites(Arc<tokio::sync::RwLock<()>>);
+
+impl RuntimeWrites {
+    /// Marks a runtime call that must not be abandoned, for as long as the guard lives.
+    pub async fn enter(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        self.0.clone().read_owned().await
+    }
+
+    /// Waits until no such call is under way (and keeps new ones from starting while held).
+    pub async fn quiesce(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.0.clone().write_owned().await
+    }
 }
 
 /// How long to wait before retrying a sync whose starts failed with no backoff of their own

@@ -435,6 +435,8 @@ impl ContainerStarter {
                 ..config.image.unwrap_or_default()
             });
         }
+        // CreateContainer and StartContainer run to their end once begun (see RuntimeWrites).
+        let writes = memory.runtime_writes.enter().await;
         let id = self
             .runtime
             .create_container(env.sandbox_id, config, env.sandbox_config.clone())
@@ -460,6 +462,7 @@ impl ContainerStarter {
                 message: e.runtime_message(),
             })
             .map_err(no_retry)?;
+        drop(writes);
         if let Some(hook) = container
             .lifecycle
             .as_ref()
