@@ -721,10 +721,15 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
     // newest instance, whose attempt is the restart count; a last state with another ID is the
     // instance before it.
     let mut runs: BTreeMap<String, BTreeMap<i32, (i64, i64)>> = BTreeMap::new();
-    // Attempts 1 → 2 (a 10 s backoff) for every pod, 2 → 3 (20 s) for half of them: on a
-    // loaded machine the last of 110 sandboxes can start minutes after the first.
-    let has_pair =
-        |r: &BTreeMap<i32, (i64, i64)>, to: i32| r.contains_key(&(to - 1)) && r.contains_key(&to);
+    // Restarts that can be checked against a backoff: consecutive attempts k-1 and k, k ≥ 2,
+    // both seen. One for every pod, two for half of them: on a loaded machine the last of 110
+    // sandboxes can start minutes after the first, and a poll can miss a run (the waits grow,
+    // so a later pair is seen instead).
+    let checkable = |r: &BTreeMap<i32, (i64, i64)>| {
+        r.keys()
+            .filter(|&&k| k >= 2 && r.contains_key(&(k - 1)))
+            .count()
+    };
     let deadline = started + MANY;
     loop {
         if let Some(pods) = n.pods().await {
@@ -751,15 +756,15 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
                 }
             }
         }
-        let second = runs.values().filter(|r| has_pair(r, 2)).count();
-        let third = runs.values().filter(|r| has_pair(r, 3)).count();
-        if second == PODS && third >= PODS / 2 {
+        let one = runs.values().filter(|r| checkable(r) >= 1).count();
+        let two = runs.values().filter(|r| checkable(r) >= 2).count();
+        if one == PODS && two >= PODS / 2 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "after {MANY:?} {second} of {PODS} containers were seen restarted a second time, \
-             {third} a third time\n{}",
+            "after {MANY:?} {one} of {PODS} containers had a restart with a backoff seen, {two} \
+             two of them\n{}",
             tail(&n.logs(), 60)
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -768,9 +773,9 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let seen = poller.await.unwrap();
     println!(
-        "crashloop: {PODS} pods restarted twice, {} of them three times, in {looped:.1?}; local API: \
-         {} requests, slowest {:.1?}, {} failed",
-        runs.values().filter(|r| has_pair(r, 3)).count(),
+        "crashloop: {PODS} pods seen restarted after a backoff, {} of them twice, in {looped:.1?}; \
+         local API: {} requests, slowest {:.1?}, {} failed",
+        runs.values().filter(|r| checkable(r) >= 2).count(),
         seen.requests,
         seen.slowest,
         seen.failures.len()
