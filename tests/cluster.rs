@@ -31,14 +31,6 @@ async fn wait_logged(
     .await
 }
 
-fn is_final_delete(r: &LoggedRequest, pod: &str) -> bool {
-    r.method == "DELETE"
-        && r.path.ends_with(&format!("/pods/{pod}"))
-        && r.body
-            .as_ref()
-            .is_some_and(|b| b["gracePeriodSeconds"] == 0)
-}
-
 fn bound_pod(name: &str, node: &str, extra_spec: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 5\n{extra_spec}  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"
@@ -393,26 +385,6 @@ async fn status_produced_while_the_api_server_is_down_arrives_after_it_returns()
 /// Waits until the pod status sync has finished one more full pass over every pod (its
 /// reconcile counter moved): the moment a looping agent would write again. Tests that prove
 /// nodelet sends nothing more wait for this positive sign before they look.
-async fn one_more_reconcile(n: &Nodelet) {
-    let name = "nodelet_pod_status_reconciles_total";
-    let start = n
-        .metric(name)
-        .await
-        .unwrap_or_else(|| panic!("{name} in /metrics"));
-    let deadline = Instant::now() + T;
-    loop {
-        if n.metric(name).await.is_some_and(|now| now > start) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for a status reconcile\n{}",
-            tail(&n.logs(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 fn is_pod_status_patch(r: &LoggedRequest) -> bool {
     r.method == "PATCH" && r.path.contains("/pods/") && r.path.ends_with("/status")
 }

@@ -1,9 +1,3 @@
-// NOT IN THE SUITE YET, NOT BUILT: cargo does not compile tests/wip/*.rs. Move it back to
-// tests/faults.rs to run it (`cargo test --locked --test faults -- --nocapture`). Kept out of
-// scripts/test.sh because the 110-pod crash-loop test fails on an open finding (one restart 16 s
-// after its exit against a 20 s backoff, under a load average above 50) and because the file
-// takes 10-15 minutes on the shared 2-core machine, past the CI budget. The other four passed
-// here (the containerd outage test in 3 of 4 runs). See the issue 14 note of 2026-12-01.
 //! Fault tests on a real containerd: nodelet killed with SIGKILL, containerd stopped under it,
 //! the API server away, a node full of crash-looping pods, a static pod directory rewritten in
 //! a loop. Each test first waits for a positive sign (pods Running, a counter moving) before it
@@ -11,7 +5,8 @@
 //!
 //! The containerd outage stops the one containerd every test of this binary uses, so it takes
 //! [`CONTAINERD`] exclusively; the other tests share it. The three tests with 20 to 110 pods run
-//! one at a time ([`MANY_PODS`]).
+//! one at a time ([`MANY_PODS`]); the API server outage runs beside them (3 pods, mostly
+//! waiting). The binary takes about six minutes on a quiet 2-core machine.
 
 mod common;
 
@@ -430,14 +425,6 @@ fn api_pod_yaml(name: &str, node: &str, policy: &str, grace: u32, args: &[&str])
     )
 }
 
-fn is_final_delete(r: &LoggedRequest, pod: &str) -> bool {
-    r.method == "DELETE"
-        && r.path.ends_with(&format!("/pods/{pod}"))
-        && r.body
-            .as_ref()
-            .is_some_and(|b| b["gracePeriodSeconds"] == 0)
-}
-
 /// The pod a status PATCH is for, if it is one.
 fn status_patch_of(r: &LoggedRequest) -> Option<String> {
     if r.method != "PATCH" || !r.path.ends_with("/status") {
@@ -450,8 +437,7 @@ fn status_patch_of(r: &LoggedRequest) -> Option<String> {
 
 async fn wait_reconciles(n: &Nodelet, count: u32) {
     for _ in 0..count {
-        n.wait_metric_advance("nodelet_pod_status_reconciles_total", T)
-            .await;
+        one_more_reconcile(n).await;
     }
 }
 
@@ -730,9 +716,20 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let poller = tokio::spawn(poll_api(n.base_url(), stop.clone()));
     let started = Instant::now();
-    // Every run of every container, by pod: (startedAt, finishedAt) in seconds.
-    let mut runs: BTreeMap<String, BTreeSet<(i64, i64)>> = BTreeMap::new();
-    let wanted_runs = 3;
+    // Every run of every container, by pod and attempt (0 for the first run): (startedAt,
+    // finishedAt) in seconds. A run is told by its container ID: the status's own ID is the
+    // newest instance, whose attempt is the restart count; a last state with another ID is the
+    // instance before it.
+    let mut runs: BTreeMap<String, BTreeMap<i32, (i64, i64)>> = BTreeMap::new();
+    // Restarts that can be checked against a backoff: consecutive attempts k-1 and k, k ≥ 2,
+    // both seen. One for every pod, two for half of them: on a loaded machine the last of 110
+    // sandboxes can start minutes after the first, and a poll can miss a run (the waits grow,
+    // so a later pair is seen instead).
+    let checkable = |r: &BTreeMap<i32, (i64, i64)>| {
+        r.keys()
+            .filter(|&&k| k >= 2 && r.contains_key(&(k - 1)))
+            .count()
+    };
     let deadline = started + MANY;
     loop {
         if let Some(pods) = n.pods().await {
@@ -745,24 +742,29 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
                     .flatten()
                     .filter_map(|s| s.terminated.as_ref());
                 for t in terminated {
+                    let newest = t.container_id.is_some() && t.container_id == cs.container_id;
+                    let attempt = if newest {
+                        cs.restart_count
+                    } else {
+                        cs.restart_count - 1
+                    };
                     if let (Some(s), Some(f)) = (&t.started_at, &t.finished_at) {
                         runs.entry(p.metadata.name.clone().unwrap_or_default())
                             .or_default()
-                            .insert((parse_time(s), parse_time(f)));
+                            .insert(attempt, (parse_time(s), parse_time(f)));
                     }
                 }
             }
         }
-        // Every container restarted once (its 10 s backoff), at least half twice (20 s):
-        // on a loaded machine the last of 110 sandboxes can start minutes after the first.
-        let twice = runs.values().filter(|r| r.len() >= 2).count();
-        let thrice = runs.values().filter(|r| r.len() >= wanted_runs).count();
-        if twice == PODS && thrice >= PODS / 2 {
+        let one = runs.values().filter(|r| checkable(r) >= 1).count();
+        let two = runs.values().filter(|r| checkable(r) >= 2).count();
+        if one == PODS && two >= PODS / 2 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "after {MANY:?} {twice} of {PODS} containers ran twice, {thrice} three times\n{}",
+            "after {MANY:?} {one} of {PODS} containers had a restart with a backoff seen, {two} \
+             two of them\n{}",
             tail(&n.logs(), 60)
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -771,9 +773,9 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let seen = poller.await.unwrap();
     println!(
-        "crashloop: {PODS} pods ran twice, {} of them {wanted_runs} times, in {looped:.1?}; local API: \
-         {} requests, slowest {:.1?}, {} failed",
-        runs.values().filter(|r| r.len() >= wanted_runs).count(),
+        "crashloop: {PODS} pods seen restarted after a backoff, {} of them twice, in {looped:.1?}; \
+         local API: {} requests, slowest {:.1?}, {} failed",
+        runs.values().filter(|r| checkable(r) >= 2).count(),
         seen.requests,
         seen.slowest,
         seen.failures.len()
@@ -785,26 +787,40 @@ async fn crash_looping_110_pods_the_api_answers_and_every_backoff_is_honoured() 
     );
     assert!(seen.requests > 20, "the poller barely ran: {seen:?}");
 
-    // The kubelet's schedule: the n-th restart waits 10 s · 2^(n-1) after the previous exit.
-    // Timestamps have whole seconds, so one second of slack either side of the exit.
+    // The kubelet's schedule (`doBackOff`): the first restart is not delayed; restart k ≥ 2
+    // waits 10 s · 2^(k-2) after the exit of attempt k-1. Timestamps have whole seconds, so one
+    // second of slack. Every observed pair of consecutive attempts is checked.
+    let mut checked = 0;
     let mut worst_excess = 0i64;
+    let mut first_restart_latest = 0i64;
     for (pod, runs) in &runs {
-        let runs: Vec<&(i64, i64)> = runs.iter().collect();
-        for (j, pair) in runs.windows(2).enumerate().take(wanted_runs - 1) {
-            let (_, finished) = *pair[0];
-            let (next_start, _) = *pair[1];
-            let backoff = 10i64 << j;
-            let waited = next_start - finished;
+        for (&attempt, &(start, _)) in runs {
+            let Some(&(_, previous_exit)) = runs.get(&(attempt - 1)) else {
+                continue;
+            };
+            let waited = start - previous_exit;
+            if attempt == 1 {
+                first_restart_latest = first_restart_latest.max(waited);
+                continue;
+            }
+            let backoff = 10i64 << (attempt - 2).min(5);
             assert!(
                 waited >= backoff - 1,
-                "{pod}: restart {} came {waited} s after the exit, before its {backoff} s backoff: {runs:?}",
-                j + 1
+                "{pod}: restart {attempt} came {waited} s after the exit of attempt {}, before its \
+                 {backoff} s backoff: {runs:?}",
+                attempt - 1
             );
+            checked += 1;
             worst_excess = worst_excess.max(waited - backoff);
         }
     }
+    assert!(
+        checked >= PODS + PODS / 2,
+        "only {checked} restarts checked"
+    );
     println!(
-        "crashloop: every restart waited its backoff; the latest came {worst_excess} s after it"
+        "crashloop: {checked} restarts waited their backoff; the latest came {worst_excess} s after \
+         it; the slowest first restart (no backoff) came {first_restart_latest} s after the exit"
     );
 }
 
@@ -841,7 +857,7 @@ async fn a_thousand_manifests_rewritten_in_a_loop_flap_no_pod() {
     let cpu_before = cpu_time(pid);
     let loop_started = Instant::now();
     let mut rounds = 0;
-    while loop_started.elapsed() < Duration::from_secs(30) {
+    while loop_started.elapsed() < Duration::from_secs(15) {
         for k in 0..FILES {
             if (k + rounds) % 2 == 0 {
                 // By rename, as `write_manifest` does.
