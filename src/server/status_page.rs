@@ -1,5 +1,6 @@
 //! The status page (`GET /` on the read-only API): one self-contained HTML page — no script,
-//! no stylesheet or font from elsewhere, the charts inline SVG — that an operator on the node
+//! no stylesheet, font or icon from elsewhere (the icon is an empty `data:` URL, so the browser
+//! does not ask for `/favicon.ico`), the charts inline SVG — that an operator on the node
 //! opens in a browser to see what nodelet is doing. It reloads itself every
 //! [`REFRESH_SECONDS`].
 //!
@@ -153,6 +154,7 @@ pub fn render(inputs: &PageInputs<'_>) -> String {
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
+<link rel=\"icon\" href=\"data:,\">\
 <title>nodelet: {node}</title><style>{STYLE}</style></head><body>\
 <h1>nodelet on {node}</h1><p class=\"meta\">nodelet {version} · {pods} pods · generated {now} · \
 reloads every {REFRESH_SECONDS} s</p>",
