@@ -638,8 +638,14 @@ impl NodeletBuilder {
             )
             .with_shutdown(shutdown.clone());
             let status_fn = agent.status_fn();
-            Arc::new(move || status_fn(None, None))
-                as Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>
+            // Built on the previous one, so a condition keeps its transition time.
+            let previous = std::sync::Mutex::new(None);
+            Arc::new(move || {
+                let mut previous = previous.lock().unwrap_or_else(|e| e.into_inner());
+                let status = status_fn(previous.as_ref(), None);
+                *previous = Some(status.clone());
+                status
+            }) as Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>
         };
         servers::start(
             servers::Served {
