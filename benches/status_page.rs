@@ -17,7 +17,6 @@
 #[path = "../tests/common/browser.rs"]
 mod browser;
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};

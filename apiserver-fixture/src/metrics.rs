@@ -38,12 +38,21 @@ pub struct Point {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scrape {
     pub node: Option<Point>,
-    /// (namespace, pod, container) → point.
-    pub containers: BTreeMap<(String, String, String), Point>,
+    pub containers: BTreeMap<ContainerKey, Point>,
 }
 
-/// One sample line of the Prometheus text format: name, labels, value, timestamp.
-fn parse_line(line: &str) -> Option<(&str, BTreeMap<String, String>, f64, Option<i64>)> {
+/// (namespace, pod, container).
+pub type ContainerKey = (String, String, String);
+
+/// One sample line of the Prometheus text format.
+struct Line<'a> {
+    name: &'a str,
+    labels: BTreeMap<String, String>,
+    value: f64,
+    timestamp: Option<i64>,
+}
+
+fn parse_line(line: &str) -> Option<Line<'_>> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return None;
@@ -100,7 +109,12 @@ fn parse_line(line: &str) -> Option<(&str, BTreeMap<String, String>, f64, Option
         v => v.parse().ok()?,
     };
     let timestamp = fields.next().and_then(|t| t.parse().ok());
-    Some((name, labels, value, timestamp))
+    Some(Line {
+        name,
+        labels,
+        value,
+        timestamp,
+    })
 }
 
 /// The points of one `/metrics/resource` body (what metrics-server's decoder keeps).
@@ -112,8 +126,14 @@ pub fn parse_resource_metrics(text: &str) -> Scrape {
         start: Option<f64>,
     }
     let mut node = Partial::default();
-    let mut containers: BTreeMap<(String, String, String), Partial> = BTreeMap::new();
-    for (name, labels, value, ts) in text.lines().filter_map(parse_line) {
+    let mut containers: BTreeMap<ContainerKey, Partial> = BTreeMap::new();
+    for Line {
+        name,
+        labels,
+        value,
+        timestamp: ts,
+    } in text.lines().filter_map(parse_line)
+    {
         let container = || {
             (
                 labels.get("namespace").cloned().unwrap_or_default(),
@@ -176,7 +196,7 @@ pub fn rate(prev: &Point, last: &Point) -> Option<(u64, u64, i64, i64)> {
 /// (`5m`, `123456n`, `2`).
 pub fn cpu_quantity(nanocores: u64) -> String {
     for (scale, suffix) in [(1_000_000_000, ""), (1_000_000, "m"), (1_000, "u")] {
-        if nanocores % scale == 0 {
+        if nanocores.is_multiple_of(scale) {
             return format!("{}{suffix}", nanocores / scale);
         }
     }
@@ -190,7 +210,7 @@ pub fn memory_quantity(bytes: u64) -> String {
     }
     let mut value = bytes;
     for suffix in ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"] {
-        if value % 1024 != 0 || suffix == "Ei" {
+        if !value.is_multiple_of(1024) || suffix == "Ei" {
             return format!("{value}{suffix}");
         }
         value /= 1024;
@@ -229,10 +249,22 @@ pub struct MetricsStore {
     nodes: Mutex<BTreeMap<String, NodeHistory>>,
 }
 
+/// The previous and the last point.
+type LastTwo = (Option<Point>, Option<Point>);
+
 #[derive(Debug, Default, Clone)]
 struct NodeHistory {
-    node: (Option<Point>, Option<Point>),
-    containers: BTreeMap<(String, String, String), (Option<Point>, Option<Point>)>,
+    node: LastTwo,
+    containers: BTreeMap<ContainerKey, LastTwo>,
+}
+
+/// A container's rate: name, nanocores, bytes, timestamp ms, window ms.
+struct ContainerRate {
+    name: String,
+    cpu: u64,
+    memory: u64,
+    at: i64,
+    window: i64,
 }
 
 impl MetricsStore {
@@ -281,8 +313,7 @@ impl MetricsStore {
         labels: &dyn Fn(&str, &str) -> Value,
     ) -> Vec<Value> {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        let mut pods: BTreeMap<(String, String), Vec<Option<(String, u64, u64, i64, i64)>>> =
-            BTreeMap::new();
+        let mut pods: BTreeMap<(String, String), Vec<Option<ContainerRate>>> = BTreeMap::new();
         for h in nodes.values() {
             for ((ns, pod, container), (prev, last)) in &h.containers {
                 if namespace.is_some_and(|want| want != ns) {
@@ -292,7 +323,13 @@ impl MetricsStore {
                     .as_ref()
                     .zip(last.as_ref())
                     .and_then(|(p, l)| rate(p, l))
-                    .map(|(cpu, mem, at, window)| (container.clone(), cpu, mem, at, window));
+                    .map(|(cpu, memory, at, window)| ContainerRate {
+                        name: container.clone(),
+                        cpu,
+                        memory,
+                        at,
+                        window,
+                    });
                 pods.entry((ns.clone(), pod.clone()))
                     .or_default()
                     .push(rated);
@@ -301,15 +338,15 @@ impl MetricsStore {
         pods.into_iter()
             .filter_map(|((ns, pod), containers)| {
                 let containers: Vec<_> = containers.into_iter().collect::<Option<Vec<_>>>()?;
-                let at = containers.iter().map(|c| c.3).max()?;
-                let window = containers.iter().map(|c| c.4).max()?;
+                let at = containers.iter().map(|c| c.at).max()?;
+                let window = containers.iter().map(|c| c.window).max()?;
                 Some(json!({
                     "metadata": {"name": pod, "namespace": ns, "creationTimestamp": rfc3339(at), "labels": labels(&ns, &pod)},
                     "timestamp": rfc3339(at),
                     "window": go_duration(window),
-                    "containers": containers.iter().map(|(name, cpu, mem, _, _)| json!({
-                        "name": name,
-                        "usage": {"cpu": cpu_quantity(*cpu), "memory": memory_quantity(*mem)},
+                    "containers": containers.iter().map(|c| json!({
+                        "name": c.name,
+                        "usage": {"cpu": cpu_quantity(c.cpu), "memory": memory_quantity(c.memory)},
                     })).collect::<Vec<_>>(),
                 }))
             })

@@ -638,8 +638,9 @@ impl NodeletBuilder {
             )
             .with_shutdown(shutdown.clone());
             let status_fn = agent.status_fn();
-            // Built on the previous one, so a condition keeps its transition time.
-            let previous = std::sync::Mutex::new(None);
+            // Built on the previous one, so a condition keeps its transition time (the first
+            // one now: the conditions hold since nodelet started).
+            let previous = std::sync::Mutex::new(Some(status_fn(None, None)));
             Arc::new(move || {
                 let mut previous = previous.lock().unwrap_or_else(|e| e.into_inner());
                 let status = status_fn(previous.as_ref(), None);
