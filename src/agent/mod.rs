@@ -638,8 +638,9 @@ impl NodeletBuilder {
             )
             .with_shutdown(shutdown.clone());
             let status_fn = agent.status_fn();
-            // Built on the previous one, so a condition keeps its transition time (the first
-            // one now: the conditions hold since nodelet started).
+            // Built on the previous one, so a condition keeps its transition time; brought up
+            // to date every nodeStatusUpdateFrequency (below), so a transition is dated when
+            // it happened rather than when the page was next loaded.
             let previous = std::sync::Mutex::new(Some(status_fn(None, None)));
             Arc::new(move || {
                 let mut previous = previous.lock().unwrap_or_else(|e| e.into_inner());
@@ -648,6 +649,22 @@ impl NodeletBuilder {
                 status
             }) as Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>
         };
+        if cfg.read_only_port != 0 {
+            let (node_status, cancel, period) = (
+                node_status.clone(),
+                cancel.clone(),
+                cfg.node_status_update_frequency,
+            );
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(period) => {}
+                        _ = cancel.cancelled() => return,
+                    }
+                    node_status();
+                }
+            });
+        }
         servers::start(
             servers::Served {
                 cfg: &cfg,
