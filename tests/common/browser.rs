@@ -6,6 +6,7 @@
 //! and a fresh profile directory.
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -52,8 +53,11 @@ impl Browser {
             );
         }
         let port = free_port();
+        // Its own process group, which the browser it starts joins: a test that fails before
+        // closing the session still takes every Chromium process down with it (Drop).
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -96,17 +100,24 @@ impl Browser {
         }
     }
 
-    /// Ends the session (Chromium exits).
-    pub async fn close(mut self) {
+    /// Ends the session (Chromium exits), then chromedriver.
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        // Drop ends chromedriver and anything left of the browser.
     }
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        // chromedriver and the browser processes it started (their process group; Chromium's
+        // crash handlers leave with them).
+        if let Ok(pid) = i32::try_from(self.driver.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.driver.wait();
     }
 }
 
