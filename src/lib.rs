@@ -15,6 +15,7 @@ pub mod cri;
 pub mod events;
 pub mod eviction;
 pub mod gc;
+pub mod history;
 pub mod images;
 pub mod logs;
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! The `nodelet` command: `run`, `validate`, `pods`, `events`, `version`.
+//! The `nodelet` command: `run`, `validate`, `pods`, `events`, `top`, `version`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,6 +74,25 @@ enum Command {
         #[arg(short = 'o', long, value_parser = ["json", "table"], default_value = "table")]
         output: String,
     },
+    /// Show the CPU and memory of the pods or of the node, like `kubectl top pod|node`, from
+    /// the local API's `/stats/summary`.
+    Top {
+        /// `pod` (`pods`, `po`) or `node` (`nodes`, `no`).
+        #[arg(value_parser = ["pod", "pods", "po", "node", "nodes", "no"], default_value = "pod")]
+        resource: String,
+        /// Base URL of nodelet's read-only API.
+        #[arg(long)]
+        server: Option<String>,
+        /// Read the API address and port from this configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only pods of this namespace.
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// Always show the NAMESPACE column.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
     /// Print the version.
     Version,
 }
@@ -128,6 +147,13 @@ fn main() -> std::process::ExitCode {
             namespace,
             output,
         } => events(server, config, namespace, &output),
+        Command::Top {
+            resource,
+            server,
+            config,
+            namespace,
+            all_namespaces,
+        } => top(&resource, server, config, namespace, all_namespaces),
         Command::Version => {
             println!("nodelet {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -333,6 +359,58 @@ fn events(
         return Ok(());
     }
     print!("{}", event_table(&events, jiff::Timestamp::now()));
+    Ok(())
+}
+
+/// `nodelet top pod|node`: the CPU-and-memory Summary as `kubectl top` prints it; the node's
+/// percentages are of the allocatable the local API's `/node` reports.
+fn top(
+    resource: &str,
+    server: Option<String>,
+    config_path: Option<PathBuf>,
+    namespace: Option<String>,
+    all_namespaces: bool,
+) -> anyhow::Result<()> {
+    use nodelet::stats::top;
+    let base = local_api_base(server, config_path)?;
+    let body = get_json(
+        &format!("{base}/stats/summary"),
+        &[("only_cpu_and_memory", "true".to_string())],
+    )?;
+    let summary: nodelet::stats::Summary =
+        serde_json::from_value(body).context("decoding the stats summary")?;
+    if matches!(resource, "node" | "nodes" | "no") {
+        let node = get_json(&format!("{base}/node"), &[])?;
+        let quantity = |name: &str| -> anyhow::Result<nodelet::quantity::Quantity> {
+            let text = node["status"]["allocatable"][name]
+                .as_str()
+                .with_context(|| format!("{base}/node has no status.allocatable.{name}"))?;
+            nodelet::quantity::Quantity::parse(text).map_err(|e| {
+                anyhow::anyhow!("{base}/node: status.allocatable.{name} {text:?}: {e}")
+            })
+        };
+        let allocatable = top::Allocatable {
+            cpu_milli: u64::try_from(quantity("cpu")?.milli_value()).unwrap_or(0),
+            memory_bytes: u64::try_from(quantity("memory")?.value()).unwrap_or(0),
+        };
+        print!("{}", top::node_table(&summary, allocatable));
+        return Ok(());
+    }
+    // As `nodelet pods`: every namespace unless one is given, the NAMESPACE column when
+    // asked for or when the pods span several.
+    let namespaces: std::collections::BTreeSet<&str> = summary
+        .pods
+        .iter()
+        .map(|p| p.pod_ref.namespace.as_str())
+        .collect();
+    let with_namespace = all_namespaces || (namespace.is_none() && namespaces.len() > 1);
+    match top::pod_table(&summary, namespace.as_deref(), with_namespace) {
+        Some(table) => print!("{table}"),
+        None => match namespace {
+            Some(ns) => eprintln!("No resources found in {ns} namespace."),
+            None => eprintln!("No resources found"),
+        },
+    }
     Ok(())
 }
 

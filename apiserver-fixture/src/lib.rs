@@ -22,6 +22,7 @@ pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod log;
+pub mod metrics;
 pub mod patch;
 pub mod path;
 pub mod pod;
@@ -87,6 +88,10 @@ pub struct FixtureOptions {
     /// The release `/version` reports and whose fields are stored (default v1.37: everything),
     /// plus fields dropped although that release has them. See `version::STATUS_FIELDS`.
     pub server: ServerProfile,
+    /// Run the metrics-server stand-in (`metrics.k8s.io`, see `metrics`): scrape every Node's
+    /// `/metrics/resource` through `nodes/proxy` this often. `None` (the default): no scrapes,
+    /// the metrics lists are empty.
+    pub metrics_resolution: Option<Duration>,
 }
 
 impl Default for FixtureOptions {
@@ -101,6 +106,7 @@ impl Default for FixtureOptions {
             static_tokens: BTreeMap::new(),
             access_rules: Vec::new(),
             server: ServerProfile::default(),
+            metrics_resolution: None,
         }
     }
 }
@@ -116,6 +122,8 @@ pub struct Fixture {
     log: Arc<log::RequestLog>,
     port: u16,
     serving: tokio::sync::Mutex<Option<Serving>>,
+    /// Stops the metrics-server stand-in's scrapes when the fixture is dropped.
+    background: CancellationToken,
 }
 
 fn bind(port: u16) -> Result<TcpListener, FixtureError> {
@@ -236,15 +244,27 @@ impl Fixture {
             static_tokens: options.static_tokens.clone(),
             access_rules: options.access_rules.clone(),
             issued_tokens: Mutex::new(HashSet::new()),
+            metrics: Arc::new(metrics::MetricsStore::default()),
         });
         let log = Arc::new(log::RequestLog::default());
         let router = server::router(state.clone(), log.clone());
         let task = tokio::spawn(serve(listener, router, token.clone()));
+        let background = CancellationToken::new();
+        if let Some(resolution) = options.metrics_resolution {
+            tokio::spawn(metrics::scrape_loop(
+                format!("http://127.0.0.1:{port}"),
+                state.store.clone(),
+                state.metrics.clone(),
+                resolution,
+                background.clone(),
+            ));
+        }
         Ok(Fixture {
             state,
             log,
             port,
             serving: tokio::sync::Mutex::new(Some(Serving { token, task })),
+            background,
         })
     }
 
@@ -410,6 +430,7 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
+        self.background.cancel();
         if let Ok(mut serving) = self.serving.try_lock() {
             if let Some(s) = serving.take() {
                 s.token.cancel();

@@ -41,6 +41,8 @@ pub struct AppState {
     pub access_rules: Vec<crate::review::AccessRule>,
     /// Tokens issued through TokenRequest, the ones TokenReview accepts as service account tokens.
     pub issued_tokens: Mutex<std::collections::HashSet<String>>,
+    /// What the metrics-server stand-in scraped (`metrics.k8s.io`).
+    pub metrics: Arc<crate::metrics::MetricsStore>,
 }
 
 impl AppState {
@@ -99,6 +101,28 @@ pub fn router(state: Arc<AppState>, request_log: Arc<RequestLog>) -> Router {
         .route(
             "/apis/authentication.k8s.io/v1/tokenreviews",
             axum::routing::post(token_review),
+        )
+        .route(
+            "/api/v1/nodes/{name}/proxy",
+            axum::routing::any(node_proxy_root),
+        )
+        .route(
+            "/api/v1/nodes/{name}/proxy/{*path}",
+            axum::routing::any(node_proxy),
+        )
+        .route("/apis/metrics.k8s.io/v1beta1/nodes", get(node_metrics_list))
+        .route(
+            "/apis/metrics.k8s.io/v1beta1/nodes/{name}",
+            get(node_metrics_get),
+        )
+        .route("/apis/metrics.k8s.io/v1beta1/pods", get(pod_metrics_all))
+        .route(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods",
+            get(pod_metrics_list),
+        )
+        .route(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}",
+            get(pod_metrics_get),
         )
         .route(
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
@@ -306,6 +330,136 @@ async fn access_review(State(app): State<Arc<AppState>>, body: Bytes) -> Respons
     match review_body(&body).and_then(|b| crate::review::review_access(&b, &app.access_rules)) {
         Ok(answer) => json_response(StatusCode::CREATED, &answer),
         Err(e) => error_response(&e),
+    }
+}
+
+async fn node_proxy_root(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    node_proxy_to(&app, &name, "", &method, &uri).await
+}
+
+async fn node_proxy(
+    State(app): State<Arc<AppState>>,
+    Path((name, path)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    node_proxy_to(&app, &name, &path, &method, &uri).await
+}
+
+/// `GET nodes/{name}/proxy/{path}` (what `kubectl get --raw` and metrics scrapers use): the
+/// node's preferred address and kubelet port, as for `pods/log`, then `GET https://...{path}`
+/// with the kubelet client certificate; the node agent's status, content type and body come
+/// back as they are. A node that cannot be reached is 503 `error trying to reach service: ...`.
+/// Only `GET` is proxied (405 otherwise).
+async fn node_proxy_to(
+    app: &AppState,
+    name: &str,
+    path: &str,
+    method: &Method,
+    uri: &Uri,
+) -> Response {
+    if method != Method::GET {
+        return error_response(&ApiError::method_not_allowed());
+    }
+    let result = async {
+        let nodes = crate::resource::find_by_plural("", "v1", "nodes")
+            .ok_or_else(|| ApiError::internal("resource types missing"))?;
+        let node = app.store.get(nodes, None, name)?;
+        let address = crate::podlog::preferred_address(&node)?;
+        let port = crate::podlog::kubelet_port(&node);
+        let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+        let url = format!("https://{address}:{port}/{path}{query}");
+        let client = crate::podlog::kubelet_http_client(&app.kubelet_client)?;
+        let unreachable = |e: reqwest::Error| ApiError {
+            code: 503,
+            reason: "ServiceUnavailable",
+            message: format!("error trying to reach service: {e}"),
+            details: None,
+        };
+        let upstream = client.get(&url).send().await.map_err(unreachable)?;
+        let status =
+            StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let content_type = upstream.headers().get(CONTENT_TYPE).cloned();
+        let body = upstream.bytes().await.map_err(unreachable)?;
+        let mut response = (status, body).into_response();
+        if let Some(ct) = content_type {
+            response.headers_mut().insert(CONTENT_TYPE, ct);
+        }
+        Ok::<Response, ApiError>(response)
+    }
+    .await;
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
+fn metrics_list(kind: &str, items: Vec<Value>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": kind,
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {},
+            "items": items,
+        }),
+    )
+}
+
+fn metrics_item(kind: &str, mut item: Value) -> Response {
+    item["kind"] = json!(kind);
+    item["apiVersion"] = json!("metrics.k8s.io/v1beta1");
+    json_response(StatusCode::OK, &item)
+}
+
+fn node_metrics(app: &AppState) -> Vec<Value> {
+    app.metrics
+        .node_metrics(&|name| crate::metrics::object_labels(&app.store, "nodes", None, name))
+}
+
+fn pod_metrics(app: &AppState, namespace: Option<&str>) -> Vec<Value> {
+    app.metrics.pod_metrics(namespace, &|ns, name| {
+        crate::metrics::object_labels(&app.store, "pods", Some(ns), name)
+    })
+}
+
+async fn node_metrics_list(State(app): State<Arc<AppState>>) -> Response {
+    metrics_list("NodeMetricsList", node_metrics(&app))
+}
+
+async fn node_metrics_get(State(app): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    match node_metrics(&app)
+        .into_iter()
+        .find(|m| m["metadata"]["name"] == name.as_str())
+    {
+        Some(item) => metrics_item("NodeMetrics", item),
+        None => error_response(&crate::metrics::not_found("nodemetrics", &name)),
+    }
+}
+
+async fn pod_metrics_all(State(app): State<Arc<AppState>>) -> Response {
+    metrics_list("PodMetricsList", pod_metrics(&app, None))
+}
+
+async fn pod_metrics_list(
+    State(app): State<Arc<AppState>>,
+    Path(namespace): Path<String>,
+) -> Response {
+    metrics_list("PodMetricsList", pod_metrics(&app, Some(&namespace)))
+}
+
+async fn pod_metrics_get(
+    State(app): State<Arc<AppState>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    match pod_metrics(&app, Some(&namespace))
+        .into_iter()
+        .find(|m| m["metadata"]["name"] == name.as_str())
+    {
+        Some(item) => metrics_item("PodMetrics", item),
+        None => error_response(&crate::metrics::not_found("podmetrics", &name)),
     }
 }
 

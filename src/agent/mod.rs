@@ -468,7 +468,26 @@ impl NodeletBuilder {
             cfg.node_name.clone(),
         ));
         let summary = servers::summary_provider(&cfg, &paths, &rt, &status, clock);
-        let eviction = summary.clone().map(|summary| {
+        // The status page's last hour, kept from the readings the eviction manager makes.
+        let history = summary.as_ref().map(|_| {
+            Arc::new(crate::history::History::new(
+                node.memory_capacity(),
+                crate::history::memory_thresholds(&cfg.eviction.thresholds, node.memory_capacity()),
+            ))
+        });
+        let eviction_summary = summary
+            .clone()
+            .zip(history.clone())
+            .map(|(inner, history)| {
+                let status = status.clone();
+                Arc::new(crate::history::Recording {
+                    inner,
+                    history,
+                    pods: Arc::new(move || status.pods()),
+                    clock,
+                }) as Arc<dyn crate::stats::SummarySource>
+            });
+        let eviction = eviction_summary.map(|summary| {
             let mut reclaim_gc = container_gc(&cfg, &cri, &workers, clock);
             reclaim_gc.policy.max_per_pod_container = 0;
             EvictionManager::new(
@@ -574,25 +593,7 @@ impl NodeletBuilder {
                 .await
                 .map_err(|error| StartError::ApiServer { error })?;
             let facts = NodeFacts::detect(&cfg, &node, &rt.version);
-            let node_pleg = pleg.clone();
-            let node_runtime = runtime_health.clone();
-            // The kubelet's runtimeState.runtimeErrors: the runtime first, then the PLEG.
-            let health: crate::node::HealthFn = Arc::new(move || {
-                let mut errors = Vec::new();
-                if let Err(e) = node_runtime.status() {
-                    errors.push(e);
-                }
-                if !node_pleg.healthy() {
-                    errors.push(
-                        "PLEG is not healthy: pleg was last seen active more than 3m0s ago".into(),
-                    );
-                }
-                if errors.is_empty() {
-                    Ok(())
-                } else {
-                    Err(errors.join(", "))
-                }
-            });
+            let health = node_health(&pleg, &runtime_health);
             let agent = NodeAgent::new(
                 NodeSettings::from_config(&cfg),
                 facts,
@@ -625,6 +626,45 @@ impl NodeletBuilder {
             &cancel,
         );
 
+        // The node's status as the status page shows it (in standalone mode too).
+        let node_status = {
+            let pressure = pressure.clone();
+            let agent = NodeAgent::new(
+                NodeSettings::from_config(&cfg),
+                NodeFacts::detect(&cfg, &node, &rt.version),
+                node_health(&pleg, &runtime_health),
+                Arc::new(move || pressure.pressure()),
+                clock,
+            )
+            .with_shutdown(shutdown.clone());
+            let status_fn = agent.status_fn();
+            // Built on the previous one, so a condition keeps its transition time; brought up
+            // to date every nodeStatusUpdateFrequency (below), so a transition is dated when
+            // it happened rather than when the page was next loaded.
+            let previous = std::sync::Mutex::new(Some(status_fn(None, None)));
+            Arc::new(move || {
+                let mut previous = previous.lock().unwrap_or_else(|e| e.into_inner());
+                let status = status_fn(previous.as_ref(), None);
+                *previous = Some(status.clone());
+                status
+            }) as Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>
+        };
+        if cfg.read_only_port != 0 {
+            let (node_status, cancel, period) = (
+                node_status.clone(),
+                cancel.clone(),
+                cfg.node_status_update_frequency,
+            );
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(period) => {}
+                        _ = cancel.cancelled() => return,
+                    }
+                    node_status();
+                }
+            });
+        }
         servers::start(
             servers::Served {
                 cfg: &cfg,
@@ -637,6 +677,8 @@ impl NodeletBuilder {
                 cluster: cluster.as_ref(),
                 clock,
                 summary,
+                history,
+                node_status,
             },
             tasks,
             &cancel,
@@ -654,6 +696,26 @@ impl NodeletBuilder {
             tasks: tasks.clone(),
         })
     }
+}
+
+/// The kubelet's `runtimeState.runtimeErrors` for the node's `Ready` condition: the runtime
+/// first, then the PLEG.
+fn node_health(pleg: &Arc<Pleg>, runtime: &RuntimeHealth) -> crate::node::HealthFn {
+    let (pleg, runtime) = (pleg.clone(), runtime.clone());
+    Arc::new(move || {
+        let mut errors = Vec::new();
+        if let Err(e) = runtime.status() {
+            errors.push(e);
+        }
+        if !pleg.healthy() {
+            errors.push("PLEG is not healthy: pleg was last seen active more than 3m0s ago".into());
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join(", "))
+        }
+    })
 }
 
 /// The housekeeping parts `wire` builds before the pod manager (eviction needs them).

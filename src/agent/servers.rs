@@ -33,6 +33,10 @@ pub(super) struct Served<'a> {
     pub clock: Clock,
     /// `/stats/summary` (with a stats-capable runtime).
     pub summary: Option<Arc<dyn crate::stats::SummarySource>>,
+    /// The status page's charts (with a stats-capable runtime).
+    pub history: Option<Arc<crate::history::History>>,
+    /// The node's status now, for the status page and `/node`.
+    pub node_status: Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>,
 }
 
 /// The Summary provider over the runtime's stats calls and the host's cgroups and `/proc`
@@ -73,7 +77,10 @@ pub(super) async fn start(
     }
     if cfg.read_only_port != 0 {
         let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
-        server::serve(addr, server::router(state.clone()), cancel.clone(), tasks).await?;
+        let app = server::router(state.clone()).merge(server::status_page::router(
+            status_page_state(&served, &state),
+        ));
+        server::serve(addr, app, cancel.clone(), tasks).await?;
     }
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
@@ -105,6 +112,21 @@ fn api_state(served: &Served<'_>) -> ApiState {
         }),
         events: Arc::new(move || events.events()),
         summary: served.summary.clone(),
+    }
+}
+
+/// The status page (`/`, `/node`) on the read-only API.
+fn status_page_state(
+    served: &Served<'_>,
+    state: &ApiState,
+) -> server::status_page::StatusPageState {
+    server::status_page::StatusPageState {
+        node_name: served.cfg.node_name.clone(),
+        pods: state.pods.clone(),
+        events: state.events.clone(),
+        node: served.node_status.clone(),
+        history: served.history.clone(),
+        clock: served.clock,
     }
 }
 
