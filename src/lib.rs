@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod backoff;
+pub mod certificate;
 pub mod cgroup;
 pub mod clock;
 pub mod cluster;

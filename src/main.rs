@@ -126,6 +126,12 @@ struct RunArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if invoked_as_kubelet(&args) {
+        return exit_code(kubelet_command(&args[1..]));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_command(args),
@@ -159,6 +165,10 @@ fn main() -> std::process::ExitCode {
             Ok(())
         }
     };
+    exit_code(result)
+}
+
+fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -166,6 +176,47 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// nodelet runs as the kubelet when started under that name (a `kubelet` symlink, as a unit
+/// written for the kubelet starts it) or with kubelet flags instead of a subcommand
+/// (`nodelet --config=... --kubeconfig=...`). `nodelet --help` and `--version` stay nodelet's.
+fn invoked_as_kubelet(args: &[String]) -> bool {
+    let program = args
+        .first()
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str());
+    if program == Some("kubelet") {
+        return true;
+    }
+    args.get(1).is_some_and(|first| {
+        first.starts_with('-') && !["-h", "--help", "-V", "--version"].contains(&first.as_str())
+    })
+}
+
+/// The kubelet's command line (`config::flags`): flags over the `--config` file, then run.
+fn kubelet_command(args: &[String]) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let line = config::flags::parse(args, &cwd)?;
+    if line.help {
+        print!("{}", config::flags::usage());
+        return Ok(());
+    }
+    if line.version {
+        println!("Kubernetes {}", nodelet::node::status::kubelet_version());
+        return Ok(());
+    }
+    let loaded = config::load_kubelet(&line, &Environment::detect())?;
+    for warning in &loaded.warnings {
+        eprintln!("nodelet: warning: {warning}");
+    }
+    let source = line
+        .config_file
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "kubelet flags".to_string());
+    start(loaded.config, &source)
 }
 
 fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
@@ -460,11 +511,16 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     if let Some(p) = args.healthz_port {
         cfg.healthz_port = p;
     }
+    start(cfg, &args.config.display().to_string())
+}
+
+/// Starts nodelet with a loaded configuration (`source` names where it came from in errors).
+fn start(cfg: Config, source: &str) -> anyhow::Result<()> {
     // The kubelet validates the cgroup version with its configuration: before anything starts.
     let unified =
         nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(nodelet::cgroup::CGROUP_MOUNT));
     let cgroup_v1_warning = nodelet::cgroup::check_cgroup_version(cfg.fail_cgroup_v1, unified)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     init_tracing(&cfg);
     if let Some(warning) = cgroup_v1_warning {
         tracing::warn!("{warning}");

@@ -141,6 +141,15 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["create"],
             }));
         }
+        if rt.storage == "certificatesigningrequests" {
+            resources.push(json!({
+                "name": "certificatesigningrequests/approval",
+                "singularName": "",
+                "namespaced": false,
+                "kind": rt.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if rt.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", rt.plural),
@@ -273,6 +282,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "certificates.k8s.io",
                 "coordination.k8s.io",
                 "events.k8s.io",
                 "authentication.k8s.io",

@@ -43,6 +43,10 @@ pub struct AppState {
     pub issued_tokens: Mutex<std::collections::HashSet<String>>,
     /// What the metrics-server stand-in scraped (`metrics.k8s.io`).
     pub metrics: Arc<crate::metrics::MetricsStore>,
+    /// HTTPS, client authentication and the CA that signs CSRs (`FixtureOptions::tls`).
+    pub tls: Option<Arc<crate::tls::FixtureTls>>,
+    /// The CSR signer's lifetime rules.
+    pub signing: crate::csr::SigningPolicy,
 }
 
 impl AppState {
@@ -129,7 +133,11 @@ pub fn router(state: Arc<AppState>, request_log: Arc<RequestLog>) -> Router {
             axum::routing::post(access_review),
         )
         .fallback(resources)
-        .with_state(state)
+        .with_state(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::auth::authenticate,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             request_log,
             log::log_requests,
@@ -584,6 +592,10 @@ async fn resources(State(app): State<Arc<AppState>>, request: axum::extract::Req
         }
     }
     let (parts, body) = request.into_parts();
+    let user = parts
+        .extensions
+        .get::<crate::auth::Authenticated>()
+        .map(|a| a.0.clone());
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(b) => b,
@@ -600,9 +612,46 @@ async fn resources(State(app): State<Arc<AppState>>, request: axum::extract::Req
             return result.unwrap_or_else(|e| error_response(&e));
         }
     }
-    match handle(&app, &method, &uri, &headers, &body) {
+    match handle(&app, &method, &uri, &headers, &body, user.as_ref()) {
         Ok(response) => response,
         Err(e) => error_response(&e),
+    }
+}
+
+/// `PUT certificatesigningrequests/<name>/approval`: the conditions from the body, then — as
+/// the controller manager's signer does for an approved request — the certificate (or a Failed
+/// condition) in a second write.
+fn approve_csr(
+    app: &Arc<AppState>,
+    rt: &'static ResourceType,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let request = parse_json_body(rt, headers, body)?;
+    let now = app.store.now();
+    let written = app.store.modify(rt, None, name, |old| {
+        crate::csr::apply_approval(old, &request, now)
+    })?;
+    sign_csr_if_approved(app, rt, name);
+    Ok(json_response(StatusCode::OK, &written.object))
+}
+
+/// Issues the certificate of an approved CSR with the fixture's CA (kube-controller-manager's
+/// `csrsigning` controller); a fixture without TLS has no CA and signs nothing.
+fn sign_csr_if_approved(app: &Arc<AppState>, rt: &'static ResourceType, name: &str) {
+    let Some(tls) = app.tls.clone() else { return };
+    let policy = app.signing;
+    let result = app.store.modify(rt, None, name, |old| {
+        if !crate::csr::should_sign(old) {
+            return Ok(old.clone());
+        }
+        let mut new = old.clone();
+        new["status"] = crate::csr::signed_status(old, &tls.authority, &policy, app.store.now());
+        Ok(new)
+    });
+    if let Err(error) = result {
+        tracing::warn!(csr = name, %error, "signing the certificate signing request");
     }
 }
 
@@ -612,6 +661,7 @@ fn handle(
     uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
+    user: Option<&crate::review::UserInfo>,
 ) -> Result<Response, ApiError> {
     let target = path::parse(uri.path()).map_err(|_| ApiError::path_not_found())?;
     let query = Query(log::parse_query(uri.query().unwrap_or("")));
@@ -619,7 +669,24 @@ fn handle(
     let ns = target.namespace.as_deref();
     let status = target.subresource.is_some();
     let store = &app.store;
+    let csr = rt.storage == "certificatesigningrequests";
     match (method.clone(), target.name.as_deref()) {
+        (Method::PUT, Some(name)) if csr && target.subresource.as_deref() == Some("approval") => {
+            approve_csr(app, rt, name, headers, body)
+        }
+        (Method::PATCH, Some(_)) if csr && target.subresource.as_deref() == Some("approval") => {
+            Err(ApiError::method_not_allowed())
+        }
+        (Method::POST, None) if csr => {
+            let opts = query.write_options()?;
+            let mut obj = parse_json_body(rt, headers, body)?;
+            crate::csr::prepare_create(&mut obj, user)?;
+            let written = store.create(rt, ns, obj, &opts)?;
+            Ok(with_warnings(
+                json_response(StatusCode::CREATED, &written.object),
+                &written.warnings,
+            ))
+        }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
             let request = parse_json_body(rt, headers, body)?;
             let issued = store.create_token(ns.unwrap_or("default"), name, &request)?;

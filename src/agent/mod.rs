@@ -21,6 +21,7 @@
 //! tree and waits for all of them.
 
 mod cgroups;
+mod credentials;
 mod eviction;
 mod servers;
 mod wakeups;
@@ -85,6 +86,10 @@ pub enum StartError {
     },
     #[error("connecting to the API server: {error}")]
     ApiServer { error: cluster::Error },
+    #[error("node certificates: {error}")]
+    Certificates {
+        error: crate::certificate::bootstrap::BootstrapError,
+    },
     #[error("{what}: {error}")]
     Tls { what: &'static str, error: TlsError },
     #[error(transparent)]
@@ -335,14 +340,13 @@ impl NodeletBuilder {
         if let Some(node_cgroups) = &node_cgroups {
             cgroups::sweep_orphans(node_cgroups, rt.runtime.as_ref()).await;
         }
-        let cluster = match &cfg.kubeconfig {
-            Some(_) => Some(
-                cluster::client(&cfg)
-                    .await
-                    .map_err(|error| StartError::ApiServer { error })?,
-            ),
+        // Cluster mode: the credentials first (TLS bootstrap, certificate managers), then the
+        // clients every part below uses.
+        let clients = match &cfg.kubeconfig {
+            Some(_) => Some(credentials::connect(&cfg, &node, clock, tasks, &cancel).await?),
             None => None,
         };
+        let cluster = clients.as_ref().map(|c| c.client.clone());
         // ConfigMaps and Secrets for volumes and env: watched in cluster mode, none standalone.
         let object_cache = match (&objects, &cluster) {
             (None, Some(client)) => Some(Arc::new(ObjectCache::new(client.clone()))),
@@ -587,11 +591,8 @@ impl NodeletBuilder {
             );
         }
 
-        if cluster.is_some() {
-            // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
-            let heartbeat = cluster::heartbeat_client(&cfg)
-                .await
-                .map_err(|error| StartError::ApiServer { error })?;
+        // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
+        if let Some(heartbeat) = clients.as_ref().map(|c| c.heartbeat.clone()) {
             let facts = NodeFacts::detect(&cfg, &node, &rt.version);
             let health = node_health(&pleg, &runtime_health);
             let agent = NodeAgent::new(
@@ -675,6 +676,7 @@ impl NodeletBuilder {
                 pleg: &pleg,
                 runtime_health: &runtime_health,
                 cluster: cluster.as_ref(),
+                serving: clients.as_ref().and_then(|c| c.serving.clone()),
                 clock,
                 summary,
                 history,

@@ -30,6 +30,9 @@ pub(super) struct Served<'a> {
     pub runtime_health: &'a RuntimeHealth,
     /// The API server, for TokenReviews and SubjectAccessReviews (cluster mode).
     pub cluster: Option<&'a kube::Client>,
+    /// The serving certificate's manager (`serverTLSBootstrap`): the kubelet API serves its
+    /// current certificate, renewed without a restart.
+    pub serving: Option<tokio::sync::watch::Receiver<Option<crate::certificate::SharedPair>>>,
     pub clock: Clock,
     /// `/stats/summary` (with a stats-capable runtime).
     pub summary: Option<Arc<dyn crate::stats::SummarySource>>,
@@ -152,21 +155,27 @@ async fn serve_kubelet_api(
         .tls_cert_file
         .as_deref()
         .zip(cfg.tls_private_key_file.as_deref());
-    let cert = server::tls::serving_certificate(
-        configured,
-        &cfg.root_dir.join("pki"),
-        &cfg.node_name,
-        &addresses,
-    )
+    let client_ca = cfg.authentication.client_ca_file.as_deref();
+    let tls = match &served.serving {
+        Some(pairs) => server::tls::server_config_rotating(pairs.clone(), client_ca),
+        None => {
+            let cert = server::tls::serving_certificate(
+                configured,
+                &cfg.cert_dir,
+                &cfg.node_name,
+                &addresses,
+            )
+            .map_err(|error| StartError::Tls {
+                what: "kubelet API serving certificate",
+                error,
+            })?;
+            server::tls::server_config(cert, client_ca)
+        }
+    }
     .map_err(|error| StartError::Tls {
-        what: "kubelet API serving certificate",
+        what: "kubelet API TLS",
         error,
     })?;
-    let tls = server::tls::server_config(cert, cfg.authentication.client_ca_file.as_deref())
-        .map_err(|error| StartError::Tls {
-            what: "kubelet API TLS",
-            error,
-        })?;
     let reviews = served
         .cluster
         .map(|client| Arc::new(ApiReviews::new(client.clone())));
