@@ -319,18 +319,8 @@ pub fn serve_listener(
     let app = connection::limited(app);
     let connections = tasks.clone();
     tasks.spawn(async move {
-        loop {
-            let (stream, remote) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(error) => {
-                        tracing::warn!(%error, "local API accept");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                _ = cancel.cancelled() => return,
-            };
+        while let Some((stream, remote)) = connection::accept(&listener, &cancel, "local API").await
+        {
             let app = app.clone();
             let cancel = cancel.clone();
             connections.spawn(async move {

@@ -280,18 +280,9 @@ pub async fn serve_tls(
     tracing::info!(%local, "kubelet API listening (HTTPS)");
     let connections = tasks.clone();
     tasks.spawn(async move {
-        loop {
-            let (stream, remote) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(error) => {
-                        tracing::warn!(%error, "kubelet API accept");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                _ = cancel.cancelled() => return,
-            };
+        while let Some((stream, remote)) =
+            super::connection::accept(&listener, &cancel, "kubelet API").await
+        {
             let acceptor = acceptor.clone();
             let router = router.clone();
             let cancel = cancel.clone();
