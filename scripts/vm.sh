@@ -202,6 +202,10 @@ qemu_args() {
 	local version="$1" initramfs="$2"
 	local append=(
 		console=ttyS0 quiet panic=-1 psi=1
+		# The kernel's boot-time check that the timer interrupt arrives through the IO-APIC
+		# fails when emulation falls behind on a loaded host ("IO-APIC + timer doesn't work!",
+		# a panic seen in a loaded test run); the check proves nothing about the guest here.
+		no_timer_check
 		systemd.unified_cgroup_hierarchy=1
 		systemd.unit=nodelet-vm-scenario.service
 		systemd.show_status=error
