@@ -13,7 +13,8 @@
 #   eviction   the cgroup v2 VM (qemu, software emulation): 10 eviction cycles in one boot
 # OPTIONS (defaults are the minimums): --runs N (5), --exits N (200),
 #   --reaction-runs N (20), --many-pods N (500), --window SECONDS (120), --settle SECONDS (30),
-#   --eviction-runs N (10), --no-write (print only).
+#   --eviction-runs N (10), --no-write (print only), --profile SECONDS (perf record nodelet
+#   after each footprint window; reports in target/bench-profiles/).
 #
 # As root on Debian 12, after the README's set-up. It installs what is missing, builds the
 # images and a release build, and starts a containerd of its own (socket, state, CNI bridge and
@@ -37,7 +38,7 @@ require_root
 
 case " $* " in
 *" -h "* | *" --help "*)
-	sed -n '2,26s/^# \{0,1\}//p' "$0"
+	sed -n '2,27s/^# \{0,1\}//p' "$0"
 	exit 0
 	;;
 esac

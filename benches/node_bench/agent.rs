@@ -36,6 +36,15 @@ pub fn runtime() -> Arc<RemoteRuntime> {
     Arc::new(RemoteRuntime::connect(&e, &e, Duration::from_secs(120)).expect("CRI client"))
 }
 
+/// The nodelet binary under test: this build's, or `NODELET_BENCH_NODELET` (another build, to
+/// compare before and after a change in the same conditions).
+pub fn nodelet_binary() -> String {
+    std::env::var("NODELET_BENCH_NODELET")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").to_string())
+}
+
 /// A loopback port free now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -86,7 +95,7 @@ impl Agent {
         text.push_str(extra);
         std::fs::write(&config, text).expect("write config");
         let log = std::fs::File::create(dir.path().join("nodelet.log")).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        let child = Command::new(nodelet_binary())
             .args(["run", "--config"])
             .arg(&config)
             .env_remove("RUST_LOG")
@@ -153,6 +162,19 @@ impl Agent {
             .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
             .collect();
         (!values.is_empty()).then(|| values.iter().sum())
+    }
+
+    /// The samples of a metric family (`name` plus its `_sum`/`_count` suffix), by their label
+    /// text (`{operation_type="run_pod_sandbox"}`).
+    pub async fn metric_samples(&self, name: &str) -> HashMap<String, f64> {
+        let text = self.get("/metrics").await.unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                let (labels, value) = rest.rsplit_once(' ')?;
+                Some((labels.to_string(), value.parse().ok()?))
+            })
+            .collect()
     }
 
     /// Writes a manifest as tooling should (write, then rename into the directory).

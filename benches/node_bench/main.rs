@@ -49,6 +49,8 @@ pub struct Options {
     pub eviction_runs: usize,
     /// Write `docs/benchmarks.md` (default) or only print.
     pub write: bool,
+    /// Seconds of `perf record` on nodelet after the footprint's windows (0: none).
+    pub profile: u64,
 }
 
 impl Default for Options {
@@ -62,13 +64,14 @@ impl Default for Options {
             settle: Duration::from_secs(30),
             eviction_runs: 10,
             write: true,
+            profile: 0,
         }
     }
 }
 
 const USAGE: &str = "usage: node_bench [start|reaction|footprint|api|eviction ...] \
     [--runs N] [--exits N] [--reaction-runs N] [--many-pods N] [--window SECONDS] \
-    [--settle SECONDS] [--eviction-runs N] [--no-write]";
+    [--settle SECONDS] [--eviction-runs N] [--no-write] [--profile SECONDS]";
 
 fn parse(args: &[String]) -> Result<(Vec<String>, Options), String> {
     let mut opts = Options::default();
@@ -86,11 +89,13 @@ fn parse(args: &[String]) -> Result<(Vec<String>, Options), String> {
             "--runs" => opts.runs = value(a)?.max(1) as usize,
             "--exits" => opts.exits = value(a)?.max(1) as usize,
             "--reaction-runs" => opts.reaction_runs = value(a)?.max(1) as usize,
-            "--many-pods" => opts.many_pods = value(a)?.max(1) as usize,
+            // 0 leaves the large step out.
+            "--many-pods" => opts.many_pods = value(a)? as usize,
             "--window" => opts.window = Duration::from_secs(value(a)?.max(1)),
             "--settle" => opts.settle = Duration::from_secs(value(a)?),
             "--eviction-runs" => opts.eviction_runs = value(a)?.max(1) as usize,
             "--no-write" => opts.write = false,
+            "--profile" => opts.profile = value(a)?,
             "all" => parts.extend(PARTS.iter().map(|p| p.to_string())),
             p if PARTS.contains(&p) => parts.push(p.to_string()),
             other => return Err(format!("unknown argument {other:?}")),

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -80,10 +80,76 @@ fn bare_id(id: &str) -> &str {
     id.rsplit("://").next().unwrap_or(id)
 }
 
-/// Exit → terminated in `/pods`, over at least `count` exits of 10 crash-looping pods.
-async fn exits(count: usize) -> (Summary, usize) {
+/// For each container exit (by container ID): when containerd's event reached this process,
+/// and when the CRI's ContainerStatus first said the container is no longer running (polled
+/// every 2 ms from the event on, as nodelet's PLEG does): the bare runtime's own exit
+/// notification, and the floor for any CRI client's status.
+type ExitSeen = Arc<Mutex<HashMap<String, (Timestamp, Option<Timestamp>)>>>;
+
+/// Polls ContainerStatus until the CRI reports the container exited (at most 10 s).
+async fn cri_sees_exit(rt: Arc<RemoteRuntime>, id: String, seen: ExitSeen) {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        match rt.container_status(&id).await {
+            Ok(s) if s.state == api::ContainerState::ContainerRunning as i32 => {}
+            _ => {
+                if let Some(e) = seen.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
+                    e.1 = Some(Timestamp::now());
+                }
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Follows containerd's `/tasks/exit` events in the CRI namespace, as nodelet's PLEG does.
+async fn follow_exits(socket: PathBuf, rt: Arc<RemoteRuntime>, seen: ExitSeen) {
+    use containerd_client::services::v1::events_client::EventsClient;
+    use prost::Message;
+    let Ok(channel) = containerd_client::connect(&socket).await else {
+        eprintln!("reaction: cannot connect to {}", socket.display());
+        return;
+    };
+    let request = containerd_client::services::v1::SubscribeRequest {
+        filters: vec!["namespace==k8s.io,topic==\"/tasks/exit\"".into()],
+    };
+    let Ok(response) = EventsClient::new(channel).subscribe(request).await else {
+        return;
+    };
+    let mut stream = response.into_inner();
+    while let Ok(Some(envelope)) = stream.message().await {
+        let now = Timestamp::now();
+        let Some(event) = envelope.event else {
+            continue;
+        };
+        if let Ok(exit) = containerd_client::events::TaskExit::decode(event.value.as_slice()) {
+            // An exec'd process's exit is not the container's.
+            if exit.id.is_empty() || exit.id == exit.container_id {
+                let first = seen
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(exit.container_id.clone(), (now, None))
+                    .is_none();
+                if first {
+                    tokio::spawn(cri_sees_exit(rt.clone(), exit.container_id, seen.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Exit → terminated in `/pods`, over at least `count` exits of 10 crash-looping pods; and
+/// exit → containerd's event, for the same exits.
+async fn exits(count: usize) -> ExitTimes {
     let a = Agent::start("exits", FAST_BACKOFF).await;
     let rt = agent::runtime();
+    let seen_by_containerd: ExitSeen = Arc::default();
+    let follower = tokio::spawn(follow_exits(
+        crate::sys::containerd_socket(&agent::endpoint()),
+        rt.clone(),
+        seen_by_containerd.clone(),
+    ));
     let pods = 10;
     for i in 0..pods {
         // Different run lengths, so the exits spread out instead of coming in lockstep.
@@ -122,12 +188,25 @@ async fn exits(count: usize) -> (Summary, usize) {
             for id in terminated_ids(p) {
                 // Only exits of instances seen running: the transition happened while watched.
                 if seen_running.contains(&id) && done.insert(id.clone()) {
-                    let rt = rt.clone();
+                    let (rt, events) = (rt.clone(), seen_by_containerd.clone());
                     lookups.push(tokio::spawn(async move {
-                        let status = rt.container_status(bare_id(&id)).await.ok()?;
+                        let id = bare_id(&id);
+                        let status = rt.container_status(id).await.ok()?;
                         let finished =
                             Timestamp::from_nanosecond(i128::from(status.finished_at)).ok()?;
-                        Some(ms_between(finished, now))
+                        // Give the CRI poll of this exit its time to finish.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        let bare = events
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get(id)
+                            .map(|(event, cri)| {
+                                (
+                                    ms_between(finished, *event),
+                                    cri.map(|c| ms_between(finished, c)),
+                                )
+                            });
+                        Some((ms_between(finished, now), bare))
                     }));
                 }
             }
@@ -135,20 +214,32 @@ async fn exits(count: usize) -> (Summary, usize) {
         }
         tokio::time::sleep(POLL).await;
     }
-    let mut values = Vec::new();
+    let (mut ours, mut events, mut cri) = (Vec::new(), Vec::new(), Vec::new());
     for l in lookups {
-        if let Ok(Some(v)) = l.await {
-            values.push(v);
+        if let Ok(Some((v, bare))) = l.await {
+            ours.push(v);
+            if let Some((event, seen)) = bare {
+                events.push(event);
+                cri.extend(seen);
+            }
         }
     }
-    let restarts = a.metric("nodelet_pleg_events_total").await;
+    follower.abort();
     eprintln!(
-        "reaction: exits measured {} (pleg events {restarts:?})",
-        values.len()
+        "reaction: exits measured {} (containerd's event seen for {}, the CRI's status for {})",
+        ours.len(),
+        events.len(),
+        cri.len()
     );
     a.remove_all(T).await;
-    let n = values.len();
-    (Summary::of(&values).expect("exits"), n)
+    ExitTimes { ours, events, cri }
+}
+
+/// Milliseconds from each exit to: nodelet's `/pods`, containerd's event, the CRI's status.
+struct ExitTimes {
+    ours: Vec<f64>,
+    events: Vec<f64>,
+    cri: Vec<f64>,
 }
 
 /// A hostPath directory for one pod's health and event files.
@@ -379,14 +470,34 @@ async fn bare_stop(rt: &Arc<RemoteRuntime>, root: &Path, runs: usize) -> Vec<f64
 pub async fn run(opts: &Options) -> Section {
     let mut rows = Vec::new();
     let load = LoadMark::start();
-    let (exit, n) = exits(opts.exits).await;
+    let times = exits(opts.exits).await;
     let load = load.end();
+    let exit = Summary::of(&times.ours).expect("exits");
+    let event = Summary::of(&times.events);
+    let cri = Summary::of(&times.cri);
     rows.push(
         Row::new(
-            format!("container exit → terminated in `/pods`, ms ({n} exits)"),
+            format!(
+                "container exit → terminated in `/pods`, ms ({} exits)",
+                exit.n
+            ),
             ms_str(&exit),
         )
+        .baseline(
+            format!(
+                "exit → containerd's event: {}",
+                event.as_ref().map_or("—".into(), ms_str)
+            ),
+            event.as_ref().map(|e| exit.p99 / e.p99),
+        )
         .goal("p99 ≤ 50 ms", Verdict::at_most(exit.p99, 50.0))
+        .load(&load),
+    );
+    rows.push(
+        Row::new(
+            "… the same exits → the CRI's ContainerStatus says exited, ms",
+            cri.as_ref().map_or("—".into(), ms_str),
+        )
         .load(&load),
     );
 

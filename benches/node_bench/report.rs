@@ -210,6 +210,9 @@ impl Section {
             }
             let _ = writeln!(s, "{line}  [load {}]", r.load);
         }
+        for n in &self.notes {
+            let _ = writeln!(s, "  - {n}");
+        }
         s
     }
 }

@@ -237,10 +237,19 @@ pub fn versions() -> String {
     } else {
         "release build"
     };
-    format!("nodelet {commit} ({build}), containerd {containerd}, runc {runc}")
+    let nodelet = match std::env::var("NODELET_BENCH_NODELET") {
+        Ok(path) if !path.is_empty() => format!("nodelet binary {path} (NODELET_BENCH_NODELET)"),
+        _ => format!("nodelet {commit} ({build})"),
+    };
+    format!("{nodelet}, containerd {containerd}, runc {runc}")
 }
 
 pub fn commit() -> String {
+    if let Ok(path) = std::env::var("NODELET_BENCH_NODELET") {
+        if !path.is_empty() {
+            return format!("binary {path}");
+        }
+    }
     first_line(
         "git",
         &[
@@ -259,4 +268,79 @@ pub fn now_utc() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%d %H:%M UTC")
         .to_string()
+}
+
+/// Samples `pid` with `perf record -e cpu-clock` (software sampling: this machine's perf has no
+/// hardware counters) for `seconds`, with DWARF call graphs, and writes two reports next to
+/// the data in `target/bench-profiles/NAME.*`: by symbol (self time) and by caller chain.
+/// Returns the first lines of the symbol report, or why there is none.
+pub async fn profile(pid: u32, seconds: u64, name: &str) -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-profiles");
+    let _ = std::fs::create_dir_all(&dir);
+    let data = dir.join(format!("{name}.perf.data"));
+    let record = tokio::process::Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "999",
+            "--call-graph",
+            "dwarf,16384",
+        ])
+        .arg("-p")
+        .arg(pid.to_string())
+        .arg("-o")
+        .arg(&data)
+        .args(["--", "sleep", &seconds.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await;
+    if !record.is_ok_and(|s| s.success()) {
+        return "perf record failed (is perf installed and allowed?)".into();
+    }
+    let report = |args: &[&str], out: &str| {
+        let path = dir.join(format!("{name}.{out}.txt"));
+        let text = Command::new("perf")
+            .args(["report", "--stdio", "-i"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let _ = std::fs::write(&path, &text);
+        text
+    };
+    let flat = report(
+        &[
+            "--no-children",
+            "--sort",
+            "symbol",
+            "-g",
+            "none",
+            "--percent-limit",
+            "0.5",
+        ],
+        "symbols",
+    );
+    report(
+        &[
+            "--children",
+            "--sort",
+            "symbol",
+            "-g",
+            "caller,0.5,callee,function,percent",
+            "--percent-limit",
+            "3",
+        ],
+        "callers",
+    );
+    let top: Vec<&str> = flat
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .take(30)
+        .collect();
+    format!("{} (reports in {})", top.join("\n"), dir.display())
 }
