@@ -16,6 +16,8 @@
 #   docker-registry, skopeo, apache2-utils, openssl  the private TLS registry of the pull tests
 #                                                  (scripts/registry.sh): the registry, pushing
 #                                                  the OCI archives, htpasswd (bcrypt), the test CA
+#   chromium, chromium-driver                      the status page's browser test (tests/status_page.rs):
+#                                                  headless Chromium driven through chromedriver
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,6 +27,7 @@ PACKAGES=(
 	iproute2 iptables gcc libc6-dev python3 curl dbus-daemon
 	qemu-system-x86 linux-image-amd64 cpio dbus systemd
 	docker-registry skopeo apache2-utils openssl
+	chromium chromium-driver
 )
 
 missing=()

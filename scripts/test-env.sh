@@ -5,6 +5,8 @@
 #                      project-local containerd, import the images, start the private test
 #                      registry and push the images into it; then print the environment tests
 #                      need (eval "$(scripts/test-env.sh up)")
+#   test-env.sh up --no-registry
+#                      the same without the registry (an instance for tests that pull nothing)
 #   test-env.sh down   stop that containerd and the registry, and clean up everything they started
 #
 # Quiet on success (only the export lines on stdout); on failure, names the step and shows the
@@ -39,10 +41,14 @@ up)
 	step "build images" "$SCRIPTS/images.sh" build
 	step "start containerd" "$SCRIPTS/containerd.sh" start
 	step "import images" "$SCRIPTS/images.sh" import
-	step "start registry" "$SCRIPTS/registry.sh" start
-	step "push images to the registry" "$SCRIPTS/registry.sh" push
+	if [ "${2:-}" != --no-registry ]; then
+		step "start registry" "$SCRIPTS/registry.sh" start
+		step "push images to the registry" "$SCRIPTS/registry.sh" push
+	fi
 	"$SCRIPTS/containerd.sh" env
-	"$SCRIPTS/registry.sh" env
+	if [ "${2:-}" != --no-registry ]; then
+		"$SCRIPTS/registry.sh" env
+	fi
 	;;
 down)
 	require_root

@@ -1,48 +1,165 @@
 #!/usr/bin/env bash
 # Runs every test of nodelet: unit tables, component tests (fake runtime, paused clock), CLI
-# tests, testbox's tests, the integration tests against a real containerd with the project's
-# own images, the VM tests, and a short run of every fuzz target (scripts/fuzz.sh). As root on
-# Debian 12; installs and starts what it needs, and stops the project-local containerd again at
-# the end (set NODELET_TEST_KEEP=1 to leave it running). Arguments are test-name filters for
-# `cargo test`; with any, the fuzz run is left out.
+# tests, testbox's and the fixture's tests, the integration tests against a real containerd with
+# the project's own images, the fault tests, the VM tests, and a short run of every fuzz target
+# (scripts/fuzz.sh). As root on Debian 12; installs and starts what it needs, and stops the
+# project-local containerds again at the end (set NODELET_TEST_KEEP=1 to leave them running).
+#
+# The test binaries run in three lanes at once, each one binary after another (within a binary
+# its tests run in parallel, as under `cargo test`): the VM scenarios (each boots its own qemu
+# guest); the fault tests (they stop their containerd, so they get an instance of their own),
+# then the fuzz targets' build and short run; and all the rest against the shared test
+# containerd. Every binary's wall time is printed at the end; the lanes' output is in
+# target/test-lanes/.
+#
+# Arguments are test-name filters: then `cargo test --workspace` runs with them, one binary after
+# another against the shared containerd, and the fuzz run is left out.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
+repo="$PWD"
 
-# containerd, runc, CNI plugins, protoc (for containerd-client's build), busybox, gcc.
+# containerd, runc, CNI plugins, protoc (for containerd-client's build), busybox, gcc, qemu, ...
 scripts/install-deps.sh
 eval "$(scripts/test-env.sh up)"
-# The fuzz targets' build runs in the background (below); an early exit stops it. The trap
-# runs under `set -e` too, so a command in it that may fail must not be the last of a list.
-fuzz_build=
-stop_fuzz_build() {
-	if [ -n "$fuzz_build" ]; then
-		pkill -TERM -P "$fuzz_build" 2>/dev/null || true
-		kill "$fuzz_build" 2>/dev/null || true
-	fi
-}
-if [ "${NODELET_TEST_KEEP:-0}" != 1 ]; then
-	trap 'stop_fuzz_build; scripts/test-env.sh down' EXIT
-else
-	trap stop_fuzz_build EXIT
+
+if [ $# -gt 0 ]; then
+	[ "${NODELET_TEST_KEEP:-0}" = 1 ] || trap 'scripts/test-env.sh down' EXIT
+	cargo test --workspace --locked -- "$@"
+	exit
 fi
 
+# The fault tests' containerd: its own root, state, socket, CNI network and bridge (scripts/lib.sh).
+faults_instance=(
+	NODELET_TEST_VAR=/var/lib/nodelet-test-faults NODELET_TEST_RUN=/run/nodelet-test-faults
+	NODELET_TEST_BRIDGE=nodelet1 NODELET_TEST_SUBNET=10.90.0.0/16
+	NODELET_TEST_CNI_NETWORK=nodelet-faults
+)
+faults_env="$(env "${faults_instance[@]}" scripts/test-env.sh up --no-registry)"
+
+lanes_dir=target/test-lanes
+rm -rf "$lanes_dir"
+mkdir -p "$lanes_dir"
+# The background lanes; an early exit stops them. The trap runs
+# under `set -e` too, so a command in it that may fail must not be the last of a list.
+background=()
+kill_tree() { # PID: the process and everything below it, children first
+	local child
+	for child in $(pgrep -P "$1" 2>/dev/null || true); do
+		kill_tree "$child"
+	done
+	kill -TERM "$1" 2>/dev/null || true
+}
+stop_background() {
+	local pid
+	for pid in "${background[@]}"; do
+		kill_tree "$pid"
+	done
+}
+down() {
+	scripts/test-env.sh down || true
+	env "${faults_instance[@]}" scripts/test-env.sh down || true
+}
+if [ "${NODELET_TEST_KEEP:-0}" != 1 ]; then
+	trap 'stop_background; down' EXIT
+else
+	trap stop_background EXIT
+fi
+# Interrupted (Ctrl-C, a CI timeout): the EXIT trap stops the lanes at once, since the script
+# only ever `wait`s for them (a signal interrupts `wait`, not a foreground command).
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 cargo build --workspace --locked --all-targets
-if [ $# -eq 0 ]; then
-	# The fuzz targets' instrumented build shares nothing with the test build; at the lowest
-	# priority it runs on the CPU the tests leave idle (they mostly wait on containers).
-	mkdir -p target
-	nice -n 19 scripts/fuzz.sh build >target/fuzz-build.log 2>&1 &
-	fuzz_build=$!
-fi
-cargo test --workspace --locked -- "$@"
-if [ -n "$fuzz_build" ]; then
-	build=$fuzz_build
-	fuzz_build=
-	if ! wait "$build"; then
-		tail -n 40 target/fuzz-build.log >&2
-		echo "test.sh: the fuzz targets did not build (target/fuzz-build.log)" >&2
-		exit 1
+cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
+	python3 scripts/test-binaries.py "$repo" >"$lanes_dir/binaries"
+
+# run_lane LANE: the lane's binaries one after another, each from its package's directory as
+# `cargo test` runs it; a failed binary does not stop the lane. Appends "lane name seconds
+# status" to $lanes_dir/times and reports each end on the terminal (fd 3).
+exec 3>&1
+run_lane() {
+	local lane="$1" failed=0 l dir name exe start status
+	while read -r l dir name exe; do
+		[ "$l" = "$lane" ] || continue
+		echo "     Running $name ($exe)"
+		start=$SECONDS
+		status=0
+		(cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" </dev/null) || status=$?
+		echo "$lane $name $((SECONDS - start)) $status" >>"$lanes_dir/times"
+		if [ "$status" -eq 0 ]; then
+			echo "test.sh: [$lane] $name ok in $((SECONDS - start)) s" >&3
+		else
+			echo "test.sh: [$lane] $name FAILED (exit $status) after $((SECONDS - start)) s" >&3
+			failed=1
+		fi
+	done <"$lanes_dir/binaries"
+	return "$failed"
+}
+
+run_lane vm >"$lanes_dir/vm.log" 2>&1 &
+vm_lane=$!
+background+=("$vm_lane")
+# The fuzz targets' instrumented build shares nothing with the test build, so it comes after the
+# fault tests, the shortest lane, and runs beside the other two.
+(
+	failed=0
+	(
+		eval "$faults_env"
+		export "${faults_instance[@]}"
+		run_lane faults
+	) || failed=1
+	start=$SECONDS
+	echo "     Running scripts/fuzz.sh 5 (output: $lanes_dir/fuzz.log)"
+	if scripts/fuzz.sh 5 >"$lanes_dir/fuzz.log" 2>&1; then
+		tail -n 12 "$lanes_dir/fuzz.log"
+		echo "faults fuzz-targets $((SECONDS - start)) 0" >>"$lanes_dir/times"
+		echo "test.sh: [faults] fuzz targets (build, 5 s each) ok in $((SECONDS - start)) s" >&3
+	else
+		tail -n 80 "$lanes_dir/fuzz.log"
+		echo "faults fuzz-targets $((SECONDS - start)) 1" >>"$lanes_dir/times"
+		echo "test.sh: [faults] fuzz targets FAILED after $((SECONDS - start)) s" >&3
+		failed=1
 	fi
-	scripts/fuzz.sh 5
+	exit "$failed"
+) >"$lanes_dir/faults.log" 2>&1 &
+faults_lane=$!
+background+=("$faults_lane")
+
+# The main lane's output goes to the terminal as it comes.
+(
+	failed=0
+	if ! cargo test --workspace --locked --doc; then
+		echo "main doc-tests 0 1" >>"$lanes_dir/times"
+		failed=1
+	fi
+	run_lane main || failed=1
+	exit "$failed"
+) &
+main_lane=$!
+background+=("$main_lane")
+
+lane_status=0
+wait "$main_lane" || lane_status=1
+for lane in vm faults; do
+	pid=$vm_lane
+	[ "$lane" = faults ] && pid=$faults_lane
+	status=0
+	wait "$pid" || status=$?
+	echo
+	echo "==================== lane $lane (target/test-lanes/$lane.log) ===================="
+	cat "$lanes_dir/$lane.log"
+	[ "$status" -eq 0 ] || lane_status=1
+done
+
+background=()
+
+echo
+echo "test.sh: wall time of each test binary (seconds; lane, name, exit status):"
+sort -k3,3nr "$lanes_dir/times" | awk '{printf "  %-7s %-45s %5s s  %s\n", $1, $2, $3, ($4 == 0 ? "ok" : "FAILED")}'
+if [ "$lane_status" -ne 0 ]; then
+	echo "test.sh: FAILED:" >&2
+	awk '$4 != 0 {print "  " $2 " (lane " $1 ")"}' "$lanes_dir/times" >&2
+	exit 1
 fi
+echo "test.sh: all tests passed"

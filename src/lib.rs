@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod backoff;
+pub mod certificate;
 pub mod cgroup;
 pub mod clock;
 pub mod cluster;
@@ -15,6 +16,7 @@ pub mod cri;
 pub mod events;
 pub mod eviction;
 pub mod gc;
+pub mod history;
 pub mod images;
 pub mod logs;
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! The `nodelet` command: `run`, `validate`, `pods`, `events`, `version`.
+//! The `nodelet` command: `run`, `validate`, `pods`, `events`, `top`, `version`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,6 +74,25 @@ enum Command {
         #[arg(short = 'o', long, value_parser = ["json", "table"], default_value = "table")]
         output: String,
     },
+    /// Show the CPU and memory of the pods or of the node, like `kubectl top pod|node`, from
+    /// the local API's `/stats/summary`.
+    Top {
+        /// `pod` (`pods`, `po`) or `node` (`nodes`, `no`).
+        #[arg(value_parser = ["pod", "pods", "po", "node", "nodes", "no"], default_value = "pod")]
+        resource: String,
+        /// Base URL of nodelet's read-only API.
+        #[arg(long)]
+        server: Option<String>,
+        /// Read the API address and port from this configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only pods of this namespace.
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// Always show the NAMESPACE column.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
     /// Print the version.
     Version,
 }
@@ -107,6 +126,12 @@ struct RunArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if invoked_as_kubelet(&args) {
+        return exit_code(kubelet_command(&args[1..]));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_command(args),
@@ -128,11 +153,22 @@ fn main() -> std::process::ExitCode {
             namespace,
             output,
         } => events(server, config, namespace, &output),
+        Command::Top {
+            resource,
+            server,
+            config,
+            namespace,
+            all_namespaces,
+        } => top(&resource, server, config, namespace, all_namespaces),
         Command::Version => {
             println!("nodelet {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
     };
+    exit_code(result)
+}
+
+fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -140,6 +176,47 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// nodelet runs as the kubelet when started under that name (a `kubelet` symlink, as a unit
+/// written for the kubelet starts it) or with kubelet flags instead of a subcommand
+/// (`nodelet --config=... --kubeconfig=...`). `nodelet --help` and `--version` stay nodelet's.
+fn invoked_as_kubelet(args: &[String]) -> bool {
+    let program = args
+        .first()
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str());
+    if program == Some("kubelet") {
+        return true;
+    }
+    args.get(1).is_some_and(|first| {
+        first.starts_with('-') && !["-h", "--help", "-V", "--version"].contains(&first.as_str())
+    })
+}
+
+/// The kubelet's command line (`config::flags`): flags over the `--config` file, then run.
+fn kubelet_command(args: &[String]) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let line = config::flags::parse(args, &cwd)?;
+    if line.help {
+        print!("{}", config::flags::usage());
+        return Ok(());
+    }
+    if line.version {
+        println!("Kubernetes {}", nodelet::node::status::kubelet_version());
+        return Ok(());
+    }
+    let loaded = config::load_kubelet(&line, &Environment::detect())?;
+    for warning in &loaded.warnings {
+        eprintln!("nodelet: warning: {warning}");
+    }
+    let source = line
+        .config_file
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "kubelet flags".to_string());
+    start(loaded.config, &source)
 }
 
 fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
@@ -336,6 +413,58 @@ fn events(
     Ok(())
 }
 
+/// `nodelet top pod|node`: the CPU-and-memory Summary as `kubectl top` prints it; the node's
+/// percentages are of the allocatable the local API's `/node` reports.
+fn top(
+    resource: &str,
+    server: Option<String>,
+    config_path: Option<PathBuf>,
+    namespace: Option<String>,
+    all_namespaces: bool,
+) -> anyhow::Result<()> {
+    use nodelet::stats::top;
+    let base = local_api_base(server, config_path)?;
+    let body = get_json(
+        &format!("{base}/stats/summary"),
+        &[("only_cpu_and_memory", "true".to_string())],
+    )?;
+    let summary: nodelet::stats::Summary =
+        serde_json::from_value(body).context("decoding the stats summary")?;
+    if matches!(resource, "node" | "nodes" | "no") {
+        let node = get_json(&format!("{base}/node"), &[])?;
+        let quantity = |name: &str| -> anyhow::Result<nodelet::quantity::Quantity> {
+            let text = node["status"]["allocatable"][name]
+                .as_str()
+                .with_context(|| format!("{base}/node has no status.allocatable.{name}"))?;
+            nodelet::quantity::Quantity::parse(text).map_err(|e| {
+                anyhow::anyhow!("{base}/node: status.allocatable.{name} {text:?}: {e}")
+            })
+        };
+        let allocatable = top::Allocatable {
+            cpu_milli: u64::try_from(quantity("cpu")?.milli_value()).unwrap_or(0),
+            memory_bytes: u64::try_from(quantity("memory")?.value()).unwrap_or(0),
+        };
+        print!("{}", top::node_table(&summary, allocatable));
+        return Ok(());
+    }
+    // As `nodelet pods`: every namespace unless one is given, the NAMESPACE column when
+    // asked for or when the pods span several.
+    let namespaces: std::collections::BTreeSet<&str> = summary
+        .pods
+        .iter()
+        .map(|p| p.pod_ref.namespace.as_str())
+        .collect();
+    let with_namespace = all_namespaces || (namespace.is_none() && namespaces.len() > 1);
+    match top::pod_table(&summary, namespace.as_deref(), with_namespace) {
+        Some(table) => print!("{table}"),
+        None => match namespace {
+            Some(ns) => eprintln!("No resources found in {ns} namespace."),
+            None => eprintln!("No resources found"),
+        },
+    }
+    Ok(())
+}
+
 fn init_tracing(cfg: &Config) {
     use tracing_subscriber::EnvFilter;
     // The kubelet's -v levels: up to 2 is the normal operator level, 4 is debugging.
@@ -382,11 +511,16 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     if let Some(p) = args.healthz_port {
         cfg.healthz_port = p;
     }
+    start(cfg, &args.config.display().to_string())
+}
+
+/// Starts nodelet with a loaded configuration (`source` names where it came from in errors).
+fn start(cfg: Config, source: &str) -> anyhow::Result<()> {
     // The kubelet validates the cgroup version with its configuration: before anything starts.
     let unified =
         nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(nodelet::cgroup::CGROUP_MOUNT));
     let cgroup_v1_warning = nodelet::cgroup::check_cgroup_version(cfg.fail_cgroup_v1, unified)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     init_tracing(&cfg);
     if let Some(warning) = cgroup_v1_warning {
         tracing::warn!("{warning}");

@@ -985,6 +985,15 @@ fn kubelet_api_get(certs: &std::path::Path, port: u16, path: &str) -> (String, S
 /// to it serving the kubelet API (trusting that certificate's CA), and a running pod `chatty`
 /// (testbox serving HTTP on 8080). Returns the kubelet API port and the certificates' directory.
 async fn joined_with_kubelet_api(test: &str) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
+    joined_with_kubelet_api_and(test, Default::default()).await
+}
+
+/// [`joined_with_kubelet_api`] with a fixture set up by `options` (its kubelet client is set
+/// here).
+async fn joined_with_kubelet_api_and(
+    test: &str,
+    options: apiserver_fixture::FixtureOptions,
+) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
     let certs = tempfile::tempdir().unwrap();
     let (ca_file, identity) = kubelet_client_identity(certs.path());
     let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
@@ -992,7 +1001,7 @@ async fn joined_with_kubelet_api(test: &str) -> (Fixture, Nodelet, u16, tempfile
             identity_pem: Some(identity),
             ca_pem: None,
         },
-        ..Default::default()
+        ..options
     })
     .await
     .unwrap();
@@ -1268,4 +1277,88 @@ async fn kubectl_exec_and_port_forward_reach_the_container() {
     let _ = forward.kill();
     let _ = forward.wait();
     assert_eq!(status.ok(), Some(200), "{}", tail(&n.logs(), 30));
+}
+
+/// `kubectl top pod` and `kubectl top node` through the fixture: its metrics-server stand-in
+/// scrapes nodelet's `/metrics/resource` through `nodes/{name}/proxy` (the API server's kubelet
+/// client certificate, authorized by nodelet as `nodes/metrics`) and serves `metrics.k8s.io`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_top_shows_nodelets_pods_and_node() {
+    let (fixture, n, _, _certs) = joined_with_kubelet_api_and(
+        "kubectl-top",
+        apiserver_fixture::FixtureOptions {
+            metrics_resolution: Some(Duration::from_secs(2)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let api = fixture.url();
+    // The raw resource metrics through the node proxy, as `kubectl get --raw` reads them.
+    let raw_path = format!("/api/v1/nodes/{}/proxy/metrics/resource", n.node);
+    let (ok, raw, err) = kubectl(&api, &["get", "--raw", &raw_path]);
+    assert!(ok, "kubectl get --raw {raw_path}: {err}");
+    assert!(
+        raw.contains("container_memory_working_set_bytes{container=\"main\",namespace=\"default\",pod=\"chatty\"}"),
+        "{raw}"
+    );
+    assert!(raw.contains("\nresource_scrape_error 0\n"), "{raw}");
+
+    // Metrics need two scrapes (a rate); kubectl says so until then.
+    let pods = wait_api("kubectl top pod", &n, || {
+        let (ok, out, err) = kubectl(&api, &["top", "pod"]);
+        assert!(
+            ok || err.contains("not available") || err.contains("No resources"),
+            "kubectl top pod: {err}"
+        );
+        (ok && out.contains("chatty")).then_some(out)
+    })
+    .await;
+    let lines: Vec<Vec<&str>> = pods
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["NAME", "CPU(cores)", "MEMORY(bytes)"], "{pods}");
+    let chatty = lines.iter().find(|l| l[0] == "chatty").unwrap();
+    assert!(chatty[1].ends_with('m'), "{pods}");
+    let mib: u64 = chatty[2].strip_suffix("Mi").unwrap().parse().unwrap();
+    // The same working set as nodelet's own Summary (testbox holds well under a MiB, which
+    // steady memory keeps in the same MiB).
+    let summary: serde_json::Value = reqwest::get(format!(
+        "{}/stats/summary?only_cpu_and_memory=true",
+        n.base_url()
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let working_set = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "chatty")
+        .and_then(|p| p["containers"][0]["memory"]["workingSetBytes"].as_u64())
+        .unwrap_or_else(|| panic!("chatty not in {summary}"));
+    assert!(
+        mib.abs_diff(working_set >> 20) <= 1,
+        "kubectl top {mib}Mi, summary {working_set} bytes\n{pods}"
+    );
+
+    let (ok, nodes, err) = kubectl(&api, &["top", "node"]);
+    assert!(ok, "kubectl top node: {err}");
+    let row: Vec<&str> = nodes
+        .lines()
+        .find(|l| l.starts_with(&n.node))
+        .unwrap_or_else(|| panic!("{} not in\n{nodes}", n.node))
+        .split_whitespace()
+        .collect();
+    assert!(row[1].ends_with('m') && row[2].ends_with('%'), "{nodes}");
+    let node_mib: u64 = row[3].strip_suffix("Mi").unwrap().parse().unwrap();
+    let percent: u64 = row[4].strip_suffix('%').unwrap().parse().unwrap();
+    assert!(node_mib > mib && percent <= 100, "{nodes}");
+    // The scrapes went through the node proxy.
+    assert!(fixture
+        .request_log()
+        .iter()
+        .any(|r| r.path == raw_path && r.status == 200));
 }

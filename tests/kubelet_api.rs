@@ -188,6 +188,19 @@ async fn client_certificates_authenticate_and_webhook_authorizes() {
         )
     );
 
+    // The resource metrics: the CPU-and-memory Summary, authorized as nodes/metrics.
+    let (code, body) = get(&alice, &format!("{}/metrics/resource", server.url)).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\nresource_scrape_error 0\n"), "{body}");
+    let (code, body) = get(&bob, &format!("{}/metrics/resource", server.url)).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=bob, verb=get, resource=nodes, subresource=metrics)"
+        )
+    );
+
     let (code, body) = get(&bob, &format!("{}/containerLogs/ns/web/app", server.url)).await;
     assert_eq!(
         (code, body.as_str()),

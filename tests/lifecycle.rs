@@ -195,3 +195,34 @@ async fn memory_limit_exceeded_is_oom_killed() {
     let pod = n.wait_pod("o", T, "Failed", |p| phase(p) == "Failed").await;
     assert_eq!(terminated(&pod, "hog"), Some((137, "OOMKilled".into())));
 }
+
+/// What nodelet reads to keep a sandbox containerd reports NOTREADY after a restart while its
+/// process runs (`cri::model::sandbox_process_runs`): containerd's verbose sandbox status says
+/// the process runs while the pause process runs, and no longer once the sandbox is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_verbose_sandbox_status_says_whether_the_process_runs() {
+    use nodelet::cri::model::sandbox_process_runs;
+    use nodelet::cri::{api, Runtime};
+    let rt = runtime();
+    let name = format!("verbose-status-{}", std::process::id());
+    let config = api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: name.clone(),
+            uid: name.clone(),
+            namespace: "nodelet-tests".into(),
+            attempt: 0,
+        }),
+        ..Default::default()
+    };
+    let id = rt.run_pod_sandbox(config).await.expect("RunPodSandbox");
+    let running = rt.pod_sandbox_info(&id).await;
+    let stopped = match rt.stop_pod_sandbox(&id).await {
+        Ok(()) => rt.pod_sandbox_info(&id).await,
+        Err(e) => Err(e),
+    };
+    rt.remove_pod_sandbox(&id).await.expect("RemovePodSandbox");
+    let running = running.expect("verbose PodSandboxStatus of the running sandbox");
+    assert!(sandbox_process_runs(&running), "running: {running:?}");
+    let stopped = stopped.expect("verbose PodSandboxStatus of the stopped sandbox");
+    assert!(!sandbox_process_runs(&stopped), "stopped: {stopped:?}");
+}

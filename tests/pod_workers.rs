@@ -833,3 +833,85 @@ async fn crash_loop_backoff_counts_from_each_exit_when_the_first_restart_is_late
     assert_eq!(waits[1..], [10, 20], "starts {starts:?}, exits {exits:?}");
     h.cancel.cancel();
 }
+
+/// containerd reports NOTREADY for a sandbox whose state it could not load as it restarted,
+/// while the sandbox's process runs: the pod keeps its sandbox and containers.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_reported_not_ready_whose_process_runs_is_kept() {
+    let h = harness().await;
+    h.workers.update(PodWork::Sync(pod(
+        "u9",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    let lost = h.fake.lose_sandbox_states();
+    assert_eq!(lost.len(), 1, "one sandbox");
+    // Two syncs that asked whether the process runs: the first has ended when the second asks.
+    h.workers.wake("u9");
+    h.settle("a sync asked for the verbose status", |h| {
+        h.fake.calls_of("pod_sandbox_info").len() == 1
+    })
+    .await;
+    h.workers.wake("u9");
+    h.settle("a second sync asked", |h| {
+        h.fake.calls_of("pod_sandbox_info").len() == 2
+    })
+    .await;
+    assert_eq!(
+        h.fake.calls_of("pod_sandbox_info"),
+        [&lost[..], &lost[..]].concat()
+    );
+    assert_eq!(
+        h.fake.calls_of("run_pod_sandbox").len(),
+        1,
+        "no new sandbox"
+    );
+    assert!(
+        h.fake.calls_of("stop_container").is_empty(),
+        "nothing stopped"
+    );
+    assert!(
+        h.fake.calls_of("stop_pod_sandbox").is_empty(),
+        "nothing stopped"
+    );
+    assert_eq!(h.fake.running_container_names(), ["a"]);
+    assert_eq!(h.phase("u9"), "Running");
+    h.cancel.cancel();
+}
+
+/// A sandbox whose process ended is not ready: the pod is killed and gets a new sandbox, as
+/// with the kubelet.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_whose_process_ended_is_replaced() {
+    let h = harness().await;
+    h.workers.update(PodWork::Sync(pod(
+        "u10",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    h.settle("running", |h| h.fake.running_container_names() == ["a"])
+        .await;
+    let first = h.fake.container_ids("a");
+    assert_eq!(h.fake.end_sandbox_processes().len(), 1, "one sandbox");
+    h.workers.wake("u10");
+    h.settle("a new sandbox and a new container", |h| {
+        h.fake.calls_of("run_pod_sandbox").len() == 2 && h.fake.running_container_names() == ["a"]
+    })
+    .await;
+    assert_eq!(h.fake.calls_of("pod_sandbox_info").len(), 1);
+    assert_ne!(
+        h.fake.container_ids("a"),
+        first,
+        "the container was recreated"
+    );
+    assert!(h
+        .events
+        .events()
+        .iter()
+        .any(|e| e.reason.as_deref() == Some("SandboxChanged")));
+    h.cancel.cancel();
+}

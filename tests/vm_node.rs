@@ -802,46 +802,71 @@ async fn container_over_its_memory_limit_is_oom_killed(
     // with `singleProcessOOMKill: true` ([`oom_setting`]), so the shell outlives the kill and
     // the scope is still there; under cgroupfs the whole container goes (the default) and its
     // cgroup stays until runc deletes it.
-    node.write_manifest(
-        "oom.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: oom\nspec:\n  restartPolicy: Never\n\
-             \x20 containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n\
-             \x20   command: [/bin/sh, -c, '/testbox alloc --mib 256 --chunk-mib 4 --interval 100ms; \
-             status=$?; sleep 2; exit $status']\n\
-             \x20   resources: {{limits: {{memory: 48Mi}}}}\n"
-        ),
-    );
-    let pod = node
-        .wait_pod("oom", "terminated main container", |p| {
-            terminated(p, "main").is_some()
-        })
-        .await;
-    assert_eq!(
-        terminated(&pod, "main"),
-        Some((137, "OOMKilled".to_string())),
-        "{:?}",
-        pod.status
-    );
-    // The kernel did kill in it: the pod cgroup's (hierarchical) memory.events counts it.
-    let uid = pod.metadata.uid.as_deref().expect("uid");
-    let cgroup = node.pod_cgroup(Qos::Burstable, uid);
-    let events = node.cgroup_file(&cgroup, "memory.events");
-    let oom_kills: u64 = events
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{}/memory.events: {events}", cgroup.display()));
-    assert!(
-        oom_kills >= 1,
-        "{}/memory.events: {events}",
-        cgroup.display()
-    );
-    // Gone again, so the later steps see only the long-running pods; its cgroup (under
-    // systemd: its slice unit) goes with it, and the tiers no longer count it.
-    node.remove_manifest("oom.yaml");
-    node.wait_gone("oom").await;
-    cgroup_is_gone(node, &cgroup, "the removed pod's cgroup").await;
+    //
+    // Under cgroupfs the loss shows too, rarely (seen once in CI: exit 137, reason `Error`): the
+    // kernel kills the whole container at once and runc may remove its cgroup before the shim
+    // reads it. nodelet reports what the runtime says, as the kubelet does, so such an attempt
+    // is retried with a new pod — only when the kernel's own count proves the OOM kill and the
+    // runtime said exactly `Error` — and one of three attempts must be reported `OOMKilled`.
+    const ATTEMPTS: u32 = 3;
+    for attempt in 1..=ATTEMPTS {
+        let name = format!("oom-{attempt}");
+        let manifest = format!("{name}.yaml");
+        node.write_manifest(
+            &manifest,
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: Never\n\
+                 \x20 containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n\
+                 \x20   command: [/bin/sh, -c, '/testbox alloc --mib 256 --chunk-mib 4 --interval 100ms; \
+                 status=$?; sleep 2; exit $status']\n\
+                 \x20   resources: {{limits: {{memory: 48Mi}}}}\n"
+            ),
+        );
+        let pod = node
+            .wait_pod(&name, "terminated main container", |p| {
+                terminated(p, "main").is_some()
+            })
+            .await;
+        let result = terminated(&pod, "main");
+        // The kernel did kill in it: the pod cgroup's (hierarchical) memory.events counts it.
+        let uid = pod.metadata.uid.as_deref().expect("uid");
+        let cgroup = node.pod_cgroup(Qos::Burstable, uid);
+        let events = node.cgroup_file(&cgroup, "memory.events");
+        let oom_kills: u64 = events
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{}/memory.events: {events}", cgroup.display()));
+        assert!(
+            oom_kills >= 1,
+            "{}/memory.events: {events}",
+            cgroup.display()
+        );
+        // Gone again, so the later steps see only the long-running pods; its cgroup (under
+        // systemd: its slice unit) goes with it, and the tiers no longer count it.
+        node.remove_manifest(&manifest);
+        node.wait_gone(&name).await;
+        cgroup_is_gone(node, &cgroup, "the removed pod's cgroup").await;
+        if result == Some((137, "OOMKilled".to_string())) {
+            break;
+        }
+        assert_eq!(
+            result,
+            Some((137, "Error".to_string())),
+            "attempt {attempt}: {:?}",
+            pod.status
+        );
+        assert!(
+            attempt < ATTEMPTS,
+            "the runtime lost the OOM kill in all {ATTEMPTS} attempts (exit 137, reason Error, \
+             oom_kill counted by the kernel): {:?}",
+            pod.status
+        );
+        eprintln!(
+            "vm_node: attempt {attempt}: the kernel counted {oom_kills} OOM kill(s) but the \
+             runtime reported reason Error (containerd 1.6 lost the OOM event); trying again"
+        );
+    }
     wait_cgroup_values(node, pods, facts, true, "the tiers without the removed pod").await;
 }
 

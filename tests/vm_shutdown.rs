@@ -13,7 +13,9 @@
 //! `DisruptionTarget`) while `critical` still runs, and `critical` after them. The scenario
 //! returns as soon as the last pod ends — the real shutdown then goes on and powers the VM
 //! off. All of it within `shutdownGracePeriod`: logind goes on after its `InhibitDelayMaxSec`
-//! (180 s) whatever the locks, and the scenario, stopped by the shutdown, fails.
+//! (180 s) whatever the locks, and the scenario, stopped by the shutdown, fails. Last, nodelet's
+//! `graceful_shutdown_start_time_seconds` lies between the poweroff and the first pod's end,
+//! and `graceful_shutdown_end_time_seconds` is set after it.
 //!
 //! Standalone mode: the node's `Ready=False` is covered by unit tests only (no API server here).
 
@@ -196,6 +198,7 @@ async fn shutdown_checks(node: Guest) {
     }
     let _step = node.step("systemctl poweroff");
     let t0 = Instant::now();
+    let poweroff_at = epoch_seconds();
     // Spawned, not waited for here: the guest polls the pods while logind holds the shutdown.
     let mut poweroff = Command::new("systemctl")
         .arg("poweroff")
@@ -271,4 +274,42 @@ async fn shutdown_checks(node: Guest) {
         seen["stubborn"].at.as_secs_f64(),
         seen["critical"].at.as_secs_f64()
     );
+    // The kubelet's shutdown metrics: the start when logind announced the shutdown (after the
+    // poweroff began, before the first pod ended), the end once the last group is done.
+    let start = node
+        .wait_metric(
+            "nodelet_graceful_shutdown_start_time_seconds",
+            "shutdown start",
+            |v| v > 0.0,
+        )
+        .await;
+    let first_end = poweroff_at
+        + seen["web"]
+            .at
+            .as_secs_f64()
+            .min(seen["stubborn"].at.as_secs_f64());
+    assert!(
+        start >= poweroff_at - 1.0 && start <= first_end + 1.0,
+        "graceful_shutdown_start_time_seconds {start}: poweroff at {poweroff_at}, first pod ended at {first_end}"
+    );
+    let end = node
+        .wait_metric(
+            "nodelet_graceful_shutdown_end_time_seconds",
+            "shutdown end",
+            |v| v >= start,
+        )
+        .await;
+    println!(
+        "vm shutdown: graceful_shutdown_start_time_seconds {start:.3} ({:+.1} s from the poweroff), end_time_seconds {end:.3} ({:+.1} s)",
+        start - poweroff_at,
+        end - poweroff_at
+    );
+}
+
+/// The guest's wall clock, seconds since the epoch (nodelet's metrics use the same clock).
+fn epoch_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
 }

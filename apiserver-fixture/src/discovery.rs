@@ -35,17 +35,36 @@ pub const REVIEW_GROUPS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The metrics-server stand-in's group (`crate::metrics`), served at `v1beta1` only.
+pub const METRICS_GROUP: &str = "metrics.k8s.io";
+
+fn metrics_group_json() -> Value {
+    let gv = format!("{METRICS_GROUP}/v1beta1");
+    json!({
+        "name": METRICS_GROUP,
+        "versions": [{"groupVersion": gv, "version": "v1beta1"}],
+        "preferredVersion": {"groupVersion": gv, "version": "v1beta1"}
+    })
+}
+
 pub fn api_group_list() -> Value {
     let groups: Vec<Value> = resource::GROUPS
         .iter()
         .copied()
         .chain(REVIEW_GROUPS.iter().map(|(g, _, _)| *g))
         .map(group_json)
+        .chain(std::iter::once(metrics_group_json()))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 pub fn api_group(group: &str) -> Option<Value> {
+    if group == METRICS_GROUP {
+        let mut g = metrics_group_json();
+        g["kind"] = json!("APIGroup");
+        g["apiVersion"] = json!("v1");
+        return Some(g);
+    }
     if !resource::GROUPS.contains(&group) && !REVIEW_GROUPS.iter().any(|(g, _, _)| *g == group) {
         return None;
     }
@@ -74,6 +93,9 @@ fn resource_entry(rt: &ResourceType) -> Value {
 
 /// `APIResourceList` of a group/version; `None` if it is not served.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    if group == METRICS_GROUP {
+        return (version == "v1beta1").then(crate::metrics::resource_list);
+    }
     if let Some((_, plural, kind)) = REVIEW_GROUPS.iter().find(|(g, _, _)| *g == group) {
         if version != "v1" {
             return None;
@@ -117,6 +139,15 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "version": "v1",
                 "kind": "TokenRequest",
                 "verbs": ["create"],
+            }));
+        }
+        if rt.storage == "certificatesigningrequests" {
+            resources.push(json!({
+                "name": "certificatesigningrequests/approval",
+                "singularName": "",
+                "namespaced": false,
+                "kind": rt.kind,
+                "verbs": ["get", "patch", "update"],
             }));
         }
         if rt.status_subresource {
@@ -251,12 +282,23 @@ mod tests {
         assert_eq!(
             names,
             [
+                "certificates.k8s.io",
                 "coordination.k8s.io",
                 "events.k8s.io",
                 "authentication.k8s.io",
-                "authorization.k8s.io"
+                "authorization.k8s.io",
+                "metrics.k8s.io"
             ]
         );
+        assert_eq!(
+            api_group("metrics.k8s.io").unwrap()["preferredVersion"]["groupVersion"],
+            "metrics.k8s.io/v1beta1"
+        );
+        assert_eq!(
+            resource_list("metrics.k8s.io", "v1beta1").unwrap()["resources"][1]["kind"],
+            "PodMetrics"
+        );
+        assert!(resource_list("metrics.k8s.io", "v1").is_none());
         let reviews = resource_list("authentication.k8s.io", "v1").unwrap();
         assert_eq!(reviews["resources"][0]["name"], "tokenreviews");
         assert_eq!(reviews["resources"][0]["verbs"], json!(["create"]));

@@ -104,6 +104,61 @@ impl ApiError {
         )
     }
 
+    /// 401: the credentials do not authenticate, or none were given where they are needed.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized".into(), Some(json!({})))
+    }
+
+    /// 403 from the authorizer for a resource request (`pods is forbidden: User "x" cannot
+    /// list resource "pods" in API group "" in the namespace "default"`).
+    pub fn forbidden_user(
+        user: &str,
+        verb: &str,
+        rt: &ResourceType,
+        name: Option<&str>,
+        namespace: Option<&str>,
+        subresource: Option<&str>,
+    ) -> Self {
+        let subject = match name {
+            Some(name) => format!("{} {name:?}", rt.qualified_resource()),
+            None => rt.qualified_resource(),
+        };
+        let resource = match subresource {
+            Some(sub) => format!("{}/{sub}", rt.plural),
+            None => rt.plural.to_string(),
+        };
+        let scope = match namespace {
+            Some(ns) => format!("in the namespace {ns:?}"),
+            None => "at the cluster scope".to_string(),
+        };
+        let mut details = json!({"kind": rt.plural});
+        if let Some(name) = name {
+            details["name"] = json!(name);
+        }
+        if !rt.group.is_empty() {
+            details["group"] = json!(rt.group);
+        }
+        Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{subject} is forbidden: User {user:?} cannot {verb} resource {resource:?} in API group {:?} {scope}",
+                rt.group
+            ),
+            Some(details),
+        )
+    }
+
+    /// 403 from the authorizer for a path that is not a resource.
+    pub fn forbidden_path(user: &str, verb: &str, path: &str) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!("forbidden: User {user:?} cannot {verb} path {path:?}"),
+            Some(json!({})),
+        )
+    }
+
     /// 404 for a path the server does not serve.
     pub fn path_not_found() -> Self {
         Self::new(
@@ -315,6 +370,8 @@ pub enum FixtureError {
         path: String,
         source: serde_json::Error,
     },
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 #[cfg(test)]

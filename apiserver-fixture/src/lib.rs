@@ -17,11 +17,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod auth;
+pub mod csr;
 pub mod delete;
 pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod log;
+pub mod metrics;
 pub mod patch;
 pub mod path;
 pub mod pod;
@@ -35,6 +38,7 @@ pub mod server;
 pub mod serviceaccount;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod typed;
 pub mod version;
 
@@ -87,6 +91,23 @@ pub struct FixtureOptions {
     /// The release `/version` reports and whose fields are stored (default v1.37: everything),
     /// plus fields dropped although that release has them. See `version::STATUS_FIELDS`.
     pub server: ServerProfile,
+    /// Run the metrics-server stand-in (`metrics.k8s.io`, see `metrics`): scrape every Node's
+    /// `/metrics/resource` through `nodes/proxy` this often. `None` (the default): no scrapes,
+    /// the metrics lists are empty. Plain HTTP only (it scrapes the fixture's own address
+    /// without credentials): with `tls` too, `start_with` refuses.
+    pub metrics_resolution: Option<Duration>,
+    /// HTTPS with a CA of the fixture's own, requests authenticated (client certificates,
+    /// static and bootstrap tokens) and CertificateSigningRequests signed once approved.
+    /// `None` (the default): plain HTTP, nobody authenticated.
+    pub tls: Option<TlsOptions>,
+}
+
+/// How the fixture's HTTPS and CSR signer behave.
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// The signer's lifetime rules (`--cluster-signing-duration`: a year by default; tests of
+    /// rotation use minutes).
+    pub signing: csr::SigningPolicy,
 }
 
 impl Default for FixtureOptions {
@@ -101,6 +122,8 @@ impl Default for FixtureOptions {
             static_tokens: BTreeMap::new(),
             access_rules: Vec::new(),
             server: ServerProfile::default(),
+            metrics_resolution: None,
+            tls: None,
         }
     }
 }
@@ -116,6 +139,8 @@ pub struct Fixture {
     log: Arc<log::RequestLog>,
     port: u16,
     serving: tokio::sync::Mutex<Option<Serving>>,
+    /// Stops the metrics-server stand-in's scrapes when the fixture is dropped.
+    background: CancellationToken,
 }
 
 fn bind(port: u16) -> Result<TcpListener, FixtureError> {
@@ -133,27 +158,54 @@ fn bind(port: u16) -> Result<TcpListener, FixtureError> {
         .map_err(|source| FixtureError::Bind { port, source })
 }
 
+/// Serves one connection until it ends or the fixture stops.
+async fn serve_connection<S>(stream: S, router: Router, token: CancellationToken)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(router);
+    let connection = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        // pods/exec, attach and portforward hand the connection to a relay.
+        .with_upgrades();
+    tokio::select! {
+        _ = connection => {}
+        _ = token.cancelled() => {}
+    }
+}
+
 /// Accepts connections until the token is cancelled, then closes the listener and every open
 /// connection (keep-alive pools and watch streams see the server go away, as when a real API
-/// server stops).
-async fn serve(listener: TcpListener, router: Router, token: CancellationToken) {
+/// server stops). With TLS, each connection's requests carry the client's certificates.
+async fn serve(
+    listener: TcpListener,
+    router: Router,
+    token: CancellationToken,
+    tls: Option<Arc<tls::FixtureTls>>,
+) {
     let mut connections = JoinSet::new();
+    let acceptor = tls
+        .as_ref()
+        .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config.clone()));
     loop {
         tokio::select! {
             _ = token.cancelled() => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let service = TowerToHyperService::new(router.clone());
+                let router = router.clone();
                 let token = token.clone();
+                let acceptor = acceptor.clone();
                 connections.spawn(async move {
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        // pods/exec, attach and portforward hand the connection to a relay.
-                        .with_upgrades();
-                    tokio::select! {
-                        _ = connection => {}
-                        _ = token.cancelled() => {}
-                    }
+                    let Some(acceptor) = acceptor else {
+                        return serve_connection(stream, router, token).await;
+                    };
+                    let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+                    let Ok(Ok(stream)) = handshake.await else { return };
+                    let peer = tls::PeerCertificates(
+                        stream.get_ref().1.peer_certificates().map(|c| c.to_vec()).unwrap_or_default(),
+                    );
+                    let router = router.layer(axum::Extension(peer));
+                    serve_connection(stream, router, token).await
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -213,6 +265,13 @@ impl Fixture {
     }
 
     pub async fn start_with(options: FixtureOptions) -> Result<Fixture, FixtureError> {
+        if options.tls.is_some() && options.metrics_resolution.is_some() {
+            return Err(FixtureError::Tls(
+                "the metrics-server stand-in (metrics_resolution) scrapes over plain HTTP; \
+                 it cannot run with tls"
+                    .into(),
+            ));
+        }
         let store = Arc::new(Store::new(options.clock.clone(), options.history_limit));
         store.set_profile(options.server.clone());
         if let Some(path) = options.state_file.clone() {
@@ -227,6 +286,10 @@ impl Fixture {
             })?
             .port();
         let token = CancellationToken::new();
+        let tls = match &options.tls {
+            Some(_) => Some(Arc::new(tls::FixtureTls::new()?)),
+            None => None,
+        };
         let state = Arc::new(AppState {
             store,
             shutdown: Mutex::new(token.clone()),
@@ -236,21 +299,115 @@ impl Fixture {
             static_tokens: options.static_tokens.clone(),
             access_rules: options.access_rules.clone(),
             issued_tokens: Mutex::new(HashSet::new()),
+            metrics: Arc::new(metrics::MetricsStore::default()),
+            tls: tls.clone(),
+            signing: options.tls.clone().unwrap_or_default().signing,
         });
         let log = Arc::new(log::RequestLog::default());
         let router = server::router(state.clone(), log.clone());
-        let task = tokio::spawn(serve(listener, router, token.clone()));
+        let task = tokio::spawn(serve(listener, router, token.clone(), tls));
+        let background = CancellationToken::new();
+        if let Some(resolution) = options.metrics_resolution {
+            tokio::spawn(metrics::scrape_loop(
+                format!("http://127.0.0.1:{port}"),
+                state.store.clone(),
+                state.metrics.clone(),
+                resolution,
+                background.clone(),
+            ));
+        }
         Ok(Fixture {
             state,
             log,
             port,
             serving: tokio::sync::Mutex::new(Some(Serving { token, task })),
+            background,
         })
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT`, or `https://` when the fixture serves TLS.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.state.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The cluster CA certificate (PEM) of a fixture serving TLS.
+    pub fn ca_pem(&self) -> Option<String> {
+        self.state
+            .tls
+            .as_ref()
+            .map(|t| t.authority.ca_pem().to_string())
+    }
+
+    /// A kubeconfig for this fixture with `user` (the `user:` mapping of a kubeconfig, YAML
+    /// flow style): the CA embedded when the fixture serves TLS.
+    pub fn kubeconfig(&self, user: &str) -> String {
+        use base64::Engine;
+        let ca = self
+            .ca_pem()
+            .map(|pem| {
+                format!(
+                    "\n    certificate-authority-data: {}",
+                    base64::engine::general_purpose::STANDARD.encode(pem)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fixture\n  cluster:\n    server: {}{ca}\n\
+             users:\n- name: user\n  user: {user}\ncontexts:\n- name: fixture\n  context:\n    cluster: fixture\n    user: user\n\
+             current-context: fixture\n",
+            self.url()
+        )
+    }
+
+    /// A kubeconfig with a client certificate the fixture's CA signed for `cn` in `groups`
+    /// (an administrator: `kubernetes-admin` in `system:masters`, as kubeadm's `admin.conf`).
+    pub fn client_kubeconfig(&self, cn: &str, groups: &[&str]) -> Result<String, FixtureError> {
+        use base64::Engine;
+        let tls = self
+            .state
+            .tls
+            .as_ref()
+            .ok_or_else(|| FixtureError::Tls("the fixture does not serve TLS".into()))?;
+        let (cert, key) = tls.authority.client_pem(cn, groups)?;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        Ok(self.kubeconfig(&format!(
+            "{{client-certificate-data: {}, client-key-data: {}}}",
+            b64(&cert),
+            b64(&key)
+        )))
+    }
+
+    /// A bootstrap token as `kubeadm token create` makes it: the Secret
+    /// `kube-system/bootstrap-token-<id>` (authentication usage, the `system:bootstrappers:kubeadm:default-node-token`
+    /// group); returns `<id>.<secret>`.
+    pub fn create_bootstrap_token(&self, id: &str, secret: &str) -> Result<String, FixtureError> {
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": format!("bootstrap-token-{id}"), "namespace": "kube-system"},
+            "type": "bootstrap.kubernetes.io/token",
+            "stringData": {
+                "token-id": id,
+                "token-secret": secret,
+                "usage-bootstrap-authentication": "true",
+                "usage-bootstrap-signing": "true",
+                "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+            },
+        });
+        let secrets = resource::find_by_plural("", "v1", "secrets").ok_or_else(|| {
+            FixtureError::UnknownKind {
+                kind: "v1/Secret".into(),
+            }
+        })?;
+        self.state
+            .store
+            .create(secrets, Some("kube-system"), body, &WriteOptions::default())?;
+        Ok(format!("{id}.{secret}"))
     }
 
     pub fn port(&self) -> u16 {
@@ -283,7 +440,12 @@ impl Fixture {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = token.clone();
         let router = server::router(self.state.clone(), self.log.clone());
-        let task = tokio::spawn(serve(listener, router, token.clone()));
+        let task = tokio::spawn(serve(
+            listener,
+            router,
+            token.clone(),
+            self.state.tls.clone(),
+        ));
         *serving = Some(Serving { token, task });
         Ok(())
     }
@@ -410,6 +572,7 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
+        self.background.cancel();
         if let Ok(mut serving) = self.serving.try_lock() {
             if let Some(s) = serving.take() {
                 s.token.cancel();

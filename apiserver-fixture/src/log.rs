@@ -26,6 +26,9 @@ pub struct LoggedRequest {
     pub content_type: Option<String>,
     pub user_agent: Option<String>,
     pub status: u16,
+    /// Who made the request (fixtures serving HTTPS authenticate; `None`: anonymous, or no
+    /// authentication at all).
+    pub user: Option<String>,
 }
 
 impl LoggedRequest {
@@ -157,6 +160,10 @@ pub async fn log_requests(
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
+    let user = response
+        .extensions()
+        .get::<crate::auth::Authenticated>()
+        .map(|a| a.0.username.clone());
     log.push(LoggedRequest {
         at: Timestamp::now(),
         method,
@@ -166,6 +173,7 @@ pub async fn log_requests(
         content_type,
         user_agent,
         status: response.status().as_u16(),
+        user,
     });
     response
 }
@@ -232,6 +240,7 @@ mod tests {
             content_type: None,
             user_agent: None,
             status: 200,
+            user: None,
         };
         assert!(entry.is_watch());
         assert_eq!(

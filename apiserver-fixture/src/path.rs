@@ -98,6 +98,7 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
             "status" => target.resource.status_subresource,
             "binding" | "log" | "exec" | "attach" | "portforward" => target.resource.is_pod(),
             "token" => target.resource.storage == "serviceaccounts",
+            "approval" => target.resource.storage == "certificatesigningrequests",
             _ => false,
         };
         if !served {

@@ -399,6 +399,12 @@ fn http_client(
         .map_err(|e| ApiError::internal(format!("kubelet client: {e}")))
 }
 
+/// The HTTPS client the fixture reaches node agents with (`nodes/proxy`): the kubelet client
+/// certificate, the serving certificate verified against the CA when one is set.
+pub fn kubelet_http_client(config: &KubeletClientConfig) -> Result<reqwest::Client, ApiError> {
+    http_client(config, false)
+}
+
 /// Go's `*url.Error` text for a failed `GET`, e.g. `Get "https://...": connection refused`.
 fn transport_error(url: &str, err: &reqwest::Error) -> ApiError {
     let mut text = err.to_string();

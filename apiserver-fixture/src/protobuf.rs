@@ -341,6 +341,97 @@ fn token_request(raw: &[u8]) -> Result<Value, ProtobufError> {
     Ok(Value::Object(obj))
 }
 
+/// `meta.v1.Time` (seconds 1, nanos 2) as the API's RFC 3339 text.
+fn time(bytes: &[u8]) -> Result<Value, ProtobufError> {
+    let mut seconds = 0i64;
+    for (n, f) in fields(bytes)? {
+        if let (1, Field::Varint(v)) = (n, f) {
+            seconds = v as i64;
+        }
+    }
+    Ok(jiff::Timestamp::from_second(seconds)
+        .map(|t| Value::from(crate::store::format_time(t)))
+        .unwrap_or(Value::Null))
+}
+
+/// `k8s.io.api.certificates.v1.CertificateSigningRequest` (`kubectl certificate approve|deny`
+/// writes the `/approval` subresource with it): metadata (1), spec (2: request 1, username 2,
+/// uid 3, groups 4, usages 5, signerName 7, expirationSeconds 8), status (3: conditions 1 —
+/// type 1, reason 2, message 3, lastUpdateTime 4, lastTransitionTime 5, status 6 —,
+/// certificate 2). Byte fields are base64 in JSON.
+fn certificate_signing_request(raw: &[u8]) -> Result<Value, ProtobufError> {
+    let mut obj = Map::new();
+    obj.insert("apiVersion".into(), json!("certificates.k8s.io/v1"));
+    obj.insert("kind".into(), json!("CertificateSigningRequest"));
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => {
+                obj.insert("metadata".into(), object_meta(b)?);
+            }
+            (2, Field::Bytes(b)) => {
+                let mut spec = Map::new();
+                for (sn, sf) in fields(b)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(v)) => {
+                            spec.insert("request".into(), Value::from(base64(v)));
+                        }
+                        (2, Field::Bytes(v)) => {
+                            spec.insert("username".into(), Value::from(text(v)));
+                        }
+                        (3, Field::Bytes(v)) => {
+                            spec.insert("uid".into(), Value::from(text(v)));
+                        }
+                        (4, Field::Bytes(v)) => {
+                            push_list(&mut spec, "groups", Value::from(text(v)))
+                        }
+                        (5, Field::Bytes(v)) => {
+                            push_list(&mut spec, "usages", Value::from(text(v)))
+                        }
+                        (7, Field::Bytes(v)) => {
+                            spec.insert("signerName".into(), Value::from(text(v)));
+                        }
+                        (8, Field::Varint(v)) => {
+                            spec.insert("expirationSeconds".into(), Value::from(v as i32));
+                        }
+                        _ => {}
+                    }
+                }
+                obj.insert("spec".into(), Value::Object(spec));
+            }
+            (3, Field::Bytes(b)) => {
+                let mut status = Map::new();
+                for (sn, sf) in fields(b)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(c)) => {
+                            let mut condition = Map::new();
+                            for (cn, cf) in fields(c)? {
+                                let (key, value) = match (cn, cf) {
+                                    (1, Field::Bytes(v)) => ("type", Value::from(text(v))),
+                                    (2, Field::Bytes(v)) => ("reason", Value::from(text(v))),
+                                    (3, Field::Bytes(v)) => ("message", Value::from(text(v))),
+                                    (4, Field::Bytes(v)) => ("lastUpdateTime", time(v)?),
+                                    (5, Field::Bytes(v)) => ("lastTransitionTime", time(v)?),
+                                    (6, Field::Bytes(v)) => ("status", Value::from(text(v))),
+                                    _ => continue,
+                                };
+                                condition.insert(key.into(), value);
+                            }
+                            push_list(&mut status, "conditions", Value::Object(condition));
+                        }
+                        (2, Field::Bytes(v)) if !v.is_empty() => {
+                            status.insert("certificate".into(), Value::from(base64(v)));
+                        }
+                        _ => {}
+                    }
+                }
+                obj.insert("status".into(), Value::Object(status));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(obj))
+}
+
 /// Decodes a protobuf request body to the JSON form of the object.
 pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let unknown = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
@@ -365,6 +456,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
         "Namespace" => namespace(raw),
         "ServiceAccount" => service_account(raw),
         "TokenRequest" => token_request(raw),
+        "CertificateSigningRequest" => certificate_signing_request(raw),
         other => Err(ProtobufError::UnsupportedKind(other.to_string())),
     }
 }

@@ -209,6 +209,20 @@ pub static RESOURCES: &[ResourceType] = &[
         categories: &[],
     },
     ResourceType {
+        group: "certificates.k8s.io",
+        version: "v1",
+        plural: "certificatesigningrequests",
+        singular: "certificatesigningrequest",
+        kind: "CertificateSigningRequest",
+        namespaced: false,
+        short_names: &["csr"],
+        status_subresource: true,
+        storage: "certificatesigningrequests",
+        allow_create_on_update: false,
+        return_deleted_object: false,
+        categories: &[],
+    },
+    ResourceType {
         group: "events.k8s.io",
         version: "v1",
         plural: "events",
@@ -225,7 +239,11 @@ pub static RESOURCES: &[ResourceType] = &[
 ];
 
 /// The served groups other than the core group, in discovery order.
-pub const GROUPS: &[&str] = &["coordination.k8s.io", "events.k8s.io"];
+pub const GROUPS: &[&str] = &[
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "events.k8s.io",
+];
 
 pub fn find_by_plural(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
     RESOURCES

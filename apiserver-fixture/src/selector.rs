@@ -332,6 +332,7 @@ const EVENT_FIELDS: &[&str] = &[
 const NODE_FIELDS: &[&str] = &["metadata.name", "spec.unschedulable"];
 const NAMESPACE_FIELDS: &[&str] = &["metadata.name", "status.phase"];
 const SECRET_FIELDS: &[&str] = &["metadata.name", "metadata.namespace", "type"];
+const CSR_FIELDS: &[&str] = &["metadata.name", "spec.signerName"];
 
 /// The selectable fields of each storage (the API server's `*ToSelectableFields`).
 pub fn supported_fields(storage: &str) -> &'static [&'static str] {
@@ -341,6 +342,7 @@ pub fn supported_fields(storage: &str) -> &'static [&'static str] {
         "nodes" => NODE_FIELDS,
         "namespaces" => NAMESPACE_FIELDS,
         "secrets" => SECRET_FIELDS,
+        "certificatesigningrequests" => CSR_FIELDS,
         _ => META_FIELDS,
     }
 }

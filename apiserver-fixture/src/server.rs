@@ -41,6 +41,12 @@ pub struct AppState {
     pub access_rules: Vec<crate::review::AccessRule>,
     /// Tokens issued through TokenRequest, the ones TokenReview accepts as service account tokens.
     pub issued_tokens: Mutex<std::collections::HashSet<String>>,
+    /// What the metrics-server stand-in scraped (`metrics.k8s.io`).
+    pub metrics: Arc<crate::metrics::MetricsStore>,
+    /// HTTPS, client authentication and the CA that signs CSRs (`FixtureOptions::tls`).
+    pub tls: Option<Arc<crate::tls::FixtureTls>>,
+    /// The CSR signer's lifetime rules.
+    pub signing: crate::csr::SigningPolicy,
 }
 
 impl AppState {
@@ -101,11 +107,37 @@ pub fn router(state: Arc<AppState>, request_log: Arc<RequestLog>) -> Router {
             axum::routing::post(token_review),
         )
         .route(
+            "/api/v1/nodes/{name}/proxy",
+            axum::routing::any(node_proxy_root),
+        )
+        .route(
+            "/api/v1/nodes/{name}/proxy/{*path}",
+            axum::routing::any(node_proxy),
+        )
+        .route("/apis/metrics.k8s.io/v1beta1/nodes", get(node_metrics_list))
+        .route(
+            "/apis/metrics.k8s.io/v1beta1/nodes/{name}",
+            get(node_metrics_get),
+        )
+        .route("/apis/metrics.k8s.io/v1beta1/pods", get(pod_metrics_all))
+        .route(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods",
+            get(pod_metrics_list),
+        )
+        .route(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}",
+            get(pod_metrics_get),
+        )
+        .route(
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             axum::routing::post(access_review),
         )
         .fallback(resources)
-        .with_state(state)
+        .with_state(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::auth::authenticate,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             request_log,
             log::log_requests,
@@ -309,6 +341,136 @@ async fn access_review(State(app): State<Arc<AppState>>, body: Bytes) -> Respons
     }
 }
 
+async fn node_proxy_root(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    node_proxy_to(&app, &name, "", &method, &uri).await
+}
+
+async fn node_proxy(
+    State(app): State<Arc<AppState>>,
+    Path((name, path)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    node_proxy_to(&app, &name, &path, &method, &uri).await
+}
+
+/// `GET nodes/{name}/proxy/{path}` (what `kubectl get --raw` and metrics scrapers use): the
+/// node's preferred address and kubelet port, as for `pods/log`, then `GET https://...{path}`
+/// with the kubelet client certificate; the node agent's status, content type and body come
+/// back as they are. A node that cannot be reached is 503 `error trying to reach service: ...`.
+/// Only `GET` is proxied (405 otherwise).
+async fn node_proxy_to(
+    app: &AppState,
+    name: &str,
+    path: &str,
+    method: &Method,
+    uri: &Uri,
+) -> Response {
+    if method != Method::GET {
+        return error_response(&ApiError::method_not_allowed());
+    }
+    let result = async {
+        let nodes = crate::resource::find_by_plural("", "v1", "nodes")
+            .ok_or_else(|| ApiError::internal("resource types missing"))?;
+        let node = app.store.get(nodes, None, name)?;
+        let address = crate::podlog::preferred_address(&node)?;
+        let port = crate::podlog::kubelet_port(&node);
+        let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+        let url = format!("https://{address}:{port}/{path}{query}");
+        let client = crate::podlog::kubelet_http_client(&app.kubelet_client)?;
+        let unreachable = |e: reqwest::Error| ApiError {
+            code: 503,
+            reason: "ServiceUnavailable",
+            message: format!("error trying to reach service: {e}"),
+            details: None,
+        };
+        let upstream = client.get(&url).send().await.map_err(unreachable)?;
+        let status =
+            StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let content_type = upstream.headers().get(CONTENT_TYPE).cloned();
+        let body = upstream.bytes().await.map_err(unreachable)?;
+        let mut response = (status, body).into_response();
+        if let Some(ct) = content_type {
+            response.headers_mut().insert(CONTENT_TYPE, ct);
+        }
+        Ok::<Response, ApiError>(response)
+    }
+    .await;
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
+fn metrics_list(kind: &str, items: Vec<Value>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": kind,
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {},
+            "items": items,
+        }),
+    )
+}
+
+fn metrics_item(kind: &str, mut item: Value) -> Response {
+    item["kind"] = json!(kind);
+    item["apiVersion"] = json!("metrics.k8s.io/v1beta1");
+    json_response(StatusCode::OK, &item)
+}
+
+fn node_metrics(app: &AppState) -> Vec<Value> {
+    app.metrics
+        .node_metrics(&|name| crate::metrics::object_labels(&app.store, "nodes", None, name))
+}
+
+fn pod_metrics(app: &AppState, namespace: Option<&str>) -> Vec<Value> {
+    app.metrics.pod_metrics(namespace, &|ns, name| {
+        crate::metrics::object_labels(&app.store, "pods", Some(ns), name)
+    })
+}
+
+async fn node_metrics_list(State(app): State<Arc<AppState>>) -> Response {
+    metrics_list("NodeMetricsList", node_metrics(&app))
+}
+
+async fn node_metrics_get(State(app): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    match node_metrics(&app)
+        .into_iter()
+        .find(|m| m["metadata"]["name"] == name.as_str())
+    {
+        Some(item) => metrics_item("NodeMetrics", item),
+        None => error_response(&crate::metrics::not_found("nodemetrics", &name)),
+    }
+}
+
+async fn pod_metrics_all(State(app): State<Arc<AppState>>) -> Response {
+    metrics_list("PodMetricsList", pod_metrics(&app, None))
+}
+
+async fn pod_metrics_list(
+    State(app): State<Arc<AppState>>,
+    Path(namespace): Path<String>,
+) -> Response {
+    metrics_list("PodMetricsList", pod_metrics(&app, Some(&namespace)))
+}
+
+async fn pod_metrics_get(
+    State(app): State<Arc<AppState>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    match pod_metrics(&app, Some(&namespace))
+        .into_iter()
+        .find(|m| m["metadata"]["name"] == name.as_str())
+    {
+        Some(item) => metrics_item("PodMetrics", item),
+        None => error_response(&crate::metrics::not_found("podmetrics", &name)),
+    }
+}
+
 fn get_pod(app: &AppState, namespace: &str, name: &str) -> Result<Value, ApiError> {
     let pods = crate::resource::find_by_plural("", "v1", "pods")
         .ok_or_else(|| ApiError::internal("resource types missing"))?;
@@ -430,6 +592,10 @@ async fn resources(State(app): State<Arc<AppState>>, request: axum::extract::Req
         }
     }
     let (parts, body) = request.into_parts();
+    let user = parts
+        .extensions
+        .get::<crate::auth::Authenticated>()
+        .map(|a| a.0.clone());
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(b) => b,
@@ -446,9 +612,46 @@ async fn resources(State(app): State<Arc<AppState>>, request: axum::extract::Req
             return result.unwrap_or_else(|e| error_response(&e));
         }
     }
-    match handle(&app, &method, &uri, &headers, &body) {
+    match handle(&app, &method, &uri, &headers, &body, user.as_ref()) {
         Ok(response) => response,
         Err(e) => error_response(&e),
+    }
+}
+
+/// `PUT certificatesigningrequests/<name>/approval`: the conditions from the body, then — as
+/// the controller manager's signer does for an approved request — the certificate (or a Failed
+/// condition) in a second write.
+fn approve_csr(
+    app: &Arc<AppState>,
+    rt: &'static ResourceType,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let request = parse_json_body(rt, headers, body)?;
+    let now = app.store.now();
+    let written = app.store.modify(rt, None, name, |old| {
+        crate::csr::apply_approval(old, &request, now)
+    })?;
+    sign_csr_if_approved(app, rt, name);
+    Ok(json_response(StatusCode::OK, &written.object))
+}
+
+/// Issues the certificate of an approved CSR with the fixture's CA (kube-controller-manager's
+/// `csrsigning` controller); a fixture without TLS has no CA and signs nothing.
+fn sign_csr_if_approved(app: &Arc<AppState>, rt: &'static ResourceType, name: &str) {
+    let Some(tls) = app.tls.clone() else { return };
+    let policy = app.signing;
+    let result = app.store.modify(rt, None, name, |old| {
+        if !crate::csr::should_sign(old) {
+            return Ok(old.clone());
+        }
+        let mut new = old.clone();
+        new["status"] = crate::csr::signed_status(old, &tls.authority, &policy, app.store.now());
+        Ok(new)
+    });
+    if let Err(error) = result {
+        tracing::warn!(csr = name, %error, "signing the certificate signing request");
     }
 }
 
@@ -458,6 +661,7 @@ fn handle(
     uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
+    user: Option<&crate::review::UserInfo>,
 ) -> Result<Response, ApiError> {
     let target = path::parse(uri.path()).map_err(|_| ApiError::path_not_found())?;
     let query = Query(log::parse_query(uri.query().unwrap_or("")));
@@ -465,7 +669,24 @@ fn handle(
     let ns = target.namespace.as_deref();
     let status = target.subresource.is_some();
     let store = &app.store;
+    let csr = rt.storage == "certificatesigningrequests";
     match (method.clone(), target.name.as_deref()) {
+        (Method::PUT, Some(name)) if csr && target.subresource.as_deref() == Some("approval") => {
+            approve_csr(app, rt, name, headers, body)
+        }
+        (Method::PATCH, Some(_)) if csr && target.subresource.as_deref() == Some("approval") => {
+            Err(ApiError::method_not_allowed())
+        }
+        (Method::POST, None) if csr => {
+            let opts = query.write_options()?;
+            let mut obj = parse_json_body(rt, headers, body)?;
+            crate::csr::prepare_create(&mut obj, user)?;
+            let written = store.create(rt, ns, obj, &opts)?;
+            Ok(with_warnings(
+                json_response(StatusCode::CREATED, &written.object),
+                &written.warnings,
+            ))
+        }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
             let request = parse_json_body(rt, headers, body)?;
             let issued = store.create_token(ns.unwrap_or("default"), name, &request)?;

@@ -490,10 +490,60 @@ fn columns_and_cells(rt: &ResourceType, obj: &Value, now: Timestamp) -> (Vec<Val
                 json!(age),
             ],
         ),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            // kubectl's CSR printer: the conditions by type, `Issued` once there is a
+            // certificate, `Pending` without either.
+            let mut condition: Vec<String> = list(obj, "/status/conditions")
+                .iter()
+                .map(|c| str_at(c, "/type").to_string())
+                .collect();
+            if !str_at(obj, "/status/certificate").is_empty() {
+                condition.push("Issued".into());
+            }
+            let condition = if condition.is_empty() {
+                "Pending".to_string()
+            } else {
+                condition.join(",")
+            };
+            let requested = obj
+                .pointer("/spec/expirationSeconds")
+                .and_then(Value::as_i64)
+                .map(|s| short_duration(s.max(0)))
+                .unwrap_or_else(|| "<none>".into());
+            (
+                vec![
+                    column("Name", "string", 0),
+                    column("Age", "string", 0),
+                    column("SignerName", "string", 0),
+                    column("Requestor", "string", 0),
+                    column("RequestedDuration", "string", 0),
+                    column("Condition", "string", 0),
+                ],
+                vec![
+                    json!(name),
+                    json!(age),
+                    json!(str_at(obj, "/spec/signerName")),
+                    json!(str_at(obj, "/spec/username")),
+                    json!(requested),
+                    json!(condition),
+                ],
+            )
+        }
         _ => (
             vec![column("Name", "string", 0), column("Age", "string", 0)],
             vec![json!(name), json!(age)],
         ),
+    }
+}
+
+/// `10m`, `1h`, `2d`: a whole number of the largest unit that fits (kubectl's short form for
+/// requested durations).
+fn short_duration(seconds: i64) -> String {
+    match seconds {
+        s if s >= 86400 && s % 86400 == 0 => format!("{}d", s / 86400),
+        s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
     }
 }
 

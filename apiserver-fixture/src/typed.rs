@@ -74,6 +74,9 @@ pub fn check(rt: &ResourceType, obj: &Value) -> Result<Vec<String>, String> {
         ("", "Service") => roundtrip::<core::Service>(obj),
         ("", "ServiceAccount") => roundtrip::<core::ServiceAccount>(obj),
         ("coordination.k8s.io", "Lease") => roundtrip::<coordination::Lease>(obj),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            roundtrip::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(obj)
+        }
         ("events.k8s.io", "Event") => roundtrip::<events::Event>(obj),
         _ => Ok(Vec::new()),
     };

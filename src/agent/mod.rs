@@ -21,6 +21,7 @@
 //! tree and waits for all of them.
 
 mod cgroups;
+mod credentials;
 mod eviction;
 mod servers;
 mod wakeups;
@@ -85,6 +86,10 @@ pub enum StartError {
     },
     #[error("connecting to the API server: {error}")]
     ApiServer { error: cluster::Error },
+    #[error("node certificates: {error}")]
+    Certificates {
+        error: crate::certificate::bootstrap::BootstrapError,
+    },
     #[error("{what}: {error}")]
     Tls { what: &'static str, error: TlsError },
     #[error(transparent)]
@@ -335,14 +340,13 @@ impl NodeletBuilder {
         if let Some(node_cgroups) = &node_cgroups {
             cgroups::sweep_orphans(node_cgroups, rt.runtime.as_ref()).await;
         }
-        let cluster = match &cfg.kubeconfig {
-            Some(_) => Some(
-                cluster::client(&cfg)
-                    .await
-                    .map_err(|error| StartError::ApiServer { error })?,
-            ),
+        // Cluster mode: the credentials first (TLS bootstrap, certificate managers), then the
+        // clients every part below uses.
+        let clients = match &cfg.kubeconfig {
+            Some(_) => Some(credentials::connect(&cfg, &node, clock, tasks, &cancel).await?),
             None => None,
         };
+        let cluster = clients.as_ref().map(|c| c.client.clone());
         // ConfigMaps and Secrets for volumes and env: watched in cluster mode, none standalone.
         let object_cache = match (&objects, &cluster) {
             (None, Some(client)) => Some(Arc::new(ObjectCache::new(client.clone()))),
@@ -468,7 +472,26 @@ impl NodeletBuilder {
             cfg.node_name.clone(),
         ));
         let summary = servers::summary_provider(&cfg, &paths, &rt, &status, clock);
-        let eviction = summary.clone().map(|summary| {
+        // The status page's last hour, kept from the readings the eviction manager makes.
+        let history = summary.as_ref().map(|_| {
+            Arc::new(crate::history::History::new(
+                node.memory_capacity(),
+                crate::history::memory_thresholds(&cfg.eviction.thresholds, node.memory_capacity()),
+            ))
+        });
+        let eviction_summary = summary
+            .clone()
+            .zip(history.clone())
+            .map(|(inner, history)| {
+                let status = status.clone();
+                Arc::new(crate::history::Recording {
+                    inner,
+                    history,
+                    pods: Arc::new(move || status.pods()),
+                    clock,
+                }) as Arc<dyn crate::stats::SummarySource>
+            });
+        let eviction = eviction_summary.map(|summary| {
             let mut reclaim_gc = container_gc(&cfg, &cri, &workers, clock);
             reclaim_gc.policy.max_per_pod_container = 0;
             EvictionManager::new(
@@ -568,31 +591,10 @@ impl NodeletBuilder {
             );
         }
 
-        if cluster.is_some() {
-            // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
-            let heartbeat = cluster::heartbeat_client(&cfg)
-                .await
-                .map_err(|error| StartError::ApiServer { error })?;
+        // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
+        if let Some(heartbeat) = clients.as_ref().map(|c| c.heartbeat.clone()) {
             let facts = NodeFacts::detect(&cfg, &node, &rt.version);
-            let node_pleg = pleg.clone();
-            let node_runtime = runtime_health.clone();
-            // The kubelet's runtimeState.runtimeErrors: the runtime first, then the PLEG.
-            let health: crate::node::HealthFn = Arc::new(move || {
-                let mut errors = Vec::new();
-                if let Err(e) = node_runtime.status() {
-                    errors.push(e);
-                }
-                if !node_pleg.healthy() {
-                    errors.push(
-                        "PLEG is not healthy: pleg was last seen active more than 3m0s ago".into(),
-                    );
-                }
-                if errors.is_empty() {
-                    Ok(())
-                } else {
-                    Err(errors.join(", "))
-                }
-            });
+            let health = node_health(&pleg, &runtime_health);
             let agent = NodeAgent::new(
                 NodeSettings::from_config(&cfg),
                 facts,
@@ -625,6 +627,45 @@ impl NodeletBuilder {
             &cancel,
         );
 
+        // The node's status as the status page shows it (in standalone mode too).
+        let node_status = {
+            let pressure = pressure.clone();
+            let agent = NodeAgent::new(
+                NodeSettings::from_config(&cfg),
+                NodeFacts::detect(&cfg, &node, &rt.version),
+                node_health(&pleg, &runtime_health),
+                Arc::new(move || pressure.pressure()),
+                clock,
+            )
+            .with_shutdown(shutdown.clone());
+            let status_fn = agent.status_fn();
+            // Built on the previous one, so a condition keeps its transition time; brought up
+            // to date every nodeStatusUpdateFrequency (below), so a transition is dated when
+            // it happened rather than when the page was next loaded.
+            let previous = std::sync::Mutex::new(Some(status_fn(None, None)));
+            Arc::new(move || {
+                let mut previous = previous.lock().unwrap_or_else(|e| e.into_inner());
+                let status = status_fn(previous.as_ref(), None);
+                *previous = Some(status.clone());
+                status
+            }) as Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>
+        };
+        if cfg.read_only_port != 0 {
+            let (node_status, cancel, period) = (
+                node_status.clone(),
+                cancel.clone(),
+                cfg.node_status_update_frequency,
+            );
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(period) => {}
+                        _ = cancel.cancelled() => return,
+                    }
+                    node_status();
+                }
+            });
+        }
         servers::start(
             servers::Served {
                 cfg: &cfg,
@@ -635,8 +676,11 @@ impl NodeletBuilder {
                 pleg: &pleg,
                 runtime_health: &runtime_health,
                 cluster: cluster.as_ref(),
+                serving: clients.as_ref().and_then(|c| c.serving.clone()),
                 clock,
                 summary,
+                history,
+                node_status,
             },
             tasks,
             &cancel,
@@ -654,6 +698,26 @@ impl NodeletBuilder {
             tasks: tasks.clone(),
         })
     }
+}
+
+/// The kubelet's `runtimeState.runtimeErrors` for the node's `Ready` condition: the runtime
+/// first, then the PLEG.
+fn node_health(pleg: &Arc<Pleg>, runtime: &RuntimeHealth) -> crate::node::HealthFn {
+    let (pleg, runtime) = (pleg.clone(), runtime.clone());
+    Arc::new(move || {
+        let mut errors = Vec::new();
+        if let Err(e) = runtime.status() {
+            errors.push(e);
+        }
+        if !pleg.healthy() {
+            errors.push("PLEG is not healthy: pleg was last seen active more than 3m0s ago".into());
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join(", "))
+        }
+    })
 }
 
 /// The housekeeping parts `wire` builds before the pod manager (eviction needs them).

@@ -30,9 +30,16 @@ pub(super) struct Served<'a> {
     pub runtime_health: &'a RuntimeHealth,
     /// The API server, for TokenReviews and SubjectAccessReviews (cluster mode).
     pub cluster: Option<&'a kube::Client>,
+    /// The serving certificate's manager (`serverTLSBootstrap`): the kubelet API serves its
+    /// current certificate, renewed without a restart.
+    pub serving: Option<tokio::sync::watch::Receiver<Option<crate::certificate::SharedPair>>>,
     pub clock: Clock,
     /// `/stats/summary` (with a stats-capable runtime).
     pub summary: Option<Arc<dyn crate::stats::SummarySource>>,
+    /// The status page's charts (with a stats-capable runtime).
+    pub history: Option<Arc<crate::history::History>>,
+    /// The node's status now, for the status page and `/node`.
+    pub node_status: Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>,
 }
 
 /// The Summary provider over the runtime's stats calls and the host's cgroups and `/proc`
@@ -73,7 +80,10 @@ pub(super) async fn start(
     }
     if cfg.read_only_port != 0 {
         let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
-        server::serve(addr, server::router(state.clone()), cancel.clone(), tasks).await?;
+        let app = server::router(state.clone()).merge(server::status_page::router(
+            status_page_state(&served, &state),
+        ));
+        server::serve(addr, app, cancel.clone(), tasks).await?;
     }
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
@@ -108,6 +118,21 @@ fn api_state(served: &Served<'_>) -> ApiState {
     }
 }
 
+/// The status page (`/`, `/node`) on the read-only API.
+fn status_page_state(
+    served: &Served<'_>,
+    state: &ApiState,
+) -> server::status_page::StatusPageState {
+    server::status_page::StatusPageState {
+        node_name: served.cfg.node_name.clone(),
+        pods: state.pods.clone(),
+        events: state.events.clone(),
+        node: served.node_status.clone(),
+        history: served.history.clone(),
+        clock: served.clock,
+    }
+}
+
 /// The authenticated kubelet API on `port`: HTTPS with the configured or a self-signed
 /// certificate; TokenReviews and SubjectAccessReviews go to the API server in cluster mode.
 async fn serve_kubelet_api(
@@ -130,21 +155,27 @@ async fn serve_kubelet_api(
         .tls_cert_file
         .as_deref()
         .zip(cfg.tls_private_key_file.as_deref());
-    let cert = server::tls::serving_certificate(
-        configured,
-        &cfg.root_dir.join("pki"),
-        &cfg.node_name,
-        &addresses,
-    )
+    let client_ca = cfg.authentication.client_ca_file.as_deref();
+    let tls = match &served.serving {
+        Some(pairs) => server::tls::server_config_rotating(pairs.clone(), client_ca),
+        None => {
+            let cert = server::tls::serving_certificate(
+                configured,
+                &cfg.cert_dir,
+                &cfg.node_name,
+                &addresses,
+            )
+            .map_err(|error| StartError::Tls {
+                what: "kubelet API serving certificate",
+                error,
+            })?;
+            server::tls::server_config(cert, client_ca)
+        }
+    }
     .map_err(|error| StartError::Tls {
-        what: "kubelet API serving certificate",
+        what: "kubelet API TLS",
         error,
     })?;
-    let tls = server::tls::server_config(cert, cfg.authentication.client_ca_file.as_deref())
-        .map_err(|error| StartError::Tls {
-            what: "kubelet API TLS",
-            error,
-        })?;
     let reviews = served
         .cluster
         .map(|client| Arc::new(ApiReviews::new(client.clone())));

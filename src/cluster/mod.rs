@@ -18,6 +18,7 @@ pub mod api_fields;
 pub mod api_version;
 pub mod convergence;
 pub mod rate_limit;
+pub mod rotating;
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,24 @@ pub async fn heartbeat_client(config: &Config) -> Result<kube::Client> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// Both clients over a transport that presents the current client certificate
+/// ([`rotating::RotatingTransport`]): the pods client rate-limited as [`client`], the heartbeat
+/// client not, as [`heartbeat_client`]. They share one connection pool per certificate.
+pub fn rotating_clients(
+    config: &Config,
+    transport: rotating::RotatingTransport,
+    default_namespace: &str,
+) -> (kube::Client, kube::Client) {
+    let client = ClientBuilder::new(transport.clone(), default_namespace)
+        .with_layer(&RateLimitLayer::new(
+            config.kube_api_qps,
+            config.kube_api_burst,
+        ))
+        .build();
+    let heartbeat = kube::Client::new(transport, default_namespace);
+    (client, heartbeat)
 }
 
 fn kubeconfig_path(config: &Config) -> Result<&Path> {

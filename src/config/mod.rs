@@ -13,6 +13,7 @@
 
 mod decode;
 pub(crate) mod duration;
+pub mod flags;
 pub mod kubelet_fields;
 mod resolve;
 #[cfg(test)]
@@ -152,6 +153,20 @@ pub struct Config {
     /// `kubeconfig` (nodelet; the kubelet's `--kubeconfig`): join the cluster this file points
     /// to. Unset = standalone mode.
     pub kubeconfig: Option<PathBuf>,
+    /// `bootstrapKubeconfig` (nodelet; the kubelet's `--bootstrap-kubeconfig`): credentials that
+    /// may only ask for a client certificate. When `kubeconfig` holds no valid client
+    /// certificate, nodelet sends a CSR with these, waits for the certificate and writes
+    /// `kubeconfig` pointing at it (TLS bootstrap, `crate::certificate`).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `certDir` (nodelet; the kubelet's `--cert-dir`, default `<rootDir>/pki`): where the
+    /// issued client and serving certificates (and the self-signed one) are kept.
+    pub cert_dir: PathBuf,
+    /// `rotateCertificates` (kubelet, default false): renew the client certificate through a
+    /// CSR before it expires, without a restart.
+    pub rotate_certificates: bool,
+    /// `serverTLSBootstrap` (kubelet, default false): the kubelet API's serving certificate
+    /// comes from a CSR (signer `kubernetes.io/kubelet-serving`) and is renewed the same way.
+    pub server_tls_bootstrap: bool,
     /// `nodeLabels` (nodelet; the kubelet's `--node-labels`): labels the Node is registered with.
     pub node_labels: BTreeMap<String, String>,
     /// `podCleanup` (nodelet): deletion of failed pods that nobody deletes.
@@ -401,6 +416,14 @@ pub enum Error {
         path: PathBuf,
         errors: Vec<FieldError>,
     },
+    /// The kubelet's command line over its file: each error names the flag behind it, if any.
+    #[error("invalid configuration (kubelet flags{}):{}", file.as_ref().map(|f| format!(" over {}", f.display())).unwrap_or_default(), ErrorLines(errors))]
+    Flags {
+        file: Option<PathBuf>,
+        errors: Vec<FieldError>,
+    },
+    #[error("{}", .0)]
+    CommandLine(#[from] flags::FlagError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -502,6 +525,10 @@ impl Config {
             register_node: true,
             register_with_taints: Vec::new(),
             kubeconfig: None,
+            bootstrap_kubeconfig: None,
+            cert_dir: PathBuf::from(DEFAULT_ROOT_DIR).join("pki"),
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
             node_labels: BTreeMap::new(),
             pod_cleanup: PodCleanup::default(),
             pleg_relist_period: Duration::from_secs(5),
@@ -554,24 +581,8 @@ impl Config {
 /// errors only. An empty document (or one with only comments) gives the defaults; a non-empty
 /// one must carry `apiVersion` and `kind`.
 pub fn parse(text: &str, source: &Path, env: &Environment) -> Result<Loaded> {
-    let document: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| Error::Yaml {
-        path: source.to_path_buf(),
-        message: format!("not valid YAML: {e}"),
-    })?;
-    let raw = match &document {
-        serde_yaml::Value::Null => decode::Decoded::default(),
-        serde_yaml::Value::Mapping(map) => decode::decode(map),
-        other => {
-            return Err(Error::Yaml {
-                path: source.to_path_buf(),
-                message: format!(
-                    "expected a KubeletConfiguration mapping at the top level, found {}",
-                    decode::type_name(other)
-                ),
-            })
-        }
-    };
-    let resolved = resolve::resolve(raw, env);
+    let document = parse_yaml(text, source)?;
+    let resolved = resolve_document(&document, source, env)?;
     if resolved.errors.is_empty() {
         Ok(Loaded {
             config: resolved.config,
@@ -585,6 +596,35 @@ pub fn parse(text: &str, source: &Path, env: &Environment) -> Result<Loaded> {
     }
 }
 
+fn parse_yaml(text: &str, source: &Path) -> Result<serde_yaml::Value> {
+    serde_yaml::from_str(text).map_err(|e| Error::Yaml {
+        path: source.to_path_buf(),
+        message: format!("not valid YAML: {e}"),
+    })
+}
+
+/// Decodes and resolves a parsed document (`source` names it in errors).
+fn resolve_document(
+    document: &serde_yaml::Value,
+    source: &Path,
+    env: &Environment,
+) -> Result<resolve::Resolved> {
+    let raw = match document {
+        serde_yaml::Value::Null => decode::Decoded::default(),
+        serde_yaml::Value::Mapping(map) => decode::decode(map),
+        other => {
+            return Err(Error::Yaml {
+                path: source.to_path_buf(),
+                message: format!(
+                    "expected a KubeletConfiguration mapping at the top level, found {}",
+                    decode::type_name(other)
+                ),
+            })
+        }
+    };
+    Ok(resolve::resolve(raw, env))
+}
+
 /// Reads and [`parse`]s the configuration file at `path`.
 pub fn load(path: &Path, env: &Environment) -> Result<Loaded> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
@@ -592,4 +632,176 @@ pub fn load(path: &Path, env: &Environment) -> Result<Loaded> {
         source,
     })?;
     parse(&text, path, env)
+}
+
+/// The kubelet's root directory, the default of `rootDir` when nodelet runs as the kubelet.
+pub const KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
+
+/// The configuration of nodelet started as the kubelet: the kubelet's defaults, the `--config`
+/// file, the `--config-dir` drop-ins (`*.conf`, in name order, merged over it as JSON merge
+/// patches), then every flag over that. Without `--config` the kubelet's flag-era defaults
+/// apply (`applyLegacyDefaults`: anonymous requests allowed, no webhook authentication,
+/// authorization `AlwaysAllow`, the read-only port 10255). `rootDir` defaults to
+/// `/var/lib/kubelet`, the kubelet's `--root-dir`. Errors and warnings caused by a flag name it.
+pub fn load_kubelet(line: &flags::KubeletCommandLine, env: &Environment) -> Result<Loaded> {
+    use serde_yaml::{Mapping, Value};
+    let mut document = match &line.config_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+                path: path.clone(),
+                source,
+            })?;
+            match parse_yaml(&text, path)? {
+                Value::Null => Mapping::new(),
+                Value::Mapping(map) => map,
+                other => {
+                    return Err(Error::Yaml {
+                        path: path.clone(),
+                        message: format!(
+                            "expected a KubeletConfiguration mapping at the top level, found {}",
+                            decode::type_name(&other)
+                        ),
+                    })
+                }
+            }
+        }
+        None => legacy_defaults(),
+    };
+    if document.is_empty() {
+        // An empty file is the defaults, as for `nodelet run`.
+        document.insert("apiVersion".into(), API_VERSION.into());
+        document.insert("kind".into(), KIND.into());
+    }
+    if let Some(dir) = &line.config_dir {
+        for path in drop_ins(dir)? {
+            let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+                path: path.clone(),
+                source,
+            })?;
+            match parse_yaml(&text, &path)? {
+                Value::Mapping(patch) => merge_patch(&mut document, patch),
+                Value::Null => {}
+                other => {
+                    return Err(Error::Yaml {
+                        path,
+                        message: format!(
+                            "expected a KubeletConfiguration mapping at the top level, found {}",
+                            decode::type_name(&other)
+                        ),
+                    })
+                }
+            }
+        }
+    }
+    if !document.contains_key("rootDir") {
+        document.insert("rootDir".into(), KUBELET_ROOT_DIR.into());
+    }
+    for setting in &line.settings {
+        set_path(&mut document, &setting.path, setting.value.clone());
+    }
+    let source = line
+        .config_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("kubelet command line"));
+    let resolved = resolve_document(&Value::Mapping(document), &source, env)?;
+    let name = |path: &str| match flags::flag_for(&line.settings, path) {
+        Some(flag) => format!("{flag} ({path})"),
+        None => path.to_string(),
+    };
+    let mut warnings = line.warnings.clone();
+    warnings.extend(resolved.warnings.into_iter().map(|w| Warning {
+        path: name(&w.path),
+        message: w.message,
+    }));
+    if resolved.errors.is_empty() {
+        Ok(Loaded {
+            config: resolved.config,
+            warnings,
+        })
+    } else {
+        Err(Error::Flags {
+            file: line.config_file.clone(),
+            errors: resolved
+                .errors
+                .into_iter()
+                .map(|e| FieldError {
+                    path: name(&e.path),
+                    ..e
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The kubelet's defaults for a command line without `--config` (`applyLegacyDefaults`).
+fn legacy_defaults() -> serde_yaml::Mapping {
+    serde_yaml::from_str(&format!(
+        "apiVersion: {API_VERSION}\nkind: {KIND}\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\nreadOnlyPort: 10255\n"
+    ))
+    .unwrap_or_default()
+}
+
+/// The `*.conf` files of a drop-in directory, in name order; a missing directory has none.
+fn drop_ins(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(Error::Read {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "conf") && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// RFC 7386 merge patch of YAML mappings: mappings merge, `null` removes, anything else
+/// replaces.
+fn merge_patch(target: &mut serde_yaml::Mapping, patch: serde_yaml::Mapping) {
+    use serde_yaml::Value;
+    for (key, value) in patch {
+        match value {
+            Value::Null => {
+                target.remove(&key);
+            }
+            Value::Mapping(inner) => match target.get_mut(&key) {
+                Some(Value::Mapping(existing)) => merge_patch(existing, inner),
+                _ => {
+                    let mut fresh = serde_yaml::Mapping::new();
+                    merge_patch(&mut fresh, inner);
+                    target.insert(key, Value::Mapping(fresh));
+                }
+            },
+            other => {
+                target.insert(key, other);
+            }
+        }
+    }
+}
+
+/// Sets the value at a field path, creating the mappings on the way (a non-mapping in the way
+/// is replaced: the flag wins).
+fn set_path(document: &mut serde_yaml::Mapping, path: &[String], value: serde_yaml::Value) {
+    use serde_yaml::Value;
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut node = document;
+    for key in parents {
+        let key = Value::String(key.clone());
+        if !matches!(node.get(&key), Some(Value::Mapping(_))) {
+            node.insert(key.clone(), Value::Mapping(serde_yaml::Mapping::new()));
+        }
+        node = match node.get_mut(&key) {
+            Some(Value::Mapping(next)) => next,
+            _ => return,
+        };
+    }
+    node.insert(Value::String(last.clone()), value);
 }

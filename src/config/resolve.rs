@@ -338,6 +338,39 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.register_node = decoded.register_node.unwrap_or(defaults.register_node);
     config.register_with_taints = decoded.register_with_taints.unwrap_or_default();
     config.kubeconfig = non_empty(decoded.kubeconfig).map(PathBuf::from);
+    config.bootstrap_kubeconfig = non_empty(decoded.bootstrap_kubeconfig).map(PathBuf::from);
+    // The kubelet's `--cert-dir` defaults under its root directory, wherever that is.
+    config.cert_dir = decoded
+        .cert_dir
+        .map(PathBuf::from)
+        .unwrap_or_else(|| config.root_dir.join("pki"));
+    config.rotate_certificates = decoded
+        .rotate_certificates
+        .unwrap_or(defaults.rotate_certificates);
+    config.server_tls_bootstrap = decoded
+        .server_tls_bootstrap
+        .unwrap_or(defaults.server_tls_bootstrap);
+    if config.kubeconfig.is_none() {
+        if let Some(path) = &config.bootstrap_kubeconfig {
+            errors.push(FieldError {
+                path: "bootstrapKubeconfig".into(),
+                kind: FieldErrorKind::Invalid,
+                value: Some(format!("{:?}", path.display().to_string())),
+                detail: "needs kubeconfig: the file the issued client certificate is written to"
+                    .into(),
+            });
+        }
+        if config.server_tls_bootstrap {
+            errors.push(FieldError {
+                path: "serverTLSBootstrap".into(),
+                kind: FieldErrorKind::Invalid,
+                value: Some("true".into()),
+                detail:
+                    "needs kubeconfig: the serving certificate is requested from the API server"
+                        .into(),
+            });
+        }
+    }
     config.node_labels = decoded.node_labels.unwrap_or_default();
     config.pod_cleanup = PodCleanup {
         enabled: decoded
@@ -383,20 +416,24 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         webhook_enabled: decoded
             .authentication_webhook_enabled
             .unwrap_or(authn.webhook_enabled),
-        webhook_cache_ttl: decoded
-            .authentication_webhook_cache_ttl
-            .unwrap_or(authn.webhook_cache_ttl),
+        // kubeadm writes these as `0s`: zero is the kubelet's "unset".
+        webhook_cache_ttl: or_default_if_zero(
+            decoded.authentication_webhook_cache_ttl,
+            authn.webhook_cache_ttl,
+        ),
         anonymous_enabled: decoded.anonymous_enabled.unwrap_or(authn.anonymous_enabled),
     };
     let authz = &defaults.authorization;
     config.authorization = Authorization {
         mode: decoded.authorization_mode.unwrap_or(authz.mode),
-        cache_authorized_ttl: decoded
-            .cache_authorized_ttl
-            .unwrap_or(authz.cache_authorized_ttl),
-        cache_unauthorized_ttl: decoded
-            .cache_unauthorized_ttl
-            .unwrap_or(authz.cache_unauthorized_ttl),
+        cache_authorized_ttl: or_default_if_zero(
+            decoded.cache_authorized_ttl,
+            authz.cache_authorized_ttl,
+        ),
+        cache_unauthorized_ttl: or_default_if_zero(
+            decoded.cache_unauthorized_ttl,
+            authz.cache_unauthorized_ttl,
+        ),
     };
     if config.authentication.anonymous_enabled
         && config.authorization.mode == AuthorizationMode::AlwaysAllow

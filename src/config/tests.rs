@@ -292,7 +292,9 @@ fn each_field_happy_path() {
         ("crashLoopBackOff: {maxContainerRestartPeriod: 5m}", |_| {}),
         ("crashLoopBackOff: {}", |_| {}),
         ("rootDir: /var/lib/nodelet-test", |c| {
-            c.root_dir = "/var/lib/nodelet-test".into()
+            c.root_dir = "/var/lib/nodelet-test".into();
+            // `certDir` follows `rootDir` (the kubelet's `--cert-dir` default).
+            c.cert_dir = "/var/lib/nodelet-test/pki".into();
         }),
         ("nodeName: Worker-7.Example.COM", |c| {
             c.node_name = "worker-7.example.com".into()
@@ -446,9 +448,9 @@ fn type_meta_is_required_and_checked() {
 fn accepted_but_ignored_fields_warn() {
     let cases: &[(&str, &[&str])] = &[
         ("seccompDefault: true", &["seccompDefault: accepted but not implemented by nodelet yet; ignored"]),
-        ("tlsMinVersion: VersionTLS12\nserverTLSBootstrap: true", &[
+        ("tlsMinVersion: VersionTLS12\nstreamingConnectionIdleTimeout: 4h", &[
             "tlsMinVersion: accepted but not implemented by nodelet yet; ignored",
-            "serverTLSBootstrap: accepted but not implemented by nodelet yet; ignored",
+            "streamingConnectionIdleTimeout: accepted but not implemented by nodelet yet; ignored",
         ]),
         ("authentication: {anonymous: {enabled: true}}\nauthorization: {mode: AlwaysAllow}", &[
             "authentication.anonymous.enabled: anonymous requests with authorization mode AlwaysAllow: anyone who can reach the port can read every container's logs",
@@ -1154,4 +1156,264 @@ fn graceful_node_shutdown_fields_follow_the_kubelets_rules() {
     for (body, want) in rejected {
         assert_eq!(&field_errors(&format!("{HEADER}{body}")), want, "{body}");
     }
+}
+
+/// `/var/lib/kubelet/config.yaml` as `kubeadm join` writes it (kubeadm 1.3x: the defaulted
+/// KubeletConfiguration with its zero values spelled out).
+const KUBEADM_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: \"\"
+cpuManagerReconcilePeriod: 0s
+crashLoopBackOff: {}
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: \"0\"
+    text:
+      infoBufferSize: \"0\"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+resolvConf: /run/systemd/resolve/resolv.conf
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+";
+
+fn kubelet_line(args: &[&str]) -> flags::KubeletCommandLine {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    flags::parse(&args, Path::new("/")).unwrap()
+}
+
+#[test]
+fn kubeadms_config_is_accepted_with_the_kubelets_defaults_for_its_zeros() {
+    let loaded = parse(KUBEADM_CONFIG, source(), &env()).unwrap();
+    let c = &loaded.config;
+    // Zero durations are "unset": the kubelet's defaults.
+    assert_eq!(c.authentication.webhook_cache_ttl, s(120));
+    assert_eq!(c.authorization.cache_authorized_ttl, s(300));
+    assert_eq!(c.authorization.cache_unauthorized_ttl, s(30));
+    assert_eq!(c.eviction.pressure_transition_period, s(300));
+    assert_eq!(c.file_check_frequency, s(20));
+    assert_eq!(c.image_minimum_gc_age, s(120));
+    assert_eq!(c.node_status_update_frequency, s(10));
+    assert_eq!(c.node_status_report_frequency, s(300));
+    assert_eq!(c.runtime_request_timeout, s(120));
+    assert_eq!(c.sync_frequency, s(60));
+    assert_eq!(
+        c.container_runtime_endpoint,
+        DEFAULT_CONTAINER_RUNTIME_ENDPOINT
+    );
+    assert!(c.rotate_certificates && !c.server_tls_bootstrap);
+    assert_eq!(c.cert_dir, PathBuf::from("/var/lib/nodelet/pki"));
+    assert_eq!(
+        c.authentication.client_ca_file,
+        Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+    );
+    // Only fields nodelet does not act on are mentioned.
+    for w in warnings(&loaded) {
+        assert!(w.ends_with(NOT_IMPLEMENTED_MESSAGE), "{w}");
+    }
+}
+
+#[test]
+fn kubeadm_drop_in_flags_behave_as_the_same_settings_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, KUBEADM_CONFIG).unwrap();
+    let config_flag = format!("--config={}", config.display());
+    // The drop-in's KUBELET_KUBECONFIG_ARGS and KUBELET_CONFIG_ARGS, kubeadm-flags.env's
+    // KUBELET_KUBEADM_ARGS, and /etc/default/kubelet's KUBELET_EXTRA_ARGS.
+    let line = kubelet_line(&[
+        "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+        "--kubeconfig=/etc/kubernetes/kubelet.conf",
+        &config_flag,
+        "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+        "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+        "--hostname-override=worker-1",
+        "--node-ip=10.0.0.7",
+        "--node-labels=node-role.kubernetes.io/worker=,tier=edge",
+        "--v=2",
+    ]);
+    let from_flags = load_kubelet(&line, &env()).unwrap();
+    let file = KUBEADM_CONFIG
+        .replace(
+            "containerRuntimeEndpoint: \"\"",
+            "containerRuntimeEndpoint: unix:///var/run/containerd/containerd.sock",
+        )
+        .replace("  verbosity: 0", "  verbosity: 2")
+        + "bootstrapKubeconfig: /etc/kubernetes/bootstrap-kubelet.conf\n\
+           kubeconfig: /etc/kubernetes/kubelet.conf\n\
+           nodeName: worker-1\nnodeIP: 10.0.0.7\n\
+           nodeLabels: {node-role.kubernetes.io/worker: '', tier: edge}\n\
+           rootDir: /var/lib/kubelet\n";
+    let from_file = parse(&file, source(), &env()).unwrap();
+    assert_eq!(from_flags.config, from_file.config);
+    assert_eq!(
+        from_flags.config.cert_dir,
+        PathBuf::from("/var/lib/kubelet/pki")
+    );
+    assert_eq!(
+        from_flags.config.kubeconfig,
+        Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
+    );
+    // The flag nodelet ignores is named, with why.
+    let flag_warnings: Vec<String> = warnings(&from_flags)
+        .into_iter()
+        .filter(|w| w.starts_with("--"))
+        .collect();
+    assert_eq!(flag_warnings.len(), 1, "{flag_warnings:?}");
+    assert!(
+        flag_warnings[0]
+            .starts_with("--pod-infra-container-image=registry.k8s.io/pause:3.10: ignored: "),
+        "{flag_warnings:?}"
+    );
+}
+
+#[test]
+fn flags_win_over_the_file_and_errors_name_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!("{HEADER}nodeIP: 10.0.0.8\nmaxPods: 50\nfeatureGates: {{MemoryQoS: false, ContainerStopSignals: true}}\nauthentication: {{x509: {{clientCAFile: /ca.crt}}}}\n"),
+    )
+    .unwrap();
+    let config_flag = format!("--config={}", config.display());
+    let line = kubelet_line(&[
+        &config_flag,
+        "--node-ip=10.0.0.7",
+        "--feature-gates=MemoryQoS=true",
+        "--anonymous-auth=true",
+        "--fail-swap-on=false",
+    ]);
+    let loaded = load_kubelet(&line, &env()).unwrap();
+    let c = &loaded.config;
+    assert_eq!(c.node_ip, Some("10.0.0.7".parse().unwrap()), "flag wins");
+    assert_eq!(c.max_pods, 50, "file kept where no flag");
+    assert!(c.feature_enabled("MemoryQoS"), "flag wins per gate");
+    assert!(
+        c.feature_enabled("ContainerStopSignals"),
+        "the file's other gates stay"
+    );
+    assert!(c.authentication.anonymous_enabled);
+    assert_eq!(
+        c.authentication.client_ca_file,
+        Some(PathBuf::from("/ca.crt")),
+        "a flag for one field of a group keeps the file's others"
+    );
+    assert!(
+        warnings(&loaded).contains(&format!(
+            "--fail-swap-on (failSwapOn): {NOT_IMPLEMENTED_MESSAGE}"
+        )),
+        "{:?}",
+        warnings(&loaded)
+    );
+    let bad = kubelet_line(&[&config_flag, "--node-ip=127.0.0.1", "--max-pods=0"]);
+    let error = load_kubelet(&bad, &env()).unwrap_err().to_string();
+    assert!(
+        error.contains(
+            "--node-ip (nodeIP): Invalid value: \"127.0.0.1\": must not be a loopback address"
+        ) && error.contains("--max-pods (maxPods): Invalid value: 0")
+            && error.contains(&format!("over {}", config.display())),
+        "{error}"
+    );
+    let missing = kubelet_line(&["--config=/no/such/config.yaml"]);
+    let error = load_kubelet(&missing, &env()).unwrap_err().to_string();
+    assert!(error.contains("/no/such/config.yaml"), "{error}");
+}
+
+#[test]
+fn without_config_the_kubelets_flag_defaults_apply() {
+    let loaded = load_kubelet(&kubelet_line(&["--hostname-override=n1"]), &env()).unwrap();
+    let c = &loaded.config;
+    assert!(c.authentication.anonymous_enabled);
+    assert!(!c.authentication.webhook_enabled);
+    assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
+    assert_eq!(c.read_only_port, 10255);
+    assert_eq!(c.root_dir, PathBuf::from(KUBELET_ROOT_DIR));
+    assert_eq!(c.cert_dir, PathBuf::from("/var/lib/kubelet/pki"));
+    assert_eq!(c.node_name, "n1");
+    // --root-dir moves the certificate directory with it; --cert-dir wins over both.
+    let c = load_kubelet(&kubelet_line(&["--root-dir=/srv/kubelet"]), &env())
+        .unwrap()
+        .config;
+    assert_eq!(c.cert_dir, PathBuf::from("/srv/kubelet/pki"));
+    let c = load_kubelet(
+        &kubelet_line(&["--root-dir=/srv/kubelet", "--cert-dir=/etc/kubelet-pki"]),
+        &env(),
+    )
+    .unwrap()
+    .config;
+    assert_eq!(c.cert_dir, PathBuf::from("/etc/kubelet-pki"));
+}
+
+#[test]
+fn config_dir_drop_ins_merge_over_the_file_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, format!("{HEADER}maxPods: 50\nauthentication: {{webhook: {{cacheTTL: 1m}}, x509: {{clientCAFile: /ca.crt}}}}\n")).unwrap();
+    let drop_ins = dir.path().join("conf.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    std::fs::write(drop_ins.join("20-b.conf"), format!("{HEADER}maxPods: 70\n")).unwrap();
+    std::fs::write(
+        drop_ins.join("10-a.conf"),
+        format!("{HEADER}maxPods: 60\nauthentication: {{webhook: {{cacheTTL: 3m}}}}\n"),
+    )
+    .unwrap();
+    std::fs::write(drop_ins.join("30-c.yaml"), "maxPods: 1000\n").unwrap();
+    let line = kubelet_line(&[
+        &format!("--config={}", config.display()),
+        &format!("--config-dir={}", drop_ins.display()),
+    ]);
+    let c = load_kubelet(&line, &env()).unwrap().config;
+    assert_eq!(
+        c.max_pods, 70,
+        "the last drop-in wins; only *.conf files count"
+    );
+    assert_eq!(c.authentication.webhook_cache_ttl, s(180));
+    assert_eq!(
+        c.authentication.client_ca_file,
+        Some(PathBuf::from("/ca.crt"))
+    );
+    let with_flag = kubelet_line(&[
+        &format!("--config={}", config.display()),
+        &format!("--config-dir={}", drop_ins.display()),
+        "--max-pods=80",
+    ]);
+    assert_eq!(
+        load_kubelet(&with_flag, &env()).unwrap().config.max_pods,
+        80
+    );
 }

@@ -25,6 +25,9 @@ pub struct Call {
 struct FakeSandbox {
     config: api::PodSandboxConfig,
     state: api::PodSandboxState,
+    /// The sandbox task's `processStatus` in the verbose status (containerd's words:
+    /// `running`, `stopped`, `deleted`).
+    process: &'static str,
     created_at: i64,
     ip: String,
 }
@@ -276,6 +279,37 @@ impl FakeRuntime {
         self.lock().containers.len()
     }
 
+    /// Reports every ready sandbox NOTREADY while its process keeps running, as containerd does
+    /// for the sandboxes whose state it could not load after a restart (its `StateUnknown`).
+    pub fn lose_sandbox_states(&self) -> Vec<String> {
+        self.set_sandboxes_not_ready("running")
+    }
+
+    /// Ends the process of every ready sandbox (the pause process died); the containers in
+    /// them keep running.
+    pub fn end_sandbox_processes(&self) -> Vec<String> {
+        self.set_sandboxes_not_ready("stopped")
+    }
+
+    fn set_sandboxes_not_ready(&self, process: &'static str) -> Vec<String> {
+        let ids: Vec<String> = {
+            let mut st = self.lock();
+            st.sandboxes
+                .iter_mut()
+                .filter(|(_, s)| s.state == api::PodSandboxState::SandboxReady)
+                .map(|(id, s)| {
+                    s.state = api::PodSandboxState::SandboxNotready;
+                    s.process = process;
+                    id.clone()
+                })
+                .collect()
+        };
+        for id in &ids {
+            let _ = self.changes.send(id.clone());
+        }
+        ids
+    }
+
     /// Makes the newest running container of this name exit with `code`.
     pub fn exit_container(&self, name: &str, code: i32) {
         let now = self.now_nanos();
@@ -391,6 +425,7 @@ impl Runtime for FakeRuntime {
             FakeSandbox {
                 config,
                 state: api::PodSandboxState::SandboxReady,
+                process: "running",
                 created_at: now,
                 ip,
             },
@@ -422,6 +457,7 @@ impl Runtime for FakeRuntime {
             }
             if let Some(s) = st.sandboxes.get_mut(sandbox_id) {
                 s.state = api::PodSandboxState::SandboxNotready;
+                s.process = "deleted";
             }
         }
         for id in changed {
@@ -449,7 +485,9 @@ impl Runtime for FakeRuntime {
             .sandboxes
             .get(sandbox_id)
             .ok_or_else(|| Self::not_found("pod_sandbox_status", sandbox_id))?;
-        let ready = s.state == api::PodSandboxState::SandboxReady;
+        // containerd reports the IP while the network namespace is open: until the sandbox
+        // is stopped, whatever its state.
+        let ready = s.process == "running";
         Ok(api::PodSandboxStatus {
             id: sandbox_id.into(),
             metadata: s.config.metadata.clone(),
@@ -463,6 +501,26 @@ impl Runtime for FakeRuntime {
             annotations: s.config.annotations.clone(),
             ..Default::default()
         })
+    }
+
+    async fn pod_sandbox_info(&self, sandbox_id: &str) -> Result<HashMap<String, String>> {
+        let mut st = self.lock();
+        self.record(
+            &mut st,
+            "pod_sandbox_info",
+            sandbox_id.into(),
+            String::new(),
+        )?;
+        let s = st
+            .sandboxes
+            .get(sandbox_id)
+            .ok_or_else(|| Self::not_found("pod_sandbox_info", sandbox_id))?;
+        let info = serde_json::json!({
+            "pid": 0,
+            "processStatus": s.process,
+            "netNamespaceClosed": false,
+        });
+        Ok(HashMap::from([("info".to_string(), info.to_string())]))
     }
 
     async fn list_pod_sandbox(

@@ -11,6 +11,7 @@ pub mod labels;
 pub mod model;
 pub mod remote;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -74,6 +75,9 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
     async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
     async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<api::PodSandboxStatus>;
+    /// The `info` map of a verbose `PodSandboxStatus` (containerd: key `info`, a JSON document
+    /// with the sandbox task's live `processStatus`).
+    async fn pod_sandbox_info(&self, sandbox_id: &str) -> Result<HashMap<String, String>>;
     async fn list_pod_sandbox(
         &self,
         filter: Option<api::PodSandboxFilter>,

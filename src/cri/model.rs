@@ -2,7 +2,7 @@
 //! This is what `compute_pod_actions` and status generation read; it is built from CRI calls by
 //! [`inspect_pod`] and from fake data in tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
 
@@ -216,10 +216,31 @@ pub fn container_from_status(status: &api::ContainerStatus, sandbox_id: &str) ->
     }
 }
 
+/// Whether a verbose `PodSandboxStatus` info map says the sandbox's process runs in a network
+/// namespace that is still open (containerd: key `info`, fields `processStatus` and
+/// `netNamespaceClosed`). Anything else, a missing or unreadable document included, is no.
+pub fn sandbox_process_runs(info: &HashMap<String, String>) -> bool {
+    let Some(doc) = info
+        .get("info")
+        .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw).ok())
+    else {
+        return false;
+    };
+    doc.get("processStatus").and_then(|s| s.as_str()) == Some("running")
+        && doc.get("netNamespaceClosed").and_then(|c| c.as_bool()) != Some(true)
+}
+
 /// Reads the runtime state of one pod: its sandboxes and every container instance.
 ///
 /// Containers that vanish between the list and the status call are skipped (they were removed
 /// concurrently); any other failure is returned so the caller does not act on a partial view.
+///
+/// A newest sandbox reported NOTREADY whose process still runs counts as ready: containerd
+/// reports NOTREADY for a sandbox whose state it could not load when it restarted (a shim that
+/// answered its status call too slowly leaves the sandbox in containerd's `StateUnknown` until
+/// it exits or is stopped), and the kubelet then kills and recreates a pod that is running
+/// fine. Whether the process runs is asked of the runtime (the verbose status) only for a newest
+/// sandbox that is not ready, so a sync costs one more call only in that case.
 pub async fn inspect_pod(runtime: &dyn Runtime, node_name: &str, uid: &str) -> Result<PodRuntime> {
     let sandboxes = runtime
         .list_pod_sandbox(Some(api::PodSandboxFilter {
@@ -255,6 +276,25 @@ pub async fn inspect_pod(runtime: &dyn Runtime, node_name: &str, uid: &str) -> R
         }
     }
     pod.sort();
+    if let Some(newest) = pod.sandboxes.first_mut().filter(|s| !s.ready) {
+        match runtime.pod_sandbox_info(&newest.id).await {
+            Ok(info) if sandbox_process_runs(&info) => {
+                // Debug, not warn: it holds on every sync until the sandbox ends.
+                tracing::debug!(
+                    sandbox.id = %newest.id,
+                    "the runtime reports the sandbox not ready but its process runs (a state it \
+                     could not load, as after a restart of containerd): kept as ready"
+                );
+                newest.ready = true;
+            }
+            Ok(_) => {}
+            // Removed since it was listed: the pod has no sandbox left to keep.
+            Err(e) if e.is_not_found() => {
+                pod.sandboxes.remove(0);
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(pod)
 }
 
@@ -288,6 +328,42 @@ mod tests {
         assert_eq!(pod.latest("a").unwrap().id, "3");
         assert_eq!(pod.instances("a").count(), 2);
         assert!(pod.latest("c").is_none());
+    }
+
+    #[test]
+    fn a_sandbox_process_runs_only_when_the_verbose_info_says_running_with_the_netns_open() {
+        let info = |doc: &str| HashMap::from([("info".to_string(), doc.to_string())]);
+        let cases = [
+            (
+                info(r#"{"pid":0,"processStatus":"running","netNamespaceClosed":false}"#),
+                true,
+            ),
+            (info(r#"{"processStatus":"running"}"#), true),
+            (
+                info(r#"{"processStatus":"running","netNamespaceClosed":true}"#),
+                false,
+            ),
+            (
+                info(r#"{"processStatus":"stopped","netNamespaceClosed":false}"#),
+                false,
+            ),
+            (info(r#"{"processStatus":"deleted"}"#), false),
+            (info(r#"{"processStatus":"unknown"}"#), false),
+            (info(r#"{"processStatus":1}"#), false),
+            (info("not json"), false),
+            (info("{}"), false),
+            (HashMap::new(), false),
+            (
+                HashMap::from([(
+                    "other".to_string(),
+                    r#"{"processStatus":"running"}"#.to_string(),
+                )]),
+                false,
+            ),
+        ];
+        for (i, (info, runs)) in cases.iter().enumerate() {
+            assert_eq!(sandbox_process_runs(info), *runs, "case {i}: {info:?}");
+        }
     }
 
     #[test]

@@ -187,6 +187,25 @@ impl Runtime for RemoteRuntime {
             .ok_or_else(|| missing("podsandbox_status", sandbox_id, "status"))
     }
 
+    async fn pod_sandbox_info(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<std::collections::HashMap<String, String>> {
+        let mut c = self.runtime.clone();
+        let req = self.request(
+            api::PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                verbose: true,
+            },
+            Duration::ZERO,
+        );
+        Ok(
+            observe("podsandbox_status", sandbox_id, c.pod_sandbox_status(req))
+                .await?
+                .info,
+        )
+    }
+
     async fn list_pod_sandbox(
         &self,
         filter: Option<api::PodSandboxFilter>,

@@ -52,6 +52,18 @@ fn object_cell(event: &Event) -> String {
     }
 }
 
+/// The LAST SEEN, TYPE, REASON, OBJECT and MESSAGE cells of one event, as [`event_table`]
+/// prints them.
+pub fn event_cells(event: &Event, now: Timestamp) -> [String; 5] {
+    [
+        last_seen_cell(event, now),
+        event.type_.clone().unwrap_or_default(),
+        event.reason.clone().unwrap_or_default(),
+        object_cell(event),
+        event.message.clone().unwrap_or_default(),
+    ]
+}
+
 /// The table `nodelet events` prints: events sorted by last seen (oldest first, ties keep their
 /// order), with a NAMESPACE column first when they span more than one namespace (as
 /// `kubectl get events -A`).

@@ -513,6 +513,8 @@ fn shorten(deadline: &watch::Sender<GraceDeadline>, grace: Duration) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+
     use super::*;
     use crate::pod::worker_state::PodWork;
 
@@ -524,6 +526,25 @@ mod tests {
 
     fn kill(tx: &watch::Sender<Request>) {
         tx.send_modify(|r| r.kill(Arc::new(Pod::default()), None, StatusMutation::default()));
+    }
+
+    /// [`until_ended`] of `sync` while the pod is killed `after` into it.
+    async fn until_ended_with_a_kill_after<T>(
+        sync: impl Future<Output = T>,
+        after: Duration,
+        tx: &watch::Sender<Request>,
+        rx: &watch::Receiver<Request>,
+        writes: &RuntimeWrites,
+    ) -> Option<T> {
+        let killer = async {
+            tokio::time::sleep(after).await;
+            kill(tx);
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            cut = until_ended(sync, rx, writes) => cut,
+            () = killer => unreachable!(),
+        }
     }
 
     /// A sync that ends by itself is waited for; an update that does not end the pod does not
@@ -547,15 +568,8 @@ mod tests {
         // A kill 3 s into a 60 s step: dropped at once.
         let t0 = Instant::now();
         let sync = tokio::time::sleep(Duration::from_secs(60));
-        let killer = async {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            kill(&tx);
-            std::future::pending::<()>().await;
-        };
-        let cut = tokio::select! {
-            cut = until_ended(sync, &rx, &writes) => cut,
-            () = killer => unreachable!(),
-        };
+        let cut =
+            until_ended_with_a_kill_after(sync, Duration::from_secs(3), &tx, &rx, &writes).await;
         assert_eq!(cut, None);
         assert_eq!(t0.elapsed(), Duration::from_secs(3));
     }
@@ -580,15 +594,8 @@ mod tests {
                 steps.lock().unwrap().push("second create");
             }
         };
-        let killer = async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            kill(&tx);
-            std::future::pending::<()>().await;
-        };
-        let cut = tokio::select! {
-            cut = until_ended(sync, &rx, &writes) => cut,
-            () = killer => unreachable!(),
-        };
+        let cut =
+            until_ended_with_a_kill_after(sync, Duration::from_secs(1), &tx, &rx, &writes).await;
         assert_eq!(cut, None);
         assert_eq!(
             t0.elapsed(),

@@ -103,6 +103,12 @@ impl Runtime for ScriptedRuntime {
     async fn pod_sandbox_status(&self, _: &str) -> cri::Result<api::PodSandboxStatus> {
         unsupported("pod_sandbox_status")
     }
+    async fn pod_sandbox_info(
+        &self,
+        _: &str,
+    ) -> cri::Result<std::collections::HashMap<String, String>> {
+        unsupported("pod_sandbox_info")
+    }
     async fn list_pod_sandbox(
         &self,
         _: Option<api::PodSandboxFilter>,

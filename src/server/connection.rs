@@ -50,6 +50,28 @@ async fn refuse_large_bodies(request: Request, next: Next) -> Response {
     }
 }
 
+/// The next connection of `listener`, or `None` once `cancel` fires. A failed accept (out of
+/// file descriptors, a connection reset before it was taken) is logged with `api` and retried
+/// after 100 ms rather than ending the server.
+pub async fn accept(
+    listener: &tokio::net::TcpListener,
+    cancel: &CancellationToken,
+    api: &str,
+) -> Option<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => return Some(conn),
+                Err(error) => {
+                    tracing::warn!(%error, "{api} accept");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = cancel.cancelled() => return None,
+        }
+    }
+}
+
 /// Serves one connection with the limits until the client closes it or `cancel` (then
 /// gracefully: the request under way is answered, the connection closed). Upgrades (exec,
 /// attach, port-forward) are allowed.

@@ -2,15 +2,20 @@
 //!
 //! - The read-only API (`readOnlyPort`, off by default, unauthenticated): `/healthz`, `/pods`
 //!   (a PodList in the Kubernetes JSON shape), `/events` (an EventList of the local event log),
-//!   `/metrics` (Prometheus text), `/stats/summary` (the kubelet's Summary API).
+//!   `/metrics` (Prometheus text), `/metrics/resource` (the kubelet's resource metrics),
+//!   `/stats/summary` (the kubelet's Summary API); [`status_page`] adds `/` (the status page)
+//!   and `/node` there.
 //! - The kubelet API (`port`, HTTPS, [`auth`] and [`tls`]): `/healthz`, `/pods`, `/metrics`,
-//!   `/stats/summary` (authorized as `nodes/stats`) and
+//!   `/metrics/resource` (authorized as `nodes/metrics`), `/stats/summary` (authorized as
+//!   `nodes/stats`) and
 //!   `/containerLogs/{namespace}/{pod}/{container}`, which the API server proxies for
 //!   `kubectl logs`.
 
 pub mod auth;
+pub mod charts;
 pub mod connection;
 pub mod container_logs;
+pub mod status_page;
 pub mod streaming;
 pub mod tls;
 
@@ -53,6 +58,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/events", get(events))
         .route("/events/", get(events))
         .route("/metrics", get(metrics_text))
+        .route("/metrics/resource", get(metrics_resource))
         .route("/stats/summary", get(stats_summary))
         .with_state(state)
 }
@@ -97,6 +103,7 @@ pub fn kubelet_api_router(
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics_text))
+        .route("/metrics/resource", get(metrics_resource))
         .route("/stats/summary", get(stats_summary))
         .with_state(state)
         .merge(logs_router)
@@ -243,6 +250,27 @@ async fn stats_summary(
     }
 }
 
+/// `GET /metrics/resource`: the kubelet's resource metrics from the CPU-and-memory Summary (as
+/// the kubelet's collector reads it); a failed read is the two scrape-error gauges at 1, still
+/// a 200, as the kubelet answers. 404 without a Summary provider.
+async fn metrics_resource(State(state): State<ApiState>) -> Response {
+    let Some(source) = &state.summary else {
+        return (StatusCode::NOT_FOUND, "404 page not found").into_response();
+    };
+    let summary = source.summary(Scope::CpuAndMemory).await;
+    if let Err(e) = &summary {
+        tracing::warn!(error = %e, "/metrics/resource");
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            crate::stats::resource_metrics::CONTENT_TYPE,
+        )],
+        crate::stats::resource_metrics::encode(summary.as_ref()),
+    )
+        .into_response()
+}
+
 async fn metrics_text() -> Response {
     (
         [(
@@ -291,18 +319,8 @@ pub fn serve_listener(
     let app = connection::limited(app);
     let connections = tasks.clone();
     tasks.spawn(async move {
-        loop {
-            let (stream, remote) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(error) => {
-                        tracing::warn!(%error, "local API accept");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                _ = cancel.cancelled() => return,
-            };
+        while let Some((stream, remote)) = connection::accept(&listener, &cancel, "local API").await
+        {
             let app = app.clone();
             let cancel = cancel.clone();
             connections.spawn(async move {
@@ -364,12 +382,10 @@ mod tests {
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(r.status(), 200);
         // No summary provider wired: the kubelet's 404.
-        let r = client
-            .get(format!("{base}/stats/summary"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 404);
+        for path in ["/stats/summary", "/metrics/resource"] {
+            let r = client.get(format!("{base}{path}")).send().await.unwrap();
+            assert_eq!(r.status(), 404, "{path}");
+        }
         healthy.store(false, std::sync::atomic::Ordering::SeqCst);
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(r.status(), 500);
@@ -534,6 +550,14 @@ mod tests {
             r.text().await.unwrap(),
             "Internal Error: stats reader task: runtime down"
         );
+        // /metrics/resource answers 200 with the error gauges up, as the kubelet's collector.
+        let r = reqwest::get(format!("http://{addr}/metrics/resource"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("\nresource_scrape_error 1\n"), "{text}");
+        assert!(!text.contains("container_"), "{text}");
         cancel.cancel();
         task.await.unwrap();
     }

@@ -164,6 +164,74 @@ pub fn server_config(
     cert: ServingCert,
     client_ca: Option<&Path>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
+    let builder = config_builder(client_ca)?;
+    let mut config = builder
+        .with_single_cert(cert.chain, cert.key)
+        .map_err(|e| TlsError::Config(format!("serving certificate and key: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The server configuration serving the current pair of a certificate manager
+/// (`serverTLSBootstrap`): each handshake takes the pair current at that moment, so a renewed
+/// certificate is served without a restart. Before the first one is issued, handshakes fail
+/// ("no serving certificate available for the kubelet", as the kubelet's).
+pub fn server_config_rotating(
+    pairs: tokio::sync::watch::Receiver<Option<crate::certificate::SharedPair>>,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let builder = config_builder(client_ca)?;
+    let mut config = builder.with_cert_resolver(Arc::new(ManagedCert {
+        pairs,
+        cached: std::sync::Mutex::new(None),
+    }));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Resolves the serving certificate to a manager's current pair (converted once per pair).
+#[derive(Debug)]
+struct ManagedCert {
+    pairs: tokio::sync::watch::Receiver<Option<crate::certificate::SharedPair>>,
+    cached: std::sync::Mutex<
+        Option<(
+            crate::certificate::SharedPair,
+            Arc<rustls::sign::CertifiedKey>,
+        )>,
+    >,
+}
+
+impl rustls::server::ResolvesServerCert for ManagedCert {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        let Some(pair) = self.pairs.borrow().clone() else {
+            tracing::debug!("no serving certificate available for the kubelet");
+            return None;
+        };
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((for_pair, key)) = cached.as_ref() {
+            if Arc::ptr_eq(for_pair, &pair) {
+                return Some(key.clone());
+            }
+        }
+        let signing = match rustls::crypto::ring::sign::any_supported_type(&pair.key_clone()) {
+            Ok(signing) => signing,
+            Err(error) => {
+                tracing::warn!(%error, "the serving certificate's key is not usable");
+                return None;
+            }
+        };
+        let key = Arc::new(rustls::sign::CertifiedKey::new(pair.chain.clone(), signing));
+        *cached = Some((pair, key.clone()));
+        Some(key)
+    }
+}
+
+fn config_builder(
+    client_ca: Option<&Path>,
+) -> Result<rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -188,11 +256,7 @@ pub fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(cert.chain, cert.key)
-        .map_err(|e| TlsError::Config(format!("serving certificate and key: {e}")))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(builder)
 }
 
 /// Serves `router` over TLS on `addr` until `cancel`. Each request carries the
@@ -216,18 +280,9 @@ pub async fn serve_tls(
     tracing::info!(%local, "kubelet API listening (HTTPS)");
     let connections = tasks.clone();
     tasks.spawn(async move {
-        loop {
-            let (stream, remote) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(error) => {
-                        tracing::warn!(%error, "kubelet API accept");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                _ = cancel.cancelled() => return,
-            };
+        while let Some((stream, remote)) =
+            super::connection::accept(&listener, &cancel, "kubelet API").await
+        {
             let acceptor = acceptor.clone();
             let router = router.clone();
             let cancel = cancel.clone();

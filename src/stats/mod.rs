@@ -10,6 +10,8 @@
 //! - [`container_cgroup`]: a container's cgroup from the runtime's OCI spec (both drivers).
 //! - [`cpu_rate`]: `usageNanoCores` from the previous sample of each cgroup.
 //! - [`volumes`]: `du` of a pod's volumes, at most once a minute per pod.
+//! - [`resource_metrics`]: `/metrics/resource` (the kubelet's resource metrics) from a
+//!   Summary; [`top`]: the `kubectl top` tables `nodelet top` prints from one.
 //! - [`summary`]: the Summary API types (`stats/v1alpha1`), [`convert`]: readings → those
 //!   types, [`provider`]: one request, from the CRI lists to the JSON.
 
@@ -22,7 +24,9 @@ pub mod provider;
 #[cfg(test)]
 mod provider_tests;
 pub mod psi;
+pub mod resource_metrics;
 pub mod summary;
+pub mod top;
 pub mod volumes;
 
 use std::path::PathBuf;

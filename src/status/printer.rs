@@ -231,6 +231,17 @@ pub fn pod_status_reason(pod: &Pod) -> String {
     pod_row(pod, Timestamp::UNIX_EPOCH).status
 }
 
+/// The READY, STATUS, RESTARTS and AGE cells of one pod, as [`pod_table`] prints them.
+pub fn pod_cells(pod: &Pod, now: Timestamp) -> [String; 4] {
+    let row = pod_row(pod, now);
+    let age = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(|| "<unknown>".to_string(), |t| since(now, t.0));
+    [row.ready, row.status, row.restarts, age]
+}
+
 /// `kubectl get pods` (or `kubectl get pods -A` when `all_namespaces`): pods sorted by namespace
 /// and name, as the API server lists them.
 pub fn pod_table(pods: &[Pod], now: Timestamp, all_namespaces: bool) -> String {

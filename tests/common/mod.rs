@@ -221,6 +221,25 @@ impl Nodelet {
         self.child = Some(child);
     }
 
+    /// Starts this nodelet with a command of the test's own (kubelet flags, a systemd unit's
+    /// `ExecStart`) instead of `nodelet run --config`; its output goes to the same log and the
+    /// cleanup is the same.
+    pub fn launch_command(&mut self, mut command: Command) {
+        self.runs += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = command
+            .env("RUST_LOG", "nodelet=debug,info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn nodelet");
+        self.child = Some(child);
+    }
+
     /// The process id of the running nodelet.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())

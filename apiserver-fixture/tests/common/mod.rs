@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use apiserver_fixture::{Fixture, LoggedRequest};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::Value;
 
@@ -157,17 +157,18 @@ pub fn pki() -> Pki {
         .distinguished_name
         .push(DnType::CommonName, "nodelet-test-ca");
     let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
     let serving_key = KeyPair::generate().unwrap();
     let serving = CertificateParams::new(vec!["127.0.0.1".to_string()])
         .unwrap()
-        .signed_by(&serving_key, &ca, &ca_key)
+        .signed_by(&serving_key, &issuer)
         .unwrap();
     let client_key = KeyPair::generate().unwrap();
     let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     client_params
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver-kubelet-client");
-    let client = client_params.signed_by(&client_key, &ca, &ca_key).unwrap();
+    let client = client_params.signed_by(&client_key, &issuer).unwrap();
     Pki {
         ca_pem: ca.pem(),
         ca_der: ca.der().clone(),

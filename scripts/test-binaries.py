@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The test executables of `cargo test --no-run --message-format=json` (read on stdin), one per
+line: `<lane> <package directory> <name> <executable>`, where <name> is how `cargo test` names
+the target (`tests/faults.rs`, `unittests:src/lib.rs`, with the package's directory in front
+outside the root package) and <lane> is the lane scripts/test.sh runs it in:
+
+  vm      tests/vm_*.rs of the root package: each boots its own qemu VM (no host containerd)
+  faults  tests/faults.rs: stops and starts its containerd, so it gets an instance of its own
+  main    everything else, against the shared test containerd
+
+Within a lane the order is the one given by LANE_ORDER (the longest first, so that a lane's
+tail is short), then by name.
+"""
+import json
+import os
+import sys
+
+# Binaries known to take long (seconds on the 2-core CI machine, from the last full run), so that
+# the main lane starts them early; the rest keep their alphabetical order after these.
+LANE_ORDER = ["tests/cluster.rs", "tests/housekeeping.rs", "tests/eviction.rs"]
+
+
+def lane_of(package_dir, root, src):
+    rel = os.path.relpath(src, package_dir)
+    if package_dir == root and rel.startswith("tests/vm_") and rel.endswith(".rs"):
+        return "vm"
+    if package_dir == root and rel == "tests/faults.rs":
+        return "faults"
+    return "main"
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+    rows = []
+    for line in sys.stdin:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        msg = json.loads(line)
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+            continue
+        if not msg["profile"]["test"]:
+            continue
+        package_dir = os.path.dirname(msg["manifest_path"])
+        target = msg["target"]
+        src = target["src_path"]
+        rel = os.path.relpath(src, package_dir)
+        kind = "unittests:" if target["kind"] != ["test"] else ""
+        name = kind + (rel if package_dir == root else os.path.relpath(src, root))
+        rows.append((lane_of(package_dir, root, src), package_dir, name, msg["executable"]))
+
+    def key(row):
+        rel = row[2]
+        first = LANE_ORDER.index(rel) if rel in LANE_ORDER else len(LANE_ORDER)
+        return (row[0], first, rel)
+
+    if not rows:
+        sys.exit("test-binaries.py: cargo listed no test executable")
+    for row in sorted(rows, key=key):
+        print(" ".join(row))
+
+
+if __name__ == "__main__":
+    main()

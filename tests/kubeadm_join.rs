@@ -1,0 +1,906 @@
+//! Joining a cluster the way `kubeadm join` sets a kubelet up, against the API server fixture
+//! serving HTTPS with its own CA, on the real containerd, with the real `kubectl`:
+//!
+//! - nodelet started through kubeadm's systemd drop-in (`10-kubeadm.conf`, the real text; the
+//!   test plays systemd's part: its `Environment=`, `EnvironmentFile=` and `$VAR` expansion)
+//!   as `/usr/bin/kubelet`, with only a bootstrap-token kubeconfig: the CSR, `kubectl certificate
+//!   approve`, the node registered as `system:node:<name>` and Ready, the flags of
+//!   `kubeadm-flags.env` in effect;
+//! - nodelet with kubelet flags (`--rotate-certificates --rotate-server-certificates`) against a
+//!   signer issuing 2-minute certificates: both certificates renewed before they expire, the
+//!   node Ready and its lease renewed throughout, the pod watch opened with the first
+//!   certificate still delivering after that certificate expired, the kubelet API serving the
+//!   renewed serving certificate, all without a restart.
+//!
+//! The two run at the same time (the second takes a little over two minutes).
+
+mod common;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use apiserver_fixture::csr::SigningPolicy;
+use apiserver_fixture::{Fixture, FixtureOptions, LoggedRequest, TlsOptions};
+use common::*;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// kubeadm's drop-in for the kubelet unit (`/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf`
+/// from the kubeadm package, kubernetes/release), verbatim.
+const KUBEADM_DROP_IN: &str = r#"# Note: This dropin only works with kubeadm and kubelet v1.11+
+[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+# This is a file that "kubeadm init" and "kubeadm join" generates at runtime, populating the KUBELET_KUBEADM_ARGS variable dynamically
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+# This is a file that the user can use for overrides of the kubelet args as a last resort. Preferably, the user should use
+# the .NodeRegistration.KubeletExtraArgs object in the configuration files instead. KUBELET_EXTRA_ARGS should be sourced from this file.
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+"#;
+
+const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+/// A value of a systemd assignment: surrounding double or single quotes removed.
+fn unquote(value: &str) -> String {
+    let v = value.trim();
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return v[1..v.len() - 1].to_string();
+        }
+    }
+    v.to_string()
+}
+
+/// What systemd runs for the unit's `ExecStart`: the `Environment=` assignments, then each
+/// `EnvironmentFile=` (a leading `-`: may be missing; `KEY=VALUE` lines, `#` comments), then
+/// the last `ExecStart=` with each word `$NAME` replaced by the variable's value split at
+/// whitespace (an unset or empty one gives no word) — systemd.service(5), "Command lines".
+fn exec_start_argv(unit: &str) -> Vec<String> {
+    let mut env = std::collections::BTreeMap::new();
+    let mut exec = String::new();
+    for line in unit.lines().map(str::trim) {
+        if let Some(assignment) = line.strip_prefix("Environment=") {
+            let (k, v) = unquote(assignment)
+                .split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .expect("Environment=KEY=VALUE");
+            env.insert(k, v);
+        } else if let Some(file) = line.strip_prefix("EnvironmentFile=") {
+            let (optional, path) = match file.strip_prefix('-') {
+                Some(p) => (true, p),
+                None => (false, file),
+            };
+            let text = match std::fs::read_to_string(path) {
+                Ok(text) => text,
+                Err(_) if optional => continue,
+                Err(e) => panic!("EnvironmentFile {path}: {e}"),
+            };
+            for l in text.lines().map(str::trim) {
+                if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
+                    continue;
+                }
+                if let Some((k, v)) = l.split_once('=') {
+                    env.insert(k.trim().to_string(), unquote(v));
+                }
+            }
+        } else if let Some(command) = line.strip_prefix("ExecStart=") {
+            exec = command.to_string();
+        }
+    }
+    let mut argv = Vec::new();
+    for word in exec.split_whitespace() {
+        match word.strip_prefix('$') {
+            Some(name) => argv.extend(
+                env.get(name)
+                    .map(|v| v.split_whitespace().map(String::from).collect::<Vec<_>>())
+                    .unwrap_or_default(),
+            ),
+            None => argv.push(word.to_string()),
+        }
+    }
+    argv
+}
+
+#[test]
+fn exec_start_expansion_follows_systemd() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("kubeadm-flags.env");
+    std::fs::write(
+        &flags,
+        "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/containerd/containerd.sock --node-ip=10.0.0.7\"\n",
+    )
+    .unwrap();
+    let unit = KUBEADM_DROP_IN
+        .replace(
+            "/var/lib/kubelet/kubeadm-flags.env",
+            &flags.display().to_string(),
+        )
+        .replace("/etc/default/kubelet", "/nonexistent/default-kubelet");
+    assert_eq!(
+        exec_start_argv(&unit),
+        vec![
+            "/usr/bin/kubelet",
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--config=/var/lib/kubelet/config.yaml",
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+            "--node-ip=10.0.0.7",
+        ]
+    );
+}
+
+/// The binary as `kubelet` and with kubelet flags: refusals name the flag, `--help` and
+/// `--version` answer as the kubelet's; `nodelet --version` stays nodelet's.
+#[test]
+fn kubelet_command_line_answers_and_refuses_by_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = dir.path().join("kubelet");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nodelet"), &kubelet).unwrap();
+    let run = |program: &Path, args: &[&str]| {
+        let out = Command::new(program).args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let nodelet = Path::new(env!("CARGO_BIN_EXE_nodelet"));
+    let (ok, out, _) = run(&kubelet, &["--version"]);
+    assert!(ok && out.starts_with("Kubernetes v1.37."), "{out}");
+    let (ok, out, _) = run(nodelet, &["--version"]);
+    assert!(ok && out.starts_with("nodelet "), "{out}");
+    let (ok, out, _) = run(&kubelet, &["--help"]);
+    assert!(
+        ok && out.contains("--rotate-certificates") && out.contains("sets rotateCertificates"),
+        "{out}"
+    );
+    let (ok, _, err) = run(&kubelet, &["--network-plugin=cni"]);
+    assert!(
+        !ok && err.contains("unknown flag: --network-plugin"),
+        "{err}"
+    );
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 50\n",
+    )
+    .unwrap();
+    let config_flag = format!("--config={}", config.display());
+    // Kubelet flags after `nodelet` work the same way.
+    let (ok, _, err) = run(
+        nodelet,
+        &[&config_flag, "--node-ip=127.0.0.1", "--max-pods=x"],
+    );
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("invalid argument \"x\" for \"--max-pods\" flag"),
+        "{err}"
+    );
+    let (ok, _, err) = run(nodelet, &[&config_flag, "--node-ip=127.0.0.1"]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains(
+            "--node-ip (nodeIP): Invalid value: \"127.0.0.1\": must not be a loopback address"
+        ),
+        "{err}"
+    );
+}
+
+/// This machine's address on its default route (no packet is sent): a node IP nodelet
+/// accepts (not loopback).
+fn host_ip() -> IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
+    socket.connect("10.255.255.255:9").expect("a default route");
+    socket.local_addr().expect("local address").ip()
+}
+
+/// Polls `check` every 250 ms until it gives a value; fails after `timeout` with `what` and
+/// the tail of nodelet's log.
+async fn wait_for<T>(
+    what: &str,
+    n: &Nodelet,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}\n{}",
+            tail(&n.logs(), 80)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The real kubectl with a kubeconfig (the fixture's admin).
+fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn csrs(fixture: &Fixture) -> Vec<CertificateSigningRequest> {
+    let mut list: Vec<CertificateSigningRequest> = fixture.list(None).unwrap_or_default();
+    list.sort_by_key(|c| c.metadata.creation_timestamp.clone().map(|t| t.0));
+    list
+}
+
+fn issued(csr: &CertificateSigningRequest) -> Option<Vec<u8>> {
+    csr.status
+        .as_ref()?
+        .certificate
+        .as_ref()
+        .map(|c| c.0.clone())
+        .filter(|c| !c.is_empty())
+}
+
+fn has_condition(csr: &CertificateSigningRequest, kind: &str) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == kind))
+}
+
+/// (CN, O, subjectAltNames as `DNS:<name>`/`IP:<address>`) of a PEM certificate request.
+fn subject_of_request(pem: &[u8]) -> (String, Vec<String>, Vec<String>) {
+    use x509_parser::prelude::FromDer;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).expect("PEM");
+    let (_, req) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
+            .expect("PKCS#10");
+    let subject = &req.certification_request_info.subject;
+    let cn = subject
+        .iter_common_name()
+        .next()
+        .and_then(|c| c.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let orgs = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(String::from))
+        .collect();
+    let sans = req
+        .requested_extensions()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| match e {
+            x509_parser::extensions::ParsedExtension::SubjectAlternativeName(san) => Some(
+                san.general_names
+                    .iter()
+                    .map(|n| match n {
+                        x509_parser::extensions::GeneralName::DNSName(d) => format!("DNS:{d}"),
+                        x509_parser::extensions::GeneralName::IPAddress(b) => {
+                            match <[u8; 4]>::try_from(*b) {
+                                Ok(v4) => format!("IP:{}", IpAddr::from(v4)),
+                                Err(_) => format!("IP:{b:?}"),
+                            }
+                        }
+                        other => other.to_string(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    (cn, orgs, sans)
+}
+
+/// (serial, notBefore, notAfter) of the first certificate of a PEM text.
+fn cert_facts(pem: &[u8]) -> (String, i64, i64) {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).expect("PEM certificate");
+    let cert = block.parse_x509().expect("X.509");
+    (
+        cert.raw_serial_as_string(),
+        cert.validity().not_before.timestamp(),
+        cert.validity().not_after.timestamp(),
+    )
+}
+
+fn now_unix() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+fn node_ready(kubeconfig: &Path, node: &str) -> bool {
+    let (ok, out, _) = kubectl_as(kubeconfig, &["get", "nodes", "--no-headers"]);
+    ok && out.lines().any(|l| {
+        l.split_whitespace().next() == Some(node) && l.split_whitespace().nth(1) == Some("Ready")
+    })
+}
+
+fn bound_pod(name: &str, node: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"
+    )
+}
+
+/// Applies a pod bound to `node` with kubectl and waits until the API shows it Running.
+async fn run_pod(n: &Nodelet, fixture: &Fixture, admin: &Path, name: &str, timeout: Duration) {
+    let file = n.dir.path().join(format!("{name}.yaml"));
+    write(&file, &bound_pod(name, &n.node));
+    let (ok, out, err) = kubectl_as(admin, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(ok, "kubectl apply: {out}{err}");
+    wait_for(&format!("pod {name} Running"), n, timeout, || {
+        let pod = fixture.get::<Pod>(Some("default"), name).ok()??;
+        (pod.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+}
+
+fn user_of(r: &LoggedRequest) -> &str {
+    r.user.as_deref().unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeadm_drop_in_joins_with_a_bootstrap_token() {
+    let started = Instant::now();
+    let fixture = Fixture::start_with(FixtureOptions {
+        tls: Some(TlsOptions::default()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut n = Nodelet::prepare_with("kubeadm-join", "");
+    let node = n.node.clone();
+    // The host's paths, under the test's directory.
+    let host = n.dir.path().join("host");
+    let etc = host.join("etc/kubernetes");
+    let var = host.join("var/lib/kubelet");
+    let token = fixture
+        .create_bootstrap_token("abcdef", "0123456789abcdef")
+        .unwrap();
+    write(
+        &etc.join("bootstrap-kubelet.conf"),
+        &fixture.kubeconfig(&format!("{{token: {token}}}")),
+    );
+    write(&etc.join("pki/ca.crt"), &fixture.ca_pem().unwrap());
+    let admin = etc.join("admin.conf");
+    write(
+        &admin,
+        &fixture
+            .client_kubeconfig("kubernetes-admin", &["system:masters"])
+            .unwrap(),
+    );
+    std::fs::create_dir_all(etc.join("manifests")).unwrap();
+    let node_ip = host_ip();
+    // kubeadm's config.yaml, with what differs on this test machine (cgroupfs, cgroup v1, the
+    // test's directories, no fixed ports: other tests run beside this one).
+    write(
+        &var.join("config.yaml"),
+        &format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: {etc}/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: cgroupfs
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: \"\"
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 0
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  verbosity: 0
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 2s
+nodeLeaseDurationSeconds: 8
+port: 0
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+staticPodPath: {etc}/manifests
+syncFrequency: 0s
+# nodelet's own fields for this machine
+rootDir: {var}
+podLogsDir: {logs}
+failCgroupV1: false
+plegRelistPeriod: 2s
+evictionHard: {{memory.available: \"1Mi\"}}
+",
+            etc = etc.display(),
+            var = var.display(),
+            logs = n.dir.path().join("logs").display(),
+        ),
+    );
+    write(
+        &var.join("kubeadm-flags.env"),
+        &format!(
+            "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint={} --pod-infra-container-image=localhost/pause:1 --hostname-override={node} --node-ip={node_ip} --node-labels=nodelet.dev/joined-by=kubeadm\"\n",
+            cri_endpoint()
+        ),
+    );
+    write(
+        &host.join("etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=--v=2\n",
+    );
+    let kubelet = host.join("usr/bin/kubelet");
+    std::fs::create_dir_all(kubelet.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nodelet"), &kubelet).unwrap();
+    // kubeadm's preflight reads the version.
+    let version = Command::new(&kubelet).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).to_string();
+    assert!(version.starts_with("Kubernetes v1."), "{version}");
+
+    let rehome = |text: &str| {
+        text.replace("/etc/kubernetes", &etc.display().to_string())
+            .replace("/var/lib/kubelet", &var.display().to_string())
+            .replace(
+                "/etc/default/kubelet",
+                &host.join("etc/default/kubelet").display().to_string(),
+            )
+            .replace("/usr/bin/kubelet", &kubelet.display().to_string())
+    };
+    let argv = exec_start_argv(&rehome(KUBEADM_DROP_IN));
+    assert_eq!(argv[0], kubelet.display().to_string());
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]);
+    n.launch_command(command);
+
+    // The bootstrap token asks for the node's client certificate.
+    let csr = wait_for("the node's CSR", &n, Duration::from_secs(60), || {
+        csrs(&fixture).into_iter().next()
+    })
+    .await;
+    let name = csr.metadata.name.clone().unwrap();
+    let spec = &csr.spec;
+    assert_eq!(spec.signer_name, CLIENT_SIGNER);
+    assert_eq!(spec.username.as_deref(), Some("system:bootstrap:abcdef"));
+    let groups = spec.groups.clone().unwrap_or_default();
+    for g in [
+        "system:bootstrappers",
+        "system:bootstrappers:kubeadm:default-node-token",
+    ] {
+        assert!(groups.iter().any(|x| x == g), "{g} in {groups:?}");
+    }
+    assert_eq!(
+        spec.usages.as_deref(),
+        Some(&["digital signature".to_string(), "client auth".to_string()][..])
+    );
+    let (cn, orgs, sans) = subject_of_request(&spec.request.0);
+    assert_eq!(cn, format!("system:node:{node}"));
+    assert_eq!(orgs, vec!["system:nodes"]);
+    assert!(sans.is_empty(), "{sans:?}");
+    // With rotateCertificates (kubeadm's config) the kubeconfig is written at once, pointing at
+    // the certificate to come; nothing else happens until the CSR is approved.
+    let kubelet_conf = etc.join("kubelet.conf");
+    let current = var.join("pki/kubelet-client-current.pem");
+    let conf = std::fs::read_to_string(&kubelet_conf).expect("kubelet.conf written");
+    assert!(
+        conf.contains(&format!("client-certificate: {}", current.display())),
+        "{conf}"
+    );
+    assert!(fixture.get::<Node>(None, &node).unwrap().is_none());
+    assert!(!current.exists());
+
+    // An administrator (or kube-controller-manager's approver) approves it with kubectl.
+    let (ok, out, err) = kubectl_as(&admin, &["certificate", "approve", &name]);
+    assert!(ok, "kubectl certificate approve: {out}{err}");
+    assert!(out.contains("approved"), "{out}");
+    let (ok, out, _) = kubectl_as(&admin, &["get", "csr", &name, "--no-headers"]);
+    assert!(ok && out.contains("Approved,Issued"), "{out}");
+
+    wait_for(
+        "the node Ready in kubectl get nodes",
+        &n,
+        Duration::from_secs(60),
+        || node_ready(&admin, &node).then_some(()),
+    )
+    .await;
+    // The pair file and its dated original, holding the issued certificate.
+    let link = std::fs::read_link(&current).expect("kubelet-client-current.pem is a symlink");
+    let file_name = link.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        file_name.starts_with("kubelet-client-20") && file_name.ends_with(".pem"),
+        "{file_name}"
+    );
+    let issued_pem = issued(
+        &fixture
+            .get::<CertificateSigningRequest>(None, &name)
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    let stored = std::fs::read(&current).unwrap();
+    assert_eq!(
+        cert_facts(&stored).0,
+        cert_facts(&issued_pem).0,
+        "the issued certificate is stored"
+    );
+
+    // Who did what: the node registered itself as system:node:<name>; the bootstrap token
+    // touched CSRs only; nothing was refused.
+    let log = fixture.request_log();
+    let node_user = format!("system:node:{node}");
+    let registration = log
+        .iter()
+        .find(|r| r.method == "POST" && r.path == "/api/v1/nodes")
+        .expect("the node registration");
+    assert_eq!(user_of(registration), node_user);
+    assert_eq!(registration.status, 201);
+    for r in log
+        .iter()
+        .filter(|r| user_of(r) == "system:bootstrap:abcdef")
+    {
+        assert!(
+            r.path
+                .starts_with("/apis/certificates.k8s.io/v1/certificatesigningrequests")
+                || !r.path.contains("/namespaces/") && !r.path.contains("/nodes"),
+            "bootstrap token used for {} {}",
+            r.method,
+            r.path
+        );
+    }
+    let refused: Vec<_> = log
+        .iter()
+        .filter(|r| r.status == 401 || r.status == 403)
+        .map(|r| format!("{} {} {} {:?}", r.status, r.method, r.path, r.user))
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+
+    // kubeadm-flags.env's flags took effect: the name, the address, the label.
+    let node_obj = fixture.get::<Node>(None, &node).unwrap().unwrap();
+    let labels = node_obj.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("nodelet.dev/joined-by").map(String::as_str),
+        Some("kubeadm")
+    );
+    let addresses = node_obj
+        .status
+        .and_then(|s| s.addresses)
+        .unwrap_or_default();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == node_ip.to_string()),
+        "{addresses:?}"
+    );
+    // ... and the runtime endpoint: a pod runs.
+    run_pod(&n, &fixture, &admin, "joined", Duration::from_secs(60)).await;
+    assert!(n.exited().is_none(), "still the first process");
+    eprintln!("kubeadm join test: {:?}", started.elapsed());
+}
+
+/// Approves every CSR that has no condition yet, with kubectl, until the fixture is dropped
+/// (as kube-controller-manager's approver does for node client certificates, and an
+/// administrator for serving certificates).
+fn spawn_approver(fixture: Arc<Fixture>, admin: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            for csr in csrs(&fixture) {
+                let pending = !has_condition(&csr, "Approved") && !has_condition(&csr, "Denied");
+                if pending {
+                    let name = csr.metadata.name.clone().unwrap_or_default();
+                    let admin = admin.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        kubectl_as(&admin, &["certificate", "approve", &name])
+                    })
+                    .await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+/// The serial of the certificate the kubelet API serves at `addr`, verified against the
+/// cluster CA for the IP address.
+async fn served_serial(addr: std::net::SocketAddr, ca_pem: &str) -> Result<String, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = connector
+        .connect(name, stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let der = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("no certificate")?
+        .to_vec();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| e.to_string())?;
+    Ok(cert.raw_serial_as_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_and_serving_certificates_rotate_without_a_restart() {
+    let started = Instant::now();
+    let fixture = Arc::new(
+        Fixture::start_with(FixtureOptions {
+            tls: Some(TlsOptions {
+                signing: SigningPolicy {
+                    duration: Duration::from_secs(120),
+                    ..Default::default()
+                },
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap(),
+    );
+    let node_ip = host_ip();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    write(&ca, &fixture.ca_pem().unwrap());
+    let mut n = Nodelet::prepare_with(
+        "cert-rotation",
+        &format!(
+            "port: {port}\naddress: {node_ip}\nnodeStatusUpdateFrequency: 2s\nnodeLeaseDurationSeconds: 8\n\
+             authentication: {{x509: {{clientCAFile: {}}}}}\n",
+            ca.display()
+        ),
+    );
+    let node = n.node.clone();
+    let node_user = format!("system:node:{node}");
+    let token = fixture
+        .create_bootstrap_token("rotate", "0123456789abcdef")
+        .unwrap();
+    let bootstrap = dir.path().join("bootstrap-kubelet.conf");
+    write(
+        &bootstrap,
+        &fixture.kubeconfig(&format!("{{token: {token}}}")),
+    );
+    let admin = dir.path().join("admin.conf");
+    write(
+        &admin,
+        &fixture
+            .client_kubeconfig("kubernetes-admin", &["system:masters"])
+            .unwrap(),
+    );
+    let kubeconfig = dir.path().join("kubelet.conf");
+    // Kubelet flags after the program name: nodelet takes them as the kubelet would.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nodelet"));
+    command.args([
+        format!("--config={}", n.config.display()),
+        format!("--bootstrap-kubeconfig={}", bootstrap.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--rotate-certificates".into(),
+        "--rotate-server-certificates".into(),
+        format!("--node-ip={node_ip}"),
+    ]);
+    n.launch_command(command);
+    let approver = spawn_approver(fixture.clone(), admin.clone());
+
+    let client_csrs = |f: &Fixture| -> Vec<CertificateSigningRequest> {
+        csrs(f)
+            .into_iter()
+            .filter(|c| c.spec.signer_name == CLIENT_SIGNER)
+            .collect()
+    };
+    let serving_csrs = |f: &Fixture| -> Vec<CertificateSigningRequest> {
+        csrs(f)
+            .into_iter()
+            .filter(|c| c.spec.signer_name == SERVING_SIGNER)
+            .collect()
+    };
+    // The first client certificate, issued to the bootstrap token's request.
+    let first = wait_for(
+        "the first client certificate",
+        &n,
+        Duration::from_secs(60),
+        || {
+            let first = client_csrs(&fixture).into_iter().next()?;
+            issued(&first).map(|pem| (first, pem))
+        },
+    )
+    .await;
+    assert_eq!(
+        first.0.spec.username.as_deref(),
+        Some("system:bootstrap:rotate")
+    );
+    let (first_serial, first_not_before, first_not_after) = cert_facts(&first.1);
+    // The signer backdates 5 minutes and gives 2 minutes from signing.
+    assert_eq!(first_not_after - first_not_before, 7 * 60);
+    wait_for("the node Ready", &n, Duration::from_secs(60), || {
+        node_ready(&admin, &node).then_some(())
+    })
+    .await;
+    // The kubelet API serves a certificate from the kubelet-serving signer, for the node's IP.
+    let addr = std::net::SocketAddr::new(node_ip, port);
+    let ca_pem = fixture.ca_pem().unwrap();
+    let mut first_served = None;
+    for _ in 0..240 {
+        if let Ok(serial) = served_serial(addr, &ca_pem).await {
+            first_served = Some(serial);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let first_served = first_served.unwrap_or_else(|| {
+        panic!(
+            "no serving certificate verified by the cluster CA\n{}",
+            tail(&n.logs(), 60)
+        )
+    });
+    let serving = serving_csrs(&fixture);
+    let serving_first = serving.first().expect("a serving CSR");
+    assert_eq!(
+        serving_first.spec.username.as_deref(),
+        Some(node_user.as_str())
+    );
+    let (cn, orgs, sans) = subject_of_request(&serving_first.spec.request.0);
+    assert_eq!(
+        (cn.as_str(), orgs),
+        (node_user.as_str(), vec!["system:nodes".to_string()])
+    );
+    assert!(
+        sans.contains(&format!("IP:{node_ip}")) && sans.contains(&format!("DNS:{node}")),
+        "{sans:?}"
+    );
+
+    // Past the first client certificate's end (its renewal came at 70–90 % of its 7 minutes).
+    let end = first_not_after + 10;
+    let wait = Duration::from_secs((end - now_unix()).max(0) as u64 + 1);
+    assert!(
+        wait < Duration::from_secs(180),
+        "first certificate ends in {wait:?}"
+    );
+    wait_for(
+        "the first client certificate's end",
+        &n,
+        wait + Duration::from_secs(5),
+        || (now_unix() > end).then_some(()),
+    )
+    .await;
+
+    // Renewed: more client CSRs, after the first made by the node itself, all issued.
+    let clients = client_csrs(&fixture);
+    assert!(clients.len() >= 2, "{} client CSRs", clients.len());
+    for csr in &clients[1..] {
+        assert_eq!(
+            csr.spec.username.as_deref(),
+            Some(node_user.as_str()),
+            "renewals as the node"
+        );
+    }
+    let current = n.dir.path().join("root/pki/kubelet-client-current.pem");
+    let current_serial = cert_facts(&std::fs::read(&current).unwrap()).0;
+    assert_ne!(
+        current_serial, first_serial,
+        "the client certificate was renewed"
+    );
+    // The node stayed Ready and its lease was renewed after the first certificate ended,
+    // by the node, accepted.
+    assert!(node_ready(&admin, &node), "node Ready");
+    let renewed = fixture
+        .get::<Lease>(Some("kube-node-lease"), &node)
+        .unwrap()
+        .and_then(|l| l.spec?.renew_time)
+        .map(|t| t.0.as_second())
+        .unwrap_or_default();
+    assert!(
+        renewed > first_not_after,
+        "lease renewed at {renewed}, first certificate ended at {first_not_after}"
+    );
+    let log = fixture.request_log();
+    let late_lease_updates: Vec<_> = log
+        .iter()
+        .filter(|r| {
+            r.method == "PUT" && r.path.contains("/leases/") && r.at.as_second() > first_not_after
+        })
+        .collect();
+    assert!(
+        !late_lease_updates.is_empty(),
+        "lease updates after the first certificate ended"
+    );
+    for r in late_lease_updates {
+        assert_eq!((user_of(r), r.status), (node_user.as_str(), 200));
+    }
+    let refused: Vec<_> = log
+        .iter()
+        .filter(|r| r.status == 401 || r.status == 403)
+        .map(|r| format!("{} {} {} {:?}", r.status, r.method, r.path, r.user))
+        .collect();
+    assert!(refused.is_empty(), "requests refused: {refused:?}");
+    // No watch lost: the node's pod watch is the one opened with the first certificate, and
+    // a pod created now reaches the node through it.
+    let pod_watches = |log: &[LoggedRequest]| -> Vec<LoggedRequest> {
+        log.iter()
+            .filter(|r| {
+                r.method == "GET"
+                    && r.path == "/api/v1/pods"
+                    && r.is_watch()
+                    && r.query_param("fieldSelector")
+                        .is_some_and(|f| f.contains(&node))
+            })
+            .cloned()
+            .collect()
+    };
+    let watches = pod_watches(&log);
+    assert_eq!(watches.len(), 1, "one pod watch: {watches:?}");
+    assert!(watches[0].at.as_second() < first_not_after);
+    run_pod(
+        &n,
+        &fixture,
+        &admin,
+        "after-rotation",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        pod_watches(&fixture.request_log()).len(),
+        1,
+        "still the same pod watch"
+    );
+
+    // The serving certificate was renewed and is served without a restart.
+    let serving = serving_csrs(&fixture);
+    assert!(serving.len() >= 2, "{} serving CSRs", serving.len());
+    let now_served = served_serial(addr, &ca_pem).await.unwrap();
+    assert_ne!(now_served, first_served, "a renewed serving certificate");
+    let pem_files = std::fs::read_dir(n.dir.path().join("root/pki"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect::<Vec<_>>();
+    assert!(
+        pem_files
+            .iter()
+            .filter(|f| f.starts_with("kubelet-client-20"))
+            .count()
+            >= 2
+            && pem_files.iter().any(|f| f == "kubelet-server-current.pem"),
+        "{pem_files:?}"
+    );
+    assert!(n.exited().is_none(), "the same nodelet process throughout");
+    approver.abort();
+    eprintln!(
+        "rotation test: {:?}; {} client and {} serving CSRs, all issued",
+        started.elapsed(),
+        client_csrs(&fixture).len(),
+        serving_csrs(&fixture).len()
+    );
+}
