@@ -42,6 +42,9 @@ mount -t tmpfs -o mode=0755 tmpfs "$VM_STATE"
 export NODELET_TEST_VAR="$VM_STATE/containerd-test" NODELET_TEST_RUN=/run/nodelet-test
 export NODELET_TEST_IMAGES_TARGET="$NODELET_VM_IMAGES"
 export NODELET_TEST_RESTRICT_OOM_SCORE_ADJ=false
+# containerd at debug level: when a scenario fails, the journal it prints says what containerd
+# decided (a sandbox it reports not ready after its restart, for one).
+export NODELET_TEST_LOG_LEVEL=debug
 if [ "$NODELET_VM_DRIVER" = systemd ]; then
 	export NODELET_TEST_SYSTEMD_CGROUP=true
 else

@@ -287,7 +287,19 @@ pub async fn inspect_pod(runtime: &dyn Runtime, node_name: &str, uid: &str) -> R
                 );
                 newest.ready = true;
             }
-            Ok(_) => {}
+            Ok(info) => {
+                let doc = info
+                    .get("info")
+                    .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw).ok())
+                    .unwrap_or_default();
+                tracing::debug!(
+                    sandbox.id = %newest.id,
+                    process = %doc["processStatus"],
+                    pid = %doc["pid"],
+                    netns_closed = %doc["netNamespaceClosed"],
+                    "the runtime reports the sandbox not ready, and its process does not run"
+                );
+            }
             // Removed since it was listed: the pod has no sandbox left to keep.
             Err(e) if e.is_not_found() => {
                 pod.sandboxes.remove(0);
