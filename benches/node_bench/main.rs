@@ -164,6 +164,8 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Before any part writes the doc (see sys::commit).
+    let _ = sys::commit();
     let command = std::env::var("NODELET_BENCH_COMMAND")
         .unwrap_or_else(|_| format!("cargo bench --bench node_bench -- {}", parts.join(" ")));
     let runtime = tokio::runtime::Builder::new_multi_thread()

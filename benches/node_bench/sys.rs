@@ -223,11 +223,6 @@ fn first_line(program: &str, args: &[&str]) -> String {
 
 /// nodelet's commit (with `-dirty` for uncommitted changes), containerd's and runc's versions.
 pub fn versions() -> String {
-    let repo = env!("CARGO_MANIFEST_DIR");
-    let commit = first_line(
-        "git",
-        &["-C", repo, "describe", "--always", "--dirty", "--abbrev=10"],
-    );
     let containerd = first_line("containerd", &["--version"]);
     let containerd = containerd.split_whitespace().nth(2).unwrap_or("?");
     let runc = first_line("runc", &["--version"]);
@@ -239,28 +234,35 @@ pub fn versions() -> String {
     };
     let nodelet = match std::env::var("NODELET_BENCH_NODELET") {
         Ok(path) if !path.is_empty() => format!("nodelet binary {path} (NODELET_BENCH_NODELET)"),
-        _ => format!("nodelet {commit} ({build})"),
+        _ => format!("nodelet {} ({build})", commit()),
     };
     format!("{nodelet}, containerd {containerd}, runc {runc}")
 }
 
+/// The commit measured, read once when the run starts: the parts rewrite
+/// `docs/benchmarks.md` as they go, which must not make later parts look `-dirty`.
 pub fn commit() -> String {
-    if let Ok(path) = std::env::var("NODELET_BENCH_NODELET") {
-        if !path.is_empty() {
-            return format!("binary {path}");
-        }
-    }
-    first_line(
-        "git",
-        &[
-            "-C",
-            env!("CARGO_MANIFEST_DIR"),
-            "describe",
-            "--always",
-            "--dirty",
-            "--abbrev=10",
-        ],
-    )
+    static COMMIT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    COMMIT
+        .get_or_init(|| {
+            if let Ok(path) = std::env::var("NODELET_BENCH_NODELET") {
+                if !path.is_empty() {
+                    return format!("binary {path}");
+                }
+            }
+            first_line(
+                "git",
+                &[
+                    "-C",
+                    env!("CARGO_MANIFEST_DIR"),
+                    "describe",
+                    "--always",
+                    "--dirty",
+                    "--abbrev=10",
+                ],
+            )
+        })
+        .clone()
 }
 
 /// `2026-12-02 10:31 UTC`.
