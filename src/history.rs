@@ -3,8 +3,9 @@
 //! restarted.
 //!
 //! Nothing is read for it: [`Recording`] wraps the Summary source the eviction manager reads
-//! (every second, CPU and memory only) and keeps one of those readings every
-//! [`SAMPLE_PERIOD`]; the markers come from the pod statuses at the same moment (a container's
+//! (every second: the node's CPU, memory and pressure; the pods too every 10 s) and keeps one
+//! of those readings every [`SAMPLE_PERIOD`] (a node-only reading counts the pods of the last
+//! reading that listed them, at most 10 s old); the markers come from the pod statuses at the same moment (a container's
 //! `restartCount` went up; a pod turned `Failed` with reason `Evicted`). Both live in rings of
 //! fixed capacity ([`SAMPLE_CAPACITY`], [`MARKER_CAPACITY`]) allocated once, so the memory is
 //! bounded whatever the node does: a [`Sample`] is 104 bytes, 360 of them 37 KiB; a [`Marker`]
@@ -261,6 +262,8 @@ struct State {
     markers: Ring<Marker>,
     seen: Seen,
     last_kept: Option<Instant>,
+    /// The pods of the last reading that listed them (a [`Scope::Node`] reading does not).
+    pods: u32,
 }
 
 /// The rings and what they are drawn against.
@@ -298,6 +301,7 @@ impl History {
                 markers: Ring::new(MARKER_CAPACITY),
                 seen: Seen::default(),
                 last_kept: None,
+                pods: 0,
             }),
             period,
             memory_capacity,
@@ -305,16 +309,20 @@ impl History {
         }
     }
 
-    /// Keeps this reading when a period passed since the last one kept; `pods` gives the pod
-    /// statuses at the same moment (asked only then). Returns whether it was kept.
+    /// Keeps this reading (of `scope`) when a period passed since the last one kept; `pods`
+    /// gives the pod statuses at the same moment (asked only then). Returns whether it was
+    /// kept.
     pub fn observe(
         &self,
         now: Instant,
         at: i64,
-        summary: &Summary,
+        (summary, scope): (&Summary, Scope),
         pods: impl FnOnce() -> Vec<Arc<Pod>>,
     ) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if scope != Scope::Node {
+            state.pods = u32::try_from(summary.pods.len()).unwrap_or(u32::MAX);
+        }
         if state
             .last_kept
             .is_some_and(|last| now.saturating_duration_since(last) < self.period)
@@ -322,7 +330,10 @@ impl History {
             return false;
         }
         state.last_kept = Some(now);
-        let sample = sample_from(summary, state.samples.last(), at);
+        let sample = Sample {
+            pods: state.pods,
+            ..sample_from(summary, state.samples.last(), at)
+        };
         state.samples.push(sample);
         let (seen, found) = markers(&state.seen, &pods(), at);
         state.seen = seen;
@@ -361,7 +372,7 @@ impl SummarySource for Recording {
         self.history.observe(
             Instant::now(),
             self.clock.now().as_second(),
-            &summary,
+            (&summary, scope),
             || (self.pods)(),
         );
         Ok(summary)
@@ -589,7 +600,7 @@ mod tests {
             if history.observe(
                 start + Duration::from_secs(5 * i),
                 i64::try_from(5 * i).unwrap(),
-                &summary(500, 0, 1),
+                (&summary(500, 0, 1), Scope::CpuAndMemory),
                 || vec![pod("a", &[("app", i32::try_from(i).unwrap())], false)],
             ) {
                 kept += 1;
@@ -608,8 +619,10 @@ mod tests {
 
     #[async_trait::async_trait]
     impl SummarySource for Fixed {
-        async fn summary(&self, _: Scope) -> crate::stats::Result<Summary> {
-            Ok(summary(700, 1_000_000_000, 2))
+        async fn summary(&self, scope: Scope) -> crate::stats::Result<Summary> {
+            // As the real provider: the node's scope lists no pod.
+            let pods = if scope == Scope::Node { 0 } else { 2 };
+            Ok(summary(700, 1_000_000_000, pods))
         }
     }
 
@@ -637,6 +650,24 @@ mod tests {
         assert_eq!(kept, [1000, 1010, 1020]);
         // The pod statuses are read only for the readings kept.
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_only_reading_counts_the_pods_of_the_last_one_that_listed_them() {
+        let history = Arc::new(History::with_period(1000, vec![], Duration::from_secs(1)));
+        let recording = Recording {
+            inner: Arc::new(Fixed),
+            history: history.clone(),
+            pods: Arc::new(Vec::new),
+            clock: crate::clock::Clock::starting_at(jiff::Timestamp::from_second(1000).unwrap()),
+        };
+        // The eviction manager's pattern: the node every second, the pods now and then.
+        for scope in [Scope::Node, Scope::Full, Scope::Node, Scope::Node] {
+            recording.summary(scope).await.unwrap();
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let pods: Vec<u32> = history.snapshot().samples.iter().map(|s| s.pods).collect();
+        assert_eq!(pods, [0, 2, 2, 2], "none known before the first listing");
     }
 
     #[test]

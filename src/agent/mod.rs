@@ -775,11 +775,11 @@ fn housekeeping(
     });
     if let Some(h) = &rt.housekeeping {
         let rotator = LogRotator {
-            runtime: Arc::new(CriLogs {
-                runtime: rt.runtime.clone(),
-                housekeeping: h.clone(),
-                node_name: cfg.node_name.clone(),
-            }),
+            runtime: Arc::new(CriLogs::new(
+                rt.runtime.clone(),
+                h.clone(),
+                cfg.node_name.clone(),
+            )),
             policy: RotationPolicy {
                 max_size: cfg.container_log_max_size,
                 max_files: cfg.container_log_max_files as usize,

@@ -54,6 +54,8 @@ struct State {
     pullable: HashSet<String>,
     failures: HashMap<&'static str, VecDeque<tonic::Status>>,
     calls: Vec<Call>,
+    /// ContainerStatus calls (reads are not in `calls`): for tests of what is asked how often.
+    container_status_reads: usize,
     /// Exit code a container reports when stopped (per container name); 143 if unset.
     stop_exit_codes: HashMap<String, i32>,
     /// Containers (by name) that ignore the stop signal: StopContainer waits its whole timeout,
@@ -229,6 +231,11 @@ impl FakeRuntime {
             .filter(|c| c.op == op)
             .map(|c| c.target.clone())
             .collect()
+    }
+
+    /// How many ContainerStatus calls were made so far.
+    pub fn container_status_reads(&self) -> usize {
+        self.lock().container_status_reads
     }
 
     pub fn clear_calls(&self) {
@@ -630,14 +637,18 @@ impl Runtime for FakeRuntime {
         filter: Option<api::ContainerFilter>,
     ) -> Result<Vec<api::Container>> {
         let st = self.lock();
-        let selector = filter.map(|f| f.label_selector).unwrap_or_default();
+        let filter = filter.unwrap_or_default();
+        // As containerd: the state filter too, not only the labels.
+        let state = filter.state.map(|s| s.state);
         Ok(st
             .containers
             .iter()
             .filter(|(_, c)| {
-                selector
+                filter
+                    .label_selector
                     .iter()
                     .all(|(k, v)| c.config.labels.get(k) == Some(v))
+                    && state.is_none_or(|s| c.state as i32 == s)
             })
             .map(|(id, c)| api::Container {
                 id: id.clone(),
@@ -655,7 +666,8 @@ impl Runtime for FakeRuntime {
     }
 
     async fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus> {
-        let st = self.lock();
+        let mut st = self.lock();
+        st.container_status_reads += 1;
         let c = st
             .containers
             .get(container_id)

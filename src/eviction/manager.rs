@@ -439,11 +439,10 @@ impl EvictionManager {
         full: bool,
         now: Instant,
     ) -> Option<(Summary, BTreeMap<Signal, Observation>)> {
-        let scope = if full {
-            Scope::Full
-        } else {
-            Scope::CpuAndMemory
-        };
+        // Between full passes only the node: the memory signals are node-level, and the pods
+        // are read when one has to be chosen (`synchronize`), so a pass costs the same with 500
+        // pods as with none.
+        let scope = if full { Scope::Full } else { Scope::Node };
         let summary = match self.summary.summary(scope).await {
             Ok(s) => {
                 if std::mem::take(&mut self.stats_failing) {
@@ -562,9 +561,15 @@ impl EvictionManager {
         {
             return PassResult::Reclaimed;
         }
-        if resource != Resource::Memory && !full {
-            // Ranking by disk or PIDs needs the full per-pod numbers.
-            match self.summary.summary(Scope::Full).await {
+        if !full {
+            // This pass read only the node: ranking needs the pods' numbers, the full ones for
+            // disk or PIDs.
+            let scope = if resource == Resource::Memory {
+                Scope::CpuAndMemory
+            } else {
+                Scope::Full
+            };
+            match self.summary.summary(scope).await {
                 Ok(s) => summary = s,
                 Err(e) => {
                     tracing::warn!(error = %e, "eviction manager: reading the stats summary");

@@ -145,11 +145,17 @@ struct FakeSummary {
 impl SummarySource for FakeSummary {
     async fn summary(&self, scope: Scope) -> StatsResult<Summary> {
         self.calls.lock().unwrap().push(scope);
-        self.now
+        let mut summary = self
+            .now
             .lock()
             .unwrap()
             .clone()
-            .ok_or_else(|| crate::stats::Error::Task("no summary".into()))
+            .ok_or_else(|| crate::stats::Error::Task("no summary".into()))?;
+        // As the real provider: the node's scope has no pods.
+        if scope == Scope::Node {
+            summary.pods.clear();
+        }
+        Ok(summary)
     }
 }
 
@@ -489,6 +495,40 @@ async fn cheap_passes_in_between_full_ones() {
         .map(|(i, _)| i)
         .collect();
     assert_eq!(full, [0, 10], "full summary every 10 s, cheap ones between");
+    assert!(
+        calls
+            .iter()
+            .enumerate()
+            .all(|(i, s)| full.contains(&i) || *s == Scope::Node),
+        "the passes between read only the node: {calls:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_threshold_met_between_full_passes_reads_the_pods_to_rank_them() {
+    let r = rig(FakeReclaim::default());
+    r.pods(vec![pod("small", 0, None), pod("hog", 0, None)]);
+    r.set(summary(
+        500 * MI,
+        50 * 1024 * MI,
+        &[("small", "small", 10 * MI), ("hog", "hog", 100 * MI)],
+    ));
+    let mut m = r.manager(settings(memory_100mi()));
+    m.synchronize().await; // the first pass is a full one
+    tokio::time::advance(Duration::from_secs(1)).await;
+    r.set(summary(
+        50 * MI,
+        50 * 1024 * MI,
+        &[("small", "small", 10 * MI), ("hog", "hog", 900 * MI)],
+    ));
+    r.summary.calls.lock().unwrap().clear();
+    assert!(matches!(m.synchronize().await, PassResult::Evicted { .. }));
+    assert_eq!(
+        *r.summary.calls.lock().unwrap(),
+        [Scope::Node, Scope::CpuAndMemory],
+        "the node first, the pods only to rank them"
+    );
+    assert_eq!(r.killer.uids(), ["hog"]);
 }
 
 #[tokio::test(start_paused = true)]

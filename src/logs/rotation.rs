@@ -15,6 +15,7 @@
 //! [`plan_rotation`] decides from the file names; [`LogRotator`] acts through
 //! [`LogRotationRuntime`] and the filesystem.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,6 +138,29 @@ pub struct CriLogs {
     /// Only this node's containers (`io.nodelet.node-name`): another nodelet on the same
     /// runtime rotates its own by its own policy.
     pub node_name: String,
+    /// Each running container's log path (`None`: it has none), as its ContainerStatus said.
+    /// A container's log path is fixed when it is created, so it is asked once per container,
+    /// not once per container every interval (110 calls every 10 s on a full node).
+    log_paths: std::sync::Mutex<HashMap<String, Option<PathBuf>>>,
+}
+
+impl CriLogs {
+    pub fn new(
+        runtime: Arc<dyn cri::Runtime>,
+        housekeeping: Arc<dyn cri::HousekeepingRuntime>,
+        node_name: String,
+    ) -> CriLogs {
+        CriLogs {
+            runtime,
+            housekeeping,
+            node_name,
+            log_paths: Default::default(),
+        }
+    }
+
+    fn known_paths(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<PathBuf>>> {
+        self.log_paths.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[async_trait]
@@ -152,17 +176,33 @@ impl LogRotationRuntime for CriLogs {
                 ..Default::default()
             }))
             .await?;
-        let mut out = Vec::new();
+        let mut known = std::mem::take(&mut *self.known_paths());
+        let mut paths = HashMap::with_capacity(running.len());
+        let mut out = Vec::with_capacity(running.len());
         for c in running {
-            match self.runtime.container_status(&c.id).await {
-                Ok(status) if !status.log_path.is_empty() => {
-                    out.push((c.id, PathBuf::from(status.log_path)));
-                }
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
+            let path = match known.remove(&c.id) {
+                Some(path) => path,
+                None => match self.runtime.container_status(&c.id).await {
+                    Ok(status) if !status.log_path.is_empty() => {
+                        Some(PathBuf::from(status.log_path))
+                    }
+                    Ok(_) => None,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => {
+                        // Keep what was learnt for the next interval.
+                        paths.extend(known);
+                        *self.known_paths() = paths;
+                        return Err(e);
+                    }
+                },
+            };
+            if let Some(p) = &path {
+                out.push((c.id.clone(), p.clone()));
             }
+            paths.insert(c.id, path);
         }
+        // Only the running containers' paths stay known.
+        *self.known_paths() = paths;
         Ok(out)
     }
 
@@ -458,6 +498,85 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    struct NoHousekeeping;
+
+    #[async_trait]
+    impl cri::HousekeepingRuntime for NoHousekeeping {
+        async fn runtime_info(&self) -> cri::Result<HashMap<String, String>> {
+            Ok(HashMap::new())
+        }
+        async fn reopen_container_log(&self, _: &str) -> cri::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Starts container `name` of a new sandbox on node `n1`, logging to `<name>.log`.
+    async fn start(rt: &cri::fake::FakeRuntime, name: &str) {
+        use cri::Runtime;
+        let labels: HashMap<String, String> =
+            [(cri::labels::NODE_NAME.to_string(), "n1".to_string())].into();
+        let sandbox = cri::api::PodSandboxConfig {
+            metadata: Some(cri::api::PodSandboxMetadata {
+                name: name.into(),
+                uid: name.into(),
+                ..Default::default()
+            }),
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let id = rt.run_pod_sandbox(sandbox.clone()).await.unwrap();
+        let config = cri::api::ContainerConfig {
+            metadata: Some(cri::api::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(cri::api::ImageSpec {
+                image: "busybox".into(),
+                ..Default::default()
+            }),
+            log_path: format!("{name}.log"),
+            labels,
+            ..Default::default()
+        };
+        let cid = rt.create_container(&id, config, sandbox).await.unwrap();
+        rt.start_container(&cid).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_containers_log_path_is_asked_once() {
+        let rt = Arc::new(cri::fake::FakeRuntime::new(Clock::starting_at(now())));
+        rt.add_image("busybox");
+        start(&rt, "a").await;
+        start(&rt, "b").await;
+        let logs = CriLogs::new(rt.clone(), Arc::new(NoHousekeeping), "n1".into());
+        let paths = |v: Vec<(String, PathBuf)>| {
+            let mut p: Vec<String> = v
+                .into_iter()
+                .map(|(_, p)| p.display().to_string())
+                .collect();
+            p.sort();
+            p
+        };
+        let reads = || rt.container_status_reads();
+        let before = reads();
+        let first = logs.running_container_logs().await.unwrap();
+        assert_eq!(paths(first), ["a.log", "b.log"]);
+        assert_eq!(reads() - before, 2);
+        // The next interval: the same containers, no ContainerStatus at all.
+        let before = reads();
+        let again = logs.running_container_logs().await.unwrap();
+        assert_eq!(paths(again), ["a.log", "b.log"]);
+        assert_eq!(reads(), before);
+        // One exits, another starts: only the new one is asked; the gone one is forgotten.
+        rt.exit_container("a", 0);
+        start(&rt, "c").await;
+        let before = reads();
+        let changed = logs.running_container_logs().await.unwrap();
+        assert_eq!(paths(changed), ["b.log", "c.log"]);
+        assert_eq!(reads() - before, 1);
+        assert_eq!(logs.known_paths().len(), 2);
     }
 
     #[tokio::test(start_paused = true)]

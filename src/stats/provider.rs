@@ -83,6 +83,10 @@ pub enum Scope {
     /// `?only_cpu_and_memory=true`: CPU and memory of the node, pods and containers only (no
     /// runtime calls beyond the two lists, no filesystems).
     CpuAndMemory,
+    /// The node's CPU, memory and pressure only: no runtime call, no pod (the eviction
+    /// manager's passes between full ones, whose memory signals are node-level; it reads the
+    /// pods only when it has to rank them). Its cost does not grow with the pods.
+    Node,
 }
 
 /// One container to read.
@@ -273,6 +277,9 @@ impl SummaryProvider {
 
     /// Gathers the Summary.
     pub async fn summary(&self, scope: Scope) -> Result<Summary> {
+        if scope == Scope::Node {
+            return self.node_summary().await;
+        }
         let selector = crate::cri::model::node_selector(&self.settings.node_name);
         let sandboxes = self
             .runtime
@@ -372,6 +379,31 @@ impl SummaryProvider {
         let summary = self.build(plans, readings, image_fs, scope, now);
         self.rates.forget_stale(now);
         Ok(summary)
+    }
+
+    /// [`Scope::Node`]: the node's own files, nothing of the runtime or the pods.
+    async fn node_summary(&self) -> Result<Summary> {
+        let reader = self.reader.clone();
+        let settings = self.settings.clone();
+        let kubepods = self.kubepods_cgroup();
+        let now_wall = self.clock.now();
+        let volumes = self.volumes.clone();
+        let started = Instant::now();
+        let readings = tokio::task::spawn_blocking(move || {
+            read_everything(
+                &reader,
+                &settings,
+                kubepods.as_deref(),
+                &[],
+                &[],
+                Scope::Node,
+                (now_wall, started),
+                &volumes,
+            )
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?;
+        Ok(self.build(Vec::new(), readings, None, Scope::Node, Instant::now()))
     }
 
     /// Which pods and containers to read, and where.

@@ -260,6 +260,7 @@ fn write_tree(proc: &Path, cg: &Path, cpu_usec: [u64; 5]) {
 
 struct Setup {
     provider: SummaryProvider,
+    runtime: Arc<FakeRuntime>,
     info_calls: Arc<std::sync::atomic::AtomicUsize>,
     proc: tempfile::TempDir,
     cgroups: tempfile::TempDir,
@@ -312,7 +313,7 @@ async fn setup(cgroups_per_qos: bool) -> Setup {
     let info_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let provider = SummaryProvider::new(
         settings,
-        rt as Arc<dyn Runtime>,
+        rt.clone() as Arc<dyn Runtime>,
         Arc::new(FakeStats {
             image_mount: logs.path().display().to_string(),
             info_calls: info_calls.clone(),
@@ -323,6 +324,7 @@ async fn setup(cgroups_per_qos: bool) -> Setup {
     .with_reader(CgroupReader::new(cgroups.path(), CgroupVersion::V2));
     Setup {
         provider,
+        runtime: rt,
         info_calls,
         proc,
         cgroups,
@@ -508,6 +510,36 @@ async fn a_pod_with_two_containers_on_a_v2_node_under_systemd() {
     assert!(pod["containers"][0].get("logs").is_none());
     assert_eq!(pod["containers"][0]["memory"]["usageBytes"], 83_886_080);
     drop(s.logs);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_node_scope_reads_the_node_and_asks_the_runtime_nothing() {
+    let s = setup(true).await;
+    let full = json(&s.provider.summary(Scope::Full).await.unwrap());
+    s.runtime.clear_calls();
+    let info_calls = s.info_calls.load(std::sync::atomic::Ordering::SeqCst);
+    let node = json(&s.provider.summary(Scope::Node).await.unwrap());
+    assert!(s.runtime.calls().is_empty(), "{:?}", s.runtime.calls());
+    assert_eq!(
+        s.info_calls.load(std::sync::atomic::Ordering::SeqCst),
+        info_calls
+    );
+    assert_eq!(node["pods"], serde_json::json!([]), "{node}");
+    // The node's memory and kubepods' (the eviction signals) as the full summary has them.
+    for pointer in [
+        "/node/memory/workingSetBytes",
+        "/node/memory/availableBytes",
+        "/node/systemContainers/0/memory/workingSetBytes",
+    ] {
+        assert!(node.pointer(pointer).is_some(), "{pointer}: {node}");
+        assert_eq!(node.pointer(pointer), full.pointer(pointer), "{pointer}");
+    }
+    // The container cgroup paths learnt before are kept for the next pod-level summary.
+    s.provider.summary(Scope::CpuAndMemory).await.unwrap();
+    assert_eq!(
+        s.info_calls.load(std::sync::atomic::Ordering::SeqCst),
+        info_calls
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -127,8 +127,25 @@ where
     F: FnOnce(Guest) -> Fut,
     Fut: Future<Output = ()>,
 {
+    scenario_with(name, driver, VM_TIMEOUT, &[], body);
+}
+
+/// [`scenario`] with its own limit for the VM's run (a benchmark repeating a cycle many times
+/// needs longer) and environment variables for the guest's command; on the host it returns the
+/// guest's console lines, so a caller can read what the guest printed.
+pub fn scenario_with<F, Fut>(
+    name: &str,
+    driver: Driver,
+    timeout: Duration,
+    guest_env: &[(&str, String)],
+    body: F,
+) -> Vec<String>
+where
+    F: FnOnce(Guest) -> Fut,
+    Fut: Future<Output = ()>,
+{
     if std::env::var("NODELET_VM_GUEST").as_deref() != Ok("1") {
-        return boot(name, driver);
+        return boot(name, driver, timeout, guest_env);
     }
     let booted_for = std::env::var("NODELET_VM_SCENARIO").unwrap_or_default();
     assert_eq!(
@@ -143,6 +160,7 @@ where
         .expect("tokio runtime")
         .block_on(body(guest));
     println!("{PASSED_MARKER}{name}");
+    Vec::new()
 }
 
 /// What the guest reported on its console.
@@ -205,8 +223,14 @@ impl GuestReport {
     }
 }
 
-/// Host side: boots the VM for `name` and fails unless the guest reports a pass.
-fn boot(name: &str, driver: Driver) {
+/// Host side: boots the VM for `name` and fails unless the guest reports a pass; returns the
+/// console's lines.
+fn boot(
+    name: &str,
+    driver: Driver,
+    timeout: Duration,
+    guest_env: &[(&str, String)],
+) -> Vec<String> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = repo.join("scripts/vm.sh");
     let exe = std::env::current_exe().expect("path of this test binary");
@@ -214,7 +238,12 @@ fn boot(name: &str, driver: Driver) {
     let mut child = Command::new(&script)
         .args(["run", "--name", name, "--driver", driver.name()])
         .args(["--nodelet", env!("CARGO_BIN_EXE_nodelet")])
-        .args(["--timeout", &VM_TIMEOUT.as_secs().to_string(), "--"])
+        .args(
+            guest_env
+                .iter()
+                .flat_map(|(k, v)| ["--env".to_string(), format!("{k}={v}")]),
+        )
+        .args(["--timeout", &timeout.as_secs().to_string(), "--"])
         .arg(&exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .current_dir(repo)
@@ -251,7 +280,7 @@ fn boot(name: &str, driver: Driver) {
     let stream = |line: &str| {
         let _ = writeln!(std::io::stderr().lock(), "[vm {name}] {line}");
     };
-    let deadline = started + VM_TIMEOUT + Duration::from_secs(60);
+    let deadline = started + timeout + Duration::from_secs(60);
     let mut lines = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -309,6 +338,7 @@ fn boot(name: &str, driver: Driver) {
             }
         );
     }
+    lines
 }
 
 /// The run directory scripts/vm.sh uses for `name` (console.log is there).

@@ -1,0 +1,323 @@
+//! Pure parts of the benchmark report: percentiles, the rows of a part's table, and the
+//! markdown of `docs/benchmarks.md` (each part replaces only its own block, so a part re-run
+//! alone leaves the others' figures, and the hand-written explanations, as they were).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Nearest-rank percentile (`p` in 0..=100) of unsorted values; `None` when there are none.
+pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Milliseconds of a list of durations.
+pub fn millis(values: &[Duration]) -> Vec<f64> {
+    values.iter().map(|d| d.as_secs_f64() * 1000.0).collect()
+}
+
+/// `p50 12.3 ms, p90 …` style summaries of samples, in one unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub n: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Option<Summary> {
+        Some(Summary {
+            n: values.len(),
+            p50: percentile(values, 50.0)?,
+            p90: percentile(values, 90.0)?,
+            p99: percentile(values, 99.0)?,
+            max: percentile(values, 100.0)?,
+        })
+    }
+}
+
+/// A number with a sensible precision for a table: 3 significant digits, at most 3 decimals.
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Whether a figure meets its goal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Meets,
+    Misses,
+    /// No goal for this figure (context, or a baseline).
+    None,
+}
+
+impl Verdict {
+    /// `value <= goal`.
+    pub fn at_most(value: f64, goal: f64) -> Verdict {
+        if value <= goal {
+            Verdict::Meets
+        } else {
+            Verdict::Misses
+        }
+    }
+
+    fn cell(self) -> &'static str {
+        match self {
+            Verdict::Meets => "meets",
+            Verdict::Misses => "**misses**",
+            Verdict::None => "",
+        }
+    }
+}
+
+/// One line of a part's table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub figure: String,
+    pub nodelet: String,
+    /// The bare runtime doing the same work in the same run ("" when there is no such thing).
+    pub baseline: String,
+    /// nodelet / baseline ("" without a baseline).
+    pub ratio: String,
+    pub goal: String,
+    pub verdict: Verdict,
+    /// The 1-minute load average when the measurement began and ended.
+    pub load: String,
+}
+
+impl Row {
+    pub fn new(figure: impl Into<String>, nodelet: impl Into<String>) -> Row {
+        Row {
+            figure: figure.into(),
+            nodelet: nodelet.into(),
+            baseline: String::new(),
+            ratio: String::new(),
+            goal: String::new(),
+            verdict: Verdict::None,
+            load: String::new(),
+        }
+    }
+
+    pub fn baseline(mut self, baseline: impl Into<String>, ratio: Option<f64>) -> Row {
+        self.baseline = baseline.into();
+        self.ratio = ratio.map(|r| format!("{r:.2}×")).unwrap_or_default();
+        self
+    }
+
+    pub fn goal(mut self, goal: impl Into<String>, verdict: Verdict) -> Row {
+        self.goal = goal.into();
+        self.verdict = verdict;
+        self
+    }
+
+    pub fn load(mut self, load: &LoadSpan) -> Row {
+        self.load = load.to_string();
+        self
+    }
+}
+
+/// The 1-minute load average at the start and the end of a measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadSpan {
+    pub start: f64,
+    pub end: f64,
+}
+
+impl std::fmt::Display for LoadSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.1}→{:.1}", self.start, self.end)
+    }
+}
+
+/// One part's results: its table and what a reader needs to know about how it was measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Section {
+    /// The part's name on the command line (`start`, `reaction`, ...), also its block's id.
+    pub part: String,
+    pub title: String,
+    /// When and on what this part was measured (`2026-12-02 10:31 UTC, nodelet 1a2b3c4`).
+    pub measured: String,
+    pub rows: Vec<Row>,
+    /// Method and context, one paragraph each.
+    pub notes: Vec<String>,
+}
+
+impl Section {
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "### {}\n", self.title);
+        let _ = writeln!(
+            s,
+            "Measured {} (`scripts/bench.sh {}`).\n",
+            self.measured, self.part
+        );
+        s.push_str(
+            "| figure | nodelet | bare containerd, same run | ratio | goal | | load avg |\n",
+        );
+        s.push_str("|---|---|---|---|---|---|---|\n");
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                cell(&r.figure),
+                cell(&r.nodelet),
+                cell(&r.baseline),
+                r.ratio,
+                cell(&r.goal),
+                r.verdict.cell(),
+                r.load
+            );
+        }
+        for n in &self.notes {
+            let _ = write!(s, "\n{n}\n");
+        }
+        s
+    }
+
+    /// The table as plain text for the terminal.
+    pub fn text(&self) -> String {
+        let mut s = format!("== {} ({})\n", self.title, self.measured);
+        for r in &self.rows {
+            let mut line = format!("  {:<58} {}", r.figure, r.nodelet);
+            if !r.baseline.is_empty() {
+                let _ = write!(line, "  | bare {} ({})", r.baseline, r.ratio);
+            }
+            if !r.goal.is_empty() {
+                let _ = write!(
+                    line,
+                    "  | goal {} {}",
+                    r.goal,
+                    r.verdict.cell().replace('*', "")
+                );
+            }
+            let _ = writeln!(s, "{line}  [load {}]", r.load);
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "  - {n}");
+        }
+        s
+    }
+}
+
+/// A table cell: `|` would end it.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn begin(id: &str) -> String {
+    format!("<!-- bench:{id} begin -->")
+}
+
+fn end(id: &str) -> String {
+    format!("<!-- bench:{id} end -->")
+}
+
+/// The block `id` with `body` between its markers.
+pub fn block(id: &str, body: &str) -> String {
+    format!("{}\n{}\n{}", begin(id), body.trim_end(), end(id))
+}
+
+/// `doc` with each `(id, body)` block replaced; a block the document lacks is inserted before
+/// the `<!-- bench:blocks-end -->` marker (or appended when that is missing too).
+pub fn merge(doc: &str, blocks: &[(String, String)]) -> String {
+    let mut out = doc.to_string();
+    for (id, body) in blocks {
+        let new = block(id, body);
+        let (b, e) = (begin(id), end(id));
+        match (out.find(&b), out.find(&e)) {
+            (Some(start), Some(stop)) if stop > start => {
+                out.replace_range(start..stop + e.len(), &new);
+            }
+            _ => {
+                const TAIL: &str = "<!-- bench:blocks-end -->";
+                match out.find(TAIL) {
+                    Some(at) => out.insert_str(at, &format!("{new}\n\n")),
+                    None => {
+                        if !out.ends_with('\n') && !out.is_empty() {
+                            out.push('\n');
+                        }
+                        out.push_str(&format!("\n{new}\n"));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Reads a loadavg file's first field (the 1-minute average).
+pub fn parse_loadavg(text: &str) -> Option<f64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// A testbox event file's lines (`<RFC 3339 UTC, nanoseconds> <event>`), in order.
+pub fn parse_events(text: &str) -> Vec<(jiff::Timestamp, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (ts, event) = l.split_once(' ')?;
+            Some((ts.parse().ok()?, event.to_string()))
+        })
+        .collect()
+}
+
+/// The first event at or after `after` whose text contains `what`.
+pub fn first_event<'a>(
+    events: &'a [(jiff::Timestamp, String)],
+    after: jiff::Timestamp,
+    what: &str,
+) -> Option<&'a (jiff::Timestamp, String)> {
+    events.iter().find(|(t, e)| *t >= after && e.contains(what))
+}
+
+/// `b - a` as milliseconds (negative when b is earlier).
+pub fn ms_between(a: jiff::Timestamp, b: jiff::Timestamp) -> f64 {
+    (b.as_nanosecond() - a.as_nanosecond()) as f64 / 1e6
+}
+
+/// CPU ticks and resident memory of one process, read from `/proc/PID/stat` and `status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcSample {
+    /// utime + stime + cutime + cstime, in clock ticks.
+    pub ticks: u64,
+    pub rss_kib: u64,
+}
+
+/// `/proc/PID/stat`: utime, stime, cutime, cstime (fields 14-17), after the `comm` in
+/// parentheses, which may itself hold spaces or parentheses.
+pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): field N is fields[N - 3].
+    let tick = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(tick(14)? + tick(15)? + tick(16)? + tick(17)?)
+}
+
+/// `/proc/PID/status`: VmRSS in KiB.
+pub fn parse_status_rss(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# nodelet's benchmarks, side by side with the bare containerd measured in the same run. Prints
+# the table and writes docs/benchmarks.md (date, machine, versions, this command).
+#
+#   scripts/bench.sh [PART...] [OPTIONS]
+#
+# PART: start reaction footprint api eviction (default: all, in that order; each can be re-run
+# alone and replaces only its own block of docs/benchmarks.md).
+#   start      pod start, 1 and 50 pods at once, against a minimal CRI client (≥ 5 rounds)
+#   reaction   exit → /pods, liveness failure → kill, readiness → /pods, deletion → stop
+#   footprint  110 pods with probes (2-minute window), then 500 pause pods (heavy: ~15 min)
+#   api        status writes in cluster mode against the API server fixture
+#   eviction   the cgroup v2 VM (qemu, software emulation): 10 eviction cycles in one boot
+# OPTIONS (defaults are the issue's minimums): --runs N (5), --exits N (200),
+#   --reaction-runs N (20), --many-pods N (500), --window SECONDS (120), --settle SECONDS (30),
+#   --eviction-runs N (10), --no-write (print only), --profile SECONDS (perf record nodelet
+#   after each footprint window; reports in target/bench-profiles/).
+#
+# As root on Debian 12, after the README's set-up. It installs what is missing, builds the
+# images and a release build, and starts a containerd of its own (socket, state, CNI bridge and
+# subnet apart from the test one: NODELET_BENCH_* below, or the NODELET_TEST_* variables when
+# they are set), which it stops again at the end if it started it. Everything a part starts
+# (nodelet processes, pods, the VM) is removed when the part ends or the script is interrupted.
+# Not part of the test command: the numbers depend on the machine and its load.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# The benchmark's own containerd instance unless the caller chose one.
+export NODELET_TEST_VAR="${NODELET_TEST_VAR:-${NODELET_BENCH_VAR:-/var/lib/nodelet-bench}}"
+export NODELET_TEST_RUN="${NODELET_TEST_RUN:-${NODELET_BENCH_RUN:-/run/nodelet-bench}}"
+export NODELET_TEST_BRIDGE="${NODELET_TEST_BRIDGE:-${NODELET_BENCH_BRIDGE:-nodeletbench0}}"
+export NODELET_TEST_SUBNET="${NODELET_TEST_SUBNET:-${NODELET_BENCH_SUBNET:-10.198.0.0/16}}"
+export NODELET_TEST_CNI_NETWORK="${NODELET_TEST_CNI_NETWORK:-${NODELET_BENCH_CNI_NETWORK:-nodelet-bench}}"
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+require_root
+
+case " $* " in
+*" -h "* | *" --help "*)
+	sed -n '2,27s/^# \{0,1\}//p' "$0"
+	exit 0
+	;;
+esac
+
+STARTED_CONTAINERD=0
+BENCH_PID=
+cleanup() {
+	local status=$?
+	if [ -n "$BENCH_PID" ]; then
+		# The benchmark runs in its own session: this reaches nodelet processes and the VM too.
+		kill -TERM -- "-$BENCH_PID" 2>/dev/null || true
+		sleep 1
+		kill -KILL -- "-$BENCH_PID" 2>/dev/null || true
+	fi
+	if [ "$STARTED_CONTAINERD" = 1 ]; then
+		scripts/containerd.sh stop >&2 || true
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkdir -p "$NODELET_TEST_VAR"
+ctd_responsive || STARTED_CONTAINERD=1
+scripts/install-deps.sh >&2
+scripts/images.sh build >&2
+scripts/containerd.sh start >&2
+scripts/images.sh import >&2
+eval "$(scripts/containerd.sh env)"
+
+echo "bench.sh: containerd $CTD_SOCK, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+nice -n 5 cargo bench --locked --bench node_bench --no-run >&2
+export NODELET_BENCH_COMMAND="scripts/bench.sh${*:+ $*}"
+setsid cargo bench --locked --bench node_bench -- "$@" &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=

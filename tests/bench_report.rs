@@ -1,0 +1,83 @@
+//! The benchmark report's pure parts (benches/node_bench/report.rs: percentiles, `/proc` and
+//! testbox event-file parsing, the `docs/benchmarks.md` block merge), table-tested with the test
+//! suite; the benchmarks themselves never run there (scripts/bench.sh).
+
+#[allow(dead_code)]
+#[path = "../benches/node_bench/report.rs"]
+mod report;
+
+use report::*;
+
+#[test]
+fn percentiles_by_nearest_rank() {
+    let v: Vec<f64> = (1..=10).map(f64::from).collect();
+    let cases = [
+        (0.0, 1.0),
+        (50.0, 5.0),
+        (90.0, 9.0),
+        (99.0, 10.0),
+        (100.0, 10.0),
+    ];
+    for (p, want) in cases {
+        assert_eq!(percentile(&v, p), Some(want), "p{p}");
+    }
+    assert_eq!(percentile(&[], 50.0), None);
+    assert_eq!(percentile(&[3.0, 1.0, 2.0], 50.0), Some(2.0));
+}
+
+#[test]
+fn numbers_keep_three_significant_digits() {
+    let cases = [
+        (1234.5, "1234"),
+        (12.345, "12.3"),
+        (1.2345, "1.23"),
+        (0.012345, "0.012"),
+        (f64::NAN, "—"),
+    ];
+    for (v, want) in cases {
+        assert_eq!(num(v), want, "{v}");
+    }
+}
+
+#[test]
+fn merge_replaces_only_the_blocks_given() {
+    let doc = format!(
+        "# T\n\n{}\n\nhand-written\n\n{}\n\n<!-- bench:blocks-end -->\n\n## Where\nkept\n",
+        block("a", "old a"),
+        block("b", "old b")
+    );
+    let out = merge(&doc, &[("b".into(), "new b".into())]);
+    assert!(out.contains("old a") && out.contains("new b") && !out.contains("old b"));
+    assert!(out.contains("hand-written") && out.ends_with("## Where\nkept\n"));
+    // A block the document lacks goes before the end marker.
+    let out = merge(&out, &[("c".into(), "new c".into())]);
+    let c = out.find("new c").unwrap();
+    assert!(c > out.find("new b").unwrap() && c < out.find("bench:blocks-end").unwrap());
+    // Merging again is idempotent.
+    assert_eq!(merge(&out, &[("c".into(), "new c".into())]), out);
+}
+
+#[test]
+fn proc_files() {
+    let stat = "1234 (my (odd) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 4 0";
+    assert_eq!(parse_stat_ticks(stat), Some(13));
+    assert_eq!(parse_stat_ticks("garbage"), None);
+    let status = "Name:\tnodelet\nVmHWM:\t  40000 kB\nVmRSS:\t   36412 kB\n";
+    assert_eq!(parse_status_rss(status), Some(36412));
+    assert_eq!(parse_loadavg("2.57 1.52 0.90 3/512 1234\n"), Some(2.57));
+}
+
+#[test]
+fn events_and_the_first_match() {
+    let text = "2026-12-02T10:00:00.100000000Z http GET /healthz -> 200\n\
+                2026-12-02T10:00:01.100000000Z http GET /healthz -> 500\n\
+                not a line\n\
+                2026-12-02T10:00:01.150000000Z received SIGTERM\n";
+    let events = parse_events(text);
+    assert_eq!(events.len(), 3);
+    let after: jiff::Timestamp = "2026-12-02T10:00:00.5Z".parse().unwrap();
+    let fail = first_event(&events, after, "-> 500").unwrap();
+    let term = first_event(&events, fail.0, "received SIGTERM").unwrap();
+    assert!((ms_between(fail.0, term.0) - 50.0).abs() < 1e-6);
+    assert!(first_event(&events, term.0, "-> 500").is_none());
+}
