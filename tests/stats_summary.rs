@@ -142,12 +142,21 @@ async fn summary_has_the_node_and_every_pod_and_container_with_real_numbers() {
             .and_then(|p| p.containers.iter().find(|c| c.name == "hog"))
             .and_then(|c| c.memory.as_ref()?.working_set_bytes)
             .is_some_and(|ws| ws >= 48 << 20);
-        if ready {
+        // ...and pod one's container has written its file into the emptyDir (a loaded run read
+        // the volume between the directory's creation and the write).
+        let written = s
+            .pods
+            .iter()
+            .find(|p| p.pod_ref.name == n.pod_name("one"))
+            .and_then(|p| p.volume_stats.iter().find(|v| v.name == "data"))
+            .and_then(|v| v.fs.inodes_used)
+            .is_some_and(|inodes| inodes >= 2);
+        if ready && written {
             break s;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the hog's 48 MiB never showed: {s:#?}\n{}",
+            "the hog's 48 MiB or pod one's file never showed: {s:#?}\n{}",
             tail(&n.logs(), 40)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
