@@ -1,12 +1,18 @@
 //! The long-running file source: inotify (through `notify`) for fast reaction, a full rescan
 //! every `period` (the kubelet's `fileCheckFrequency`) as the safety net, a short debounce so an
 //! editor's burst of events costs one scan, and a snapshot sent only when it changed.
+//!
+//! The debounce is skipped when the latest event leaves a file complete (closed after writing,
+//! or renamed into place): that is how a manifest normally arrives, and waiting would only delay
+//! the pod's start. Removals and writes still in progress wait for the directory to go quiet,
+//! so an editor that moves the old file aside before writing the new one does not look like a
+//! deleted pod.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
+use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind, RenameMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant, MissedTickBehavior};
@@ -16,7 +22,8 @@ use super::scan::{is_ignored_name, normalize_dir, scan_dir_at, ScanState};
 use super::SourceSnapshot;
 use crate::clock::Clock;
 
-/// Quiet time after the last filesystem event before rescanning.
+/// Quiet time after the last filesystem event before rescanning, unless that event left a file
+/// complete ([`Wake::Settled`]).
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
 /// A directory that never goes quiet is still rescanned this often.
 pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
@@ -57,8 +64,9 @@ impl FileSource {
             clock,
         } = self;
         let dir = normalize_dir(&dir);
-        // Capacity 1 + try_send: any number of events while we scan collapse into one wake-up.
-        let (events_tx, mut events_rx) = mpsc::channel::<()>(1);
+        // Bounded + try_send: a burst beyond the capacity collapses into the wake-ups already
+        // queued (losing at most the fast path of a settled event, never a rescan).
+        let (events_tx, mut events_rx) = mpsc::channel::<Wake>(EVENT_QUEUE);
         let mut watch = DirWatch::default();
         let mut state = ScanState::default();
         let mut last_sent: Option<SourceSnapshot> = None;
@@ -100,8 +108,8 @@ impl FileSource {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = ticker.tick() => {}
-                Some(()) = events_rx.recv() => {
-                    if !debounce(&mut events_rx, &cancel).await {
+                Some(first) = events_rx.recv() => {
+                    if !debounce(first, &mut events_rx, &cancel).await {
                         return;
                     }
                 }
@@ -110,36 +118,80 @@ impl FileSource {
     }
 }
 
-/// Wait until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`] in total). False when
-/// cancelled.
-async fn debounce(events: &mut mpsc::Receiver<()>, cancel: &CancellationToken) -> bool {
+/// Filesystem events queued between scans; more collapse into the ones queued.
+const EVENT_QUEUE: usize = 64;
+
+/// What a filesystem event means for the next scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// It cannot change a snapshot: our own reads, access times, editor swap files.
+    Ignore,
+    /// A file of the directory is complete now (closed after writing, renamed into place):
+    /// scan at once if nothing else happened after it.
+    Settled,
+    /// Something changed and more may follow (created, written, removed, moved away): scan once
+    /// the directory has been quiet for [`DEBOUNCE`].
+    InProgress,
+}
+
+/// Wait until the latest event is a [`Wake::Settled`] one, or events stop for [`DEBOUNCE`] (at
+/// most [`MAX_DEBOUNCE`] in total). False when cancelled.
+async fn debounce(
+    first: Wake,
+    events: &mut mpsc::Receiver<Wake>,
+    cancel: &CancellationToken,
+) -> bool {
     let start = Instant::now();
+    let mut latest = first;
     let mut deadline = start + DEBOUNCE;
     loop {
+        // Only the latest event decides: drain what is queued already.
+        while let Ok(wake) = events.try_recv() {
+            latest = wake;
+            deadline = (Instant::now() + DEBOUNCE).min(start + MAX_DEBOUNCE);
+        }
+        if latest == Wake::Settled {
+            return true;
+        }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = sleep_until(deadline) => return true,
-            Some(()) = events.recv() => {
+            Some(wake) = events.recv() => {
+                latest = wake;
                 deadline = (Instant::now() + DEBOUNCE).min(start + MAX_DEBOUNCE);
             }
         }
     }
 }
 
-/// Whether a filesystem event can change a snapshot. Our own reads (open, close without write,
-/// access time) and events that only touch ignored names (editor swap files) cannot.
-pub fn should_rescan(event: &Event) -> bool {
+/// What a filesystem event means for the next scan ([`Wake`]).
+pub fn classify(event: &Event) -> Wake {
+    let relevant = |p: &PathBuf| {
+        !p.file_name()
+            .is_some_and(|n| is_ignored_name(&n.to_string_lossy()))
+    };
     match &event.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
-        EventKind::Access(_) => return false,
-        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => return false,
+        EventKind::Access(_) => return Wake::Ignore,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => return Wake::Ignore,
         _ => {}
     }
-    event.paths.is_empty()
-        || event.paths.iter().any(|p| {
-            !p.file_name()
-                .is_some_and(|n| is_ignored_name(&n.to_string_lossy()))
-        })
+    if !(event.paths.is_empty() || event.paths.iter().any(relevant)) {
+        return Wake::Ignore;
+    }
+    match &event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+        | EventKind::Modify(ModifyKind::Name(RenameMode::To)) => Wake::Settled,
+        // notify pairs the two halves of a rename within the directory: from, then to. It is
+        // settled when the name it ends under counts (a backup name such as `web.yaml~` means
+        // the manifest was moved aside, and its replacement is still to come).
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both))
+            if event.paths.last().is_some_and(relevant) =>
+        {
+            Wake::Settled
+        }
+        _ => Wake::InProgress,
+    }
 }
 
 /// The inotify watch on the static pod path, re-established when the path appears or is
@@ -152,7 +204,7 @@ struct DirWatch {
 }
 
 impl DirWatch {
-    fn ensure(&mut self, dir: &Path, events: &mpsc::Sender<()>) {
+    fn ensure(&mut self, dir: &Path, events: &mpsc::Sender<Wake>) {
         let identity = std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()));
         if identity.is_none() {
             // Missing: the scan already warned; the periodic rescan notices it appear.
@@ -190,19 +242,19 @@ impl DirWatch {
     }
 }
 
-fn new_watcher(dir: &Path, events: mpsc::Sender<()>) -> notify::Result<RecommendedWatcher> {
+fn new_watcher(dir: &Path, events: mpsc::Sender<Wake>) -> notify::Result<RecommendedWatcher> {
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
         let wake = match res {
-            Ok(event) => should_rescan(&event),
+            Ok(event) => classify(&event),
             Err(e) => {
                 // Queue overflow and friends: we may have missed something, so rescan.
                 tracing::debug!(error = %e, "inotify error");
-                true
+                Wake::InProgress
             }
         };
-        if wake {
-            // Full means a wake-up is already pending: that is the coalescing.
-            let _ = events.try_send(());
+        if wake != Wake::Ignore {
+            // Full means wake-ups are already pending: that is the coalescing.
+            let _ = events.try_send(wake);
         }
     })?;
     watcher.watch(dir, RecursiveMode::NonRecursive)?;
@@ -212,87 +264,168 @@ fn new_watcher(dir: &Path, events: mpsc::Sender<()>) -> notify::Result<Recommend
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{CreateKind, DataChange, RemoveKind, RenameMode};
+    use notify::event::{CreateKind, DataChange, RemoveKind};
     use std::fs;
 
     const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: nginx:1.27\n";
     const WAIT: Duration = Duration::from_secs(30);
 
     #[test]
-    fn which_events_cause_a_rescan() {
+    fn what_each_event_means_for_the_next_scan() {
         let ev = |kind: EventKind, paths: &[&str]| Event {
             kind,
             paths: paths.iter().map(PathBuf::from).collect(),
             attrs: Default::default(),
         };
-        let cases: Vec<(Event, bool)> = vec![
+        use Wake::{Ignore, InProgress, Settled};
+        let cases: Vec<(Event, Wake)> = vec![
             (
                 ev(EventKind::Create(CreateKind::File), &["/m/web.yaml"]),
-                true,
+                InProgress,
             ),
             (
                 ev(
                     EventKind::Modify(ModifyKind::Data(DataChange::Any)),
                     &["/m/web.yaml"],
                 ),
-                true,
+                InProgress,
             ),
             (
                 ev(EventKind::Remove(RemoveKind::File), &["/m/web.yaml"]),
-                true,
+                InProgress,
             ),
             (
                 ev(
                     EventKind::Access(AccessKind::Close(AccessMode::Write)),
                     &["/m/web.yaml"],
                 ),
-                true,
+                Settled,
+            ),
+            (
+                ev(
+                    EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                    &["/m/.web.yaml.swp"],
+                ),
+                Ignore,
             ),
             (
                 ev(
                     EventKind::Access(AccessKind::Open(AccessMode::Any)),
                     &["/m/web.yaml"],
                 ),
-                false,
+                Ignore,
             ),
             (
                 ev(
                     EventKind::Access(AccessKind::Close(AccessMode::Read)),
                     &["/m/web.yaml"],
                 ),
-                false,
+                Ignore,
             ),
             (
                 ev(
                     EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)),
                     &["/m/web.yaml"],
                 ),
-                false,
+                Ignore,
             ),
             (
                 ev(
                     EventKind::Modify(ModifyKind::Data(DataChange::Any)),
                     &["/m/.web.yaml.swp"],
                 ),
-                false,
+                Ignore,
             ),
             (
                 ev(EventKind::Create(CreateKind::File), &["/m/web.yaml~"]),
-                false,
+                Ignore,
             ),
             (
                 ev(
                     EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
                     &["/m/.web.yaml.tmp", "/m/web.yaml"],
                 ),
-                true,
+                Settled,
             ),
-            (ev(EventKind::Remove(RemoveKind::Folder), &["/m"]), true),
-            (ev(EventKind::Other, &[]), true),
+            // An editor moving the manifest aside: its new version is still to come.
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+                    &["/m/web.yaml", "/m/web.yaml~"],
+                ),
+                InProgress,
+            ),
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+                    &["/m/web.yaml"],
+                ),
+                Settled,
+            ),
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+                    &["/m/web.yaml"],
+                ),
+                InProgress,
+            ),
+            (
+                ev(EventKind::Remove(RemoveKind::Folder), &["/m"]),
+                InProgress,
+            ),
+            (ev(EventKind::Other, &[]), InProgress),
         ];
         for (event, want) in cases {
-            assert_eq!(should_rescan(&event), want, "{event:?}");
+            assert_eq!(classify(&event), want, "{event:?}");
         }
+    }
+
+    /// How long `debounce` waits (paused clock) for events sent at the given offsets from its
+    /// start (offset 0: queued before it looks); the first is the one that woke it.
+    async fn debounce_wait(first: Wake, later: &[(u64, Wake)]) -> Duration {
+        let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
+        let start = Instant::now();
+        for &(_, wake) in later.iter().filter(|(at_ms, _)| *at_ms == 0) {
+            tx.try_send(wake).unwrap();
+        }
+        for &(at_ms, wake) in later.iter().filter(|(at_ms, _)| *at_ms > 0) {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                sleep_until(start + Duration::from_millis(at_ms)).await;
+                tx.send(wake).await.unwrap();
+            });
+        }
+        assert!(debounce(first, &mut rx, &CancellationToken::new()).await);
+        start.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn debounce_waits_for_quiet_unless_the_latest_event_settled() {
+        use Wake::{InProgress, Settled};
+        let ms = Duration::from_millis;
+        // A manifest closed after writing or renamed into place: no wait at all.
+        assert_eq!(debounce_wait(Settled, &[]).await, ms(0));
+        // Created, then closed 5 ms later: scanned at the close.
+        assert_eq!(debounce_wait(InProgress, &[(5, Settled)]).await, ms(5));
+        // A removal waits for quiet, and every later event restarts the wait.
+        assert_eq!(debounce_wait(InProgress, &[]).await, DEBOUNCE);
+        assert_eq!(
+            debounce_wait(InProgress, &[(10, InProgress)]).await,
+            ms(10) + DEBOUNCE
+        );
+        // Only the latest of the queued events counts: settled, then a file moved aside
+        // waits for quiet; moved aside, then a file closed does not.
+        assert_eq!(
+            debounce_wait(InProgress, &[(0, Settled), (0, InProgress)]).await,
+            DEBOUNCE
+        );
+        assert_eq!(
+            debounce_wait(Settled, &[(0, InProgress), (0, Settled)]).await,
+            ms(0)
+        );
+        // A directory that never goes quiet is scanned after MAX_DEBOUNCE all the same.
+        let storm: Vec<(u64, Wake)> = (1..=200).map(|i| (i * 10, InProgress)).collect();
+        assert_eq!(debounce_wait(InProgress, &storm).await, MAX_DEBOUNCE);
     }
 
     async fn recv(rx: &mut mpsc::Receiver<SourceSnapshot>) -> SourceSnapshot {
@@ -339,6 +472,46 @@ mod tests {
         let snap = recv_until_pods(&mut rx, 0).await;
         assert!(snap.errors.is_empty());
 
+        cancel.cancel();
+        tokio::time::timeout(WAIT, task)
+            .await
+            .expect("run did not stop")
+            .unwrap();
+    }
+
+    /// An editor that moves the manifest aside before writing the new version: no snapshot
+    /// in between may lose the pod (that would kill it and start it again).
+    #[tokio::test]
+    async fn a_manifest_moved_aside_and_rewritten_never_disappears() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let source = FileSource::new(
+            dir.path().to_path_buf(),
+            "node1".into(),
+            Duration::from_secs(3600),
+        );
+        let task = tokio::spawn(source.run(tx, cancel.clone()));
+        assert!(recv(&mut rx).await.pods.is_empty());
+        let web = dir.path().join("web.yaml");
+        fs::write(&web, WEB).unwrap();
+        assert_eq!(recv_until_pods(&mut rx, 1).await.pods.len(), 1);
+
+        for round in 0..20 {
+            let image = format!("nginx:1.{round}");
+            fs::rename(&web, dir.path().join("web.yaml~")).unwrap();
+            fs::write(&web, WEB.replace("nginx:1.27", &image)).unwrap();
+            loop {
+                let snap = recv(&mut rx).await;
+                assert_eq!(snap.pods.len(), 1, "round {round}: {snap:?}");
+                let seen = snap.pods[0].spec.as_ref().unwrap().containers[0]
+                    .image
+                    .clone();
+                if seen.as_deref() == Some(image.as_str()) {
+                    break;
+                }
+            }
+        }
         cancel.cancel();
         tokio::time::timeout(WAIT, task)
             .await
