@@ -31,9 +31,11 @@ stage_stripped() { # src dest
 
 build_testbox_binary() {
 	# --target keeps RUSTFLAGS (crt-static) away from build scripts and proc-macros, which must
-	# stay dynamic host binaries; no extra rustup target is needed for the host triple.
+	# stay dynamic host binaries; no extra rustup target is needed for the host triple. The
+	# release profile's LTO is for nodelet's footprint; a test image need not pay its build time.
 	(cd "$REPO_DIR" && RUSTFLAGS="-C target-feature=+crt-static" \
 		cargo build --quiet --release --locked -p testbox --target "$TRIPLE" \
+		--config profile.release.lto=false --config profile.release.codegen-units=16 \
 		--target-dir "$IMAGES_TARGET_DIR")
 	local binary="$IMAGES_TARGET_DIR/$TRIPLE/release/testbox"
 	require_static "$binary"

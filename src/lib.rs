@@ -6,6 +6,7 @@
 //! which the local API (and later the API server sync) reads.
 
 pub mod agent;
+pub mod allocator;
 pub mod backoff;
 pub mod certificate;
 pub mod cgroup;

@@ -126,6 +126,7 @@ struct RunArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    nodelet::allocator::limit_arenas();
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
@@ -532,9 +533,17 @@ fn start(cfg: Config, source: &str) -> anyhow::Result<()> {
     rt.block_on(run(cfg))
 }
 
+/// How often freed memory goes back to the kernel (`nodelet::allocator`): a trim costs well
+/// under a millisecond, and a burst's peak stays resident at most this long.
+const MALLOC_TRIM_PERIOD: Duration = Duration::from_secs(30);
+
 /// Runs nodelet until SIGTERM or SIGINT, then stops it (pods keep running).
 async fn run(cfg: Config) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
+    tokio::spawn(nodelet::allocator::trim_every(
+        MALLOC_TRIM_PERIOD,
+        cancel.clone(),
+    ));
     tokio::spawn({
         let cancel = cancel.clone();
         async move {
