@@ -6,7 +6,8 @@
 //! or renamed into place): that is how a manifest normally arrives, and waiting would only delay
 //! the pod's start. Removals and writes still in progress wait for the directory to go quiet,
 //! so an editor that moves the old file aside before writing the new one does not look like a
-//! deleted pod.
+//! deleted pod. The shortcut is only taken when the directory had been quiet before: a tool
+//! rewriting files one after another keeps getting one scan per quiet period (or per second).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -104,12 +105,17 @@ impl FileSource {
                 }
             }
             watch.ensure(&dir, &events_tx);
+            let scanned_at = Instant::now();
 
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = ticker.tick() => {}
                 Some(first) = events_rx.recv() => {
-                    if !debounce(first, &mut events_rx, &cancel).await {
+                    // A wake-up right after a scan means events keep coming (a tool rewriting
+                    // the directory): then every scan waits for quiet, as one would after any
+                    // event, so a storm costs a scan a second at most, not one per file.
+                    let eager = scanned_at.elapsed() >= DEBOUNCE;
+                    if !debounce(first, &mut events_rx, &cancel, eager).await {
                         return;
                     }
                 }
@@ -134,12 +140,14 @@ pub enum Wake {
     InProgress,
 }
 
-/// Wait until the latest event is a [`Wake::Settled`] one, or events stop for [`DEBOUNCE`] (at
-/// most [`MAX_DEBOUNCE`] in total). False when cancelled.
+/// Wait until the latest event is a [`Wake::Settled`] one (only when `eager`: the directory
+/// had been quiet before), or events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`] in total).
+/// False when cancelled.
 async fn debounce(
     first: Wake,
     events: &mut mpsc::Receiver<Wake>,
     cancel: &CancellationToken,
+    eager: bool,
 ) -> bool {
     let start = Instant::now();
     let mut latest = first;
@@ -150,7 +158,7 @@ async fn debounce(
             latest = wake;
             deadline = (Instant::now() + DEBOUNCE).min(start + MAX_DEBOUNCE);
         }
-        if latest == Wake::Settled {
+        if eager && latest == Wake::Settled {
             return true;
         }
         tokio::select! {
@@ -380,9 +388,13 @@ mod tests {
         }
     }
 
-    /// How long `debounce` waits (paused clock) for events sent at the given offsets from its
-    /// start (offset 0: queued before it looks); the first is the one that woke it.
+    /// How long an eager `debounce` waits (paused clock) for events sent at the given offsets
+    /// from its start (offset 0: queued before it looks); the first is the one that woke it.
     async fn debounce_wait(first: Wake, later: &[(u64, Wake)]) -> Duration {
+        debounce_wait_as(true, first, later).await
+    }
+
+    async fn debounce_wait_as(eager: bool, first: Wake, later: &[(u64, Wake)]) -> Duration {
         let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
         let start = Instant::now();
         for &(_, wake) in later.iter().filter(|(at_ms, _)| *at_ms == 0) {
@@ -395,7 +407,7 @@ mod tests {
                 tx.send(wake).await.unwrap();
             });
         }
-        assert!(debounce(first, &mut rx, &CancellationToken::new()).await);
+        assert!(debounce(first, &mut rx, &CancellationToken::new(), eager).await);
         start.elapsed()
     }
 
@@ -426,6 +438,14 @@ mod tests {
         // A directory that never goes quiet is scanned after MAX_DEBOUNCE all the same.
         let storm: Vec<(u64, Wake)> = (1..=200).map(|i| (i * 10, InProgress)).collect();
         assert_eq!(debounce_wait(InProgress, &storm).await, MAX_DEBOUNCE);
+        // Woken right after a scan (events keep coming): settled events wait for quiet too,
+        // so a tool rewriting files one after another costs a scan per second, not per file.
+        assert_eq!(debounce_wait_as(false, Settled, &[]).await, DEBOUNCE);
+        let rewrites: Vec<(u64, Wake)> = (1..=200).map(|i| (i * 10, Settled)).collect();
+        assert_eq!(
+            debounce_wait_as(false, Settled, &rewrites).await,
+            MAX_DEBOUNCE
+        );
     }
 
     async fn recv(rx: &mut mpsc::Receiver<SourceSnapshot>) -> SourceSnapshot {
