@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use apiserver_fixture::Fixture;
 use common::{phase, TESTBOX};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use vm::{Driver, Guest, T};
+use vm::{Driver, Guest, Qos, T};
 
 const MI: u64 = 1 << 20;
 /// `memory.available` for the fast hog (see [`fast_hog_is_evicted_before_the_kernel_oom_killer`]).
@@ -567,9 +567,9 @@ fn node_memory_some_avg10() -> f64 {
         .unwrap_or_else(|| panic!("/proc/pressure/memory: {text}"))
 }
 
-/// The memory files of every cgroup below the Burstable tier (pod and container), one line
-/// each, for the record while the stall runs.
-fn burstable_memory() -> String {
+/// The memory files of `tier` and every cgroup below it (pods and containers), one line each,
+/// for the record while the stall runs.
+fn cgroup_memory_below(tier: &std::path::Path) -> String {
     fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
         let read = |f: &str| {
             std::fs::read_to_string(dir.join(f))
@@ -602,10 +602,7 @@ fn burstable_memory() -> String {
         }
     }
     let mut out = Vec::new();
-    walk(
-        std::path::Path::new("/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice"),
-        &mut out,
-    );
+    walk(tier, &mut out);
     out.join("\n")
 }
 
@@ -681,6 +678,7 @@ async fn memory_pressure_stall_evicts_the_throttled_pod(node: &Guest) {
         ),
     );
     let started = Instant::now();
+    let burstable = node.tier_cgroup(Some(Qos::Burstable));
     // What the node's PSI says while the pod runs (for the record and for a failure's reader).
     let progress = tokio::spawn(async move {
         loop {
@@ -690,7 +688,7 @@ async fn memory_pressure_stall_evicts_the_throttled_pod(node: &Guest) {
                 "vm scenario: PSI: after {:.0} s: {}\n{}",
                 started.elapsed().as_secs_f64(),
                 psi.replace('\n', "; "),
-                burstable_memory()
+                cgroup_memory_below(&burstable)
             );
         }
     });
