@@ -22,6 +22,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use nodelet_testkit::pod::all_running;
+use nodelet_testkit::tail;
 
 const PODS: usize = 110;
 

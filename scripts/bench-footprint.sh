@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Measures nodelet's own footprint on this machine: a release build in standalone mode against the
-# project-local containerd, first with no pods, then with N static pods (testbox serving HTTP with
-# an HTTP readiness probe each, so the probe workers run too).
+# Measures nodelet's own footprint on this machine: the `dist` build (fat LTO, one codegen unit,
+# as packaged; Cargo.toml) in standalone mode against the project-local containerd, first with
+# no pods, then with N static pods (testbox serving HTTP with an HTTP readiness probe each, so
+# the probe workers run too).
 #
 #   scripts/bench-footprint.sh [N] [SECONDS]     N pods (default 20), steady-state window (default 60)
 #
@@ -21,8 +22,8 @@ WINDOW=${2:-60}
 case "$PODS$WINDOW" in *[!0-9]*) echo "usage: $0 [N] [SECONDS]" >&2; exit 2 ;; esac
 
 eval "$(scripts/test-env.sh up)"
-cargo build --release --locked --bin nodelet >&2
-NODELET=$PWD/target/release/nodelet
+cargo build --profile dist --locked --bin nodelet >&2
+NODELET=$PWD/target/dist/nodelet
 
 WORK=$(mktemp -d /tmp/nodelet-footprint-XXXXXX)
 NODE=footprint-$$
@@ -107,7 +108,7 @@ sleep "$WINDOW"
 TICKS1=$(cpu_ticks)
 HZ=$(getconf CLK_TCK)
 
-echo "nodelet $(git describe --always --dirty) release, $(nproc) cores, containerd $(containerd --version | awk '{print $3}')"
+echo "nodelet $(git describe --always --dirty) dist profile, $(nproc) cores, containerd $(containerd --version | awk '{print $3}')"
 echo "RSS idle (no pods):              $(mib "$IDLE")"
 echo "RSS with $PODS pods (steady):       $(mib "$(kib VmRSS)")"
 echo "peak RSS (VmHWM):                $(mib "$(kib VmHWM)")"

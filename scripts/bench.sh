@@ -17,9 +17,10 @@
 #   after each footprint window; reports in target/bench-profiles/).
 #
 # As root on Debian 12, after the README's set-up. It installs what is missing, builds the
-# images and a release build, and starts a containerd of its own (socket, state, CNI bridge and
-# subnet apart from the test one: NODELET_BENCH_* below, or the NODELET_TEST_* variables when
-# they are set), which it stops again at the end if it started it. Everything a part starts
+# images and nodelet with the `dist` profile (fat LTO, one codegen unit: the packaged build,
+# Cargo.toml), and starts a containerd of its own (socket, state, CNI bridge and subnet apart
+# from the test one: NODELET_BENCH_* below, or the NODELET_TEST_* variables when they are set),
+# which it stops again at the end if it started it. Everything a part starts
 # (nodelet processes, pods, the VM) is removed when the part ends or the script is interrupted.
 # Not part of the test command: the numbers depend on the machine and its load.
 set -euo pipefail
@@ -70,9 +71,9 @@ scripts/images.sh import >&2
 eval "$(scripts/containerd.sh env)"
 
 echo "bench.sh: containerd $CTD_SOCK, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-nice -n 5 cargo bench --locked --bench node_bench --no-run >&2
+nice -n 5 cargo bench --locked --profile dist --bench node_bench --no-run >&2
 export NODELET_BENCH_COMMAND="scripts/bench.sh${*:+ $*}"
-setsid cargo bench --locked --bench node_bench -- "$@" &
+setsid cargo bench --locked --profile dist --bench node_bench -- "$@" &
 BENCH_PID=$!
 wait "$BENCH_PID"
 BENCH_PID=

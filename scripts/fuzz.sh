@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fuzz targets in fuzz/ (cargo fuzz, libFuzzer with AddressSanitizer), one per decoder of
 # outside input: pod manifests (YAML and JSON), the KubeletConfiguration, quantities, durations,
-# CRI log lines, the APIs' query strings, kubelet API requests.
+# CRI log lines, the APIs' query strings, kubelet API requests; and a pod spec with extreme
+# integers through its plan, actions, grace periods and probe timings (pod_plan).
 #
 #   fuzz.sh [SECONDS]          build every target (debug, quick to compile) and run each for
 #                              SECONDS (default 5): the short run of the test command

@@ -31,8 +31,8 @@ stage_stripped() { # src dest
 
 build_testbox_binary() {
 	# --target keeps RUSTFLAGS (crt-static) away from build scripts and proc-macros, which must
-	# stay dynamic host binaries; no extra rustup target is needed for the host triple. The
-	# release profile's LTO is for nodelet's footprint; a test image need not pay its build time.
+	# stay dynamic host binaries; no extra rustup target is needed for the host triple. A test
+	# image need not pay for even the release profile's thin LTO.
 	(cd "$REPO_DIR" && RUSTFLAGS="-C target-feature=+crt-static" \
 		cargo build --quiet --release --locked -p testbox --target "$TRIPLE" \
 		--config profile.release.lto=false --config profile.release.codegen-units=16 \

@@ -18,6 +18,8 @@
 #                                                  the OCI archives, htpasswd (bcrypt), the test CA
 #   chromium, chromium-driver                      the status page's browser test (tests/status_page.rs):
 #                                                  headless Chromium driven through chromedriver
+# and the toolchain's rustfmt and clippy components (rustup's minimal profile leaves them out),
+# for the test command's `cargo fmt --check` and `cargo clippy` (scripts/test.sh).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,6 +31,18 @@ PACKAGES=(
 	docker-registry skopeo apache2-utils openssl
 	chromium chromium-driver
 )
+
+# Asked of rustup only when one is missing, so a second run needs no network either. Without
+# rustup (a distribution's cargo) the distribution's rustfmt and clippy packages are needed.
+if command -v rustup >/dev/null 2>&1; then
+	installed=$(rustup component list --installed)
+	for component in rustfmt clippy; do
+		if ! grep -q "^$component-" <<<"$installed"; then
+			log "adding the $component component"
+			rustup component add "$component" || die "rustup component add $component failed"
+		fi
+	done
+fi
 
 missing=()
 for package in "${PACKAGES[@]}"; do

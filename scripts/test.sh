@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test of nodelet: unit tables, component tests (fake runtime, paused clock), CLI
-# tests, testbox's and the fixture's tests, the integration tests against a real containerd with
-# the project's own images, the fault tests, the VM tests, and a short run of every fuzz target
-# (scripts/fuzz.sh). As root on Debian 12; installs and starts what it needs, and stops the
-# project-local containerds again at the end (set NODELET_TEST_KEEP=1 to leave them running).
+# Checks formatting and lints (cargo fmt --check, cargo clippy -D warnings; the fuzz crate's in
+# the faults lane), then runs every test of nodelet: unit tables, component tests (fake runtime,
+# paused clock), CLI tests, testbox's and the fixture's tests, the integration tests against a
+# real containerd with the project's own images, the fault tests, the VM tests, and a short run
+# of every fuzz target (scripts/fuzz.sh). As root on Debian 12; installs and starts what it
+# needs, and stops the project-local containerds again at the end (set NODELET_TEST_KEEP=1 to
+# leave them running).
 #
 # The test binaries run in three lanes at once, each one binary after another (within a binary
 # its tests run in parallel, as under `cargo test`): the VM scenarios (each boots its own qemu
@@ -28,6 +30,11 @@ if [ $# -gt 0 ]; then
 	cargo test --workspace --locked -- "$@"
 	exit
 fi
+
+# Formatting and lints first: they fail in seconds to minutes, the lanes in tens of minutes.
+# The fuzz crate (a workspace of its own, fuzz/) is linted in the faults lane, after its run.
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # The fault tests' containerd: its own root, state, socket, CNI network and bridge (scripts/lib.sh).
 faults_instance=(
@@ -119,6 +126,18 @@ background+=("$vm_lane")
 		tail -n 80 "$lanes_dir/fuzz.log"
 		echo "faults fuzz-targets $((SECONDS - start)) 1" >>"$lanes_dir/times"
 		echo "test.sh: [faults] fuzz targets FAILED after $((SECONDS - start)) s" >&3
+		failed=1
+	fi
+	# The fuzz crate's lints: a check build of its own (fuzz/target/debug), on stable.
+	start=$SECONDS
+	echo "     Running cargo fmt and cargo clippy on fuzz/"
+	if cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check &&
+		cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings; then
+		echo "faults fuzz-lints $((SECONDS - start)) 0" >>"$lanes_dir/times"
+		echo "test.sh: [faults] fuzz crate fmt and clippy ok in $((SECONDS - start)) s" >&3
+	else
+		echo "faults fuzz-lints $((SECONDS - start)) 1" >>"$lanes_dir/times"
+		echo "test.sh: [faults] fuzz crate fmt or clippy FAILED after $((SECONDS - start)) s" >&3
 		failed=1
 	fi
 	exit "$failed"

@@ -39,7 +39,7 @@ impl Backoff {
     }
 
     fn expired(&self, event_time: Timestamp, last_update: Timestamp) -> bool {
-        since(event_time, last_update) > self.max * 2
+        since(event_time, last_update) > self.max.saturating_mul(2)
     }
 
     /// The current delay of `key` (zero when unknown).
@@ -51,7 +51,9 @@ impl Backoff {
     /// (capped at `max`).
     pub fn next(&mut self, key: &str, event_time: Timestamp) {
         let backoff = match self.entries.get(key) {
-            Some(e) if !self.expired(event_time, e.last_update) => (e.backoff * 2).min(self.max),
+            Some(e) if !self.expired(event_time, e.last_update) => {
+                e.backoff.saturating_mul(2).min(self.max)
+            }
             _ => self.initial,
         };
         self.entries.insert(
@@ -92,7 +94,7 @@ impl Backoff {
 
     /// Drops every key not updated for `2 × max`.
     pub fn gc(&mut self, now: Timestamp) {
-        let max2 = self.max * 2;
+        let max2 = self.max.saturating_mul(2);
         self.entries
             .retain(|_, e| since(now, e.last_update) <= max2);
     }

@@ -2,13 +2,12 @@
 //! component tests start it (the harness) and the way `main` does (`NodeletBuilder`): what the
 //! builder wires, and that shutdown waits for every task it started.
 
-mod common;
 mod harness;
 
 use std::time::Duration;
 
 use harness::*;
-use nodelet::pod::PodWork;
+use nodelet::pod::worker_state::PodWork;
 
 /// With no pod source configured, nodelet is ready at once, and its first event is the
 /// node's `Starting`.
@@ -73,7 +72,7 @@ async fn shutdown_waits_for_every_task_and_probing_stops() {
 /// healthy PLEG (so the relist runs), and once `shutdown` returned its port is free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_read_only_api_is_one_of_its_tasks_and_stops_with_it() {
-    let port = common::free_port();
+    let port = nodelet_testkit::port::free_port();
     let h = harness_with((Duration::from_secs(10), Duration::from_secs(300)), |cfg| {
         cfg.address = "127.0.0.1".parse().unwrap();
         cfg.read_only_port = port;

@@ -13,10 +13,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet::clock::Clock;
 use nodelet::objects::token::ApiTokenIssuer;
-use nodelet::objects::{
-    FakeObjects, ObjectCache, ObjectKind, ObjectSource, TokenManager, TokenRequest,
-};
-use nodelet::podspec::env::{gather_env_objects, make_environment, EnvContext};
+use nodelet::objects::{FakeObjects, ObjectCache, ObjectSource, TokenManager, TokenRequest};
+use nodelet::podspec::env::{make_environment, EnvContext};
+use nodelet::podspec::references::ObjectKind;
+use nodelet::sync::env_objects::gather_env_objects;
 use nodelet::volume::{update_api_volumes, ApiVolumeContext, NodeAllocatable};
 
 const KUBECTL: &str = "/usr/bin/kubectl";

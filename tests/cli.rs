@@ -119,7 +119,7 @@ fn run_with_a_broken_config_stops_with_a_message() {
 
 #[test]
 fn pods_reports_an_unreachable_server() {
-    let port = common::free_port();
+    let port = nodelet_testkit::port::free_port();
     let (ok, _, err) = cli(&["pods", "--server", &format!("http://127.0.0.1:{port}")]);
     assert!(!ok);
     assert!(err.contains(&port.to_string()), "{err}");

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use apiserver_fixture::{Fixture, LoggedRequest};
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_testkit::pod::{phase, running_ids};
+use nodelet_testkit::port::free_port;
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -212,26 +215,7 @@ async fn force_delete_cuts_a_running_graceful_termination_short() {
             .any(|c| c.state == nodelet::cri::api::ContainerState::ContainerRunning as i32),
         "the container ignores SIGTERM and still runs"
     );
-    let forced = Instant::now();
-    let (ok, out, err) = kubectl(
-        &api,
-        &["delete", "pod", "stubborn", "--grace-period=0", "--force"],
-    );
-    assert!(ok, "force delete: {out}{err}");
-    assert!(api_pod(&fixture, "stubborn").is_none(), "gone from the API");
-    loop {
-        let (sandboxes, containers) = n.runtime_objects().await;
-        if sandboxes.is_empty() && containers.is_empty() {
-            break;
-        }
-        assert!(
-            forced.elapsed() < T,
-            "containers still there after {T:?}: {containers:#?}\n{}",
-            tail(&n.logs(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let took = forced.elapsed();
+    let took = force_delete_until_gone(&fixture, &n, "stubborn", T).await;
     println!("force delete to containers gone: {took:?}");
     assert!(
         took < Duration::from_secs(20),

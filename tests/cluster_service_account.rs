@@ -11,6 +11,7 @@ use apiserver_fixture::Fixture;
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet::cri::Runtime;
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
 

@@ -12,6 +12,7 @@ use nodelet::cri::Runtime;
 use nodelet::logs::{find_container_log, stream_logs, ContainerLog, LogOptions};
 
 use common::*;
+use nodelet_testkit::pod::{container_status, restart_count};
 
 const T: Duration = Duration::from_secs(90);
 

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use apiserver_fixture::Fixture;
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use nodelet_testkit::pod::{all_running, phase, running_ids};
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
 /// More PIDs than any Linux `pid_max` (at most 4194304): always met.

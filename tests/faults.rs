@@ -17,6 +17,10 @@ use apiserver_fixture::{Fixture, LoggedRequest};
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use nodelet::cri::Runtime;
+use nodelet_testkit::pod::{
+    all_running, container_status, phase, restart_count, running_ids, terminated,
+};
+use nodelet_testkit::tail;
 
 /// Held shared by every test, exclusively by the one that stops containerd.
 static CONTAINERD: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
@@ -113,12 +117,7 @@ async fn wait_worker_syncs(n: &Nodelet, syncs: f64, timeout: Duration) {
 
 /// `VmRSS` of a process, KiB.
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
+    nodelet_testkit::proc::vm_rss_kib(pid).expect("VmRSS")
 }
 
 /// User plus system CPU time of a process so far, from `/proc/<pid>/stat`.

@@ -11,10 +11,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use nodelet::cri::{ImageService, Runtime};
-use nodelet::gc::{CriGc, ImageGc, ImageGcPolicy};
+use nodelet::gc::images::{ImageGc, ImageGcPolicy};
+use nodelet::gc::CriGc;
 use nodelet::logs::{find_container_log, stream_logs, LogOptions};
 
 use common::*;
+use nodelet_testkit::pod::{all_running, restart_count};
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(120);
 

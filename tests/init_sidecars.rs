@@ -10,7 +10,7 @@ use harness::*;
 use k8s_openapi::api::core::v1::{
     Container, ContainerRestartRule, ContainerRestartRuleOnExitCodes, Lifecycle, Pod,
 };
-use nodelet::pod::PodWork;
+use nodelet::pod::worker_state::PodWork;
 
 fn c(name: &str) -> Container {
     Container {

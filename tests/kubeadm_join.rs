@@ -28,6 +28,8 @@ use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use nodelet_testkit::port::free_port;
+use nodelet_testkit::tail;
 
 /// kubeadm's drop-in for the kubelet unit (`/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf`
 /// from the kubeadm package, kubernetes/release), verbatim.

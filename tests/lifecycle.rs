@@ -6,6 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use nodelet_testkit::pod::{all_running, container_status, phase, restart_count, terminated};
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
 

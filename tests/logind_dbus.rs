@@ -19,11 +19,12 @@ use dbus_bus::Bus;
 use futures::StreamExt;
 use nodelet::clock::Clock;
 use nodelet::events::EventRecorder;
-use nodelet::eviction::manager::ActivePods;
+use nodelet::lifecycle::kill::{KillHandle, PodKiller};
+use nodelet::lifecycle::pods::ActivePods;
 use nodelet::nodeshutdown::dbus::ZbusLogind;
 use nodelet::nodeshutdown::logind::Logind;
 use nodelet::nodeshutdown::manager::{Connect, Settings, ShutdownManager};
-use nodelet::pod::kill::{KillHandle, PodKiller, StatusMutation};
+use nodelet::status::StatusMutation;
 use zbus::object_server::SignalEmitter;
 
 #[derive(Default)]

@@ -18,7 +18,9 @@ use nodelet::config::{Config, Environment};
 use nodelet::cri::fake::FakeRuntime;
 use nodelet::events::api_sink::ApiEventSink;
 use nodelet::events::EventRecorder;
-use nodelet::node::{MachineInfo, NodeAgent, NodeCounters, NodeFacts, NodeSettings, Pressure};
+use nodelet::lifecycle::pressure::Pressure;
+use nodelet::node::{NodeAgent, NodeCounters, NodeFacts, NodeSettings};
+use nodelet::stats::machine::MachineInfo;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -177,7 +179,7 @@ async fn register_creates_the_node_with_labels_taints_and_capacity() {
     assert_eq!(count(&fixture, "POST", "/api/v1/nodes"), 1);
     let node = node(&fixture, "node-a");
     let labels = node.metadata.labels.clone().unwrap();
-    let arch = nodelet::node::machine::go_arch(std::env::consts::ARCH);
+    let arch = nodelet::stats::machine::go_arch(std::env::consts::ARCH);
     for (key, value) in [
         ("kubernetes.io/hostname", "node-a"),
         ("kubernetes.io/os", "linux"),

@@ -14,6 +14,8 @@ use std::time::Duration;
 use common::*;
 use nodelet::cgroup::fs::CgroupfsManager;
 use nodelet::cgroup::manager::{CgroupManager, Version};
+use nodelet_testkit::pod::all_running;
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
 const MOUNT: &str = "/sys/fs/cgroup";
@@ -188,7 +190,8 @@ async fn pod_cgroups_carry_the_effective_limits_and_go_with_the_pod() {
     );
 
     // Node allocatable on kubepods: the machine's capacity less kubeReserved.
-    let node = nodelet::node::NodeInfo::detect("probe", None, Path::new("/"), Path::new("/"));
+    let node =
+        nodelet::stats::machine::NodeInfo::detect("probe", None, Path::new("/"), Path::new("/"));
     assert_eq!(
         shares(version, &kubepods),
         expected_shares(
@@ -257,8 +260,14 @@ async fn pod_cgroups_carry_the_effective_limits_and_go_with_the_pod() {
             "{path} of a running pod was swept"
         );
     }
-    let g = n.wait_pod("g", T, "g adopted", all_running).await;
-    let b = n.wait_pod("b", T, "b adopted", all_running).await;
+    n.wait_pod("g", T, "g adopted", all_running).await;
+    n.wait_pod("b", T, "b adopted", all_running).await;
+    // The positive sign first: four pod syncs since both showed running (each pod is synced
+    // again at least every syncFrequency, 10 s): a sync that restarts containers instead of
+    // adopting them, or gets the tier wrong, has run by then.
+    n.wait_more_syncs(4, T).await;
+    let g = n.pod("g").await.expect("g listed");
+    let b = n.pod("b").await.expect("b listed");
     let after: Vec<_> = [&g, &b].iter().map(|p| container_ids(p)).collect();
     assert_eq!(before, after, "the restart adopted the running containers");
     // The new nodelet started its tiers from no pods (Burstable shares 2) and counted the

@@ -9,8 +9,11 @@ use std::time::Duration;
 use harness::*;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nodelet::pod::{PodKiller, PodManager, PodWork, StatusMutation};
+use nodelet::lifecycle::kill::PodKiller;
+use nodelet::pod::manager::PodManager;
+use nodelet::pod::worker_state::PodWork;
 use nodelet::source::SourceSnapshot;
+use nodelet::status::StatusMutation;
 use tokio::time::Instant;
 
 fn secs(s: u64) -> Duration {
@@ -624,9 +627,13 @@ async fn a_new_static_pod_is_rejected_while_the_node_shuts_down() {
     let (manager, _ready) =
         PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
     let mut manager = manager.with_static_admission(nodelet::pod::manager::StaticAdmission {
-        pressure: nodelet::eviction::manager::PressureView::none(),
+        handlers: vec![
+            Arc::new(nodelet::eviction::manager::PressureView::none()),
+            Arc::new(nodelet::lifecycle::shutdown::ShutdownView::following(
+                marked,
+            )),
+        ],
         events: h.events.0.clone(),
-        shutdown: nodelet::nodeshutdown::ShutdownView::following(marked),
     });
     let files = |pods: &[&Arc<Pod>]| SourceSnapshot {
         source: nodelet::source::FILE_SOURCE,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use harness::*;
-use nodelet::pod::PodWork;
+use nodelet::pod::worker_state::PodWork;
 
 #[tokio::test(start_paused = true)]
 async fn starts_sandbox_then_containers_in_order_and_reports_running() {
@@ -195,6 +195,7 @@ async fn a_removed_pod_that_comes_back_is_started_again() {
     h.workers.update(PodWork::Sync(p.clone()));
     h.settle("running", |h| h.fake.running_container_names() == ["a"])
         .await;
+    let first = h.fake.container_ids("a");
     // Removal and return in quick succession: the latest update wins.
     h.workers.update(PodWork::Kill {
         pod: p.clone(),
@@ -202,10 +203,21 @@ async fn a_removed_pod_that_comes_back_is_started_again() {
         remove: true,
     });
     h.workers.update(PodWork::Sync(p));
-    h.settle("running again", |h| {
-        h.fake.running_container_names() == ["a"] && h.phase("u6") == "Running"
+    // "Running" held before the removal too: only a container other than the first one shows
+    // that the pod was removed and started again.
+    h.settle("running again, in a new container", |h| {
+        let ids = h.fake.container_ids("a");
+        h.fake.running_container_names() == ["a"]
+            && h.phase("u6") == "Running"
+            && !ids.is_empty()
+            && ids.iter().all(|id| !first.contains(id))
     })
     .await;
+    assert_eq!(
+        h.fake.calls_of("stop_container").len(),
+        1,
+        "the removal stopped the first container"
+    );
     h.cancel.cancel();
 }
 

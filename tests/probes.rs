@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use nodelet::cri::Runtime;
+use nodelet_testkit::pod::{all_running, container_status, is_ready, restart_count};
 
 const T: Duration = Duration::from_secs(90);
 
@@ -15,14 +16,6 @@ fn probe_pod(name: &str, args: &str, probes: &str) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n\
          \x20 - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [{args}]\n    ports:\n    - name: http\n      containerPort: 8080\n{probes}"
     )
-}
-
-fn ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
 }
 
 async fn events(n: &Nodelet) -> Vec<(String, String)> {
@@ -96,7 +89,7 @@ async fn tcp_liveness_on_an_open_port_does_not_restart() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     let p = n.pod("p").await.unwrap();
     assert_eq!(restart_count(&p, "main"), 0);
-    assert!(ready(&p));
+    assert!(is_ready(&p));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +115,7 @@ async fn grpc_liveness_on_the_wrong_port_restarts() {
             "    readinessProbe:\n      grpc:\n        port: 9090\n      periodSeconds: 1\n",
         ),
     );
-    m.wait_pod("q", T, "Ready", ready).await;
+    m.wait_pod("q", T, "Ready", is_ready).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +155,7 @@ async fn failing_readiness_keeps_the_pod_not_ready_without_restarts_until_health
     n.wait_metric_advance("nodelet_prober_probe_total", T).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let p2 = n.pod("p").await.unwrap();
-    assert!(!ready(&p2), "not Ready while the probe fails");
+    assert!(!is_ready(&p2), "not Ready while the probe fails");
     assert_eq!(restart_count(&p2, "main"), 0);
     let ready_cond = p2
         .status
@@ -192,7 +185,7 @@ async fn failing_readiness_keeps_the_pod_not_ready_without_restarts_until_health
         .await
         .unwrap();
     assert_eq!(r.exit_code, 0);
-    let p3 = n.wait_pod("p", T, "Ready", ready).await;
+    let p3 = n.wait_pod("p", T, "Ready", is_ready).await;
     assert_eq!(restart_count(&p3, "main"), 0);
 }
 
@@ -210,7 +203,7 @@ async fn startup_probe_holds_back_liveness() {
              \x20   livenessProbe:\n      httpGet:\n        path: /healthz\n        port: 8080\n      periodSeconds: 1\n      failureThreshold: 1\n",
         ),
     );
-    let p = n.wait_pod("p", T, "started and Ready", ready).await;
+    let p = n.wait_pod("p", T, "started and Ready", is_ready).await;
     assert_eq!(restart_count(&p, "main"), 0);
     assert_eq!(
         container_status(&p, "main").and_then(|c| c.started),
@@ -239,13 +232,13 @@ async fn redirects_local_followed_foreign_is_success_with_a_warning() {
             "    readinessProbe:\n      httpGet:\n        path: /redirect?to=http://nodelet.invalid:1/\n        port: 8080\n      periodSeconds: 1\n",
         ),
     );
-    n.wait_pod("foreign", T, "Ready", ready).await;
+    n.wait_pod("foreign", T, "Ready", is_ready).await;
     n.wait_pod("local", T, "running", all_running).await;
     // The positive sign first: the probes keep running.
     n.wait_metric_advance("nodelet_prober_probe_total", T).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        !ready(&n.pod("local").await.unwrap()),
+        !is_ready(&n.pod("local").await.unwrap()),
         "the followed redirect reached a 500"
     );
     let ev = events(&n).await;

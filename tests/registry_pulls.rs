@@ -16,6 +16,8 @@ use apiserver_fixture::Fixture;
 use common::*;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use nodelet::cri::{ImageService, Runtime};
+use nodelet_testkit::pod::{container_status, phase, restart_count, running_ids, waiting_reason};
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(120);
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use nodelet::cri::{api, labels, Runtime};
+use nodelet_testkit::pod::{all_running, container_status, phase, terminated};
 
 const T: Duration = Duration::from_secs(120);
 

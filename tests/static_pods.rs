@@ -5,6 +5,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use nodelet_testkit::pod::{
+    all_running, container_status, phase, restart_count, running_ids, terminated, waiting_reason,
+};
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -229,9 +233,12 @@ async fn sigkill_and_restart_adopts_running_containers() {
     n.remove_manifest("gone.yaml");
     n.restart();
 
-    let after = n
-        .wait_pod("keep", T, "running after restart", all_running)
+    n.wait_pod("keep", T, "running after restart", all_running)
         .await;
+    // The positive sign first: two syncs of the kept pod (the only one left to sync) since it
+    // showed running, the first of which decides to adopt its containers or start new ones.
+    n.wait_more_syncs(2, T).await;
+    let after = n.pod("keep").await.expect("keep listed");
     assert_eq!(
         running_ids(&after),
         ids_before,

@@ -13,6 +13,9 @@ use std::time::Duration;
 use common::*;
 use nodelet::stats::cgroup::{CgroupReader, CgroupVersion};
 use nodelet::stats::summary::{ContainerStats, PodStats, Summary};
+use nodelet_testkit::pod::{all_running, container_status};
+use nodelet_testkit::port::free_port;
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
 const MOUNT: &str = "/sys/fs/cgroup";

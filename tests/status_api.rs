@@ -209,6 +209,18 @@ where
     }
 }
 
+/// Waits until the sync finished `n` more full reconciles (one every 100 ms with [`fast`]): the
+/// positive sign that it compared every pod with the API since, so that a write or DELETE it
+/// would make has been made before a test asserts there was none.
+async fn more_reconciles(stats: &ApiStatusSyncStats, n: u64) {
+    let before = stats.reconciles();
+    eventually(&format!("{n} more reconciles"), || {
+        let done = stats.reconciles() >= before + n;
+        async move { done }
+    })
+    .await;
+}
+
 fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap()
 }
@@ -325,7 +337,7 @@ async fn a_status_change_is_one_patch() {
     let env = Env::start().await;
     let created = env.create("web", json!({}));
     let pod = env.stored("web", &uid(&created)).await;
-    let _sync = env.sync();
+    let (_cancel, _task, stats) = env.sync_with_stats(fast());
     deliver_running(&env, &pod).await;
 
     env.fixture.clear_log();
@@ -336,7 +348,8 @@ async fn a_status_change_is_one_patch() {
         async move { done }
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Ten reconciles since: a second write would have gone out.
+    more_reconciles(&stats, 10).await;
 
     let writes = env.all_writes();
     assert_eq!(writes.len(), 1, "{writes:#?}");
@@ -459,14 +472,15 @@ async fn a_status_set_during_an_outage_is_delivered_after_resume() {
     let env = Env::start().await;
     let created = env.create("web", json!({}));
     let pod = env.stored("web", &uid(&created)).await;
-    let _sync = env.sync();
+    let (_cancel, _task, stats) = env.sync_with_stats(fast());
     deliver_running(&env, &pod).await;
 
     env.fixture.stop().await;
     env.fixture.clear_log();
     env.statuses
         .set_pod_status(&pod, terminal("Failed", Some("Evicted")));
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The sync went on reconciling (and failing to write) while the fixture was down.
+    more_reconciles(&stats, 30).await;
     assert_eq!(
         env.phase("web").as_deref(),
         Some("Running"),
@@ -479,7 +493,8 @@ async fn a_status_set_during_an_outage_is_delivered_after_resume() {
         async move { done }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Five reconciles since: a second write would have gone out.
+    more_reconciles(&stats, 5).await;
     let writes = env.all_writes();
     assert_eq!(writes.len(), 1, "{writes:#?}");
     assert_eq!(
@@ -531,7 +546,7 @@ fn assert_final_delete(request: &LoggedRequest, uid: &str) {
 #[tokio::test]
 async fn deletion_requested_terminal_and_reclaimed_is_one_delete() {
     let env = Env::start().await;
-    let _sync = env.sync();
+    let (_cancel, _task, stats) = env.sync_with_stats(fast());
     let pod = deleted_by_user(&env, json!({})).await;
     env.fixture.clear_log();
 
@@ -543,7 +558,8 @@ async fn deletion_requested_terminal_and_reclaimed_is_one_delete() {
         async move { done }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Eight reconciles since the terminal status: a DELETE would have gone out.
+    more_reconciles(&stats, 8).await;
     assert!(env.writes_to(&pod_path("web")).is_empty());
 
     env.statuses.set_reclaimed(&uid(&pod));
@@ -552,7 +568,8 @@ async fn deletion_requested_terminal_and_reclaimed_is_one_delete() {
         async move { done }
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Ten reconciles since: a second DELETE or PATCH would have gone out.
+    more_reconciles(&stats, 10).await;
     let deletes = env.writes_to(&pod_path("web"));
     assert_eq!(deletes.len(), 1, "{deletes:#?}");
     assert_final_delete(&deletes[0], &uid(&pod));
@@ -563,7 +580,7 @@ async fn deletion_requested_terminal_and_reclaimed_is_one_delete() {
 #[tokio::test]
 async fn a_pod_with_a_finalizer_gets_one_delete_and_stays() {
     let env = Env::start().await;
-    let _sync = env.sync();
+    let (_cancel, _task, stats) = env.sync_with_stats(fast());
     let pod = deleted_by_user(
         &env,
         json!({"metadata": {"finalizers": ["example.com/keep"]}}),
@@ -578,7 +595,8 @@ async fn a_pod_with_a_finalizer_gets_one_delete_and_stays() {
         async move { done }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Fifteen reconciles since, the pod still in the API: a second DELETE would have gone out.
+    more_reconciles(&stats, 15).await;
     let deletes = env.writes_to(&pod_path("web"));
     assert_eq!(deletes.len(), 1, "no second DELETE: {deletes:#?}");
     assert_final_delete(&deletes[0], &uid(&pod));
@@ -626,7 +644,7 @@ async fn failed_pods_are_cleaned_up_after_retention() {
         retention,
         bare_pods: false,
     };
-    let (first_sync, first_task) = env.sync_with(options.clone());
+    let (first_sync, first_task, stats) = env.sync_with_stats(options.clone());
     for pod in [&owned, &bare, &static_pod] {
         env.statuses
             .set_pod_status(pod, terminal("Failed", Some("Evicted")));
@@ -636,7 +654,9 @@ async fn failed_pods_are_cleaned_up_after_retention() {
         async move { done }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Fifteen reconciles since (the bare pod's retention is over by then): a DELETE of the bare
+    // or the mirror pod, or a second one of the owned pod, would have gone out.
+    more_reconciles(&stats, 15).await;
 
     let published = env.writes_to(&status_path("owned"));
     assert_eq!(published.len(), 1);
@@ -670,13 +690,14 @@ async fn failed_pods_are_cleaned_up_after_retention() {
     first_sync.cancel();
     first_task.await.unwrap();
     options.pod_cleanup.bare_pods = true;
-    let _sync = env.sync_with(options);
+    let (_cancel, _task, stats) = env.sync_with_stats(options);
     eventually("the bare pod deleted", || {
         let done = env.api_pod("bare").is_none();
         async move { done }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Five reconciles since: a second DELETE, or one of the mirror pod, would have gone out.
+    more_reconciles(&stats, 5).await;
     let deletes = env.writes_to(&pod_path("bare"));
     assert_eq!(deletes.len(), 1, "{deletes:#?}");
     assert_eq!(
@@ -862,7 +883,9 @@ async fn unavailable_api() -> (String, std::sync::Arc<std::sync::atomic::AtomicU
     (url, count)
 }
 
-#[tokio::test]
+// On the paused clock: the 2 s window is virtual time, whatever the machine's load (in real time a
+// slow host fitted fewer attempts in it, a test on time rather than on the backoff).
+#[tokio::test(start_paused = true)]
 async fn failures_back_off_per_pod_without_a_busy_loop() {
     use std::sync::atomic::Ordering;
     let (url, requests) = unavailable_api().await;

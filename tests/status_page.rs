@@ -24,6 +24,8 @@ use common::*;
 use fantoccini::Locator;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet::stats::summary::Summary;
+use nodelet_testkit::pod::{all_running, container_status, phase, restart_count};
+use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(120);
 

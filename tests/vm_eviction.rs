@@ -14,8 +14,9 @@ mod vm;
 use std::time::{Duration, Instant};
 
 use apiserver_fixture::Fixture;
-use common::{phase, TESTBOX};
+use common::TESTBOX;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use nodelet_testkit::pod::phase;
 use vm::{Driver, Guest, Qos, T};
 
 const MI: u64 = 1 << 20;
@@ -385,11 +386,7 @@ fn hog_rss_at_least(bytes: u64) -> bool {
     dir.flatten().any(|e| {
         std::fs::read_to_string(e.path().join("status"))
             .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
+            .and_then(|s| nodelet_testkit::proc::parse_vm_rss_kib(&s))
             .is_some_and(|kib| kib * 1024 >= bytes)
     })
 }

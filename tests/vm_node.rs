@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{all_running, running_ids, terminated, TESTBOX};
+use common::TESTBOX;
 use k8s_openapi::api::core::v1::Pod;
-use nodelet::cgroup::memory_qos::{MemoryQos, ReservationPolicy};
 use nodelet::cgroup::PodCgroupSettings;
+use nodelet::config::memory_qos::{MemoryQos, ReservationPolicy};
+use nodelet_testkit::pod::{all_running, running_ids, terminated};
 use vm::{Driver, Guest, Qos};
 
 #[test]
@@ -1042,7 +1043,8 @@ async fn restarting_containerd_leaves_nodelet_running_and_connected(
     let mut tasks = running_tasks(node);
     // No series yet when no event came since nodelet started.
     let metrics = node.metrics().await.expect("nodelet answers /metrics");
-    let events_before = vm::metric_sum(&metrics, CONTAINERD_EVENTS).unwrap_or(0.0);
+    let events_before =
+        nodelet_testkit::prom::metric_sum(&metrics, CONTAINERD_EVENTS).unwrap_or(0.0);
     let lost_before = node.journal_count(RUNTIME_LOST);
 
     node.systemctl(&["restart", "containerd.service"]);
@@ -1411,28 +1413,9 @@ fn pod_cgroup_paths_follow_the_kubelet_naming() {
     }
 }
 
+/// (The metric half of this table is `nodelet_testkit::prom`'s, with the parser.)
 #[test]
-fn metrics_and_tasks_are_read_from_their_text() {
-    let text = "# HELP nodelet_pleg_events Pod lifecycle events\n\
-                nodelet_pleg_events_total{source=\"containerd\"} 4\n\
-                nodelet_pleg_events_total{source=\"relist\"} 2\n\
-                nodelet_started_containers_total 0\n\
-                nodelet_pod_worker_duration_seconds_count 7\n";
-    let cases = [
-        ("nodelet_pleg_events_total", Some(6.0)),
-        (
-            "nodelet_pleg_events_total{source=\"containerd\"}",
-            Some(4.0),
-        ),
-        ("nodelet_pleg_events_total{source=\"other\"}", None),
-        ("nodelet_started_containers_total", Some(0.0)),
-        ("nodelet_pod_worker_duration_seconds_count", Some(7.0)),
-        ("nodelet_started_container_total", None),
-    ];
-    for (series, want) in cases {
-        assert_eq!(vm::metric_sum(text, series), want, "{series}");
-    }
-
+fn tasks_are_read_from_their_text() {
     let tasks = vm::parse_tasks(
         "TASK                                                                PID     STATUS\n\
          0f1e2d                                                              812     RUNNING\n\

@@ -25,8 +25,9 @@ mod vm;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{phase, TESTBOX};
+use common::TESTBOX;
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_testkit::pod::phase;
 use vm::{Driver, Guest};
 
 const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";

@@ -13,6 +13,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{api, labels, Runtime};
+use nodelet_testkit::api::NodeletApi;
+use nodelet_testkit::port::free_port;
+use nodelet_testkit::prom;
 
 pub const TESTBOX: &str = "localhost/testbox:1";
 pub const PAUSE: &str = "localhost/pause:1";
@@ -45,21 +48,12 @@ pub fn nodelet_binary() -> String {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").to_string())
 }
 
-/// A loopback port free now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 pub struct Agent {
     pub node: String,
     pub dir: tempfile::TempDir,
     pub manifests: PathBuf,
-    pub port: u16,
     child: Option<Child>,
-    client: reqwest::Client,
+    api: NodeletApi,
 }
 
 impl Agent {
@@ -107,9 +101,8 @@ impl Agent {
             node,
             dir,
             manifests,
-            port,
             child: Some(child),
-            client: reqwest::Client::new(),
+            api: NodeletApi::new(format!("http://127.0.0.1:{port}"), Duration::from_secs(10)),
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         while me.get("/healthz").await.is_none() {
@@ -129,50 +122,36 @@ impl Agent {
 
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(self.dir.path().join("nodelet.log")).unwrap_or_default();
-        let v: Vec<&str> = text.lines().collect();
-        v[v.len().saturating_sub(lines)..].join("\n")
+        nodelet_testkit::tail(&text, lines)
     }
 
     pub async fn get(&self, path: &str) -> Option<String> {
-        let resp = self
-            .client
-            .get(format!("http://127.0.0.1:{}{path}", self.port))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .ok()?;
-        resp.error_for_status().ok()?.text().await.ok()
+        self.api.get(path).await
     }
 
     /// The pods of `/pods`; `None` while nodelet does not answer.
     pub async fn pods(&self) -> Option<Vec<Pod>> {
-        let v: serde_json::Value = serde_json::from_str(&self.get("/pods").await?).ok()?;
-        serde_json::from_value(v.get("items")?.clone()).ok()
+        self.api.pods().await
     }
 
     /// A counter or gauge of `/metrics`, summed over its series.
     pub async fn metric(&self, name: &str) -> Option<f64> {
-        let text = self.get("/metrics").await?;
-        let values: Vec<f64> = text
-            .lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-            .collect();
-        (!values.is_empty()).then(|| values.iter().sum())
+        self.api.metric(name).await
     }
 
     /// The samples of a metric family (`name` plus its `_sum`/`_count` suffix), by their label
     /// text (`{operation_type="run_pod_sandbox"}`).
     pub async fn metric_samples(&self, name: &str) -> HashMap<String, f64> {
         let text = self.get("/metrics").await.unwrap_or_default();
-        text.lines()
-            .filter_map(|l| {
-                let rest = l.strip_prefix(name)?;
-                let (labels, value) = rest.rsplit_once(' ')?;
-                Some((labels.to_string(), value.parse().ok()?))
+        prom::samples(&text)
+            .filter_map(|s| {
+                let suffix = s.name.strip_prefix(name)?;
+                let key = if s.labels.is_empty() {
+                    suffix.to_string()
+                } else {
+                    format!("{suffix}{{{}}}", s.labels)
+                };
+                Some((key, s.value))
             })
             .collect()
     }
@@ -272,27 +251,6 @@ pub async fn remove_sandboxes(rt: Arc<RemoteRuntime>, node: String) {
             }
         })
         .await;
-}
-
-/// Every container of the pod is running, as `/pods` reports it.
-pub fn all_running(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .is_some_and(|cs| {
-            !cs.is_empty()
-                && cs
-                    .iter()
-                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        })
-}
-
-/// The pod's `Ready` condition is True.
-pub fn is_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// A pod of testbox containers (`args` as YAML flow lists), each with `extra` container lines.

@@ -5,10 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::agent::{self, all_running, is_ready, Agent, PAUSE, TESTBOX};
+use crate::agent::{self, Agent, PAUSE, TESTBOX};
 use crate::report::{num, Row, Section, Verdict};
 use crate::sys::{self, LoadMark, Watched};
 use crate::Options;
+use nodelet_testkit::pod::{all_running, is_ready};
 
 const PROBED_PODS: usize = 110;
 

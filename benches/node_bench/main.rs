@@ -10,8 +10,6 @@
 //! Numbers depend on the machine and its load (recorded beside each figure); nothing here is
 //! asserted against a limit.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
 #[path = "../../tests/vm/mod.rs"]
 mod vm;
 

@@ -17,10 +17,11 @@ use k8s_openapi::api::core::v1::{ContainerState, Pod};
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{api, labels, Runtime};
 
-use crate::agent::{self, all_running, is_ready, pod_yaml, Agent, TESTBOX};
+use crate::agent::{self, pod_yaml, Agent, TESTBOX};
 use crate::report::{first_event, ms_between, num, parse_events, Row, Section, Summary, Verdict};
 use crate::sys::{self, LoadMark};
 use crate::Options;
+use nodelet_testkit::pod::{all_running, is_ready};
 
 const POLL: Duration = Duration::from_millis(5);
 const T: Duration = Duration::from_secs(120);

@@ -309,15 +309,3 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let tick = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
     Some(tick(14)? + tick(15)? + tick(16)? + tick(17)?)
 }
-
-/// `/proc/PID/status`: VmRSS in KiB.
-pub fn parse_status_rss(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
-}

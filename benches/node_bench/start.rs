@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{api, labels, Runtime};
 
-use crate::agent::{self, all_running, pod_yaml, Agent, TESTBOX};
+use crate::agent::{self, pod_yaml, Agent, TESTBOX};
 use crate::report::{millis, num, Row, Section, Summary, Verdict};
 use crate::sys::{self, LoadMark};
 use crate::Options;
+use nodelet_testkit::pod::all_running;
 
 /// One pod through the bare CRI: sandbox, then its container created and started; the three
 /// calls' durations.

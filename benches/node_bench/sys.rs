@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::report::{parse_loadavg, parse_stat_ticks, parse_status_rss, LoadSpan, ProcSample};
+use crate::report::{parse_loadavg, parse_stat_ticks, LoadSpan, ProcSample};
+use nodelet_testkit::proc::parse_vm_rss_kib;
 
 /// The 1-minute load average now.
 pub fn load_now() -> f64 {
@@ -47,7 +48,7 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     Some(ProcSample {
         ticks: parse_stat_ticks(&stat)?,
-        rss_kib: parse_status_rss(&status).unwrap_or(0),
+        rss_kib: parse_vm_rss_kib(&status).unwrap_or(0),
     })
 }
 

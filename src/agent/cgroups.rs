@@ -7,9 +7,10 @@ use std::sync::Arc;
 use super::{HostPaths, StartError};
 use crate::cgroup::node::{NodeCgroupConfig, NodeCgroups, ORPHAN_MIN_AGE};
 use crate::cgroup::{allocatable, manager, memory_qos, PodCgroupSettings};
+use crate::config::memory_qos::MemoryQos;
 use crate::config::{kubelet_fields, CgroupDriver, Config};
 use crate::cri::{labels, Runtime};
-use crate::node::NodeInfo;
+use crate::stats::machine::NodeInfo;
 
 /// The node's cgroup settings and, with `cgroupsPerQOS`, its cgroup tree (node allocatable on
 /// `kubepods`, the QoS tiers), set up under `paths.cgroup`.
@@ -23,8 +24,8 @@ pub(super) async fn setup(
     let cgroup_v2 = version == manager::Version::V2;
     let gate = cfg.feature_enabled(kubelet_fields::MEMORY_QOS);
     let configured = cfg.memory_qos();
-    let memory_qos = memory_qos::MemoryQos::effective(configured, gate, cgroup_v2);
-    if configured != memory_qos::MemoryQos::OFF && memory_qos == memory_qos::MemoryQos::OFF {
+    let memory_qos = MemoryQos::effective(configured, gate, cgroup_v2);
+    if configured != MemoryQos::OFF && memory_qos == MemoryQos::OFF {
         tracing::warn!(
             "memoryThrottlingFactor/memoryReservationPolicy need cgroup v2; ignored on this cgroup v1 node"
         );

@@ -20,7 +20,7 @@ use crate::certificate::{csr, CertificateManager, CertifiedPair, Kind, SharedPai
 use crate::clock::Clock;
 use crate::cluster;
 use crate::config::Config;
-use crate::node::NodeInfo;
+use crate::stats::machine::NodeInfo;
 
 /// The API clients and, with `serverTLSBootstrap`, the serving certificate to serve.
 pub(super) struct ClusterClients {
@@ -28,6 +28,8 @@ pub(super) struct ClusterClients {
     pub client: kube::Client,
     /// Node status and Lease.
     pub heartbeat: kube::Client,
+    /// The kubelet API's TokenReviews and SubjectAccessReviews (a rate limit of their own).
+    pub reviews: kube::Client,
     /// The kubelet API's serving certificate from its manager (`None`: configured or
     /// self-signed, as before).
     pub serving: Option<watch::Receiver<Option<SharedPair>>>,
@@ -52,7 +54,7 @@ pub(super) async fn connect(
     let kubeconfig = cfg.kubeconfig.as_deref().ok_or(StartError::ApiServer {
         error: cluster::Error::NoKubeconfig,
     })?;
-    let (client, heartbeat) = if cfg.rotate_certificates {
+    let clients = if cfg.rotate_certificates {
         match rotating_clients(cfg, kubeconfig, clock, tasks, cancel).await? {
             Some(clients) => clients,
             None => plain_clients(cfg).await?,
@@ -76,21 +78,27 @@ pub(super) async fn connect(
         plain_clients(cfg).await?
     };
     let serving = if cfg.server_tls_bootstrap {
-        Some(serving_manager(cfg, node, &client, clock, tasks, cancel)?)
+        Some(serving_manager(
+            cfg,
+            node,
+            &clients.pods,
+            clock,
+            tasks,
+            cancel,
+        )?)
     } else {
         None
     };
     Ok(ClusterClients {
-        client,
-        heartbeat,
+        client: clients.pods,
+        heartbeat: clients.heartbeat,
+        reviews: clients.reviews,
         serving,
     })
 }
 
-async fn plain_clients(cfg: &Config) -> Result<(kube::Client, kube::Client), StartError> {
-    let client = cluster::client(cfg).await.map_err(api_error)?;
-    let heartbeat = cluster::heartbeat_client(cfg).await.map_err(api_error)?;
-    Ok((client, heartbeat))
+async fn plain_clients(cfg: &Config) -> Result<cluster::ApiClients, StartError> {
+    cluster::plain_clients(cfg).await.map_err(api_error)
 }
 
 /// The CSR client of the client certificate's manager: the node's own (rotating) client while
@@ -120,7 +128,7 @@ async fn rotating_clients(
     clock: Clock,
     tasks: &TaskTracker,
     cancel: &CancellationToken,
-) -> Result<Option<(kube::Client, kube::Client)>, StartError> {
+) -> Result<Option<cluster::ApiClients>, StartError> {
     let store = FileStore::new(&cfg.cert_dir, CLIENT_PREFIX, None);
     let bootstrapping = match &cfg.bootstrap_kubeconfig {
         Some(bootstrap) => {
@@ -178,15 +186,15 @@ async fn rotating_clients(
     let manager_template = template_tx;
     let (pairs_tx, pairs_rx) = watch::channel(None::<SharedPair>);
     let namespace = base.default_namespace.clone();
-    let transport = cluster::rotating::RotatingTransport::new(base, pairs_rx);
-    let (client, heartbeat) = cluster::rotating_clients(cfg, transport, &namespace);
+    let transport = crate::certificate::rotating::RotatingTransport::new(base, pairs_rx);
+    let clients = crate::certificate::rotating::rotating_clients(cfg, transport, &namespace);
     let manager = CertificateManager::new(
         ManagerParts {
             kind: Kind::Client,
             store,
             template,
             clients: Arc::new(NodeCsrClients {
-                node: client.clone(),
+                node: clients.pods.clone(),
                 fallback,
                 clock,
             }),
@@ -213,7 +221,7 @@ async fn rotating_clients(
         }
     });
     tasks.spawn(manager.run(cancel.clone()));
-    Ok(Some((client, heartbeat)))
+    Ok(Some(clients))
 }
 
 /// The kubeconfig's own client certificate, if it has one that loads.

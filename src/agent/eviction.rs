@@ -7,9 +7,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::watch;
 
-use crate::eviction::manager::{ActivePods, NodeReclaim};
-use crate::gc::{ContainerGc, ImageGc};
-use crate::pod::PodWorkers;
+use crate::eviction::manager::NodeReclaim;
+use crate::gc::containers::ContainerGc;
+use crate::gc::images::ImageGc;
+use crate::lifecycle::pods::ActivePods;
+use crate::pod::workers::PodWorkers;
 use crate::podspec::{pod_uid, Phase};
 use crate::status::StatusManager;
 

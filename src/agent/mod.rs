@@ -7,14 +7,19 @@
 //! in-memory fake), the clock, the node's facts ([`NodeInfo`]), the host paths ([`HostPaths`]),
 //! the cgroup setup ([`CgroupSetup`]) and the source of ConfigMaps and Secrets.
 //! [`NodeletBuilder::start`] connects to what the configuration names, sets up the node and
-//! spawns every long-running part:
+//! spawns every long-running part, one wing at a time (each its own file, taking what it needs
+//! and returning what it builds):
 //!
-//! - the PLEG (relist, and containerd's task events when the runtime offers them);
-//! - the pod sources (static pod directory; the API server's pods in cluster mode), the pod
-//!   manager and the pod workers, with the prober waking workers through the PLEG channel;
-//! - in cluster mode: the object cache, admission, mirror pods, the pod status sync, the event
-//!   sink and the node loops (registration, node status, Lease);
-//! - the HTTP servers (kubelet API, read-only API, healthz).
+//! - `wire_runtime`: the runtime, nodelet's directories, the node's facts and cgroups;
+//! - `wire_cluster`: in cluster mode, the credentials and clients, the object cache, then
+//!   admission of API pods, mirror pods, the pod status sync, the event sink and the node loops
+//!   (registration, node status, Lease);
+//! - `wire_pods`: the PLEG (relist, and containerd's task events when the runtime offers
+//!   them), the pod sources (static pod directory; the API server's pods in cluster mode), the
+//!   pod manager and the pod workers, with the prober waking workers through the PLEG channel;
+//! - `wire_pressure`: garbage collection, eviction, log rotation and node shutdown, and the
+//!   admit handlers the pod manager asks for every new pod;
+//! - `wire_servers`: the HTTP servers (kubelet API, read-only API, healthz).
 //!
 //! Every task runs in one `TaskTracker` under one `CancellationToken` (the pod workers in the
 //! `PodWorkers`' own tracker, under a child of that token); [`Nodelet::shutdown`] cancels the
@@ -23,15 +28,19 @@
 mod cgroups;
 mod credentials;
 mod eviction;
-mod servers;
+mod settings;
 mod wakeups;
+mod wire_cluster;
+mod wire_pods;
+mod wire_pressure;
+mod wire_runtime;
+mod wire_servers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -39,31 +48,26 @@ use crate::cgroup::manager::CgroupError;
 use crate::cgroup::node::NodeCgroups;
 use crate::cgroup::PodCgroupSettings;
 use crate::clock::Clock;
-use crate::cluster::{self, ApiServerVersion};
+use crate::cluster;
 use crate::config::Config;
 use crate::cri::containerd::{ContainerdTasks, TaskSignaller};
 use crate::cri::health::RuntimeHealth;
 use crate::cri::remote::RemoteRuntime;
 use crate::cri::{api, HousekeepingRuntime, ImageService, Runtime, StatsRuntime, StreamingRuntime};
-use crate::events::api_sink::ApiEventSink;
-use crate::events::{container_field_path, node_ref, EventRecorder, EventType, ObjectRef};
-use crate::eviction::manager::{EvictionManager, PressureView};
-use crate::gc::{ContainerGc, CriGc, ImageGc, ImageGcPolicy};
-use crate::logs::rotation::{CriLogs, LogRotator, RotationPolicy};
-use crate::node::{NodeAgent, NodeFacts, NodeInfo, NodeSettings};
-use crate::objects::{NoApiServer, ObjectCache, ObjectSource};
-use crate::pleg::{EventKind, Pleg, PodLifecycleEvent};
-use crate::pod::admission::NodeCapacity;
-use crate::pod::manager::Admission;
-use crate::pod::mirror::MirrorPods;
-use crate::pod::{PodManager, PodWorkers};
-use crate::probe::{ProbeEvent, ProbeManager};
+use crate::events::{node_ref, EventRecorder, EventType};
+use crate::eviction::manager::PressureView;
+use crate::gc::images::ImageGc;
+use crate::lifecycle::shutdown::ShutdownView;
+use crate::node::{NodeAgent, NodeFacts, NodeSettings};
+use crate::objects::ObjectSource;
+use crate::pleg::Pleg;
+use crate::pod::manager::StaticAdmission;
+use crate::pod::workers::PodWorkers;
+use crate::probe::ProbeManager;
 use crate::server::tls::TlsError;
 use crate::server::BindError;
-use crate::source::{self, FileSource};
-use crate::status::api_sync::{ApiStatusSync, ApiStatusSyncOptions};
+use crate::stats::machine::NodeInfo;
 use crate::status::StatusManager;
-use crate::sync::executor::{PodSyncer, SyncSettings, SyncerParts};
 
 /// Why nodelet could not start. Each names what it was doing and the path, address or field.
 #[derive(Debug, thiserror::Error)]
@@ -310,6 +314,9 @@ impl NodeletBuilder {
         }
     }
 
+    /// Builds the wings in the order they need each other — runtime, cluster clients, pods,
+    /// pressure — then adds admission to the pod manager and starts it, the cluster loops, the
+    /// housekeeping and the servers. A feature changes its wing (`wire_*.rs`).
     async fn wire(self, tasks: &TaskTracker) -> Result<Nodelet, StartError> {
         let NodeletBuilder {
             config: cfg,
@@ -322,259 +329,56 @@ impl NodeletBuilder {
             cancel,
         } = self;
         tracing::info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "starting nodelet");
-        let rt = match runtime {
-            Some(rt) => rt,
-            None => RuntimeServices::connect(&cfg, &cancel).await?,
-        };
-        create_dir("rootDir", &cfg.root_dir)?;
-        create_dir("podLogsDir", &cfg.pod_logs_dir)?;
-        let node = Arc::new(node.unwrap_or_else(|| {
-            NodeInfo::detect(&cfg.node_name, cfg.node_ip, &paths.root, &cfg.root_dir)
-        }));
+        let runtime =
+            wire_runtime::wire(&cfg, runtime, node, &paths, cgroup_setup, &cancel).await?;
         // The local event log (the API server's, in cluster mode).
         let recorder = EventRecorder::new(clock, "kubelet", &cfg.node_name);
-        let (pod_cgroup, node_cgroups) = match cgroup_setup {
-            CgroupSetup::Host => cgroups::setup(&cfg, &node, &paths).await?,
-            CgroupSetup::Given { settings, node } => (settings, node),
-        };
-        if let Some(node_cgroups) = &node_cgroups {
-            cgroups::sweep_orphans(node_cgroups, rt.runtime.as_ref()).await;
-        }
-        // Cluster mode: the credentials first (TLS bootstrap, certificate managers), then the
-        // clients every part below uses.
-        let clients = match &cfg.kubeconfig {
-            Some(_) => Some(credentials::connect(&cfg, &node, clock, tasks, &cancel).await?),
-            None => None,
-        };
-        let cluster = clients.as_ref().map(|c| c.client.clone());
-        // ConfigMaps and Secrets for volumes and env: watched in cluster mode, none standalone.
-        let object_cache = match (&objects, &cluster) {
-            (None, Some(client)) => Some(Arc::new(ObjectCache::new(client.clone()))),
-            _ => None,
-        };
-        let objects: Arc<dyn ObjectSource> = match (objects, &object_cache) {
-            (Some(objects), _) => objects,
-            (None, Some(cache)) => cache.clone(),
-            (None, None) => Arc::new(NoApiServer),
-        };
-        let status = StatusManager::new();
-        // The API server's release, read once for the pod status sync and the node status loop.
-        let api_server = ApiServerVersion::new();
-        // Probe result changes wake the pod's worker through the same channel as runtime events.
-        let (pleg_tx, pleg_rx) = mpsc::channel(1024);
-        let probes = ProbeManager::in_tasks(
-            rt.runtime.clone(),
+        let cluster =
+            wire_cluster::connect(&cfg, &runtime.node, objects, clock, tasks, &cancel).await?;
+        let pods = wire_pods::wire(&cfg, &runtime, &cluster, &recorder, clock, tasks, &cancel)?;
+        let pressure = wire_pressure::wire(
+            &cfg,
+            &paths,
+            &runtime.rt,
+            &runtime.node,
+            &pods,
+            &recorder,
             clock,
-            wake_on_probe_result(pleg_tx.clone()),
-            record_probe_event(recorder.clone()),
-            tasks.clone(),
+            tasks,
             &cancel,
         );
-        let providers = match (
-            &cfg.image_credential_provider_config,
-            &cfg.image_credential_provider_bin_dir,
-        ) {
-            (Some(file), Some(bin_dir)) => crate::images::provider::load_config(file, bin_dir)?,
-            _ => Vec::new(),
-        };
-        let pulls = Arc::new(crate::images::ImagePuller::new(
-            rt.images.clone(),
-            objects.clone(),
-            Arc::new(crate::images::CredentialProviders::new(
-                providers,
-                Arc::new(crate::images::provider::ProcessExec),
-            )),
-            crate::images::PullLimit::from_config(
-                cfg.serialize_image_pulls,
-                cfg.max_parallel_image_pulls,
-            ),
-        ));
-        let syncer = PodSyncer::new(SyncerParts {
-            runtime: rt.runtime.clone(),
-            images: rt.images.clone(),
-            pulls,
-            status: status.clone(),
-            node: node.clone(),
-            settings: Arc::new(sync_settings(
-                &cfg,
-                &rt.version,
-                pod_cgroup,
-                node_cgroups.clone(),
-            )),
+        let wire_pods::PodsWing {
+            status,
+            probes,
+            workers,
+            pleg,
+            runtime_health,
+            manager,
+            ready,
+            snapshots,
+            pleg_events,
+            pod_store,
+        } = pods;
+        let manager = manager.with_static_admission(StaticAdmission {
+            handlers: pressure.admit_handlers(),
+            events: recorder.clone(),
+        });
+        let manager = wire_cluster::spawn_pod_loops(
+            &cfg,
+            &cluster,
+            wire_cluster::ClusterPods {
+                node: &runtime.node,
+                status: &status,
+                events: &recorder,
+                pod_store: pod_store.as_ref(),
+                admit_handlers: pressure.admit_handlers(),
+            },
+            manager,
             clock,
-            events: recorder.clone(),
-            probes: probes.clone(),
-            objects,
-            tasks: rt.tasks.clone(),
-        });
-        let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
-
-        let pleg = Pleg::new(
-            rt.runtime.clone(),
-            cfg.node_name.clone(),
-            cfg.pleg_relist_period,
-            pleg_tx,
+            tasks,
+            &cancel,
         );
-        tasks.spawn(pleg.clone().run_relist(cancel.clone()));
-        let runtime_health = RuntimeHealth::new(rt.runtime.clone());
-        tasks.spawn(runtime_health.clone().run(cancel.clone()));
-        if let Some(events) = &rt.containerd_events {
-            tasks.spawn(pleg.clone().run_events(
-                events.endpoint.clone(),
-                events.namespace.clone(),
-                tasks.clone(),
-                cancel.clone(),
-            ));
-        }
-
-        let (snap_tx, snap_rx) = mpsc::channel(16);
-        let mut expected = Vec::new();
-        if let Some(dir) = &cfg.static_pod_path {
-            expected.push(source::FILE_SOURCE);
-            let file =
-                FileSource::new(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
-            tasks.spawn(file.run(snap_tx.clone(), cancel.clone()));
-        }
-        let pod_store = if let Some(client) = &cluster {
-            expected.push(source::api::API_SOURCE);
-            let (store, writer) = kube::runtime::reflector::store::<Pod>();
-            let mut api =
-                source::api::ApiSource::new(client.clone(), cfg.node_name.clone(), writer);
-            if let Some(cache) = object_cache.clone() {
-                // Watch the ConfigMaps and Secrets the node's pods refer to, and only those.
-                api = api.on_change(Arc::new(move |pods: &[Pod]| {
-                    cache.sync_pods(pods.iter());
-                }));
-            }
-            tasks.spawn(api.run(snap_tx.clone(), cancel.clone()));
-            Some(store)
-        } else {
-            None
-        };
-        drop(snap_tx);
-        let (mut manager, ready) = PodManager::new(
-            workers.clone(),
-            rt.runtime.clone(),
-            cfg.node_name.clone(),
-            expected,
-        );
-        let cri = Arc::new(CriGc {
-            runtime: rt.runtime.clone(),
-            images: rt.images.clone(),
-            stats: rt.stats.clone(),
-            housekeeping: rt.housekeeping.clone(),
-            node_name: cfg.node_name.clone(),
-        });
-        let image_gc = Arc::new(ImageGc::new(
-            cri.clone(),
-            ImageGcPolicy::from_config(&cfg),
-            recorder.clone(),
-            cfg.node_name.clone(),
-        ));
-        let summary = servers::summary_provider(&cfg, &paths, &rt, &status, clock);
-        // The status page's last hour, kept from the readings the eviction manager makes.
-        let history = summary.as_ref().map(|_| {
-            Arc::new(crate::history::History::new(
-                node.memory_capacity(),
-                crate::history::memory_thresholds(&cfg.eviction.thresholds, node.memory_capacity()),
-            ))
-        });
-        let eviction_summary = summary
-            .clone()
-            .zip(history.clone())
-            .map(|(inner, history)| {
-                let status = status.clone();
-                Arc::new(crate::history::Recording {
-                    inner,
-                    history,
-                    pods: Arc::new(move || status.pods()),
-                    clock,
-                }) as Arc<dyn crate::stats::SummarySource>
-            });
-        let eviction = eviction_summary.map(|summary| {
-            let mut reclaim_gc = container_gc(&cfg, &cri, &workers, clock);
-            reclaim_gc.policy.max_per_pod_container = 0;
-            EvictionManager::new(
-                crate::eviction::manager::Settings::from_config(&cfg),
-                summary,
-                Arc::new(eviction::AdmittedPods {
-                    pods: manager.admitted_pods(),
-                    status: status.clone(),
-                    workers: workers.clone(),
-                }),
-                Arc::new(workers.clone()),
-                Arc::new(eviction::GcReclaim {
-                    containers: reclaim_gc,
-                    images: image_gc.clone(),
-                }),
-                recorder.clone(),
-            )
-        });
-        let pressure = eviction
-            .as_ref()
-            .map_or_else(PressureView::none, EvictionManager::pressure);
-        match &eviction {
-            Some(eviction) => wakeups::spawn(
-                &cfg,
-                &paths,
-                &crate::eviction::manager::Settings::from_config(&cfg).thresholds,
-                node.memory_capacity(),
-                eviction.waker(),
-                tasks,
-                &cancel,
-            ),
-            None => {
-                tracing::warn!("the runtime offers no stats calls: node-pressure eviction is off")
-            }
-        }
-        let shutdown = match crate::nodeshutdown::manager::Settings::from_config(&cfg) {
-            Some(settings) => {
-                let shutdown = crate::nodeshutdown::ShutdownManager::new(
-                    settings,
-                    crate::nodeshutdown::manager::system_bus(),
-                    Arc::new(eviction::AdmittedPods {
-                        pods: manager.admitted_pods(),
-                        status: status.clone(),
-                        workers: workers.clone(),
-                    }),
-                    Arc::new(workers.clone()),
-                    recorder.clone(),
-                    clock,
-                );
-                let view = shutdown.view();
-                tasks.spawn(shutdown.run(cancel.clone()));
-                view
-            }
-            None => crate::nodeshutdown::ShutdownView::none(),
-        };
-        manager = manager.with_static_admission(crate::pod::manager::StaticAdmission {
-            pressure: pressure.clone(),
-            events: recorder.clone(),
-            shutdown: shutdown.clone(),
-        });
-        if let (Some(client), Some(store)) = (&cluster, &pod_store) {
-            manager = manager.with_admission(admission(
-                &cfg, &node, &status, &recorder, &pressure, &shutdown,
-            ));
-            let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone());
-            tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
-            let sync = ApiStatusSync::new(
-                status.clone(),
-                client.clone(),
-                store.clone(),
-                cfg.node_name.clone(),
-                clock,
-                ApiStatusSyncOptions {
-                    pod_cleanup: cfg.pod_cleanup.clone(),
-                    ..Default::default()
-                },
-            )
-            .with_server_version(api_server.clone());
-            tasks.spawn(sync.run(cancel.clone()));
-            let sink = ApiEventSink::new(client.clone(), Default::default());
-            tasks.spawn(sink.run(recorder.subscribe(), cancel.clone()));
-        }
-        tasks.spawn(manager.run(snap_rx, pleg_rx, cancel.clone()));
+        tasks.spawn(manager.run(snapshots, pleg_events, cancel.clone()));
         // After the API sink subscribed, so that a joined node's event list starts with it.
         recorder.record(
             &node_ref(&cfg.node_name),
@@ -582,7 +386,7 @@ impl NodeletBuilder {
             "Starting",
             "Starting nodelet.",
         );
-        if node_cgroups.is_some() {
+        if runtime.node_cgroups.is_some() {
             recorder.record(
                 &node_ref(&cfg.node_name),
                 EventType::Normal,
@@ -590,96 +394,50 @@ impl NodeletBuilder {
                 "Updated Node Allocatable limit across pods",
             );
         }
-
-        // The node's heartbeats get their own client without the QPS limit, as the kubelet's.
-        if let Some(heartbeat) = clients.as_ref().map(|c| c.heartbeat.clone()) {
-            let facts = NodeFacts::detect(&cfg, &node, &rt.version);
-            let health = node_health(&pleg, &runtime_health);
-            let agent = NodeAgent::new(
-                NodeSettings::from_config(&cfg),
-                facts,
-                health,
-                {
-                    let pressure = pressure.clone();
-                    Arc::new(move || pressure.pressure())
-                },
-                clock,
-            )
-            .with_images(rt.images.clone())
-            .with_events(recorder.clone())
-            .with_server_version(api_server.clone())
-            .with_shutdown(shutdown.clone());
-            tasks.spawn(agent.run(heartbeat, cancel.clone()));
-        }
-
-        housekeeping(
+        let node_views = NodeViews {
+            cfg: &cfg,
+            node: &runtime.node,
+            runtime: &runtime.rt,
+            pleg: &pleg,
+            runtime_health: &runtime_health,
+            pressure: &pressure.pressure,
+            shutdown: &pressure.shutdown,
+            clock,
+        };
+        wire_cluster::spawn_node_agent(
+            &cluster,
+            || node_views.agent(),
+            runtime.rt.images.clone(),
+            &recorder,
+            tasks,
+            &cancel,
+        );
+        let image_gc = pressure.image_gc.clone();
+        wire_pressure::spawn_housekeeping(
             &cfg,
-            &rt,
-            Housekeeping {
-                cri,
-                image_gc: image_gc.clone(),
-                eviction,
-            },
+            &runtime.rt,
+            pressure.housekeeping,
             &workers,
             clock,
             &ready,
             tasks,
             &cancel,
         );
-
-        // The node's status as the status page shows it (in standalone mode too).
-        let node_status = {
-            let pressure = pressure.clone();
-            let agent = NodeAgent::new(
-                NodeSettings::from_config(&cfg),
-                NodeFacts::detect(&cfg, &node, &rt.version),
-                node_health(&pleg, &runtime_health),
-                Arc::new(move || pressure.pressure()),
-                clock,
-            )
-            .with_shutdown(shutdown.clone());
-            let status_fn = agent.status_fn();
-            // Built on the previous one, so a condition keeps its transition time; brought up
-            // to date every nodeStatusUpdateFrequency (below), so a transition is dated when
-            // it happened rather than when the page was next loaded.
-            let previous = std::sync::Mutex::new(Some(status_fn(None, None)));
-            Arc::new(move || {
-                let mut previous = previous.lock().unwrap_or_else(|e| e.into_inner());
-                let status = status_fn(previous.as_ref(), None);
-                *previous = Some(status.clone());
-                status
-            }) as Arc<dyn Fn() -> k8s_openapi::api::core::v1::NodeStatus + Send + Sync>
-        };
-        if cfg.read_only_port != 0 {
-            let (node_status, cancel, period) = (
-                node_status.clone(),
-                cancel.clone(),
-                cfg.node_status_update_frequency,
-            );
-            tasks.spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep(period) => {}
-                        _ = cancel.cancelled() => return,
-                    }
-                    node_status();
-                }
-            });
-        }
-        servers::start(
-            servers::Served {
+        let node_status = wire_servers::node_status(&cfg, node_views.agent(), tasks, &cancel);
+        wire_servers::start(
+            wire_servers::Served {
                 cfg: &cfg,
-                node: &node,
-                runtime: &rt,
+                node: &runtime.node,
+                runtime: &runtime.rt,
                 status: &status,
                 events: &recorder,
                 pleg: &pleg,
                 runtime_health: &runtime_health,
-                cluster: cluster.as_ref(),
-                serving: clients.as_ref().and_then(|c| c.serving.clone()),
+                reviews: cluster.clients.as_ref().map(|c| &c.reviews),
+                serving: cluster.clients.as_ref().and_then(|c| c.serving.clone()),
                 clock,
-                summary,
-                history,
+                summary: pressure.summary,
+                history: pressure.history,
                 node_status,
             },
             tasks,
@@ -700,6 +458,34 @@ impl NodeletBuilder {
     }
 }
 
+/// What the node status is built from, for the heartbeat (cluster mode) and the status page.
+struct NodeViews<'a> {
+    cfg: &'a Config,
+    node: &'a NodeInfo,
+    runtime: &'a RuntimeServices,
+    pleg: &'a Arc<Pleg>,
+    runtime_health: &'a RuntimeHealth,
+    pressure: &'a PressureView,
+    shutdown: &'a ShutdownView,
+    clock: Clock,
+}
+
+impl NodeViews<'_> {
+    /// The node agent over the node's facts, the runtime's and the PLEG's health and the
+    /// pressure wing's views, which the node status follows.
+    fn agent(&self) -> NodeAgent {
+        let pressure = self.pressure.clone();
+        NodeAgent::new(
+            NodeSettings::from_config(self.cfg),
+            NodeFacts::detect(self.cfg, self.node, &self.runtime.version),
+            node_health(self.pleg, self.runtime_health),
+            Arc::new(move || pressure.pressure()),
+            self.clock,
+        )
+        .with_shutdown(self.shutdown.clone())
+    }
+}
+
 /// The kubelet's `runtimeState.runtimeErrors` for the node's `Ready` condition: the runtime
 /// first, then the PLEG.
 fn node_health(pleg: &Arc<Pleg>, runtime: &RuntimeHealth) -> crate::node::HealthFn {
@@ -717,179 +503,6 @@ fn node_health(pleg: &Arc<Pleg>, runtime: &RuntimeHealth) -> crate::node::Health
         } else {
             Err(errors.join(", "))
         }
-    })
-}
-
-/// The housekeeping parts `wire` builds before the pod manager (eviction needs them).
-struct Housekeeping {
-    cri: Arc<CriGc>,
-    image_gc: Arc<ImageGc>,
-    eviction: Option<EvictionManager>,
-}
-
-/// Container GC over the CRI with the kubelet's default policy.
-fn container_gc(cfg: &Config, cri: &Arc<CriGc>, workers: &PodWorkers, clock: Clock) -> ContainerGc {
-    ContainerGc {
-        runtime: cri.clone(),
-        live: Arc::new(workers.clone()),
-        policy: Default::default(),
-        clock,
-        pod_logs_dir: cfg.pod_logs_dir.clone(),
-        pods_dir: cfg.root_dir.join("pods"),
-        root_dir: cfg.root_dir.clone(),
-    }
-}
-
-/// Starts image GC, container GC and the eviction manager once the pods already on the node
-/// were adopted (so that their containers are not taken for a gone pod's, and eviction ranks
-/// every pod), and log rotation at once.
-#[allow(clippy::too_many_arguments)]
-fn housekeeping(
-    cfg: &Config,
-    rt: &RuntimeServices,
-    parts: Housekeeping,
-    workers: &PodWorkers,
-    clock: Clock,
-    ready: &watch::Receiver<bool>,
-    tasks: &TaskTracker,
-    cancel: &CancellationToken,
-) {
-    let Housekeeping {
-        cri,
-        image_gc,
-        eviction,
-    } = parts;
-    let container_gc = container_gc(cfg, &cri, workers, clock);
-    let mut ready = ready.clone();
-    let (gc, gc_cancel, gc_tasks) = (image_gc, cancel.clone(), tasks.clone());
-    tasks.spawn(async move {
-        tokio::select! {
-            r = ready.wait_for(|r| *r) => if r.is_err() { return },
-            _ = gc_cancel.cancelled() => return,
-        }
-        gc_tasks.spawn(gc.run(gc_cancel.clone()));
-        if let Some(eviction) = eviction {
-            gc_tasks.spawn(eviction.run(gc_cancel.clone()));
-        }
-        gc_tasks.spawn(container_gc.run(gc_cancel));
-    });
-    if let Some(h) = &rt.housekeeping {
-        let rotator = LogRotator {
-            runtime: Arc::new(CriLogs::new(
-                rt.runtime.clone(),
-                h.clone(),
-                cfg.node_name.clone(),
-            )),
-            policy: RotationPolicy {
-                max_size: cfg.container_log_max_size,
-                max_files: cfg.container_log_max_files as usize,
-            },
-            workers: cfg.container_log_max_workers as usize,
-            interval: cfg.container_log_monitor_interval,
-            clock,
-        };
-        tasks.spawn(rotator.run(cancel.clone()));
-    }
-}
-
-fn create_dir(field: &'static str, path: &std::path::Path) -> Result<(), StartError> {
-    std::fs::create_dir_all(path).map_err(|error| StartError::CreateDir {
-        field,
-        path: path.to_path_buf(),
-        error,
-    })
-}
-
-/// What the executor needs of the configuration and the runtime.
-fn sync_settings(
-    cfg: &Config,
-    version: &api::VersionResponse,
-    pod_cgroup: PodCgroupSettings,
-    cgroups: Option<Arc<NodeCgroups>>,
-) -> SyncSettings {
-    SyncSettings {
-        root_dir: cfg.root_dir.clone(),
-        pod_logs_dir: cfg.pod_logs_dir.clone(),
-        cgroup_driver: cfg.cgroup_driver,
-        cgroup_root: cfg.cgroup_root.clone(),
-        cgroups_per_qos: cfg.cgroups_per_qos,
-        cluster_dns: cfg.cluster_dns.clone(),
-        cluster_domain: cfg.cluster_domain.clone(),
-        resolv_conf: Some(cfg.resolv_conf.clone()).filter(|p| !p.as_os_str().is_empty()),
-        runtime_name: version.runtime_name.clone(),
-        crash_loop_backoff: cfg.crash_loop_back_off_delays(),
-        cgroup_v2: pod_cgroup.cgroup_v2,
-        single_process_oom_kill: cfg.single_process_oom_kill,
-        cgroups,
-        pod_cgroup,
-    }
-}
-
-/// Admission of API pods against what the Node reports as allocatable (what the scheduler
-/// placed them by) and its labels.
-fn admission(
-    cfg: &Config,
-    node: &NodeInfo,
-    status: &StatusManager,
-    recorder: &EventRecorder,
-    pressure: &PressureView,
-    shutdown: &crate::nodeshutdown::ShutdownView,
-) -> Admission {
-    let reserve = crate::node::AllocatableReservation::for_config(cfg);
-    let labels = crate::node::register::initial_node(
-        &crate::node::register::Registration {
-            node_name: &cfg.node_name,
-            hostname: &cfg.node_name,
-            node_labels: &cfg.node_labels,
-            taints: &cfg.register_with_taints,
-        },
-        Default::default(),
-    )
-    .metadata
-    .labels
-    .unwrap_or_default();
-    Admission {
-        node: NodeCapacity {
-            cpu_milli: (node.cpu_capacity_milli() - reserve.cpu_milli).max(0),
-            memory: {
-                let capacity = i64::try_from(node.memory_capacity()).unwrap_or(i64::MAX);
-                (capacity - reserve.memory_reserved(capacity)).max(0)
-            },
-            pods: cfg.max_pods,
-            labels,
-        },
-        node_name: cfg.node_name.clone(),
-        status: status.clone(),
-        events: recorder.clone(),
-        pressure: pressure.clone(),
-        shutdown: shutdown.clone(),
-    }
-}
-
-/// The prober's "a result changed" becomes a PLEG event, so it reaches the pod's worker the way
-/// runtime events do.
-fn wake_on_probe_result(tx: mpsc::Sender<PodLifecycleEvent>) -> Arc<dyn Fn(&str) + Send + Sync> {
-    Arc::new(move |uid: &str| {
-        let _ = tx.try_send(PodLifecycleEvent {
-            pod_uid: uid.to_string(),
-            id: String::new(),
-            kind: EventKind::ProbeResult,
-        });
-    })
-}
-
-/// The prober's `Unhealthy` and `ProbeWarning` events, on the pod with the container's
-/// `fieldPath` (`spec.initContainers{name}` for a sidecar).
-fn record_probe_event(recorder: EventRecorder) -> Arc<dyn Fn(ProbeEvent) + Send + Sync> {
-    Arc::new(move |e: ProbeEvent| {
-        let object = ObjectRef {
-            kind: "Pod".into(),
-            namespace: e.pod_namespace.clone(),
-            name: e.pod_name.clone(),
-            uid: e.pod_uid.clone(),
-            field_path: Some(container_field_path(&e.container_name, e.container_kind)),
-        };
-        recorder.record(&object, EventType::Warning, e.reason, e.message);
     })
 }
 

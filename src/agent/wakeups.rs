@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cgroup::kubepods_cgroup_name;
+use crate::config::eviction::{Signal, Threshold};
 use crate::config::Config;
 use crate::eviction::notify::{
     open_memory_events, open_psi_trigger, watch_memory, PriorityWatch, PsiTrigger, Wake, WakeSource,
 };
-use crate::eviction::threshold::{Signal, Threshold};
 use crate::metrics::{metrics, WakeLabels};
 use crate::stats::cgroup::{CgroupReader, CgroupVersion};
 
@@ -121,7 +121,7 @@ fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eviction::threshold::ThresholdValue;
+    use crate::config::eviction::ThresholdValue;
 
     #[test]
     fn the_floor_is_the_highest_memory_threshold() {

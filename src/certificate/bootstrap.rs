@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use super::csr::{self, CsrError};
 use super::pair::{CertifiedPair, PairError};
 use super::schedule;
-use super::store::{write_private, FileStore, StoreError, CLIENT_PREFIX};
+use super::store::{
+    ensure_private_dir, restrict_private_file, write_private, FileStore, StoreError, CLIENT_PREFIX,
+};
 use crate::clock::Clock;
 
 /// Where the bootstrap key waits for its certificate (`tmpPrivateKeyFile`): kept across
@@ -56,7 +58,7 @@ pub enum BootstrapError {
 
 /// The parts of a kubeconfig's current context nodelet needs, relative paths resolved against
 /// the file's directory.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct KubeconfigView {
     pub server: String,
     pub certificate_authority: Option<String>,
@@ -65,6 +67,29 @@ pub struct KubeconfigView {
     /// The user's client certificate and key (files or inline data, read).
     pub client_cert_pem: Option<Vec<u8>>,
     pub client_key_pem: Option<Vec<u8>>,
+}
+
+/// Everything but the client key, which shows only whether it is there.
+impl std::fmt::Debug for KubeconfigView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeconfigView")
+            .field("server", &self.server)
+            .field("certificate_authority", &self.certificate_authority)
+            .field(
+                "certificate_authority_data",
+                &self.certificate_authority_data,
+            )
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field(
+                "client_cert_pem",
+                &self.client_cert_pem.as_ref().map(|c| c.len()),
+            )
+            .field(
+                "client_key_pem",
+                &crate::redact::optional(self.client_key_pem.as_ref()),
+            )
+            .finish()
+    }
 }
 
 /// Reads a kubeconfig's current context. `Ok(None)` when the file does not exist.
@@ -286,10 +311,7 @@ pub async fn load_client_cert(
             path: bootstrap.to_path_buf(),
             message: "cannot build an API client from it".into(),
         })?;
-    std::fs::create_dir_all(cert_dir).map_err(|source| BootstrapError::Io {
-        path: cert_dir.to_path_buf(),
-        source,
-    })?;
+    ensure_private_dir(cert_dir)?;
     let key_path = cert_dir.join(TMP_KEY_FILE);
     let key = load_or_generate_key(&key_path)?;
     let template = csr::client_template(node_name);
@@ -332,6 +354,8 @@ pub async fn load_client_cert(
 
 /// The key in `path`, or a new one written there (owner-only).
 fn load_or_generate_key(path: &Path) -> Result<rcgen::KeyPair, BootstrapError> {
+    // A kept key readable by others is made owner-only before it is used.
+    restrict_private_file(path)?;
     if let Ok(pem) = std::fs::read_to_string(path) {
         match rcgen::KeyPair::from_pem(&pem) {
             Ok(key) => return Ok(key),
@@ -352,6 +376,31 @@ mod tests {
 
     fn write(path: &Path, text: &str) {
         std::fs::write(path, text).unwrap();
+    }
+
+    /// The bootstrap key kept between attempts is made owner-only before it is used, and a
+    /// new one is written 0600 over a wider file.
+    #[test]
+    fn kept_bootstrap_key_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(TMP_KEY_FILE);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let first = load_or_generate_key(&path).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let kept = load_or_generate_key(&path).unwrap();
+        assert_eq!(
+            kept.serialize_pem(),
+            first.serialize_pem(),
+            "the kept key is reused"
+        );
+        assert_eq!(mode(&path), 0o600);
+        // A file that holds no key is replaced, and ends 0600 as well.
+        std::fs::write(&path, "garbage").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        load_or_generate_key(&path).unwrap();
+        assert_eq!(mode(&path), 0o600);
     }
 
     #[test]
@@ -489,5 +538,38 @@ mod tests {
                 && error.contains("no-bootstrap.conf: no such file"),
             "{error}"
         );
+    }
+
+    /// `{:?}` of every credential-bearing type of this module holds no secret (and still says
+    /// what it is); `crate::redact` is how they do it.
+    #[test]
+    fn credential_types_debug_without_secrets() {
+        use crate::certificate::CertifiedPair;
+
+        let nb: jiff::Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
+        let (cert, key) = issued("system:node:a", &[], &[], nb, nb);
+        let key_body = key.lines().nth(1).unwrap().to_string();
+        let pair = CertifiedPair::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+        crate::redact::assert_debug_redacted(vec![
+            (
+                "CertifiedPair",
+                format!("{pair:?}"),
+                vec![key_body.clone(), "PRIVATE KEY".into()],
+                vec!["system:node:a", "key_pem: <redacted>"],
+            ),
+            (
+                "KubeconfigView",
+                format!(
+                    "{:?}",
+                    KubeconfigView {
+                        server: "https://10.0.0.1:6443".into(),
+                        client_key_pem: Some(key.clone().into_bytes()),
+                        ..Default::default()
+                    }
+                ),
+                vec![key_body.clone(), "PRIVATE KEY".into(), "45, 45".into()],
+                vec!["https://10.0.0.1:6443", "client_key_pem: Some(<redacted>)"],
+            ),
+        ]);
     }
 }

@@ -3,13 +3,14 @@
 //! `--cert-dir` (`store`), and the managers that renew the client and serving certificates at
 //! 70–90 % of their lifetime (`manager`, with the schedule as pure functions in `schedule`).
 //! Readers get each new pair through a `tokio::sync::watch` channel: the API client builds new
-//! connections with it (`crate::cluster::rotating`), the kubelet API serves it
+//! connections with it ([`rotating`]), the kubelet API serves it
 //! (`crate::server::tls`), neither restarts.
 
 pub mod bootstrap;
 pub mod csr;
 pub mod manager;
 pub mod pair;
+pub mod rotating;
 pub mod schedule;
 pub mod store;
 

@@ -23,13 +23,23 @@ pub struct CertInfo {
 }
 
 /// A certificate chain (leaf first) and its private key, both as PEM text and parsed.
-#[derive(Debug)]
+/// `Debug` shows the certificate's details, never the key.
 pub struct CertifiedPair {
     pub cert_pem: String,
     pub key_pem: String,
     pub chain: Vec<CertificateDer<'static>>,
     pub key: PrivateKeyDer<'static>,
     pub info: CertInfo,
+}
+
+impl std::fmt::Debug for CertifiedPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertifiedPair")
+            .field("info", &self.info)
+            .field("chain_len", &self.chain.len())
+            .field("key_pem", &crate::redact::secret(&self.key_pem))
+            .finish_non_exhaustive()
+    }
 }
 
 /// The current pair of a certificate manager, shared by its readers.

@@ -63,6 +63,10 @@ impl FileStore {
     /// that exists but does not hold a certificate and its key is an error naming it.
     pub fn current(&self) -> Result<Option<CertifiedPair>, StoreError> {
         let current = self.current_path();
+        // The pair holds the private key: a file left readable by others is fixed first.
+        if let Some(target) = link_target_in(&self.dir, &current) {
+            restrict_private_file(&target)?;
+        }
         if let Some(pem) = read_if_exists(&current)? {
             return CertifiedPair::from_combined_pem(&pem)
                 .map(Some)
@@ -97,10 +101,7 @@ impl FileStore {
                 path: self.current_path(),
                 source,
             })?;
-        std::fs::create_dir_all(&self.dir).map_err(|source| StoreError::Io {
-            path: self.dir.clone(),
-            source,
-        })?;
+        ensure_private_dir(&self.dir)?;
         let name = format!("{}-{}.pem", self.prefix, file_time(now));
         let file = self.dir.join(&name);
         write_private(&file, pair.combined_pem().as_bytes())?;
@@ -137,8 +138,44 @@ fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
     }
 }
 
-/// Writes a file readable by its owner only (it holds a private key), replacing any file of
-/// that name.
+/// The mode of a file that holds a private key or a token.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+/// The mode of the certificate directory (`certDir`).
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Makes an open file owner-only and owned by this process's user: `fchmod`/`fchown` on the
+/// descriptor, never on the path (which could be swapped in between). Returns whether it had
+/// to change anything.
+fn restrict_open(file: &std::fs::File, mode: u32) -> std::io::Result<bool> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = file.metadata()?;
+    let mut changed = false;
+    let (uid, gid) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    if meta.uid() != uid || meta.gid() != gid {
+        std::os::unix::fs::fchown(file, Some(uid), Some(gid))?;
+        changed = true;
+    }
+    if meta.mode() & 0o7777 != mode {
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// Writes a file readable by its owner only (it holds a private key), replacing the content of
+/// any file of that name. A symlink at `path` is refused (`O_NOFOLLOW`), and a file that
+/// already exists with a wider mode (or another owner) is made 0600 through the open
+/// descriptor before anything is written to it.
 pub fn write_private(path: &Path, content: &[u8]) -> Result<(), StoreError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -147,15 +184,83 @@ pub fn write_private(path: &Path, content: &[u8]) -> Result<(), StoreError> {
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o600)
+            .mode(PRIVATE_FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        restrict_open(&file, PRIVATE_FILE_MODE)?;
         file.write_all(content)?;
         file.sync_all()
     };
-    write().map_err(|source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    write().map_err(io_error(path))
+}
+
+/// Makes an existing key file owner-only (0600, this process's user) if it is not: opened
+/// without following a symlink, changed through the descriptor. `Ok(false)` when there is no
+/// such file or nothing had to change.
+pub fn restrict_private_file(path: &Path) -> Result<bool, StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        // O_NONBLOCK: a FIFO planted at the path must not hang the open.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => return Err(io_error(path)(source)),
+    };
+    let meta = file.metadata().map_err(io_error(path))?;
+    if !meta.is_file() {
+        return Err(io_error(path)(std::io::Error::other("not a regular file")));
+    }
+    let changed = restrict_open(&file, PRIVATE_FILE_MODE).map_err(io_error(path))?;
+    if changed {
+        tracing::warn!(path = %path.display(), "a key file was readable by others or owned by another user; made it 0600 and owned by this process's user");
+    }
+    Ok(changed)
+}
+
+/// Creates `dir` (and its parents) if needed and makes it 0700: the certificate directory
+/// holds private keys, and nobody else needs to list it. An existing directory with a wider
+/// mode is narrowed through an open descriptor. `dir` itself is the operator's setting, so a
+/// symlink there is followed.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    match std::fs::DirBuilder::new()
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(source) => return Err(io_error(dir)(source)),
+    }
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(io_error(dir))?;
+    if restrict_open(&handle, PRIVATE_DIR_MODE).map_err(io_error(dir))? {
+        tracing::info!(dir = %dir.display(), "made the certificate directory 0700");
+    }
+    Ok(())
+}
+
+/// The file a `<prefix>-current.pem` link names, when it is in the store's directory (the
+/// kubelet writes an absolute target, nodelet a bare name).
+fn link_target_in(dir: &Path, link: &Path) -> Option<PathBuf> {
+    let target = std::fs::read_link(link).ok()?;
+    let target = if target.is_absolute() {
+        target
+    } else {
+        dir.join(target)
+    };
+    (target.parent() == Some(dir)).then_some(target)
 }
 
 #[cfg(test)]
@@ -202,6 +307,87 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    fn mode_of(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    fn set_mode(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// A key file that already exists with a wider mode ends 0600 when it is written again;
+    /// a symlink at its name is refused, never followed.
+    #[test]
+    fn write_private_narrows_an_existing_file_and_refuses_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k.pem");
+        for mode in [0o644, 0o666, 0o640, 0o604, 0o4755] {
+            std::fs::write(&key, "old").unwrap();
+            set_mode(&key, mode);
+            write_private(&key, b"secret").unwrap();
+            assert_eq!(mode_of(&key), 0o600, "from {mode:o}");
+            assert_eq!(std::fs::read(&key).unwrap(), b"secret");
+        }
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "untouched").unwrap();
+        set_mode(&elsewhere, 0o644);
+        let link = dir.path().join("link.pem");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        assert!(write_private(&link, b"secret").is_err());
+        assert_eq!(std::fs::read(&elsewhere).unwrap(), b"untouched");
+        assert_eq!(mode_of(&elsewhere), 0o644);
+    }
+
+    /// Kept key files are narrowed on load: the store's current pair, through its link.
+    #[test]
+    fn existing_key_files_and_the_cert_dir_are_made_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("pki");
+        std::fs::create_dir(&certs).unwrap();
+        set_mode(&certs, 0o755);
+        let store = FileStore::new(&certs, CLIENT_PREFIX, None);
+        let nb: Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
+        let (c, k) = issued("system:node:a", &["system:nodes"], &[], nb, nb);
+        store.update(c.as_bytes(), k.as_bytes(), nb).unwrap();
+        assert_eq!(mode_of(&certs), 0o700, "certDir");
+        let target = certs.join(std::fs::read_link(store.current_path()).unwrap());
+        set_mode(&target, 0o644);
+        assert!(store.current().unwrap().is_some());
+        assert_eq!(mode_of(&target), 0o600, "the current pair");
+        // The kubelet's absolute link target is followed as well, inside the directory only.
+        std::fs::remove_file(store.current_path()).unwrap();
+        std::os::unix::fs::symlink(&target, store.current_path()).unwrap();
+        set_mode(&target, 0o664);
+        assert!(store.current().unwrap().is_some());
+        assert_eq!(mode_of(&target), 0o600);
+
+        // restrict_private_file: a missing file is no change, a symlink is refused.
+        let key = dir.path().join("kubelet.key");
+        assert!(!restrict_private_file(&key).unwrap());
+        std::fs::write(&key, "k").unwrap();
+        set_mode(&key, 0o644);
+        assert!(restrict_private_file(&key).unwrap());
+        assert_eq!(mode_of(&key), 0o600);
+        assert!(!restrict_private_file(&key).unwrap(), "already private");
+        let link = dir.path().join("link.key");
+        std::os::unix::fs::symlink(&key, &link).unwrap();
+        assert!(restrict_private_file(&link).is_err());
+
+        // ensure_private_dir: created 0700, or narrowed when it exists.
+        let fresh = dir.path().join("a/b/certs");
+        ensure_private_dir(&fresh).unwrap();
+        assert_eq!(mode_of(&fresh), 0o700);
+        set_mode(&fresh, 0o777);
+        ensure_private_dir(&fresh).unwrap();
+        assert_eq!(mode_of(&fresh), 0o700);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use std::path::Path;
 
 use super::{milli_cpu_to_shares, ResourceConfig};
+use crate::config::reserved::Reserved;
 
 /// Amounts of the resources node allocatable is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,28 +20,6 @@ pub struct NodeResources {
     pub memory: i64,
     /// Process IDs; `None` when unknown (no pid limit is set then).
     pub pids: Option<i64>,
-}
-
-/// `kubeReserved` or `systemReserved`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Reserved {
-    pub cpu_milli: i64,
-    pub memory: i64,
-    pub ephemeral_storage: i64,
-    pub pids: i64,
-}
-
-impl Reserved {
-    pub fn plus(self, other: Reserved) -> Reserved {
-        Reserved {
-            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
-            memory: self.memory.saturating_add(other.memory),
-            ephemeral_storage: self
-                .ephemeral_storage
-                .saturating_add(other.ephemeral_storage),
-            pids: self.pids.saturating_add(other.pids),
-        }
-    }
 }
 
 /// A reservation larger than the capacity (the kubelet's `validateNodeAllocatable`).

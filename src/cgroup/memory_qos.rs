@@ -11,57 +11,9 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::resources::{container_limits, container_requests, pod_level_limits};
-use super::{qos_class, QosClass};
-
-/// `memoryReservationPolicy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReservationPolicy {
-    /// No `memory.min` / `memory.low` anywhere (the default).
-    #[default]
-    None,
-    /// Guaranteed pods get `memory.min` = request, Burstable pods `memory.low` = request.
-    TieredReservation,
-}
-
-impl ReservationPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReservationPolicy::None => "None",
-            ReservationPolicy::TieredReservation => "TieredReservation",
-        }
-    }
-}
-
-/// The Memory QoS settings in effect on this node: the configuration after the `MemoryQoS`
-/// gate and the cgroup version are taken into account ([`MemoryQos::effective`]).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct MemoryQos {
-    /// `memoryThrottlingFactor`; `None` sets no `memory.high` (it is reset to `max`).
-    pub throttling_factor: Option<f64>,
-    pub reservation: ReservationPolicy,
-}
-
-impl MemoryQos {
-    /// Nothing enabled: what a cgroup v1 node, or the `MemoryQoS` gate turned off, gives.
-    pub const OFF: MemoryQos = MemoryQos {
-        throttling_factor: None,
-        reservation: ReservationPolicy::None,
-    };
-
-    /// What applies on a node: Memory QoS needs the gate and the unified hierarchy.
-    pub fn effective(configured: MemoryQos, gate_enabled: bool, cgroup_v2: bool) -> MemoryQos {
-        if gate_enabled && cgroup_v2 {
-            configured
-        } else {
-            MemoryQos::OFF
-        }
-    }
-
-    pub fn tiered(self) -> bool {
-        self.reservation == ReservationPolicy::TieredReservation
-    }
-}
+use crate::config::memory_qos::MemoryQos;
+use crate::podspec::qos::{qos_class, QosClass};
+use crate::podspec::resources::{container_limits, container_requests, pod_level_limits};
 
 /// `memory.high` for a request and a limit (the node's allocatable memory when there is none):
 /// `floor((request + factor × (limit − request)) / page) × page`. `None` when that is not above
@@ -210,8 +162,9 @@ pub fn kernel_warning(release: &str, gate_enabled: bool) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::resources::test_support::{container, pod};
     use super::*;
+    use crate::config::memory_qos::ReservationPolicy;
+    use crate::podspec::resources::test_support::{container, pod};
 
     const MI: i64 = 1 << 20;
     const GI: i64 = 1 << 30;

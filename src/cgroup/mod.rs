@@ -1,8 +1,10 @@
-//! Cgroups: QoS classes, the pod's effective resources, the cpu/memory/pid values the kubelet
-//! writes (`pkg/kubelet/cm/helpers_linux.go`), and the names of QoS and pod cgroups under both
-//! cgroup drivers (`pkg/kubelet/cm/cgroup_manager_linux.go`, `pod_container_manager_linux.go`).
+//! Cgroups: the cpu/memory/pid values the kubelet writes (`pkg/kubelet/cm/helpers_linux.go`),
+//! and the names of QoS and pod cgroups under both cgroup drivers
+//! (`pkg/kubelet/cm/cgroup_manager_linux.go`, `pod_container_manager_linux.go`). The pod's QoS
+//! class and effective resources are pod knowledge, in [`crate::podspec::qos`] and
+//! [`crate::podspec::resources`].
 //!
-//! The pure parts are here and in [`memory_qos`], [`allocatable`] and [`qos`]; the effects go
+//! The pure parts are here and in [`memory_qos`], [`allocatable`] and [`oom`]; the effects go
 //! through one [`manager::CgroupManager`] with a variant per driver ([`fs`] for cgroupfs,
 //! [`systemd`] over [`dbus`]), which [`node::NodeCgroups`] drives: `kubepods`, the QoS tiers,
 //! the pod cgroups and the start-up sweep. Every path is a parameter.
@@ -13,13 +15,13 @@ pub mod fs;
 pub mod manager;
 pub mod memory_qos;
 pub mod node;
-pub mod qos;
-pub mod resources;
+pub mod oom;
 pub mod systemd;
 
 use k8s_openapi::api::core::v1::Pod;
 
-pub use qos::{oom_score_adj, qos_class, QosClass};
+use crate::podspec::qos::{qos_class, QosClass};
+use crate::podspec::resources::{effective_pod_resources, pod_limits};
 
 /// Smallest cpu.shares the kubelet writes (the kernel's minimum).
 pub const MIN_SHARES: u64 = 2;
@@ -54,31 +56,6 @@ pub fn milli_cpu_to_quota(milli: i64, period: u64) -> i64 {
     i64::try_from(quota)
         .unwrap_or(i64::MAX)
         .max(MIN_QUOTA_PERIOD)
-}
-
-/// The pod's effective resources: requests and limits as the scheduler and the pod cgroup see
-/// them. `None` limits are unbounded: some container (or init step) sets no limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodResources {
-    pub cpu_request_milli: i64,
-    pub cpu_limit_milli: Option<i64>,
-    pub memory_request: i64,
-    pub memory_limit: Option<i64>,
-}
-
-/// Effective pod resources per the seed (Init containers / sidecar containers, "resource sharing
-/// within containers"): the effective init request is the largest any init step needs (an init
-/// container on top of the sidecars started before it); the pod needs the larger of that and
-/// the sum over app containers and sidecars. Pod-level `spec.resources` replace the aggregate.
-pub fn effective_pod_resources(pod: &Pod) -> PodResources {
-    let requests = resources::pod_requests(pod);
-    let (limits, cpu_declared, memory_declared) = resources::pod_limits(pod);
-    PodResources {
-        cpu_request_milli: requests.cpu_milli.unwrap_or(0),
-        cpu_limit_milli: cpu_declared.then(|| limits.cpu_milli.unwrap_or(0)),
-        memory_request: requests.memory.unwrap_or(0),
-        memory_limit: memory_declared.then(|| limits.memory.unwrap_or(0)),
-    }
 }
 
 /// What to set on one cgroup, driver- and version-independent (the kubelet's
@@ -116,7 +93,7 @@ pub enum MemoryHigh {
 /// `cpuCFSQuota`.
 pub fn pod_resource_config(pod: &Pod, enforce_cpu_limits: bool, cpu_period: u64) -> ResourceConfig {
     let r = effective_pod_resources(pod);
-    let (limits, _, _) = resources::pod_limits(pod);
+    let (limits, _, _) = pod_limits(pod);
     let shares = milli_cpu_to_shares(r.cpu_request_milli);
     let quota = if enforce_cpu_limits {
         milli_cpu_to_quota(limits.cpu_milli.unwrap_or(0), cpu_period)
@@ -155,7 +132,7 @@ pub struct PodCgroupSettings {
     /// `podPidsLimit`: `pids.max` of every pod cgroup when above 0.
     pub pod_pids_limit: i64,
     /// Memory QoS in effect (after the gate and the cgroup version).
-    pub memory_qos: memory_qos::MemoryQos,
+    pub memory_qos: crate::config::memory_qos::MemoryQos,
     /// The node's allocatable memory (capacity − `kubeReserved` − `systemReserved`): the limit
     /// `memory.high` is computed against when a pod or container has none.
     pub node_allocatable_memory: i64,
@@ -170,7 +147,7 @@ impl Default for PodCgroupSettings {
             enforce_cpu_limits: true,
             cpu_period: QUOTA_PERIOD,
             pod_pids_limit: -1,
-            memory_qos: memory_qos::MemoryQos::OFF,
+            memory_qos: crate::config::memory_qos::MemoryQos::OFF,
             node_allocatable_memory: 0,
             page_size: 4096,
             cgroup_v2: false,
@@ -367,7 +344,7 @@ mod tests {
 
     #[test]
     fn pod_cgroup_config_adds_pids_and_memory_qos_on_v2_only() {
-        use memory_qos::{MemoryQos, ReservationPolicy};
+        use crate::config::memory_qos::{MemoryQos, ReservationPolicy};
         let p = pod(vec![container("a", "memory=256Mi", "memory=1Gi")], vec![]);
         let settings = PodCgroupSettings {
             pod_pids_limit: 512,
@@ -408,8 +385,8 @@ mod tests {
         assert!(!super::is_cgroup2_unified(&dir.path().join("missing")));
     }
 
-    use super::resources::test_support::{container, pod, sidecar};
     use super::*;
+    use crate::podspec::resources::test_support::{container, pod};
 
     #[test]
     fn shares_table() {
@@ -546,42 +523,6 @@ mod tests {
                 "{driver:?} {root}"
             );
         }
-    }
-
-    #[test]
-    fn effective_resources_follow_the_seed() {
-        // app 100m + sidecar 200m = 300m; init 500m after the sidecar needs 700m → 700m
-        let p = pod(
-            vec![container(
-                "app",
-                "cpu=100m,memory=100Mi",
-                "cpu=1,memory=200Mi",
-            )],
-            vec![
-                sidecar("side", "cpu=200m,memory=50Mi", "cpu=1,memory=50Mi"),
-                container("init", "cpu=500m,memory=10Mi", "cpu=2,memory=10Mi"),
-            ],
-        );
-        assert_eq!(
-            effective_pod_resources(&p),
-            PodResources {
-                cpu_request_milli: 700,
-                // app + side = 2 cpu; side + init = 3 cpu → 3 cpu
-                cpu_limit_milli: Some(3000),
-                memory_request: 150 << 20,
-                memory_limit: Some(250 << 20),
-            }
-        );
-        // one container without a memory limit makes the pod unbounded for memory
-        let p = pod(
-            vec![
-                container("a", "cpu=100m", "cpu=1,memory=1Gi"),
-                container("b", "cpu=100m", "cpu=1"),
-            ],
-            vec![],
-        );
-        let r = effective_pod_resources(&p);
-        assert_eq!((r.cpu_limit_milli, r.memory_limit), (Some(2000), None));
     }
 
     #[test]

@@ -13,14 +13,18 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::allocatable::{self, NodeResources, Reserved};
+use super::allocatable::{self, NodeResources};
 use super::fs::cpu_max;
 use super::manager::{CgroupError, CgroupManager, FoundPodCgroup, Result};
-use super::memory_qos::{self, MemoryQos, TierRequests};
+use super::memory_qos::{self, TierRequests};
 use super::{
-    effective_pod_resources, milli_cpu_to_shares, pod_cgroup_config, qos_class, shares_to_weight,
-    CgroupName, MemoryHigh, PodCgroupSettings, QosClass, ResourceConfig, MIN_SHARES,
+    milli_cpu_to_shares, pod_cgroup_config, shares_to_weight, CgroupName, MemoryHigh,
+    PodCgroupSettings, ResourceConfig, MIN_SHARES,
 };
+use crate::config::memory_qos::MemoryQos;
+use crate::config::reserved::Reserved;
+use crate::podspec::qos::{qos_class, QosClass};
+use crate::podspec::resources::effective_pod_resources;
 
 /// How young a pod cgroup without a sandbox may be and still be left alone by the start-up
 /// sweep: a pod being started right now (its cgroup is made just before its sandbox) is not an
@@ -402,11 +406,11 @@ mod tests {
 
     use super::super::fs::CgroupfsManager;
     use super::super::manager::Version;
-    use super::super::memory_qos::ReservationPolicy;
-    use super::super::resources::test_support::{container, pod};
     use super::super::systemd::recording::{Call, RecordingBus};
     use super::super::systemd::{PropertyValue, SystemdManager};
     use super::*;
+    use crate::config::memory_qos::ReservationPolicy;
+    use crate::podspec::resources::test_support::{container, pod};
 
     const GI: i64 = 1 << 30;
     const MI: i64 = 1 << 20;

@@ -10,7 +10,7 @@
 //!
 //! The table is the fields of the v1.37 types nodelet *sends* and their first release; fields
 //! nodelet sends that every release since [`Release::OLDEST_SUPPORTED`] stores are not listed.
-//! `api_fields_tests.rs` checks that every field nodelet's status generators produce is either
+//! `node/api_fields_tests.rs` checks that every field nodelet's status generators produce is either
 //! in this table or in that baseline, so a new field cannot be sent unclassified.
 
 use k8s_openapi::api::core::v1::{NodeStatus, PodStatus};

@@ -11,6 +11,12 @@
 //!   client no rate limit (`QPS = -1`) so a burst of pod traffic can never delay the heartbeat
 //!   that keeps the node Ready.
 //!
+//! nodelet adds a third, for the kubelet API's TokenReviews and SubjectAccessReviews
+//! ([`ApiClients::reviews`]): its own token bucket of the same size. The kubelet sends its
+//! reviews through its main client, so anyone who can reach its port with made-up bearer
+//! tokens draws from the bucket pod status writes wait on; here a review flood can only empty
+//! the reviews' bucket (and the kubelet API caps reviews in flight, `server::auth`).
+//!
 //! Both clients write for the API server's release: [`api_version`] reads it from `/version`,
 //! [`api_fields`] knows which status fields nodelet sends that older releases do not store.
 
@@ -18,7 +24,6 @@ pub mod api_fields;
 pub mod api_version;
 pub mod convergence;
 pub mod rate_limit;
-pub mod rotating;
 
 use std::path::{Path, PathBuf};
 
@@ -79,22 +84,46 @@ pub async fn heartbeat_client(config: &Config) -> Result<kube::Client> {
     })
 }
 
-/// Both clients over a transport that presents the current client certificate
-/// ([`rotating::RotatingTransport`]): the pods client rate-limited as [`client`], the heartbeat
-/// client not, as [`heartbeat_client`]. They share one connection pool per certificate.
-pub fn rotating_clients(
+/// The API clients of a node: pods, events and objects (rate-limited), heartbeats (not), and
+/// the kubelet API's reviews (rate-limited by a bucket of their own).
+#[derive(Clone)]
+pub struct ApiClients {
+    pub pods: kube::Client,
+    pub heartbeat: kube::Client,
+    pub reviews: kube::Client,
+}
+
+/// Builds the three clients with `make`, which builds one client over the node's transport
+/// and credentials, wrapped in the given rate limit (`None`: no limit). Each rate-limited
+/// client gets a bucket of its own of `kubeAPIQPS`/`kubeAPIBurst`.
+pub fn api_clients<E>(
     config: &Config,
-    transport: rotating::RotatingTransport,
-    default_namespace: &str,
-) -> (kube::Client, kube::Client) {
-    let client = ClientBuilder::new(transport.clone(), default_namespace)
-        .with_layer(&RateLimitLayer::new(
-            config.kube_api_qps,
-            config.kube_api_burst,
-        ))
-        .build();
-    let heartbeat = kube::Client::new(transport, default_namespace);
-    (client, heartbeat)
+    mut make: impl FnMut(Option<&RateLimitLayer>) -> Result<kube::Client, E>,
+) -> Result<ApiClients, E> {
+    let bucket = || RateLimitLayer::new(config.kube_api_qps, config.kube_api_burst);
+    Ok(ApiClients {
+        pods: make(Some(&bucket()))?,
+        heartbeat: make(None)?,
+        reviews: make(Some(&bucket()))?,
+    })
+}
+
+/// The three clients from the kubeconfig as it is ([`client`], [`heartbeat_client`], and the
+/// reviews' client).
+pub async fn plain_clients(config: &Config) -> Result<ApiClients> {
+    let path = kubeconfig_path(config)?;
+    let kube_config = kube_config(path).await?;
+    api_clients(config, |limit| {
+        let builder =
+            ClientBuilder::try_from(kube_config.clone()).map_err(|source| Error::Client {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(match limit {
+            Some(layer) => builder.with_layer(layer).build(),
+            None => builder.build(),
+        })
+    })
 }
 
 fn kubeconfig_path(config: &Config) -> Result<&Path> {

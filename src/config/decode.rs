@@ -18,9 +18,9 @@ use super::{
     AuthorizationMode, CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION,
     KIND,
 };
-use crate::cgroup::allocatable::Reserved;
-use crate::cgroup::memory_qos::ReservationPolicy;
-use crate::nodeshutdown::groups::GracePeriodByPriority;
+use crate::config::memory_qos::ReservationPolicy;
+use crate::config::reserved::Reserved;
+use crate::config::shutdown::GracePeriodByPriority;
 
 /// Top-level fields nodelet implements (kubelet fields, then nodelet's own).
 pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[

@@ -13,9 +13,13 @@
 
 mod decode;
 pub(crate) mod duration;
+pub mod eviction;
 pub mod flags;
 pub mod kubelet_fields;
+pub mod memory_qos;
+pub mod reserved;
 mod resolve;
+pub mod shutdown;
 #[cfg(test)]
 mod tests;
 
@@ -68,15 +72,15 @@ pub struct Config {
     /// `podPidsLimit` (default -1, no limit): `pids.max` of every pod cgroup.
     pub pod_pids_limit: i64,
     /// `kubeReserved`: cpu, memory, ephemeral-storage and pids set aside for node daemons.
-    pub kube_reserved: crate::cgroup::allocatable::Reserved,
+    pub kube_reserved: reserved::Reserved,
     /// `systemReserved`: likewise, for the operating system.
-    pub system_reserved: crate::cgroup::allocatable::Reserved,
+    pub system_reserved: reserved::Reserved,
     /// `enforceNodeAllocatable` (default `[pods]`).
     pub enforce_node_allocatable: Vec<String>,
     /// `memoryThrottlingFactor` (default unset: no `memory.high`).
     pub memory_throttling_factor: Option<f64>,
     /// `memoryReservationPolicy` (default `None`).
-    pub memory_reservation_policy: crate::cgroup::memory_qos::ReservationPolicy,
+    pub memory_reservation_policy: memory_qos::ReservationPolicy,
     pub max_pods: u32,
     /// `imageGCHighThresholdPercent` (85): image GC runs when the image filesystem is this full.
     pub image_gc_high_threshold_percent: u32,
@@ -301,10 +305,10 @@ pub struct Logging {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Eviction {
     /// `evictionHard` (default: the kubelet's Linux defaults, see
-    /// [`crate::eviction::threshold::DEFAULT_EVICTION_HARD`]) merged with
+    /// [`eviction::DEFAULT_EVICTION_HARD`]) merged with
     /// `mergeDefaultEvictionSettings`, `evictionSoft` with `evictionSoftGracePeriod`, each
     /// with its `evictionMinimumReclaim`; hard thresholds first.
-    pub thresholds: Vec<crate::eviction::threshold::Threshold>,
+    pub thresholds: Vec<eviction::Threshold>,
     /// `evictionPressureTransitionPeriod` (default 5m): how long a pressure condition stays
     /// after its threshold stopped being met.
     pub pressure_transition_period: Duration,
@@ -320,12 +324,12 @@ pub struct Eviction {
 impl Eviction {
     /// The kubelet's defaults (with `enforceNodeAllocatable: [pods]`).
     pub fn kubelet_defaults() -> Eviction {
-        let fields = crate::eviction::threshold::EvictionFields {
+        let fields = eviction::EvictionFields {
             enforce_pods_allocatable: true,
             ..Default::default()
         };
         Eviction {
-            thresholds: crate::eviction::threshold::parse_thresholds(&fields).unwrap_or_default(),
+            thresholds: eviction::parse_thresholds(&fields).unwrap_or_default(),
             pressure_transition_period: Duration::from_secs(300),
             max_pod_grace_period_seconds: 0,
             evict_static_pods: false,
@@ -366,7 +370,7 @@ pub struct CrashLoopBackOff {
 }
 
 /// The graceful node shutdown fields, as written (validated; the groups they make are
-/// [`crate::nodeshutdown::groups::effective_periods`]).
+/// `nodeshutdown::groups::effective_periods`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Shutdown {
     /// `shutdownGracePeriod` (default 0: off): the whole delay of a node shutdown.
@@ -374,7 +378,7 @@ pub struct Shutdown {
     /// `shutdownGracePeriodCriticalPods` (default 0): the part of it for critical pods.
     pub grace_period_critical_pods: Duration,
     /// `shutdownGracePeriodByPodPriority` (default empty): the groups by priority instead.
-    pub grace_period_by_pod_priority: Vec<crate::nodeshutdown::groups::GracePeriodByPriority>,
+    pub grace_period_by_pod_priority: Vec<shutdown::GracePeriodByPriority>,
 }
 
 /// A field that was accepted but has no effect (not implemented, unknown feature gate, ...).
@@ -392,7 +396,7 @@ impl fmt::Display for Warning {
 
 /// A problem in the file, displayed like the API server's (`maxPods: Invalid value: "many":
 /// expected an integer`, `fooBar: Unknown field`): the same field-error type pod manifests use.
-pub use crate::podspec::field::{FieldError, FieldErrorKind};
+use crate::podspec::field::{FieldError, FieldErrorKind};
 
 /// A configuration file nodelet accepted, and what it ignored on the way.
 #[derive(Debug, Clone, PartialEq)]
@@ -555,8 +559,8 @@ impl Config {
     }
 
     /// The Memory QoS settings as configured (before the cgroup version is known).
-    pub fn memory_qos(&self) -> crate::cgroup::memory_qos::MemoryQos {
-        crate::cgroup::memory_qos::MemoryQos {
+    pub fn memory_qos(&self) -> memory_qos::MemoryQos {
+        memory_qos::MemoryQos {
             throttling_factor: self.memory_throttling_factor,
             reservation: self.memory_reservation_policy,
         }

@@ -14,7 +14,7 @@ use super::{
     Authentication, Authorization, AuthorizationMode, Config, Environment, FieldError,
     FieldErrorKind, PodCleanup, Warning, DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
 };
-use crate::cgroup::memory_qos::ReservationPolicy;
+use crate::config::memory_qos::ReservationPolicy;
 
 /// The maximum back-off under `ReduceDefaultCrashLoopBackOffDecay` (the kubelet's
 /// `reducedMaxCrashLoopBackOff`).
@@ -112,7 +112,7 @@ fn resolve_eviction(
     enforce_pods_allocatable: bool,
     errors: &mut Vec<FieldError>,
 ) -> Option<super::Eviction> {
-    use crate::eviction::threshold::{parse_thresholds, EvictionFields};
+    use crate::config::eviction::{parse_thresholds, EvictionFields};
     let fields = EvictionFields {
         hard: d.eviction_hard.clone(),
         soft: d.eviction_soft.clone().unwrap_or_default(),
@@ -437,13 +437,11 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     };
     if config.authentication.anonymous_enabled
         && config.authorization.mode == AuthorizationMode::AlwaysAllow
+        && config.port != 0
     {
         warnings.push(Warning {
             path: "authentication.anonymous.enabled".into(),
-            message:
-                "anonymous requests with authorization mode AlwaysAllow: anyone who can reach \
-                      the port can read every container's logs"
-                    .into(),
+            message: open_kubelet_api_warning(config.address, config.port),
         });
     }
 
@@ -452,6 +450,24 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         warnings,
         errors,
     }
+}
+
+/// The warning for a kubelet API that anyone may use: anonymous requests, authorized by
+/// `AlwaysAllow` (the kubelet's defaults without `--config`). It says what that allows: a
+/// shell in every container, not only their logs.
+pub fn open_kubelet_api_warning(address: std::net::IpAddr, port: u16) -> String {
+    let reach = if address.is_unspecified() {
+        format!("port {port} on any address of this node (listening on {address})")
+    } else {
+        format!("{}", std::net::SocketAddr::new(address, port))
+    };
+    format!(
+        "anonymous requests with authorization mode AlwaysAllow: anyone who can reach {reach} \
+         can exec into, attach to and port-forward into every container on this node, as well \
+         as read every container's logs, without any credentials; set \
+         authentication.anonymous.enabled=false and authorization.mode=Webhook (or start with \
+         --config), or bind address to 127.0.0.1"
+    )
 }
 
 /// Memory QoS fields against the `MemoryQoS` gate (on by default since 1.37): with the gate off

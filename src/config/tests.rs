@@ -453,7 +453,7 @@ fn accepted_but_ignored_fields_warn() {
             "streamingConnectionIdleTimeout: accepted but not implemented by nodelet yet; ignored",
         ]),
         ("authentication: {anonymous: {enabled: true}}\nauthorization: {mode: AlwaysAllow}", &[
-            "authentication.anonymous.enabled: anonymous requests with authorization mode AlwaysAllow: anyone who can reach the port can read every container's logs",
+            "authentication.anonymous.enabled: anonymous requests with authorization mode AlwaysAllow: anyone who can reach port 10250 on any address of this node (listening on 0.0.0.0) can exec into, attach to and port-forward into every container on this node, as well as read every container's logs, without any credentials; set authentication.anonymous.enabled=false and authorization.mode=Webhook (or start with --config), or bind address to 127.0.0.1",
         ]),
         ("logging: {flushFrequency: 5s, vmodule: [], options: {}}", &[
             "logging.flushFrequency: accepted but not implemented by nodelet yet; ignored",
@@ -836,8 +836,8 @@ fn cluster_mode_fields() {
 
 #[test]
 fn cgroup_and_memory_qos_fields() {
-    use crate::cgroup::allocatable::Reserved;
-    use crate::cgroup::memory_qos::ReservationPolicy;
+    use crate::config::memory_qos::ReservationPolicy;
+    use crate::config::reserved::Reserved;
     let d = Config::defaults(&env());
     assert!(d.fail_cgroup_v1);
     assert!(
@@ -1002,7 +1002,7 @@ fn image_gc_and_log_rotation_fields() {
 
 #[test]
 fn eviction_fields() {
-    use crate::eviction::threshold::{Signal, Threshold, ThresholdValue};
+    use crate::config::eviction::{Signal, Threshold, ThresholdValue};
     const MI: i64 = 1 << 20;
     let hard = |signal, value| Threshold {
         signal,
@@ -1092,7 +1092,7 @@ fn eviction_fields() {
 
 #[test]
 fn graceful_node_shutdown_fields_follow_the_kubelets_rules() {
-    use crate::nodeshutdown::groups::GracePeriodByPriority as P;
+    use crate::config::shutdown::GracePeriodByPriority as P;
     let p = |priority, shutdown_grace_period_seconds| P {
         priority,
         shutdown_grace_period_seconds,
@@ -1365,6 +1365,22 @@ fn without_config_the_kubelets_flag_defaults_apply() {
     assert_eq!(c.root_dir, PathBuf::from(KUBELET_ROOT_DIR));
     assert_eq!(c.cert_dir, PathBuf::from("/var/lib/kubelet/pki"));
     assert_eq!(c.node_name, "n1");
+    // The warning says what the open API allows: a shell in every container.
+    let warning = loaded
+        .warnings
+        .iter()
+        .find(|w| w.path == "authentication.anonymous.enabled")
+        .expect("started without --config: the open kubelet API is warned about");
+    assert!(
+        warning
+            .message
+            .contains("anyone who can reach port 10250 on any address of this node")
+            && warning
+                .message
+                .contains("exec into, attach to and port-forward into every container"),
+        "{}",
+        warning.message
+    );
     // --root-dir moves the certificate directory with it; --cert-dir wins over both.
     let c = load_kubelet(&kubelet_line(&["--root-dir=/srv/kubelet"]), &env())
         .unwrap()
@@ -1415,5 +1431,35 @@ fn config_dir_drop_ins_merge_over_the_file_in_name_order() {
     assert_eq!(
         load_kubelet(&with_flag, &env()).unwrap().config.max_pods,
         80
+    );
+}
+
+#[test]
+fn open_kubelet_api_warning_table() {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let cases: [(IpAddr, u16, &str); 3] = [
+        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), 10250, "anyone who can reach port 10250 on any address of this node (listening on 0.0.0.0) can exec into, attach to and port-forward into every container"),
+        (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 10250, "anyone who can reach port 10250 on any address of this node (listening on ::) can exec into"),
+        (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5)), 11250, "anyone who can reach 10.0.0.5:11250 can exec into, attach to and port-forward into every container"),
+    ];
+    for (address, port, want) in cases {
+        let message = crate::config::resolve::open_kubelet_api_warning(address, port);
+        assert!(message.contains(want), "{message}");
+        assert!(
+            message.contains("as well as read every container's logs"),
+            "{message}"
+        );
+    }
+    // With the kubelet API off (port 0) there is nothing to warn about.
+    let loaded = ok(
+        "authentication: {anonymous: {enabled: true}}\nauthorization: {mode: AlwaysAllow}\nport: 0",
+    );
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .all(|w| w.path != "authentication.anonymous.enabled"),
+        "{:?}",
+        loaded.warnings
     );
 }

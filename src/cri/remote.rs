@@ -75,7 +75,7 @@ impl RemoteRuntime {
 
     fn request<T>(&self, message: T, extra: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        request.set_timeout(self.timeout + extra);
+        request.set_timeout(self.timeout.saturating_add(extra));
         request
     }
 }

@@ -33,6 +33,31 @@ pub use table::event_table;
 /// broadcaster queue, `maxQueuedEvents`).
 pub const SUBSCRIBER_QUEUE: usize = 1000;
 
+/// The longest event message nodelet records, in bytes: the API's `NoteLengthLimit` (which
+/// the API server enforces on `events.k8s.io` events; on `core/v1` ones it stores anything).
+/// A message can carry what a container printed (hook output, probe output), so it is cut here,
+/// once, for every event.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// What a cut message ends with.
+pub const TRUNCATED_SUFFIX: &str = " ...";
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`]: the longest prefix that ends on a character
+/// boundary and leaves room for [`TRUNCATED_SUFFIX`], then the suffix. Shorter messages are
+/// returned as they are.
+pub fn truncate_message(mut message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let mut end = MAX_MESSAGE_BYTES - TRUNCATED_SUFFIX.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(TRUNCATED_SUFFIX);
+    message
+}
+
 /// The event type (`core/v1` `EventTypeNormal` / `EventTypeWarning`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -221,7 +246,7 @@ impl EventRecorder {
         reason: &str,
         message: impl Into<String>,
     ) {
-        let message = message.into();
+        let message = truncate_message(message.into());
         let now = self.inner.clock.now();
         // The kubelet logs every event (StartStructuredLogging at V(3)).
         tracing::debug!(
@@ -313,6 +338,48 @@ mod tests {
 
     fn base() -> Timestamp {
         "2026-01-01T00:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn truncate_message_table() {
+        let limit = MAX_MESSAGE_BYTES;
+        let keep = limit - TRUNCATED_SUFFIX.len();
+        let cases: Vec<(String, String)> = vec![
+            (String::new(), String::new()),
+            ("short".into(), "short".into()),
+            ("a".repeat(limit), "a".repeat(limit)),
+            ("a".repeat(limit + 1), format!("{} ...", "a".repeat(keep))),
+            ("a".repeat(10 * 1024), format!("{} ...", "a".repeat(keep))),
+            // A two-byte character across the cut is dropped whole, never split.
+            (
+                format!("{}é{}", "a".repeat(keep - 1), "b".repeat(100)),
+                format!("{} ...", "a".repeat(keep - 1)),
+            ),
+            // Four-byte characters only: the cut lands on the last whole one.
+            ("😀".repeat(300), format!("{} ...", "😀".repeat(keep / 4))),
+        ];
+        for (input, want) in cases {
+            let got = truncate_message(input.clone());
+            assert!(got.len() <= limit, "{} bytes", got.len());
+            assert_eq!(got, want, "input of {} bytes", input.len());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_recorded_message_is_cut_at_the_limit() {
+        let recorder = EventRecorder::new(Clock::starting_at(base()), "kubelet", "n1");
+        let long = format!("Exec lifecycle hook failed: {}", "x".repeat(20_000));
+        recorder.record(
+            &pod_ref(&pod()),
+            EventType::Warning,
+            "FailedPostStartHook",
+            long,
+        );
+        let events = recorder.events();
+        let message = events[0].message.as_deref().unwrap();
+        assert_eq!(message.len(), MAX_MESSAGE_BYTES);
+        assert!(message.starts_with("Exec lifecycle hook failed: xxx"));
+        assert!(message.ends_with(TRUNCATED_SUFFIX));
     }
 
     #[test]

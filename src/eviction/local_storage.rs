@@ -7,12 +7,12 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cgroup::resources::{pod_limits, pod_overhead};
+use crate::podspec::resources::{pod_limits, pod_overhead};
 use crate::quantity::Quantity;
 use crate::stats::summary::{FsStats, PodStats};
 
 use super::rank::binary_si;
-use super::threshold::Resource;
+use crate::config::eviction::Resource;
 
 /// Why a pod is over its local-storage limits.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,8 +14,10 @@
 //! [`EvictionManager::waker`] starts a pass at once (for a future PSI / `memory.events`
 //! notifier).
 //!
-//! The effects are behind small traits ([`ActivePods`], [`NodeReclaim`], the pod module's
-//! [`PodKiller`], the stats' [`SummarySource`]), so the loop has paused-clock tests with fakes.
+//! The effects are behind small traits (`lifecycle`'s [`ActivePods`] and [`PodKiller`],
+//! [`NodeReclaim`], the stats' [`SummarySource`]), so the loop has paused-clock tests with
+//! fakes. [`PressureView`] is what the rest of nodelet reads: the node status its
+//! [`Pressure`], the pod manager its admission ([`PodAdmitHandler`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -31,17 +33,19 @@ use super::rank::{
     evictable, eviction_message, pressure_eviction_message, rank, Candidate, ContainerUsage,
 };
 use super::signals::observations;
-use super::threshold::{
-    pass, stall_persists, thresholds_met, NodeCondition, Observation, PassState, Resource, Signal,
-    StallMark, Threshold, STALL_CAPACITY,
-};
-use crate::cgroup::qos::{qos_class, QosClass};
+use super::threshold::{pass, stall_persists, thresholds_met, Observation, PassState, StallMark};
+use crate::config::eviction::{NodeCondition, Resource, Signal, Threshold, STALL_CAPACITY};
 use crate::events::{node_ref, pod_ref, EventRecorder, EventType};
-use crate::pod::kill::{KillHandle, PodKiller, StatusMutation};
+use crate::lifecycle::admission::{AdmitResult, PodAdmitAttributes, PodAdmitHandler, Rejection};
+use crate::lifecycle::kill::{KillHandle, PodKiller};
+use crate::lifecycle::pods::ActivePods;
+use crate::lifecycle::pressure::Pressure;
 use crate::podspec::pod_uid;
+use crate::podspec::qos::{qos_class, QosClass};
 use crate::quantity::Quantity;
 use crate::stats::summary::{PodStats, Summary};
 use crate::stats::{Scope, SummarySource};
+use crate::status::StatusMutation;
 
 /// The kubelet's `Reason` of evicted and rejected pods.
 pub const REASON_EVICTED: &str = "Evicted";
@@ -55,12 +59,6 @@ pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(10);
 pub const CHECK_PERIOD: Duration = Duration::from_secs(1);
 /// The taint a BestEffort pod must tolerate to be admitted under memory pressure.
 pub const TAINT_MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
-
-/// The pods running on the node that eviction may rank (the kubelet's `GetActivePods`:
-/// admitted, not terminal).
-pub trait ActivePods: Send + Sync {
-    fn active_pods(&self) -> Vec<Arc<Pod>>;
-}
 
 /// Node-level reclaim for disk signals: remove dead containers and unused images. Errors are
 /// the implementation's to log; the pass re-reads the signals either way.
@@ -85,21 +83,6 @@ pub struct Settings {
     pub node_name: String,
 }
 
-impl Settings {
-    pub fn from_config(cfg: &crate::config::Config) -> Settings {
-        Settings {
-            thresholds: cfg.eviction.thresholds.clone(),
-            pressure_transition_period: cfg.eviction.pressure_transition_period,
-            max_pod_grace_period_seconds: cfg.eviction.max_pod_grace_period_seconds,
-            evict_static_pods: cfg.eviction.evict_static_pods,
-            split_image_fs: false,
-            housekeeping_period: HOUSEKEEPING_PERIOD,
-            check_period: CHECK_PERIOD,
-            node_name: cfg.node_name.clone(),
-        }
-    }
-}
-
 /// What the manager tells the rest of nodelet: the node conditions (node status, admission).
 #[derive(Debug, Clone)]
 pub struct PressureView {
@@ -122,18 +105,21 @@ impl PressureView {
     }
 
     /// The node status' view of it.
-    pub fn pressure(&self) -> crate::node::status::Pressure {
+    pub fn pressure(&self) -> Pressure {
         let c = self.conditions.borrow();
-        crate::node::status::Pressure {
+        Pressure {
             memory: c.contains(&NodeCondition::MemoryPressure),
             disk: c.contains(&NodeCondition::DiskPressure),
             pid: c.contains(&NodeCondition::PidPressure),
         }
     }
+}
 
-    /// The kubelet's eviction `Admit` against the current conditions.
-    pub fn admit(&self, pod: &Pod) -> Result<(), (String, String)> {
-        admit(pod, &self.conditions.borrow(), self.evict_static_pods)
+/// The kubelet's eviction `Admit` against the current conditions.
+impl PodAdmitHandler for PressureView {
+    fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> AdmitResult {
+        admit(attrs.pod, &self.conditions.borrow(), self.evict_static_pods)
+            .map_err(|(reason, message)| Rejection { reason, message })
     }
 }
 
@@ -201,7 +187,7 @@ pub fn grace_period(threshold: &Threshold, pod: &Pod, max_pod_grace_seconds: i64
     {
         seconds = seconds.min(own);
     }
-    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+    crate::clock::seconds_from_api(seconds)
 }
 
 fn ephemeral_request(pod: &Pod) -> i64 {
@@ -241,7 +227,7 @@ fn request_text(c: &k8s_openapi::api::core::v1::Container, resource: &str) -> (S
 pub fn candidate(pod: &Pod, stats: Option<&PodStats>, resource: Resource) -> Candidate {
     let (request, usage) = match resource {
         Resource::Memory => (
-            crate::cgroup::effective_pod_resources(pod).memory_request,
+            crate::podspec::resources::effective_pod_resources(pod).memory_request,
             stats
                 .and_then(|s| s.memory.as_ref())
                 .and_then(|m| m.working_set_bytes)
@@ -472,11 +458,13 @@ impl EvictionManager {
     }
 
     /// One pass (the kubelet's `synchronize`).
+    #[tracing::instrument(name = "eviction_pass", skip_all, fields(full))]
     pub async fn synchronize(&mut self) -> PassResult {
         let now = Instant::now();
         let metrics = crate::metrics::metrics();
         metrics.eviction_passes_total.inc();
         let full = self.wants_full(now);
+        tracing::Span::current().record("full", full);
         let Some((mut summary, readings)) = self.read(full, now).await else {
             return PassResult::NoStats;
         };

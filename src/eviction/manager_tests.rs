@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::*;
 use crate::clock::Clock;
-use crate::eviction::threshold::ThresholdValue;
+use crate::config::eviction::ThresholdValue;
 use crate::stats::summary::{
     ContainerStats, FsStats, MemoryStats, NodeStats, PodReference, PodStats, RlimitStats,
 };

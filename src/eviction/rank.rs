@@ -6,8 +6,9 @@ use std::cmp::Ordering;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::threshold::{Resource, Signal};
-use crate::cgroup::qos::{is_critical_pod, is_mirror_pod, is_static_pod, SYSTEM_CRITICAL_PRIORITY};
+use crate::config::eviction::{Resource, Signal};
+use crate::podspec::is_mirror_pod;
+use crate::podspec::qos::{is_critical_pod, is_static_pod, SYSTEM_CRITICAL_PRIORITY};
 
 /// What ranking needs to know of one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

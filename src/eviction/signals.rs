@@ -19,7 +19,8 @@
 
 use std::collections::BTreeMap;
 
-use super::threshold::{Observation, Signal, STALL_CAPACITY};
+use super::threshold::Observation;
+use crate::config::eviction::{Signal, STALL_CAPACITY};
 use crate::stats::summary::{FsStats, MemoryStats, Summary, SYSTEM_CONTAINER_PODS};
 
 fn int(v: u64) -> i64 {

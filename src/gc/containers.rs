@@ -22,9 +22,10 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 
-use super::{Error, LivePods};
+use super::Error;
 use crate::clock::Clock;
 use crate::cri::{ContainerState, PodRuntime};
+use crate::lifecycle::pods::LivePods;
 
 /// How often container GC runs (the kubelet's `ContainerGCPeriod`).
 pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
@@ -241,6 +242,7 @@ fn list_log_files(pod_dir: &Path) -> Vec<(String, String)> {
 
 impl ContainerGc {
     /// One run. Errors of single removals are logged and the run goes on.
+    #[tracing::instrument(name = "container_gc", skip_all)]
     pub async fn garbage_collect(&self) -> Result<ContainerGcReport, Error> {
         // Directories first, runtime next, live pods last: a pod that appears meanwhile has a
         // worker before it has a directory or a sandbox, so it is seen live.

@@ -20,7 +20,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
-use crate::config::Config;
 use crate::cri::api;
 use crate::events::{node_ref, EventRecorder, EventType};
 
@@ -38,15 +37,6 @@ pub struct ImageGcPolicy {
 }
 
 impl ImageGcPolicy {
-    pub fn from_config(cfg: &Config) -> Self {
-        ImageGcPolicy {
-            high_threshold_percent: cfg.image_gc_high_threshold_percent,
-            low_threshold_percent: cfg.image_gc_low_threshold_percent,
-            min_age: cfg.image_minimum_gc_age,
-            max_age: cfg.image_maximum_gc_age,
-        }
-    }
-
     /// The kubelet does not run image GC at all when the high threshold is 100 and there is no
     /// maximum age.
     pub fn disabled(&self) -> bool {
@@ -273,6 +263,7 @@ impl ImageGc {
     /// One run: images past the maximum age, then down to the low threshold when usage is at
     /// or above the high one. Not freeing enough is [`Error::FreeDiskSpaceFailed`] (with the
     /// `FreeDiskSpaceFailed` event), after removing what could be removed.
+    #[tracing::instrument(name = "image_gc", skip_all)]
     pub async fn garbage_collect(&self) -> Result<ImageGcReport, Error> {
         let mut records = self.records.lock().await;
         self.detect(&mut records).await?;

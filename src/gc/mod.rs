@@ -2,7 +2,8 @@
 //! the directories of pods that are gone ([`containers`]), as the kubelet's image GC manager and
 //! container GC do it. Each has pure selection functions (table-tested) and a small trait over
 //! the runtime; [`CriGc`] implements both traits over the CRI. The composition root (`agent`)
-//! runs both loops; the eviction manager's node-level reclaim calls [`ImageGc::free_space`].
+//! runs both loops; the eviction manager's node-level reclaim calls
+//! [`images::ImageGc::free_space`].
 
 pub mod containers;
 pub mod images;
@@ -12,8 +13,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-pub use containers::{ContainerGc, ContainerGcPolicy, ContainerGcRuntime};
-pub use images::{FsSpace, ImageGc, ImageGcPolicy, ImageGcRuntime};
+use containers::ContainerGcRuntime;
+use images::{FsSpace, ImageGcRuntime};
 
 use crate::cri::{
     self, api, labels, ContainerState, HousekeepingRuntime, ImageService, PodRuntime, Runtime,
@@ -48,18 +49,6 @@ pub enum Error {
 
 fn runtime_error(what: &'static str) -> impl FnOnce(cri::Error) -> Error {
     move |source| Error::Runtime { what, source }
-}
-
-/// The UIDs of the pods nodelet has a worker for: their runtime objects and directories are the
-/// worker's, beyond the dead-container policy.
-pub trait LivePods: Send + Sync + 'static {
-    fn live_pods(&self) -> HashSet<String>;
-}
-
-impl LivePods for crate::pod::PodWorkers {
-    fn live_pods(&self) -> HashSet<String> {
-        self.uids().into_iter().collect()
-    }
 }
 
 /// Both GC traits over the CRI.

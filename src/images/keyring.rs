@@ -21,13 +21,25 @@ const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 
 /// One credential of a docker config file (`username`/`password`, or `auth` = base64 of
 /// `user:password`, which wins as in the kubelet's `DockerConfigEntry`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct DockerConfigEntry {
     pub username: String,
     pub password: String,
     pub email: String,
     pub auth: String,
+}
+
+/// The password and `auth` (base64 of `user:password`) show only whether they are set.
+impl std::fmt::Debug for DockerConfigEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerConfigEntry")
+            .field("username", &self.username)
+            .field("password", &crate::redact::secret(&self.password))
+            .field("email", &self.email)
+            .field("auth", &crate::redact::secret(&self.auth))
+            .finish()
+    }
 }
 
 /// `registry key → credential`, the content of `.dockercfg` (or `auths` of `.dockerconfigjson`).
@@ -57,11 +69,21 @@ pub enum KeyringError {
 }
 
 /// A credential ready for the CRI, with the key it was found under.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Credential {
     pub registry: String,
     pub username: String,
     pub password: String,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("registry", &self.registry)
+            .field("username", &self.username)
+            .field("password", &crate::redact::secret(&self.password))
+            .finish()
+    }
 }
 
 impl Credential {
@@ -432,5 +454,40 @@ mod tests {
             assert_eq!(repository_of(image), repo, "{image}");
             assert_eq!(registry_of(image), registry, "{image}");
         }
+    }
+
+    /// `{:?}` of every credential-bearing type of this module holds no secret (and still says
+    /// what it is); `crate::redact` is how they do it.
+    #[test]
+    fn credential_types_debug_without_secrets() {
+        crate::redact::assert_debug_redacted(vec![
+            (
+                "DockerConfigEntry",
+                format!(
+                    "{:?}",
+                    DockerConfigEntry {
+                        username: "robot".into(),
+                        password: "hunter2".into(),
+                        email: String::new(),
+                        auth: "cm9ib3Q6aHVudGVyMg==".into(),
+                    }
+                ),
+                vec!["hunter2".into(), "cm9ib3Q6aHVudGVyMg==".into()],
+                vec!["robot", "password: <redacted>"],
+            ),
+            (
+                "Credential",
+                format!(
+                    "{:?}",
+                    Credential {
+                        registry: "registry.example".into(),
+                        username: "robot".into(),
+                        password: "hunter2".into(),
+                    }
+                ),
+                vec!["hunter2".into()],
+                vec!["registry.example", "robot"],
+            ),
+        ]);
     }
 }

@@ -246,11 +246,20 @@ struct RawResponse {
     auth: BTreeMap<String, RawAuth>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(default)]
 struct RawAuth {
     username: String,
     password: String,
+}
+
+impl std::fmt::Debug for RawAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawAuth")
+            .field("username", &self.username)
+            .field("password", &crate::redact::secret(&self.password))
+            .finish()
+    }
 }
 
 /// A decoded, validated `CredentialProviderResponse`.
@@ -423,7 +432,7 @@ impl ResponseCache {
             key,
             Cached {
                 auth: response.auth.clone(),
-                expires: now + duration,
+                expires: crate::clock::saturating_deadline(now, duration),
             },
         );
     }
@@ -509,6 +518,20 @@ mod tests {
         format!(
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: sh\n  matchImages: [\"127.0.0.1:5000\", \"*.example.com\"]\n  defaultCacheDuration: 10m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n{extra}"
         )
+    }
+
+    #[test]
+    fn raw_auth_debug_hides_the_password() {
+        let raw = RawAuth {
+            username: "robot".into(),
+            password: "hunter2".into(),
+        };
+        let text = format!("{raw:?}");
+        assert!(
+            !text.contains("hunter2") && text.contains("robot"),
+            "{text}"
+        );
+        assert!(text.contains("password: <redacted>"), "{text}");
     }
 
     #[test]

@@ -7,13 +7,25 @@
 //! of the line (`… 2026-…Z rest`) and counts as several lines for `tailLines`. nodelet joins the
 //! pieces first: one line, one timestamp (the first piece's), one line for `tailLines`. For the
 //! usual short lines the output is byte for byte the kubelet's.
+//!
+//! Joining is bounded: a container that writes without newlines makes containerd write `P`
+//! entries without end, and joining them all would hold the whole output in nodelet's memory.
+//! Once the pieces of one stream reach [`JOIN_CAP`] bytes of content they are handed on as a
+//! line of their own without a newline, and the pieces after them start a new one (with its own
+//! timestamp prefix, as the kubelet writes each piece). A line longer than the cap thus comes
+//! out as the kubelet writes it, only in fewer, larger pieces.
 
 use jiff::Timestamp;
 
 use super::options::{LogOptions, LogStream};
 use super::parse::{fixed_timestamp, CriEntry, Stream};
 
-/// One whole log line of one stream.
+/// The most content of one line joined before it is handed on (see the module doc): four of
+/// containerd's 16 KiB pieces. Each stream holds less than this between entries, so a reader
+/// holds at most two streams' worth plus one entry, whatever the container writes.
+pub const JOIN_CAP: usize = 64 * 1024;
+
+/// One whole log line of one stream (or a [`JOIN_CAP`] sized part of a longer one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogLine {
     pub timestamp: Timestamp,
@@ -22,7 +34,7 @@ pub struct LogLine {
     pub stream: Stream,
     pub content: Vec<u8>,
     /// The line is complete (ended by an `F` entry with its newline); false for what was still
-    /// partial when the file ended.
+    /// partial when the file ended, and for a part of a line longer than [`JOIN_CAP`].
     pub newline: bool,
 }
 
@@ -36,13 +48,22 @@ pub struct LineAssembler {
 
 impl LineAssembler {
     /// Adds one entry; `terminated` says whether its file line ended with `\n` (an unterminated
-    /// entry is the incomplete end of the file, returned as it is). Returns a line when one is
-    /// complete.
-    pub fn push(&mut self, entry: &CriEntry<'_>, terminated: bool) -> Option<LogLine> {
+    /// entry is the incomplete end of the file, returned as it is). Returns what is ready: the
+    /// open line of this stream when this entry would take it past [`JOIN_CAP`] (handed on
+    /// without a newline), then the line this entry completes, or the open line once it has
+    /// reached the cap.
+    pub fn push(&mut self, entry: &CriEntry<'_>, terminated: bool) -> Assembled {
         let slot = match entry.stream {
             Stream::Stdout => &mut self.stdout,
             Stream::Stderr => &mut self.stderr,
         };
+        let mut ready = Assembled::default();
+        if slot
+            .as_ref()
+            .is_some_and(|open| open.content.len().saturating_add(entry.content.len()) > JOIN_CAP)
+        {
+            ready.0[0] = slot.take();
+        }
         let line = slot.get_or_insert_with(|| LogLine {
             timestamp: entry.timestamp,
             time_text: fixed_timestamp(entry.time_text, entry.timestamp),
@@ -52,11 +73,25 @@ impl LineAssembler {
         });
         line.content.extend_from_slice(entry.content);
         if entry.partial && terminated {
-            return None;
+            if line.content.len() >= JOIN_CAP {
+                ready.0[1] = slot.take();
+            }
+            return ready;
         }
-        let mut line = slot.take()?;
-        line.newline = terminated;
-        Some(line)
+        ready.0[1] = slot.take().map(|mut line| {
+            line.newline = terminated;
+            line
+        });
+        ready
+    }
+
+    /// Bytes of content held for lines not yet complete.
+    pub fn held(&self) -> usize {
+        [&self.stdout, &self.stderr]
+            .into_iter()
+            .flatten()
+            .map(|l| l.content.capacity())
+            .sum()
     }
 
     /// Lines still waiting for their end, oldest first (when the file ends without one).
@@ -67,6 +102,19 @@ impl LineAssembler {
             .collect();
         lines.sort_by_key(|l| l.timestamp);
         lines
+    }
+}
+
+/// The lines one [`LineAssembler::push`] made ready, oldest first (at most two).
+#[derive(Debug, Default)]
+pub struct Assembled([Option<LogLine>; 2]);
+
+impl IntoIterator for Assembled {
+    type Item = LogLine;
+    type IntoIter = std::iter::Flatten<std::array::IntoIter<Option<LogLine>, 2>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter().flatten()
     }
 }
 
@@ -187,14 +235,45 @@ mod tests {
                 &parse_cri_line(b"2026-01-01T00:00:01.5Z stdout P a\n").unwrap(),
                 true
             )
+            .into_iter()
+            .next()
             .is_none());
         let line = a
             .push(
                 &parse_cri_line(b"2026-01-01T00:00:09Z stdout F b\n").unwrap(),
                 true,
             )
+            .into_iter()
+            .next()
             .unwrap();
         assert_eq!(line.time_text, "2026-01-01T00:00:01.500000000Z");
+    }
+
+    /// A container writing without newlines: containerd writes 16 KiB `P` entries without end.
+    /// The assembler never holds more than [`JOIN_CAP`] of them and hands every byte on, in
+    /// parts of at most the cap, the last one ended by the `F` entry's newline.
+    #[test]
+    fn pieces_without_end_are_handed_on_at_the_cap() {
+        let piece = "a".repeat(16 * 1024);
+        let p = format!("2026-01-01T00:00:01Z stdout P {piece}\n");
+        let mut a = LineAssembler::default();
+        let mut out: Vec<LogLine> = Vec::new();
+        let pieces = 8 * 64; // 8 MiB
+        for _ in 0..pieces {
+            out.extend(a.push(&parse_cri_line(p.as_bytes()).unwrap(), true));
+            assert!(a.held() <= JOIN_CAP, "holds {} bytes", a.held());
+        }
+        out.extend(a.push(
+            &parse_cri_line(b"2026-01-01T00:00:02Z stdout F end\n").unwrap(),
+            true,
+        ));
+        assert!(out.len() >= pieces / 4, "{} parts", out.len());
+        assert!(out.iter().all(|l| l.content.len() <= JOIN_CAP));
+        let (last, parts) = out.split_last().unwrap();
+        assert!(last.newline && parts.iter().all(|l| !l.newline));
+        let total: usize = out.iter().map(|l| l.content.len()).sum();
+        assert_eq!(total, pieces * piece.len() + 3);
+        assert!(last.content.ends_with(b"end"));
     }
 
     fn line(time: &str, stream: Stream, content: &str) -> LogLine {

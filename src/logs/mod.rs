@@ -9,24 +9,27 @@
 //! [`container_log`] when it has the pod's status), then [`stream_logs`], and answers an error
 //! with [`LogError::status_code`].
 
+mod follow;
 mod lines;
 mod locate;
 mod options;
 mod parse;
+pub mod paths;
 mod reader;
 #[cfg(test)]
 mod reader_tests;
 pub mod rotation;
 mod tail;
 
-pub use lines::{LineAssembler, LineFormatter, LogLine, Output};
+pub use follow::{admit_follower, DirWatch, FollowPermit, LogFollowers, MAX_FOLLOWERS};
+pub use lines::{Assembled, LineAssembler, LineFormatter, LogLine, Output, JOIN_CAP};
 pub use locate::{
     container_log, find_container_log, log_container_id, status_from_instances, ContainerLog,
 };
 pub use options::{LogOptions, LogStream};
 pub use parse::{fixed_timestamp, parse_cri_line, CriEntry, ParseError, Stream};
-pub use reader::stream_logs;
-pub use tail::{tail_start, tail_start_offset};
+pub use reader::{stream_logs, stream_logs_with, CHANNEL_DEPTH, CHUNK, MAX_FILE_LINE};
+pub use tail::{tail_range, tail_start_offset, TailRange, TAIL_LINE_CAP};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -53,17 +56,23 @@ pub enum LogError {
     },
     #[error("container {container_id} has no log path")]
     NoLogPath { container_id: String },
+    /// [`MAX_FOLLOWERS`] streams follow logs already (the HTTP server answers 429).
+    #[error(
+        "too many log streams are being followed on this node (at most {limit}); try again later"
+    )]
+    TooManyFollowers { limit: usize },
 }
 
 impl LogError {
     /// The HTTP status the kubelet answers with: 400 for an undecodable query and for every
     /// "no log to read" case (`kubectl logs` shows `Error from server (BadRequest): ...`), 422 for
-    /// invalid options, 500 when the runtime fails.
+    /// invalid options, 500 when the runtime fails, 429 when too many follow already.
     pub fn status_code(&self) -> u16 {
         match self {
             LogError::BadQuery { .. } | LogError::ContainerUnavailable { .. } => 400,
             LogError::InvalidOptions { .. } => 422,
             LogError::Runtime { .. } | LogError::NoLogPath { .. } => 500,
+            LogError::TooManyFollowers { .. } => 429,
         }
     }
 }

@@ -391,7 +391,15 @@ async fn dropping_the_receiver_stops_the_follower() {
                 tail_lines: Some(0),
                 ..Default::default()
             };
-            reader::read_logs(fake.as_ref(), &log, &options, &tx).await
+            let followers = LogFollowers::new(1);
+            let reading = reader::Reading {
+                runtime: fake.as_ref(),
+                log: &log,
+                options: &options,
+                followers: &followers,
+                permit: None,
+            };
+            reader::read_logs(reading, &tx, &mut Default::default()).await
         }
     });
     drop(rx);
@@ -452,4 +460,233 @@ async fn container_log_reports_runtime_failures() {
             .starts_with("unable to retrieve container logs for nope"),
         "{err}"
     );
+}
+
+/// `size` bytes of 16 KiB `P` entries, as containerd writes a container's output without a
+/// newline (`head -c 200M /dev/zero | tr '\0' a`).
+fn flood(path: &Path, size: usize) -> usize {
+    let piece = "a".repeat(16 * 1024);
+    let line = entry(1, "stdout", "P", &piece);
+    append(path, &line.repeat(flood_pieces(size)));
+    flood_pieces(size) * piece.len()
+}
+
+/// How many pieces [`flood`] writes for `size`.
+fn flood_pieces(size: usize) -> usize {
+    size / entry(1, "stdout", "P", &"a".repeat(16 * 1024)).len() + 1
+}
+
+/// The most one reading may hold: a file line, two streams' joined lines, the gathered output.
+const HELD_BOUND: usize = MAX_FILE_LINE + 2 * JOIN_CAP + CHUNK + 16 * 1024;
+
+/// Reads with `read_logs` to the end (or `max_bytes` of output), keeping only the chunk sizes;
+/// returns the output size, the largest chunk and the reader's stats.
+async fn read_bounded(
+    fake: Arc<FakeRuntime>,
+    log: ContainerLog,
+    options: LogOptions,
+    max_bytes: usize,
+) -> (usize, usize, reader::ReadStats) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(CHANNEL_DEPTH);
+    let task = tokio::spawn(async move {
+        let followers = LogFollowers::new(1);
+        let mut stats = reader::ReadStats::default();
+        let reading = reader::Reading {
+            runtime: fake.as_ref(),
+            log: &log,
+            options: &options,
+            followers: &followers,
+            permit: None,
+        };
+        reader::read_logs(reading, &tx, &mut stats).await.unwrap();
+        stats
+    });
+    let (mut total, mut largest) = (0, 0);
+    while total < max_bytes {
+        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+            Ok(Some(chunk)) => {
+                let chunk = chunk.unwrap();
+                assert!(chunk.iter().all(|b| *b == b'a' || *b == b'\n'));
+                total += chunk.len();
+                largest = largest.max(chunk.len());
+            }
+            Ok(None) => break,
+            Err(_) => panic!("no chunk within 60s after {total} bytes"),
+        }
+    }
+    drop(rx);
+    let stats = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("reader still running")
+        .unwrap();
+    (total, largest, stats)
+}
+
+/// The attack: 16 MiB of one line without a newline. Read whole, it comes out in parts of the
+/// join cap; nothing holds more than a bounded window (the old reader joined it all into one
+/// 16 MiB line, sent as one chunk).
+#[tokio::test]
+async fn a_line_without_end_is_streamed_in_bounded_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    let content = flood(&path, 16 << 20);
+    let (fake, sandbox) = fake().await;
+    let id = add_container(&fake, &sandbox, "app", 0, &path, false).await;
+    // Through the public stream: every chunk is bounded, every byte arrives.
+    let mut s = Box::pin(stream_logs(
+        fake.clone(),
+        log_of(&id, &path),
+        LogOptions::default(),
+    ));
+    let (mut total, mut largest) = (0, 0);
+    while let Some(chunk) = next_chunk(&mut s).await {
+        total += chunk.len();
+        largest = largest.max(chunk.len());
+    }
+    assert_eq!(total, content);
+    assert!(largest <= JOIN_CAP, "a chunk of {largest} bytes");
+    // And the reader's own buffers stay bounded.
+    let (total, largest, stats) =
+        read_bounded(fake, log_of(&id, &path), LogOptions::default(), usize::MAX).await;
+    assert_eq!(total, content);
+    assert!(largest <= JOIN_CAP);
+    assert!(stats.max_held <= HELD_BOUND, "{stats:?}");
+}
+
+/// `tailLines=10` of the flood: about ten parts of the cap, read from a bounded window before
+/// the end (the old reader read the whole file into memory and returned the whole line).
+#[tokio::test]
+async fn tail_lines_of_a_line_without_end_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    flood(&path, 16 << 20);
+    let (fake, sandbox) = fake().await;
+    let id = add_container(&fake, &sandbox, "app", 0, &path, false).await;
+    let options = LogOptions {
+        tail_lines: Some(10),
+        ..Default::default()
+    };
+    let got = read_all(fake.clone(), log_of(&id, &path), options.clone()).await;
+    assert!(
+        got.len() > 8 * JOIN_CAP && got.len() <= 11 * JOIN_CAP,
+        "{} bytes",
+        got.len()
+    );
+    let (total, largest, stats) = read_bounded(fake, log_of(&id, &path), options, usize::MAX).await;
+    assert_eq!(total, got.len());
+    assert!(largest <= JOIN_CAP);
+    assert!(stats.max_held <= HELD_BOUND, "{stats:?}");
+    assert!(stats.bytes_read <= 12 * TAIL_LINE_CAP, "{stats:?}");
+}
+
+/// `limitBytes` stops the reading once met: the old reader joined the whole 16 MiB line before
+/// cutting it.
+#[tokio::test]
+async fn limit_bytes_stops_reading_a_line_without_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    flood(&path, 16 << 20);
+    let (fake, sandbox) = fake().await;
+    let id = add_container(&fake, &sandbox, "app", 0, &path, false).await;
+    let options = LogOptions {
+        limit_bytes: Some(1000),
+        ..Default::default()
+    };
+    let (total, _, stats) = read_bounded(fake, log_of(&id, &path), options, usize::MAX).await;
+    assert_eq!(total, 1000);
+    assert!(stats.bytes_read <= 2 * TAIL_LINE_CAP, "{stats:?}");
+    assert!(stats.max_held <= HELD_BOUND, "{stats:?}");
+}
+
+/// `sinceTime` after everything: nothing is returned and nothing is gathered while skipping.
+#[tokio::test]
+async fn since_skips_a_line_without_end_without_holding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    flood(&path, 16 << 20);
+    let (fake, sandbox) = fake().await;
+    let id = add_container(&fake, &sandbox, "app", 0, &path, false).await;
+    let options = LogOptions {
+        since: Some("2026-01-01T00:00:05Z".parse().unwrap()),
+        ..Default::default()
+    };
+    let (total, _, stats) = read_bounded(fake, log_of(&id, &path), options, usize::MAX).await;
+    assert_eq!(total, 0);
+    assert!(stats.max_held <= HELD_BOUND, "{stats:?}");
+}
+
+/// Following a container that writes without newlines: the parts arrive while it writes (the
+/// old reader waited for the line's end, holding everything), and the follower's buffers stay
+/// bounded.
+#[tokio::test]
+async fn follow_streams_a_line_without_end_as_it_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    let first = flood(&path, 4 << 20);
+    let (fake, sandbox) = fake().await;
+    let id = add_container(&fake, &sandbox, "app", 0, &path, true).await;
+    let options = LogOptions {
+        follow: true,
+        ..Default::default()
+    };
+    // More is written while the follower reads.
+    let writer = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            for _ in 0..8 {
+                std::thread::sleep(Duration::from_millis(100));
+                flood(&path, 1 << 20);
+            }
+        })
+    };
+    let written = first + 8 * flood_pieces(1 << 20) * 16 * 1024;
+    let (total, largest, stats) =
+        read_bounded(fake.clone(), log_of(&id, &path), options, written).await;
+    writer.join().unwrap();
+    assert_eq!(total, written, "the follower got every byte written");
+    assert!(largest <= JOIN_CAP);
+    assert!(stats.max_held <= HELD_BOUND, "{stats:?}");
+}
+
+/// Followers past the cap are refused with 429; a place is given back when a follower ends.
+#[tokio::test]
+async fn follows_past_the_cap_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample_file(dir.path());
+    let (fake, sandbox) = fake().await;
+    let id = add_container(&fake, &sandbox, "app", 0, &path, true).await;
+    let followers = LogFollowers::new(2);
+    let follow = LogOptions {
+        follow: true,
+        tail_lines: Some(1),
+        ..Default::default()
+    };
+    let start = |options: LogOptions| {
+        stream_logs_with(&followers, fake.clone(), log_of(&id, &path), options)
+    };
+    let mut a = Box::pin(start(follow.clone()).expect("first follower"));
+    let mut b = Box::pin(start(follow.clone()).expect("second follower"));
+    assert_eq!(next_chunk(&mut a).await.as_deref(), Some("four\n"));
+    assert_eq!(next_chunk(&mut b).await.as_deref(), Some("four\n"));
+    let Err(refused) = start(follow.clone()) else {
+        panic!("a third follower past the cap of 2");
+    };
+    assert_eq!(refused.status_code(), 429);
+    assert!(refused.to_string().contains("at most 2"), "{refused}");
+    // Reading without follow is not a follower.
+    let once = start(LogOptions::default()).expect("a read without follow");
+    assert_eq!(once.collect::<Vec<_>>().await.len(), 1);
+    // Both share one watch of the log directory.
+    assert_eq!(followers.watching(), (1, 1));
+    drop(a);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while followers.active() > 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dropped follower kept its place"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _c = start(follow).expect("a place was given back");
+    drop(b);
 }

@@ -1,20 +1,22 @@
 //! This node as the cluster sees it.
 //!
-//! - [`NodeInfo`]: facts pods see (IPs for `status.hostIP` and the Downward API, CPU and memory
-//!   capacity for `resourceFieldRef` defaults and `oom_score_adj`); standalone and cluster mode.
+//! - [`NodeInfo`] (in `stats::machine`): facts pods see (IPs for `status.hostIP` and the
+//!   Downward API, CPU and memory capacity for `resourceFieldRef` defaults and
+//!   `oom_score_adj`); standalone and cluster mode.
 //! - Cluster mode: Node registration ([`register`]), the node status ([`status`], pure, and
 //!   [`updater`], the loop that patches it) and the Lease heartbeat ([`lease`]), run together
-//!   by [`NodeAgent`] (which `crate::agent` starts). Machine facts come from [`machine`].
+//!   by [`NodeAgent`] (which `crate::agent` starts). Machine facts come from `stats::machine`.
 
 pub mod lease;
-pub mod machine;
 pub mod register;
 pub mod status;
 pub mod updater;
 
+#[cfg(test)]
+mod api_fields_tests;
+
 use std::future::Future;
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,80 +30,10 @@ use crate::cluster::ApiServerVersion;
 use crate::config::Config;
 use crate::cri::ImageService;
 use crate::events::EventRecorder;
-pub use machine::MachineInfo;
-pub use status::{build_node_status, AllocatableReservation, NodeStatusInputs, Pressure};
-
-/// The node as the pod-facing parts see it: its name, addresses and machine facts. Admission,
-/// allocatable, the Downward API's defaults, `oom_score_adj` and the Node's status all take
-/// the capacity from this one `MachineInfo`, so they cannot disagree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeInfo {
-    pub name: String,
-    pub host_ips: Vec<String>,
-    pub machine: MachineInfo,
-}
-
-impl NodeInfo {
-    /// Reads the node's facts (machine facts under `host_root`, the filesystem of `root_dir`);
-    /// `node_ip` from the configuration wins over detection.
-    pub fn detect(
-        name: &str,
-        node_ip: Option<IpAddr>,
-        host_root: &Path,
-        root_dir: &Path,
-    ) -> NodeInfo {
-        let host_ips = match node_ip {
-            Some(ip) => vec![ip.to_string()],
-            None => detect_host_ip()
-                .map(|ip| vec![ip.to_string()])
-                .unwrap_or_default(),
-        };
-        NodeInfo {
-            name: name.to_string(),
-            host_ips,
-            machine: MachineInfo::read(host_root, root_dir),
-        }
-    }
-
-    /// CPU capacity in millicores: the machine's online CPUs.
-    pub fn cpu_capacity_milli(&self) -> i64 {
-        i64::from(self.machine.num_cores) * 1000
-    }
-
-    /// Memory capacity in bytes (`MemTotal`).
-    pub fn memory_capacity(&self) -> u64 {
-        self.machine.memory_capacity
-    }
-}
-
-/// The address of the interface that holds the default route, else the first non-loopback
-/// IPv4 address of any interface that is up.
-pub fn detect_host_ip() -> Option<IpAddr> {
-    // connect() on a UDP socket sends nothing; it only asks the kernel which source address
-    // it would route from.
-    if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") {
-        if sock.connect("192.0.2.1:9").is_ok() {
-            if let Ok(addr) = sock.local_addr() {
-                if !addr.ip().is_unspecified() {
-                    return Some(addr.ip());
-                }
-            }
-        }
-    }
-    let addrs = nix::ifaddrs::getifaddrs().ok()?;
-    for ifa in addrs {
-        if !ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
-            continue;
-        }
-        if let Some(sin) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) {
-            let ip = IpAddr::V4(sin.ip());
-            if !ip.is_loopback() {
-                return Some(ip);
-            }
-        }
-    }
-    None
-}
+use crate::lifecycle::pressure::Pressure;
+use crate::lifecycle::shutdown::ShutdownView;
+use crate::stats::machine::{MachineInfo, NodeInfo};
+use status::{build_node_status, AllocatableReservation, NodeStatusInputs};
 
 /// Errors talking to the API server about this node. Each names what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -310,7 +242,7 @@ pub struct NodeAgent {
     images: Option<Arc<dyn ImageService>>,
     events: Option<EventRecorder>,
     server: ApiServerVersion,
-    shutdown: crate::nodeshutdown::ShutdownView,
+    shutdown: ShutdownView,
 }
 
 impl NodeAgent {
@@ -331,13 +263,13 @@ impl NodeAgent {
             images: None,
             events: None,
             server: ApiServerVersion::new(),
-            shutdown: crate::nodeshutdown::ShutdownView::none(),
+            shutdown: ShutdownView::none(),
         }
     }
 
     /// Reports `Ready=False` while the node shuts down, and updates the status at once when
     /// that starts or stops (the kubelet's `syncNodeStatus` from the shutdown manager).
-    pub fn with_shutdown(mut self, shutdown: crate::nodeshutdown::ShutdownView) -> Self {
+    pub fn with_shutdown(mut self, shutdown: ShutdownView) -> Self {
         self.shutdown = shutdown;
         self
     }
@@ -503,26 +435,5 @@ mod tests {
         assert_eq!(facts.machine, info.machine);
         assert_eq!(info.cpu_capacity_milli(), 3000);
         assert_eq!(info.memory_capacity(), 5 << 30);
-    }
-
-    #[test]
-    fn detects_from_a_fake_proc() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("proc")).unwrap();
-        std::fs::write(
-            dir.path().join("proc/meminfo"),
-            crate::stats::node::test_support::MEMINFO,
-        )
-        .unwrap();
-        let info = NodeInfo::detect(
-            "n1",
-            Some("10.1.2.3".parse().unwrap()),
-            dir.path(),
-            dir.path(),
-        );
-        assert_eq!(info.memory_capacity(), 4_028_580 * 1024);
-        assert_eq!(info.host_ips, vec!["10.1.2.3".to_string()]);
-        assert!(info.cpu_capacity_milli() >= 1000);
-        assert_eq!(info.machine, MachineInfo::read(dir.path(), dir.path()));
     }
 }

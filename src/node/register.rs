@@ -16,8 +16,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::machine::go_arch;
 use super::{api_call, Error};
+use crate::stats::machine::go_arch;
 
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 pub const LABEL_OS: &str = "kubernetes.io/os";

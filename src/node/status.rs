@@ -20,10 +20,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Map, Value};
 
-use super::machine::{go_arch, MachineInfo};
 use crate::cri::api::Image;
 use crate::events::EventType;
+use crate::lifecycle::pressure::Pressure;
 use crate::quantity::Quantity;
+use crate::stats::machine::{go_arch, MachineInfo};
 
 /// The Kubernetes release whose API and kubelet behaviour nodelet follows (k8s-openapi `v1_37`).
 pub const KUBERNETES_VERSION: &str = "v1.37.0";
@@ -40,15 +41,6 @@ pub const CONDITION_MEMORY_PRESSURE: &str = "MemoryPressure";
 pub const CONDITION_DISK_PRESSURE: &str = "DiskPressure";
 pub const CONDITION_PID_PRESSURE: &str = "PIDPressure";
 pub const CONDITION_READY: &str = "Ready";
-
-/// Which resource pressures the eviction manager currently reports. All false until it sets
-/// them: this is the seam through which it turns the pressure conditions True.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pressure {
-    pub memory: bool,
-    pub disk: bool,
-    pub pid: bool,
-}
 
 /// What is held back from capacity to get allocatable: kube/system reserved plus the hard
 /// eviction thresholds (the kubelet's `GetNodeAllocatableReservation`).
@@ -102,9 +94,9 @@ impl AllocatableReservation {
     /// What the hard `memory.available` and `nodefs.available` thresholds among `thresholds`
     /// hold back (soft ones, and every other signal, hold back nothing).
     pub fn for_hard_thresholds(
-        thresholds: &[crate::eviction::threshold::Threshold],
+        thresholds: &[crate::config::eviction::Threshold],
     ) -> AllocatableReservation {
-        use crate::eviction::threshold::{Signal, ThresholdValue};
+        use crate::config::eviction::{Signal, ThresholdValue};
         let mut out = AllocatableReservation::NONE;
         for t in thresholds.iter().filter(|t| t.is_hard()) {
             let (bytes, fraction) = match t.signal {
@@ -411,7 +403,7 @@ fn ready_errors(health: &Result<(), String>, shutting_down: bool, missing: &[&st
         errors.push(reason.clone());
     }
     if shutting_down {
-        errors.push(crate::nodeshutdown::NODE_SHUTTING_DOWN.to_string());
+        errors.push(crate::lifecycle::shutdown::NODE_SHUTTING_DOWN.to_string());
     }
     if !missing.is_empty() {
         errors.push(format!(

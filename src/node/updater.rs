@@ -270,7 +270,9 @@ impl NodeStatusUpdater {
         }
     }
 
-    /// Up to [`NODE_STATUS_UPDATE_RETRY`] attempts (`updateNodeStatus`).
+    /// Up to [`NODE_STATUS_UPDATE_RETRY`] attempts (`updateNodeStatus`): one iteration of the
+    /// node status loop.
+    #[tracing::instrument(name = "node_status", skip_all, fields(node = %self.node_name))]
     pub async fn update(&mut self) -> Result<UpdateOutcome, Error> {
         let mut last_error = None;
         for attempt in 0..NODE_STATUS_UPDATE_RETRY {

@@ -13,18 +13,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::config::shutdown::GracePeriodByPriority;
+
 /// `scheduling.DefaultPriorityWhenNoDefaultClassExists`.
 pub const DEFAULT_PRIORITY: i32 = 0;
 /// `scheduling.SystemCriticalPriority` (`2 * HighestUserDefinablePriority`).
 pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
-
-/// One entry of `shutdownGracePeriodByPodPriority`: pods of at least `priority` (and below the
-/// next entry's) get `shutdown_grace_period_seconds`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GracePeriodByPriority {
-    pub priority: i32,
-    pub shutdown_grace_period_seconds: i64,
-}
 
 /// The periods to use, sorted by priority (lowest first): the by-priority list when given,
 /// else the two groups of `shutdownGracePeriod` and `shutdownGracePeriodCriticalPods`. Empty
@@ -130,7 +124,7 @@ pub fn pod_grace_period(group_seconds: i64, pod: &Pod) -> Duration {
         Some(own) if own <= group_seconds => own,
         _ => group_seconds,
     };
-    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+    crate::clock::seconds_from_api(seconds)
 }
 
 #[cfg(test)]

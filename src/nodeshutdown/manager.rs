@@ -30,20 +30,19 @@ use k8s_openapi::api::core::v1::PodCondition;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::groups::{
-    effective_periods, group_by_priority, period_requested, pod_grace_period, GracePeriodByPriority,
-};
-use super::logind::{
-    check_delay, write_drop_in, DelayCheck, InhibitLock, Logind, LogindError, DEFAULT_DROP_IN,
-};
-use super::state::{self, ShutdownState, STATE_FILE};
+use super::groups::{group_by_priority, period_requested, pod_grace_period};
+use super::logind::{check_delay, write_drop_in, DelayCheck, InhibitLock, Logind, LogindError};
+use super::state::{self, ShutdownState};
 use super::{NODE_SHUTDOWN_MESSAGE, NODE_SHUTDOWN_REASON};
 use crate::clock::Clock;
+use crate::config::shutdown::GracePeriodByPriority;
 use crate::events::{node_ref, EventRecorder, EventType};
-use crate::eviction::manager::ActivePods;
+use crate::lifecycle::kill::PodKiller;
+use crate::lifecycle::pods::ActivePods;
+use crate::lifecycle::shutdown::ShutdownView;
 use crate::metrics::metrics;
-use crate::pod::kill::{PodKiller, StatusMutation};
 use crate::podspec::pod_uid;
+use crate::status::StatusMutation;
 
 /// The first wait before connecting again (the kubelet's `dbusReconnectPeriod`).
 pub const RECONNECT_PERIOD: Duration = Duration::from_secs(1);
@@ -65,65 +64,6 @@ pub struct Settings {
     /// `graceful_node_shutdown_state` under the root directory.
     pub state_file: PathBuf,
     pub node_name: String,
-}
-
-impl Settings {
-    /// The settings of `cfg`; `None` when graceful node shutdown is off (no period set, or the
-    /// `GracefulNodeShutdown` gate off), as the kubelet's stub manager.
-    pub fn from_config(cfg: &crate::config::Config) -> Option<Settings> {
-        if !cfg.feature_enabled(crate::config::kubelet_fields::GRACEFUL_NODE_SHUTDOWN) {
-            return None;
-        }
-        let by_priority = if cfg
-            .feature_enabled(crate::config::kubelet_fields::GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY)
-        {
-            cfg.shutdown.grace_period_by_pod_priority.as_slice()
-        } else {
-            &[]
-        };
-        let periods = effective_periods(
-            by_priority,
-            cfg.shutdown.grace_period,
-            cfg.shutdown.grace_period_critical_pods,
-        );
-        (!periods.is_empty()).then(|| Settings {
-            periods,
-            drop_in: PathBuf::from(DEFAULT_DROP_IN),
-            state_file: cfg.root_dir.join(STATE_FILE),
-            node_name: cfg.node_name.clone(),
-        })
-    }
-}
-
-/// Whether the node is shutting down, for admission and the node status.
-#[derive(Debug, Clone)]
-pub struct ShutdownView {
-    shutting_down: watch::Receiver<bool>,
-}
-
-impl ShutdownView {
-    /// A view that never reports a shutdown (no manager).
-    pub fn none() -> ShutdownView {
-        ShutdownView {
-            shutting_down: watch::channel(false).1,
-        }
-    }
-
-    /// A view following a mark kept elsewhere (a component test's stand-in for the manager).
-    pub fn following(shutting_down: watch::Receiver<bool>) -> ShutdownView {
-        ShutdownView { shutting_down }
-    }
-
-    pub fn is_shutting_down(&self) -> bool {
-        *self.shutting_down.borrow()
-    }
-
-    /// Resolves when the mark changes (never, for [`ShutdownView::none`]).
-    pub async fn changed(&mut self) {
-        if self.shutting_down.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
 }
 
 /// What a `PrepareForShutdown` signal does, given whether the node is marked shutting down.
@@ -212,9 +152,7 @@ impl ShutdownManager {
     }
 
     pub fn view(&self) -> ShutdownView {
-        ShutdownView {
-            shutting_down: self.shutting_down.subscribe(),
-        }
+        ShutdownView::following(self.shutting_down.subscribe())
     }
 
     /// Runs until cancelled, connecting again whenever the connection ends or a start fails.
@@ -403,7 +341,7 @@ impl ShutdownManager {
                         .terminated()
                 })
                 .collect();
-            let period = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+            let period = crate::clock::seconds_from_api(seconds);
             match tokio::time::timeout(period, futures::future::join_all(handles)).await {
                 Ok(_) => tracing::info!(
                     priority = group.period.priority,

@@ -14,8 +14,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::nodeshutdown::groups::SYSTEM_CRITICAL_PRIORITY;
-use crate::pod::kill::KillHandle;
+use crate::lifecycle::kill::KillHandle;
+use crate::nodeshutdown::groups::{effective_periods, SYSTEM_CRITICAL_PRIORITY};
+use crate::nodeshutdown::state::STATE_FILE;
 
 #[derive(Default)]
 struct LogindState {
@@ -509,32 +510,6 @@ fn the_state_machine() {
     assert_eq!(transition(true, true), Transition::Ignore);
     assert_eq!(transition(true, false), Transition::Cancel);
     assert_eq!(transition(false, false), Transition::Ignore);
-}
-
-#[test]
-fn settings_from_the_configuration() {
-    let env = crate::config::Environment {
-        hostname: "n1".into(),
-    };
-    let mut cfg = crate::config::Config::defaults(&env);
-    assert_eq!(Settings::from_config(&cfg), None, "off by default");
-    cfg.shutdown.grace_period = Duration::from_secs(20);
-    cfg.shutdown.grace_period_critical_pods = Duration::from_secs(5);
-    let s = Settings::from_config(&cfg).unwrap();
-    assert_eq!(
-        s.periods
-            .iter()
-            .map(|p| (p.priority, p.shutdown_grace_period_seconds))
-            .collect::<Vec<_>>(),
-        vec![(0, 15), (SYSTEM_CRITICAL_PRIORITY, 5)]
-    );
-    assert_eq!(
-        s.state_file,
-        cfg.root_dir.join("graceful_node_shutdown_state")
-    );
-    cfg.feature_gates
-        .insert("GracefulNodeShutdown".into(), false);
-    assert_eq!(Settings::from_config(&cfg), None, "gate off");
 }
 
 #[test]

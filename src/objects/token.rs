@@ -61,8 +61,8 @@ impl fmt::Display for TokenRequest {
     }
 }
 
-/// A token as the API server issued it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A token as the API server issued it. `Debug` shows its times, not the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct IssuedToken {
     pub token: String,
     /// `status.expirationTimestamp`.
@@ -70,6 +70,16 @@ pub struct IssuedToken {
     /// `expires` minus the answer's `spec.expirationSeconds` (the kubelet's `iat`): the API server
     /// may shorten the lifetime it was asked for.
     pub issued: Timestamp,
+}
+
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("token", &crate::redact::secret(&self.token))
+            .field("expires", &self.expires)
+            .field("issued", &self.issued)
+            .finish()
+    }
 }
 
 /// Why one TokenRequest failed: the API server's message when it sent one.
@@ -326,9 +336,26 @@ impl fmt::Debug for TokenManager {
 
 /// Tokens read for one pod, by request, so that building volume payloads stays a pure function
 /// of what was read.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct FetchedTokens {
     tokens: BTreeMap<TokenRequest, std::result::Result<String, String>>,
+}
+
+/// The requests and their errors; a token shows only that it is there.
+impl std::fmt::Debug for FetchedTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.tokens.iter().map(|(request, answer)| {
+                (
+                    request,
+                    answer
+                        .as_ref()
+                        .map(crate::redact::secret)
+                        .map_err(|e| e.as_str()),
+                )
+            }))
+            .finish()
+    }
 }
 
 impl FetchedTokens {
@@ -692,5 +719,46 @@ mod tests {
                 },
             })
         );
+    }
+
+    /// `{:?}` of every credential-bearing type of this module holds no secret (and still says
+    /// what it is); `crate::redact` is how they do it.
+    #[test]
+    fn credential_types_debug_without_secrets() {
+        let nb: jiff::Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
+        let token = "eyJhbGciOiJSUzI1NiJ9.c2VjcmV0LXRva2Vu.sig".to_string();
+        let mut fetched_tokens = FetchedTokens::default();
+        fetched_tokens.insert(
+            TokenRequest {
+                namespace: "prod".into(),
+                service_account: "builder".into(),
+                audiences: vec![],
+                expiration_seconds: 3607,
+                pod_name: "web".into(),
+                pod_uid: "u1".into(),
+            },
+            Ok(token.clone()),
+        );
+        crate::redact::assert_debug_redacted(vec![
+            (
+                "IssuedToken",
+                format!(
+                    "{:?}",
+                    IssuedToken {
+                        token: token.clone(),
+                        expires: nb,
+                        issued: nb,
+                    }
+                ),
+                vec![token.clone(), "c2VjcmV0".into()],
+                vec!["token: <redacted>", "2030-01-01"],
+            ),
+            (
+                "FetchedTokens",
+                format!("{fetched_tokens:?}"),
+                vec![token.clone(), "c2VjcmV0".into()],
+                vec!["builder", "Ok(<redacted>)"],
+            ),
+        ]);
     }
 }

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod};
 
-use crate::cgroup::effective_pod_resources;
+use crate::lifecycle::admission::{AdmitResult, PodAdmitAttributes, PodAdmitHandler, Rejection};
+use crate::podspec::resources::effective_pod_resources;
 use crate::podspec::{init_containers, regular_containers};
 
 /// What the node offers.
@@ -18,19 +19,6 @@ pub struct NodeCapacity {
     pub memory: i64,
     pub pods: u32,
     pub labels: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    pub reason: String,
-    pub message: String,
-}
-
-fn reject(reason: &str, message: String) -> Rejection {
-    Rejection {
-        reason: reason.to_string(),
-        message,
-    }
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
@@ -102,6 +90,19 @@ pub fn matches_node(pod: &Pod, labels: &BTreeMap<String, String>, node: &str) ->
     selector_ok && affinity_ok
 }
 
+/// The node's predicates as an admit handler (the kubelet's `PredicateAdmitHandler`), last in
+/// the pod manager's list of API pod handlers.
+pub struct PredicateAdmitHandler {
+    pub node: NodeCapacity,
+    pub node_name: String,
+}
+
+impl PodAdmitHandler for PredicateAdmitHandler {
+    fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> AdmitResult {
+        admit(attrs.pod, attrs.other_pods, &self.node, &self.node_name)
+    }
+}
+
 fn host_ports(pod: &Pod) -> BTreeSet<(String, i32)> {
     regular_containers(pod)
         .iter()
@@ -115,28 +116,12 @@ fn host_ports(pod: &Pod) -> BTreeSet<(String, i32)> {
         .collect()
 }
 
-/// The node shutdown manager's `Admit`: while the node shuts down, no pod is admitted.
-pub fn admit_node_shutdown(shutting_down: bool) -> Result<(), Rejection> {
-    if shutting_down {
-        return Err(reject(
-            crate::nodeshutdown::NODE_SHUTDOWN_NOT_ADMITTED_REASON,
-            crate::nodeshutdown::NODE_SHUTDOWN_NOT_ADMITTED_MESSAGE.to_string(),
-        ));
-    }
-    Ok(())
-}
-
 /// Admits `pod` on a node already running `active` pods (admitted and not terminal).
-pub fn admit(
-    pod: &Pod,
-    active: &[&Pod],
-    node: &NodeCapacity,
-    node_name: &str,
-) -> Result<(), Rejection> {
+pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeCapacity, node_name: &str) -> AdmitResult {
     let spec = pod.spec.as_ref();
     if let Some(os) = spec.and_then(|s| s.os.as_ref()) {
         if os.name != "linux" {
-            return Err(reject(
+            return Err(Rejection::new(
                 "PodOSNotSupported",
                 "Failed to admit pod as the OS field doesn't match node OS".to_string(),
             ));
@@ -147,14 +132,14 @@ pub fn admit(
         .and_then(|s| s.get("kubernetes.io/os"))
         .is_some_and(|os| os != "linux")
     {
-        return Err(reject(
+        return Err(Rejection::new(
             "PodOSSelectorNodeLabelDoesNotMatch",
             "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
                 .to_string(),
         ));
     }
     if !matches_node(pod, &node.labels, node_name) {
-        return Err(reject(
+        return Err(Rejection::new(
             "NodeAffinity",
             "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
                 .to_string(),
@@ -164,7 +149,7 @@ pub fn admit(
     if !wanted_ports.is_empty() {
         let used: BTreeSet<(String, i32)> = active.iter().flat_map(|p| host_ports(p)).collect();
         if wanted_ports.iter().any(|p| used.contains(p)) {
-            return Err(reject(
+            return Err(Rejection::new(
                 "NodePorts",
                 "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
                     .to_string(),
@@ -173,7 +158,7 @@ pub fn admit(
     }
     let used_pods = u32::try_from(active.len()).unwrap_or(u32::MAX);
     if used_pods + 1 > node.pods {
-        return Err(reject(
+        return Err(Rejection::new(
             "OutOfpods",
             format!(
                 "Node didn't have enough resource: pods, requested: 1, used: {used_pods}, capacity: {}",
@@ -191,7 +176,7 @@ pub fn admit(
         .map(|p| effective_pod_resources(p).memory_request)
         .sum();
     if wanted.cpu_request_milli > 0 && used_cpu + wanted.cpu_request_milli > node.cpu_milli {
-        return Err(reject(
+        return Err(Rejection::new(
             "OutOfcpu",
             format!(
                 "Node didn't have enough resource: cpu, requested: {}, used: {used_cpu}, capacity: {}",
@@ -200,7 +185,7 @@ pub fn admit(
         ));
     }
     if wanted.memory_request > 0 && used_memory + wanted.memory_request > node.memory {
-        return Err(reject(
+        return Err(Rejection::new(
             "OutOfmemory",
             format!(
                 "Node didn't have enough resource: memory, requested: {}, used: {used_memory}, capacity: {}",
@@ -421,18 +406,6 @@ mod tests {
         assert_eq!(
             r.message,
             "Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: 2000"
-        );
-    }
-
-    #[test]
-    fn nothing_is_admitted_while_the_node_shuts_down() {
-        assert_eq!(admit_node_shutdown(false), Ok(()));
-        assert_eq!(
-            admit_node_shutdown(true),
-            Err(Rejection {
-                reason: "NodeShutdown".into(),
-                message: "Pod was rejected as the node is shutting down.".into(),
-            })
         );
     }
 }

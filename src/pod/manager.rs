@@ -11,10 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::admission::{self, NodeCapacity};
-use super::workers::{PodWork, PodWorkers};
+use super::worker_state::PodWork;
+use super::workers::PodWorkers;
 use crate::cri::{api, labels, model, Runtime};
 use crate::events::{pod_ref, EventRecorder, EventType};
+use crate::lifecycle::admission::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 use crate::pleg::PodLifecycleEvent;
 use crate::podspec::{pod_uid, Phase};
 use crate::source::SourceSnapshot;
@@ -80,8 +81,7 @@ pub struct PodManager {
     ready: watch::Sender<bool>,
     /// Cluster mode: admission of API pods, and where rejections are reported.
     admission: Option<Admission>,
-    /// Admission of new static pods under node pressure (the eviction manager's `Admit`,
-    /// which lets them through unless `evictStaticPods` made them evictable), and where
+    /// Admission of new static pods under node pressure and node shutdown, and where
     /// rejections are reported. Resource predicates are not applied to static pods.
     static_admission: Option<StaticAdmission>,
     /// UIDs of pods rejected at admission: ended through `kill_pod` before they ever ran,
@@ -93,26 +93,32 @@ pub struct PodManager {
     admitted: watch::Sender<Vec<Arc<Pod>>>,
 }
 
-/// What the pod manager needs to admit static pods under node pressure and node shutdown.
+/// What the pod manager needs to admit new static pods: the handlers to ask (the eviction
+/// manager's pressure check, which lets them through unless `evictStaticPods` made them
+/// evictable, then node shutdown's: while the node shuts down no new pod of any source is
+/// admitted) and where rejections are reported.
 pub struct StaticAdmission {
-    pub pressure: crate::eviction::manager::PressureView,
+    pub handlers: Vec<Arc<dyn PodAdmitHandler>>,
     pub events: EventRecorder,
-    /// The node shutdown manager's mark: while the node shuts down no new pod of any source
-    /// is admitted, as the kubelet's shutdown admit handler applies to every pod.
-    pub shutdown: crate::nodeshutdown::ShutdownView,
 }
 
 /// What the pod manager needs to admit API pods (cluster mode).
 pub struct Admission {
-    pub node: NodeCapacity,
-    pub node_name: String,
     pub status: StatusManager,
     pub events: EventRecorder,
-    /// The eviction manager's node conditions (its `Admit`, checked first as the kubelet's
-    /// admit handlers are ordered).
-    pub pressure: crate::eviction::manager::PressureView,
-    /// The node shutdown manager's mark (its `Admit`, after eviction's).
-    pub shutdown: crate::nodeshutdown::ShutdownView,
+    /// Asked in order, the first rejection wins, as the kubelet's admit handlers: eviction's
+    /// pressure check, node shutdown's, then the node's predicates.
+    pub handlers: Vec<Arc<dyn PodAdmitHandler>>,
+}
+
+/// Pure: the first handler's rejection of `pod` among `other_pods`, or `Ok` when all admit it.
+fn admit_by(
+    handlers: &[Arc<dyn PodAdmitHandler>],
+    pod: &Pod,
+    other_pods: &[&Pod],
+) -> Result<(), Rejection> {
+    let attrs = PodAdmitAttributes { pod, other_pods };
+    handlers.iter().try_for_each(|h| h.admit(&attrs))
 }
 
 impl PodManager {
@@ -148,7 +154,7 @@ impl PodManager {
         self
     }
 
-    /// Admits new static pods against the node's pressure conditions.
+    /// Admits new static pods through `admission`'s handlers (node pressure, node shutdown).
     pub fn with_static_admission(mut self, admission: StaticAdmission) -> Self {
         self.static_admission = Some(admission);
         self
@@ -194,12 +200,7 @@ impl PodManager {
         }
         let active = self.active_pods(desired);
         let refs: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
-        let verdict = admission
-            .pressure
-            .admit(pod)
-            .map_err(|(reason, message)| admission::Rejection { reason, message })
-            .and_then(|()| admission::admit_node_shutdown(admission.shutdown.is_shutting_down()))
-            .and_then(|()| admission::admit(pod, &refs, &admission.node, &admission.node_name));
+        let verdict = admit_by(&admission.handlers, pod, &refs);
         match verdict {
             Ok(()) => true,
             Err(rejection) => {
@@ -212,15 +213,13 @@ impl PodManager {
 
     /// Admission of a new static pod under node pressure and node shutdown (static pods skip
     /// the resource predicates here); rejected as an API pod is.
-    fn admit_static(&mut self, pod: &Arc<Pod>) -> bool {
+    fn admit_static(&mut self, pod: &Arc<Pod>, desired: &BTreeMap<String, Arc<Pod>>) -> bool {
         let Some(admission) = &self.static_admission else {
             return true;
         };
-        let verdict = admission
-            .pressure
-            .admit(pod)
-            .map_err(|(reason, message)| admission::Rejection { reason, message })
-            .and_then(|()| admission::admit_node_shutdown(admission.shutdown.is_shutting_down()));
+        let active = self.active_pods(desired);
+        let refs: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
+        let verdict = admit_by(&admission.handlers, pod, &refs);
         match verdict {
             Ok(()) => true,
             Err(rejection) => {
@@ -234,7 +233,7 @@ impl PodManager {
     /// Ends a pod that failed admission through `kill_pod` before it ever runs: Failed with
     /// the reason and `Pod was rejected: <message>`, as the kubelet's `rejectPod`, and a
     /// Warning event with the reason.
-    fn reject(&mut self, pod: &Arc<Pod>, rejection: admission::Rejection, events: &EventRecorder) {
+    fn reject(&mut self, pod: &Arc<Pod>, rejection: Rejection, events: &EventRecorder) {
         tracing::warn!(
             pod.uid = pod_uid(pod),
             pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
@@ -320,7 +319,10 @@ impl PodManager {
             {
                 continue;
             }
-            if from_files && !self.rejected.contains(pod_uid(&pod)) && !self.admit_static(&pod) {
+            if from_files
+                && !self.rejected.contains(pod_uid(&pod))
+                && !self.admit_static(&pod, &new)
+            {
                 continue;
             }
             self.dispatch(pod);

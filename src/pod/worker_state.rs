@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::status::StatusMutation;
 use crate::sync::executor::SyncOutcome;
-use crate::sync::kill::pod_grace_period;
+use crate::sync::grace::pod_grace_period;
 
 /// What the pod manager wants of a pod.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@
 //! moves the termination's deadline earlier, and the code stopping the containers follows it
 //! (see `sync::stop`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,14 +22,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::kill::{KillHandle, PodKiller, StatusMutation};
-pub use super::worker_state::PodWork;
+use super::worker_state::PodWork;
 use super::worker_state::{transition, Effect, Outcome, Request, State, Wait};
+use crate::clock::saturating_deadline;
+use crate::lifecycle::kill::{KillHandle, PodKiller};
+use crate::lifecycle::pods::LivePods;
 use crate::metrics::metrics;
 use crate::podspec::pod_uid;
-use crate::status::RestartInPlace;
+use crate::status::{RestartInPlace, StatusMutation};
 use crate::sync::executor::{PodMemory, PodSyncer, RuntimeWrites, SyncOutcome};
-use crate::sync::kill::{Grace, GraceDeadline};
+use crate::sync::grace::{Grace, GraceDeadline};
 
 struct Handle {
     requests: Arc<watch::Sender<Request>>,
@@ -205,6 +207,12 @@ impl PodKiller for PodWorkers {
         status: StatusMutation,
     ) -> KillHandle {
         PodWorkers::kill_pod(self, pod, grace_override, status)
+    }
+}
+
+impl LivePods for PodWorkers {
+    fn live_pods(&self) -> HashSet<String> {
+        self.uids().into_iter().collect()
     }
 }
 
@@ -448,10 +456,11 @@ impl Worker {
     /// Waits as told; false when the worker is cancelled.
     async fn wait(&mut self, wait: Wait) -> bool {
         let until = match wait {
-            Wait::Retry(after) => Some(Instant::now() + after),
-            Wait::Idle(deadline) => {
-                Some(Instant::now() + deadline.map_or(self.resync, |d| d.min(self.resync)))
-            }
+            Wait::Retry(after) => Some(saturating_deadline(Instant::now(), after)),
+            Wait::Idle(deadline) => Some(saturating_deadline(
+                Instant::now(),
+                deadline.map_or(self.resync, |d| d.min(self.resync)),
+            )),
             Wait::ForUpdate => None,
         };
         match until {

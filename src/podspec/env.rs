@@ -4,9 +4,9 @@
 //! itself (`third_party/forked/golang/expansion`).
 //!
 //! The environment is a pure function of the pod, the container and the objects read for it
-//! ([`FetchedObjects`], gathered by [`gather_env_objects`]). Without an API server (standalone
-//! nodelet) every ConfigMap or Secret reference fails the way the kubelet fails without a
-//! client. There are no service links.
+//! ([`FetchedObjects`], gathered by `sync::env_objects::gather_env_objects`). Without an API
+//! server (standalone nodelet) every ConfigMap or Secret reference fails the way the kubelet
+//! fails without a client. There are no service links.
 
 use std::net::IpAddr;
 
@@ -16,8 +16,9 @@ use k8s_openapi::api::core::v1::{
 
 use super::error::{container_field_path, ConfigError};
 use super::field::env_var_name;
-use crate::cgroup::resources::{container_limits, container_requests, regular_containers};
-use crate::objects::{FetchedObjects, ObjectKind, ObjectSource, References};
+use super::references::{FetchedObjects, ObjectKind, References};
+use super::regular_containers;
+use super::resources::{container_limits, container_requests};
 use crate::quantity::Quantity;
 
 /// What the environment needs besides the pod: addresses and the node's allocatable resources
@@ -128,16 +129,6 @@ pub fn env_references(container: &Container) -> References {
         }
     }
     refs
-}
-
-/// Reads the objects the container's environment needs, each once, from `source`.
-pub async fn gather_env_objects(
-    pod: &Pod,
-    container: &Container,
-    source: &dyn ObjectSource,
-) -> FetchedObjects {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    FetchedObjects::fetch(source, namespace, &env_references(container)).await
 }
 
 /// One `envFrom` source read: the object's entries, `None` when an optional object is absent.
@@ -609,7 +600,7 @@ pub fn resource_field_ref_value(
         .find(|c| c.name == target_name)
     {
         (c, true)
-    } else if let Some(c) = crate::cgroup::resources::init_containers(pod)
+    } else if let Some(c) = super::init_containers(pod)
         .iter()
         .find(|c| c.name == target_name)
     {
@@ -692,7 +683,7 @@ pub fn resource_field_ref_value(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::{BTreeMap, HashMap};
 
     use k8s_openapi::api::core::v1::{
@@ -703,7 +694,7 @@ mod tests {
     use k8s_openapi::ByteString;
 
     use super::*;
-    use crate::cgroup::resources::test_support::container;
+    use crate::podspec::resources::test_support::container;
 
     #[test]
     fn expand_table() {
@@ -741,7 +732,7 @@ mod tests {
         }
     }
 
-    fn field_env(name: &str, path: &str) -> EnvVar {
+    pub(crate) fn field_env(name: &str, path: &str) -> EnvVar {
         EnvVar {
             name: name.into(),
             value: None,
@@ -770,7 +761,7 @@ mod tests {
         }
     }
 
-    fn test_pod(c: Container) -> Pod {
+    pub(crate) fn test_pod(c: Container) -> Pod {
         Pod {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some("web".into()),
@@ -789,7 +780,7 @@ mod tests {
         }
     }
 
-    const CTX: EnvContext<'static> = EnvContext {
+    pub(crate) const CTX: EnvContext<'static> = EnvContext {
         pod_ips: &[],
         host_ips: &[],
         node_name: "node-1",
@@ -1020,7 +1011,7 @@ mod tests {
         assert_eq!(got, vec![("APP_CPU".to_string(), "2".to_string())]);
     }
 
-    fn cm_key(name: &str, cm: &str, key: &str, optional: bool) -> EnvVar {
+    pub(crate) fn cm_key(name: &str, cm: &str, key: &str, optional: bool) -> EnvVar {
         EnvVar {
             name: name.into(),
             value: None,
@@ -1035,7 +1026,7 @@ mod tests {
         }
     }
 
-    fn secret_key(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
+    pub(crate) fn secret_key(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
         EnvVar {
             name: name.into(),
             value: None,
@@ -1050,7 +1041,7 @@ mod tests {
         }
     }
 
-    fn from_cm(name: &str, prefix: &str, optional: bool) -> EnvFromSource {
+    pub(crate) fn from_cm(name: &str, prefix: &str, optional: bool) -> EnvFromSource {
         EnvFromSource {
             config_map_ref: Some(ConfigMapEnvSource {
                 name: name.into(),
@@ -1269,42 +1260,6 @@ mod tests {
             [
                 "Keys [bad=key] from the EnvFrom configMap default/settings were skipped since they are considered invalid environment variable names.",
                 "Keys [P=LOG_LEVEL, P=PORT, P=bad=key] from the EnvFrom configMap default/settings were skipped since they are considered invalid environment variable names.",
-            ]
-        );
-    }
-
-    #[tokio::test]
-    async fn gather_reads_each_referenced_object_once() {
-        use crate::objects::FakeObjects;
-        let fake = FakeObjects::new();
-        fake.set_config_map(ConfigMap {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some("settings".into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            data: Some(BTreeMap::from([("PORT".to_string(), "1".to_string())])),
-            ..Default::default()
-        });
-        let mut c = container("c", "", "");
-        c.env_from = Some(vec![from_cm("settings", "", false)]);
-        c.env = Some(vec![
-            cm_key("A", "settings", "PORT", false),
-            secret_key("B", "creds", "k", true),
-            field_env("N", "metadata.name"),
-        ]);
-        let p = test_pod(c.clone());
-        let objects = gather_env_objects(&p, &c, &fake).await;
-        assert_eq!(fake.reads(), 2);
-        assert_eq!(objects.config_maps.len(), 1);
-        assert!(matches!(objects.secrets.get("creds"), Some(Ok(None))));
-        let env = make_environment(&p, &c, &CTX, &objects).unwrap();
-        assert_eq!(
-            env,
-            [
-                ("PORT".to_string(), "1".to_string()),
-                ("A".to_string(), "1".to_string()),
-                ("N".to_string(), "web".to_string()),
             ]
         );
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::field::{BadValue, FieldError, FieldErrorKind};
-use crate::objects::ObjectKind;
+use super::references::ObjectKind;
 
 /// Why the kubelet could not build a container's (or sandbox's) runtime config. The Display
 /// text becomes the container's `CreateContainerConfigError` message; where the kubelet has a
@@ -75,6 +75,13 @@ pub enum ConfigError {
     #[error("container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})")]
     NonNumericImageUser {
         user: String,
+        pod: String,
+        container: String,
+    },
+    /// `validation.IsValidUserID` of the image's uid failed (it must fit the API's 0..=2^31-1).
+    #[error("container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-(2147483647)): must be between 0 and 2147483647, inclusive (pod: {pod:?}, container: {container})")]
+    InvalidImageUid {
+        uid: i64,
         pod: String,
         container: String,
     },

@@ -1,19 +1,24 @@
 //! What a pod spec means, independent of who acts on it: the accessors every module needs
 //! (with the API defaults applied, so no module re-derives them differently), the container
-//! environment and Downward API values (`env`), restart rules (`restart`), the hostname
-//! (`hostname`), field paths and errors in apimachinery's shape with the string-format checks
-//! pod validation uses (`field`), and the error a spec that cannot be turned into a runtime config gives, with
-//! its field path (`error`).
+//! environment and Downward API values (`env`), the QoS class and which pods are static or
+//! critical (`qos`), effective requests and limits (`resources`), the ConfigMaps and Secrets it
+//! refers to (`references`), restart rules (`restart`), the hostname (`hostname`), field paths
+//! and errors in apimachinery's shape with the string-format checks pod validation uses
+//! (`field`), and the error a spec that cannot be turned into a runtime config gives, with its
+//! field path (`error`).
 //!
-//! This is a leaf below `sync`, `probe`, `status` and `volume`: it imports none of them (a test
-//! in `tests/layering.rs` keeps it that way), so they can all share it without importing one
-//! another.
+//! This is a leaf: it imports only the base modules (`quantity`), does no I/O and has no async,
+//! so every module above can share it without importing one another (a test in
+//! `tests/layering.rs` keeps it that way).
 
 pub mod env;
 pub mod error;
 pub mod field;
 pub mod hostname;
 pub mod phase;
+pub mod qos;
+pub mod references;
+pub mod resources;
 pub mod restart;
 
 pub use error::{container_field_path, ConfigError};
@@ -43,6 +48,10 @@ impl ContainerKind {
 /// The annotation that marks a static pod's mirror in the API server, with the static pod's
 /// config hash as its value.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The annotation naming the source a pod came from (`file`, `http`, `api`); anything but
+/// `api` marks a static pod.
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 
 /// The value of one annotation of the pod.
 pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {

@@ -21,7 +21,7 @@ const RECONNECT_BACKOFF: Duration = Duration::from_secs(1);
 /// Checks `service` at `host:port` within `timeout` (dial and call together).
 pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> Attempt {
     let addr = join_host_port(host, port);
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::clock::saturating_deadline(Instant::now(), timeout);
     let channel = match connect(&addr, deadline).await {
         Ok(c) => c,
         Err(ConnectError::Timeout) => {

@@ -30,6 +30,9 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 
 pub use manager::ProbeManager;
 pub use spec::PROBE_USER_AGENT;
+/// A worker's timing: the first probe's instant and an adopted container's spread (for the
+/// fuzz target that drives a pod spec's extreme integers through them).
+pub use worker::{adoption_spread, first_probe_at};
 
 /// Event reason for a failed or errored probe attempt (`events.ContainerUnhealthy`).
 pub const REASON_UNHEALTHY: &str = "Unhealthy";

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Container, HTTPGetAction, HTTPHeader, Pod, Prob
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{HandlerError, ProbeKind};
+use crate::clock::seconds_from_api;
 use crate::podspec::env::expand_with;
 
 /// The User-Agent the kubelet sends (`kube-probe/<major>.<minor>`), the Kubernetes version
@@ -36,14 +37,11 @@ impl ProbeSettings {
                 .filter(|v| *v >= 1)
                 .unwrap_or(default)
         }
-        let initial_delay = probe
-            .initial_delay_seconds
-            .and_then(|v| u64::try_from(v).ok())
-            .unwrap_or(0);
+        let secs = |v: u32| seconds_from_api(i64::from(v));
         ProbeSettings {
-            initial_delay: Duration::from_secs(initial_delay),
-            period: Duration::from_secs(u64::from(at_least_one(probe.period_seconds, 10))),
-            timeout: Duration::from_secs(u64::from(at_least_one(probe.timeout_seconds, 1))),
+            initial_delay: seconds_from_api(i64::from(probe.initial_delay_seconds.unwrap_or(0))),
+            period: secs(at_least_one(probe.period_seconds, 10)),
+            timeout: secs(at_least_one(probe.timeout_seconds, 1)),
             success_threshold: at_least_one(probe.success_threshold, 1),
             failure_threshold: at_least_one(probe.failure_threshold, 3),
         }
@@ -343,6 +341,44 @@ mod tests {
                     timeout_seconds: Some(-1),
                     success_threshold: Some(0),
                     failure_threshold: Some(0),
+                    ..Default::default()
+                },
+                ProbeSettings {
+                    initial_delay: Duration::ZERO,
+                    period: Duration::from_secs(10),
+                    timeout: Duration::from_secs(1),
+                    success_threshold: 1,
+                    failure_threshold: 3,
+                },
+            ),
+            (
+                "the API's largest values",
+                Probe {
+                    initial_delay_seconds: Some(i32::MAX),
+                    period_seconds: Some(i32::MAX),
+                    timeout_seconds: Some(i32::MAX),
+                    success_threshold: Some(i32::MAX),
+                    failure_threshold: Some(i32::MAX),
+                    termination_grace_period_seconds: Some(i64::MAX),
+                    ..Default::default()
+                },
+                ProbeSettings {
+                    initial_delay: Duration::from_secs(2_147_483_647),
+                    period: Duration::from_secs(2_147_483_647),
+                    timeout: Duration::from_secs(2_147_483_647),
+                    success_threshold: 2_147_483_647,
+                    failure_threshold: 2_147_483_647,
+                },
+            ),
+            (
+                "the API's smallest values",
+                Probe {
+                    initial_delay_seconds: Some(i32::MIN),
+                    period_seconds: Some(i32::MIN),
+                    timeout_seconds: Some(i32::MIN),
+                    success_threshold: Some(i32::MIN),
+                    failure_threshold: Some(i32::MIN),
+                    termination_grace_period_seconds: Some(i64::MIN),
                     ..Default::default()
                 },
                 ProbeSettings {

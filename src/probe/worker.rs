@@ -14,6 +14,7 @@ use super::prober::{event_for, outcome};
 use super::spec::{resolve_handler, ProbeSettings};
 use super::threshold::{step, Outcome, ThresholdState, Thresholds};
 use super::{ProbeKind, ProbeResult};
+use crate::clock::saturating_deadline;
 
 /// The container instance a worker probes: an immutable snapshot taken when the worker
 /// starts, so a worker can never end up probing another instance.
@@ -38,7 +39,10 @@ pub fn first_probe_at(
     now: Instant,
     spread: Duration,
 ) -> Instant {
-    (started_at + initial_delay).max(now) + spread
+    saturating_deadline(
+        saturating_deadline(started_at, initial_delay).max(now),
+        spread,
+    )
 }
 
 /// A deterministic spread over one period for containers that were already running when
@@ -176,6 +180,37 @@ mod tests {
         for (name, started, delay, now, spread, want) in cases {
             assert_eq!(first_probe_at(started, delay, now, spread), want, "{name}");
         }
+    }
+
+    /// The longest periods the API allows (int32 seconds) and longer durations never overflow
+    /// the instant of the first probe.
+    #[test]
+    fn first_probe_of_extreme_delays_saturates() {
+        use crate::clock::FAR_FUTURE;
+        let t0 = Instant::now();
+        let max32 = Duration::from_secs(u64::from(i32::MAX.unsigned_abs()));
+        // (case, initial delay, spread, want offset from t0)
+        let cases = [
+            ("int32 max delay", max32, Duration::ZERO, max32),
+            ("int32 max delay and spread", max32, max32, max32 * 2),
+            (
+                "duration max delay",
+                Duration::MAX,
+                Duration::ZERO,
+                FAR_FUTURE,
+            ),
+            (
+                "duration max both",
+                Duration::MAX,
+                Duration::MAX,
+                FAR_FUTURE * 2,
+            ),
+        ];
+        for (name, delay, spread, want) in cases {
+            assert_eq!(first_probe_at(t0, delay, t0, spread) - t0, want, "{name}");
+        }
+        let spread = adoption_spread("c", max32);
+        assert!(spread < max32);
     }
 
     #[test]

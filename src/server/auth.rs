@@ -8,6 +8,13 @@
 //! answer means) are pure functions; the API server calls sit behind [`TokenReviewer`] and
 //! [`AccessReviewer`], and their answers are cached for the configured times, as the kubelet's
 //! webhook authenticator and authorizer cache them.
+//!
+//! Reviews are bounded: at most [`REVIEW_CONCURRENCY`] TokenReviews and as many
+//! SubjectAccessReviews are in flight at once, and a request that would start one more is
+//! refused at once with 429 (it never queues). Anyone who can reach the port can send bearer
+//! tokens nothing has cached, so without the cap a flood of made-up tokens would turn into a
+//! flood of TokenReviews; they also go through a client of their own (`cluster::ApiClients`),
+//! so they never take tokens from the bucket that pod status writes and events wait on.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -25,6 +32,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::config::{Authentication, Authorization, AuthorizationMode};
@@ -275,6 +283,17 @@ impl AccessReviewer for ApiReviews {
     }
 }
 
+/// How many TokenReviews (and, separately, SubjectAccessReviews) may be in flight at once;
+/// a request that needs one more gets 429 at once. Cached answers take no slot.
+pub const REVIEW_CONCURRENCY: usize = 4;
+
+/// The 429 text for a review that found every slot taken.
+pub fn too_many_reviews(what: &str) -> String {
+    format!(
+        "Too many requests: {REVIEW_CONCURRENCY} {what}s are already in flight to the API server; retry later"
+    )
+}
+
 /// Answers kept for a while (the webhook caches). Errors are never cached.
 struct TtlCache<K, V> {
     entries: Mutex<HashMap<K, (V, Instant)>>,
@@ -314,7 +333,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
                 entries.remove(&oldest);
             }
         }
-        entries.insert(key, (value, now + ttl));
+        entries.insert(key, (value, crate::clock::saturating_deadline(now, ttl)));
     }
 }
 
@@ -327,6 +346,8 @@ pub enum Refusal {
     Forbidden(String),
     /// 500: the API server could not answer a review.
     Error(String),
+    /// 429: every review slot is taken (a flood of unknown tokens, say); the client may retry.
+    TooManyRequests(String),
 }
 
 impl IntoResponse for Refusal {
@@ -335,6 +356,17 @@ impl IntoResponse for Refusal {
             Refusal::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized".to_string()),
             Refusal::Forbidden(message) => (StatusCode::FORBIDDEN, message),
             Refusal::Error(message) => (StatusCode::INTERNAL_SERVER_ERROR, message),
+            Refusal::TooManyRequests(message) => {
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [
+                        (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                        (header::RETRY_AFTER, "1"),
+                    ],
+                    message,
+                )
+                    .into_response()
+            }
         };
         (
             code,
@@ -356,6 +388,10 @@ pub struct KubeletAuth {
     allowed_ttl: Duration,
     denied_ttl: Duration,
     access_cache: TtlCache<(UserInfo, RequestAttributes), bool>,
+    /// Slots for TokenReviews in flight ([`REVIEW_CONCURRENCY`]).
+    token_slots: Semaphore,
+    /// Slots for SubjectAccessReviews in flight ([`REVIEW_CONCURRENCY`]).
+    access_slots: Semaphore,
 }
 
 impl KubeletAuth {
@@ -382,6 +418,8 @@ impl KubeletAuth {
             allowed_ttl: authorization.cache_authorized_ttl,
             denied_ttl: authorization.cache_unauthorized_ttl,
             access_cache: TtlCache::new(),
+            token_slots: Semaphore::new(REVIEW_CONCURRENCY),
+            access_slots: Semaphore::new(REVIEW_CONCURRENCY),
         }
     }
 
@@ -401,6 +439,10 @@ impl KubeletAuth {
             let answer = match self.token_cache.get(&key) {
                 Some(answer) => answer,
                 None => {
+                    let Ok(_slot) = self.token_slots.try_acquire() else {
+                        tracing::debug!("TokenReview slots all taken; refusing the request");
+                        return Err(Refusal::TooManyRequests(too_many_reviews("TokenReview")));
+                    };
                     let answer = reviewer.review_token(token).await.map_err(|e| {
                         tracing::warn!(error = %e, "unable to authenticate the request");
                         Refusal::Unauthorized
@@ -435,6 +477,14 @@ impl KubeletAuth {
             let allowed = match self.access_cache.get(&key) {
                 Some(allowed) => allowed,
                 None => {
+                    let Ok(_slot) = self.access_slots.try_acquire() else {
+                        tracing::debug!(
+                            "SubjectAccessReview slots all taken; refusing the request"
+                        );
+                        return Err(Refusal::TooManyRequests(too_many_reviews(
+                            "SubjectAccessReview",
+                        )));
+                    };
                     let allowed = reviewer.review_access(user, attrs).await.map_err(|e| {
                         Refusal::Error(format!(
                             "Authorization error (user={}, verb={}, resource=nodes, subresource={}): {e}",

@@ -313,3 +313,184 @@ fn access_review_is_the_kubelets() {
         })
     );
 }
+
+/// A TokenReview flood against a slow API server: the reviews beyond [`REVIEW_CONCURRENCY`]
+/// are refused at once with 429 (they never queue), none of them reaches the API server, and
+/// the pods client's token bucket (pod status writes, events) still has every token while the
+/// flood is in flight. The clients are wired as the agent wires them ([`crate::cluster::api_clients`]).
+#[tokio::test(start_paused = true)]
+async fn a_review_flood_fails_fast_and_leaves_the_status_bucket_alone() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let reviews_seen = Arc::new(AtomicUsize::new(0));
+    // The API server: TokenReviews answer once `open` says so; everything else at once.
+    let transport = {
+        let seen = reviews_seen.clone();
+        tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
+            let mut gate = gate.clone();
+            let seen = seen.clone();
+            async move {
+                let body: &str = if request.uri().path().ends_with("/tokenreviews") {
+                    seen.fetch_add(1, SeqCst);
+                    let _ = gate.wait_for(|open| *open).await;
+                    r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{},"status":{"authenticated":true,"user":{"username":"alice"}}}"#
+                } else {
+                    r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"}}"#
+                };
+                Ok::<_, std::convert::Infallible>(axum::http::Response::new(
+                    kube::client::Body::from(body.as_bytes().to_vec()),
+                ))
+            }
+        })
+    };
+    let mut config = crate::config::Config::defaults(&crate::config::Environment {
+        hostname: "node-a".into(),
+    });
+    // Exactly enough tokens for the reviews in flight: a shared bucket would be empty after them.
+    config.kube_api_qps = 1;
+    config.kube_api_burst = REVIEW_CONCURRENCY as u32;
+    let clients = crate::cluster::api_clients(&config, |limit| {
+        let builder = kube::client::ClientBuilder::new(transport.clone(), "default");
+        Ok::<_, std::convert::Infallible>(match limit {
+            Some(layer) => builder.with_layer(layer).build(),
+            None => builder.build(),
+        })
+    })
+    .unwrap();
+    let reviews = Arc::new(ApiReviews::new(clients.reviews.clone()));
+    let auth = Arc::new(KubeletAuth::new(
+        "node-a",
+        &Authentication::default(),
+        &Authorization::default(),
+        Some(reviews.clone()),
+        Some(reviews),
+    ));
+
+    let in_flight: Vec<_> = (0..REVIEW_CONCURRENCY)
+        .map(|i| {
+            let auth = auth.clone();
+            tokio::spawn(async move {
+                auth.authenticate(None, Some(&format!("Bearer flood-{i}")))
+                    .await
+            })
+        })
+        .collect();
+    // Without letting time pass: every slot is taken and every review is at the API server.
+    for _ in 0..100_000 {
+        if reviews_seen.load(SeqCst) == REVIEW_CONCURRENCY {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(reviews_seen.load(SeqCst), REVIEW_CONCURRENCY);
+    assert_eq!(auth.token_slots.available_permits(), 0);
+
+    // A status write now finds its bucket full: no wait (paused time would have moved).
+    let before = tokio::time::Instant::now();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(clients.pods.clone(), "default");
+    pods.get_status("p").await.unwrap();
+    assert_eq!(
+        tokio::time::Instant::now(),
+        before,
+        "the pods client waited for a token: the reviews drew from its bucket"
+    );
+
+    // The excess fails at once, with 429, and never reaches the API server.
+    for i in 0..3 {
+        let refused = tokio::time::timeout(
+            Duration::from_secs(3600),
+            auth.authenticate(None, Some(&format!("Bearer extra-{i}"))),
+        )
+        .await
+        .expect("an excess review queued for a slot instead of failing");
+        assert_eq!(
+            refused,
+            Err(Refusal::TooManyRequests(too_many_reviews("TokenReview")))
+        );
+    }
+    assert_eq!(reviews_seen.load(SeqCst), REVIEW_CONCURRENCY);
+    let response = Refusal::TooManyRequests(too_many_reviews("TokenReview")).into_response();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+
+    // The reviews in flight finish, and their slots come back.
+    open.send_replace(true);
+    for task in in_flight {
+        assert_eq!(task.await.unwrap().unwrap().name, "alice");
+    }
+    assert_eq!(auth.token_slots.available_permits(), REVIEW_CONCURRENCY);
+    assert_eq!(
+        auth.authenticate(None, Some("Bearer flood-0"))
+            .await
+            .unwrap()
+            .name,
+        "alice",
+        "answered from the cache"
+    );
+}
+
+/// SubjectAccessReviews have slots of their own: while they are all taken, the next one is
+/// refused at once with 429; a cached answer needs no slot.
+#[tokio::test(start_paused = true)]
+async fn access_reviews_beyond_the_cap_fail_fast() {
+    struct Slow(tokio::sync::watch::Receiver<bool>);
+    #[async_trait]
+    impl AccessReviewer for Slow {
+        async fn review_access(
+            &self,
+            _: &UserInfo,
+            _: &RequestAttributes,
+        ) -> Result<bool, ReviewError> {
+            let _ = self.0.clone().wait_for(|open| *open).await;
+            Ok(true)
+        }
+    }
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let auth = Arc::new(KubeletAuth::new(
+        "node-a",
+        &Authentication::default(),
+        &Authorization {
+            mode: AuthorizationMode::Webhook,
+            ..Default::default()
+        },
+        None,
+        Some(Arc::new(Slow(gate))),
+    ));
+    let user = |i: usize| UserInfo {
+        name: format!("user-{i}"),
+        ..Default::default()
+    };
+    let in_flight: Vec<_> = (0..REVIEW_CONCURRENCY)
+        .map(|i| {
+            let auth = auth.clone();
+            tokio::spawn(async move { auth.authorize(&user(i), &Method::GET, "/stats").await })
+        })
+        .collect();
+    for _ in 0..100_000 {
+        if auth.access_slots.available_permits() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(auth.access_slots.available_permits(), 0);
+    let refused = tokio::time::timeout(
+        Duration::from_secs(3600),
+        auth.authorize(&user(99), &Method::GET, "/stats"),
+    )
+    .await
+    .expect("an excess review queued for a slot instead of failing");
+    assert_eq!(
+        refused,
+        Err(Refusal::TooManyRequests(too_many_reviews(
+            "SubjectAccessReview"
+        )))
+    );
+    open.send_replace(true);
+    for task in in_flight {
+        task.await.unwrap().unwrap();
+    }
+    auth.authorize(&user(0), &Method::GET, "/stats")
+        .await
+        .unwrap();
+}

@@ -1,5 +1,5 @@
-//! The status page's charts: the last hour of [`crate::history`] drawn server-side as SVG with
-//! `plotters` (its SVG backend only, no fonts of its own: the browser sets the text).
+//! The status page's charts: the last hour of [`crate::server::history`] drawn server-side as
+//! SVG with `plotters` (its SVG backend only, no fonts of its own: the browser sets the text).
 //!
 //! Each chart is a function of a [`Snapshot`] and `now`: the x axis is minutes before `now`
 //! (−60 … 0), one line per series (a `<polyline>`), the memory chart's eviction thresholds as
@@ -8,7 +8,7 @@
 
 use plotters::prelude::*;
 
-use crate::history::{MarkerKind, Sample, Snapshot};
+use crate::server::history::{MarkerKind, Sample, Snapshot};
 
 const WIDTH: u32 = 560;
 const HEIGHT: u32 = 220;
@@ -222,7 +222,7 @@ fn draw_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Marker, ThresholdLine};
+    use crate::server::history::{Marker, ThresholdLine};
 
     fn snapshot(samples: usize) -> Snapshot {
         Snapshot {

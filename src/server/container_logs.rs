@@ -17,7 +17,9 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{ContainerLogSource, LogRefusal};
 use crate::clock::Clock;
 use crate::cri::Runtime;
-use crate::logs::{container_log, log_container_id, stream_logs, LogError, LogOptions};
+use crate::logs::{
+    container_log, log_container_id, stream_logs_with, LogError, LogFollowers, LogOptions,
+};
 
 /// The pods to serve logs of (`StatusManager::pods`: each with its latest status).
 pub type PodsFn = Arc<dyn Fn() -> Vec<Arc<Pod>> + Send + Sync>;
@@ -26,6 +28,8 @@ pub struct PodContainerLogs {
     pub runtime: Arc<dyn Runtime>,
     pub pods: PodsFn,
     pub clock: Clock,
+    /// The node's log followers: a follow past their cap is answered 429.
+    pub followers: LogFollowers,
 }
 
 fn refusal(error: LogError) -> LogRefusal {
@@ -89,7 +93,10 @@ impl ContainerLogSource for PodContainerLogs {
         let log = container_log(self.runtime.as_ref(), &id)
             .await
             .map_err(refusal)?;
-        let mut stream = Box::pin(stream_logs(self.runtime.clone(), log, options));
+        let mut stream = Box::pin(
+            stream_logs_with(&self.followers, self.runtime.clone(), log, options)
+                .map_err(refusal)?,
+        );
         // The first chunk decides the status: a file that cannot be opened is an error answer,
         // not a 200 with an empty body.
         match stream.next().await {

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod charts;
 pub mod connection;
 pub mod container_logs;
+pub mod history;
 pub mod status_page;
 pub mod streaming;
 pub mod tls;

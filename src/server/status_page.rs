@@ -6,7 +6,7 @@
 //!
 //! - the node: its conditions (Ready, MemoryPressure, DiskPressure, PIDPressure) as nodelet
 //!   reports them, in standalone mode too;
-//! - charts of the last hour ([`crate::history`]): memory available with the eviction
+//! - charts of the last hour ([`crate::server::history`]): memory available with the eviction
 //!   thresholds, PSI, CPU, pods; markers where a pod was evicted or a container restarted;
 //! - the pods as `nodelet pods` prints them, each with its containers: state, readiness,
 //!   restarts, the last termination's reason and exit code, the probes it has and their last
@@ -31,7 +31,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Event, NodeStatus, Pod};
 
 use crate::events::table::event_cells;
-use crate::history::{History, MarkerKind, Snapshot};
+use crate::server::history::{History, MarkerKind, Snapshot};
 use crate::status::printer::pod_cells;
 
 /// The page reloads itself this often.
@@ -220,7 +220,7 @@ fn charts(out: &mut String, history: Option<&Snapshot>, now: Timestamp) {
 <span class=\"marker-Evicted\">a pod evicted</span>, \
 <span class=\"marker-Restarted\">a container restarted</span>.</p><div class=\"charts\">",
         history.samples.len(),
-        crate::history::SAMPLE_PERIOD.as_secs()
+        crate::server::history::SAMPLE_PERIOD.as_secs()
     );
     for (id, svg) in super::charts::charts(history, now.as_second()) {
         let points = history.samples.len();
@@ -649,14 +649,14 @@ mod tests {
         let at = now().as_second();
         let history = Snapshot {
             samples: (0..5)
-                .map(|i| crate::history::Sample {
+                .map(|i| crate::server::history::Sample {
                     at: at - 40 + 10 * i,
                     memory_available: Some(500 << 20),
                     pods: 2,
                     ..Default::default()
                 })
                 .collect(),
-            markers: vec![crate::history::Marker {
+            markers: vec![crate::server::history::Marker {
                 at: at - 20,
                 kind: MarkerKind::Restarted,
                 pod: "default/crash".into(),

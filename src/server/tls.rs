@@ -97,6 +97,11 @@ pub fn serving_certificate(
             let key = pki_dir.join("kubelet.key");
             if !cert.exists() || !key.exists() {
                 write_self_signed(&cert, &key, node_name, addresses)?;
+            } else {
+                // Kept from an earlier start: the key is made owner-only if it is not, and
+                // the directory 0700.
+                crate::certificate::store::ensure_private_dir(pki_dir).map_err(store_error)?;
+                crate::certificate::store::restrict_private_file(&key).map_err(store_error)?;
             }
             (cert, key)
         }
@@ -129,33 +134,25 @@ fn write_self_signed(
         .self_signed(&key)
         .map_err(|e| TlsError::Generate(e.to_string()))?;
     let dir = cert_path.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    write_private(key_path, key.serialize_pem().as_bytes())?;
+    crate::certificate::store::ensure_private_dir(dir).map_err(store_error)?;
+    crate::certificate::store::write_private(key_path, key.serialize_pem().as_bytes())
+        .map_err(store_error)?;
     std::fs::write(cert_path, cert.pem()).map_err(|source| TlsError::Write {
         path: cert_path.to_path_buf(),
         source,
     })
 }
 
-fn write_private(path: &Path, content: &[u8]) -> Result<(), TlsError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let write = || -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)?;
-        file.write_all(content)
-    };
-    write().map_err(|source| TlsError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+/// A certificate store's error as this module's (each names its path).
+fn store_error(error: crate::certificate::store::StoreError) -> TlsError {
+    use crate::certificate::store::StoreError;
+    match error {
+        StoreError::Io { path, source } => TlsError::Write { path, source },
+        StoreError::Invalid { path, source } => TlsError::Invalid {
+            path,
+            reason: source.to_string(),
+        },
+    }
 }
 
 /// The server configuration: `cert`, and when `client_ca` is set, client certificates chaining
@@ -336,6 +333,23 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.permissions().mode() & 0o777, 0o600);
         server_config(first, None).unwrap();
+    }
+
+    /// A kept serving key left readable by others (and its directory) is narrowed at the next
+    /// start, before it is served.
+    #[test]
+    fn a_kept_serving_key_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        serving_certificate(None, &pki, "node-a", &[]).unwrap();
+        let key = pki.join("kubelet.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&pki, std::fs::Permissions::from_mode(0o755)).unwrap();
+        serving_certificate(None, &pki, "node-a", &[]).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(mode(&pki), 0o700);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::SourceSnapshot;
 
 pub const API_SOURCE: &str = "api";
 
-pub use crate::podspec::{is_mirror_pod, MIRROR_ANNOTATION};
+use crate::podspec::is_mirror_pod;
 
 /// Quiet time after a watch event before a snapshot is sent, so a burst (the initial list, a
 /// rollout) becomes one snapshot.
@@ -148,6 +148,7 @@ impl ApiSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::podspec::MIRROR_ANNOTATION;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::sync::Arc;
 

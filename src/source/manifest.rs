@@ -15,10 +15,8 @@ use sha2::{Digest, Sha256};
 
 use super::defaults::apply_defaults;
 use super::validation::{validate_pod, validate_static_pod};
-use super::{
-    ManifestError, CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
-    FILE_SOURCE,
-};
+use super::{ManifestError, CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, FILE_SOURCE};
+use crate::podspec::CONFIG_SOURCE_ANNOTATION;
 
 /// The kubelet refuses manifests larger than this (`maxConfigLength`, 10 MiB).
 pub const MAX_MANIFEST_BYTES: usize = 10 << 20;

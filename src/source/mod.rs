@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Pod;
 
-pub use crate::podspec::field::{FieldError, FieldErrorKind, FieldPath};
+use crate::podspec::field::FieldError;
 pub use defaults::apply_defaults;
 pub use manifest::{parse_manifest, static_pod_name, static_pod_uid};
 pub use scan::{scan_dir, scan_dir_at, ScanState};
@@ -37,8 +37,6 @@ pub use watch::FileSource;
 /// The source name of static pods from a directory (`kubetypes.FileSource`).
 pub const FILE_SOURCE: &str = "file";
 
-/// Annotation naming the source a pod came from (`kubernetes.io/config.source`).
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// Annotation carrying the static pod's UID, i.e. the hash of its manifest.
 pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 /// Annotation with the RFC 3339 time the source first saw this pod.
@@ -99,6 +97,7 @@ impl fmt::Display for ManifestError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::podspec::field::FieldPath;
 
     #[test]
     fn manifest_error_display() {

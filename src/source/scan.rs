@@ -279,7 +279,8 @@ pub fn read_manifest(path: &Path) -> io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+    use crate::podspec::CONFIG_SOURCE_ANNOTATION;
+    use crate::source::CONFIG_SEEN_ANNOTATION;
 
     const NODE: &str = "node1";
 

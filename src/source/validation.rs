@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{
     Container, ContainerRestartRule, DownwardAPIVolumeFile, EnvFromSource, EnvVar, HTTPGetAction,
     KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod, PodDNSConfig, PodSpec, Probe,
-    ResourceFieldSelector, SecurityContext, Toleration, Volume, VolumeDevice, VolumeMount,
+    ResourceFieldSelector, SeccompProfile, SecurityContext, Toleration, Volume, VolumeDevice,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -191,6 +192,8 @@ struct PodContext<'a> {
     container_names: BTreeSet<&'a str>,
     grace_period: Option<i64>,
     pod_restart_policy: &'a str,
+    /// `spec.os.name`, which decides the stop signals a container may ask for.
+    os: Option<&'a str>,
 }
 
 fn validate_pod_spec(spec: &PodSpec, path: &FieldPath, errs: &mut Errors) {
@@ -224,7 +227,19 @@ fn validate_pod_spec(spec: &PodSpec, path: &FieldPath, errs: &mut Errors) {
         container_names,
         grace_period: spec.termination_grace_period_seconds,
         pod_restart_policy: s(&spec.restart_policy),
+        os: spec.os.as_ref().map(|os| os.name.as_str()),
     };
+    if let Some(sp) = spec
+        .security_context
+        .as_ref()
+        .and_then(|sc| sc.seccomp_profile.as_ref())
+    {
+        validate_seccomp_profile(
+            sp,
+            &path.child("securityContext").child("seccompProfile"),
+            errs,
+        );
+    }
     validate_containers(&spec.containers, &ctx, &path.child("containers"), errs);
     validate_init_containers(
         spec.init_containers.as_deref().unwrap_or(&[]),
@@ -850,6 +865,7 @@ fn validate_containers(
         }
         if let Some(l) = &c.lifecycle {
             validate_lifecycle(l, ctx.grace_period, &cpath.child("lifecycle"), errs);
+            validate_stop_signal(l, ctx.os, &cpath.child("lifecycle"), errs);
         }
         validate_probes(c, &cpath, errs);
         validate_container_restart(c, false, &cpath, errs);
@@ -880,6 +896,7 @@ fn validate_init_containers(
         if sidecar {
             if let Some(l) = &c.lifecycle {
                 validate_lifecycle(l, ctx.grace_period, &cpath.child("lifecycle"), errs);
+                validate_stop_signal(l, ctx.os, &cpath.child("lifecycle"), errs);
             }
             validate_probes(c, &cpath, errs);
         } else {
@@ -1100,6 +1117,9 @@ fn validate_container_common(
 }
 
 fn validate_security_context(sc: &SecurityContext, path: &FieldPath, errs: &mut Errors) {
+    if let Some(sp) = &sc.seccomp_profile {
+        validate_seccomp_profile(sp, &path.child("seccompProfile"), errs);
+    }
     for (field, id) in [
         ("runAsUser", sc.run_as_user),
         ("runAsGroup", sc.run_as_group),
@@ -1918,6 +1938,135 @@ fn validate_probe(p: &Probe, path: &FieldPath, errs: &mut Errors) {
     }
 }
 
+/// The API's `validateSeccompProfileField`: a known type; `localhostProfile` set exactly when
+/// the type is `Localhost`, and then a relative path without `..` (it is joined to the
+/// node's seccomp directory).
+fn validate_seccomp_profile(sp: &SeccompProfile, path: &FieldPath, errs: &mut Errors) {
+    let types = ["Localhost", "RuntimeDefault", "Unconfined"];
+    match sp.type_.as_str() {
+        "" => errs.push(FieldError::required(&path.child("type"), "")),
+        t if !types.contains(&t) => {
+            errs.push(FieldError::not_supported(&path.child("type"), t, &types))
+        }
+        _ => {}
+    }
+    let profile_path = path.child("localhostProfile");
+    match (sp.type_.as_str(), sp.localhost_profile.as_deref()) {
+        ("Localhost", None | Some("")) => errs.push(FieldError::required(
+            &profile_path,
+            "must be set when seccomp type is Localhost",
+        )),
+        ("Localhost", Some(profile)) => {
+            validate_local_descending_path(profile, &profile_path, errs)
+        }
+        (_, Some(profile)) => errs.push(FieldError::invalid(
+            &profile_path,
+            profile,
+            "can only be set when seccomp type is Localhost",
+        )),
+        (_, None) => {}
+    }
+}
+
+/// The stop signals the API accepts for Linux pods (`supportedStopSignalsLinux`).
+pub const LINUX_STOP_SIGNALS: &[&str] = &[
+    "SIGABRT",
+    "SIGALRM",
+    "SIGBUS",
+    "SIGCHLD",
+    "SIGCLD",
+    "SIGCONT",
+    "SIGFPE",
+    "SIGHUP",
+    "SIGILL",
+    "SIGINT",
+    "SIGIO",
+    "SIGIOT",
+    "SIGKILL",
+    "SIGPIPE",
+    "SIGPOLL",
+    "SIGPROF",
+    "SIGPWR",
+    "SIGQUIT",
+    "SIGSEGV",
+    "SIGSTKFLT",
+    "SIGSTOP",
+    "SIGSYS",
+    "SIGTERM",
+    "SIGTRAP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGVTALRM",
+    "SIGWINCH",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGRTMIN",
+    "SIGRTMIN+1",
+    "SIGRTMIN+2",
+    "SIGRTMIN+3",
+    "SIGRTMIN+4",
+    "SIGRTMIN+5",
+    "SIGRTMIN+6",
+    "SIGRTMIN+7",
+    "SIGRTMIN+8",
+    "SIGRTMIN+9",
+    "SIGRTMIN+10",
+    "SIGRTMIN+11",
+    "SIGRTMIN+12",
+    "SIGRTMIN+13",
+    "SIGRTMIN+14",
+    "SIGRTMIN+15",
+    "SIGRTMAX-14",
+    "SIGRTMAX-13",
+    "SIGRTMAX-12",
+    "SIGRTMAX-11",
+    "SIGRTMAX-10",
+    "SIGRTMAX-9",
+    "SIGRTMAX-8",
+    "SIGRTMAX-7",
+    "SIGRTMAX-6",
+    "SIGRTMAX-5",
+    "SIGRTMAX-4",
+    "SIGRTMAX-3",
+    "SIGRTMAX-2",
+    "SIGRTMAX-1",
+    "SIGRTMAX",
+];
+
+/// The stop signals the API accepts for Windows pods (`supportedStopSignalsWindows`).
+pub const WINDOWS_STOP_SIGNALS: &[&str] = &["SIGKILL", "SIGTERM"];
+
+/// The API's `validateStopSignal`: only with `spec.os.name`, and only a signal that OS has.
+fn validate_stop_signal(l: &Lifecycle, os: Option<&str>, path: &FieldPath, errs: &mut Errors) {
+    let Some(signal) = l.stop_signal.as_deref() else {
+        return;
+    };
+    let path = path.child("stopSignal");
+    let supported = match os {
+        Some("linux") => LINUX_STOP_SIGNALS,
+        Some("windows") => WINDOWS_STOP_SIGNALS,
+        // An unknown OS name is reported at `spec.os.name`.
+        Some(_) => return,
+        None => {
+            errs.push(FieldError::forbidden(
+                &path,
+                "may not be set for containers with empty `spec.os.name`",
+            ));
+            return;
+        }
+    };
+    if !supported.contains(&signal) {
+        // The API lists the supported values sorted, as `sets.List` does.
+        let mut sorted = supported.to_vec();
+        sorted.sort_unstable();
+        errs.push(FieldError::not_supported(&path, signal, &sorted));
+    }
+}
+
 fn validate_lifecycle(l: &Lifecycle, grace: Option<i64>, path: &FieldPath, errs: &mut Errors) {
     for (field, h) in [("postStart", &l.post_start), ("preStop", &l.pre_stop)] {
         if let Some(h) = h {
@@ -2044,11 +2193,38 @@ fn validate_port_num_or_name(port: &IntOrString, path: &FieldPath, errs: &mut Er
 
 // ---------------------------------------------------------------- static pods
 
+/// The longest `metadata.uid` a static pod may set: a file name's limit (`NAME_MAX`).
+const MAX_UID_BYTES: usize = 255;
+
+/// A static pod's `metadata.uid` names its directories (`<rootDir>/pods/<uid>`, its volumes,
+/// its logs), so it must be one path segment: not `.` or `..`, no `/`, no NUL, no longer than
+/// a file name. The API server sets every other pod's UID itself (a UUID); a manifest can
+/// set anything.
+fn validate_static_pod_uid(uid: &str, path: &FieldPath, errs: &mut Errors) {
+    let problem = if uid == "." || uid == ".." {
+        Some("must not be '.' or '..'")
+    } else if uid.contains('/') {
+        Some("must not contain '/'")
+    } else if uid.contains('\0') {
+        Some("must not contain NUL")
+    } else if uid.len() > MAX_UID_BYTES {
+        Some("must be no more than 255 bytes")
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        errs.push(FieldError::invalid(path, uid, problem));
+    }
+}
+
 /// Rules that only static pods have: they may not reference API objects (the kubelet's
 /// `PreventStaticPodAPIReferences`; the API server would reject the mirror pod) and may only use
 /// volume types nodelet can provide without an API server.
 pub fn validate_static_pod(pod: &Pod) -> Vec<FieldError> {
     let mut errs = Vec::new();
+    if let Some(uid) = pod.metadata.uid.as_deref() {
+        validate_static_pod_uid(uid, &FieldPath::new("metadata").child("uid"), &mut errs);
+    }
     let Some(spec) = &pod.spec else { return errs };
     let path = FieldPath::new("spec");
     let api = |what: &str| format!("static pods may not reference {what}");
@@ -2831,6 +3007,106 @@ mod tests {
             (
                 format!("{C}  volumes:\n  - name: a\n    persistentVolumeClaim: {{claimName: data}}\n"),
                 vec!["spec.volumes[0].persistentVolumeClaim: Forbidden: static pods may not reference persistentvolumeclaims".into()],
+            ),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(errors_for(&spec), want, "spec:\n{spec}");
+        }
+    }
+
+    /// A static pod's UID, seccomp profile and stop signal end up in paths and signals: each
+    /// is held to the API's rules (the UID, which the API server sets itself for other pods, to
+    /// one path segment).
+    #[test]
+    fn uid_seccomp_and_stop_signal_rules() {
+        let meta = |uid: &str| format!("  name: web-node1\n  namespace: default\n  uid: {uid:?}\n");
+        let uid_cases: Vec<(String, Vec<String>)> = vec![
+            ("0f9c1d3e-2b4a-4c5d-8e6f-7a8b9c0d1e2f".into(), vec![]),
+            ("my-static-uid".into(), vec![]),
+            (
+                "../../etc".into(),
+                vec!["metadata.uid: Invalid value: \"../../etc\": must not contain '/'".into()],
+            ),
+            (
+                "a/b".into(),
+                vec!["metadata.uid: Invalid value: \"a/b\": must not contain '/'".into()],
+            ),
+            (
+                "..".into(),
+                vec!["metadata.uid: Invalid value: \"..\": must not be '.' or '..'".into()],
+            ),
+            (
+                ".".into(),
+                vec!["metadata.uid: Invalid value: \".\": must not be '.' or '..'".into()],
+            ),
+            (
+                "a\0b".into(),
+                vec!["metadata.uid: Invalid value: \"a\\0b\": must not contain NUL".into()],
+            ),
+            (
+                "u".repeat(256),
+                vec![format!(
+                    "metadata.uid: Invalid value: \"{}\": must be no more than 255 bytes",
+                    "u".repeat(256)
+                )],
+            ),
+        ];
+        for (uid, want) in uid_cases {
+            assert_eq!(errors_for_pod(&meta(&uid), C), want, "uid {uid:?}");
+        }
+
+        let c0 = "spec.containers[0]";
+        let linux = "  os: {name: linux}\n";
+        let mut linux_sorted = LINUX_STOP_SIGNALS.to_vec();
+        linux_sorted.sort_unstable();
+        let linux_list = linux_sorted
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let cases: Vec<(String, Vec<String>)> = vec![
+            // seccomp
+            (with_container("    securityContext:\n      seccompProfile: {type: Localhost, localhostProfile: profiles/audit.json}\n"), vec![]),
+            (format!("{C}  securityContext:\n    seccompProfile: {{type: RuntimeDefault}}\n"), vec![]),
+            (
+                with_container("    securityContext:\n      seccompProfile: {type: Localhost, localhostProfile: ../../etc/shadow}\n"),
+                vec![format!("{c0}.securityContext.seccompProfile.localhostProfile: Invalid value: \"../../etc/shadow\": must not contain '..'")],
+            ),
+            (
+                format!("{C}  securityContext:\n    seccompProfile: {{type: Localhost, localhostProfile: /etc/shadow}}\n"),
+                vec!["spec.securityContext.seccompProfile.localhostProfile: Invalid value: \"/etc/shadow\": must be a relative path".into()],
+            ),
+            (
+                with_container("    securityContext:\n      seccompProfile: {type: Localhost}\n"),
+                vec![format!("{c0}.securityContext.seccompProfile.localhostProfile: Required value: must be set when seccomp type is Localhost")],
+            ),
+            (
+                with_container("    securityContext:\n      seccompProfile: {type: RuntimeDefault, localhostProfile: a.json}\n"),
+                vec![format!("{c0}.securityContext.seccompProfile.localhostProfile: Invalid value: \"a.json\": can only be set when seccomp type is Localhost")],
+            ),
+            (
+                with_container("    securityContext:\n      seccompProfile: {type: Whatever}\n"),
+                vec![format!("{c0}.securityContext.seccompProfile.type: Unsupported value: \"Whatever\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\"")],
+            ),
+            // stopSignal
+            (format!("{}{linux}", with_container("    lifecycle: {stopSignal: SIGUSR1}\n")), vec![]),
+            (format!("{}{linux}", with_container("    lifecycle: {stopSignal: SIGRTMIN+1}\n")), vec![]),
+            (format!("{}{linux}", with_container("    lifecycle: {stopSignal: SIGRTMAX-14}\n")), vec![]),
+            (
+                format!("{}{linux}", with_container("    lifecycle: {stopSignal: SIGRTMIN+16}\n")),
+                vec![format!("{c0}.lifecycle.stopSignal: Unsupported value: \"SIGRTMIN+16\": supported values: {linux_list}")],
+            ),
+            (
+                format!("{}{linux}", with_container("    lifecycle: {stopSignal: USR1}\n")),
+                vec![format!("{c0}.lifecycle.stopSignal: Unsupported value: \"USR1\": supported values: {linux_list}")],
+            ),
+            (
+                format!("{}  os: {{name: windows}}\n", with_container("    lifecycle: {stopSignal: SIGUSR1}\n")),
+                vec![format!("{c0}.lifecycle.stopSignal: Unsupported value: \"SIGUSR1\": supported values: \"SIGKILL\", \"SIGTERM\"")],
+            ),
+            (
+                with_container("    lifecycle: {stopSignal: SIGTERM}\n"),
+                vec![format!("{c0}.lifecycle.stopSignal: Forbidden: may not be set for containers with empty `spec.os.name`")],
             ),
         ];
         for (spec, want) in cases {

@@ -19,6 +19,7 @@ pub mod cgroup;
 pub mod container_cgroup;
 pub mod convert;
 pub mod cpu_rate;
+pub mod machine;
 pub mod node;
 pub mod provider;
 #[cfg(test)]

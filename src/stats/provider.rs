@@ -471,7 +471,7 @@ impl SummaryProvider {
                 .into_iter()
                 .map(|(name, c)| ContainerPlan {
                     id: c.id.clone(),
-                    log_dir: crate::sync::sandbox_config::container_log_dir(
+                    log_dir: crate::logs::paths::container_log_dir(
                         &self.settings.pod_logs_dir,
                         &meta.namespace,
                         &meta.name,

@@ -48,14 +48,15 @@ use super::patch::{changed_paths, status_patch};
 use super::phase::is_terminal_phase;
 use crate::clock::Clock;
 use crate::cluster::api_fields::strip_pod_status;
-pub use crate::cluster::convergence::{after_write, decide_write, NonConvergence, WriteDecision};
+use crate::cluster::convergence::{after_write, decide_write, NonConvergence, WriteDecision};
 use crate::cluster::{ApiServerVersion, Release};
 use crate::config::PodCleanup;
 use crate::metrics::{metrics, PodLabels};
-pub use crate::podspec::is_mirror_pod;
+use crate::podspec::is_mirror_pod;
 use crate::podspec::Phase;
+use crate::podspec::CONFIG_SOURCE_ANNOTATION;
 use crate::podspec::{annotation, MIRROR_ANNOTATION};
-use crate::source::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
+use crate::source::{CONFIG_HASH_ANNOTATION, FILE_SOURCE};
 
 /// The kubelet's status `syncPeriod`: how often every cached status is compared with the API.
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
@@ -387,7 +388,7 @@ pub fn should_clean_up(
     cleanup_deadline(pod, node_name, terminal_since, cfg).is_some_and(|due| now >= due)
 }
 
-pub use crate::cluster::convergence::backoff_delay;
+use crate::cluster::convergence::backoff_delay;
 
 /// Conditions the merge takes from the API's copy (readiness gates and the like): not part of
 /// what nodelet itself wrote.

@@ -14,9 +14,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::phase::{get_phase_with_initialized, is_terminal_phase};
+use super::restart::should_container_be_restarted;
 use super::{StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING};
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
-use crate::podspec::restart::should_container_be_restarted;
 use crate::podspec::Phase;
 
 pub const POD_SCHEDULED: &str = "PodScheduled";
@@ -38,7 +38,7 @@ const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
 /// together are cut to this many bytes, split evenly between containers.
 const MAX_POD_TERMINATION_MESSAGE_LENGTH: usize = 1024 * 12;
 
-pub use crate::podspec::ContainerKind;
+use crate::podspec::ContainerKind;
 
 // ---- small accessors shared with phase.rs ----
 
@@ -827,7 +827,7 @@ pub fn generate_pod_status(inputs: &StatusInputs) -> PodStatus {
     let qos = source_status
         .and_then(|s| s.qos_class.clone())
         .filter(|q| !q.is_empty())
-        .unwrap_or_else(|| crate::cgroup::qos_class(pod).as_str().to_string());
+        .unwrap_or_else(|| crate::podspec::qos::qos_class(pod).as_str().to_string());
     let start_time = inputs
         .previous
         .and_then(|s| s.start_time.clone())

@@ -11,12 +11,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::generate::sort_ips;
-use super::{
-    container_statuses, generate_pod_status, ContainerKind, RestartInPlace, StartFailure,
-    StatusInputs,
-};
-use crate::cgroup::qos_class;
+use super::{container_statuses, generate_pod_status, RestartInPlace, StartFailure, StatusInputs};
 use crate::cri::{ContainerState as RS, PodRuntime, RuntimeContainer, RuntimeSandbox};
+use crate::podspec::qos::qos_class;
+use crate::podspec::ContainerKind;
 
 const NOW: i64 = 2_000_000;
 

@@ -23,6 +23,7 @@ mod mutation;
 pub mod patch;
 mod phase;
 pub mod printer;
+pub mod restart;
 
 use std::collections::BTreeMap;
 
@@ -32,10 +33,10 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use crate::cri::PodRuntime;
 
 pub use api_sync::{ApiStatusSync, ApiStatusSyncOptions, ApiStatusSyncStats};
-pub use generate::{container_statuses, generate_pod_status, ContainerKind};
+pub use generate::{container_statuses, generate_pod_status};
 pub use manager::{PodLifecycle, StatusManager, VersionedStatus};
 pub use mutation::StatusMutation;
-pub use phase::{container_should_restart, get_phase, get_phase_with_initialized};
+pub use phase::{get_phase, get_phase_with_initialized};
 
 /// Waiting reason of a container that has not been created yet (pod without init containers).
 pub const CONTAINER_CREATING: &str = "ContainerCreating";

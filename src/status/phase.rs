@@ -7,14 +7,13 @@ use super::generate::{
     init_containers, is_sidecar, last_terminated, regular_containers, running, terminated, waiting,
 };
 
+use crate::podspec::restart::container_should_restart;
 use crate::podspec::Phase;
 
 /// True for the phases a pod never leaves.
 pub fn is_terminal_phase(phase: Option<&str>) -> bool {
     phase.and_then(Phase::parse).is_some_and(Phase::is_terminal)
 }
-
-pub use crate::podspec::restart::container_should_restart;
 
 /// The kubelet's `getPhase` for `statuses` (init and regular container statuses together).
 ///

@@ -13,11 +13,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
-use crate::podspec::restart::{restart_all_containers_on_exit, should_container_be_restarted};
+use crate::podspec::restart::restart_all_containers_on_exit;
 use crate::podspec::{
     host_network, init_containers, is_sidecar, regular_containers as containers,
     restart_policy as pod_restart_policy,
 };
+use crate::status::restart::should_container_be_restarted;
 use crate::status::StatusMutation;
 
 /// Why a running container is being killed.
@@ -35,8 +36,8 @@ pub enum KillReason {
 
 impl KillReason {
     /// Which grace period applies to the kill.
-    pub fn stop_reason(self) -> super::kill::StopReason {
-        use super::kill::StopReason;
+    pub fn stop_reason(self) -> super::grace::StopReason {
+        use super::grace::StopReason;
         match self {
             KillReason::LivenessProbe => StopReason::LivenessProbe,
             KillReason::StartupProbe => StopReason::StartupProbe,
@@ -223,8 +224,12 @@ pub fn pod_sandbox_changed(pod: &Pod, runtime: &PodRuntime) -> (bool, u32, Optio
     };
     match sandbox_change(pod, runtime) {
         None => (false, newest.attempt, Some(newest.id.clone())),
-        Some(SandboxChange::NetworkModeChanged) => (true, newest.attempt + 1, None),
-        Some(_) => (true, newest.attempt + 1, Some(newest.id.clone())),
+        Some(SandboxChange::NetworkModeChanged) => (true, newest.attempt.saturating_add(1), None),
+        Some(_) => (
+            true,
+            newest.attempt.saturating_add(1),
+            Some(newest.id.clone()),
+        ),
     }
 }
 

@@ -2,9 +2,10 @@
 //! `pkg/kubelet/kuberuntime/kuberuntime_container.go` and `_linux.go`, `makeMounts` in
 //! `pkg/kubelet/kubelet_pods.go`, labels and annotations from `kuberuntime/labels.go`).
 //!
-//! Building the config is pure: the subPath directories a container mounts are named in the
-//! result ([`BuiltContainerConfig::sub_paths`]), and the executor creates them
-//! (`volume::subpath::prepare_sub_paths`) before it creates the container.
+//! Building the config is pure: the subPaths a container mounts are named in the result
+//! ([`BuiltContainerConfig::sub_paths`]), and the executor opens them beneath their volumes and
+//! pins them as bind mounts under the pod directory (`volume::subpath::prepare_sub_paths`)
+//! before it creates the container; the runtime gets the pinned paths.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -12,17 +13,19 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext, VolumeMount};
 
 use super::sandbox_config::{linux_resources, namespace_options, supplemental_groups_policy};
-use crate::cgroup::resources::{
+use crate::cgroup::oom::oom_score_adj;
+use crate::cri::{api, labels};
+use crate::logs::paths::container_log_path;
+use crate::podspec::env::{expand, make_environment, EnvContext};
+use crate::podspec::qos::QosClass;
+use crate::podspec::references::FetchedObjects;
+use crate::podspec::resources::{
     container_limits, container_requests, pod_level_limits, pod_level_resources_set,
 };
-use crate::cgroup::{oom_score_adj, QosClass};
-use crate::cri::{api, labels};
-use crate::objects::FetchedObjects;
-use crate::podspec::env::{expand, make_environment, EnvContext};
 use crate::podspec::{container_field_path, ConfigError};
 use crate::volume::subpath::SubPathMount;
 
-pub use crate::podspec::ContainerKind;
+use crate::podspec::ContainerKind;
 
 /// Everything about the node and the pod's runtime state the config needs.
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +64,7 @@ pub struct ContainerContext<'a> {
     pub single_process_oom_kill: bool,
     /// Memory QoS in effect, the node's allocatable memory and the page size, for the
     /// container's `memory.high` / `memory.min` / `memory.low` (cgroup v2 only).
-    pub memory_qos: crate::cgroup::memory_qos::MemoryQos,
+    pub memory_qos: crate::config::memory_qos::MemoryQos,
     pub memory_qos_allocatable: i64,
     pub page_size: i64,
 }
@@ -80,11 +83,6 @@ pub fn format_pod(pod: &Pod) -> String {
         m.namespace.as_deref().unwrap_or_default(),
         m.uid.as_deref().unwrap_or_default()
     )
-}
-
-/// `<name>/<restartCount>.log`, relative to the sandbox's log directory.
-pub fn container_log_path(container_name: &str, restart_count: i32) -> String {
-    format!("{container_name}/{restart_count}.log")
 }
 
 /// A Go `encoding/json` string literal (with its default HTML escaping), so hashes computed
@@ -169,6 +167,11 @@ pub fn effective_security_context(pod: &Pod, container: &Container) -> SecurityC
 /// `verifyRunAsNonRoot`: with `runAsNonRoot: true` the container must not run as uid 0. The
 /// image's user (from ImageStatus) decides when the spec sets no `runAsUser`; call this once the
 /// image is known.
+///
+/// The image's user is read as the kubelet's `getImageUser` reads it: a uid if the runtime
+/// reports one, else a user name if it reports one, else root. An image without `USER` gets
+/// neither from containerd and runs as uid 0, so it is refused; a user name (even `root`) cannot
+/// be checked without the image's `/etc/passwd` and is refused too.
 pub fn verify_run_as_non_root(
     pod: &Pod,
     container: &Container,
@@ -187,21 +190,31 @@ pub fn verify_run_as_non_root(
         }
         return Ok(());
     }
-    match image_uid {
-        Some(0) => {
+    let uid = match (image_uid, image_user) {
+        (Some(uid), _) => uid,
+        (None, "") => 0,
+        (None, user) => {
             let (pod, container) = ids();
-            Err(ConfigError::ImageRunsAsRoot { pod, container })
-        }
-        None if !image_user.is_empty() => {
-            let (pod, container) = ids();
-            Err(ConfigError::NonNumericImageUser {
-                user: image_user.to_string(),
+            return Err(ConfigError::NonNumericImageUser {
+                user: user.to_string(),
                 pod,
                 container,
-            })
+            });
         }
-        _ => Ok(()),
+    };
+    if uid == 0 {
+        let (pod, container) = ids();
+        return Err(ConfigError::ImageRunsAsRoot { pod, container });
     }
+    if !(0..=i64::from(i32::MAX)).contains(&uid) {
+        let (pod, container) = ids();
+        return Err(ConfigError::InvalidImageUid {
+            uid,
+            pod,
+            container,
+        });
+    }
+    Ok(())
 }
 
 fn security_profile(
@@ -249,6 +262,15 @@ fn seccomp_profile(
             .as_deref()
             .filter(|p| !p.is_empty())
         {
+            // The API server refuses these (a relative path without `..`); checked again here
+            // because the profile is joined to a host directory.
+            Some(p) if p.starts_with('/') || p.split('/').any(|part| part == "..") => {
+                Err(ConfigError::invalid(
+                    format!("{path}.localhostProfile"),
+                    p,
+                    "must be a relative path without '..'",
+                ))
+            }
             Some(p) => Ok(security_profile(
                 ProfileType::Localhost,
                 ctx.seccomp_profile_root
@@ -622,12 +644,33 @@ fn expand_sub_path_expr(
     Ok(expanded)
 }
 
+/// Whether the volume `name` of `pod` is always mounted read-only, whatever its volumeMounts
+/// say: configMap, secret, downwardAPI and projected volumes (service account tokens included),
+/// whose plugins report `ReadOnly` in the kubelet (`GetAttributes`), the fix for
+/// CVE-2017-1002102. Their directory is rewritten by nodelet's atomic writer, which a container
+/// able to write there could aim at the host.
+pub fn volume_always_read_only(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .find(|v| v.name == name)
+        .and_then(crate::volume::projection::ApiVolumeKind::of)
+        .is_some()
+}
+
+/// A mount's `readonly` (`mount.ReadOnly || mustMountRO`): the manifest's `readOnly`, or the
+/// volume's kind ([`volume_always_read_only`]); for subPath mounts of the volume too.
+fn mount_read_only(pod: &Pod, mount: &VolumeMount) -> bool {
+    mount.read_only.unwrap_or(false) || volume_always_read_only(pod, &mount.name)
+}
+
 /// The container's mounts (`makeMounts` + kuberuntime's `makeMounts`): its volumeMounts, then
 /// the managed /etc/hosts unless the container mounts something there itself, then the
 /// termination-message file.
 /// A subPath mount's host path is `<volume>/<subPath>` unresolved, with the subPath named in the
 /// second list.
 fn make_mounts(
+    pod: &Pod,
     container: &Container,
     base: &str,
     ctx: &ContainerContext,
@@ -656,6 +699,7 @@ fn make_mounts(
             validate_sub_path(&sub_path, &format!("{field}.subPath"))?;
             sub_paths.push(SubPathMount {
                 mount: mounts.len(),
+                index: i,
                 field: field.clone(),
                 volume: m.name.clone(),
                 container: container.name.clone(),
@@ -672,7 +716,7 @@ fn make_mounts(
         mounts.push(api::Mount {
             container_path,
             host_path: host_path.to_string_lossy().into_owned(),
-            readonly: m.read_only.unwrap_or(false),
+            readonly: mount_read_only(pod, m),
             propagation: mount_propagation(m.mount_propagation.as_deref(), &field)?,
             recursive_read_only: recursive_read_only(m, &field)?,
             ..Default::default()
@@ -713,7 +757,7 @@ pub fn container_config(
 }
 
 /// The CRI config to create `container` of `pod` with; `env_objects` are the ConfigMaps and
-/// Secrets its `env`/`envFrom` refer to (`env::gather_env_objects`).
+/// Secrets its `env`/`envFrom` refer to (`super::env_objects::gather_env_objects`).
 ///
 /// `image.image` is the image as written in the spec; the kubelet puts the resolved image
 /// reference from the pull there (keeping the spec's in `user_specified_image`), so the caller
@@ -749,7 +793,7 @@ pub fn container_config_with_env(
     };
     let command = expand_all(&container.command);
     let args = expand_all(&container.args);
-    let (mounts, sub_paths) = make_mounts(container, &base, ctx, &envs)?;
+    let (mounts, sub_paths) = make_mounts(pod, container, &base, ctx, &envs)?;
 
     let config = api::ContainerConfig {
         metadata: Some(api::ContainerMetadata {
@@ -789,7 +833,8 @@ pub fn container_config_with_env(
 #[derive(Debug, Clone)]
 pub struct BuiltContainerConfig {
     pub config: api::ContainerConfig,
-    /// Mounts of `config` whose subPath directory must exist (and be resolved) first.
+    /// Mounts of `config` whose subPath must be opened and pinned first (their host path is
+    /// replaced by the pinned bind mount).
     pub sub_paths: Vec<SubPathMount>,
 }
 
@@ -806,7 +851,8 @@ mod tests {
     use super::*;
     use crate::volume::subpath::prepare_sub_paths;
 
-    /// The config as the executor sends it: built, then its subPath directories created.
+    /// The config as the executor sends it: built, then its subPaths opened and pinned under a
+    /// pod directory of its own (released again before this returns, as after a start).
     fn built(
         pod: &Pod,
         container: &Container,
@@ -814,10 +860,19 @@ mod tests {
         ctx: &ContainerContext,
     ) -> Result<api::ContainerConfig, ConfigError> {
         let mut b = container_config(pod, container, kind, ctx)?;
-        prepare_sub_paths(&mut b.config.mounts, &b.sub_paths)?;
+        let pod_dir = tempfile::tempdir().unwrap();
+        let pinned = prepare_sub_paths(pod_dir.path(), &mut b.config.mounts, &b.sub_paths)?;
+        for (target, s) in pinned.targets().iter().zip(&b.sub_paths) {
+            // the runtime gets the pinned mount, which shows the subPath itself
+            let want = fs::metadata(s.volume_path.join(&s.sub_path)).unwrap();
+            let got = fs::metadata(target).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!((got.dev(), got.ino()), (want.dev(), want.ino()));
+        }
+        pinned.release().unwrap();
         Ok(b.config)
     }
-    use crate::cgroup::resources::test_support::container as resourced;
+    use crate::podspec::resources::test_support::container as resourced;
 
     fn pod_with(containers: Vec<Container>) -> Pod {
         Pod {
@@ -855,9 +910,55 @@ mod tests {
             seccomp_default: false,
             cgroup_v2: true,
             single_process_oom_kill: false,
-            memory_qos: crate::cgroup::memory_qos::MemoryQos::OFF,
+            memory_qos: crate::config::memory_qos::MemoryQos::OFF,
             memory_qos_allocatable: 8 << 30,
             page_size: 4096,
+        }
+    }
+
+    /// A localhost seccomp profile is joined to the seccomp directory only as a relative path
+    /// without `..`, whatever source the pod came from.
+    #[test]
+    fn localhost_seccomp_profile_stays_in_the_seccomp_directory() {
+        let volumes = BTreeMap::new();
+        let cases: &[(&str, Option<&str>)] = &[
+            ("audit.json", Some("/var/lib/nodelet/seccomp/audit.json")),
+            (
+                "team/audit.json",
+                Some("/var/lib/nodelet/seccomp/team/audit.json"),
+            ),
+            ("../../../etc/passwd", None),
+            ("team/../../x.json", None),
+            ("/etc/passwd", None),
+        ];
+        for (profile, want) in cases {
+            let mut c = resourced("app", "", "");
+            c.security_context = Some(SecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "Localhost".into(),
+                    localhost_profile: Some(profile.to_string()),
+                }),
+                ..Default::default()
+            });
+            let p = pod_with(vec![c.clone()]);
+            let got = built(&p, &c, ContainerKind::Regular, &ctx(&volumes));
+            match (got, want) {
+                (Ok(config), Some(want)) => {
+                    let seccomp = config
+                        .linux
+                        .unwrap()
+                        .security_context
+                        .unwrap()
+                        .seccomp
+                        .unwrap();
+                    assert_eq!(seccomp.localhost_ref, *want, "{profile}");
+                }
+                (Err(e), None) => assert!(
+                    e.to_string().contains("localhostProfile: Invalid value"),
+                    "{profile}: {e}"
+                ),
+                (got, want) => panic!("{profile}: {got:?}, want {want:?}"),
+            }
         }
     }
 
@@ -922,12 +1023,6 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(go_json_string(input), want);
         }
-    }
-
-    #[test]
-    fn log_path_table() {
-        assert_eq!(container_log_path("app", 0), "app/0.log");
-        assert_eq!(container_log_path("side-car", 12), "side-car/12.log");
     }
 
     #[test]
@@ -1034,7 +1129,7 @@ mod tests {
             let p = pod_with(vec![c.clone()]);
             let volumes = BTreeMap::new();
             let context = ContainerContext {
-                qos_class: crate::cgroup::qos_class(&p),
+                qos_class: crate::podspec::qos::qos_class(&p),
                 ..ctx(&volumes)
             };
             let cfg = built(&p, &c, ContainerKind::Regular, &context).unwrap();
@@ -1076,7 +1171,7 @@ mod tests {
 
     #[test]
     fn memory_qos_reaches_the_runtime_through_unified() {
-        use crate::cgroup::memory_qos::{MemoryQos, ReservationPolicy};
+        use crate::config::memory_qos::{MemoryQos, ReservationPolicy};
         let volumes = BTreeMap::new();
         let on = ContainerContext {
             memory_qos: MemoryQos {
@@ -1289,12 +1384,19 @@ mod tests {
         let mounts = built(&p, &c, ContainerKind::Regular, &context)
             .unwrap()
             .mounts;
-        let canonical = fs::canonicalize(&data).unwrap();
         let got: Vec<(String, String, bool, i32)> = mounts
             .into_iter()
             .map(|m| (m.container_path, m.host_path, m.readonly, m.propagation))
             .collect();
         let s = |p: &Path| p.to_string_lossy().into_owned();
+        // subPaths are handed over as their bind mounts under the pod directory (whose
+        // temporary name differs per build), never as `<volume>/<subPath>`
+        let pinned = |suffix: &str| {
+            got.iter()
+                .map(|g| g.1.clone())
+                .find(|h| h.ends_with(suffix))
+                .unwrap_or_else(|| format!("no host path ending in {suffix}"))
+        };
         use api::MountPropagation as P;
         assert_eq!(
             got,
@@ -1302,13 +1404,13 @@ mod tests {
                 ("/data".into(), s(&data), true, P::PropagationPrivate as i32),
                 (
                     "/logs".into(),
-                    s(&canonical.join("logs/app")),
+                    pinned("volume-subpaths/data/app/1"),
                     false,
                     P::PropagationHostToContainer as i32
                 ),
                 (
                     "/var/env".into(),
-                    s(&canonical.join("by-env")),
+                    pinned("volume-subpaths/data/app/2"),
                     false,
                     P::PropagationBidirectional as i32
                 ),
@@ -1336,6 +1438,88 @@ mod tests {
         assert!(data.join("by-env").is_dir());
     }
 
+    /// configMap, secret, downwardAPI and projected volumes (a service account token's too) are
+    /// read-only whatever the mount says, subPath mounts included; other volumes follow
+    /// `readOnly` (CVE-2017-1002102: a writable API volume lets a container re-point `..data`).
+    #[test]
+    fn api_volumes_are_always_read_only() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMapVolumeSource, DownwardAPIVolumeSource, EmptyDirVolumeSource,
+            HostPathVolumeSource, ProjectedVolumeSource, SecretVolumeSource, Volume,
+        };
+        let volume = |name: &str| Volume {
+            name: name.into(),
+            ..Default::default()
+        };
+        let volumes = vec![
+            Volume {
+                config_map: Some(ConfigMapVolumeSource::default()),
+                ..volume("cm")
+            },
+            Volume {
+                secret: Some(SecretVolumeSource::default()),
+                ..volume("sec")
+            },
+            Volume {
+                downward_api: Some(DownwardAPIVolumeSource::default()),
+                ..volume("dapi")
+            },
+            Volume {
+                projected: Some(ProjectedVolumeSource::default()),
+                ..volume("kube-api-access-x")
+            },
+            Volume {
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..volume("scratch")
+            },
+            Volume {
+                host_path: Some(HostPathVolumeSource {
+                    path: "/srv".into(),
+                    type_: None,
+                }),
+                ..volume("host")
+            },
+        ];
+        let paths: BTreeMap<String, PathBuf> = volumes
+            .iter()
+            .map(|v| (v.name.clone(), PathBuf::from(format!("/vol/{}", v.name))))
+            .collect();
+        // (volume, readOnly, subPath) → readonly
+        let cases: &[(&str, Option<bool>, Option<&str>, bool)] = &[
+            ("cm", None, None, true),
+            ("cm", Some(false), None, true),
+            ("cm", Some(true), None, true),
+            ("cm", Some(false), Some("key"), true),
+            ("sec", None, None, true),
+            ("sec", Some(false), Some("dir/key"), true),
+            ("dapi", Some(false), None, true),
+            ("dapi", None, Some("labels"), true),
+            ("kube-api-access-x", Some(false), None, true),
+            ("scratch", None, None, false),
+            ("scratch", Some(false), Some("sub"), false),
+            ("scratch", Some(true), None, true),
+            ("host", None, None, false),
+            ("host", Some(true), None, true),
+        ];
+        for (name, read_only, sub_path, want) in cases {
+            let mut c = resourced("app", "", "");
+            c.volume_mounts = Some(vec![VolumeMount {
+                read_only: *read_only,
+                sub_path: sub_path.map(str::to_string),
+                ..mount(name, "/m")
+            }]);
+            let mut p = pod_with(vec![c.clone()]);
+            p.spec.as_mut().unwrap().volumes = Some(volumes.clone());
+            let b = container_config(&p, &c, ContainerKind::Regular, &ctx(&paths)).unwrap();
+            assert_eq!(
+                b.config.mounts[0].readonly, *want,
+                "{name} readOnly={read_only:?} subPath={sub_path:?}"
+            );
+            let api_volume = matches!(*name, "cm" | "sec" | "dapi" | "kube-api-access-x");
+            assert_eq!(volume_always_read_only(&p, name), api_volume, "{name}");
+        }
+    }
+
     #[test]
     fn building_the_config_creates_no_sub_path() {
         let dir = tempfile::tempdir().unwrap();
@@ -1357,6 +1541,7 @@ mod tests {
             b.sub_paths,
             vec![crate::volume::subpath::SubPathMount {
                 mount: 1,
+                index: 1,
                 field: "spec.containers[0].volumeMounts[1]".into(),
                 volume: "data".into(),
                 container: "app".into(),
@@ -1501,6 +1686,38 @@ mod tests {
                 Some("container has runAsNonRoot and image has non-numeric user (nginx), cannot verify user is non-root (pod: \"web_prod(uid-9)\", container: app)"),
             ),
             (None, Some(true), Some(101), "", None),
+            // No USER in the image: containerd reports neither a uid nor a name, which is root.
+            (
+                None,
+                Some(true),
+                None,
+                "",
+                Some("container has runAsNonRoot and image will run as root (pod: \"web_prod(uid-9)\", container: app)"),
+            ),
+            (None, None, None, "", None),
+            (Some(1000), Some(true), None, "", None),
+            (
+                None,
+                Some(true),
+                None,
+                "root",
+                Some("container has runAsNonRoot and image has non-numeric user (root), cannot verify user is non-root (pod: \"web_prod(uid-9)\", container: app)"),
+            ),
+            (
+                None,
+                Some(true),
+                Some(4_294_967_296),
+                "",
+                Some("container has runAsNonRoot and image has an invalid user id (4294967296). (Must be 1-(2147483647)): must be between 0 and 2147483647, inclusive (pod: \"web_prod(uid-9)\", container: app)"),
+            ),
+            (
+                None,
+                Some(true),
+                Some(-1),
+                "",
+                Some("container has runAsNonRoot and image has an invalid user id (-1). (Must be 1-(2147483647)): must be between 0 and 2147483647, inclusive (pod: \"web_prod(uid-9)\", container: app)"),
+            ),
+            (None, Some(true), Some(2_147_483_647), "", None),
         ];
         for (user, non_root, image_uid, image_user, want) in cases {
             set(&mut p, user, non_root);

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use super::actions::KillReason;
 use super::actions::{compute_pod_actions, ActionInputs, PodActions, PodEnd};
 pub use super::error::{removed, Error, Result};
-use super::kill::{Grace, StopReason};
+use super::grace::{Grace, StopReason};
 pub use super::memory::{PodMemory, RuntimeWrites, IMAGE_BACKOFF, SYNC_ERROR_RETRY};
 use super::plan::PodPlan;
 use super::recorder::PodEvents;
@@ -24,19 +24,18 @@ pub use super::settings::SyncSettings;
 use super::start::{ContainerStarter, StartEnv};
 use super::stop::{ContainerStopper, Kill, KillGrace};
 use crate::backoff::Backoff;
-use crate::cgroup;
 use crate::clock::Clock;
 use crate::cri::containerd::TaskSignaller;
 use crate::cri::{self, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::events::{EventRecorder, EventType};
 use crate::metrics::metrics;
-use crate::node::NodeInfo;
 use crate::objects::ObjectSource;
 use crate::podspec::{
     init_containers as spec_init_containers, pod_uid, regular_containers as spec_containers,
     ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
+use crate::stats::machine::NodeInfo;
 use crate::status::{
     generate_pod_status, RestartInPlace, StartFailure, StatusInputs, StatusManager, StatusMutation,
 };
@@ -416,7 +415,7 @@ impl PodSyncer {
         });
         join_all(kills).await;
         if actions.kill_pod {
-            let grace = super::kill::Grace::fixed(super::kill::pod_grace_period(pod, None));
+            let grace = super::grace::Grace::fixed(super::grace::pod_grace_period(pod, None));
             self.stopper.stop_pod(pod, runtime, &grace).await;
         }
         for id in &actions.containers_to_remove {
@@ -668,7 +667,7 @@ impl PodSyncer {
                 let qos = memory
                     .plan
                     .as_ref()
-                    .map_or_else(|| cgroup::qos_class(pod), |p| p.qos_class);
+                    .map_or_else(|| crate::podspec::qos::qos_class(pod), |p| p.qos_class);
                 let mut status = PodStatus {
                     qos_class: Some(qos.as_str().to_string()),
                     ..Default::default()
@@ -719,7 +718,7 @@ pub fn active_deadline_remaining(
     now: jiff::Timestamp,
 ) -> Option<Duration> {
     let deadline = pod.spec.as_ref()?.active_deadline_seconds?;
-    let deadline = Duration::from_secs(u64::try_from(deadline).unwrap_or(0));
+    let deadline = crate::clock::seconds_from_api(deadline);
     let Some(start) = start_time else {
         return Some(deadline);
     };

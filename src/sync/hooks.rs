@@ -40,6 +40,33 @@ fn pod_name(pod: &Pod) -> String {
     )
 }
 
+/// A failed exec hook: the kubelet's message, with the command's output (stdout then stderr)
+/// capped as a probe's is ([`crate::probe::exec::MAX_OUTPUT`], 10 KiB). The event that carries
+/// it is cut again at the API's 1 KiB ([`crate::events::truncate_message`]).
+fn exec_failure(
+    command: Vec<String>,
+    container: &str,
+    pod: String,
+    exit_code: i32,
+    stdout: &[u8],
+    stderr: &[u8],
+) -> HookError {
+    HookError::Exec {
+        error: format!("command '{}' exited with {exit_code}", command.join(" ")),
+        command,
+        container: container.to_string(),
+        pod,
+        output: crate::probe::exec::combined_output(stdout, stderr),
+    }
+}
+
+/// How long a `sleep` hook of `seconds` sleeps: any int64 is valid in the API (negative is
+/// zero, the longest [`crate::clock::FAR_FUTURE`]), and `timeout` cuts it short.
+pub fn sleep_duration(seconds: i64, timeout: Option<Duration>) -> Duration {
+    let wanted = crate::clock::seconds_from_api(seconds);
+    timeout.map_or(wanted, |t| wanted.min(t))
+}
+
 /// Runs one hook handler. `timeout` bounds exec and HTTP hooks (the grace period for preStop;
 /// none for postStart, as in the kubelet) and cuts a sleep short.
 pub async fn run_hook(
@@ -63,21 +90,14 @@ pub async fn run_hook(
             .await;
         return match result {
             Ok(r) if r.exit_code == 0 => Ok(()),
-            Ok(r) => Err(HookError::Exec {
+            Ok(r) => Err(exec_failure(
                 command,
-                container: container.name.clone(),
-                pod: pod_name(pod),
-                error: format!(
-                    "command '{}' exited with {}",
-                    exec.command.clone().unwrap_or_default().join(" "),
-                    r.exit_code
-                ),
-                output: format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&r.stdout),
-                    String::from_utf8_lossy(&r.stderr)
-                ),
-            }),
+                &container.name,
+                pod_name(pod),
+                r.exit_code,
+                &r.stdout,
+                &r.stderr,
+            )),
             Err(e) => Err(HookError::Exec {
                 command,
                 container: container.name.clone(),
@@ -127,12 +147,56 @@ pub async fn run_hook(
         };
     }
     if let Some(sleep) = &handler.sleep {
-        let wanted = Duration::from_secs(u64::try_from(sleep.seconds).unwrap_or(0));
-        tokio::time::sleep(timeout.map_or(wanted, |t| wanted.min(t))).await;
+        tokio::time::sleep(sleep_duration(sleep.seconds, timeout)).await;
         return Ok(());
     }
     Err(HookError::Invalid {
         container: container.name.clone(),
         reason: "no exec, httpGet or sleep handler".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::exec::MAX_OUTPUT;
+
+    #[test]
+    fn exec_hook_output_is_capped_like_probe_output() {
+        // (stdout, stderr, expected output)
+        let cases: Vec<(Vec<u8>, Vec<u8>, String)> = vec![
+            (b"out\n".to_vec(), b"err\n".to_vec(), "out\nerr\n".into()),
+            (
+                vec![b'o'; MAX_OUTPUT + 1],
+                b"err".to_vec(),
+                "o".repeat(MAX_OUTPUT),
+            ),
+            (
+                vec![b'o'; MAX_OUTPUT - 2],
+                vec![b'e'; 50 * 1024 * 1024],
+                format!("{}ee", "o".repeat(MAX_OUTPUT - 2)),
+            ),
+            (
+                Vec::new(),
+                vec![b'e'; MAX_OUTPUT * 3],
+                "e".repeat(MAX_OUTPUT),
+            ),
+        ];
+        for (stdout, stderr, want) in cases {
+            let error = exec_failure(
+                vec!["sh".into(), "-c".into(), "exit 3".into()],
+                "app",
+                "web_default(u1)".into(),
+                3,
+                &stdout,
+                &stderr,
+            );
+            let HookError::Exec { output, error, .. } = &error else {
+                panic!("{error:?}")
+            };
+            assert_eq!(output.len(), want.len());
+            assert_eq!(output, &want);
+            assert_eq!(error, "command 'sh -c exit 3' exited with 3");
+        }
+    }
 }

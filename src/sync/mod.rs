@@ -2,16 +2,17 @@
 //! builders of the CRI configs the executor sends and what a pod spec implies (`plan`).
 //!
 //! Inside `sync` the files import one another in one direction only (no cycle):
-//! `executor` → `start` → `stop` → `hooks`/`kill`/`recorder`; `executor` → `sandbox` → `plan` →
+//! `executor` → `start` → `stop` → `hooks`/`grace`/`recorder`; `executor` → `sandbox` → `plan` →
 //! the config builders; `memory`, `settings` and `error` are imported, and import nothing of
 //! `sync` but `plan`.
 
 pub mod actions;
 pub mod container_config;
+pub mod env_objects;
 pub mod error;
 pub mod executor;
+pub mod grace;
 pub mod hooks;
-pub mod kill;
 pub mod memory;
 pub mod plan;
 pub mod recorder;

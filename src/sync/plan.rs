@@ -15,8 +15,10 @@ use super::container_config::container_hash;
 use super::sandbox_config::{sandbox_config, SandboxContext};
 use super::settings::SyncSettings;
 use crate::cgroup::node::PodShare;
-use crate::cgroup::{self, CgroupName, PodResources, QosClass, ResourceConfig};
+use crate::cgroup::{self, CgroupName, ResourceConfig};
 use crate::cri::api;
+use crate::podspec::qos::{qos_class, QosClass};
+use crate::podspec::resources::{effective_pod_resources, PodResources};
 use crate::podspec::{host_network, init_containers, regular_containers};
 
 /// What a plan was derived from; a pod that differs in any of it gets a new plan.
@@ -121,8 +123,8 @@ impl PodPlan {
             .collect();
         PodPlan {
             source: PlanSource::of(pod, resolv_conf),
-            qos_class: cgroup::qos_class(pod),
-            resources: cgroup::effective_pod_resources(pod),
+            qos_class: qos_class(pod),
+            resources: effective_pod_resources(pod),
             host_network: host_network(pod),
             cgroup_parent,
             pod_cgroup,

@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::error::{removed, Error, Result};
 use super::plan::PodPlan;
-use super::sandbox_config::pod_log_dir;
 use super::settings::SyncSettings;
 use crate::cri::{api, PodRuntime, Runtime};
+use crate::logs::paths::pod_log_dir;
 use crate::metrics::metrics;
 use crate::podspec::pod_uid;
 use crate::volume;

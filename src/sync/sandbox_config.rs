@@ -5,14 +5,15 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::cgroup::resources::{pod_limits, pod_overhead, pod_requests};
 use crate::cgroup::{milli_cpu_to_quota, milli_cpu_to_shares, QUOTA_PERIOD};
 use crate::cri::{api, labels};
+use crate::logs::paths::pod_log_dir;
 use crate::podspec::hostname::kernel_hostname;
+use crate::podspec::resources::{pod_limits, pod_overhead, pod_requests};
 use crate::podspec::ConfigError;
 
 /// What the sandbox config needs from the node and the configuration.
@@ -30,23 +31,6 @@ pub struct SandboxContext<'a> {
     /// Contents of the `resolvConf` file; `None` when `resolvConf` is empty, which (as in the
     /// kubelet) gives host-DNS pods `nameserver 127.0.0.1` and `search .`.
     pub host_resolv_conf: Option<&'a str>,
-}
-
-/// The pod's log directory: `<podLogsDir>/<namespace>_<name>_<uid>` (`BuildPodLogsDirectory`).
-pub fn pod_log_dir(pod_logs_dir: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
-    pod_logs_dir.join(format!("{namespace}_{name}_{uid}"))
-}
-
-/// A container's log directory inside the pod's (`BuildContainerLogsDirectory`); the kubelet
-/// creates it (0755) before creating the container.
-pub fn container_log_dir(
-    pod_logs_dir: &Path,
-    namespace: &str,
-    name: &str,
-    uid: &str,
-    container: &str,
-) -> PathBuf {
-    pod_log_dir(pod_logs_dir, namespace, name, uid).join(container)
 }
 
 /// Validation limits the kubelet trims DNS settings to (`pkg/apis/core/validation`).
@@ -518,7 +502,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::cgroup::resources::test_support::{container, sidecar};
+    use crate::podspec::resources::test_support::{container, sidecar};
 
     fn pod(name: &str, spec: PodSpec) -> Pod {
         Pod {
@@ -551,18 +535,6 @@ mod tests {
             cluster_domain: "cluster.local",
             host_resolv_conf: resolv,
         }
-    }
-
-    #[test]
-    fn pod_log_dir_is_namespace_name_uid() {
-        assert_eq!(
-            pod_log_dir(Path::new("/var/log/pods"), "kube-system", "etcd-n1", "abc"),
-            PathBuf::from("/var/log/pods/kube-system_etcd-n1_abc")
-        );
-        assert_eq!(
-            container_log_dir(Path::new("/l"), "ns", "p", "u", "c"),
-            PathBuf::from("/l/ns_p_u/c")
-        );
     }
 
     #[test]

@@ -13,23 +13,23 @@ use tracing::Instrument;
 use super::container_config::{
     container_config_with_env, format_pod, verify_run_as_non_root, ContainerContext,
 };
+use super::grace::StopReason;
 use super::hooks::run_hook;
-use super::kill::StopReason;
 use super::memory::{PodMemory, SYNC_ERROR_RETRY};
 use super::recorder::PodEvents;
-use super::sandbox_config::container_log_dir;
 use super::settings::SyncSettings;
 use super::stop::{ContainerStopper, Kill, KillGrace};
 use crate::clock::Clock;
 use crate::config::format_duration;
 use crate::cri::{api, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::events::EventType;
+use crate::logs::paths::container_log_dir;
 use crate::metrics::metrics;
-use crate::node::NodeInfo;
 use crate::objects::ObjectSource;
 use crate::podspec::env;
 use crate::podspec::pod_uid;
 use crate::podspec::ContainerKind;
+use crate::stats::machine::NodeInfo;
 use crate::status::StartFailure;
 use crate::volume;
 
@@ -41,7 +41,7 @@ pub struct StartEnv<'a> {
     pub volumes: &'a BTreeMap<String, PathBuf>,
     pub etc_hosts: Option<&'a std::path::Path>,
     /// The pod's QoS class from its plan (for each container's `oom_score_adj`).
-    pub qos_class: crate::cgroup::QosClass,
+    pub qos_class: crate::podspec::qos::QosClass,
     #[allow(dead_code)]
     pub attempt: u32,
 }
@@ -352,12 +352,12 @@ impl ContainerStarter {
         // After an in-place restart of the pod the old instances are gone; counting goes on.
         let restart_count = runtime
             .latest(&container.name)
-            .map(|c| c.restart_count + 1)
+            .map(|c| c.restart_count.saturating_add(1))
             .or_else(|| {
                 memory
                     .restart_count_base
                     .get(&container.name)
-                    .map(|b| b + 1)
+                    .map(|b| b.saturating_add(1))
             })
             .unwrap_or(0);
         let uid = pod_uid(pod);
@@ -406,7 +406,8 @@ impl ContainerStarter {
             memory_qos_allocatable: self.settings.pod_cgroup.node_allocatable_memory,
             page_size: self.settings.pod_cgroup.page_size,
         };
-        let env_objects = env::gather_env_objects(pod, container, self.objects.as_ref()).await;
+        let env_objects =
+            super::env_objects::gather_env_objects(pod, container, self.objects.as_ref()).await;
         for invalid in env::invalid_env_from_keys(pod, container, &env_objects) {
             self.events.container(
                 pod,
@@ -424,9 +425,15 @@ impl ContainerStarter {
             .map_err(config_error)
             .map_err(no_retry)?;
         let mut config = built.config;
-        volume::subpath::prepare_sub_paths(&mut config.mounts, &built.sub_paths)
-            .map_err(config_error)
-            .map_err(no_retry)?;
+        // subPaths are opened beneath their volumes and bind-mounted under the pod directory;
+        // the runtime gets those pinned mounts, detached again once StartContainer returned.
+        let pinned = volume::subpath::prepare_sub_paths(
+            &volume::pod_dir(&self.settings.root_dir, uid),
+            &mut config.mounts,
+            &built.sub_paths,
+        )
+        .map_err(config_error)
+        .map_err(no_retry)?;
         // Create from the resolved image, as the kubelet does, keeping what the user wrote.
         if !image.id.is_empty() {
             config.image = Some(api::ImageSpec {
@@ -463,6 +470,10 @@ impl ContainerStarter {
             })
             .map_err(no_retry)?;
         drop(writes);
+        // The container holds its own copies of the bind mounts now.
+        if let Err(e) = pinned.release() {
+            tracing::warn!(error = %e, "releasing subPath bind mounts");
+        }
         if let Some(hook) = container
             .lifecycle
             .as_ref()

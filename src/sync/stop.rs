@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use super::grace::{termination_grace_period, Grace, StopReason, TerminationOrdering};
 use super::hooks::run_hook;
-use super::kill::{termination_grace_period, Grace, StopReason, TerminationOrdering};
 use super::recorder::PodEvents;
 use crate::cri::containerd::parse_signal;
 use crate::cri::containerd::TaskSignaller;
@@ -81,6 +81,11 @@ impl ContainerStopper {
     /// runs first and its time counts against the grace period, then the stop signal is sent and
     /// SIGKILL follows after what is left (at least 2 s, unless the grace period is 0). A
     /// deadline that moves earlier meanwhile shortens each of these steps.
+    #[tracing::instrument(
+        name = "container_stop",
+        skip_all,
+        fields(container = %container.name, container.id = %container.id)
+    )]
     pub async fn kill_container(&self, pod: &Pod, container: &RuntimeContainer, kill: Kill<'_>) {
         let Kill {
             reason,

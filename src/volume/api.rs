@@ -7,17 +7,22 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{lchown, PermissionsExt};
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::atomic_writer::{write_payload, WriteOutcome};
+use nix::sys::stat::{fchmod, fstat, Mode};
+use nix::unistd::{fchown, Gid};
+
+use super::atomic_writer::{for_each_beneath, write_payload, WriteOutcome};
 use super::projection::{
     token_requests, volume_payload, volume_references, ApiVolumeKind, NodeAllocatable,
 };
 use super::{check_component, checked_pod_uid, emptydir, make_pod_dirs, mounts, VolumeError};
-use crate::objects::{FetchedObjects, FetchedTokens, ObjectSource};
+use crate::objects::{fetch_objects, FetchedTokens, ObjectSource};
+use crate::podspec::references::FetchedObjects;
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
 
@@ -75,7 +80,7 @@ pub async fn update_api_volumes(
 ) -> ApiVolumes {
     let refs = volume_references(pod);
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let fetched = FetchedObjects::fetch(objects, namespace, &refs).await;
+    let fetched = fetch_objects(objects, namespace, &refs).await;
     let tokens = FetchedTokens::fetch(objects, token_requests(pod)).await;
     set_up_api_volumes(
         pod,
@@ -157,9 +162,9 @@ pub fn set_up_api_volumes(
                 continue;
             }
         }
-        let chown = |_: &Path| -> io::Result<()> {
+        let chown = |vol: BorrowedFd<'_>, data: BorrowedFd<'_>| -> io::Result<()> {
             if let Some(gid) = fs_group {
-                apply_fs_group(&dir, gid);
+                apply_fs_group(&dir, vol, data, gid);
             }
             Ok(())
         };
@@ -240,42 +245,35 @@ pub fn fs_group_mode(mode: u32, is_dir: bool) -> u32 {
     }
 }
 
-/// Gives everything below `dir` (and `dir`) the group `gid` and group read access, without
-/// following symlinks. Like the kubelet, failures are logged and do not fail the volume.
-fn apply_fs_group(dir: &Path, gid: i64) {
+/// Gives the volume directory `vol` and everything in the new data directory `data` (both
+/// descriptors opened without following a symlink) the group `gid` and group read access, as
+/// `SetVolumeOwnership` does for a read-only volume. Only the new data, written by nodelet and
+/// not yet visible, is walked: nothing a container could have planted is followed or changed.
+/// Like the kubelet, failures are logged and do not fail the volume; `dir` names the volume
+/// in them.
+fn apply_fs_group(dir: &Path, vol: BorrowedFd<'_>, data: BorrowedFd<'_>, gid: i64) {
     let Ok(gid) = u32::try_from(gid) else {
         tracing::warn!(gid, "fsGroup out of range; volume ownership unchanged");
         return;
     };
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(error) => {
-                tracing::warn!(path = %path.display(), %error, "reading volume ownership");
-                continue;
-            }
-        };
-        if let Err(error) = lchown(&path, None, Some(gid)) {
-            tracing::warn!(path = %path.display(), %error, "lchown for fsGroup");
+    let mut own = |fd: BorrowedFd<'_>, is_dir: bool| -> io::Result<()> {
+        if let Err(error) = fchown(fd, None, Some(Gid::from_raw(gid))) {
+            tracing::warn!(path = %dir.display(), %error, "chown for fsGroup");
         }
-        if meta.file_type().is_symlink() {
-            continue;
-        }
-        let is_dir = meta.is_dir();
-        let mode = meta.permissions().mode() & 0o7777;
+        let mode = fstat(fd)?.st_mode & 0o7777;
         let want = fs_group_mode(mode, is_dir);
         if want != mode {
-            if let Err(error) = fs::set_permissions(&path, fs::Permissions::from_mode(want)) {
-                tracing::warn!(path = %path.display(), %error, "chmod for fsGroup");
+            if let Err(error) = fchmod(fd, Mode::from_bits_truncate(want)) {
+                tracing::warn!(path = %dir.display(), %error, "chmod for fsGroup");
             }
         }
-        if is_dir {
-            match fs::read_dir(&path) {
-                Ok(entries) => stack.extend(entries.flatten().map(|e| e.path())),
-                Err(error) => tracing::warn!(path = %path.display(), %error, "listing volume"),
-            }
-        }
+        Ok(())
+    };
+    if let Err(error) = own(vol, true) {
+        tracing::warn!(path = %dir.display(), %error, "setting volume ownership");
+    }
+    if let Err(error) = for_each_beneath(data, &mut own) {
+        tracing::warn!(path = %dir.display(), %error, "setting volume ownership");
     }
 }
 
@@ -702,6 +700,64 @@ projected:
             );
             assert_eq!(meta.gid(), gid, "{}", path.display());
         }
+    }
+
+    /// A container of an older, writable mount re-pointed `..data` at a host directory and a
+    /// key at a host file: with fsGroup set, the next pass changes no owner, mode or content
+    /// outside the volume, removes nothing there, and leaves a sound volume.
+    #[test]
+    fn fs_group_with_planted_links_changes_nothing_outside() {
+        let root = root();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("k"), "host").unwrap();
+        fs::set_permissions(outside.path().join("k"), fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(outside.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let stat = |p: &Path| {
+            let m = fs::symlink_metadata(p).unwrap();
+            (m.mode(), m.uid(), m.gid())
+        };
+        let before = (stat(outside.path()), stat(&outside.path().join("k")));
+        // Another group needs privilege; without it the mode still shows a chmod.
+        let gid = if nix::unistd::geteuid().is_root() {
+            4242
+        } else {
+            nix::unistd::getgid().as_raw()
+        };
+        let mut p = pod(vec![cm_volume(Some(0o400))]);
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            fs_group: Some(i64::from(gid)),
+            ..Default::default()
+        });
+        let out = set_up(
+            &p,
+            &root,
+            &objects(Some(&[("k", "v")])),
+            &FetchedTokens::default(),
+        );
+        let dir = out.paths["cfg"].clone();
+        fs::remove_file(dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.join("..data")).unwrap();
+        fs::remove_file(dir.join("k")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("k"), dir.join("k")).unwrap();
+
+        let out = set_up(
+            &p,
+            &root,
+            &objects(Some(&[("k", "v")])),
+            &FetchedTokens::default(),
+        );
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+        assert_eq!(
+            (stat(outside.path()), stat(&outside.path().join("k"))),
+            before
+        );
+        assert_eq!(
+            fs::read_to_string(outside.path().join("k")).unwrap(),
+            "host"
+        );
+        assert_eq!(fs::read_to_string(dir.join("k")).unwrap(), "v");
+        let meta = fs::metadata(dir.join("k")).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.gid()), (0o440, gid));
     }
 
     #[test]

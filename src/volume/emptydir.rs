@@ -98,7 +98,7 @@ pub fn mount_tmpfs(path: &Path, size: Option<i64>) -> nix::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroup::resources::test_support::{container, pod};
+    use crate::podspec::resources::test_support::{container, pod};
 
     const GI: i64 = 1 << 30;
 

@@ -12,6 +12,7 @@
 //! <root>/pods/<uid>/volumes/kubernetes.io~downward-api/<volume>    (tmpfs)
 //! <root>/pods/<uid>/volumes/kubernetes.io~projected/<volume>       (tmpfs)
 //! <root>/pods/<uid>/containers/<container>/<random>      termination-message files
+//! <root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>   subPath bind mounts
 //! ```
 
 pub mod api;
@@ -98,6 +99,12 @@ pub enum VolumeError {
     /// A pod directory is only removed once nothing is mounted below it.
     #[error("refusing to remove {}: {} is still mounted", pod_dir.display(), mount.display())]
     StillMounted { pod_dir: PathBuf, mount: PathBuf },
+    #[error("cleaning up subPath mounts of {}: {source}", pod_dir.display())]
+    SubPaths {
+        pod_dir: PathBuf,
+        #[source]
+        source: subpath::SubPathError,
+    },
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
@@ -399,9 +406,10 @@ pub fn termination_message_file(
     }
 }
 
-/// Removes the pod's directory once the pod is gone: unmounts the tmpfs volumes under it,
-/// then deletes everything. Anything else still mounted below the directory (which nodelet did
-/// not mount) stops the removal rather than deleting through it.
+/// Removes the pod's directory once the pod is gone: unmounts the subPath bind mounts under
+/// `volume-subpaths` and the tmpfs volumes, then deletes everything without following symlinks
+/// or crossing a mount point. Anything else still mounted below the directory (which nodelet
+/// did not mount) stops the removal rather than deleting through it.
 pub fn cleanup_pod_dir(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
     cleanup_pod_dir_with(root_dir, uid, Path::new(MOUNTINFO))
 }
@@ -420,6 +428,12 @@ pub fn cleanup_pod_dir_with(
         Err(e) => return Err(io_err(&dir)(e)),
     };
     let read = || fs::read_to_string(mountinfo).map_err(io_err(mountinfo));
+    // subPath bind mounts first (leftovers of a start nodelet did not finish): they pin
+    // directories of the volumes below.
+    subpath::clean_sub_paths(&dir, mountinfo).map_err(|e| VolumeError::SubPaths {
+        pod_dir: dir.clone(),
+        source: e,
+    })?;
     let volumes = dir.join("volumes");
     for mount in mounts::mounts_under(&read()?, &dir) {
         if mount.starts_with(&volumes) {
@@ -435,7 +449,8 @@ pub fn cleanup_pod_dir_with(
             mount,
         });
     }
-    fs::remove_dir_all(&dir).map_err(io_err(&dir))
+    // Never through a mount point, even one mounted after the check above.
+    mounts::remove_tree(&dir).map_err(io_err(&dir))
 }
 
 /// Whether the pod has volumes whose content comes from the API or the pod itself

@@ -1,7 +1,18 @@
 //! Reading `/proc/self/mountinfo`: which directories are mount points. nodelet never deletes a
 //! pod directory while something is still mounted below it, and never mounts a tmpfs twice.
+//! [`remove_tree`] deletes a directory tree without following symlinks and without ever
+//! descending into another mount (a volume's or the host's).
 
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 
 /// Undoes the octal escapes the kernel uses in mountinfo paths (`\040` for a space, `\011`,
 /// `\012`, `\134`).
@@ -51,6 +62,151 @@ pub fn mounts_under(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
     below.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
     below.dedup();
     below
+}
+
+/// Which mount a directory belongs to: the mount ID from `statx` where the kernel reports it
+/// (Linux 5.8+; it tells bind mounts of the same filesystem apart), else the device number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MountKey {
+    Id(u64),
+    Dev(u64),
+}
+
+fn mount_key(fd: BorrowedFd<'_>) -> io::Result<MountKey> {
+    // SAFETY: `libc::statx` is plain old data, for which all-zero bytes are a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is a valid open descriptor for the duration of the call, the path is a
+    // NUL-terminated empty string (with AT_EMPTY_PATH the call is about `fd` itself), and
+    // `stx` is a writable `struct statx` the kernel fills at most.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    };
+    if rc == 0 && stx.stx_mask & libc::STATX_MNT_ID != 0 {
+        return Ok(MountKey::Id(stx.stx_mnt_id));
+    }
+    let st = fstat(fd).map_err(io::Error::from)?;
+    Ok(MountKey::Dev(st.st_dev))
+}
+
+const MAX_DEPTH: usize = 512;
+/// Entries read from a directory at a time, so a huge directory costs bounded memory.
+const BATCH: usize = 1024;
+
+fn open_dir_at(dir: BorrowedFd<'_>, name: &OsString) -> nix::Result<OwnedFd> {
+    openat(
+        dir,
+        name.as_os_str(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Up to [`BATCH`] names in the directory `fd` (read through its `/proc/self/fd` link, which
+/// is the opened directory itself whatever its path has become).
+fn read_names(fd: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
+    let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let mut out = Vec::new();
+    for entry in fs::read_dir(path)? {
+        out.push(entry?.file_name());
+        if out.len() >= BATCH {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn crossing(path: &Path) -> io::Error {
+    io::Error::other(format!(
+        "{} is a mount point: not removing anything below it",
+        path.display()
+    ))
+}
+
+fn remove_contents(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    key: MountKey,
+    depth: usize,
+) -> io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(io::Error::other(format!("{}: too deep", path.display())));
+    }
+    loop {
+        let names = read_names(dir)?;
+        if names.is_empty() {
+            return Ok(());
+        }
+        for name in names {
+            let child = path.join(&name);
+            let st = match fstatat(
+                dir,
+                name.as_os_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) {
+                Ok(st) => st,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+            if kind == SFlag::S_IFDIR {
+                let fd = match open_dir_at(dir, &name) {
+                    Ok(fd) => fd,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                if mount_key(fd.as_fd())? != key {
+                    return Err(crossing(&child));
+                }
+                remove_contents(fd.as_fd(), &child, key, depth + 1)?;
+                match unlinkat(dir, name.as_os_str(), UnlinkatFlags::RemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => {}
+                    Err(Errno::EBUSY) => return Err(crossing(&child)),
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                // A file that is a mount point answers EBUSY and stays.
+                match unlinkat(dir, name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => {}
+                    Err(Errno::EBUSY) => return Err(crossing(&child)),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+/// Removes the directory `path` and everything below it, like `remove_dir_all`, but never
+/// follows a symlink and never descends into a directory of another mount: meeting one is an
+/// error and that directory's contents stay. A missing `path` is fine.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let fd = match nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => {
+            return Err(io::Error::new(
+                io::Error::from(e).kind(),
+                format!("{}: {e}", path.display()),
+            ))
+        }
+    };
+    let key = mount_key(fd.as_fd())?;
+    remove_contents(fd.as_fd(), path, key, 0)?;
+    drop(fd);
+    match fs::remove_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(crossing(path)),
+        other => other,
+    }
 }
 
 #[cfg(test)]

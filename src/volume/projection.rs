@@ -12,10 +12,9 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::atomic_writer::{FileProjection, Payload};
-use crate::objects::{
-    not_found_message, Fetched, FetchedObjects, FetchedTokens, ObjectKind, TokenRequest,
-};
+use crate::objects::{FetchedTokens, TokenRequest};
 use crate::podspec::env::{format_map, resource_field_ref_value, split_subscript, EnvContext};
+use crate::podspec::references::{not_found_message, Fetched, FetchedObjects, ObjectKind};
 
 /// The API default of `defaultMode` for configMap, secret, downwardAPI and projected volumes
 /// (`0644`, 420 in JSON), used when a pod was not defaulted (static pods read from disk are).
@@ -525,8 +524,8 @@ fn unsupported_source(kind: &str) -> String {
 
 /// The objects the projected-content volumes of `pod` refer to, for
 /// [`FetchedObjects::fetch`].
-pub fn volume_references(pod: &Pod) -> crate::objects::References {
-    let mut refs = crate::objects::References::default();
+pub fn volume_references(pod: &Pod) -> crate::podspec::references::References {
+    let mut refs = crate::podspec::references::References::default();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         if let Some(c) = &v.config_map {
             refs.config_maps.insert(c.name.clone());
@@ -572,7 +571,7 @@ mod tests {
     use k8s_openapi::ByteString;
 
     use super::*;
-    use crate::cgroup::resources::test_support::container;
+    use crate::podspec::resources::test_support::container;
 
     const NODE: NodeAllocatable = NodeAllocatable {
         cpu_milli: 4000,

@@ -5,12 +5,12 @@
 //! package registries; without them it keeps trying, and failing, to reach Google's services)
 //! and a fresh profile directory.
 
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder};
+use nodelet_testkit::port::free_port;
 
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -34,13 +34,6 @@ pub struct Browser {
     pub client: Client,
     driver: Child,
     _profile: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port for chromedriver")
 }
 
 impl Browser {

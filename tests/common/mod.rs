@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{api, labels, Runtime};
+use nodelet_testkit::api::{NodeletApi, Wait};
+use nodelet_testkit::port::free_port;
+use nodelet_testkit::tail;
 
 pub const TESTBOX: &str = "localhost/testbox:1";
 
@@ -48,27 +51,6 @@ pub fn runtime() -> Arc<RemoteRuntime> {
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Ports handed out by [`free_port`]: below Linux's ephemeral range (32768–60999), so that no
-/// `bind(0)` or outgoing connection of a parallel test can take one between the check here and
-/// the nodelet process binding it; distinct within this test binary (a counter) and across the
-/// binaries cargo runs one after another (an offset from the process id).
-const PORT_RANGE: std::ops::Range<u32> = 20_000..32_000;
-static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
-
-/// A loopback port that is free now and that no other test of this binary is given.
-pub fn free_port() -> u16 {
-    let span = PORT_RANGE.end - PORT_RANGE.start;
-    let offset = std::process::id().wrapping_mul(7919) % span;
-    for _ in 0..span {
-        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
-        let port = (PORT_RANGE.start + (offset + n) % span) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port in {PORT_RANGE:?}");
-}
 
 /// `field: value` unless `extra` sets the field itself (YAML refuses a key given twice).
 fn default_line(extra: &str, field: &str, value: &str) -> String {
@@ -292,26 +274,14 @@ impl Nodelet {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// This nodelet's read-only API (a client of its own, as every call here had).
+    pub fn api(&self) -> NodeletApi {
+        NodeletApi::new(self.base_url(), Duration::from_secs(5))
+    }
+
     /// A counter (or a histogram's `_count`) from `/metrics`, summed over its label sets.
     pub async fn metric(&self, name: &str) -> Option<f64> {
-        let text = reqwest::Client::new()
-            .get(format!("{}/metrics", self.base_url()))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        let values: Vec<f64> = text
-            .lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-            .collect();
-        (!values.is_empty()).then(|| values.iter().sum())
+        self.api().metric(name).await
     }
 
     /// Waits until the counter `name` grows past its value now: the positive sign that the part
@@ -335,31 +305,41 @@ impl Nodelet {
         }
     }
 
+    /// Waits until the pod workers finished `count` more syncs (of all pods together) than when
+    /// called: the positive sign that what a sync decides (adopt or restart a container, start,
+    /// kill) has been decided since, which a test proving an absence waits for before it looks.
+    pub async fn wait_more_syncs(&self, count: u32, timeout: Duration) {
+        let name = "nodelet_pod_worker_duration_seconds_count";
+        let start = self.metric(name).await.unwrap_or(0.0);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self
+                .metric(name)
+                .await
+                .is_some_and(|now| now >= start + f64::from(count))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not {count} pod syncs after {start} in {timeout:?}\n{}",
+                tail(&self.logs(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn pods(&self) -> Option<Vec<Pod>> {
-        let resp = reqwest::Client::new()
-            .get(format!("{}/pods", self.base_url()))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .ok()?;
-        let v: serde_json::Value = resp.json().await.ok()?;
-        serde_json::from_value(v.get("items")?.clone()).ok()
+        self.api().pods().await
     }
 
     /// A pod by its exact name (API pods are not renamed like static pods).
     pub async fn pod_exact(&self, name: &str) -> Option<Pod> {
-        self.pods()
-            .await?
-            .into_iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
+        self.api().pod(name).await
     }
 
     pub async fn pod(&self, name: &str) -> Option<Pod> {
-        let full = self.pod_name(name);
-        self.pods()
-            .await?
-            .into_iter()
-            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+        self.api().pod(&self.pod_name(name)).await
     }
 
     /// Polls the local API until the pod satisfies `check`; fails with the last state and the
@@ -371,46 +351,19 @@ impl Nodelet {
         what: &str,
         check: impl Fn(&Pod) -> bool,
     ) -> Pod {
-        let deadline = Instant::now() + timeout;
-        let mut last = None;
-        loop {
-            if let Some(p) = self.pod(name).await {
-                if check(&p) {
-                    return p;
-                }
-                last = Some(p);
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "pod {name}: timed out after {timeout:?} waiting for {what}\nlast seen: {}\n--- nodelet log ---\n{}",
-                    last.map(|p| serde_json::to_string_pretty(&p.status).unwrap_or_default())
-                        .unwrap_or_else(|| "(not listed)".into()),
-                    tail(&self.logs(), 80)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        self.api()
+            .wait_pod(&self.pod_name(name), wait(timeout), what, check, || {
+                format!("--- nodelet log ---\n{}", tail(&self.logs(), 80))
+            })
+            .await
     }
 
     pub async fn wait_gone(&self, name: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(pods) = self.pods().await {
-                let full = self.pod_name(name);
-                if !pods
-                    .iter()
-                    .any(|p| p.metadata.name.as_deref() == Some(full.as_str()))
-                {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pod {name} still listed after {timeout:?}\n{}",
+        self.api()
+            .wait_gone(&self.pod_name(name), wait(timeout), || {
                 tail(&self.logs(), 60)
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            })
+            .await
     }
 
     /// Sandboxes and containers the runtime holds for this node.
@@ -508,76 +461,12 @@ fn remove_pod_cgroups(uid: &str) {
     }
 }
 
-pub fn tail(s: &str, lines: usize) -> String {
-    let v: Vec<&str> = s.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
-}
-
-pub fn phase(p: &Pod) -> &str {
-    p.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
-}
-
-pub fn container_status<'a>(
-    p: &'a Pod,
-    name: &str,
-) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == name)
-}
-
-pub fn restart_count(p: &Pod, name: &str) -> i32 {
-    container_status(p, name).map_or(0, |c| c.restart_count)
-}
-
-pub fn waiting_reason(p: &Pod, name: &str) -> Option<String> {
-    container_status(p, name)?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
-}
-
-pub fn terminated(p: &Pod, name: &str) -> Option<(i32, String)> {
-    let t = container_status(p, name)?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?;
-    Some((t.exit_code, t.reason.clone().unwrap_or_default()))
-}
-
-pub fn running_ids(p: &Pod) -> Vec<String> {
-    let mut v: Vec<String> = p
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .map(|cs| cs.iter().filter_map(|c| c.container_id.clone()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-pub fn all_running(p: &Pod) -> bool {
-    let Some(cs) = p
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-    else {
-        return false;
-    };
-    !cs.is_empty()
-        && cs
-            .iter()
-            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+/// `timeout`, looking every 200 ms.
+fn wait(timeout: Duration) -> Wait {
+    Wait {
+        timeout,
+        poll: Duration::from_millis(200),
+    }
 }
 
 pub fn testbox_pod(name: &str, policy: &str, containers: &[(&str, &[&str])]) -> String {
@@ -660,6 +549,35 @@ impl TestCa {
         let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
         let cert = params.signed_by(&key, &issuer).unwrap();
         format!("{}{}", cert.pem(), key.serialize_pem())
+    }
+}
+/// `kubectl delete pod NAME --grace-period=0 --force` against the API server at `api`, then
+/// waits until the pod is gone from the API and nodelet's sandboxes and containers are gone from
+/// the runtime (at most `timeout`); returns the time from the force delete to an empty runtime.
+pub async fn force_delete_until_gone(
+    fixture: &apiserver_fixture::Fixture,
+    n: &Nodelet,
+    name: &str,
+    timeout: Duration,
+) -> Duration {
+    let forced = Instant::now();
+    let (ok, out, err) = kubectl(
+        &fixture.url(),
+        &["delete", "pod", name, "--grace-period=0", "--force"],
+    );
+    assert!(ok, "force delete: {out}{err}");
+    assert!(api_pod(fixture, name).is_none(), "gone from the API");
+    loop {
+        let (sandboxes, containers) = n.runtime_objects().await;
+        if sandboxes.is_empty() && containers.is_empty() {
+            return forced.elapsed();
+        }
+        assert!(
+            forced.elapsed() < timeout,
+            "still in the runtime {timeout:?} after the force delete: {sandboxes:#?}\n{containers:#?}\n{}",
+            tail(&n.logs(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

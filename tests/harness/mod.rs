@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use nodelet::agent::{CgroupSetup, Nodelet, NodeletBuilder, RuntimeServices};
 use nodelet::clock::Clock;
 use nodelet::cri::fake::FakeRuntime;
-use nodelet::node::NodeInfo;
-use nodelet::pod::PodWorkers;
+use nodelet::pod::workers::PodWorkers;
+use nodelet::stats::machine::NodeInfo;
 use nodelet::status::StatusManager;
 
 pub struct Harness {
@@ -128,7 +128,7 @@ pub async fn harness_with(
         .node_info(NodeInfo {
             name: "node1".into(),
             host_ips: vec!["192.168.1.10".into()],
-            machine: nodelet::node::MachineInfo {
+            machine: nodelet::stats::machine::MachineInfo {
                 num_cores: 2,
                 memory_capacity: 4 << 30,
                 ..Default::default()
@@ -187,7 +187,7 @@ impl Harness {
         let mut p = (*pod(uid, "Always", &["canary"], "localhost/app:1")).clone();
         p.spec.as_mut().unwrap().active_deadline_seconds = Some(deadline_seconds);
         self.workers
-            .update(nodelet::pod::PodWork::Sync(Arc::new(p)));
+            .update(nodelet::pod::worker_state::PodWork::Sync(Arc::new(p)));
         self.settle("the canary pod runs", |h| h.phase(uid) == "Running")
             .await;
     }

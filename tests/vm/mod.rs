@@ -23,6 +23,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use nodelet_testkit::api::{NodeletApi, Wait};
+use nodelet_testkit::prom::metric_sum;
+use nodelet_testkit::tail;
 
 /// The guest's last line: the scenario command's exit status.
 pub const RESULT_MARKER: &str = "NODELET-VM-RESULT: ";
@@ -39,6 +42,11 @@ const JOURNAL_END: &str = "==== NODELET-VM-JOURNAL-END";
 pub const VM_TIMEOUT: Duration = Duration::from_secs(900);
 /// Deadline for anything the guest waits for: generous, everything is slow under emulation.
 pub const T: Duration = Duration::from_secs(180);
+/// [`T`], looking every 500 ms.
+const WAIT: Wait = Wait {
+    timeout: T,
+    poll: Duration::from_millis(500),
+};
 
 /// The guest's read-only API port (nodelet's `readOnlyPort`).
 const API_PORT: u16 = 10255;
@@ -300,7 +308,7 @@ fn boot(
                 panic!(
                     "VM scenario {name}: no end after {:?}; killed\n{}",
                     started.elapsed(),
-                    crate::common::tail(&lines.join("\n"), 40)
+                    tail(&lines.join("\n"), 40)
                 );
             }
         }
@@ -320,7 +328,7 @@ fn boot(
         let journal = if report.journal.is_empty() {
             "(the guest printed no journal)".to_string()
         } else {
-            crate::common::tail(&report.journal.join("\n"), 200)
+            tail(&report.journal.join("\n"), 200)
         };
         panic!(
             "VM scenario {name} (driver {}) failed after {:.0} s: {why}\n\
@@ -330,7 +338,7 @@ fn boot(
             driver.name(),
             wall.as_secs_f64(),
             run_dir(name).join("console.log").display(),
-            crate::common::tail(&lines.join("\n"), 20),
+            tail(&lines.join("\n"), 20),
             if report.panics.is_empty() {
                 "(no panic message)".to_string()
             } else {
@@ -518,78 +526,44 @@ impl Guest {
         format!("{name}-{}", self.node)
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{API_PORT}{path}")
+    /// nodelet's read-only API (a client of its own, as every call here had).
+    fn api(&self) -> NodeletApi {
+        NodeletApi::new(
+            format!("http://127.0.0.1:{API_PORT}"),
+            Duration::from_secs(10),
+        )
     }
 
     async fn get(&self, path: &str) -> Option<String> {
-        let resp = reqwest::Client::new()
-            .get(self.url(path))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .ok()?;
-        resp.error_for_status().ok()?.text().await.ok()
+        self.api().get(path).await
     }
 
     /// The pods of the local API, or `None` while nodelet does not answer.
     pub async fn pods(&self) -> Option<Vec<Pod>> {
-        let v: serde_json::Value = serde_json::from_str(&self.get("/pods").await?).ok()?;
-        serde_json::from_value(v.get("items")?.clone()).ok()
+        self.api().pods().await
     }
 
     pub async fn pod(&self, name: &str) -> Option<Pod> {
-        let full = self.pod_name(name);
-        self.pods()
-            .await?
-            .into_iter()
-            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+        self.api().pod(&self.pod_name(name)).await
     }
 
     /// Polls the local API until pod `name` satisfies `check`; fails with its last state and
     /// nodelet's journal after [`T`].
     pub async fn wait_pod(&self, name: &str, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
-        let deadline = Instant::now() + T;
-        let mut last = None;
-        loop {
-            if let Some(p) = self.pod(name).await {
-                if check(&p) {
-                    return p;
-                }
-                last = Some(p);
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "pod {name}: no {what} after {T:?}\nlast seen: {}\n--- nodelet journal ---\n{}",
-                    last.map(|p| serde_json::to_string_pretty(&p.status).unwrap_or_default())
-                        .unwrap_or_else(|| "(not listed)".into()),
-                    self.journal(60)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        self.api()
+            .wait_pod(&self.pod_name(name), WAIT, what, check, || {
+                format!("--- nodelet journal ---\n{}", self.journal(60))
+            })
+            .await
     }
 
     /// Polls the local API until pod `name` is no longer listed.
     pub async fn wait_gone(&self, name: &str) {
-        let deadline = Instant::now() + T;
-        let full = self.pod_name(name);
-        loop {
-            if let Some(pods) = self.pods().await {
-                if !pods
-                    .iter()
-                    .any(|p| p.metadata.name.as_deref() == Some(full.as_str()))
-                {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pod {name} still listed after {T:?}\n--- nodelet journal ---\n{}",
-                self.journal(60)
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        self.api()
+            .wait_gone(&self.pod_name(name), WAIT, || {
+                format!("--- nodelet journal ---\n{}", self.journal(60))
+            })
+            .await
     }
 
     /// nodelet's events for pod `uid` (`/events?pod=`), one `type reason: message` line each:
@@ -636,13 +610,13 @@ impl Guest {
 
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> Option<String> {
-        self.get("/metrics").await
+        self.api().metrics().await
     }
 
     /// The sum of the samples of `series` (see [`metric_sum`]), or `None` while nodelet does not
     /// answer or does not expose it.
     pub async fn metric(&self, series: &str) -> Option<f64> {
-        metric_sum(&self.metrics().await?, series)
+        self.api().metric(series).await
     }
 
     /// The value of `series` now; fails when nodelet does not expose it (a misspelt name must
@@ -773,30 +747,4 @@ pub fn parse_tasks(text: &str) -> BTreeMap<String, (u32, String)> {
             Some((id, (pid, status)))
         })
         .collect()
-}
-
-/// The sum of the samples of `series` in a Prometheus text exposition, `None` when there is
-/// none. `series` is a metric name, optionally with label matchers that must all be present:
-/// `nodelet_pleg_events_total{source="containerd"}`.
-pub fn metric_sum(text: &str, series: &str) -> Option<f64> {
-    let (name, matchers) = match series.split_once('{') {
-        Some((name, rest)) => (name, rest.trim_end_matches('}')),
-        None => (series, ""),
-    };
-    let matchers: Vec<&str> = matchers.split(',').filter(|m| !m.is_empty()).collect();
-    let samples: Vec<f64> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (sample, value) = l.rsplit_once(' ')?;
-            let (metric, labels) = match sample.split_once('{') {
-                Some((metric, labels)) => (metric, labels.trim_end_matches('}')),
-                None => (sample, ""),
-            };
-            let labels: Vec<&str> = labels.split(',').collect();
-            (metric == name && matchers.iter().all(|m| labels.contains(m)))
-                .then(|| value.parse::<f64>().ok())?
-        })
-        .collect();
-    (!samples.is_empty()).then(|| samples.iter().sum())
 }

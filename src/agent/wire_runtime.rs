@@ -1,0 +1,66 @@
+//! The runtime wing: the container runtime (connected, or the one handed in), nodelet's own
+//! directories, the node's facts and the node's cgroups, with the leftovers of pods gone
+//! while nodelet was down swept. Everything above runs on what this returns.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{cgroups, CgroupSetup, HostPaths, RuntimeServices, StartError};
+use crate::cgroup::node::NodeCgroups;
+use crate::cgroup::PodCgroupSettings;
+use crate::config::Config;
+use crate::stats::machine::NodeInfo;
+
+/// What the runtime wing builds.
+pub(super) struct RuntimeWing {
+    pub rt: RuntimeServices,
+    pub node: Arc<NodeInfo>,
+    /// The settings every pod cgroup is shaped by.
+    pub pod_cgroup: PodCgroupSettings,
+    /// The node's cgroup tree (`None`: the runtime places the pods' cgroups).
+    pub node_cgroups: Option<Arc<NodeCgroups>>,
+}
+
+/// Connects to the runtime unless `runtime` is given, creates `rootDir` and `podLogsDir`,
+/// detects the node's facts unless `node` is given, and sets up the cgroups as `setup` says.
+pub(super) async fn wire(
+    cfg: &Config,
+    runtime: Option<RuntimeServices>,
+    node: Option<NodeInfo>,
+    paths: &HostPaths,
+    setup: CgroupSetup,
+    cancel: &CancellationToken,
+) -> Result<RuntimeWing, StartError> {
+    let rt = match runtime {
+        Some(rt) => rt,
+        None => RuntimeServices::connect(cfg, cancel).await?,
+    };
+    create_dir("rootDir", &cfg.root_dir)?;
+    create_dir("podLogsDir", &cfg.pod_logs_dir)?;
+    let node = Arc::new(node.unwrap_or_else(|| {
+        NodeInfo::detect(&cfg.node_name, cfg.node_ip, &paths.root, &cfg.root_dir)
+    }));
+    let (pod_cgroup, node_cgroups) = match setup {
+        CgroupSetup::Host => cgroups::setup(cfg, &node, paths).await?,
+        CgroupSetup::Given { settings, node } => (settings, node),
+    };
+    if let Some(node_cgroups) = &node_cgroups {
+        cgroups::sweep_orphans(node_cgroups, rt.runtime.as_ref()).await;
+    }
+    Ok(RuntimeWing {
+        rt,
+        node,
+        pod_cgroup,
+        node_cgroups,
+    })
+}
+
+fn create_dir(field: &'static str, path: &Path) -> Result<(), StartError> {
+    std::fs::create_dir_all(path).map_err(|error| StartError::CreateDir {
+        field,
+        path: path.to_path_buf(),
+        error,
+    })
+}
