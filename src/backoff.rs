@@ -5,6 +5,10 @@
 //! from the initial delay).
 //!
 //! Pure: every method takes `now`, so tables and paused-clock tests drive it exactly.
+//!
+//! [`exponential`] is the one doubling rule every retry loop of nodelet uses (registration,
+//! the Lease, `/version` reads, status writes, certificate renewal, logind reconnects): each
+//! keeps its own numbers and counts its own attempts, and none writes the arithmetic again.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,6 +26,14 @@ pub struct Backoff {
     initial: Duration,
     max: Duration,
     entries: HashMap<String, Entry>,
+}
+
+/// `initial` doubled `doublings` times, at most `max`. Saturating: any count is safe (a retry
+/// loop that has failed for days must not overflow into a short or panicking wait).
+pub fn exponential(initial: Duration, doublings: u32, max: Duration) -> Duration {
+    initial
+        .saturating_mul(2u32.saturating_pow(doublings.min(31)))
+        .min(max)
 }
 
 /// `a - b`, or zero when `b` is later.
@@ -103,6 +115,39 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exponential_doubles_saturates_and_caps() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (ms(100), 0, ms(7000), ms(100)),
+            (ms(100), 1, ms(7000), ms(200)),
+            (ms(100), 6, ms(7000), ms(6400)),
+            (ms(100), 7, ms(7000), ms(7000)),
+            (ms(100), u32::MAX, ms(7000), ms(7000)),
+            (
+                Duration::from_secs(2),
+                4,
+                Duration::MAX,
+                Duration::from_secs(32),
+            ),
+            // 2^31 × a huge initial saturates instead of overflowing.
+            (Duration::MAX, 31, Duration::MAX, Duration::MAX),
+            (
+                Duration::from_secs(u64::MAX / 2),
+                40,
+                Duration::MAX,
+                Duration::MAX,
+            ),
+        ];
+        for (initial, doublings, max, want) in cases {
+            assert_eq!(
+                exponential(initial, doublings, max),
+                want,
+                "{initial:?} × 2^{doublings}, cap {max:?}"
+            );
+        }
+    }
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()

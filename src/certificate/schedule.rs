@@ -95,7 +95,7 @@ pub fn retry_delay(attempt: u32, jitter: f64) -> Duration {
     if attempt >= 5 {
         return Duration::from_secs(32);
     }
-    let base = Duration::from_secs(2) * 2u32.pow(attempt);
+    let base = crate::backoff::exponential(Duration::from_secs(2), attempt, Duration::MAX);
     base.mul_f64(1.0 + 0.1 * jitter.clamp(0.0, 1.0))
 }
 

@@ -213,9 +213,11 @@ impl ApiServerVersion {
 
 /// Wait after `failures` failed `/version` reads: 1 s doubling, at most 30 s.
 pub fn read_backoff(failures: u32) -> Duration {
-    Duration::from_secs(1)
-        .saturating_mul(1 << failures.saturating_sub(1).min(5))
-        .min(Duration::from_secs(30))
+    crate::backoff::exponential(
+        Duration::from_secs(1),
+        failures.saturating_sub(1),
+        Duration::from_secs(30),
+    )
 }
 
 fn log_release(release: Release, git_version: &str) {

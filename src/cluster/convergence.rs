@@ -14,8 +14,7 @@ use tokio::time::Instant;
 
 /// Retry delay after `failures` consecutive failures (1 → `initial`), doubled each time, capped.
 pub fn backoff_delay(failures: u32, initial: Duration, max: Duration) -> Duration {
-    let exponent = failures.saturating_sub(1).min(31);
-    initial.saturating_mul(1 << exponent).min(max)
+    crate::backoff::exponential(initial, failures.saturating_sub(1), max)
 }
 
 /// A difference that a successful write left on the server: these fields did not take (the

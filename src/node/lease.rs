@@ -85,9 +85,7 @@ pub fn desired_lease(
 
 /// Backoff before the next attempt to read or create the Lease: 200 ms, doubling, at most 7 s.
 pub fn ensure_backoff(attempt: u32) -> Duration {
-    Duration::from_millis(200)
-        .saturating_mul(2u32.saturating_pow(attempt.min(10)))
-        .min(MAX_BACKOFF)
+    crate::backoff::exponential(Duration::from_millis(200), attempt, MAX_BACKOFF)
 }
 
 /// Keeps the node's Lease alive until cancelled.

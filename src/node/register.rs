@@ -155,8 +155,7 @@ pub fn reconcile_existing(initial: &Node, existing: &Node) -> Option<Value> {
 
 /// The kubelet's registration back-off: 100 ms, doubling, at most 7 s.
 pub fn registration_backoff(attempt: u32) -> Duration {
-    let step = Duration::from_millis(100).saturating_mul(2u32.saturating_pow(attempt.min(10)));
-    step.min(Duration::from_secs(7))
+    crate::backoff::exponential(Duration::from_millis(100), attempt, Duration::from_secs(7))
 }
 
 /// One registration attempt: create, or reconcile the existing Node. Returns the Node as the

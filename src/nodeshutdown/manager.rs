@@ -48,6 +48,13 @@ use crate::status::StatusMutation;
 pub const RECONNECT_PERIOD: Duration = Duration::from_secs(1);
 /// The longest wait between two failed starts.
 pub const RECONNECT_PERIOD_MAX: Duration = Duration::from_secs(60);
+
+/// The wait before connecting to logind again after `failures` failed tries in a row: 1 s,
+/// doubling, at most a minute.
+fn reconnect_wait(failures: u32) -> Duration {
+    crate::backoff::exponential(RECONNECT_PERIOD, failures, RECONNECT_PERIOD_MAX)
+}
+
 /// How long logind gets to re-read its configuration after the SIGHUP.
 const RELOAD_WAIT: Duration = Duration::from_secs(2);
 const RELOAD_POLL: Duration = Duration::from_millis(100);
@@ -179,7 +186,8 @@ impl ShutdownManager {
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "node shutdown manager: reading the state"),
         }
-        let mut wait = RECONNECT_PERIOD;
+        // Failures since the last good connection: the wait doubles from RECONNECT_PERIOD.
+        let mut failures = 0u32;
         loop {
             match self.watch(&cancel).await {
                 Ok(()) => return,
@@ -187,17 +195,18 @@ impl ShutdownManager {
                     tracing::warn!(
                         "node shutdown manager: logind's signals ended; connecting again"
                     );
-                    wait = RECONNECT_PERIOD;
+                    failures = 0;
                 }
                 Err(StartError::Logind(error)) => {
-                    tracing::error!(%error, retry_in = ?wait, "node shutdown manager: unable to watch the node for shutdown events");
+                    let retry_in = reconnect_wait(failures);
+                    tracing::error!(%error, ?retry_in, "node shutdown manager: unable to watch the node for shutdown events");
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep(reconnect_wait(failures)) => {}
                 _ = cancel.cancelled() => return,
             }
-            wait = (wait * 2).min(RECONNECT_PERIOD_MAX);
+            failures = failures.saturating_add(1);
         }
     }
 
