@@ -34,7 +34,7 @@ fn settings(name: &str) -> NodeSettings {
     let config = Config::defaults(&Environment {
         hostname: name.into(),
     });
-    NodeSettings::from_config(&config)
+    nodelet::agent::settings::node(&config)
 }
 
 fn facts() -> NodeFacts {
@@ -148,7 +148,7 @@ async fn allocatable_holds_back_the_configured_hard_thresholds() {
     .unwrap()
     .config;
     let t0 = Instant::now();
-    let running = start(&fixture, NodeSettings::from_config(&config));
+    let running = start(&fixture, nodelet::agent::settings::node(&config));
     sleep_until(t0, 1.0).await;
     let allocatable = node(&fixture, "node-e")
         .status
@@ -585,7 +585,9 @@ async fn the_client_waits_for_tokens_and_a_watch_takes_one() {
     config.kubeconfig = Some(write_kubeconfig(dir.path(), &fixture.url()));
     config.kube_api_qps = 2;
     config.kube_api_burst = 2;
-    let client = nodelet::cluster::client(&config).await.unwrap();
+    let client = nodelet::cluster::client(&nodelet::agent::settings::clients(&config))
+        .await
+        .unwrap();
     let namespaces: Api<Namespace> = Api::all(client);
 
     // Two at once, then one every half second; none fails.

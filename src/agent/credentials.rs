@@ -98,7 +98,9 @@ pub(super) async fn connect(
 }
 
 async fn plain_clients(cfg: &Config) -> Result<cluster::ApiClients, StartError> {
-    cluster::plain_clients(cfg).await.map_err(api_error)
+    cluster::plain_clients(&super::settings::clients(cfg))
+        .await
+        .map_err(api_error)
 }
 
 /// The CSR client of the client certificate's manager: the node's own (rotating) client while
@@ -187,7 +189,11 @@ async fn rotating_clients(
     let (pairs_tx, pairs_rx) = watch::channel(None::<SharedPair>);
     let namespace = base.default_namespace.clone();
     let transport = crate::certificate::rotating::RotatingTransport::new(base, pairs_rx);
-    let clients = crate::certificate::rotating::rotating_clients(cfg, transport, &namespace);
+    let clients = crate::certificate::rotating::rotating_clients(
+        &super::settings::clients(cfg),
+        transport,
+        &namespace,
+    );
     let manager = CertificateManager::new(
         ManagerParts {
             kind: Kind::Client,

@@ -28,7 +28,7 @@
 mod cgroups;
 mod credentials;
 mod eviction;
-mod settings;
+pub mod settings;
 mod wakeups;
 mod wire_cluster;
 mod wire_pods;
@@ -58,7 +58,7 @@ use crate::events::{node_ref, EventRecorder, EventType};
 use crate::eviction::manager::PressureView;
 use crate::gc::images::ImageGc;
 use crate::lifecycle::shutdown::ShutdownView;
-use crate::node::{NodeAgent, NodeFacts, NodeSettings};
+use crate::node::{NodeAgent, NodeFacts};
 use crate::objects::ObjectSource;
 use crate::pleg::Pleg;
 use crate::pod::manager::StaticAdmission;
@@ -476,8 +476,8 @@ impl NodeViews<'_> {
     fn agent(&self) -> NodeAgent {
         let pressure = self.pressure.clone();
         NodeAgent::new(
-            NodeSettings::from_config(self.cfg),
-            NodeFacts::detect(self.cfg, self.node, &self.runtime.version),
+            settings::node(self.cfg),
+            NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
             node_health(self.pleg, self.runtime_health),
             Arc::new(move || pressure.pressure()),
             self.clock,

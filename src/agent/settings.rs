@@ -1,19 +1,23 @@
 //! Each manager's own settings, built from the whole configuration here: `agent` is the only
 //! reader of [`Config`], and a manager sees only what it is set up with.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::cluster::ClientSettings;
 
 use crate::config::kubelet_fields::{GRACEFUL_NODE_SHUTDOWN, GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY};
 use crate::config::Config;
 use crate::eviction::manager::{CHECK_PERIOD, HOUSEKEEPING_PERIOD};
 use crate::gc::images::ImageGcPolicy;
+use crate::node::status::AllocatableReservation;
 use crate::nodeshutdown::groups::effective_periods;
 use crate::nodeshutdown::logind::DEFAULT_DROP_IN;
 use crate::nodeshutdown::state::STATE_FILE;
+use crate::stats::StatsSettings;
 
 /// The eviction manager's settings: the thresholds and periods of `cfg`, the kubelet's
 /// housekeeping period and nodelet's check period.
-pub(super) fn eviction(cfg: &Config) -> crate::eviction::manager::Settings {
+pub fn eviction(cfg: &Config) -> crate::eviction::manager::Settings {
     crate::eviction::manager::Settings {
         thresholds: cfg.eviction.thresholds.clone(),
         pressure_transition_period: cfg.eviction.pressure_transition_period,
@@ -28,7 +32,7 @@ pub(super) fn eviction(cfg: &Config) -> crate::eviction::manager::Settings {
 
 /// The node shutdown manager's settings; `None` when graceful node shutdown is off (no period
 /// set, or the `GracefulNodeShutdown` gate off), as the kubelet's stub manager.
-pub(super) fn node_shutdown(cfg: &Config) -> Option<crate::nodeshutdown::manager::Settings> {
+pub fn node_shutdown(cfg: &Config) -> Option<crate::nodeshutdown::manager::Settings> {
     if !cfg.feature_enabled(GRACEFUL_NODE_SHUTDOWN) {
         return None;
     }
@@ -50,8 +54,58 @@ pub(super) fn node_shutdown(cfg: &Config) -> Option<crate::nodeshutdown::manager
     })
 }
 
+/// The node loops' settings (registration, node status, Lease).
+pub fn node(cfg: &Config) -> crate::node::NodeSettings {
+    crate::node::NodeSettings {
+        node_name: cfg.node_name.clone(),
+        register_node: cfg.register_node,
+        node_labels: cfg.node_labels.clone(),
+        register_with_taints: cfg.register_with_taints.clone(),
+        max_pods: cfg.max_pods,
+        update_frequency: cfg.node_status_update_frequency,
+        report_frequency: cfg.node_status_report_frequency,
+        lease_duration_seconds: cfg.node_lease_duration_seconds,
+        reserved: allocatable_reservation(cfg),
+        kubelet_port: i32::from(cfg.port),
+        max_images: cfg.node_status_max_images,
+    }
+}
+
+/// What allocatable holds back: `kubeReserved` + `systemReserved` + the hard eviction
+/// thresholds.
+pub fn allocatable_reservation(cfg: &Config) -> AllocatableReservation {
+    AllocatableReservation::new(
+        cfg.kube_reserved.plus(cfg.system_reserved),
+        &cfg.eviction.thresholds,
+    )
+}
+
+/// The stats provider's settings, reading cgroups under `cgroup_mount` and processes under
+/// `proc_root`.
+pub fn stats(cfg: &Config, cgroup_mount: &Path, proc_root: &Path) -> StatsSettings {
+    StatsSettings {
+        node_name: cfg.node_name.clone(),
+        cgroup_mount: cgroup_mount.to_path_buf(),
+        proc_root: proc_root.to_path_buf(),
+        root_dir: cfg.root_dir.clone(),
+        pod_logs_dir: cfg.pod_logs_dir.clone(),
+        cgroup_driver: cfg.cgroup_driver,
+        cgroup_root: cfg.cgroup_root.clone(),
+        cgroups_per_qos: cfg.cgroups_per_qos,
+    }
+}
+
+/// How the API clients are built: the kubeconfig and `kubeAPIQPS`/`kubeAPIBurst`.
+pub fn clients(cfg: &Config) -> ClientSettings {
+    ClientSettings {
+        kubeconfig: cfg.kubeconfig.clone(),
+        qps: cfg.kube_api_qps,
+        burst: cfg.kube_api_burst,
+    }
+}
+
 /// Image GC's thresholds and ages.
-pub(super) fn image_gc(cfg: &Config) -> ImageGcPolicy {
+pub fn image_gc(cfg: &Config) -> ImageGcPolicy {
     ImageGcPolicy {
         high_threshold_percent: cfg.image_gc_high_threshold_percent,
         low_threshold_percent: cfg.image_gc_low_threshold_percent,

@@ -162,7 +162,7 @@ fn admission(
     recorder: &EventRecorder,
     mut handlers: Vec<Arc<dyn PodAdmitHandler>>,
 ) -> Admission {
-    let reserve = crate::node::status::AllocatableReservation::for_config(cfg);
+    let reserve = super::settings::allocatable_reservation(cfg);
     let labels = crate::node::register::initial_node(
         &crate::node::register::Registration {
             node_name: &cfg.node_name,

@@ -191,11 +191,7 @@ fn summary_provider(
     let status = status.clone();
     let pods = Arc::new(move || status.pods());
     Some(Arc::new(crate::stats::SummaryProvider::new(
-        crate::stats::StatsSettings {
-            cgroup_mount: paths.cgroup.clone(),
-            proc_root: paths.proc.clone(),
-            ..crate::stats::StatsSettings::from_config(cfg)
-        },
+        settings::stats(cfg, &paths.cgroup, &paths.proc),
         runtime.runtime.clone(),
         stats,
         pods,

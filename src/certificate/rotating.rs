@@ -22,8 +22,7 @@ use tokio::sync::watch;
 use kube::client::ClientBuilder;
 
 use crate::certificate::SharedPair;
-use crate::cluster::{api_clients, ApiClients};
-use crate::config::Config;
+use crate::cluster::{api_clients, ApiClients, ClientSettings};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -133,12 +132,12 @@ impl tower::Service<Request<Body>> for RotatingTransport {
 /// heartbeat client not, as [`crate::cluster::heartbeat_client`], the reviews' client with a
 /// bucket of its own. They share one connection pool per certificate.
 pub fn rotating_clients(
-    config: &Config,
+    settings: &ClientSettings,
     transport: RotatingTransport,
     default_namespace: &str,
 ) -> ApiClients {
     let built: std::result::Result<ApiClients, std::convert::Infallible> =
-        api_clients(config, |limit| {
+        api_clients(settings, |limit| {
             let builder = ClientBuilder::new(transport.clone(), default_namespace);
             Ok(match limit {
                 Some(layer) => builder.with_layer(layer).build(),

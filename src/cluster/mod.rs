@@ -30,8 +30,6 @@ use std::path::{Path, PathBuf};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::config::Config;
-
 pub use api_version::{ApiServerVersion, Release};
 pub use rate_limit::{RateLimitLayer, TokenBucket};
 
@@ -55,28 +53,34 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How the node's API clients are built: the kubeconfig (`None`: standalone, no client) and the
+/// client-side rate limit (`kubeAPIQPS`/`kubeAPIBurst`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSettings {
+    pub kubeconfig: Option<PathBuf>,
+    pub qps: u32,
+    pub burst: u32,
+}
+
 /// The API client nodelet uses for pods and events: the kubeconfig's cluster and credentials,
 /// with `kubeAPIQPS`/`kubeAPIBurst` as a client-side rate limit (requests wait for a token,
 /// they never fail for lack of one; a watch takes one token).
-pub async fn client(config: &Config) -> Result<kube::Client> {
-    let path = kubeconfig_path(config)?;
+pub async fn client(settings: &ClientSettings) -> Result<kube::Client> {
+    let path = kubeconfig_path(settings)?;
     let kube_config = kube_config(path).await?;
     let builder = ClientBuilder::try_from(kube_config).map_err(|source| Error::Client {
         path: path.to_path_buf(),
         source,
     })?;
     Ok(builder
-        .with_layer(&RateLimitLayer::new(
-            config.kube_api_qps,
-            config.kube_api_burst,
-        ))
+        .with_layer(&RateLimitLayer::new(settings.qps, settings.burst))
         .build())
 }
 
 /// The client for node status and Lease heartbeats: same cluster and credentials, no rate
 /// limit (the kubelet's `heartbeatClient`).
-pub async fn heartbeat_client(config: &Config) -> Result<kube::Client> {
-    let path = kubeconfig_path(config)?;
+pub async fn heartbeat_client(settings: &ClientSettings) -> Result<kube::Client> {
+    let path = kubeconfig_path(settings)?;
     let kube_config = kube_config(path).await?;
     kube::Client::try_from(kube_config).map_err(|source| Error::Client {
         path: path.to_path_buf(),
@@ -97,10 +101,10 @@ pub struct ApiClients {
 /// and credentials, wrapped in the given rate limit (`None`: no limit). Each rate-limited
 /// client gets a bucket of its own of `kubeAPIQPS`/`kubeAPIBurst`.
 pub fn api_clients<E>(
-    config: &Config,
+    settings: &ClientSettings,
     mut make: impl FnMut(Option<&RateLimitLayer>) -> Result<kube::Client, E>,
 ) -> Result<ApiClients, E> {
-    let bucket = || RateLimitLayer::new(config.kube_api_qps, config.kube_api_burst);
+    let bucket = || RateLimitLayer::new(settings.qps, settings.burst);
     Ok(ApiClients {
         pods: make(Some(&bucket()))?,
         heartbeat: make(None)?,
@@ -110,10 +114,10 @@ pub fn api_clients<E>(
 
 /// The three clients from the kubeconfig as it is ([`client`], [`heartbeat_client`], and the
 /// reviews' client).
-pub async fn plain_clients(config: &Config) -> Result<ApiClients> {
-    let path = kubeconfig_path(config)?;
+pub async fn plain_clients(settings: &ClientSettings) -> Result<ApiClients> {
+    let path = kubeconfig_path(settings)?;
     let kube_config = kube_config(path).await?;
-    api_clients(config, |limit| {
+    api_clients(settings, |limit| {
         let builder =
             ClientBuilder::try_from(kube_config.clone()).map_err(|source| Error::Client {
                 path: path.to_path_buf(),
@@ -126,8 +130,8 @@ pub async fn plain_clients(config: &Config) -> Result<ApiClients> {
     })
 }
 
-fn kubeconfig_path(config: &Config) -> Result<&Path> {
-    config.kubeconfig.as_deref().ok_or(Error::NoKubeconfig)
+fn kubeconfig_path(settings: &ClientSettings) -> Result<&Path> {
+    settings.kubeconfig.as_deref().ok_or(Error::NoKubeconfig)
 }
 
 /// Reads the kubeconfig file (relative certificate paths resolve against its directory) and
@@ -146,14 +150,13 @@ pub async fn kube_config(path: &Path) -> Result<kube::Config> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Environment;
 
-    fn config_with(kubeconfig: Option<PathBuf>) -> Config {
-        let mut config = Config::defaults(&Environment {
-            hostname: "n1".into(),
-        });
-        config.kubeconfig = kubeconfig;
-        config
+    fn config_with(kubeconfig: Option<PathBuf>) -> ClientSettings {
+        ClientSettings {
+            kubeconfig,
+            qps: 50,
+            burst: 100,
+        }
     }
 
     #[tokio::test]

@@ -27,7 +27,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::cluster::ApiServerVersion;
-use crate::config::Config;
 use crate::cri::ImageService;
 use crate::events::EventRecorder;
 use crate::lifecycle::pressure::Pressure;
@@ -162,18 +161,16 @@ pub struct NodeFacts {
 
 impl NodeFacts {
     /// Facts of this host: the machine info of `info` (the same the pods are admitted
-    /// against), the IP from `nodeIP` or the detected one in `info`, the runtime from its
-    /// Version answer.
+    /// against), the IP `node_ip` (`nodeIP`) or else the detected one in `info`, the runtime
+    /// from its Version answer.
     pub fn detect(
-        config: &Config,
+        node_ip: Option<std::net::IpAddr>,
         info: &NodeInfo,
         runtime: &crate::cri::api::VersionResponse,
     ) -> NodeFacts {
         NodeFacts {
             machine: info.machine.clone(),
-            internal_ip: config
-                .node_ip
-                .or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
+            internal_ip: node_ip.or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
             container_runtime_version: container_runtime_version(runtime),
         }
     }
@@ -206,22 +203,6 @@ pub struct NodeSettings {
 }
 
 impl NodeSettings {
-    pub fn from_config(config: &Config) -> NodeSettings {
-        NodeSettings {
-            node_name: config.node_name.clone(),
-            register_node: config.register_node,
-            node_labels: config.node_labels.clone(),
-            register_with_taints: config.register_with_taints.clone(),
-            max_pods: config.max_pods,
-            update_frequency: config.node_status_update_frequency,
-            report_frequency: config.node_status_report_frequency,
-            lease_duration_seconds: config.node_lease_duration_seconds,
-            reserved: AllocatableReservation::for_config(config),
-            kubelet_port: i32::from(config.port),
-            max_images: config.node_status_max_images,
-        }
-    }
-
     /// The heartbeat client's request timeout in the kubelet: the status update period, at
     /// most the lease duration.
     pub fn request_timeout(&self) -> Duration {
@@ -428,11 +409,23 @@ mod tests {
                 ..Default::default()
             },
         };
-        let cfg = Config::defaults(&crate::config::Environment {
-            hostname: "n1".into(),
-        });
-        let facts = NodeFacts::detect(&cfg, &info, &Default::default());
+        let facts = NodeFacts::detect(None, &info, &Default::default());
         assert_eq!(facts.machine, info.machine);
+        assert_eq!(
+            facts.internal_ip,
+            Some("10.1.2.3".parse().unwrap()),
+            "detected"
+        );
+        let given = NodeFacts::detect(
+            Some("10.9.9.9".parse().unwrap()),
+            &info,
+            &Default::default(),
+        );
+        assert_eq!(
+            given.internal_ip,
+            Some("10.9.9.9".parse().unwrap()),
+            "nodeIP wins"
+        );
         assert_eq!(info.cpu_capacity_milli(), 3000);
         assert_eq!(info.memory_capacity(), 5 << 30);
     }

@@ -74,13 +74,15 @@ impl AllocatableReservation {
         ephemeral_storage_fraction: 0.1,
     };
 
-    /// `kubeReserved` + `systemReserved` + the configured hard `memory.available` and
-    /// `nodefs.available` thresholds (`hardEvictionReservation` over the parsed `evictionHard`,
-    /// defaults and `mergeDefaultEvictionSettings` included: a given `evictionHard` without
-    /// `memory.available` reserves no memory for it, as the kubelet's).
-    pub fn for_config(config: &crate::config::Config) -> AllocatableReservation {
-        let reserved = config.kube_reserved.plus(config.system_reserved);
-        let eviction = AllocatableReservation::for_hard_thresholds(&config.eviction.thresholds);
+    /// `reserved` (`kubeReserved` + `systemReserved`) + the hard `memory.available` and
+    /// `nodefs.available` thresholds among `thresholds` (`hardEvictionReservation` over the
+    /// parsed `evictionHard`, defaults and `mergeDefaultEvictionSettings` included: a given
+    /// `evictionHard` without `memory.available` reserves no memory for it, as the kubelet's).
+    pub fn new(
+        reserved: crate::config::reserved::Reserved,
+        thresholds: &[crate::config::eviction::Threshold],
+    ) -> AllocatableReservation {
+        let eviction = AllocatableReservation::for_hard_thresholds(thresholds);
         AllocatableReservation {
             cpu_milli: reserved.cpu_milli,
             memory_bytes: eviction.memory_bytes.saturating_add(reserved.memory),

@@ -905,11 +905,19 @@ fn config(extra: &str) -> crate::config::Config {
     .config
 }
 
+/// The reservation of a parsed configuration, as the agent builds it.
+fn reservation(cfg: &crate::config::Config) -> AllocatableReservation {
+    AllocatableReservation::new(
+        cfg.kube_reserved.plus(cfg.system_reserved),
+        &cfg.eviction.thresholds,
+    )
+}
+
 #[test]
 fn reservation_adds_kube_and_system_reserved_to_the_eviction_thresholds() {
     let cfg = config("kubeReserved: {cpu: 100m, memory: 1Gi, ephemeral-storage: 1Gi}\nsystemReserved: {cpu: 150m, memory: 512Mi}\n");
     assert_eq!(
-        AllocatableReservation::for_config(&cfg),
+        reservation(&cfg),
         AllocatableReservation {
             cpu_milli: 250,
             memory_bytes: (100 << 20) + (1 << 30) + (512 << 20),
@@ -956,7 +964,7 @@ fn reservation_follows_the_configured_hard_thresholds() {
         ),
     ];
     for (extra, memory, storage) in cases {
-        let r = AllocatableReservation::for_config(&config(extra));
+        let r = reservation(&config(extra));
         assert_eq!(r.memory_reserved(16 << 30), memory, "memory: {extra}");
         assert_eq!(
             r.ephemeral_storage_reserved(100 << 30),

@@ -343,13 +343,13 @@ async fn a_review_flood_fails_fast_and_leaves_the_status_bucket_alone() {
             }
         })
     };
-    let mut config = crate::config::Config::defaults(&crate::config::Environment {
-        hostname: "node-a".into(),
-    });
     // Exactly enough tokens for the reviews in flight: a shared bucket would be empty after them.
-    config.kube_api_qps = 1;
-    config.kube_api_burst = REVIEW_CONCURRENCY as u32;
-    let clients = crate::cluster::api_clients(&config, |limit| {
+    let settings = crate::cluster::ClientSettings {
+        kubeconfig: None,
+        qps: 1,
+        burst: REVIEW_CONCURRENCY as u32,
+    };
+    let clients = crate::cluster::api_clients(&settings, |limit| {
         let builder = kube::client::ClientBuilder::new(transport.clone(), "default");
         Ok::<_, std::convert::Infallible>(match limit {
             Some(layer) => builder.with_layer(layer).build(),

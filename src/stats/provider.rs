@@ -61,21 +61,6 @@ pub struct StatsSettings {
     pub cgroups_per_qos: bool,
 }
 
-impl StatsSettings {
-    pub fn from_config(cfg: &crate::config::Config) -> StatsSettings {
-        StatsSettings {
-            node_name: cfg.node_name.clone(),
-            cgroup_mount: PathBuf::from("/sys/fs/cgroup"),
-            proc_root: PathBuf::from("/proc"),
-            root_dir: cfg.root_dir.clone(),
-            pod_logs_dir: cfg.pod_logs_dir.clone(),
-            cgroup_driver: cfg.cgroup_driver,
-            cgroup_root: cfg.cgroup_root.clone(),
-            cgroups_per_qos: cfg.cgroups_per_qos,
-        }
-    }
-}
-
 /// What to gather.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
