@@ -28,11 +28,11 @@ use nodelet::source::defaults::apply_defaults;
 use nodelet::source::manifest::decode_manifest;
 use nodelet::sync::actions::{compute_pod_actions, ActionInputs, KillReason};
 use nodelet::sync::executor::active_deadline_remaining;
-use nodelet::sync::hooks::sleep_duration;
 use nodelet::sync::grace::{
     pod_grace_period, stop_timeout_after_hook, termination_grace_period, GraceDeadline, StopReason,
     MINIMUM_GRACE_PERIOD,
 };
+use nodelet::sync::hooks::sleep_duration;
 use nodelet::sync::plan::PodPlan;
 use nodelet::sync::settings::SyncSettings;
 use tokio::time::Instant;
