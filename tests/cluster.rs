@@ -742,10 +742,31 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
     let body = delete[0].body.clone().unwrap();
     assert_eq!(body["propagationPolicy"], "Background");
     assert!(body["preconditions"]["uid"].is_string());
+    // A Job's pod whose container fails on its own: Failed, owned by a controller, yet its
+    // record stays past the retention (only pods the node failed are cleaned up).
+    let job_pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: job-pod\n  ownerReferences:\n  - apiVersion: batch/v1\n    kind: Job\n    name: job\n    uid: 22222222-3333-4444-5555-666666666666\n    controller: true\nspec:\n  nodeName: {node}\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [exit, --code, \"1\"]\n",
+        node = n.node
+    );
+    let job_pod: Pod = serde_yaml::from_str(&job_pod).unwrap();
+    fixture.create(&job_pod).unwrap();
+    wait_api("job-pod Failed on its own", &n, || {
+        api_pod(&fixture, "job-pod").filter(|p| api_phase(p) == "Failed")
+    })
+    .await;
+    // Past the 3 s retention of both, and a full pass after that looked at every pod again.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    // A full pass after the DELETE of `owned` looked at `bare` again.
     one_more_reconcile(&n).await;
     assert!(api_pod(&fixture, "bare").is_some(), "a bare pod is kept");
+    let kept = api_pod(&fixture, "job-pod").expect("a pod that failed on its own is kept");
+    assert_eq!(api_phase(&kept), "Failed");
+    assert!(
+        fixture
+            .request_log()
+            .iter()
+            .all(|r| !(r.method == "DELETE" && r.path.ends_with("/pods/job-pod"))),
+        "no DELETE of job-pod"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -617,7 +617,9 @@ async fn failed_pods_are_cleaned_up_after_retention() {
     let owner = json!({"metadata": {"ownerReferences": [{
         "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b", "uid": "rs-1",
         "controller": true}]}});
-    let owned = env.create("owned", owner);
+    let owned = env.create("owned", owner.clone());
+    // A Job's pod that failed on its own (its container exited 1): owned, but its record stays.
+    let job_pod = env.create("job-pod", owner);
     let bare = env.create("bare", json!({}));
     // A static pod's mirror (owned by the Node, as the kubelet makes them).
     let mirror = env.create(
@@ -628,6 +630,7 @@ async fn failed_pods_are_cleaned_up_after_retention() {
                                  "uid": "node-uid", "controller": true}]}}),
     );
     let owned = env.stored("owned", &uid(&owned)).await;
+    let job_pod = env.stored("job-pod", &uid(&job_pod)).await;
     let bare = env.stored("bare", &uid(&bare)).await;
     env.stored("static-node-1", &uid(&mirror)).await;
     let mut static_pod = mirror.clone();
@@ -645,10 +648,13 @@ async fn failed_pods_are_cleaned_up_after_retention() {
         bare_pods: false,
     };
     let (first_sync, first_task, stats) = env.sync_with_stats(options.clone());
+    // Evicted: failed by the node. The Job's pod failed on its own (no pod-level reason).
     for pod in [&owned, &bare, &static_pod] {
         env.statuses
             .set_pod_status(pod, terminal("Failed", Some("Evicted")));
     }
+    env.statuses
+        .set_pod_status(&job_pod, terminal("Failed", None));
     eventually("the controller-owned pod deleted", || {
         let done = env.api_pod("owned").is_none();
         async move { done }
@@ -677,6 +683,12 @@ async fn failed_pods_are_cleaned_up_after_retention() {
         "a bare pod is kept"
     );
     assert!(env.writes_to(&pod_path("bare")).is_empty());
+    // The Job's pod got its Failed phase, and its retention is long over, yet it stays.
+    assert_eq!(env.phase("job-pod").as_deref(), Some("Failed"));
+    assert!(
+        env.writes_to(&pod_path("job-pod")).is_empty(),
+        "a pod that failed on its own is never cleaned up"
+    );
     // The mirror pod got the static pod's status, under its own UID, and is never deleted.
     let mirror_patches = env.writes_to(&status_path("static-node-1"));
     assert_eq!(mirror_patches.len(), 1);

@@ -21,6 +21,7 @@ use crate::podspec::{pod_uid, Phase};
 use crate::source::SourceSnapshot;
 use crate::status::StatusManager;
 use crate::status::StatusMutation;
+use crate::status::REJECTED_MESSAGE_PREFIX;
 
 /// The change from one desired set to the next, by UID.
 #[derive(Debug, Default, PartialEq)]
@@ -249,7 +250,7 @@ impl PodManager {
         );
         let status = StatusMutation::failed(
             rejection.reason,
-            format!("Pod was rejected: {}", rejection.message),
+            format!("{REJECTED_MESSAGE_PREFIX}{}", rejection.message),
         );
         self.rejected.insert(pod_uid(pod).to_string());
         self.workers.reject(pod.clone(), status);

@@ -22,9 +22,10 @@
 //!   delivered when it comes back (krustlet patched once and forgot).
 //! * Writes are counted per pod (`nodelet_pod_status_writes_total`), and a pod written more than
 //!   [`ApiStatusSyncOptions::writes_per_minute_warning`] times in a minute is logged.
-//! * Failed pods without a `deletionTimestamp` (evicted, rejected at admission) are deleted after
-//!   a retention ([`should_clean_up`]); the kubelet never deletes them, because its
-//!   `canBeDeleted` needs a `deletionTimestamp` nobody sets (seed 001).
+//! * Failed pods the node failed (evicted, rejected at admission, terminated by a node shutdown)
+//!   and nobody deleted are deleted after a retention ([`should_clean_up`]); the kubelet never
+//!   deletes them, because its `canBeDeleted` needs a `deletionTimestamp` nobody sets (seed
+//!   001). A pod that failed on its own (its containers, its deadline) is never deleted.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,8 +41,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::generate::{
-    CONTAINERS_READY, DISRUPTION_TARGET, INITIALIZED, POD_READY_TO_START_CONTAINERS,
-    POD_RESTART_IN_PLACE, POD_SCHEDULED, READY,
+    CONTAINERS_READY, DISRUPTION_TARGET, EVICTED_REASON, INITIALIZED,
+    POD_READY_TO_START_CONTAINERS, POD_RESTART_IN_PLACE, POD_SCHEDULED, READY,
+    REJECTED_MESSAGE_PREFIX, TERMINATION_BY_KUBELET,
 };
 use super::manager::{StatusManager, VersionedStatus};
 use super::patch::{changed_paths, status_patch};
@@ -353,8 +355,9 @@ fn has_controller(pod: &Pod) -> bool {
 }
 
 /// When a failed pod nodelet will clean up becomes due: `None` if it never will (cleanup off,
-/// not Failed in the API, deletion already requested, a mirror pod, bound to another node, a
-/// bare pod without `barePods`, or no terminal phase published by this node).
+/// not Failed in the API, not failed by the node ([`failed_by_node`]), deletion already
+/// requested, a mirror pod, bound to another node, a bare pod without `barePods`, or no terminal
+/// phase published by this node).
 pub fn cleanup_deadline(
     pod: &Pod,
     node_name: &str,
@@ -364,6 +367,7 @@ pub fn cleanup_deadline(
     let eligible = cfg.enabled
         && pod.metadata.deletion_timestamp.is_none()
         && Phase::of(pod.status.as_ref()) == Some(Phase::Failed)
+        && failed_by_node(pod.status.as_ref())
         && !is_mirror_pod(pod)
         && pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name)
         && (has_controller(pod) || cfg.bare_pods);
@@ -374,10 +378,34 @@ pub fn cleanup_deadline(
     terminal_since?.checked_add(retention).ok()
 }
 
-/// Failed-pod cleanup: a pod this node made Failed that nobody deleted (evicted, rejected at
-/// admission) is deleted `retention` after nodelet published its terminal phase
-/// (`terminal_since`), if a controller owns it (it makes a replacement; the failed one is only
-/// a record) or `barePods` is set. See [`cleanup_deadline`] for the rest.
+/// Whether a Failed `status` is one the node gave the pod, told apart by what nodelet itself
+/// wrote: evicted (reason `Evicted`), rejected at admission (message `Pod was rejected: …`),
+/// or ended by the node agent (`DisruptionTarget` True with reason `TerminationByKubelet`: node
+/// shutdown, eviction). A pod whose containers failed, or that ran past
+/// `activeDeadlineSeconds` (reason `DeadlineExceeded`), failed on its own: its record is what a
+/// Job or a person reads, and it stays. Read from the status, so it holds across restarts.
+pub fn failed_by_node(status: Option<&PodStatus>) -> bool {
+    let Some(status) = status else {
+        return false;
+    };
+    let terminated_by_node = status.conditions.iter().flatten().any(|c| {
+        c.type_ == DISRUPTION_TARGET
+            && c.status == "True"
+            && c.reason.as_deref() == Some(TERMINATION_BY_KUBELET)
+    });
+    status.reason.as_deref() == Some(EVICTED_REASON)
+        || status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(REJECTED_MESSAGE_PREFIX))
+        || terminated_by_node
+}
+
+/// Failed-pod cleanup: a pod this node made Failed ([`failed_by_node`]: evicted, rejected at
+/// admission, terminated by a node shutdown) that nobody deleted is deleted `retention` after
+/// nodelet published its terminal phase (`terminal_since`), if a controller owns it (it makes a
+/// replacement; the failed one is only a record) or `barePods` is set. See
+/// [`cleanup_deadline`] for the rest.
 pub fn should_clean_up(
     pod: &Pod,
     node_name: &str,

@@ -317,17 +317,23 @@ fn should_clean_up_table() {
         enabled: false,
         ..on.clone()
     };
-    let failed_rs = phase(owned(pod("u", &[]), Some(true)), "Failed");
+    // Every pod of the first table was failed by the node (evicted).
+    let evicted = |p: Pod| {
+        with(p, |p| {
+            p.status.as_mut().unwrap().reason = Some("Evicted".into())
+        })
+    };
+    let failed_rs = evicted(phase(owned(pod("u", &[]), Some(true)), "Failed"));
     let other_node = with(failed_rs.clone(), |p| {
         p.spec.as_mut().unwrap().node_name = Some("node-2".into())
     });
-    let mirror = phase(
+    let mirror = evicted(phase(
         owned(
             pod("m", &[("kubernetes.io/config.mirror", "h")]),
             Some(true),
         ),
         "Failed",
-    );
+    ));
     // (name, pod, terminal since, now, cfg, expected)
     let cases = [
         (
@@ -380,7 +386,7 @@ fn should_clean_up_table() {
         ),
         (
             "bare pod kept",
-            phase(pod("u", &[]), "Failed"),
+            evicted(phase(pod("u", &[]), "Failed")),
             Some(0),
             99_999,
             &on,
@@ -388,7 +394,7 @@ fn should_clean_up_table() {
         ),
         (
             "bare pod with barePods",
-            phase(pod("u", &[]), "Failed"),
+            evicted(phase(pod("u", &[]), "Failed")),
             Some(0),
             3600,
             &bare_too,
@@ -396,7 +402,7 @@ fn should_clean_up_table() {
         ),
         (
             "an owner that is not the controller makes it bare",
-            phase(owned(pod("u", &[]), None), "Failed"),
+            evicted(phase(owned(pod("u", &[]), None), "Failed")),
             Some(0),
             99_999,
             &on,
@@ -430,6 +436,107 @@ fn should_clean_up_table() {
         cleanup_deadline(&failed_rs, "node-1", Some(at(10)), &on),
         Some(at(3610))
     );
+    // A pod that failed on its own keeps its record, owned or not, however long ago.
+    let on_its_own = phase(owned(pod("u", &[]), Some(true)), "Failed");
+    let deadline = with(on_its_own.clone(), |p| {
+        let s = p.status.as_mut().unwrap();
+        s.reason = Some("DeadlineExceeded".into());
+        s.message = Some("Pod was active on the node longer than the specified deadline".into());
+    });
+    for (name, p) in [("containers failed", on_its_own), ("deadline", deadline)] {
+        for cfg in [&on, &bare_too] {
+            assert!(
+                !should_clean_up(&p, "node-1", Some(at(0)), at(999_999), cfg),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn failed_by_node_table() {
+    let condition = |reason: &str, status: &str| PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        ..Default::default()
+    };
+    let status =
+        |reason: Option<&str>, message: Option<&str>, conditions: Vec<PodCondition>| PodStatus {
+            phase: Some("Failed".into()),
+            reason: reason.map(Into::into),
+            message: message.map(Into::into),
+            conditions: Some(conditions),
+            ..Default::default()
+        };
+    // (case, status, failed by the node)
+    let cases = [
+        (
+            "evicted",
+            status(
+                Some("Evicted"),
+                Some("The node was low on resource: memory."),
+                vec![],
+            ),
+            true,
+        ),
+        (
+            "rejected at admission",
+            status(
+                Some("OutOfcpu"),
+                Some("Pod was rejected: Node didn't have enough resource: cpu"),
+                vec![],
+            ),
+            true,
+        ),
+        (
+            "rejected under pressure",
+            status(
+                Some("Evicted"),
+                Some("Pod was rejected: The node had condition: [MemoryPressure]. "),
+                vec![],
+            ),
+            true,
+        ),
+        (
+            "node shutdown",
+            status(
+                Some("Terminated"),
+                Some("Pod was terminated in response to imminent node shutdown."),
+                vec![condition("TerminationByKubelet", "True")],
+            ),
+            true,
+        ),
+        (
+            "DeadlineExceeded",
+            status(
+                Some("DeadlineExceeded"),
+                Some("Pod was active on the node longer than the specified deadline"),
+                vec![],
+            ),
+            false,
+        ),
+        ("containers failed", status(None, None, vec![]), false),
+        (
+            "disrupted by someone else",
+            status(None, None, vec![condition("PreemptionByScheduler", "True")]),
+            false,
+        ),
+        (
+            "a condition that is not True",
+            status(None, None, vec![condition("TerminationByKubelet", "False")]),
+            false,
+        ),
+        (
+            "the prefix must lead the message",
+            status(Some("Error"), Some("Job says: Pod was rejected: "), vec![]),
+            false,
+        ),
+    ];
+    for (name, s, want) in cases {
+        assert_eq!(failed_by_node(Some(&s)), want, "{name}");
+    }
+    assert!(!failed_by_node(None), "no status");
 }
 
 #[test]

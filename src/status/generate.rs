@@ -26,6 +26,13 @@ pub const INITIALIZED: &str = "Initialized";
 pub const CONTAINERS_READY: &str = "ContainersReady";
 pub const READY: &str = "Ready";
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// `DisruptionTarget`'s reason when the node agent itself ended the pod (eviction, node
+/// shutdown, preemption).
+pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
+/// How the message of every admission rejection begins (the kubelet's `rejectPod`).
+pub const REJECTED_MESSAGE_PREFIX: &str = "Pod was rejected: ";
+/// The pod status reason of an eviction, and of a rejection under node pressure.
+pub const EVICTED_REASON: &str = "Evicted";
 
 const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";
 const POD_COMPLETED: &str = "PodCompleted";

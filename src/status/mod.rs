@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use crate::cri::PodRuntime;
 
 pub use api_sync::{ApiStatusSync, ApiStatusSyncOptions, ApiStatusSyncStats};
-pub use generate::{container_statuses, generate_pod_status};
+pub use generate::{container_statuses, generate_pod_status, REJECTED_MESSAGE_PREFIX};
 pub use manager::{PodLifecycle, StatusManager, VersionedStatus};
 pub use mutation::StatusMutation;
 pub use phase::{get_phase, get_phase_with_initialized};
