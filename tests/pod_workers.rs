@@ -464,6 +464,52 @@ async fn failing_post_start_kills_the_container() {
     h.cancel.cancel();
 }
 
+/// A sandbox the runtime cannot make (a CNI that is not ready) is a Warning
+/// `FailedCreatePodSandBox` on the pod, quoting the runtime's error as the kubelet does, and the
+/// next sync tries again.
+#[tokio::test(start_paused = true)]
+async fn a_failed_sandbox_is_an_event_and_is_tried_again() {
+    let h = harness().await;
+    h.fake.fail_next(
+        "run_pod_sandbox",
+        tonic::Status::unknown(
+            "failed to setup network for sandbox \"x\": plugin type=\"bridge\" failed (add): no IP",
+        ),
+    );
+    let p = pod("u16", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p));
+    h.settle("the sandbox failure recorded", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedCreatePodSandBox"))
+    })
+    .await;
+    // A failed sync is tried again after 10 s (`SYNC_ERROR_RETRY`), on the paused clock.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    h.settle("running after the retry", |h| {
+        h.fake.running_container_names() == ["a"]
+    })
+    .await;
+    let failed: Vec<_> = h
+        .events
+        .events()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedCreatePodSandBox"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        failed[0].message.as_deref(),
+        Some(
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox \"x\": plugin type=\"bridge\" failed (add): no IP"
+        )
+    );
+    assert_eq!(failed[0].involved_object.name.as_deref(), Some("u16-node1"));
+    assert_eq!(h.fake.calls_of("run_pod_sandbox").len(), 2, "tried again");
+    h.cancel.cancel();
+}
+
 /// The kubelet's events, in order, for a pod that starts, crashes into backoff and is killed.
 #[tokio::test(start_paused = true)]
 async fn records_the_kubelets_events() {

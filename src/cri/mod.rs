@@ -43,7 +43,30 @@ pub enum Error {
     },
 }
 
+/// gRPC-Go's name of a status code (`codes.Code.String()`): tonic's variant names, but for
+/// `OK` and `Canceled`.
+fn go_code_name(code: tonic::Code) -> String {
+    match code {
+        tonic::Code::Ok => "OK".to_string(),
+        tonic::Code::Cancelled => "Canceled".to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
 impl Error {
+    /// The error as the kubelet's events show a CRI failure: a call's status in gRPC-Go's words
+    /// (`rpc error: code = Unknown desc = …`), anything else as it is.
+    pub fn grpc_message(&self) -> String {
+        match self {
+            Error::Call { status, .. } => format!(
+                "rpc error: code = {} desc = {}",
+                go_code_name(status.code()),
+                status.message()
+            ),
+            other => other.to_string(),
+        }
+    }
+
     /// True when the runtime said the object does not exist (already removed).
     pub fn is_not_found(&self) -> bool {
         match self {
@@ -159,4 +182,47 @@ pub trait ImageService: Send + Sync + 'static {
     ) -> Result<String>;
     async fn list_images(&self) -> Result<Vec<api::Image>>;
     async fn remove_image(&self, image: &str) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_message_reads_as_grpc_go_writes_it() {
+        let call = |status| Error::Call {
+            op: "RunPodSandbox",
+            target: "default/web".into(),
+            status,
+        };
+        let cases = [
+            (
+                call(tonic::Status::unknown("failed to setup network")),
+                "rpc error: code = Unknown desc = failed to setup network",
+            ),
+            (
+                call(tonic::Status::cancelled("gone")),
+                "rpc error: code = Canceled desc = gone",
+            ),
+            (
+                call(tonic::Status::deadline_exceeded("slow")),
+                "rpc error: code = DeadlineExceeded desc = slow",
+            ),
+            (
+                call(tonic::Status::new(tonic::Code::Ok, "")),
+                "rpc error: code = OK desc = ",
+            ),
+            (
+                Error::Missing {
+                    op: "RunPodSandbox",
+                    target: "default/web".into(),
+                    what: "sandbox id",
+                },
+                "CRI RunPodSandbox default/web: runtime returned no sandbox id",
+            ),
+        ];
+        for (error, want) in cases {
+            assert_eq!(error.grpc_message(), want);
+        }
+    }
 }

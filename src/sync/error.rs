@@ -21,6 +21,17 @@ pub enum Error {
     Sandbox { uid: String, message: String },
 }
 
+impl Error {
+    /// What went wrong, without the pod (an event is already about it): a runtime call's
+    /// failure in gRPC-Go's words, as the kubelet's events quote it.
+    pub fn cause(&self) -> String {
+        match self {
+            Error::Inspect { source, .. } | Error::Runtime { source, .. } => source.grpc_message(),
+            Error::Sandbox { message, .. } => message.clone(),
+        }
+    }
+}
+
 /// The outcome of a CRI removal: gone already (NotFound) counts as removed; any other error
 /// names the pod and the call.
 pub fn removed(result: cri::Result<()>, uid: &str, op: &'static str) -> Result<()> {

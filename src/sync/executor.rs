@@ -41,6 +41,12 @@ use crate::status::{
 };
 use crate::volume;
 
+/// The kubelet's event when the pod's sandbox could not be made (its config, its log
+/// directory, RunPodSandbox: a CNI that is not ready shows here).
+pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+/// The kubelet's event when a new sandbox's status could not be read.
+pub const FAILED_STATUS_POD_SANDBOX: &str = "FailedStatusPodSandBox";
+
 /// What one sync decided about the pod's life.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SyncOutcome {
@@ -238,6 +244,17 @@ impl PodSyncer {
                 uid: uid.to_string(),
                 source,
             })
+    }
+
+    /// The kubelet's Warning `FailedCreatePodSandBox` for a sandbox that could not be made, so
+    /// `kubectl describe` says why the pod stays `ContainerCreating`.
+    fn sandbox_failed(&self, pod: &Pod, error: &Error) {
+        self.events.pod(
+            pod,
+            EventType::Warning,
+            FAILED_CREATE_POD_SANDBOX,
+            format!("Failed to create pod sandbox: {}", error.cause()),
+        );
     }
 
     /// Builds the API status from what the runtime reports and publishes it.
@@ -475,12 +492,19 @@ impl PodSyncer {
         } else {
             runtime.sandbox().map_or(0, |s| s.attempt)
         };
-        let sandbox_cfg = plan
-            .sandbox_config(attempt)
-            .map_err(|message| Error::Sandbox {
-                uid: uid.clone(),
-                message,
-            })?;
+        let sandbox_cfg = match plan.sandbox_config(attempt) {
+            Ok(config) => config,
+            Err(message) => {
+                let e = Error::Sandbox {
+                    uid: uid.clone(),
+                    message,
+                };
+                if actions.create_sandbox {
+                    self.sandbox_failed(pod, &e);
+                }
+                return Err(e);
+            }
+        };
         if actions.create_sandbox && actions.attempt > 0 {
             self.events.pod(
                 pod,
@@ -491,20 +515,24 @@ impl PodSyncer {
         }
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
             let writes = memory.runtime_writes.enter().await;
-            let id = self
-                .sandboxes
-                .create(pod, plan, sandbox_cfg.clone())
-                .await?;
+            let created = self.sandboxes.create(pod, plan, sandbox_cfg.clone()).await;
             drop(writes);
+            let id = created.inspect_err(|e| self.sandbox_failed(pod, e))?;
             memory.cgroup_configured = true;
             let ips = match self.runtime.pod_sandbox_status(&id).await {
                 Ok(s) => cri::model::sandbox_from_status(&s).ips,
                 Err(e) => {
+                    self.events.pod(
+                        pod,
+                        EventType::Warning,
+                        FAILED_STATUS_POD_SANDBOX,
+                        format!("Unable to get pod sandbox status: {}", e.grpc_message()),
+                    );
                     return Err(Error::Runtime {
                         uid,
                         op: "reading new sandbox status",
                         source: e,
-                    })
+                    });
                 }
             };
             (id, ips)
