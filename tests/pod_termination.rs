@@ -115,6 +115,35 @@ async fn force_delete_during_a_30s_grace_period_ends_the_pod_within_the_2s_floor
     h.cancel.cancel();
 }
 
+/// The deletion shows in the status manager's pod (what `/pods` serves) when the termination
+/// starts, as the kubelet's `SyncTerminatingPod` publishes first: not 25 s later, when the
+/// container that ignores SIGTERM is finally gone.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_shows_its_deletion_while_its_containers_stop() {
+    let h = harness().await;
+    h.fake.set_ignores_sigterm("a");
+    let p = with_grace(pod("d1", "Always", &["a"], "localhost/app:1"), 30);
+    running(&h, &p).await;
+    let t0 = Instant::now();
+    h.workers.update(PodWork::Delete {
+        pod: deleting(&p, 30),
+    });
+    h.settle("StopContainer with the 30 s grace period", |h| {
+        stops_since(h, t0) == [(0, "timeout=30".to_string())]
+    })
+    .await;
+    let shown = |h: &Harness| {
+        h.status
+            .pods()
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() == Some("d1"))
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+    };
+    assert!(shown(&h), "the deletion is not shown while the container stops");
+    assert_eq!(h.fake.running_container_names(), ["a"], "still stopping");
+    h.cancel.cancel();
+}
+
 /// A preStop hook still running is cut off when a shorter grace period arrives; the container
 /// then gets the 2 s minimum window after its stop signal — none after a force.
 #[tokio::test(start_paused = true)]

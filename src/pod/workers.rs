@@ -417,7 +417,9 @@ impl Worker {
             "terminating pod"
         );
         let watched = Grace::new(deadline.subscribe());
-        let stop = self.syncer.stop_for_termination(&request.pod, &watched);
+        let stop = self
+            .syncer
+            .stop_for_termination(&request.pod, &life.memory, &watched);
         tokio::pin!(stop);
         let stopped = loop {
             tokio::select! {

@@ -662,13 +662,25 @@ impl PodSyncer {
     }
 
     /// The first half of a pod's termination (the kubelet's `SyncTerminatingPod`): liveness
-    /// and startup probes stop, every container and sandbox is stopped within `grace`; returns
-    /// what the runtime holds afterwards, for [`Self::publish_final_status`].
-    pub async fn stop_for_termination(&self, pod: &Pod, grace: &Grace) -> Result<PodRuntime> {
+    /// and startup probes stop, the status is published with the pod as the termination sees
+    /// it (its deletionTimestamp shows in `/pods` at once, not when the containers are gone), every
+    /// container and sandbox is stopped within `grace`; returns what the runtime holds
+    /// afterwards, for [`Self::publish_final_status`].
+    pub async fn stop_for_termination(
+        &self,
+        pod: &Pod,
+        memory: &PodMemory,
+        grace: &Grace,
+    ) -> Result<PodRuntime> {
         let uid = pod_uid(pod).to_string();
         // Liveness and startup probes stop now; readiness keeps reporting until the end.
         self.probes.pod_terminating(&uid);
         let runtime = self.inspect(&uid).await?;
+        // A pod the runtime holds nothing of (rejected before it ran) has nothing to stop: its
+        // final status follows at once, with only what ended it.
+        if !runtime.sandboxes.is_empty() || !runtime.containers.is_empty() {
+            self.publish_status(pod, &runtime, memory, false);
+        }
         self.stopper.stop_pod(pod, &runtime, grace).await;
         self.inspect(&uid).await
     }
