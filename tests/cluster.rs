@@ -1367,3 +1367,45 @@ async fn kubectl_top_shows_nodelets_pods_and_node() {
         .iter()
         .any(|r| r.path == raw_path && r.status == 200));
 }
+
+/// A pod whose network cannot be set up stays `ContainerCreating`, and `kubectl describe` says
+/// why: the runtime's RunPodSandbox error as the kubelet's `FailedCreatePodSandBox` event. The
+/// failure is containerd's own: it reads the pod's bandwidth annotations while it sets up the
+/// CNI network and refuses a value that is not a quantity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_why_a_pods_sandbox_cannot_be_created() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("sandbox-event", &api, "");
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: no-net\n  annotations:\n    kubernetes.io/ingress-bandwidth: not-a-quantity\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n",
+        node = n.node
+    );
+    kubectl_apply(&api, n.dir.path(), "no-net", &pod);
+    let described = wait_api("FailedCreatePodSandBox in kubectl describe", &n, || {
+        let (ok, out, _) = kubectl(&api, &["describe", "pod", "no-net"]);
+        (ok && out.contains("FailedCreatePodSandBox")).then_some(out)
+    })
+    .await;
+    let line = described
+        .lines()
+        .find(|l| l.contains("FailedCreatePodSandBox"))
+        .unwrap();
+    assert!(line.contains("Warning"), "{described}");
+    assert!(
+        line.contains("Failed to create pod sandbox: rpc error: code = Unknown desc = "),
+        "the runtime's error in the kubelet's words: {described}"
+    );
+    assert!(
+        described.contains("bandwidth"),
+        "containerd's reason is quoted: {described}"
+    );
+    let p = api_pod(&fixture, "no-net").expect("no-net in the API");
+    assert_eq!(api_phase(&p), "Pending");
+    let waiting = p.status.unwrap().container_statuses.unwrap()[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.clone());
+    assert_eq!(waiting.as_deref(), Some("ContainerCreating"));
+}

@@ -139,8 +139,47 @@ async fn a_deleted_pod_shows_its_deletion_while_its_containers_stop() {
             .find(|p| p.metadata.uid.as_deref() == Some("d1"))
             .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
     };
-    assert!(shown(&h), "the deletion is not shown while the container stops");
+    assert!(
+        shown(&h),
+        "the deletion is not shown while the container stops"
+    );
     assert_eq!(h.fake.running_container_names(), ["a"], "still stopping");
+    h.cancel.cancel();
+}
+
+/// The runtime refusing to stop a container of a pod being deleted is the kubelet's
+/// `FailedKillPod` event, with the refusal in its words.
+#[tokio::test(start_paused = true)]
+async fn a_refused_stop_is_a_failed_kill_pod_event() {
+    let h = harness().await;
+    let p = with_grace(pod("k1", "Always", &["a"], "localhost/app:1"), 30);
+    running(&h, &p).await;
+    h.fake
+        .fail_next("stop_container", tonic::Status::unknown("task is stuck"));
+    h.workers.update(PodWork::Delete {
+        pod: deleting(&p, 30),
+    });
+    h.settle("FailedKillPod", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedKillPod"))
+    })
+    .await;
+    let event = h
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("FailedKillPod"))
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(
+            r#"error killing pod: failed to "KillContainer" for "a" with KillContainerError: "rpc error: code = Unknown desc = task is stuck""#
+        )
+    );
+    assert_eq!(event.involved_object.uid.as_deref(), Some("k1"));
     h.cancel.cancel();
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use harness::*;
+use nodelet::agent::CgroupSetup;
 use nodelet::pod::worker_state::PodWork;
 
 #[tokio::test(start_paused = true)]
@@ -507,6 +508,234 @@ async fn a_failed_sandbox_is_an_event_and_is_tried_again() {
     );
     assert_eq!(failed[0].involved_object.name.as_deref(), Some("u16-node1"));
     assert_eq!(h.fake.calls_of("run_pod_sandbox").len(), 2, "tried again");
+    h.cancel.cancel();
+}
+
+/// A volume that cannot be set up (a hostPath of type Directory that is missing) is the
+/// kubelet's `FailedMount` event, in its words; nothing starts.
+#[tokio::test(start_paused = true)]
+async fn a_volume_that_cannot_be_set_up_is_a_failed_mount_event() {
+    let h = harness().await;
+    let mut p = (*pod("u19", "Always", &["a"], "localhost/app:1")).clone();
+    let missing = h._dir.path().join("missing");
+    p.spec.as_mut().unwrap().volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+        name: "data".into(),
+        host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+            path: missing.display().to_string(),
+            type_: Some("Directory".into()),
+        }),
+        ..Default::default()
+    }]);
+    h.workers.update(PodWork::Sync(Arc::new(p)));
+    h.settle("FailedMount recorded", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedMount"))
+    })
+    .await;
+    let event = h
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("FailedMount"))
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(
+            format!(
+                "MountVolume.SetUp failed for volume \"data\" : hostPath type check failed: {} is not a directory (type Directory)",
+                missing.display()
+            )
+            .as_str()
+        )
+    );
+    assert!(h.fake.running_container_names().is_empty());
+    h.cancel.cancel();
+}
+
+/// A pod whose cgroup cannot be made does not start without its pod-level limits: the
+/// kubelet's `FailedCreatePodContainer` event, no sandbox; it starts once the cgroup can be made.
+#[tokio::test(start_paused = true)]
+async fn a_pod_cgroup_that_cannot_be_made_keeps_the_pod_from_starting() {
+    use nodelet::cgroup::fs::CgroupfsManager;
+    use nodelet::cgroup::manager::Version;
+    use nodelet::cgroup::node::{NodeCgroupConfig, NodeCgroups};
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("cgroup.controllers"), "cpu io memory pids").unwrap();
+    let node = Arc::new(NodeCgroups::new(
+        Arc::new(CgroupfsManager::new(root.path(), Version::V2)),
+        NodeCgroupConfig {
+            cgroup_root: "/".into(),
+            pod: nodelet::cgroup::PodCgroupSettings {
+                cgroup_v2: true,
+                node_allocatable_memory: 1 << 30,
+                ..Default::default()
+            },
+            capacity: nodelet::cgroup::allocatable::NodeResources {
+                cpu_milli: 2000,
+                memory: 2 << 30,
+                pids: None,
+            },
+            reserved: Default::default(),
+            enforce_pods: true,
+        },
+    ));
+    node.start().await.unwrap();
+    let settings = node.settings().clone();
+    let h = harness_with_cgroups(
+        (Duration::from_secs(10), Duration::from_secs(300)),
+        |_| {},
+        CgroupSetup::Given {
+            settings,
+            node: Some(node),
+        },
+    )
+    .await;
+    // A file where the pod's cgroup directory goes.
+    let blocker = root.path().join("kubepods/besteffort/podu20");
+    std::fs::write(&blocker, "").unwrap();
+    let p = pod("u20", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p));
+    h.settle("FailedCreatePodContainer recorded", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedCreatePodContainer"))
+    })
+    .await;
+    let event = h
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("FailedCreatePodContainer"))
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.starts_with("unable to ensure pod container exists: "),
+        "{message}"
+    );
+    assert!(h.fake.calls_of("run_pod_sandbox").is_empty(), "no sandbox");
+    std::fs::remove_file(&blocker).unwrap();
+    for _ in 0..120 {
+        if h.fake.running_container_names() == ["a"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        h.fake.running_container_names(),
+        ["a"],
+        "running once it can be made"
+    );
+    assert!(root.path().join("kubepods/besteffort/podu20").is_dir());
+    h.cancel.cancel();
+}
+
+/// A sync that cannot read what the runtime holds is the kubelet's `FailedSync` event
+/// ("error determining status"), and is tried again.
+#[tokio::test(start_paused = true)]
+async fn a_sync_that_cannot_read_the_runtime_is_a_failed_sync_event() {
+    let h = harness().await;
+    h.fake.fail_next(
+        "list_pod_sandbox",
+        tonic::Status::deadline_exceeded("context deadline exceeded"),
+    );
+    let p = pod("u18", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p));
+    h.settle("FailedSync recorded", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedSync"))
+    })
+    .await;
+    let event = h
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("FailedSync"))
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(
+            "error determining status: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+        )
+    );
+    for _ in 0..120 {
+        if h.fake.running_container_names() == ["a"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        h.fake.running_container_names(),
+        ["a"],
+        "running after the retry"
+    );
+    h.cancel.cancel();
+}
+
+/// An image the runtime cannot inspect is the kubelet's `InspectFailed` event and the
+/// container waits with `ImageInspectError`; the next sync tries again.
+#[tokio::test(start_paused = true)]
+async fn an_image_that_cannot_be_inspected_is_an_inspect_failed_event() {
+    let h = harness().await;
+    h.fake.fail_next(
+        "image_status",
+        tonic::Status::unavailable("image store busy"),
+    );
+    let p = pod("u17", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p));
+    h.settle("InspectFailed recorded", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InspectFailed"))
+    })
+    .await;
+    let event = h
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("InspectFailed"))
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.starts_with("Failed to inspect image \"localhost/app:1\": ")
+            && message.contains("image store busy"),
+        "{message}"
+    );
+    assert_eq!(
+        event.involved_object.field_path.as_deref(),
+        Some("spec.containers{a}")
+    );
+    let waiting = h.status.status("u17").and_then(|s| {
+        s.container_statuses?[0]
+            .state
+            .as_ref()?
+            .waiting
+            .as_ref()?
+            .reason
+            .clone()
+    });
+    assert_eq!(waiting.as_deref(), Some("ImageInspectError"));
+    // Tried again at the next sync (the resync period, on the paused clock).
+    for _ in 0..120 {
+        if h.fake.running_container_names() == ["a"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        h.fake.running_container_names(),
+        ["a"],
+        "running after the retry"
+    );
     h.cancel.cancel();
 }
 

@@ -527,8 +527,23 @@ impl Runtime for FakeRuntime {
         &self,
         filter: Option<api::PodSandboxFilter>,
     ) -> Result<Vec<api::PodSandbox>> {
-        let st = self.lock();
+        let mut st = self.lock();
         let selector = filter.map(|f| f.label_selector).unwrap_or_default();
+        // A failure asked for hits a pod's own listing (a worker's inspect), not the node-wide
+        // ones of the PLEG or the orphan cleanup.
+        if selector.contains_key(crate::cri::labels::POD_UID) {
+            if let Some(status) = st
+                .failures
+                .get_mut("list_pod_sandbox")
+                .and_then(VecDeque::pop_front)
+            {
+                return Err(Error::Call {
+                    op: "list_pod_sandbox",
+                    target: selector[crate::cri::labels::POD_UID].clone(),
+                    status,
+                });
+            }
+        }
         Ok(st
             .sandboxes
             .iter()

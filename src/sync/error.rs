@@ -19,6 +19,8 @@ pub enum Error {
     },
     #[error("pod {uid}: creating sandbox: {message}")]
     Sandbox { uid: String, message: String },
+    #[error("pod {uid}: unable to ensure pod container exists: {message}")]
+    PodCgroup { uid: String, message: String },
 }
 
 impl Error {
@@ -27,7 +29,7 @@ impl Error {
     pub fn cause(&self) -> String {
         match self {
             Error::Inspect { source, .. } | Error::Runtime { source, .. } => source.grpc_message(),
-            Error::Sandbox { message, .. } => message.clone(),
+            Error::Sandbox { message, .. } | Error::PodCgroup { message, .. } => message.clone(),
         }
     }
 }

@@ -44,8 +44,15 @@ use crate::volume;
 /// The kubelet's event when the pod's sandbox could not be made (its config, its log
 /// directory, RunPodSandbox: a CNI that is not ready shows here).
 pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+/// The kubelet's event when the runtime refused to stop a container or the sandbox of a pod
+/// being terminated.
+pub const FAILED_KILL_POD: &str = "FailedKillPod";
+/// The kubelet's event when a pod's sync cannot read what the runtime holds of it.
+pub const FAILED_SYNC: &str = "FailedSync";
+/// The kubelet's event when the pod's cgroup could not be made or configured.
+pub const FAILED_CREATE_POD_CONTAINER: &str = "FailedCreatePodContainer";
 /// The kubelet's event when a new sandbox's status could not be read.
-pub const FAILED_STATUS_POD_SANDBOX: &str = "FailedStatusPodSandBox";
+pub const FAILED_STATUS_POD_SANDBOX: &str = "FailedPodSandBoxStatus";
 
 /// What one sync decided about the pod's life.
 #[derive(Debug, Clone, PartialEq)]
@@ -246,15 +253,21 @@ impl PodSyncer {
             })
     }
 
-    /// The kubelet's Warning `FailedCreatePodSandBox` for a sandbox that could not be made, so
-    /// `kubectl describe` says why the pod stays `ContainerCreating`.
+    /// The kubelet's Warning for a sandbox that could not be made, so `kubectl describe` says
+    /// why the pod stays `ContainerCreating`: `FailedCreatePodContainer` when its cgroup could
+    /// not be set up, `FailedCreatePodSandBox` otherwise.
     fn sandbox_failed(&self, pod: &Pod, error: &Error) {
-        self.events.pod(
-            pod,
-            EventType::Warning,
-            FAILED_CREATE_POD_SANDBOX,
-            format!("Failed to create pod sandbox: {}", error.cause()),
-        );
+        let (reason, message) = match error {
+            Error::PodCgroup { message, .. } => (
+                FAILED_CREATE_POD_CONTAINER,
+                format!("unable to ensure pod container exists: {message}"),
+            ),
+            other => (
+                FAILED_CREATE_POD_SANDBOX,
+                format!("Failed to create pod sandbox: {}", other.cause()),
+            ),
+        };
+        self.events.pod(pod, EventType::Warning, reason, message);
     }
 
     /// Builds the API status from what the runtime reports and publishes it.
@@ -313,11 +326,22 @@ impl PodSyncer {
     /// One sync of a pod that should be running: publish its status, then act.
     pub async fn sync(&self, pod: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
         let uid = pod_uid(pod).to_string();
-        let runtime = self.inspect(&uid).await?;
+        // The kubelet's pod worker says so when it cannot read what the runtime holds.
+        let runtime = self.inspect(&uid).await.inspect_err(|e| {
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                FAILED_SYNC,
+                format!("error determining status: {}", e.cause()),
+            )
+        })?;
         let plan = self.plan(pod, memory);
         if !memory.cgroup_configured && runtime.sandbox().is_some() {
             // Adopted after a restart: the pod's cgroup and its tier get today's settings.
-            self.sandboxes.ensure_pod_cgroup(pod, &plan).await;
+            self.sandboxes
+                .ensure_pod_cgroup(pod, &plan)
+                .await
+                .inspect_err(|e| self.sandbox_failed(pod, e))?;
             memory.cgroup_configured = true;
         }
         self.probes
@@ -455,11 +479,15 @@ impl PodSyncer {
             return Ok(None);
         }
 
-        let volumes =
-            volume::prepare_pod_volumes(pod, &self.settings.root_dir).map_err(|e| Error::Sandbox {
+        let volumes = volume::prepare_pod_volumes(pod, &self.settings.root_dir).map_err(|e| {
+            // Already in the kubelet's words (`MountVolume.SetUp failed for volume …`).
+            self.events
+                .pod(pod, EventType::Warning, "FailedMount", e.to_string());
+            Error::Sandbox {
                 uid: uid.clone(),
                 message: e.to_string(),
-            });
+            }
+        });
         let volumes = match volumes {
             Ok(v) => v,
             Err(e) => {
@@ -681,7 +709,11 @@ impl PodSyncer {
         if !runtime.sandboxes.is_empty() || !runtime.containers.is_empty() {
             self.publish_status(pod, &runtime, memory, false);
         }
-        self.stopper.stop_pod(pod, &runtime, grace).await;
+        let refused = self.stopper.stop_pod(pod, &runtime, grace).await;
+        if let Some(message) = super::stop::kill_pod_error(&refused) {
+            self.events
+                .pod(pod, EventType::Warning, FAILED_KILL_POD, message);
+        }
         self.inspect(&uid).await
     }
 

@@ -42,7 +42,7 @@ impl PodSandboxes {
                 message: format!("creating log directory {}: {e}", log_dir.display()),
             });
         }
-        self.ensure_pod_cgroup(pod, plan).await;
+        self.ensure_pod_cgroup(pod, plan).await?;
         tracing::info!("creating pod sandbox");
         let id = self
             .runtime
@@ -59,22 +59,31 @@ impl PodSandboxes {
     }
 
     /// The pod's cgroup with its effective limits, before the runtime places anything in it
-    /// (and its QoS tier counting it). A failure is logged and the pod still starts, bounded by
-    /// its containers' own limits only.
-    pub async fn ensure_pod_cgroup(&self, pod: &Pod, plan: &PodPlan) {
+    /// (and its QoS tier counting it). A failure keeps the pod from starting, as the kubelet's
+    /// (`FailedCreatePodContainer`): it would run without its pod-level limits.
+    pub async fn ensure_pod_cgroup(&self, pod: &Pod, plan: &PodPlan) -> Result<()> {
         let (Some(cgroups), Some(planned)) = (&self.settings.cgroups, &plan.pod_cgroup) else {
-            return;
+            return Ok(());
         };
         match cgroups
             .ensure_pod_with(pod_uid(pod), planned.share, &planned.name, &planned.config)
             .await
         {
-            Ok(()) => tracing::debug!(
-                cgroup = %cgroups.manager().literal(&planned.name),
-                config = ?planned.config,
-                "pod cgroup configured"
-            ),
-            Err(e) => tracing::warn!(error = %e, "configuring the pod cgroup"),
+            Ok(()) => {
+                tracing::debug!(
+                    cgroup = %cgroups.manager().literal(&planned.name),
+                    config = ?planned.config,
+                    "pod cgroup configured"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "configuring the pod cgroup");
+                Err(Error::PodCgroup {
+                    uid: pod_uid(pod).to_string(),
+                    message: e.to_string(),
+                })
+            }
         }
     }
 

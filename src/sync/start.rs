@@ -153,11 +153,14 @@ impl ContainerStarter {
                     message: format!("Failed to inspect image {image:?}: {}", e.runtime_message()),
                 })
         };
-        let present = inspect().await.map_err(|f| (f, None))?;
         let event = |type_, reason: &str, message: String| {
             self.events
                 .container(pod, &container.name, type_, reason, message);
         };
+        let present = inspect()
+            .await
+            .inspect_err(|f| event(EventType::Warning, "InspectFailed", f.message.clone()))
+            .map_err(|f| (f, None))?;
         match (image_pull_policy(container), present) {
             ("Never", None) => {
                 let message =

@@ -80,13 +80,19 @@ impl ContainerStopper {
     /// Stops one container: Killing is logged, the preStop hook (if any, and if there is time)
     /// runs first and its time counts against the grace period, then the stop signal is sent and
     /// SIGKILL follows after what is left (at least 2 s, unless the grace period is 0). A
-    /// deadline that moves earlier meanwhile shortens each of these steps.
+    /// deadline that moves earlier meanwhile shortens each of these steps. Returns the
+    /// runtime's refusal to stop it, if any (a container already gone is stopped).
     #[tracing::instrument(
         name = "container_stop",
         skip_all,
         fields(container = %container.name, container.id = %container.id)
     )]
-    pub async fn kill_container(&self, pod: &Pod, container: &RuntimeContainer, kill: Kill<'_>) {
+    pub async fn kill_container(
+        &self,
+        pod: &Pod,
+        container: &RuntimeContainer,
+        kill: Kill<'_>,
+    ) -> Option<crate::cri::Error> {
         let Kill {
             reason,
             message,
@@ -155,16 +161,18 @@ impl ContainerStopper {
             .and_then(|c| c.lifecycle.as_ref()?.stop_signal.as_deref())
             .and_then(parse_signal);
         let immediate = grace.current().immediate;
-        if let (Some(signal), Some(tasks), false) = (stop_signal, &self.tasks, immediate) {
-            self.stop_with_signal(container, signal, &mut grace, tasks.as_ref())
-                .await;
-        } else {
-            self.stop_container(&container.id, &container.name, &mut grace)
-                .await;
-        }
+        let refused =
+            if let (Some(signal), Some(tasks), false) = (stop_signal, &self.tasks, immediate) {
+                self.stop_with_signal(container, signal, &mut grace, tasks.as_ref())
+                    .await
+            } else {
+                self.stop_container(&container.id, &container.name, &mut grace)
+                    .await
+            };
         if let Some(o) = ordering {
             o.container_terminated(&container.name);
         }
+        refused
     }
 
     /// `lifecycle.stopSignal`: the CRI of containerd 1.6 always sends the image's STOPSIGNAL, so
@@ -176,16 +184,16 @@ impl ContainerStopper {
         signal: i32,
         grace: &mut Grace,
         tasks: &dyn crate::cri::containerd::TaskSignaller,
-    ) {
+    ) -> Option<crate::cri::Error> {
         tracing::info!(container = %container.name, signal, "sending the container's stopSignal");
         let signalled = tokio::time::Instant::now();
         if let Err(e) = tasks.signal(&container.id, signal).await {
             if !e.is_not_found() {
                 tracing::warn!(container = %container.name, error = %e, "sending stopSignal; stopping with the runtime's signal");
             }
-            self.stop_container(&container.id, &container.name, grace)
+            return self
+                .stop_container(&container.id, &container.name, grace)
                 .await;
-            return;
         }
         loop {
             let kill_at = grace.current().kill_at(signalled);
@@ -207,13 +215,18 @@ impl ContainerStopper {
             &container.name,
             &mut Grace::fixed(Duration::ZERO),
         )
-        .await;
+        .await
     }
 
     /// StopContainer with what is left of the grace period; when the deadline moves earlier
     /// while the call waits, a new call with the shorter timeout replaces it (the runtime then
     /// SIGKILLs at the earlier time; the first call is cancelled).
-    async fn stop_container(&self, id: &str, name: &str, grace: &mut Grace) {
+    async fn stop_container(
+        &self,
+        id: &str,
+        name: &str,
+        grace: &mut Grace,
+    ) -> Option<crate::cri::Error> {
         let signalled = tokio::time::Instant::now();
         let mut kill_at = grace.current().kill_at(signalled);
         let mut timeout = timeout_until(kill_at);
@@ -234,16 +247,21 @@ impl ContainerStopper {
         };
         match result {
             Ok(()) => {
-                tracing::info!(container = %name, timeout_seconds = timeout.as_secs(), "Stopped container")
+                tracing::info!(container = %name, timeout_seconds = timeout.as_secs(), "Stopped container");
+                None
             }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => tracing::warn!(container = %name, error = %e, "stopping container"),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => {
+                tracing::warn!(container = %name, error = %e, "stopping container");
+                Some(e)
+            }
         }
     }
 
     /// Stops every live container of the pod in parallel (each with its preStop hook, all within
-    /// `grace`), then every ready sandbox.
-    pub async fn stop_pod(&self, pod: &Pod, runtime: &PodRuntime, grace: &Grace) {
+    /// `grace`), then every ready sandbox. Returns what the runtime refused, in the kubelet's
+    /// words (see [`kill_pod_error`]).
+    pub async fn stop_pod(&self, pod: &Pod, runtime: &PodRuntime, grace: &Grace) -> Vec<String> {
         let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
         let live: Vec<&RuntimeContainer> = runtime
             .containers
@@ -270,13 +288,87 @@ impl ContainerStopper {
                 },
             )
         });
-        join_all(stops).await;
+        let mut refused: Vec<String> = join_all(stops)
+            .await
+            .into_iter()
+            .zip(&names)
+            .filter_map(|(e, name)| Some(sync_failure("KillContainer", name, &e?)))
+            .collect();
+        let uid = crate::podspec::pod_uid(pod);
         for sandbox in runtime.sandboxes.iter().filter(|s| s.ready) {
             match self.runtime.stop_pod_sandbox(&sandbox.id).await {
                 Ok(()) => tracing::info!(sandbox.id = %sandbox.id, "Stopped pod sandbox"),
                 Err(e) if e.is_not_found() => {}
-                Err(e) => tracing::warn!(sandbox.id = %sandbox.id, error = %e, "stopping sandbox"),
+                Err(e) => {
+                    tracing::warn!(sandbox.id = %sandbox.id, error = %e, "stopping sandbox");
+                    refused.push(sync_failure("KillPodSandbox", uid, &e));
+                }
             }
+        }
+        refused
+    }
+}
+
+/// One failed step of a pod's kill as the kubelet's `PodSyncResult` words it:
+/// `failed to "KillContainer" for "main" with KillContainerError: "rpc error: …"`.
+fn sync_failure(action: &str, target: &str, error: &crate::cri::Error) -> String {
+    format!(
+        "failed to {action:?} for {target:?} with {action}Error: {:?}",
+        error.grpc_message()
+    )
+}
+
+/// The message of the kubelet's `FailedKillPod` event for what the runtime refused: one
+/// failure as it is, several as Go's error aggregate lists them; `None` when nothing was.
+pub fn kill_pod_error(refused: &[String]) -> Option<String> {
+    match refused {
+        [] => None,
+        [one] => Some(format!("error killing pod: {one}")),
+        many => Some(format!("error killing pod: [{}]", many.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(op: &'static str, message: &str) -> crate::cri::Error {
+        crate::cri::Error::Call {
+            op,
+            target: "c1".into(),
+            status: tonic::Status::unknown(message),
+        }
+    }
+
+    #[test]
+    fn a_refused_kill_reads_as_the_kubelets_failed_kill_pod() {
+        let container = sync_failure(
+            "KillContainer",
+            "main",
+            &refused("StopContainer", "task \"c1\" stuck"),
+        );
+        assert_eq!(
+            container,
+            r#"failed to "KillContainer" for "main" with KillContainerError: "rpc error: code = Unknown desc = task \"c1\" stuck""#
+        );
+        let sandbox = sync_failure("KillPodSandbox", "u1", &refused("StopPodSandbox", "busy"));
+        assert_eq!(
+            sandbox,
+            r#"failed to "KillPodSandbox" for "u1" with KillPodSandboxError: "rpc error: code = Unknown desc = busy""#
+        );
+        let cases: [(&[String], Option<String>); 3] = [
+            (&[], None),
+            (
+                std::slice::from_ref(&container),
+                Some(format!("error killing pod: {container}")),
+            ),
+            (
+                &[container.clone(), sandbox.clone()],
+                Some(format!("error killing pod: [{container}, {sandbox}]")),
+            ),
+        ];
+        for (refused, want) in cases {
+            assert_eq!(kill_pod_error(refused), want, "{refused:?}");
         }
     }
 }

@@ -101,6 +101,19 @@ pub async fn harness_with(
     crash_loop_backoff: (Duration, Duration),
     edit: impl FnOnce(&mut nodelet::config::Config),
 ) -> Harness {
+    let cgroups = CgroupSetup::Given {
+        settings: Default::default(),
+        node: None,
+    };
+    harness_with_cgroups(crash_loop_backoff, edit, cgroups).await
+}
+
+/// [`harness_with`] with the pods' cgroups set up as `cgroups` says.
+pub async fn harness_with_cgroups(
+    crash_loop_backoff: (Duration, Duration),
+    edit: impl FnOnce(&mut nodelet::config::Config),
+    cgroups: CgroupSetup,
+) -> Harness {
     let clock = Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
     let fake = Arc::new(FakeRuntime::new(clock));
     fake.add_image("localhost/app:1");
@@ -134,10 +147,7 @@ pub async fn harness_with(
                 ..Default::default()
             },
         })
-        .cgroups(CgroupSetup::Given {
-            settings: Default::default(),
-            node: None,
-        })
+        .cgroups(cgroups)
         .start()
         .await
         .expect("nodelet starts on the fake runtime");
