@@ -31,9 +31,11 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use super::services::ServiceStore;
 use super::token::{ApiTokenIssuer, TokenManager, TokenRequest};
 use super::{referenced_objects, ObjectError, ObjectKind, ObjectSource, References, Result};
 use crate::clock::Clock;
+use crate::podspec::service_env::ServicesRead;
 
 /// How long a read waits for a new watch's first list (the kubelet polls for one second).
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
@@ -109,6 +111,8 @@ pub struct ObjectCache {
     sync_timeout: Duration,
     state: Mutex<State>,
     tokens: TokenManager,
+    /// The services watch's store; `None` until [`ObjectCache::with_services`].
+    services: Option<ServiceStore>,
 }
 
 impl ObjectCache {
@@ -119,7 +123,14 @@ impl ObjectCache {
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             state: Mutex::new(State::default()),
             tokens: TokenManager::new(issuer, Clock::system()),
+            services: None,
         }
+    }
+
+    /// The store of the services watch environments read (see [`super::services`]).
+    pub fn with_services(mut self, services: ServiceStore) -> ObjectCache {
+        self.services = Some(services);
+        self
     }
 
     /// A different wait for a new watch's first list.
@@ -365,6 +376,14 @@ impl ObjectSource for ObjectCache {
     async fn service_account_token(&self, request: &TokenRequest) -> Result<String> {
         self.tokens.token(request).await
     }
+
+    fn services(&self) -> ServicesRead {
+        // Without a services watch nothing has been listed: API pods fail to start loudly
+        // rather than silently lacking KUBERNETES_SERVICE_HOST.
+        self.services
+            .as_ref()
+            .map_or(ServicesRead::NotSynced, ServiceStore::read)
+    }
 }
 
 impl Debug for ObjectCache {
@@ -376,6 +395,7 @@ impl Debug for ObjectCache {
             .field("sync_timeout", &self.sync_timeout)
             .field("pods", &pods)
             .field("tokens", &self.tokens)
+            .field("services", &self.services)
             .finish_non_exhaustive()
     }
 }
