@@ -223,7 +223,8 @@ pub(crate) mod tests {
 
     #[test]
     fn from_services_table() {
-        let cases: Vec<(&str, Arc<Service>, Vec<(String, String)>)> = vec![
+        type Case = (&'static str, Arc<Service>, Vec<(String, String)>);
+        let cases: Vec<Case> = vec![
             (
                 "the master service: one named port, protocol defaulted to TCP",
                 service("default", "kubernetes", "10.96.0.1", &[("https", 443, "")]),
@@ -322,7 +323,8 @@ pub(crate) mod tests {
             service("apps", "kubernetes", "10.96.9.9", &[("", 1, "")]),
             service("default", "kubernetes", "10.96.0.1", &[("https", 443, "")]),
         ];
-        let cases: Vec<(&str, &[Arc<Service>], &str, bool, Vec<&str>)> = vec![
+        type Case<'a> = (&'a str, &'a [Arc<Service>], &'a str, bool, Vec<&'a str>);
+        let cases: Vec<Case> = vec![
             (
                 "links on: the master service and the pod's own namespace",
                 &all,
@@ -419,7 +421,13 @@ pub(crate) mod tests {
             .map_err(|e| e.to_string())
         };
         let not_synced = "services have not yet been read at least once, cannot construct envvars";
-        let cases: Vec<(&str, Pod, &ServicesRead, Result<Vec<&str>, &str>)> = vec![
+        type Case<'a> = (
+            &'a str,
+            Pod,
+            &'a ServicesRead,
+            Result<Vec<&'a str>, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "standalone: nothing, even for an API-looking pod",
                 pod("apps", Some(true), Some("api")),
