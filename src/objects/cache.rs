@@ -111,7 +111,8 @@ pub struct ObjectCache {
     sync_timeout: Duration,
     state: Mutex<State>,
     tokens: TokenManager,
-    /// The services watch's store; `None` until [`ObjectCache::with_services`].
+    /// The services watch's store; `None` (no service links) until
+    /// [`ObjectCache::with_services`].
     services: Option<ServiceStore>,
 }
 
@@ -378,11 +379,13 @@ impl ObjectSource for ObjectCache {
     }
 
     fn services(&self) -> ServicesRead {
-        // Without a services watch nothing has been listed: API pods fail to start loudly
-        // rather than silently lacking KUBERNETES_SERVICE_HOST.
+        // Without a services store there are no service links, as in a kubelet without a
+        // service lister (`getServiceEnvVarMap`: "Kubelets without masters ... don't set env
+        // vars"). The agent always gives one in cluster mode; `tests/cluster.rs` checks the
+        // variables reach containers.
         self.services
             .as_ref()
-            .map_or(ServicesRead::NotSynced, ServiceStore::read)
+            .map_or(ServicesRead::NoApiServer, ServiceStore::read)
     }
 }
 
