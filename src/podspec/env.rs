@@ -283,12 +283,12 @@ pub fn invalid_env_from_keys(
 /// Literal values are expanded against the variables defined before them (including every
 /// `envFrom` variable), then against the service variables; a `valueFrom` resolves its source.
 /// Before anything is read, the service variables must be known
-/// ([`super::service_env::service_env`]: the services watch has listed once). A missing ConfigMap or Secret fails
-/// with the API's NotFound message (`configmap "x" not found`) unless the reference is
-/// `optional`, a missing key with `couldn't find key k in ConfigMap ns/x`; a ConfigMap or
-/// Secret that could not be read fails even when optional, as in the kubelet. The kubelet
-/// returns the variables in map order (random); nodelet keeps declaration order, which the
-/// kubelet's own comment intends.
+/// ([`super::service_env::service_env`]: the services watch has listed once). A missing
+/// ConfigMap or Secret fails with the API's NotFound message (`configmap "x" not found`) unless
+/// the reference is `optional`, a missing key with `couldn't find key k in ConfigMap ns/x`; a
+/// ConfigMap or Secret that could not be read fails even when optional, as in the kubelet. The
+/// kubelet returns the variables in map order (random); nodelet keeps declaration order, which
+/// the kubelet's own comment intends.
 pub fn make_environment(
     pod: &Pod,
     container: &Container,
