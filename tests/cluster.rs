@@ -1409,3 +1409,203 @@ async fn kubectl_describe_shows_why_a_pods_sandbox_cannot_be_created() {
         .and_then(|w| w.reason.clone());
     assert_eq!(waiting.as_deref(), Some("ContainerCreating"));
 }
+
+/// The environment of the running container of pod `name` (its first container), as `env`
+/// prints it inside.
+async fn container_env(fixture: &Fixture, n: &Nodelet, name: &str) -> Vec<(String, String)> {
+    use nodelet::cri::Runtime;
+    let pod = wait_api(&format!("{name} running"), n, || {
+        api_pod(fixture, name).filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    let id = pod.status.unwrap().container_statuses.unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let out = runtime()
+        .exec_sync(&id, vec!["env".into()], Duration::from_secs(10))
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_links_reach_the_container_environment() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let dir = tempfile::tempdir().unwrap();
+    // The services exist before nodelet starts, so its first list has them; a service created
+    // after a pod started is not in that pod's environment (as with the kubelet).
+    let (ok, out, err) = kubectl(&api, &["create", "namespace", "other"]);
+    assert!(ok, "{out}{err}");
+    kubectl_apply(
+        &api,
+        dir.path(),
+        "services",
+        r#"apiVersion: v1
+kind: Service
+metadata:
+  name: my-db
+spec:
+  selector: {app: db}
+  ports:
+  - name: pg
+    port: 5432
+  - name: stats
+    port: 5353
+    protocol: UDP
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: headless
+spec:
+  clusterIP: None
+  selector: {app: db}
+  ports:
+  - port: 80
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: elsewhere
+  namespace: other
+spec:
+  ports:
+  - port: 80
+"#,
+    );
+    let (ok, db_ip, err) = kubectl(
+        &api,
+        &[
+            "get",
+            "service",
+            "my-db",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ],
+    );
+    assert!(
+        ok && !db_ip.is_empty(),
+        "my-db has a cluster IP: {db_ip}{err}"
+    );
+    let n = Nodelet::start_in_cluster("service-links", &api, "");
+    let linked = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: linked\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    env:\n    - name: DB_URL\n      value: postgres://$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT_PG)/app\n    - name: MY_DB_SERVICE_PORT\n      value: \"6543\"\n",
+        node = n.node
+    );
+    kubectl_apply(&api, n.dir.path(), "linked", &linked);
+    let unlinked = linked
+        .replace("name: linked", "name: unlinked")
+        .replace("spec:\n", "spec:\n  enableServiceLinks: false\n");
+    kubectl_apply(&api, n.dir.path(), "unlinked", &unlinked);
+
+    let env = container_env(&fixture, &n, "linked").await;
+    let get = |env: &[(String, String)], k: &str| {
+        env.iter()
+            .find(|(name, _)| name == k)
+            .map(|(_, v)| v.clone())
+    };
+    let kubernetes = [
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+        ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+        ("KUBERNETES_PORT", "tcp://10.96.0.1:443"),
+        ("KUBERNETES_PORT_443_TCP", "tcp://10.96.0.1:443"),
+        ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+        ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+        ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1"),
+    ];
+    for (k, v) in kubernetes {
+        assert_eq!(get(&env, k).as_deref(), Some(v), "{k} in {env:?}");
+    }
+    let db = [
+        ("MY_DB_SERVICE_HOST", db_ip.clone()),
+        // The container's own definition wins over the service's.
+        ("MY_DB_SERVICE_PORT", "6543".into()),
+        ("MY_DB_SERVICE_PORT_PG", "5432".into()),
+        ("MY_DB_SERVICE_PORT_STATS", "5353".into()),
+        ("MY_DB_PORT", format!("tcp://{db_ip}:5432")),
+        ("MY_DB_PORT_5432_TCP_ADDR", db_ip.clone()),
+        ("MY_DB_PORT_5353_UDP", format!("udp://{db_ip}:5353")),
+        ("MY_DB_PORT_5353_UDP_PROTO", "udp".into()),
+        // Service variables are there for `$(VAR)` expansion.
+        ("DB_URL", format!("postgres://{db_ip}:5432/app")),
+    ];
+    for (k, v) in &db {
+        assert_eq!(get(&env, k).as_ref(), Some(v), "{k} in {env:?}");
+    }
+    for absent in ["HEADLESS_SERVICE_HOST", "ELSEWHERE_SERVICE_HOST"] {
+        assert_eq!(get(&env, absent), None, "{absent} in {env:?}");
+    }
+
+    // enableServiceLinks: false — the master service only.
+    let env = container_env(&fixture, &n, "unlinked").await;
+    for (k, v) in kubernetes {
+        assert_eq!(get(&env, k).as_deref(), Some(v), "{k} in {env:?}");
+    }
+    let service_vars: Vec<_> = env
+        .iter()
+        .filter(|(k, _)| k.contains("_SERVICE_") || k.contains("_PORT"))
+        .filter(|(k, _)| !k.starts_with("KUBERNETES_"))
+        .collect();
+    // MY_DB_SERVICE_PORT is the container's own variable.
+    assert_eq!(
+        service_vars,
+        [&("MY_DB_SERVICE_PORT".to_string(), "6543".to_string())],
+        "{env:?}"
+    );
+    assert_eq!(
+        get(&env, "DB_URL").as_deref(),
+        Some("postgres://$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT_PG)/app"),
+        "unresolved references stay as written"
+    );
+}
+
+/// The kubelet's rule: an API pod's containers do not start before the services have been
+/// listed once (they would miss `KUBERNETES_SERVICE_HOST` for good); the start fails with the
+/// kubelet's message and is retried until the list succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_wait_until_the_services_have_been_listed() {
+    let fixture = Fixture::start(None).await.unwrap();
+    // A node without the RBAC rule for services: its list is Forbidden.
+    fixture.forbid_reads("services");
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("services-unlisted", &api, "");
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "early",
+        &bound_pod("early", &n.node, ""),
+    );
+    wait_api("CreateContainerConfigError until services are listed", &n, || {
+        api_pod(&fixture, "early").filter(|p| {
+            let waiting = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs[0].state.as_ref()?.waiting.clone());
+            waiting.is_some_and(|w| {
+                w.reason.as_deref() == Some("CreateContainerConfigError")
+                    && w.message.as_deref()
+                        == Some(
+                            "services have not yet been read at least once, cannot construct envvars",
+                        )
+            })
+        })
+    })
+    .await;
+    fixture.allow_reads("services");
+    let env = container_env(&fixture, &n, "early").await;
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "KUBERNETES_SERVICE_HOST" && v == "10.96.0.1"),
+        "{env:?}"
+    );
+}

@@ -1,5 +1,5 @@
 //! The cluster wing (cluster mode, with a kubeconfig): the credentials and API clients, the
-//! ConfigMap/Secret cache, and the loops that talk to the API server — admission of API pods,
+//! ConfigMap/Secret cache with the services watch, and the loops that talk to the API server — admission of API pods,
 //! mirror pods, the pod status sync, the event sink and the node's heartbeat (registration,
 //! node status, Lease). Standalone, each part is absent and the functions do nothing.
 
@@ -19,7 +19,7 @@ use crate::events::api_sink::ApiEventSink;
 use crate::events::EventRecorder;
 use crate::lifecycle::admission::PodAdmitHandler;
 use crate::node::NodeAgent;
-use crate::objects::{NoApiServer, ObjectCache, ObjectSource};
+use crate::objects::{watch_services, NoApiServer, ObjectCache, ObjectSource, ServiceStore};
 use crate::pod::admission::{NodeCapacity, PredicateAdmitHandler};
 use crate::pod::manager::Admission;
 use crate::pod::manager::PodManager;
@@ -63,7 +63,20 @@ pub(super) async fn connect(
         None => None,
     };
     let object_cache = match (&objects, &clients) {
-        (None, Some(clients)) => Some(Arc::new(ObjectCache::new(clients.client.clone()))),
+        (None, Some(clients)) => {
+            // The kubelet's service informer: every service of the cluster, for the
+            // environment's service links; started now so that it has listed by the time the
+            // first API pod's containers start.
+            let (services, writer) = ServiceStore::new();
+            tasks.spawn(watch_services(
+                clients.client.clone(),
+                writer,
+                cancel.clone(),
+            ));
+            Some(Arc::new(
+                ObjectCache::new(clients.client.clone()).with_services(services),
+            ))
+        }
         _ => None,
     };
     let objects: Arc<dyn ObjectSource> = match (objects, &object_cache) {

@@ -31,9 +31,11 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use super::services::ServiceStore;
 use super::token::{ApiTokenIssuer, TokenManager, TokenRequest};
 use super::{referenced_objects, ObjectError, ObjectKind, ObjectSource, References, Result};
 use crate::clock::Clock;
+use crate::podspec::service_env::ServicesRead;
 
 /// How long a read waits for a new watch's first list (the kubelet polls for one second).
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
@@ -109,6 +111,9 @@ pub struct ObjectCache {
     sync_timeout: Duration,
     state: Mutex<State>,
     tokens: TokenManager,
+    /// The services watch's store; `None` (no service links) until
+    /// [`ObjectCache::with_services`].
+    services: Option<ServiceStore>,
 }
 
 impl ObjectCache {
@@ -119,7 +124,14 @@ impl ObjectCache {
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             state: Mutex::new(State::default()),
             tokens: TokenManager::new(issuer, Clock::system()),
+            services: None,
         }
+    }
+
+    /// The store of the services watch environments read (see [`super::services`]).
+    pub fn with_services(mut self, services: ServiceStore) -> ObjectCache {
+        self.services = Some(services);
+        self
     }
 
     /// A different wait for a new watch's first list.
@@ -365,6 +377,16 @@ impl ObjectSource for ObjectCache {
     async fn service_account_token(&self, request: &TokenRequest) -> Result<String> {
         self.tokens.token(request).await
     }
+
+    fn services(&self) -> ServicesRead {
+        // Without a services store there are no service links, as in a kubelet without a
+        // service lister (`getServiceEnvVarMap`: "Kubelets without masters ... don't set env
+        // vars"). The agent always gives one in cluster mode; `tests/cluster.rs` checks the
+        // variables reach containers.
+        self.services
+            .as_ref()
+            .map_or(ServicesRead::NoApiServer, ServiceStore::read)
+    }
 }
 
 impl Debug for ObjectCache {
@@ -376,6 +398,7 @@ impl Debug for ObjectCache {
             .field("sync_timeout", &self.sync_timeout)
             .field("pods", &pods)
             .field("tokens", &self.tokens)
+            .field("services", &self.services)
             .finish_non_exhaustive()
     }
 }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::{ObjectError, ObjectKind, ObjectSource, Result, TokenRequest};
+use crate::podspec::service_env::ServicesRead;
 
 type Key = (String, String);
 
@@ -20,6 +21,7 @@ struct Objects {
     /// (namespace, service account) → the token every request for it gets.
     tokens: BTreeMap<Key, String>,
     token_requests: Vec<TokenRequest>,
+    services: ServicesRead,
 }
 
 /// ConfigMaps and Secrets held in memory, keyed by their own namespace and name.
@@ -99,6 +101,11 @@ impl FakeObjects {
         );
     }
 
+    /// What [`ObjectSource::services`] answers from now on (at first: no API server).
+    pub fn set_services(&self, services: ServicesRead) {
+        self.lock().services = services;
+    }
+
     /// The token requests served so far, in order.
     pub fn token_requests(&self) -> Vec<TokenRequest> {
         self.lock().token_requests.clone()
@@ -162,6 +169,10 @@ impl ObjectSource for FakeObjects {
                 message: format!("serviceaccounts {:?} not found", request.service_account),
                 source: None,
             })
+    }
+
+    fn services(&self) -> ServicesRead {
+        self.lock().services.clone()
     }
 }
 

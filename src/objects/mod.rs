@@ -1,5 +1,6 @@
 //! API objects a pod refers to: the ConfigMaps and Secrets behind its volumes and environment,
-//! and the service account tokens of its projected volumes.
+//! the service account tokens of its projected volumes, and the cluster's services its
+//! environment's service links come from ([`services`]).
 //!
 //! The kubelet reads them through its ConfigMap and Secret managers
 //! (`pkg/kubelet/configmap`, `pkg/kubelet/secret`); with the default `Watch` change-detection
@@ -16,6 +17,7 @@ pub mod cache;
 /// In-memory objects for tests (feature `test-util`).
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod services;
 pub mod token;
 
 use async_trait::async_trait;
@@ -24,13 +26,16 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 pub use cache::ObjectCache;
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::FakeObjects;
+pub use services::{watch_services, ServiceStore};
 pub use token::{FetchedTokens, TokenManager, TokenRequest};
 
 use crate::podspec::references::{
     no_client_message, referenced_objects, FetchedObjects, ObjectKind, References,
 };
+use crate::podspec::service_env::ServicesRead;
 
-/// Reads every object in `refs` from `source`, each once.
+/// Reads every object in `refs` from `source`, each once, and takes the services as they are
+/// now.
 pub async fn fetch_objects(
     source: &dyn ObjectSource,
     namespace: &str,
@@ -38,6 +43,7 @@ pub async fn fetch_objects(
 ) -> FetchedObjects {
     let mut out = FetchedObjects {
         namespace: namespace.to_string(),
+        services: source.services(),
         ..FetchedObjects::default()
     };
     for name in &refs.config_maps {
@@ -143,6 +149,9 @@ pub trait ObjectSource: Send + Sync {
     /// A token of `request.service_account` bound to the pod the request names (a projected
     /// volume's `serviceAccountToken` source); implementations may hand out a cached one.
     async fn service_account_token(&self, request: &TokenRequest) -> Result<String>;
+    /// The cluster's services for service links: none without an API server, else what the
+    /// services watch holds (or that it has not listed yet).
+    fn services(&self) -> ServicesRead;
 }
 
 /// Standalone nodelet: there is no API server to ask.
@@ -172,6 +181,10 @@ impl ObjectSource for NoApiServer {
             namespace: request.namespace.clone(),
             service_account: request.service_account.clone(),
         })
+    }
+
+    fn services(&self) -> ServicesRead {
+        ServicesRead::NoApiServer
     }
 }
 

@@ -6,7 +6,8 @@
 //! The environment is a pure function of the pod, the container and the objects read for it
 //! ([`FetchedObjects`], gathered by `sync::env_objects::gather_env_objects`). Without an API
 //! server (standalone nodelet) every ConfigMap or Secret reference fails the way the kubelet
-//! fails without a client. There are no service links.
+//! fails without a client. In cluster mode the service variables of
+//! [`super::service_env`] (service links) are added, and literal values can refer to them.
 
 use std::net::IpAddr;
 
@@ -19,6 +20,7 @@ use super::field::env_var_name;
 use super::references::{FetchedObjects, ObjectKind, References};
 use super::regular_containers;
 use super::resources::{container_limits, container_requests};
+use super::service_env::service_env;
 use crate::quantity::Quantity;
 
 /// What the environment needs besides the pod: addresses and the node's allocatable resources
@@ -275,21 +277,30 @@ pub fn invalid_env_from_keys(
 }
 
 /// The container's environment, in declaration order: `envFrom` sources first (their keys in
-/// order, `prefix` prepended), then `env`, whose variables override `envFrom` ones.
+/// order, `prefix` prepended), then `env`, whose variables override `envFrom` ones, then the
+/// service variables (cluster mode) the container does not define itself.
 ///
 /// Literal values are expanded against the variables defined before them (including every
-/// `envFrom` variable); a `valueFrom` resolves its source. A missing ConfigMap or Secret fails
-/// with the API's NotFound message (`configmap "x" not found`) unless the reference is
-/// `optional`, a missing key with `couldn't find key k in ConfigMap ns/x`; a ConfigMap or
-/// Secret that could not be read fails even when optional, as in the kubelet. The kubelet
-/// returns the variables in map order (random); nodelet keeps declaration order, which the
-/// kubelet's own comment intends.
+/// `envFrom` variable), then against the service variables; a `valueFrom` resolves its source.
+/// Before anything is read, the service variables must be known
+/// ([`super::service_env::service_env`]: the services watch has listed once). A missing
+/// ConfigMap or Secret fails with the API's NotFound message (`configmap "x" not found`) unless
+/// the reference is `optional`, a missing key with `couldn't find key k in ConfigMap ns/x`; a
+/// ConfigMap or Secret that could not be read fails even when optional, as in the kubelet. The
+/// kubelet returns the variables in map order (random); nodelet keeps declaration order, which
+/// the kubelet's own comment intends.
 pub fn make_environment(
     pod: &Pod,
     container: &Container,
     ctx: &EnvContext,
     objects: &FetchedObjects,
 ) -> Result<Vec<(String, String)>, ConfigError> {
+    // The service variables come first, as in the kubelet: a pod whose services are not known
+    // yet fails here before any ConfigMap or Secret is looked at.
+    let mut services: Vec<(String, String)> = Vec::new();
+    for (name, value) in service_env(pod, &objects.services)? {
+        set(&mut services, &name, value);
+    }
     let base = container_field_path(pod, &container.name);
     let mut envs: Vec<(String, String)> = Vec::new();
     for (field, kind, name, prefix, optional) in env_from_sources(container, &base) {
@@ -307,11 +318,43 @@ pub fn make_environment(
     for (i, var) in container.env.iter().flatten().enumerate() {
         let field = format!("{base}.env[{i}]");
         let refs = EnvRefs { namespace, objects };
-        if let Some(value) = resolve(pod, container, var, &field, &refs, &envs, ctx)? {
+        let defined = Defined {
+            envs: &envs,
+            services: &services,
+        };
+        if let Some(value) = resolve(pod, container, var, &field, &refs, &defined, ctx)? {
             set(&mut envs, &var.name, value);
         }
     }
+    // The service variables the container does not define itself follow its own: `env` and
+    // `envFrom` win on a clash.
+    for (name, value) in services {
+        if !envs.iter().any(|(k, _)| *k == name) {
+            envs.push((name, value));
+        }
+    }
     Ok(envs)
+}
+
+/// What a literal value's `$(VAR)` references resolve against: the container's variables
+/// defined so far, then the service variables (the kubelet's
+/// `MappingFuncFor(tmpEnv, serviceEnv)`).
+struct Defined<'a> {
+    envs: &'a [(String, String)],
+    services: &'a [(String, String)],
+}
+
+impl Defined<'_> {
+    fn expand(&self, input: &str) -> String {
+        expand(input, &|name: &str| {
+            self.envs
+                .iter()
+                .rev()
+                .chain(self.services.iter())
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
+    }
 }
 
 /// What `valueFrom` references to ConfigMaps and Secrets resolve against.
@@ -375,12 +418,12 @@ fn resolve(
     var: &EnvVar,
     field: &str,
     refs: &EnvRefs,
-    envs: &[(String, String)],
+    defined: &Defined,
     ctx: &EnvContext,
 ) -> Result<Option<String>, ConfigError> {
     let literal = var.value.as_deref().unwrap_or_default();
     if !literal.is_empty() {
-        return Ok(Some(expand_with(literal, envs)));
+        return Ok(Some(defined.expand(literal)));
     }
     let Some(source) = &var.value_from else {
         return Ok(Some(String::new()));
@@ -1098,6 +1141,7 @@ pub(crate) mod tests {
                 ("creds".to_string(), Ok(Some(secret))),
                 ("missing-secret".to_string(), Ok(None)),
             ]),
+            services: Default::default(),
         }
     }
 
@@ -1222,6 +1266,150 @@ pub(crate) mod tests {
                 .map_err(str::to_string);
             assert_eq!(got, want, "{name}");
         }
+    }
+
+    #[test]
+    fn service_links_table() {
+        use crate::podspec::service_env::tests::service;
+        use crate::podspec::service_env::ServicesRead;
+        type Case<'a> = (
+            &'a str,
+            bool,
+            Vec<EnvFromSource>,
+            Vec<EnvVar>,
+            Result<Vec<(&'a str, &'a str)>, &'a str>,
+        );
+        let kubernetes = [
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1"),
+        ];
+        let cache = [
+            ("CACHE_SERVICE_HOST", "10.96.0.7"),
+            ("CACHE_SERVICE_PORT", "6379"),
+            ("CACHE_PORT", "tcp://10.96.0.7:6379"),
+            ("CACHE_PORT_6379_TCP", "tcp://10.96.0.7:6379"),
+            ("CACHE_PORT_6379_TCP_PROTO", "tcp"),
+            ("CACHE_PORT_6379_TCP_PORT", "6379"),
+            ("CACHE_PORT_6379_TCP_ADDR", "10.96.0.7"),
+        ];
+        let with = |head: &[(&'static str, &'static str)],
+                    tail: &[&[(&'static str, &'static str)]]| {
+            let mut v = head.to_vec();
+            for t in tail {
+                v.extend_from_slice(t);
+            }
+            v
+        };
+        let cases: Vec<Case> = vec![
+            (
+                "no env of its own: the service variables, master service first",
+                true,
+                vec![],
+                vec![],
+                Ok(with(&[], &[&cache, &kubernetes])),
+            ),
+            (
+                "links off: the master service only",
+                false,
+                vec![],
+                vec![],
+                Ok(kubernetes.to_vec()),
+            ),
+            (
+                "env wins on a clash and keeps its place; the rest follow",
+                true,
+                vec![],
+                vec![env_var("KUBERNETES_SERVICE_HOST", "override")],
+                Ok(with(
+                    &[("KUBERNETES_SERVICE_HOST", "override")],
+                    &[&cache, &kubernetes[1..]],
+                )),
+            ),
+            (
+                "envFrom wins on a clash too",
+                false,
+                vec![from_cm("settings", "KUBERNETES_SERVICE_", false)],
+                vec![],
+                Ok(with(
+                    &[
+                        ("KUBERNETES_SERVICE_LOG_LEVEL", "debug"),
+                        ("KUBERNETES_SERVICE_PORT", "8080"),
+                    ],
+                    &[&[kubernetes[0]], &kubernetes[2..]],
+                )),
+            ),
+            (
+                "literals expand service variables; the container's own come first",
+                false,
+                vec![],
+                vec![
+                    env_var(
+                        "URL",
+                        "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)",
+                    ),
+                    env_var("KUBERNETES_SERVICE_PORT", "6443"),
+                    env_var("AGAIN", "$(KUBERNETES_SERVICE_PORT)"),
+                    env_var("NOT_LINKED", "$(CACHE_SERVICE_HOST)"),
+                ],
+                Ok(with(
+                    &[
+                        ("URL", "https://10.96.0.1:443"),
+                        ("KUBERNETES_SERVICE_PORT", "6443"),
+                        ("AGAIN", "6443"),
+                        ("NOT_LINKED", "$(CACHE_SERVICE_HOST)"),
+                    ],
+                    &[&[kubernetes[0]], &kubernetes[2..]],
+                )),
+            ),
+        ];
+        let read = ServicesRead::Synced(vec![
+            service("default", "kubernetes", "10.96.0.1", &[("https", 443, "")]),
+            service("default", "cache", "10.96.0.7", &[("", 6379, "")]),
+            service("default", "headless", "None", &[("", 80, "")]),
+            service("other", "elsewhere", "10.96.0.9", &[("", 80, "")]),
+        ]);
+        for (name, links, env_from, env, want) in cases {
+            let mut c = container("c", "", "");
+            c.env_from = Some(env_from);
+            c.env = Some(env);
+            let mut p = test_pod(c.clone());
+            p.spec.as_mut().unwrap().enable_service_links = Some(links);
+            let objects = FetchedObjects {
+                services: read.clone(),
+                ..objects()
+            };
+            let got = make_environment(&p, &c, &CTX, &objects).map_err(|e| e.to_string());
+            let want = want
+                .map(|vars| {
+                    vars.into_iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<Vec<_>>()
+                })
+                .map_err(str::to_string);
+            assert_eq!(got, want, "{name}");
+        }
+
+        // Not listed yet: an API pod fails before any object is looked at.
+        let mut c = container("c", "", "");
+        c.env = Some(vec![cm_key("A", "missing-cm", "k", false)]);
+        let mut p = test_pod(c.clone());
+        p.spec.as_mut().unwrap().enable_service_links = Some(true);
+        let objects = FetchedObjects {
+            services: ServicesRead::NotSynced,
+            ..objects()
+        };
+        assert_eq!(
+            make_environment(&p, &c, &CTX, &objects)
+                .unwrap_err()
+                .to_string(),
+            "services have not yet been read at least once, cannot construct envvars"
+        );
     }
 
     #[test]

@@ -52,6 +52,14 @@ pub enum ConfigError {
         namespace: String,
         name: String,
     },
+    /// `spec.enableServiceLinks` unset: the API server and the sources default it, so only a
+    /// pod that skipped defaulting gets here (the kubelet's own message).
+    #[error("nil pod.spec.enableServiceLinks encountered, cannot construct envvars")]
+    EnableServiceLinksUnset,
+    /// Cluster mode: the services watch has not completed its first list, so the service
+    /// variables are not known yet (the kubelet's own message); the start is retried.
+    #[error("services have not yet been read at least once, cannot construct envvars")]
+    ServicesNotSynced,
     #[error("cannot find volume {volume:?} to mount into container {container:?}")]
     MissingVolume {
         field: String,

@@ -7,6 +7,8 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 
+use super::service_env::ServicesRead;
+
 /// The two kinds of object pods read from the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ObjectKind {
@@ -81,13 +83,16 @@ impl References {
 /// it could not be read (the message is the one the kubelet would show).
 pub type Fetched<T> = std::result::Result<Option<T>, String>;
 
-/// ConfigMaps and Secrets read for one pod, by name, so that the decisions that use them
-/// (payloads, environments) are pure functions of what was read.
+/// ConfigMaps and Secrets read for one pod, by name, and the services its environment sees,
+/// so that the decisions that use them (payloads, environments) are pure functions of what was
+/// read.
 #[derive(Clone, Default)]
 pub struct FetchedObjects {
     pub namespace: String,
     pub config_maps: BTreeMap<String, Fetched<ConfigMap>>,
     pub secrets: BTreeMap<String, Fetched<Secret>>,
+    /// The cluster's services (service links); none standalone.
+    pub services: ServicesRead,
 }
 
 /// ConfigMaps in full; of a Secret only its keys, never its data.
@@ -113,7 +118,17 @@ impl std::fmt::Debug for FetchedObjects {
             .field("namespace", &self.namespace)
             .field("config_maps", &self.config_maps)
             .field("secret_keys", &secrets)
+            .field("services", &services_summary(&self.services))
             .finish()
+    }
+}
+
+/// The services in a debug line: how many, not each one (a cluster has thousands).
+fn services_summary(read: &ServicesRead) -> String {
+    match read {
+        ServicesRead::NoApiServer => "none (no API server)".into(),
+        ServicesRead::NotSynced => "not yet listed".into(),
+        ServicesRead::Synced(all) => format!("{} listed", all.len()),
     }
 }
 
@@ -312,6 +327,7 @@ mod tests {
             namespace: "prod".into(),
             config_maps: BTreeMap::new(),
             secrets: BTreeMap::from([("creds".to_string(), Ok(Some(secret)))]),
+            services: ServicesRead::NotSynced,
         };
         crate::redact::assert_debug_redacted(vec![(
             "FetchedObjects",

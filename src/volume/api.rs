@@ -364,6 +364,7 @@ mod tests {
                     ..Default::default()
                 })),
             )]),
+            services: Default::default(),
         }
     }
 
@@ -553,6 +554,7 @@ projected:
                 })),
             )]),
             secrets: BTreeMap::new(),
+            services: Default::default(),
         }
     }
 

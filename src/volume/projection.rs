@@ -879,6 +879,7 @@ mod tests {
                 ),
                 ("absent".to_string(), Ok(None)),
             ]),
+            services: Default::default(),
         }
     }
 

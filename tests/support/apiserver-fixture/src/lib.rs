@@ -39,6 +39,7 @@ pub mod resource;
 pub mod review;
 pub mod selector;
 pub mod server;
+pub mod service;
 pub mod serviceaccount;
 pub mod store;
 pub mod table;
@@ -219,6 +220,22 @@ async fn serve(
     connections.shutdown().await;
 }
 
+/// The `kubernetes` service in `default`, which a real API server creates at start-up and
+/// pods find in their `KUBERNETES_SERVICE_HOST`/`_PORT`; kept as it is when a restored state
+/// already has it.
+fn seed_master_service(store: &Store, port: u16) {
+    let Some(services) = resource::find_by_plural("", "v1", "services") else {
+        return;
+    };
+    // Fails only with AlreadyExists (a restored state), which keeps the stored one.
+    let _ = store.create(
+        services,
+        Some("default"),
+        service::master_service(port),
+        &WriteOptions::default(),
+    );
+}
+
 fn resource_of<K: k8s_openapi::Resource>() -> Result<&'static ResourceType, FixtureError> {
     resource::find_by_kind(K::API_VERSION, K::KIND).ok_or_else(|| FixtureError::UnknownKind {
         kind: format!("{}/{}", K::API_VERSION, K::KIND),
@@ -289,6 +306,7 @@ impl Fixture {
                 source,
             })?
             .port();
+        seed_master_service(&store, port);
         let token = CancellationToken::new();
         let tls = match &options.tls {
             Some(_) => Some(Arc::new(tls::FixtureTls::new()?)),
@@ -303,6 +321,7 @@ impl Fixture {
             static_tokens: options.static_tokens.clone(),
             access_rules: options.access_rules.clone(),
             issued_tokens: Mutex::new(HashSet::new()),
+            forbidden_reads: Mutex::new(Default::default()),
             metrics: Arc::new(metrics::MetricsStore::default()),
             tls: tls.clone(),
             signing: options.tls.clone().unwrap_or_default().signing,
@@ -459,6 +478,26 @@ impl Fixture {
     /// fixture, change this and resume, as a real server is restarted to change.
     pub fn set_server(&self, profile: ServerProfile) {
         self.state.store.set_profile(profile);
+    }
+
+    /// From now on, GET, list and watch of `plural` (`"services"`) answer 403 Forbidden, as
+    /// for a client without the RBAC rule; watches already open go on.
+    pub fn forbid_reads(&self, plural: &'static str) {
+        self.forbidden_reads().insert(plural);
+    }
+
+    /// Undoes [`Fixture::forbid_reads`].
+    pub fn allow_reads(&self, plural: &'static str) {
+        self.forbidden_reads().remove(plural);
+    }
+
+    fn forbidden_reads(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<&'static str>> {
+        self.state
+            .forbidden_reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub async fn is_serving(&self) -> bool {

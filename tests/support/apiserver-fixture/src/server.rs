@@ -47,6 +47,9 @@ pub struct AppState {
     pub tls: Option<Arc<crate::tls::FixtureTls>>,
     /// The CSR signer's lifetime rules.
     pub signing: crate::csr::SigningPolicy,
+    /// Resources (by plural) whose reads are Forbidden, as for a client that lacks the RBAC
+    /// rule (`Fixture::forbid_reads`).
+    pub forbidden_reads: Mutex<std::collections::BTreeSet<&'static str>>,
 }
 
 impl AppState {
@@ -602,6 +605,9 @@ async fn resources(State(app): State<Arc<AppState>>, request: axum::extract::Req
         Err(e) => return error_response(&ApiError::bad_request(format!("reading body: {e}"))),
     };
     if let Ok(target) = path::parse(uri.path()) {
+        if let Some(e) = forbidden_read(&app, &method, &uri, &target, user.as_ref()) {
+            return error_response(&e);
+        }
         if target.subresource.as_deref() == Some("log") {
             let result = match (method, target.namespace, target.name) {
                 (Method::GET, Some(ns), Some(name)) => {
@@ -616,6 +622,44 @@ async fn resources(State(app): State<Arc<AppState>>, request: axum::extract::Req
         Ok(response) => response,
         Err(e) => error_response(&e),
     }
+}
+
+/// The authorizer's 403 for a read of a resource `Fixture::forbid_reads` named.
+fn forbidden_read(
+    app: &AppState,
+    method: &Method,
+    uri: &axum::http::Uri,
+    target: &path::Target,
+    user: Option<&crate::review::UserInfo>,
+) -> Option<ApiError> {
+    if *method != Method::GET
+        || !app
+            .forbidden_reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(target.resource.plural)
+    {
+        return None;
+    }
+    let watch = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .any(|p| p == "watch=1" || p == "watch=true");
+    let verb = match (&target.name, watch) {
+        (Some(_), _) => "get",
+        (None, true) => "watch",
+        (None, false) => "list",
+    };
+    let user = user.map_or("system:anonymous", |u| u.username.as_str());
+    Some(ApiError::forbidden_user(
+        user,
+        verb,
+        target.resource,
+        target.name.as_deref(),
+        target.namespace.as_deref(),
+        target.subresource.as_deref(),
+    ))
 }
 
 /// `PUT certificatesigningrequests/<name>/approval`: the conditions from the body, then — as

@@ -19,6 +19,7 @@ use crate::patch::{self, PatchError, PatchType};
 use crate::pod;
 use crate::resource::{self, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::service;
 use crate::serviceaccount;
 use crate::typed;
 use crate::version::ServerProfile;
@@ -740,10 +741,14 @@ impl Store {
                 fold_string_data(&mut obj);
             }
             "services" => {
-                if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                    spec.entry("type").or_insert(json!("ClusterIP"));
-                    spec.entry("sessionAffinity").or_insert(json!("None"));
-                }
+                let used: std::collections::BTreeSet<String> = inner
+                    .objects
+                    .iter()
+                    .filter(|((storage, _, _), _)| storage == "services")
+                    .filter_map(|(_, svc)| svc.pointer("/spec/clusterIP")?.as_str())
+                    .map(String::from)
+                    .collect();
+                service::prepare_create(&mut obj, &used).map_err(ApiError::internal)?;
             }
             _ => {}
         }
