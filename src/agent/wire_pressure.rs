@@ -56,6 +56,8 @@ pub(super) struct Housekeeping {
     cri: Arc<CriGc>,
     image_gc: Arc<ImageGc>,
     eviction: Option<EvictionManager>,
+    /// Where a failed container GC run is told (`ContainerGCFailed` on the node).
+    events: EventRecorder,
 }
 
 /// Builds the pressure wing; starts the eviction manager's wake-ups and the node shutdown
@@ -165,6 +167,7 @@ pub(super) fn wire(
             cri,
             image_gc,
             eviction,
+            events: recorder.clone(),
         },
     }
 }
@@ -230,8 +233,10 @@ pub(super) fn spawn_housekeeping(
         cri,
         image_gc,
         eviction,
+        events,
     } = parts;
     let container_gc = container_gc(cfg, &cri, workers, clock);
+    let node_name = cfg.node_name.clone();
     let mut ready = ready.clone();
     let (gc, gc_cancel, gc_tasks) = (image_gc, cancel.clone(), tasks.clone());
     tasks.spawn(async move {
@@ -243,7 +248,7 @@ pub(super) fn spawn_housekeeping(
         if let Some(eviction) = eviction {
             gc_tasks.spawn(eviction.run(gc_cancel.clone()));
         }
-        gc_tasks.spawn(container_gc.run(gc_cancel));
+        gc_tasks.spawn(container_gc.run(gc_cancel, events, node_name));
     });
     if let Some(h) = &rt.housekeeping {
         let rotator = LogRotator {

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::Error;
 use crate::clock::Clock;
 use crate::cri::{ContainerState, PodRuntime};
+use crate::events::{node_ref, EventRecorder, EventType};
 use crate::lifecycle::pods::LivePods;
 
 /// How often container GC runs (the kubelet's `ContainerGCPeriod`).
@@ -327,8 +328,9 @@ impl ContainerGc {
         Ok(report)
     }
 
-    /// Runs now and every [`CONTAINER_GC_PERIOD`] until `cancel`.
-    pub async fn run(self, cancel: CancellationToken) {
+    /// Runs now and every [`CONTAINER_GC_PERIOD`] until `cancel`. A run that fails is the
+    /// kubelet's Warning `ContainerGCFailed` on the node.
+    pub async fn run(self, cancel: CancellationToken, events: EventRecorder, node_name: String) {
         let mut tick = tokio::time::interval(CONTAINER_GC_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -352,7 +354,15 @@ impl ContainerGc {
                         );
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "container garbage collection failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "container garbage collection failed");
+                    events.record(
+                        &node_ref(&node_name),
+                        EventType::Warning,
+                        "ContainerGCFailed",
+                        e.to_string(),
+                    );
+                }
             }
             crate::metrics::metrics().container_gc_runs.inc();
         }
@@ -617,5 +627,79 @@ mod tests {
         let live = HashSet::from(["u1".to_string()]);
         let in_runtime = HashSet::from(["u3".to_string()]);
         assert_eq!(orphaned_dirs(&dirs, &live, &in_runtime), vec!["ns_gone_u2"]);
+    }
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    /// A runtime whose listing always fails.
+    struct Unlistable;
+
+    #[async_trait]
+    impl ContainerGcRuntime for Unlistable {
+        async fn pods(&self) -> Result<Vec<PodRuntime>, Error> {
+            Err(Error::Runtime {
+                what: "listing containers",
+                source: crate::cri::Error::Call {
+                    op: "ListContainers",
+                    target: String::new(),
+                    status: tonic::Status::unavailable("connection refused"),
+                },
+            })
+        }
+        async fn remove_container(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn remove_sandbox(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    struct NoPods;
+
+    impl LivePods for NoPods {
+        fn live_pods(&self) -> HashSet<String> {
+            HashSet::new()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_run_is_a_container_gc_failed_event_on_the_node() {
+        let clock = Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let gc = ContainerGc {
+            runtime: Arc::new(Unlistable),
+            live: Arc::new(NoPods),
+            policy: Default::default(),
+            clock,
+            pod_logs_dir: dir.path().join("logs"),
+            pods_dir: dir.path().join("pods"),
+            root_dir: dir.path().to_path_buf(),
+        };
+        let events = EventRecorder::new(clock, "kubelet", "node1");
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn(gc.run(cancel.clone(), events.clone(), "node1".into()));
+        for _ in 0..100 {
+            if !events.events().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cancel.cancel();
+        run.await.unwrap();
+        let recorded = events.events();
+        assert_eq!(recorded.len(), 1, "{recorded:#?}");
+        let e = &recorded[0];
+        assert_eq!(e.reason.as_deref(), Some("ContainerGCFailed"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.involved_object.kind.as_deref(), Some("Node"));
+        assert!(
+            e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("connection refused")),
+            "{e:?}"
+        );
     }
 }
