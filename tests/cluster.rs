@@ -1609,3 +1609,101 @@ async fn containers_wait_until_the_services_have_been_listed() {
         "{env:?}"
     );
 }
+
+/// The kubelet's admission for what a cluster sends: a pod that does not tolerate the node's
+/// `NoExecute` taint is rejected (`TaintToleration`); on a node full at `maxPods`, a critical
+/// pod (priority 2000000000) is admitted after the BestEffort pod is preempted — Failed with
+/// reason `Preempting`, a `DisruptionTarget` condition and the `Preempting` event — while the
+/// Burstable pod keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster(
+        "preempt",
+        &api,
+        "maxPods: 2\nregisterWithTaints:\n- key: dedicated\n  value: infra\n  effect: NoExecute\n",
+    );
+    let pod_yaml = |name: &str, extra: &str, tolerates: bool| {
+        let toleration = if tolerates {
+            "  tolerations:\n  - key: dedicated\n    operator: Exists\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n{toleration}{extra}  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n",
+            node = n.node
+        )
+    };
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "untolerant",
+        &pod_yaml("untolerant", "", false),
+    );
+    let rejected = wait_api("untolerant rejected", &n, || {
+        api_pod(&fixture, "untolerant").filter(|p| api_phase(p) == "Failed")
+    })
+    .await;
+    let status = rejected.status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("TaintToleration"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate")
+    );
+    kubectl_apply(&api, n.dir.path(), "low", &pod_yaml("low", "", true));
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "mid",
+        &pod_yaml("mid", "", true).replace(
+            "    args: [serve]\n",
+            "    args: [serve]\n    resources:\n      requests:\n        cpu: 10m\n",
+        ),
+    );
+    for name in ["low", "mid"] {
+        wait_api(&format!("{name} Running"), &n, || {
+            api_pod(&fixture, name).filter(|p| api_phase(p) == "Running")
+        })
+        .await;
+    }
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "critical",
+        &pod_yaml("critical", "  priority: 2000000000\n", true),
+    );
+    let preempted = wait_api("low preempted", &n, || {
+        api_pod(&fixture, "low").filter(|p| api_phase(p) == "Failed")
+    })
+    .await;
+    let status = preempted.status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("Preempting"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Preempted in order to admit critical pod")
+    );
+    let disruption = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("a DisruptionTarget condition");
+    assert_eq!(disruption.status, "True");
+    assert_eq!(disruption.reason.as_deref(), Some("TerminationByKubelet"));
+    wait_api("critical Running", &n, || {
+        api_pod(&fixture, "critical").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    let mid = api_pod(&fixture, "mid").unwrap();
+    assert_eq!(api_phase(&mid), "Running", "the Burstable pod is kept");
+    let (ok, described, err) = kubectl(&api, &["describe", "pod", "low"]);
+    assert!(ok, "{err}");
+    assert!(
+        described
+            .lines()
+            .any(|l| l.contains("Preempting")
+                && l.contains("Preempted in order to admit critical pod")),
+        "{described}"
+    );
+}

@@ -453,3 +453,41 @@ spec:
         "managed /etc/hosts names the pod IP"
     );
 }
+
+/// Static pods go through the node's predicates too, as the kubelet admits them: one whose
+/// node selector the node does not match is Failed with `NodeAffinity` and never runs, while
+/// one that matches runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pod_that_does_not_match_the_node_is_rejected() {
+    let n = Nodelet::start("static-affinity");
+    let manifest = |name: &str, selector: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeSelector:\n    {selector}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"
+        )
+    };
+    n.write_manifest("fits.yaml", &manifest("fits", "kubernetes.io/os: linux"));
+    n.write_manifest("elsewhere.yaml", &manifest("elsewhere", "disktype: ssd"));
+    let rejected = n
+        .wait_pod("elsewhere", T, "Failed with NodeAffinity", |p| {
+            phase(p) == "Failed"
+        })
+        .await;
+    let status = rejected.status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("NodeAffinity"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector")
+    );
+    n.wait_pod("fits", T, "Running", |p| phase(p) == "Running")
+        .await;
+    let elsewhere = n.pod("elsewhere").await.unwrap();
+    assert!(
+        elsewhere
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .all(|c| c.state.as_ref().and_then(|s| s.running.as_ref()).is_none()),
+        "never ran"
+    );
+}

@@ -359,19 +359,34 @@ impl NodeletBuilder {
             pleg_events,
             pod_store,
         } = pods;
+        // The node's taints: its registration taints until the status loop reads the Node.
+        let node_taints = Arc::new(tokio::sync::watch::channel(cfg.register_with_taints.clone()).0);
+        // One set of node predicates (with critical-pod preemption) for static and API pods,
+        // asked after the pressure wing's handlers, as the kubelet's.
+        let predicates = wire_cluster::node_predicates(
+            &cfg,
+            &runtime.node,
+            &workers,
+            &recorder,
+            node_taints.subscribe(),
+        );
+        let admit_handlers = {
+            let mut handlers = pressure.admit_handlers();
+            handlers.push(predicates);
+            handlers
+        };
         let manager = manager.with_static_admission(StaticAdmission {
-            handlers: pressure.admit_handlers(),
+            handlers: admit_handlers.clone(),
             events: recorder.clone(),
         });
         let manager = wire_cluster::spawn_pod_loops(
             &cfg,
             &cluster,
             wire_cluster::ClusterPods {
-                node: &runtime.node,
                 status: &status,
                 events: &recorder,
                 pod_store: pod_store.as_ref(),
-                admit_handlers: pressure.admit_handlers(),
+                admit_handlers,
             },
             manager,
             clock,
@@ -402,6 +417,7 @@ impl NodeletBuilder {
             runtime_health: &runtime_health,
             pressure: &pressure.pressure,
             shutdown: &pressure.shutdown,
+            taints: &node_taints,
             clock,
         };
         wire_cluster::spawn_node_agent(
@@ -467,6 +483,7 @@ struct NodeViews<'a> {
     runtime_health: &'a RuntimeHealth,
     pressure: &'a PressureView,
     shutdown: &'a ShutdownView,
+    taints: &'a crate::node::updater::NodeTaints,
     clock: Clock,
 }
 
@@ -483,6 +500,7 @@ impl NodeViews<'_> {
             self.clock,
         )
         .with_shutdown(self.shutdown.clone())
+        .with_taints(self.taints.clone())
     }
 }
 

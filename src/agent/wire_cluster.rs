@@ -24,6 +24,7 @@ use crate::pod::admission::{NodeCapacity, PredicateAdmitHandler};
 use crate::pod::manager::Admission;
 use crate::pod::manager::PodManager;
 use crate::pod::mirror::MirrorPods;
+use crate::pod::workers::PodWorkers;
 use crate::stats::machine::NodeInfo;
 use crate::status::api_sync::{ApiStatusSync, ApiStatusSyncOptions};
 use crate::status::StatusManager;
@@ -94,12 +95,12 @@ pub(super) async fn connect(
 
 /// What the pod loops of the cluster wing need from the pods wing.
 pub(super) struct ClusterPods<'a> {
-    pub node: &'a NodeInfo,
     pub status: &'a StatusManager,
     pub events: &'a EventRecorder,
     /// The API pods' reflector (`None` standalone).
     pub pod_store: Option<&'a Store<Pod>>,
-    /// The pressure wing's admit handlers, asked before the node's predicates.
+    /// Every admit handler in the kubelet's order: the pressure wing's, then the node's
+    /// predicates ([`node_predicates`]).
     pub admit_handlers: Vec<Arc<dyn PodAdmitHandler>>,
 }
 
@@ -117,13 +118,11 @@ pub(super) fn spawn_pod_loops(
     let (Some(client), Some(store)) = (wing.client(), pods.pod_store) else {
         return manager;
     };
-    manager = manager.with_admission(admission(
-        cfg,
-        pods.node,
-        pods.status,
-        pods.events,
-        pods.admit_handlers,
-    ));
+    manager = manager.with_admission(Admission {
+        status: pods.status.clone(),
+        events: pods.events.clone(),
+        handlers: pods.admit_handlers,
+    });
     let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone());
     tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
     let sync = ApiStatusSync::new(
@@ -165,16 +164,16 @@ pub(super) fn spawn_node_agent(
     tasks.spawn(agent.run(heartbeat, cancel.clone()));
 }
 
-/// Admission of API pods: `handlers` (node pressure, node shutdown) then the node's predicates
-/// against what the Node reports as allocatable (what the scheduler placed them by) and its
-/// labels.
-fn admission(
+/// The node's predicates with critical-pod preemption (`pod::admission`): allocatable CPU and
+/// memory (capacity minus the reservation), `maxPods`, the registration labels, and the
+/// node's taints as `taints` follows them; preempted pods end through `workers`.
+pub(super) fn node_predicates(
     cfg: &Config,
     node: &NodeInfo,
-    status: &StatusManager,
+    workers: &PodWorkers,
     recorder: &EventRecorder,
-    mut handlers: Vec<Arc<dyn PodAdmitHandler>>,
-) -> Admission {
+    taints: tokio::sync::watch::Receiver<Vec<k8s_openapi::api::core::v1::Taint>>,
+) -> Arc<dyn PodAdmitHandler> {
     let reserve = super::settings::allocatable_reservation(cfg);
     let labels = crate::node::register::initial_node(
         &crate::node::register::Registration {
@@ -188,7 +187,7 @@ fn admission(
     .metadata
     .labels
     .unwrap_or_default();
-    let predicates = PredicateAdmitHandler {
+    Arc::new(PredicateAdmitHandler {
         node: NodeCapacity {
             cpu_milli: (node.cpu_capacity_milli() - reserve.cpu_milli).max(0),
             memory: {
@@ -199,12 +198,8 @@ fn admission(
             labels,
         },
         node_name: cfg.node_name.clone(),
-    };
-    // The kubelet's order: eviction's `Admit`, node shutdown's, then the predicates.
-    handlers.push(Arc::new(predicates));
-    Admission {
-        status: status.clone(),
+        taints,
+        killer: Arc::new(workers.clone()),
         events: recorder.clone(),
-        handlers,
-    }
+    })
 }

@@ -222,6 +222,7 @@ pub struct NodeAgent {
     counters: Arc<NodeCounters>,
     images: Option<Arc<dyn ImageService>>,
     events: Option<EventRecorder>,
+    taints: Option<updater::NodeTaints>,
     server: ApiServerVersion,
     shutdown: ShutdownView,
 }
@@ -243,6 +244,7 @@ impl NodeAgent {
             counters: Arc::new(NodeCounters::default()),
             images: None,
             events: None,
+            taints: None,
             server: ApiServerVersion::new(),
             shutdown: ShutdownView::none(),
         }
@@ -270,6 +272,12 @@ impl NodeAgent {
     /// Records the node's events (`NodeReady`, `NodeHasSufficientMemory`, ...).
     pub fn with_events(mut self, events: EventRecorder) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// Publishes the node's taints as the status loop reads them (for admission).
+    pub fn with_taints(mut self, taints: updater::NodeTaints) -> Self {
+        self.taints = Some(taints);
         self
     }
 
@@ -374,7 +382,8 @@ impl NodeAgent {
             service,
             max_images: self.settings.max_images,
         }))
-        .with_events(self.events.clone());
+        .with_events(self.events.clone())
+        .with_taints(self.taints.clone());
         let mut shutdown = self.shutdown.clone();
         loop {
             tokio::select! {

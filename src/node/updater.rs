@@ -72,6 +72,9 @@ pub struct ImageSource {
     pub max_images: Option<u32>,
 }
 
+/// The node's taints as last read from the API server, for whoever admits pods.
+pub type NodeTaints = Arc<tokio::sync::watch::Sender<Vec<k8s_openapi::api::core::v1::Taint>>>;
+
 pub struct NodeStatusUpdater {
     client: kube::Client,
     nodes: Api<Node>,
@@ -84,6 +87,8 @@ pub struct NodeStatusUpdater {
     last_report: Option<Instant>,
     images: Option<ImageSource>,
     events: Option<EventRecorder>,
+    /// Where the node's taints, as each GET reads them, go (admission's `NoExecute` check).
+    taints: Option<NodeTaints>,
     server: ApiServerVersion,
     /// The status last PATCHed successfully, as sent: what "changed" is judged against.
     last_written: Option<NodeStatus>,
@@ -117,6 +122,7 @@ impl NodeStatusUpdater {
             last_report: None,
             images: None,
             events: None,
+            taints: None,
             server: ApiServerVersion::new(),
             last_written: None,
             stuck: None,
@@ -134,6 +140,13 @@ impl NodeStatusUpdater {
     /// when a reported status changes them.
     pub fn with_events(mut self, events: Option<EventRecorder>) -> Self {
         self.events = events;
+        self
+    }
+
+    /// Publishes the node's taints read on every update (the kubelet's admission reads its own
+    /// Node from an informer; nodelet from the status loop's GET, every update period).
+    pub fn with_taints(mut self, taints: Option<NodeTaints>) -> Self {
+        self.taints = taints;
         self
     }
 
@@ -183,6 +196,20 @@ impl NodeStatusUpdater {
             .await
             .inspect_err(|e| self.note_unreachable(e))
             .map_err(|e| e.context(format!("error getting node {:?}", self.node_name)))?;
+        if let Some(taints) = &self.taints {
+            let read = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            taints.send_if_modified(|t| {
+                let changed = *t != read;
+                if changed {
+                    *t = read;
+                }
+                changed
+            });
+        }
         let original = node.status.unwrap_or_default();
         let images = self.list_images().await;
         let new = strip_node_status((self.compute)(Some(&original), images.as_deref()), release);
