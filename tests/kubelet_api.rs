@@ -119,6 +119,7 @@ async fn start(mode: AuthorizationMode, anonymous: bool, ca: &TestCa) -> Server 
         health: Arc::new(|| Ok(())),
         events: Arc::new(Vec::new),
         summary: Some(Arc::new(FixedSummary)),
+        configz: None,
     };
     let router = kubelet_api_router(state, Arc::new(OneContainer), None, Arc::new(auth));
     let cancel = CancellationToken::new();

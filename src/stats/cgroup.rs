@@ -60,6 +60,13 @@ pub struct CpuUsage {
     pub usage_nanos: u64,
     /// Periods in which the cgroup was throttled by its `cpu.max` (v2 only).
     pub nr_throttled: Option<u64>,
+    /// User and system CPU time, nanoseconds (v2 `user_usec`, `system_usec`).
+    pub user_nanos: Option<u64>,
+    pub system_nanos: Option<u64>,
+    /// Enforcement periods elapsed under `cpu.max` and the time throttled, nanoseconds (v2,
+    /// where the cpu controller is enabled).
+    pub nr_periods: Option<u64>,
+    pub throttled_nanos: Option<u64>,
 }
 
 /// Memory of a cgroup and its descendants.
@@ -344,9 +351,14 @@ impl CgroupReader {
                 let stat = read_parsed(&self.dir("cpu", &relative).join("cpu.stat"), |t| {
                     parse_cpu_stat(t)
                 })?;
+                let nanos = |usec: Option<u64>| usec.map(|u| u.saturating_mul(1000));
                 Ok(stat.map(|s| CpuUsage {
                     usage_nanos: s.usage_usec.saturating_mul(1000),
                     nr_throttled: s.nr_throttled,
+                    user_nanos: nanos(s.user_usec),
+                    system_nanos: nanos(s.system_usec),
+                    nr_periods: s.nr_periods,
+                    throttled_nanos: nanos(s.throttled_usec),
                 }))
             }
             CgroupVersion::V1 => {
@@ -356,7 +368,7 @@ impl CgroupReader {
                     })?;
                 Ok(usage.map(|usage_nanos| CpuUsage {
                     usage_nanos,
-                    nr_throttled: None,
+                    ..CpuUsage::default()
                 }))
             }
         }
@@ -640,7 +652,11 @@ mod tests {
             s.cpu,
             Some(CpuUsage {
                 usage_nanos: 2_500_000_000,
-                nr_throttled: Some(3)
+                nr_throttled: Some(3),
+                user_nanos: Some(2_000_000_000),
+                system_nanos: Some(500_000_000),
+                nr_periods: Some(40),
+                throttled_nanos: Some(12_000_000),
             })
         );
         let memory = s.memory.unwrap();
