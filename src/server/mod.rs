@@ -3,11 +3,13 @@
 //! - The read-only API (`readOnlyPort`, off by default, unauthenticated): `/healthz`, `/pods`
 //!   (a PodList in the Kubernetes JSON shape), `/events` (an EventList of the local event log),
 //!   `/metrics` (Prometheus text), `/metrics/resource` (the kubelet's resource metrics),
-//!   `/stats/summary` (the kubelet's Summary API); [`status_page`] adds `/` (the status page)
-//!   and `/node` there.
+//!   `/metrics/cadvisor` (cAdvisor's container series), `/metrics/probes` (the kubelet's
+//!   prober metrics), `/stats/summary` (the kubelet's Summary API); [`status_page`] adds `/`
+//!   (the status page) and `/node` there.
 //! - The kubelet API (`port`, HTTPS, [`auth`] and [`tls`]): `/healthz`, `/pods`, `/metrics`,
-//!   `/metrics/resource` (authorized as `nodes/metrics`), `/stats/summary` (authorized as
-//!   `nodes/stats`) and
+//!   `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes` (authorized as
+//!   `nodes/metrics`), `/stats/summary` (authorized as `nodes/stats`), `/configz` (the
+//!   resolved configuration, `nodes/proxy`) and
 //!   `/containerLogs/{namespace}/{pod}/{container}`, which the API server proxies for
 //!   `kubectl logs`.
 
