@@ -489,6 +489,24 @@ async fn cadvisor_probe_metrics_and_configz_on_the_kubelet_api() {
         "{pod_ws:?}"
     );
     assert!(number(pod_ws) >= number(hog));
+    // The pod's network on its cgroup: the readiness probe's requests came in.
+    let received: Vec<_> = first
+        .samples
+        .iter()
+        .filter(|s| {
+            s.metric == "container_network_receive_bytes_total"
+                && s.labels.get("pod") == Some(pod_name.as_str())
+                && s.labels.get("container") == Some("")
+        })
+        .collect();
+    assert!(
+        !received.is_empty()
+            && received
+                .iter()
+                .all(|s| s.labels.get("interface").is_some_and(|i| i != "lo")),
+        "{received:#?}"
+    );
+    assert!(received.iter().any(|s| number(s) > 0.0), "{received:#?}");
     // The writable layer, on a block device.
     let fs = sample(&first, "container_fs_usage_bytes", &of("web"));
     assert!(

@@ -16,8 +16,9 @@
 //! where a quota made periods elapse), memory (usage, working set, RSS = `anon`, cache =
 //! `file`, page faults), the memory limit (`memory.max`, 0 when unlimited, as cAdvisor
 //! writes it), the writable layer's use and its filesystem's size, the container's start time,
-//! and the machine's cores and memory. Not served (nodelet does not read them): per-CPU
-//! usage, swap, `failcnt`/OOM events, CPU shares/quota/period, network, disk I/O, processes.
+//! the pod's network interfaces (on the pod's cgroup, from `/proc/<pid>/net/dev` of one of its
+//! processes), and the machine's cores and memory. Not served (nodelet does not read them):
+//! per-CPU usage, swap, `failcnt`/OOM events, CPU shares/quota/period, disk I/O, processes.
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +52,20 @@ pub struct FsSeries {
     pub limit: Option<u64>,
 }
 
+/// One network interface's counters (`/proc/<pid>/net/dev` of a process in the pod).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkSeries {
+    pub interface: String,
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_dropped: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_dropped: u64,
+    pub tx_errors: u64,
+}
+
 /// One cgroup cAdvisor reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CgroupSeries {
@@ -59,6 +74,16 @@ pub struct CgroupSeries {
     /// When the container was created (containers only).
     pub start_time: Option<jiff::Timestamp>,
     pub fs: Vec<FsSeries>,
+    /// The pod's interfaces, on the pod's cgroup (its processes share the pod's network
+    /// namespace, as cAdvisor sees it with containerd).
+    pub network: Vec<NetworkSeries>,
+}
+
+/// Interfaces cAdvisor leaves out (`isIgnoredDevice`: loopback and host-side links).
+pub fn interface_reported(name: &str) -> bool {
+    !["lo", "veth", "docker", "nerdctl"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
 }
 
 /// Everything one scrape renders.
@@ -138,6 +163,38 @@ const FS_USAGE: Family = gauge(
 const FS_LIMIT: Family = gauge(
     "container_fs_limit_bytes",
     "Number of bytes that can be consumed by the container on this filesystem.",
+);
+const NET_RX_BYTES: Family = counter(
+    "container_network_receive_bytes_total",
+    "Cumulative count of bytes received",
+);
+const NET_RX_PACKETS: Family = counter(
+    "container_network_receive_packets_total",
+    "Cumulative count of packets received",
+);
+const NET_RX_DROPPED: Family = counter(
+    "container_network_receive_packets_dropped_total",
+    "Cumulative count of packets dropped while receiving",
+);
+const NET_RX_ERRORS: Family = counter(
+    "container_network_receive_errors_total",
+    "Cumulative count of errors encountered while receiving",
+);
+const NET_TX_BYTES: Family = counter(
+    "container_network_transmit_bytes_total",
+    "Cumulative count of bytes transmitted",
+);
+const NET_TX_PACKETS: Family = counter(
+    "container_network_transmit_packets_total",
+    "Cumulative count of packets transmitted",
+);
+const NET_TX_DROPPED: Family = counter(
+    "container_network_transmit_packets_dropped_total",
+    "Cumulative count of packets dropped while transmitting",
+);
+const NET_TX_ERRORS: Family = counter(
+    "container_network_transmit_errors_total",
+    "Cumulative count of errors encountered while transmitting",
 );
 const START_TIME: Family = gauge(
     "container_start_time_seconds",
@@ -261,6 +318,21 @@ fn collect(families: &mut Families, input: &CadvisorInput) {
                 push(&FS_LIMIT, &[("device", &fs.device)], limit as f64);
             }
         }
+        for n in &cg.network {
+            let interface = [("interface", n.interface.as_str())];
+            for (family, value) in [
+                (&NET_RX_BYTES, n.rx_bytes),
+                (&NET_RX_PACKETS, n.rx_packets),
+                (&NET_RX_DROPPED, n.rx_dropped),
+                (&NET_RX_ERRORS, n.rx_errors),
+                (&NET_TX_BYTES, n.tx_bytes),
+                (&NET_TX_PACKETS, n.tx_packets),
+                (&NET_TX_DROPPED, n.tx_dropped),
+                (&NET_TX_ERRORS, n.tx_errors),
+            ] {
+                push(family, &interface, value as f64);
+            }
+        }
         // Spec values, the start time and the last-seen time carry no sample time.
         let mut spec = |family: &'static Family, value: f64| {
             families.push(
@@ -361,6 +433,7 @@ mod tests {
             },
             start_time: Some("2026-12-03T10:00:00.5Z".parse().unwrap()),
             fs: Vec::new(),
+            network: Vec::new(),
         }
     }
 
@@ -472,6 +545,33 @@ mod tests {
                 vec!["container_memory_usage_bytes"],
             ),
         ];
+        let pod_cgroup = CgroupSeries {
+            labels: SeriesLabels {
+                id: "/kubepods.slice/pod1.slice".into(),
+                pod: "web-node1".into(),
+                namespace: "default".into(),
+                ..SeriesLabels::default()
+            },
+            start_time: None,
+            network: vec![NetworkSeries {
+                interface: "eth0".into(),
+                rx_bytes: 1500,
+                tx_errors: 2,
+                ..NetworkSeries::default()
+            }],
+            ..container(None, None)
+        };
+        let mut cases = cases;
+        cases.push((
+            "the pod's network, on the pod's cgroup",
+            pod_cgroup,
+            vec![
+                r#"container_network_receive_bytes_total{container="",id="/kubepods.slice/pod1.slice",image="",interface="eth0",name="",namespace="default",pod="web-node1"} 1500 1796295600250"#.to_string(),
+                r#"container_network_transmit_errors_total{container="",id="/kubepods.slice/pod1.slice",image="",interface="eth0",name="",namespace="default",pod="web-node1"} 2 1796295600250"#.to_string(),
+                "# HELP container_network_receive_packets_dropped_total Cumulative count of packets dropped while receiving".to_string(),
+            ],
+            vec!["container_start_time_seconds"],
+        ));
         for (name, cgroup, want, absent) in cases {
             let input = CadvisorInput {
                 at: at(),
@@ -490,6 +590,21 @@ mod tests {
                 lines.contains(&"container_scrape_error 0"),
                 "{name}: {text}"
             );
+        }
+    }
+
+    #[test]
+    fn interface_table() {
+        let cases = [
+            ("eth0", true),
+            ("ens3", true),
+            ("lo", false),
+            ("veth1234", false),
+            ("docker0", false),
+            ("nerdctl0", false),
+        ];
+        for (name, want) in cases {
+            assert_eq!(interface_reported(name), want, "{name}");
         }
     }
 

@@ -430,6 +430,23 @@ impl CgroupReader {
         }))
     }
 
+    /// The first process of the cgroup itself (`cgroup.procs`; on v1 the memory hierarchy's),
+    /// `None` when it has none: a process in a container's cgroup gives its network namespace.
+    pub fn first_pid(&self, path: &str) -> Result<Option<u32>> {
+        let relative = relative_cgroup_path(path)?;
+        let file = self.dir("memory", &relative).join("cgroup.procs");
+        let text = read_optional(&file)?;
+        let first = text.as_deref().and_then(|t| t.lines().next());
+        first
+            .map(|line| {
+                line.trim().parse::<u32>().map_err(|_| Error::Parse {
+                    path: file.clone(),
+                    reason: format!("{line:?} is not a process ID"),
+                })
+            })
+            .transpose()
+    }
+
     /// `<resource>.pressure`; `None` on v1 and where the kernel has no PSI.
     pub fn pressure(&self, path: &str, resource: Resource) -> Result<Option<Psi>> {
         if self.version == CgroupVersion::V1 {
@@ -637,6 +654,29 @@ mod tests {
             &format!("{rel}/io.pressure"),
             "some avg10=0.25 avg60=0.00 avg300=0.00 total=77\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=66\n",
         );
+    }
+
+    #[test]
+    fn first_pid_table() {
+        let dir = tempfile::tempdir().unwrap();
+        // (cgroup.procs, what first_pid says; Err for text that is no process ID)
+        let cases = [
+            (Some("4242\n77\n"), Ok(Some(4242))),
+            (Some(""), Ok(None)),
+            (None, Ok(None)),
+            (Some("x\n"), Err(())),
+        ];
+        for (i, (procs, want)) in cases.into_iter().enumerate() {
+            let rel = format!("c{i}");
+            std::fs::create_dir_all(dir.path().join(&rel)).unwrap();
+            if let Some(text) = procs {
+                write(dir.path(), &format!("{rel}/cgroup.procs"), text);
+            }
+            let got = CgroupReader::new(dir.path(), CgroupVersion::V2)
+                .first_pid(&rel)
+                .map_err(|_| ());
+            assert_eq!(got, want, "{procs:?}");
+        }
     }
 
     #[test]

@@ -22,7 +22,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
-use super::cadvisor::{resolve_devices, CadvisorInput, CgroupSeries, FsSeries, SeriesLabels};
+use super::cadvisor::{
+    interface_reported, resolve_devices, CadvisorInput, CgroupSeries, FsSeries, NetworkSeries,
+    SeriesLabels,
+};
 use super::cgroup::{CgroupReader, CgroupReadout, CgroupSample, Resource};
 use super::container_cgroup::{
     cgroup_of_cgroups_path, cgroups_path_from_info, image_name_from_info,
@@ -304,18 +307,37 @@ impl SummaryProvider {
     pub async fn cadvisor(&self) -> Result<CadvisorInput> {
         let (plans, readings, _) = self.gather(Scope::Full).await?;
         let at = self.clock.now();
+        // cAdvisor names a filesystem by its device (the mount table says which) and reads a
+        // pod's network from one of its processes: the files beyond the Summary's.
+        let proc_root = self.settings.proc_root.clone();
+        let reader = self.reader.clone();
+        let pods_containers: Vec<Vec<String>> = plans
+            .iter()
+            .map(|p| {
+                p.containers
+                    .iter()
+                    .filter_map(|c| c.cgroup.clone())
+                    .collect()
+            })
+            .collect();
+        let (mounts, networks) = tokio::task::spawn_blocking(move || {
+            let mounts = read_mount_sources(&proc_root.join("self/mountinfo"));
+            let networks: Vec<Vec<NetworkSeries>> = pods_containers
+                .iter()
+                .map(|cgroups| pod_network(&reader, &proc_root, cgroups))
+                .collect();
+            (mounts, networks)
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?;
         let mut input = cadvisor_input(
             &plans,
             &readings,
+            &networks,
             self.kubepods_cgroup().as_deref(),
             at,
             self.machine.clone(),
         );
-        // cAdvisor names a filesystem by its device: the mount table says which.
-        let mountinfo = self.settings.proc_root.join("self/mountinfo");
-        let mounts = tokio::task::spawn_blocking(move || read_mount_sources(&mountinfo))
-            .await
-            .map_err(|e| Error::Task(e.to_string()))?;
         resolve_devices(&mut input, &keep("mountinfo", mounts).unwrap_or_default());
         Ok(input)
     }
@@ -865,6 +887,7 @@ fn read_everything(
 fn cadvisor_input(
     plans: &[PodPlan],
     readings: &Readings,
+    networks: &[Vec<NetworkSeries>],
     kubepods: Option<&str>,
     at: jiff::Timestamp,
     machine: Option<MachineInfo>,
@@ -883,6 +906,7 @@ fn cadvisor_input(
         sample: *sample,
         start_time: None,
         fs: Vec::new(),
+        network: Vec::new(),
     };
     if let Some(root) = &readings.root {
         cgroups.push(node("/", root));
@@ -902,6 +926,7 @@ fn cadvisor_input(
                 sample: *sample,
                 start_time: None,
                 fs: Vec::new(),
+                network: networks.get(i).cloned().unwrap_or_default(),
             });
         }
         for (j, c) in plan.containers.iter().enumerate() {
@@ -938,6 +963,7 @@ fn cadvisor_input(
                 sample: *sample,
                 start_time: Some(c.created.0),
                 fs,
+                network: Vec::new(),
             });
         }
     }
@@ -959,4 +985,49 @@ fn read_mount_sources(path: &Path) -> Result<Vec<(PathBuf, String)>> {
         .into_iter()
         .filter_map(|m| Some((m.mount_point, m.mount_source?)))
         .collect())
+}
+
+/// A pod's interfaces, from `/proc/<pid>/net/dev` of the first process found in one of its
+/// containers' cgroups (every container of a pod shares its network namespace). Empty when
+/// none has a process left or the file cannot be read.
+fn pod_network(
+    reader: &CgroupReader,
+    proc_root: &Path,
+    container_cgroups: &[String],
+) -> Vec<NetworkSeries> {
+    use procfs::FromRead;
+    let Some(pid) = container_cgroups
+        .iter()
+        .find_map(|cg| reader.first_pid(cg).ok().flatten())
+    else {
+        return Vec::new();
+    };
+    let path = proc_root.join(pid.to_string()).join("net/dev");
+    let Some(status) = keep(
+        "net/dev",
+        procfs::net::InterfaceDeviceStatus::from_file(&path).map_err(|source| Error::Proc {
+            path: path.clone(),
+            source,
+        }),
+    ) else {
+        return Vec::new();
+    };
+    let mut interfaces: Vec<NetworkSeries> = status
+        .0
+        .into_values()
+        .filter(|d| interface_reported(&d.name))
+        .map(|d| NetworkSeries {
+            interface: d.name,
+            rx_bytes: d.recv_bytes,
+            rx_packets: d.recv_packets,
+            rx_dropped: d.recv_drop,
+            rx_errors: d.recv_errs,
+            tx_bytes: d.sent_bytes,
+            tx_packets: d.sent_packets,
+            tx_dropped: d.sent_drop,
+            tx_errors: d.sent_errs,
+        })
+        .collect();
+    interfaces.sort_by(|a, b| a.interface.cmp(&b.interface));
+    interfaces
 }
