@@ -10,6 +10,7 @@
 use serde_json::{json, Map, Value};
 
 use super::duration::format_duration;
+use super::eviction::{Signal, Threshold, ThresholdValue};
 use super::reserved::Reserved;
 use super::{AuthorizationMode, Config};
 
@@ -30,6 +31,53 @@ fn reserved(r: &Reserved) -> Value {
         }
     }
     Value::Object(m)
+}
+
+/// A threshold value as the file writes it: a quantity (bytes, inodes, PIDs) or a percentage.
+fn threshold_value(v: ThresholdValue) -> String {
+    match v {
+        ThresholdValue::Quantity(q) => q.to_string(),
+        ThresholdValue::PartsPerMillion(ppm) => {
+            let (whole, frac) = (ppm / 10_000, ppm % 10_000);
+            if frac == 0 {
+                format!("{whole}%")
+            } else {
+                let frac = format!("{frac:04}");
+                format!("{whole}.{}%", frac.trim_end_matches('0'))
+            }
+        }
+    }
+}
+
+/// `evictionHard`, `evictionSoft`, `evictionSoftGracePeriod` and `evictionMinimumReclaim`
+/// from the parsed thresholds (the defaults included, as the kubelet's `/configz` shows
+/// them). `allocatableMemory.available` is the kubelet's internal copy of the hard memory
+/// threshold, not a field of the file, and is left out.
+fn eviction_fields(thresholds: &[Threshold]) -> [(&'static str, Value); 4] {
+    let (mut hard, mut soft, mut grace, mut reclaim) =
+        (Map::new(), Map::new(), Map::new(), Map::new());
+    for t in thresholds
+        .iter()
+        .filter(|t| t.signal != Signal::AllocatableMemoryAvailable)
+    {
+        let name = t.signal.name().to_string();
+        let value = json!(threshold_value(t.value));
+        if t.is_hard() {
+            hard.insert(name.clone(), value);
+        } else {
+            soft.insert(name.clone(), value);
+            grace.insert(name.clone(), json!(format_duration(t.grace_period)));
+        }
+        if let Some(min) = t.min_reclaim {
+            reclaim.insert(name, json!(threshold_value(min)));
+        }
+    }
+    [
+        ("evictionHard", Value::Object(hard)),
+        ("evictionSoft", Value::Object(soft)),
+        ("evictionSoftGracePeriod", Value::Object(grace)),
+        ("evictionMinimumReclaim", Value::Object(reclaim)),
+    ]
 }
 
 fn path(p: &Option<std::path::PathBuf>) -> Value {
@@ -140,6 +188,12 @@ pub fn configz(cfg: &Config) -> Value {
     }
     // Go's `omitempty`: unset optional fields are left out, not null.
     fields.retain(|_, v| !v.is_null());
+    for (name, value) in eviction_fields(&cfg.eviction.thresholds) {
+        // `omitempty`: a map with no entry is left out.
+        if value.as_object().is_some_and(|m| !m.is_empty()) {
+            fields.insert(name.into(), value);
+        }
+    }
     if let Some(ip) = cfg.node_ip {
         fields.insert("nodeIP".into(), json!(ip.to_string()));
     }
@@ -201,6 +255,16 @@ mod tests {
                 "/nodeStatusMaxImages",
                 json!(-1),
             ),
+            (
+                "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 7.5%\n",
+                "/evictionHard",
+                json!({"memory.available": "104857600", "nodefs.available": "7.5%"}),
+            ),
+            (
+                "evictionSoft:\n  memory.available: 10%\nevictionSoftGracePeriod:\n  memory.available: 90s\n",
+                "/evictionSoftGracePeriod",
+                json!({"memory.available": "1m30s"}),
+            ),
         ];
         for (yaml, pointer, want) in cases {
             let value = configz(&load(yaml));
@@ -210,6 +274,36 @@ mod tests {
                 "{yaml:?} {pointer}"
             );
         }
+    }
+
+    #[test]
+    fn eviction_defaults_without_the_internal_signal() {
+        let k = configz(&load(
+            "evictionMinimumReclaim:\n  memory.available: 512Mi\n",
+        ))["kubeletconfig"]
+            .clone();
+        // The kubelet's Linux defaults, as its /configz shows them.
+        assert_eq!(
+            k["evictionHard"]["memory.available"],
+            json!("104857600"),
+            "{k}"
+        );
+        assert_eq!(k["evictionHard"]["nodefs.available"], json!("10%"), "{k}");
+        assert!(
+            k["evictionHard"]
+                .get("allocatableMemory.available")
+                .is_none(),
+            "{k}"
+        );
+        assert!(
+            k.get("evictionSoft").is_none(),
+            "empty maps are left out: {k}"
+        );
+        assert_eq!(
+            k["evictionMinimumReclaim"]["memory.available"],
+            json!("536870912"),
+            "{k}"
+        );
     }
 
     #[test]
