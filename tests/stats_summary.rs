@@ -390,7 +390,7 @@ async fn cadvisor_probe_metrics_and_configz_on_the_kubelet_api() {
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: scraped\nspec:\n  containers:\n  \
              - name: hog\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [alloc, --mib, \"32\", --hold]\n  \
              - name: web\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --http, \"8080\"]\n    \
-             resources:\n      limits: {{memory: 64Mi}}\n    \
+             resources:\n      limits: {{memory: 64Mi, cpu: 500m}}\n    \
              readinessProbe:\n      httpGet:\n        path: /healthz\n        port: 8080\n      periodSeconds: 1\n"
         ),
     );
@@ -473,6 +473,24 @@ async fn cadvisor_probe_metrics_and_configz_on_the_kubelet_api() {
         )),
         0.0,
         "no limit"
+    );
+    // 500m: a 50 ms quota per 100 ms period, and shares from the request.
+    assert_eq!(
+        number(sample(&first, "container_spec_cpu_quota", &of("web"))),
+        50_000.0
+    );
+    assert_eq!(
+        number(sample(&first, "container_spec_cpu_period", &of("web"))),
+        100_000.0
+    );
+    assert!(number(sample(&first, "container_spec_cpu_shares", &of("web"))) > 2.0);
+    assert!(
+        !first
+            .samples
+            .iter()
+            .any(|s| s.metric == "container_spec_cpu_quota"
+                && s.labels.get("container") == Some("hog")),
+        "no quota without a CPU limit"
     );
     let start = number(sample(&first, "container_start_time_seconds", &of("web")));
     // The container's creation, as `/stats/summary` gives it (there in whole seconds).

@@ -18,11 +18,12 @@
 //! writes it), the writable layer's use and its filesystem's size, the container's start time,
 //! the pod's network interfaces (on the pod's cgroup, from `/proc/<pid>/net/dev` of one of its
 //! processes), and the machine's cores and memory. Not served (nodelet does not read them):
-//! per-CPU usage, swap, `failcnt`/OOM events, CPU shares/quota/period, disk I/O, processes.
+//! per-CPU usage, swap, `failcnt`/OOM events, disk I/O, processes. CPU shares, quota and period
+//! (`container_spec_cpu_*`) are read for a scrape only (`cpu.max`/`cpu.weight`, v1 `cpu.*`).
 
 use std::path::{Path, PathBuf};
 
-use super::cgroup::CgroupSample;
+use super::cgroup::{CgroupSample, CpuSpec};
 use super::machine::MachineInfo;
 use super::resource_metrics::{Families, Family, Kind, Sample};
 
@@ -77,6 +78,8 @@ pub struct CgroupSeries {
     /// The pod's interfaces, on the pod's cgroup (its processes share the pod's network
     /// namespace, as cAdvisor sees it with containerd).
     pub network: Vec<NetworkSeries>,
+    /// The cgroup's CPU settings, read for a scrape only.
+    pub cpu_spec: Option<CpuSpec>,
 }
 
 /// Interfaces cAdvisor leaves out (`isIgnoredDevice`: loopback and host-side links).
@@ -196,6 +199,9 @@ const NET_TX_ERRORS: Family = counter(
     "container_network_transmit_errors_total",
     "Cumulative count of errors encountered while transmitting",
 );
+const SPEC_CPU_SHARES: Family = gauge("container_spec_cpu_shares", "CPU share of the container.");
+const SPEC_CPU_QUOTA: Family = gauge("container_spec_cpu_quota", "CPU quota of the container.");
+const SPEC_CPU_PERIOD: Family = gauge("container_spec_cpu_period", "CPU period of the container.");
 const START_TIME: Family = gauge(
     "container_start_time_seconds",
     "Start time of the container since unix epoch in seconds.",
@@ -350,6 +356,18 @@ fn collect(families: &mut Families, input: &CadvisorInput) {
                 spec(&SPEC_MEMORY_LIMIT, memory.limit.unwrap_or(0) as f64);
             }
         }
+        // cAdvisor writes the quota only where there is one.
+        if let Some(cpu) = &cg.cpu_spec {
+            for (family, value) in [
+                (&SPEC_CPU_SHARES, cpu.shares),
+                (&SPEC_CPU_QUOTA, cpu.quota_us),
+                (&SPEC_CPU_PERIOD, cpu.period_us),
+            ] {
+                if let Some(v) = value {
+                    spec(family, v as f64);
+                }
+            }
+        }
         if let Some(start) = cg.start_time {
             spec(&START_TIME, start.as_nanosecond() as f64 / 1e9);
         }
@@ -434,6 +452,7 @@ mod tests {
             start_time: Some("2026-12-03T10:00:00.5Z".parse().unwrap()),
             fs: Vec::new(),
             network: Vec::new(),
+            cpu_spec: None,
         }
     }
 
@@ -562,6 +581,37 @@ mod tests {
             ..container(None, None)
         };
         let mut cases = cases;
+        cases.push((
+            "cpu spec with a quota",
+            CgroupSeries {
+                cpu_spec: Some(CpuSpec {
+                    shares: Some(512),
+                    quota_us: Some(50_000),
+                    period_us: Some(100_000),
+                }),
+                ..container(None, None)
+            },
+            vec![
+                format!("container_spec_cpu_shares{{{BASE}}} 512"),
+                format!("container_spec_cpu_quota{{{BASE}}} 50000"),
+                format!("container_spec_cpu_period{{{BASE}}} 100000"),
+                "# HELP container_spec_cpu_quota CPU quota of the container.".to_string(),
+            ],
+            vec![],
+        ));
+        cases.push((
+            "cpu spec without a quota",
+            CgroupSeries {
+                cpu_spec: Some(CpuSpec {
+                    shares: Some(2),
+                    quota_us: None,
+                    period_us: Some(100_000),
+                }),
+                ..container(None, None)
+            },
+            vec![format!("container_spec_cpu_shares{{{BASE}}} 2")],
+            vec!["container_spec_cpu_quota"],
+        ));
         cases.push((
             "the pod's network, on the pod's cgroup",
             pod_cgroup,

@@ -93,6 +93,43 @@ impl MemoryUsage {
     }
 }
 
+/// A cgroup's CPU settings as cAdvisor reports them (`container_spec_cpu_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuSpec {
+    /// v1 `cpu.shares`; on v2 `cpu.weight` turned back into shares (cAdvisor's
+    /// `convertCPUWeightToCPULimit`, the inverse of runc's shares → weight).
+    pub shares: Option<u64>,
+    /// The CFS quota in microseconds per period; `None` without a quota.
+    pub quota_us: Option<u64>,
+    pub period_us: Option<u64>,
+}
+
+/// cgroup v2 `cpu.max`: `<quota|max> <period>` → (quota, period), microseconds.
+pub fn parse_cpu_max(text: &str) -> std::result::Result<(Option<u64>, u64), String> {
+    let mut fields = text.split_whitespace();
+    let (Some(quota), Some(period), None) = (fields.next(), fields.next(), fields.next()) else {
+        return Err(format!("{:?} is not `<quota> <period>`", text.trim()));
+    };
+    let number = |s: &str| {
+        s.parse::<u64>()
+            .map_err(|_| format!("{s:?} is not a number"))
+    };
+    let quota = if quota == "max" {
+        None
+    } else {
+        Some(number(quota)?)
+    };
+    Ok((quota, number(period)?))
+}
+
+/// cAdvisor's `convertCPUWeightToCPULimit`: `cpu.weight` (1–10000) back to shares.
+pub fn weight_to_shares(weight: u64) -> std::result::Result<u64, String> {
+    if !(1..=10_000).contains(&weight) {
+        return Err(format!("cpu.weight {weight} is outside 1..=10000"));
+    }
+    Ok(2 + ((weight - 1) * 262_142) / 9_999)
+}
+
 /// Tasks (processes and threads) in a cgroup and its descendants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PidsUsage {
@@ -430,6 +467,39 @@ impl CgroupReader {
         }))
     }
 
+    /// The cgroup's CPU settings; `None` where the cpu controller has no files for it (the
+    /// root cgroup, a controller not enabled).
+    pub fn cpu_spec(&self, path: &str) -> Result<Option<CpuSpec>> {
+        let relative = relative_cgroup_path(path)?;
+        let dir = self.dir("cpu", &relative);
+        let spec = match self.version {
+            CgroupVersion::V2 => {
+                let max = read_parsed(&dir.join("cpu.max"), parse_cpu_max)?;
+                let shares =
+                    read_parsed(&dir.join("cpu.weight"), |t| weight_to_shares(parse_u64(t)?))?;
+                CpuSpec {
+                    shares,
+                    quota_us: max.and_then(|(quota, _)| quota),
+                    period_us: max.map(|(_, period)| period),
+                }
+            }
+            CgroupVersion::V1 => {
+                let quota = read_parsed(&dir.join("cpu.cfs_quota_us"), |t| {
+                    t.trim()
+                        .parse::<i64>()
+                        .map_err(|_| format!("{:?} is not a number", t.trim()))
+                })?;
+                CpuSpec {
+                    shares: read_parsed(&dir.join("cpu.shares"), parse_u64)?,
+                    // -1: no quota.
+                    quota_us: quota.and_then(|q| u64::try_from(q).ok()),
+                    period_us: read_parsed(&dir.join("cpu.cfs_period_us"), parse_u64)?,
+                }
+            }
+        };
+        Ok((spec != CpuSpec::default()).then_some(spec))
+    }
+
     /// The first process of the cgroup itself (`cgroup.procs`; on v1 the memory hierarchy's),
     /// `None` when it has none: a process in a container's cgroup gives its network namespace.
     pub fn first_pid(&self, path: &str) -> Result<Option<u32>> {
@@ -653,6 +723,61 @@ mod tests {
             root,
             &format!("{rel}/io.pressure"),
             "some avg10=0.25 avg60=0.00 avg300=0.00 total=77\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=66\n",
+        );
+    }
+
+    #[test]
+    fn cpu_max_and_weight_tables() {
+        let cases = [
+            ("max 100000\n", Ok((None, 100_000))),
+            ("50000 100000\n", Ok((Some(50_000), 100_000))),
+            ("50000\n", Err(())),
+            ("x 100000\n", Err(())),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_cpu_max(text).map_err(|_| ()), want, "{text:?}");
+        }
+        // runc writes weight = 1 + ((shares - 2) * 9999) / 262142; back: 1024 shares → 39 →
+        // 998 (the integer round trip loses some, as cAdvisor's does).
+        let weights = [
+            (1, Ok(2)),
+            (39, Ok(998)),
+            (100, Ok(2597)),
+            (10_000, Ok(262_144)),
+        ];
+        for (weight, want) in weights {
+            assert_eq!(weight_to_shares(weight).map_err(|_| ()), want, "{weight}");
+        }
+        assert!(weight_to_shares(0).is_err() && weight_to_shares(10_001).is_err());
+    }
+
+    #[test]
+    fn cpu_spec_of_both_layouts() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "v2/c/cpu.max", "20000 100000\n");
+        write(dir.path(), "v2/c/cpu.weight", "39\n");
+        let v2 = CgroupReader::new(dir.path().join("v2"), CgroupVersion::V2);
+        assert_eq!(
+            v2.cpu_spec("/c").unwrap(),
+            Some(CpuSpec {
+                shares: Some(998),
+                quota_us: Some(20_000),
+                period_us: Some(100_000)
+            })
+        );
+        std::fs::create_dir_all(dir.path().join("v2/root")).unwrap();
+        assert_eq!(v2.cpu_spec("/root").unwrap(), None, "no cpu files");
+        write(dir.path(), "v1/cpu/c/cpu.cfs_quota_us", "-1\n");
+        write(dir.path(), "v1/cpu/c/cpu.cfs_period_us", "100000\n");
+        write(dir.path(), "v1/cpu/c/cpu.shares", "512\n");
+        let v1 = CgroupReader::new(dir.path().join("v1"), CgroupVersion::V1);
+        assert_eq!(
+            v1.cpu_spec("/c").unwrap(),
+            Some(CpuSpec {
+                shares: Some(512),
+                quota_us: None,
+                period_us: Some(100_000)
+            })
         );
     }
 

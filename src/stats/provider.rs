@@ -339,6 +339,19 @@ impl SummaryProvider {
             self.machine.clone(),
         );
         resolve_devices(&mut input, &keep("mountinfo", mounts).unwrap_or_default());
+        // The CPU settings (`container_spec_cpu_*`): files the Summary does not read.
+        let reader = self.reader.clone();
+        let ids: Vec<String> = input.cgroups.iter().map(|c| c.labels.id.clone()).collect();
+        let specs = tokio::task::spawn_blocking(move || {
+            ids.iter()
+                .map(|id| keep("cpu spec", reader.cpu_spec(id)).flatten())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?;
+        for (cg, spec) in input.cgroups.iter_mut().zip(specs) {
+            cg.cpu_spec = spec;
+        }
         Ok(input)
     }
 
@@ -907,6 +920,7 @@ fn cadvisor_input(
         start_time: None,
         fs: Vec::new(),
         network: Vec::new(),
+        cpu_spec: None,
     };
     if let Some(root) = &readings.root {
         cgroups.push(node("/", root));
@@ -927,6 +941,7 @@ fn cadvisor_input(
                 start_time: None,
                 fs: Vec::new(),
                 network: networks.get(i).cloned().unwrap_or_default(),
+                cpu_spec: None,
             });
         }
         for (j, c) in plan.containers.iter().enumerate() {
@@ -964,6 +979,7 @@ fn cadvisor_input(
                 start_time: Some(c.created.0),
                 fs,
                 network: Vec::new(),
+                cpu_spec: None,
             });
         }
     }
