@@ -350,6 +350,89 @@ impl Metrics {
     }
 }
 
+/// The labels of the kubelet's `prober_probe_total` (`pkg/kubelet/prober/prober_manager.go`),
+/// in name order as the kubelet's registry writes them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeResultLabels {
+    pub container: String,
+    pub namespace: String,
+    pub pod: String,
+    pub pod_uid: String,
+    /// `Liveness`, `Readiness` or `Startup`.
+    pub probe_type: String,
+    /// `successful`, `failed` or `unknown`.
+    pub result: String,
+}
+
+/// The labels of the kubelet's `prober_probe_duration_seconds` (no result, no pod UID).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeDurationLabels {
+    pub container: String,
+    pub namespace: String,
+    pub pod: String,
+    pub probe_type: String,
+}
+
+/// `/metrics/probes`: the kubelet's prober metrics, per container, in a registry of their own
+/// (the kubelet serves them apart from `/metrics`, without a prefix). A probe worker removes
+/// its series when it stops, as the kubelet's worker does, so they do not outlive the container.
+pub struct ProbeMetrics {
+    pub probe_total: Family<ProbeResultLabels, Counter>,
+    pub probe_duration_seconds: Family<ProbeDurationLabels, Histogram>,
+    registry: Registry,
+}
+
+/// prometheus' `DefBuckets`, which the kubelet's `ProberDuration` keeps.
+pub const PROBE_DURATION_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The content type of prometheus-client's text (OpenMetrics 1.0: `# EOF` at the end and a
+/// counter's family named without its `_total`).
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+impl ProbeMetrics {
+    fn new() -> Self {
+        let probe_total = Family::<ProbeResultLabels, Counter>::default();
+        let probe_duration_seconds =
+            Family::<ProbeDurationLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(PROBE_DURATION_BUCKETS)
+            });
+        let mut registry = Registry::default();
+        // The encoder appends `_total` to a counter's samples, and a period to each help
+        // text: the kubelet's texts end with one.
+        registry.register(
+            "prober_probe",
+            "Cumulative number of a liveness, readiness or startup probe for a container by result",
+            probe_total.clone(),
+        );
+        registry.register(
+            "prober_probe_duration_seconds",
+            "Duration in seconds for a probe response",
+            probe_duration_seconds.clone(),
+        );
+        ProbeMetrics {
+            probe_total,
+            probe_duration_seconds,
+            registry,
+        }
+    }
+
+    /// The text of `/metrics/probes` (OpenMetrics, [`OPENMETRICS_CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+pub fn probe_metrics() -> &'static ProbeMetrics {
+    static PROBES: LazyLock<ProbeMetrics> = LazyLock::new(ProbeMetrics::new);
+    &PROBES
+}
+
 pub fn metrics() -> &'static Metrics {
     static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
     &METRICS

@@ -67,6 +67,7 @@ async fn events_prints_a_kubectl_table_filtered_by_namespace() {
         health: Arc::new(|| Ok(())),
         events: Arc::new(move || r.events()),
         summary: None,
+        configz: None,
     };
     let cancel = CancellationToken::new();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

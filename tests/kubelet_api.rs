@@ -119,6 +119,9 @@ async fn start(mode: AuthorizationMode, anonymous: bool, ca: &TestCa) -> Server 
         health: Arc::new(|| Ok(())),
         events: Arc::new(Vec::new),
         summary: Some(Arc::new(FixedSummary)),
+        configz: Some(Arc::new(
+            serde_json::json!({"kubeletconfig": {"maxPods": 7}}),
+        )),
     };
     let router = kubelet_api_router(state, Arc::new(OneContainer), None, Arc::new(auth));
     let cancel = CancellationToken::new();
@@ -198,6 +201,41 @@ async fn client_certificates_authenticate_and_webhook_authorizes() {
         (
             403,
             "Forbidden (user=bob, verb=get, resource=nodes, subresource=metrics)"
+        )
+    );
+
+    // What cluster tooling scrapes: cAdvisor's and the prober's series as nodes/metrics,
+    // /configz as nodes/proxy (the kubelet's mapping).
+    let (code, body) = get(&alice, &format!("{}/metrics/cadvisor", server.url)).await;
+    // A fixed Summary has no cgroup readings: cAdvisor's error gauge, still a 200.
+    assert_eq!(code, 200, "{body}");
+    assert!(body.ends_with("\ncontainer_scrape_error 1\n"), "{body}");
+    let (code, body) = get(&alice, &format!("{}/metrics/probes", server.url)).await;
+    assert_eq!(code, 200, "{body}");
+    // No probe ran in this process: no family, as Go's registry leaves out an empty one.
+    assert_eq!(body, "# EOF\n");
+    for path in ["/metrics/cadvisor", "/metrics/probes"] {
+        let (code, body) = get(&bob, &format!("{}{path}", server.url)).await;
+        assert_eq!(
+            (code, body.as_str()),
+            (
+                403,
+                "Forbidden (user=bob, verb=get, resource=nodes, subresource=metrics)"
+            ),
+            "{path}"
+        );
+    }
+    let (code, body) = get(&alice, &format!("{}/configz", server.url)).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (200, r#"{"kubeletconfig":{"maxPods":7}}"#)
+    );
+    let (code, body) = get(&bob, &format!("{}/configz", server.url)).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=bob, verb=get, resource=nodes, subresource=proxy)"
         )
     );
 

@@ -318,3 +318,305 @@ async fn summary_has_the_node_and_every_pod_and_container_with_real_numbers() {
     n.remove_manifest("two.yaml");
     n.wait_gone("two", T).await;
 }
+
+/// One scrape of a Prometheus endpoint on the kubelet API, parsed by `prometheus-parse`.
+async fn scrape(url: &str) -> (String, prometheus_parse::Scrape) {
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let response = client
+        .get(url)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    assert_eq!(status, 200, "GET {url}: {body}");
+    let parsed = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("{url}: {e}\n{body}"));
+    (body, parsed)
+}
+
+/// The one sample of `metric` whose labels include all of `labels`.
+fn sample<'a>(
+    scrape: &'a prometheus_parse::Scrape,
+    metric: &str,
+    labels: &[(&str, &str)],
+) -> &'a prometheus_parse::Sample {
+    let found: Vec<_> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{metric} {labels:?}: {found:#?}\namong {:#?}",
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric)
+            .collect::<Vec<_>>()
+    );
+    found[0]
+}
+
+fn number(s: &prometheus_parse::Sample) -> f64 {
+    match s.value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => v,
+        ref other => panic!("{}: not a number: {other:?}", s.metric),
+    }
+}
+
+/// What cluster tooling scrapes from the kubelet API: cAdvisor's series agree with
+/// `/stats/summary` for a running container, the prober's per-container series count a probe
+/// that ran, and `/configz` shows what the file set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cadvisor_probe_metrics_and_configz_on_the_kubelet_api() {
+    let kubelet_port = free_port();
+    let n = Nodelet::start_with(
+        "scrape-endpoints",
+        &format!(
+            "port: {kubelet_port}\nmaxPods: 42\nauthentication:\n  anonymous:\n    enabled: true\nauthorization:\n  mode: AlwaysAllow\n"
+        ),
+    );
+    n.write_manifest(
+        "scraped.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: scraped\nspec:\n  containers:\n  \
+             - name: hog\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [alloc, --mib, \"32\", --hold]\n  \
+             - name: web\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --http, \"8080\"]\n    \
+             resources:\n      limits: {{memory: 64Mi, cpu: 500m}}\n    \
+             readinessProbe:\n      httpGet:\n        path: /healthz\n        port: 8080\n      periodSeconds: 1\n"
+        ),
+    );
+    let p = n
+        .wait_pod("scraped", T, "running and ready", |p| {
+            all_running(p) && nodelet_testkit::pod::is_ready(p)
+        })
+        .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let pod_name = n.pod_name("scraped");
+    let hog_id = container_id(&p, "hog");
+    let base = format!("https://127.0.0.1:{kubelet_port}");
+    let of = |container: &'static str| {
+        [
+            ("container", container),
+            ("pod", pod_name.as_str()),
+            ("namespace", "default"),
+        ]
+    };
+
+    // Wait for the hog's allocation, as `/stats/summary` shows it.
+    let summary_url = format!("{}/stats/summary", n.base_url());
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let s = get_summary(&summary_url).await;
+        let ws = s
+            .pods
+            .iter()
+            .find(|p| p.pod_ref.name == pod_name)
+            .and_then(|p| p.containers.iter().find(|c| c.name == "hog"))
+            .and_then(|c| c.memory.as_ref()?.working_set_bytes);
+        if ws.is_some_and(|ws| ws >= 32 << 20) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hog's 32 MiB never showed: {s:#?}\n{}",
+            tail(&n.logs(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let (text, first) = scrape(&format!("{base}/metrics/cadvisor")).await;
+    let summary = get_summary(&summary_url).await;
+    assert!(
+        text.contains("# TYPE container_cpu_usage_seconds_total counter\n"),
+        "{text}"
+    );
+    assert!(text.contains("\ncontainer_scrape_error 0\n"), "{text}");
+    // The same containers in both, with the runtime's ID, the cgroup path and the image.
+    let hog = sample(&first, "container_memory_working_set_bytes", &of("hog"));
+    assert_eq!(hog.labels.get("name"), Some(hog_id.as_str()));
+    assert!(
+        hog.labels
+            .get("id")
+            .is_some_and(|id| id.starts_with('/') && id.contains(&hog_id)),
+        "{hog:?}"
+    );
+    assert_eq!(hog.labels.get("image"), Some(TESTBOX));
+    let summary_hog = container(pod(&summary, &pod_name), "hog");
+    within(
+        number(hog) as u64,
+        summary_hog
+            .memory
+            .as_ref()
+            .unwrap()
+            .working_set_bytes
+            .unwrap(),
+        10,
+        "cadvisor hog working set vs /stats/summary",
+    );
+    assert!(number(sample(&first, "container_memory_rss", &of("hog"))) >= (32 << 20) as f64);
+    let web_limit = sample(&first, "container_spec_memory_limit_bytes", &of("web"));
+    assert_eq!(number(web_limit), (64 << 20) as f64);
+    assert_eq!(
+        number(sample(
+            &first,
+            "container_spec_memory_limit_bytes",
+            &of("hog")
+        )),
+        0.0,
+        "no limit"
+    );
+    // 500m: a 50 ms quota per 100 ms period, and shares from the request.
+    assert_eq!(
+        number(sample(&first, "container_spec_cpu_quota", &of("web"))),
+        50_000.0
+    );
+    assert_eq!(
+        number(sample(&first, "container_spec_cpu_period", &of("web"))),
+        100_000.0
+    );
+    assert!(number(sample(&first, "container_spec_cpu_shares", &of("web"))) > 2.0);
+    assert!(
+        !first
+            .samples
+            .iter()
+            .any(|s| s.metric == "container_spec_cpu_quota"
+                && s.labels.get("container") == Some("hog")),
+        "no quota without a CPU limit"
+    );
+    let start = number(sample(&first, "container_start_time_seconds", &of("web")));
+    // The container's creation, as `/stats/summary` gives it (there in whole seconds).
+    let summary_start = container(pod(&summary, &pod_name), "web").start_time.0;
+    assert_eq!(start.floor() as i64, summary_start.as_second(), "{start}");
+    // The pod's own cgroup, labelled with the pod but no container.
+    let pod_ws = sample(
+        &first,
+        "container_memory_working_set_bytes",
+        &[("container", ""), ("pod", pod_name.as_str()), ("image", "")],
+    );
+    assert!(
+        pod_ws.labels.get("id").is_some_and(|id| id.contains(&uid)),
+        "{pod_ws:?}"
+    );
+    assert!(number(pod_ws) >= number(hog));
+    // The pod's network on its cgroup: the readiness probe's requests came in.
+    let received: Vec<_> = first
+        .samples
+        .iter()
+        .filter(|s| {
+            s.metric == "container_network_receive_bytes_total"
+                && s.labels.get("pod") == Some(pod_name.as_str())
+                && s.labels.get("container") == Some("")
+        })
+        .collect();
+    assert!(
+        !received.is_empty()
+            && received
+                .iter()
+                .all(|s| s.labels.get("interface").is_some_and(|i| i != "lo")),
+        "{received:#?}"
+    );
+    assert!(received.iter().any(|s| number(s) > 0.0), "{received:#?}");
+    // The writable layer, on a block device.
+    let fs = sample(&first, "container_fs_usage_bytes", &of("web"));
+    assert!(
+        fs.labels.get("device").is_some_and(|d| !d.is_empty()),
+        "{fs:?}"
+    );
+    assert!(number(sample(&first, "container_fs_limit_bytes", &of("web"))) > number(fs));
+
+    // CPU counters never go back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, second) = scrape(&format!("{base}/metrics/cadvisor")).await;
+    for c in ["hog", "web"] {
+        let before = number(sample(&first, "container_cpu_usage_seconds_total", &of(c)));
+        let after = number(sample(&second, "container_cpu_usage_seconds_total", &of(c)));
+        assert!(after >= before && after > 0.0, "{c}: {before} then {after}");
+    }
+
+    // The readiness probe ran and succeeded: counted per container, its duration observed.
+    let (text, probes) = scrape(&format!("{base}/metrics/probes")).await;
+    assert!(text.contains("# TYPE prober_probe counter\n"), "{text}");
+    assert!(
+        text.contains(
+            "# HELP prober_probe_duration_seconds Duration in seconds for a probe response.\n"
+        ),
+        "the kubelet's help text: {text}"
+    );
+    let ok = sample(
+        &probes,
+        "prober_probe_total",
+        &[
+            ("probe_type", "Readiness"),
+            ("result", "successful"),
+            ("container", "web"),
+            ("pod", pod_name.as_str()),
+            ("namespace", "default"),
+            ("pod_uid", uid.as_str()),
+        ],
+    );
+    assert!(number(ok) >= 1.0, "{ok:?}");
+    let duration = sample(
+        &probes,
+        "prober_probe_duration_seconds",
+        &[
+            ("probe_type", "Readiness"),
+            ("container", "web"),
+            ("pod", pod_name.as_str()),
+        ],
+    );
+    let prometheus_parse::Value::Histogram(buckets) = &duration.value else {
+        panic!("not a histogram: {duration:?}");
+    };
+    let bounds: Vec<f64> = buckets.iter().map(|b| b.less_than).collect();
+    assert_eq!(
+        bounds,
+        vec![
+            0.005,
+            0.01,
+            0.025,
+            0.05,
+            0.1,
+            0.25,
+            0.5,
+            1.0,
+            2.5,
+            5.0,
+            10.0,
+            f64::INFINITY
+        ]
+    );
+    assert!(buckets.last().unwrap().count >= 1.0, "{buckets:?}");
+
+    // /configz: the kubelet's shape, with what the file set.
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let configz: serde_json::Value = client
+        .get(format!("{base}/configz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let k = &configz["kubeletconfig"];
+    assert_eq!(k["maxPods"], 42, "{configz}");
+    assert_eq!(k["port"], kubelet_port, "{configz}");
+    assert_eq!(k["authorization"]["mode"], "AlwaysAllow", "{configz}");
+
+    n.remove_manifest("scraped.yaml");
+    n.wait_gone("scraped", T).await;
+    // The probe's series go with its worker.
+    let (text, _) = scrape(&format!("{base}/metrics/probes")).await;
+    assert!(!text.contains(&uid), "{text}");
+}

@@ -87,7 +87,7 @@ pub(super) fn wire(
         recorder.clone(),
         cfg.node_name.clone(),
     ));
-    let summary = summary_provider(cfg, paths, rt, &pods.status, clock);
+    let summary = summary_provider(cfg, paths, rt, &pods.status, node, clock);
     let history = summary.as_ref().map(|_| {
         Arc::new(crate::server::history::History::new(
             node.memory_capacity(),
@@ -188,18 +188,22 @@ fn summary_provider(
     paths: &HostPaths,
     runtime: &RuntimeServices,
     status: &StatusManager,
+    node: &NodeInfo,
     clock: Clock,
 ) -> Option<Arc<dyn SummarySource>> {
     let stats = runtime.stats.clone()?;
     let status = status.clone();
     let pods = Arc::new(move || status.pods());
-    Some(Arc::new(crate::stats::SummaryProvider::new(
-        settings::stats(cfg, &paths.cgroup, &paths.proc),
-        runtime.runtime.clone(),
-        stats,
-        pods,
-        clock,
-    )))
+    Some(Arc::new(
+        crate::stats::SummaryProvider::new(
+            settings::stats(cfg, &paths.cgroup, &paths.proc),
+            runtime.runtime.clone(),
+            stats,
+            pods,
+            clock,
+        )
+        .with_machine(node.machine.clone()),
+    ))
 }
 
 /// Container GC over the CRI with the kubelet's default policy.

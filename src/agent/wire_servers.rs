@@ -135,6 +135,7 @@ fn api_state(served: &Served<'_>) -> ApiState {
         }),
         events: Arc::new(move || events.events()),
         summary: served.summary.clone(),
+        configz: Some(Arc::new(crate::config::configz::configz(served.cfg))),
     }
 }
 

@@ -11,6 +11,7 @@
 //! Parsing is pure ([`parse`]); [`load`] only adds the file read, and [`Environment`] carries
 //! the impure inputs to defaulting (the hostname).
 
+pub mod configz;
 mod decode;
 pub(crate) mod duration;
 pub mod eviction;

@@ -68,7 +68,59 @@ pub(super) async fn run(
     token: CancellationToken,
 ) {
     probe_loop(&inner, &target, kind, serial, initial, &token).await;
+    // The kubelet's worker deletes its series when it stops: they end with the container.
+    let probes = crate::metrics::probe_metrics();
+    for result in PROBE_RESULTS {
+        probes
+            .probe_total
+            .remove(&result_labels(&target, kind, result));
+    }
+    probes
+        .probe_duration_seconds
+        .remove(&duration_labels(&target, kind));
     inner.worker_exited(&target, kind, serial);
+}
+
+/// The values of `prober_probe_total`'s `result` label.
+const PROBE_RESULTS: [&str; 3] = ["successful", "failed", "unknown"];
+
+/// The `result` label of an attempt's outcome (`None`: the probe could not say).
+fn result_label(outcome: Option<Outcome>) -> &'static str {
+    match outcome {
+        Some(Outcome::Success) => "successful",
+        Some(Outcome::Failure) => "failed",
+        None => "unknown",
+    }
+}
+
+/// Whether an attempt's duration goes into `prober_probe_duration_seconds`: the kubelet's
+/// worker observes successful and unknown attempts, not failed ones.
+fn duration_observed(outcome: Option<Outcome>) -> bool {
+    outcome != Some(Outcome::Failure)
+}
+
+fn result_labels(
+    target: &Target,
+    kind: ProbeKind,
+    result: &str,
+) -> crate::metrics::ProbeResultLabels {
+    crate::metrics::ProbeResultLabels {
+        container: target.container.name.clone(),
+        namespace: target.pod_namespace.clone(),
+        pod: target.pod_name.clone(),
+        pod_uid: target.pod_uid.clone(),
+        probe_type: kind.as_str().to_string(),
+        result: result.to_string(),
+    }
+}
+
+fn duration_labels(target: &Target, kind: ProbeKind) -> crate::metrics::ProbeDurationLabels {
+    crate::metrics::ProbeDurationLabels {
+        container: target.container.name.clone(),
+        namespace: target.pod_namespace.clone(),
+        pod: target.pod_name.clone(),
+        probe_type: kind.as_str().to_string(),
+    }
 }
 
 async fn probe_loop(
@@ -110,6 +162,7 @@ async fn probe_loop(
             _ = token.cancelled() => return,
             _ = ticker.tick() => {}
         }
+        let started = Instant::now();
         let attempt = tokio::select! {
             biased;
             // A stopped worker abandons its probe: its answer would be about a container
@@ -117,16 +170,13 @@ async fn probe_loop(
             _ = token.cancelled() => return,
             a = inner.prober.run(&handler, &target.container_id, settings.timeout) => a,
         };
+        let took = started.elapsed();
         tracing::trace!(?attempt, "probe attempt");
         if let Some((reason, message)) = event_for(kind, &attempt) {
             inner.record_event(target, kind, reason, message);
         }
         let outcome = outcome(&attempt);
-        let result = match outcome {
-            Some(Outcome::Success) => "successful",
-            Some(Outcome::Failure) => "failed",
-            None => "unknown",
-        };
+        let result = result_label(outcome);
         crate::metrics::metrics()
             .prober_probe_total
             .get_or_create(&crate::metrics::ProbeLabels {
@@ -134,6 +184,17 @@ async fn probe_loop(
                 result: result.to_string(),
             })
             .inc();
+        let probes = crate::metrics::probe_metrics();
+        probes
+            .probe_total
+            .get_or_create(&result_labels(target, kind, result))
+            .inc();
+        if duration_observed(outcome) {
+            probes
+                .probe_duration_seconds
+                .get_or_create(&duration_labels(target, kind))
+                .observe(took.as_secs_f64());
+        }
         let Some(outcome) = outcome else {
             continue;
         };
@@ -211,6 +272,60 @@ mod tests {
         }
         let spread = adoption_spread("c", max32);
         assert!(spread < max32);
+    }
+
+    #[test]
+    fn result_and_duration_table() {
+        // (outcome, result label, duration observed)
+        let cases = [
+            (Some(Outcome::Success), "successful", true),
+            (Some(Outcome::Failure), "failed", false),
+            (None, "unknown", true),
+        ];
+        for (outcome, label, observed) in cases {
+            assert_eq!(result_label(outcome), label, "{outcome:?}");
+            assert_eq!(duration_observed(outcome), observed, "{outcome:?}");
+            assert!(PROBE_RESULTS.contains(&label), "{label} is removed on stop");
+        }
+    }
+
+    #[test]
+    fn series_labels_name_the_container_instance() {
+        let target = Target {
+            pod_uid: "uid-1".into(),
+            pod_namespace: "default".into(),
+            pod_name: "web".into(),
+            container: Arc::new(Container {
+                name: "app".into(),
+                ..Default::default()
+            }),
+            container_kind: crate::podspec::ContainerKind::Regular,
+            container_id: "c1".into(),
+            started_at: Timestamp::UNIX_EPOCH,
+            pod_ip: String::new(),
+        };
+        let r = result_labels(&target, ProbeKind::Readiness, "failed");
+        assert_eq!(
+            (
+                r.container.as_str(),
+                r.namespace.as_str(),
+                r.pod.as_str(),
+                r.pod_uid.as_str(),
+                r.probe_type.as_str(),
+                r.result.as_str()
+            ),
+            ("app", "default", "web", "uid-1", "Readiness", "failed")
+        );
+        let d = duration_labels(&target, ProbeKind::Startup);
+        assert_eq!(
+            (d.container, d.namespace, d.pod, d.probe_type),
+            (
+                "app".into(),
+                "default".into(),
+                "web".into(),
+                "Startup".into()
+            )
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use super::*;
 fn request_attributes_table() {
     // (method, path, the (verb, subresource) pairs tried in order)
     type Case<'a> = (Method, &'a str, &'a [(&'a str, &'a str)]);
-    let cases: [Case<'_>; 10] = [
+    let cases: [Case<'_>; 13] = [
         (Method::GET, "/containerLogs/ns/p/c", &[("get", "proxy")]),
         (Method::GET, "/pods", &[("get", "pods"), ("get", "proxy")]),
         (Method::GET, "/pods/", &[("get", "pods"), ("get", "proxy")]),
@@ -15,6 +15,9 @@ fn request_attributes_table() {
         ),
         (Method::GET, "/metrics", &[("get", "metrics")]),
         (Method::GET, "/metrics/cadvisor", &[("get", "metrics")]),
+        (Method::GET, "/metrics/probes", &[("get", "metrics")]),
+        (Method::GET, "/metrics/resource", &[("get", "metrics")]),
+        (Method::GET, "/configz", &[("get", "proxy")]),
         (Method::GET, "/metricsfoo", &[("get", "proxy")]),
         (Method::GET, "/stats/summary", &[("get", "stats")]),
         (Method::POST, "/exec/ns/p/c", &[("create", "proxy")]),

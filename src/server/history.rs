@@ -377,6 +377,11 @@ impl SummarySource for Recording {
         );
         Ok(summary)
     }
+
+    /// cAdvisor's readings pass by: the history keeps Summaries only.
+    async fn cadvisor(&self) -> crate::stats::Result<crate::stats::cadvisor::CadvisorInput> {
+        self.inner.cadvisor().await
+    }
 }
 
 #[cfg(test)]

@@ -3,11 +3,13 @@
 //! - The read-only API (`readOnlyPort`, off by default, unauthenticated): `/healthz`, `/pods`
 //!   (a PodList in the Kubernetes JSON shape), `/events` (an EventList of the local event log),
 //!   `/metrics` (Prometheus text), `/metrics/resource` (the kubelet's resource metrics),
-//!   `/stats/summary` (the kubelet's Summary API); [`status_page`] adds `/` (the status page)
-//!   and `/node` there.
+//!   `/metrics/cadvisor` (cAdvisor's container series), `/metrics/probes` (the kubelet's
+//!   prober metrics), `/stats/summary` (the kubelet's Summary API); [`status_page`] adds `/`
+//!   (the status page) and `/node` there.
 //! - The kubelet API (`port`, HTTPS, [`auth`] and [`tls`]): `/healthz`, `/pods`, `/metrics`,
-//!   `/metrics/resource` (authorized as `nodes/metrics`), `/stats/summary` (authorized as
-//!   `nodes/stats`) and
+//!   `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes` (authorized as
+//!   `nodes/metrics`), `/stats/summary` (authorized as `nodes/stats`), `/configz` (the
+//!   resolved configuration, `nodes/proxy`) and
 //!   `/containerLogs/{namespace}/{pod}/{container}`, which the API server proxies for
 //!   `kubectl logs`.
 
@@ -49,6 +51,9 @@ pub struct ApiState {
     pub events: Arc<dyn Fn() -> Vec<Event> + Send + Sync>,
     /// The Summary API; `None` answers `/stats/summary` with 404.
     pub summary: Option<Arc<dyn SummarySource>>,
+    /// The body of `/configz` (`config::configz`), served on the kubelet API only, as the
+    /// kubelet serves it among its debugging handlers; `None` answers 404.
+    pub configz: Option<Arc<serde_json::Value>>,
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -60,6 +65,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/events/", get(events))
         .route("/metrics", get(metrics_text))
         .route("/metrics/resource", get(metrics_resource))
+        .route("/metrics/cadvisor", get(metrics_cadvisor))
+        .route("/metrics/probes", get(metrics_probes))
         .route("/stats/summary", get(stats_summary))
         .with_state(state)
 }
@@ -105,7 +112,10 @@ pub fn kubelet_api_router(
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics_text))
         .route("/metrics/resource", get(metrics_resource))
+        .route("/metrics/cadvisor", get(metrics_cadvisor))
+        .route("/metrics/probes", get(metrics_probes))
         .route("/stats/summary", get(stats_summary))
+        .route("/configz", get(configz))
         .with_state(state)
         .merge(logs_router)
         .merge(
@@ -272,6 +282,48 @@ async fn metrics_resource(State(state): State<ApiState>) -> Response {
         .into_response()
 }
 
+/// `GET /metrics/cadvisor`: cAdvisor's container series from one gathering of the Summary's
+/// readings; a failed gathering is `container_scrape_error 1`, still a 200, as cAdvisor's
+/// collector answers. 404 without a Summary provider.
+async fn metrics_cadvisor(State(state): State<ApiState>) -> Response {
+    let Some(source) = &state.summary else {
+        return (StatusCode::NOT_FOUND, "404 page not found").into_response();
+    };
+    let input = source.cadvisor().await;
+    if let Err(e) = &input {
+        tracing::warn!(error = %e, "/metrics/cadvisor");
+    }
+    (
+        [(header::CONTENT_TYPE, crate::stats::cadvisor::CONTENT_TYPE)],
+        crate::stats::cadvisor::encode(input.as_ref()),
+    )
+        .into_response()
+}
+
+/// `GET /metrics/probes`: the kubelet's prober metrics, per container.
+async fn metrics_probes() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            crate::metrics::OPENMETRICS_CONTENT_TYPE,
+        )],
+        crate::metrics::probe_metrics().encode(),
+    )
+        .into_response()
+}
+
+/// `GET /configz`: the resolved configuration as the kubelet shows it.
+async fn configz(State(state): State<ApiState>) -> Response {
+    match &state.configz {
+        Some(value) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            value.to_string(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "404 page not found").into_response(),
+    }
+}
+
 async fn metrics_text() -> Response {
     (
         [(
@@ -361,6 +413,7 @@ mod tests {
             }),
             events: Arc::new(Vec::new),
             summary: None,
+            configz: None,
         };
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -383,7 +436,7 @@ mod tests {
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(r.status(), 200);
         // No summary provider wired: the kubelet's 404.
-        for path in ["/stats/summary", "/metrics/resource"] {
+        for path in ["/stats/summary", "/metrics/resource", "/metrics/cadvisor"] {
             let r = client.get(format!("{base}{path}")).send().await.unwrap();
             assert_eq!(r.status(), 404, "{path}");
         }
@@ -452,6 +505,7 @@ mod tests {
             health: Arc::new(|| Ok(())),
             events: Arc::new(move || r.events()),
             summary: None,
+            configz: None,
         };
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -538,6 +592,7 @@ mod tests {
             health: Arc::new(|| Ok(())),
             events: Arc::new(Vec::new),
             summary: Some(Arc::new(Unreachable)),
+            configz: None,
         };
         let cancel = CancellationToken::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -559,6 +614,19 @@ mod tests {
         let text = r.text().await.unwrap();
         assert!(text.contains("\nresource_scrape_error 1\n"), "{text}");
         assert!(!text.contains("container_"), "{text}");
+        // So does /metrics/cadvisor, with cAdvisor's one error gauge (this source has no
+        // cgroup readings at all).
+        let r = reqwest::get(format!("http://{addr}/metrics/cadvisor"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert!(text.ends_with("\ncontainer_scrape_error 1\n"), "{text}");
+        // /configz is the kubelet API's only.
+        let r = reqwest::get(format!("http://{addr}/configz"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
         cancel.cancel();
         task.await.unwrap();
     }

@@ -60,6 +60,13 @@ pub struct CpuUsage {
     pub usage_nanos: u64,
     /// Periods in which the cgroup was throttled by its `cpu.max` (v2 only).
     pub nr_throttled: Option<u64>,
+    /// User and system CPU time, nanoseconds (v2 `user_usec`, `system_usec`).
+    pub user_nanos: Option<u64>,
+    pub system_nanos: Option<u64>,
+    /// Enforcement periods elapsed under `cpu.max` and the time throttled, nanoseconds (v2,
+    /// where the cpu controller is enabled).
+    pub nr_periods: Option<u64>,
+    pub throttled_nanos: Option<u64>,
 }
 
 /// Memory of a cgroup and its descendants.
@@ -84,6 +91,43 @@ impl MemoryUsage {
     pub fn available(&self) -> Option<u64> {
         self.limit.map(|l| l.saturating_sub(self.working_set()))
     }
+}
+
+/// A cgroup's CPU settings as cAdvisor reports them (`container_spec_cpu_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuSpec {
+    /// v1 `cpu.shares`; on v2 `cpu.weight` turned back into shares (cAdvisor's
+    /// `convertCPUWeightToCPULimit`, the inverse of runc's shares → weight).
+    pub shares: Option<u64>,
+    /// The CFS quota in microseconds per period; `None` without a quota.
+    pub quota_us: Option<u64>,
+    pub period_us: Option<u64>,
+}
+
+/// cgroup v2 `cpu.max`: `<quota|max> <period>` → (quota, period), microseconds.
+pub fn parse_cpu_max(text: &str) -> std::result::Result<(Option<u64>, u64), String> {
+    let mut fields = text.split_whitespace();
+    let (Some(quota), Some(period), None) = (fields.next(), fields.next(), fields.next()) else {
+        return Err(format!("{:?} is not `<quota> <period>`", text.trim()));
+    };
+    let number = |s: &str| {
+        s.parse::<u64>()
+            .map_err(|_| format!("{s:?} is not a number"))
+    };
+    let quota = if quota == "max" {
+        None
+    } else {
+        Some(number(quota)?)
+    };
+    Ok((quota, number(period)?))
+}
+
+/// cAdvisor's `convertCPUWeightToCPULimit`: `cpu.weight` (1–10000) back to shares.
+pub fn weight_to_shares(weight: u64) -> std::result::Result<u64, String> {
+    if !(1..=10_000).contains(&weight) {
+        return Err(format!("cpu.weight {weight} is outside 1..=10000"));
+    }
+    Ok(2 + ((weight - 1) * 262_142) / 9_999)
 }
 
 /// Tasks (processes and threads) in a cgroup and its descendants.
@@ -344,9 +388,14 @@ impl CgroupReader {
                 let stat = read_parsed(&self.dir("cpu", &relative).join("cpu.stat"), |t| {
                     parse_cpu_stat(t)
                 })?;
+                let nanos = |usec: Option<u64>| usec.map(|u| u.saturating_mul(1000));
                 Ok(stat.map(|s| CpuUsage {
                     usage_nanos: s.usage_usec.saturating_mul(1000),
                     nr_throttled: s.nr_throttled,
+                    user_nanos: nanos(s.user_usec),
+                    system_nanos: nanos(s.system_usec),
+                    nr_periods: s.nr_periods,
+                    throttled_nanos: nanos(s.throttled_usec),
                 }))
             }
             CgroupVersion::V1 => {
@@ -356,7 +405,7 @@ impl CgroupReader {
                     })?;
                 Ok(usage.map(|usage_nanos| CpuUsage {
                     usage_nanos,
-                    nr_throttled: None,
+                    ..CpuUsage::default()
                 }))
             }
         }
@@ -416,6 +465,56 @@ impl CgroupReader {
             current,
             max: read_parsed(&dir.join("pids.max"), parse_limit)?.flatten(),
         }))
+    }
+
+    /// The cgroup's CPU settings; `None` where the cpu controller has no files for it (the
+    /// root cgroup, a controller not enabled).
+    pub fn cpu_spec(&self, path: &str) -> Result<Option<CpuSpec>> {
+        let relative = relative_cgroup_path(path)?;
+        let dir = self.dir("cpu", &relative);
+        let spec = match self.version {
+            CgroupVersion::V2 => {
+                let max = read_parsed(&dir.join("cpu.max"), parse_cpu_max)?;
+                let shares =
+                    read_parsed(&dir.join("cpu.weight"), |t| weight_to_shares(parse_u64(t)?))?;
+                CpuSpec {
+                    shares,
+                    quota_us: max.and_then(|(quota, _)| quota),
+                    period_us: max.map(|(_, period)| period),
+                }
+            }
+            CgroupVersion::V1 => {
+                let quota = read_parsed(&dir.join("cpu.cfs_quota_us"), |t| {
+                    t.trim()
+                        .parse::<i64>()
+                        .map_err(|_| format!("{:?} is not a number", t.trim()))
+                })?;
+                CpuSpec {
+                    shares: read_parsed(&dir.join("cpu.shares"), parse_u64)?,
+                    // -1: no quota.
+                    quota_us: quota.and_then(|q| u64::try_from(q).ok()),
+                    period_us: read_parsed(&dir.join("cpu.cfs_period_us"), parse_u64)?,
+                }
+            }
+        };
+        Ok((spec != CpuSpec::default()).then_some(spec))
+    }
+
+    /// The first process of the cgroup itself (`cgroup.procs`; on v1 the memory hierarchy's),
+    /// `None` when it has none: a process in a container's cgroup gives its network namespace.
+    pub fn first_pid(&self, path: &str) -> Result<Option<u32>> {
+        let relative = relative_cgroup_path(path)?;
+        let file = self.dir("memory", &relative).join("cgroup.procs");
+        let text = read_optional(&file)?;
+        let first = text.as_deref().and_then(|t| t.lines().next());
+        first
+            .map(|line| {
+                line.trim().parse::<u32>().map_err(|_| Error::Parse {
+                    path: file.clone(),
+                    reason: format!("{line:?} is not a process ID"),
+                })
+            })
+            .transpose()
     }
 
     /// `<resource>.pressure`; `None` on v1 and where the kernel has no PSI.
@@ -628,6 +727,84 @@ mod tests {
     }
 
     #[test]
+    fn cpu_max_and_weight_tables() {
+        let cases = [
+            ("max 100000\n", Ok((None, 100_000))),
+            ("50000 100000\n", Ok((Some(50_000), 100_000))),
+            ("50000\n", Err(())),
+            ("x 100000\n", Err(())),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_cpu_max(text).map_err(|_| ()), want, "{text:?}");
+        }
+        // runc writes weight = 1 + ((shares - 2) * 9999) / 262142; back: 1024 shares → 39 →
+        // 998 (the integer round trip loses some, as cAdvisor's does).
+        let weights = [
+            (1, Ok(2)),
+            (39, Ok(998)),
+            (100, Ok(2597)),
+            (10_000, Ok(262_144)),
+        ];
+        for (weight, want) in weights {
+            assert_eq!(weight_to_shares(weight).map_err(|_| ()), want, "{weight}");
+        }
+        assert!(weight_to_shares(0).is_err() && weight_to_shares(10_001).is_err());
+    }
+
+    #[test]
+    fn cpu_spec_of_both_layouts() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "v2/c/cpu.max", "20000 100000\n");
+        write(dir.path(), "v2/c/cpu.weight", "39\n");
+        let v2 = CgroupReader::new(dir.path().join("v2"), CgroupVersion::V2);
+        assert_eq!(
+            v2.cpu_spec("/c").unwrap(),
+            Some(CpuSpec {
+                shares: Some(998),
+                quota_us: Some(20_000),
+                period_us: Some(100_000)
+            })
+        );
+        std::fs::create_dir_all(dir.path().join("v2/root")).unwrap();
+        assert_eq!(v2.cpu_spec("/root").unwrap(), None, "no cpu files");
+        write(dir.path(), "v1/cpu/c/cpu.cfs_quota_us", "-1\n");
+        write(dir.path(), "v1/cpu/c/cpu.cfs_period_us", "100000\n");
+        write(dir.path(), "v1/cpu/c/cpu.shares", "512\n");
+        let v1 = CgroupReader::new(dir.path().join("v1"), CgroupVersion::V1);
+        assert_eq!(
+            v1.cpu_spec("/c").unwrap(),
+            Some(CpuSpec {
+                shares: Some(512),
+                quota_us: None,
+                period_us: Some(100_000)
+            })
+        );
+    }
+
+    #[test]
+    fn first_pid_table() {
+        let dir = tempfile::tempdir().unwrap();
+        // (cgroup.procs, what first_pid says; Err for text that is no process ID)
+        let cases = [
+            (Some("4242\n77\n"), Ok(Some(4242))),
+            (Some(""), Ok(None)),
+            (None, Ok(None)),
+            (Some("x\n"), Err(())),
+        ];
+        for (i, (procs, want)) in cases.into_iter().enumerate() {
+            let rel = format!("c{i}");
+            std::fs::create_dir_all(dir.path().join(&rel)).unwrap();
+            if let Some(text) = procs {
+                write(dir.path(), &format!("{rel}/cgroup.procs"), text);
+            }
+            let got = CgroupReader::new(dir.path(), CgroupVersion::V2)
+                .first_pid(&rel)
+                .map_err(|_| ());
+            assert_eq!(got, want, "{procs:?}");
+        }
+    }
+
+    #[test]
     fn reads_every_file_of_a_v2_cgroup() {
         let dir = tempfile::tempdir().unwrap();
         let rel = "kubepods/burstable/pod1/c1";
@@ -640,7 +817,11 @@ mod tests {
             s.cpu,
             Some(CpuUsage {
                 usage_nanos: 2_500_000_000,
-                nr_throttled: Some(3)
+                nr_throttled: Some(3),
+                user_nanos: Some(2_000_000_000),
+                system_nanos: Some(500_000_000),
+                nr_periods: Some(40),
+                throttled_nanos: Some(12_000_000),
             })
         );
         let memory = s.memory.unwrap();

@@ -17,6 +17,18 @@
 
 use std::collections::HashMap;
 
+/// The image name the runtime put in the container's OCI spec (containerd's
+/// `io.kubernetes.cri.image-name` annotation, the name cAdvisor labels the container with),
+/// from the same verbose info as the cgroup path; `None` where the runtime sets none.
+pub fn image_name_from_info(info: &HashMap<String, String>) -> Option<String> {
+    let document: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    document
+        .pointer("/runtimeSpec/annotations/io.kubernetes.cri.image-name")?
+        .as_str()
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
+}
+
 /// The `cgroupsPath` of the OCI spec in a verbose `ContainerStatus` info map (key `info`, a
 /// JSON document with `runtimeSpec.linux.cgroupsPath`).
 pub fn cgroups_path_from_info(info: &HashMap<String, String>) -> Option<String> {
@@ -145,6 +157,22 @@ mod tests {
             Some("/kubepods/besteffort/podu/c1")
         );
         assert_eq!(cgroups_path_from_info(&HashMap::new()), None);
+        // (info, the image name read from it)
+        let images = [
+            (
+                r#"{"runtimeSpec":{"annotations":{"io.kubernetes.cri.image-name":"localhost/testbox:1"}}}"#,
+                Some("localhost/testbox:1"),
+            ),
+            (
+                r#"{"runtimeSpec":{"annotations":{"io.kubernetes.cri.image-name":""}}}"#,
+                None,
+            ),
+            (r#"{"runtimeSpec":{"annotations":{}}}"#, None),
+            ("not json", None),
+        ];
+        for (text, want) in images {
+            assert_eq!(image_name_from_info(&info(text)).as_deref(), want, "{text}");
+        }
         assert_eq!(cgroups_path_from_info(&info("not json")), None);
         assert_eq!(cgroups_path_from_info(&info(r#"{"runtimeSpec":{}}"#)), None);
         assert_eq!(

@@ -227,7 +227,7 @@ mod tests {
             &t(),
             Some(CpuUsage {
                 usage_nanos: 42,
-                nr_throttled: None,
+                ..CpuUsage::default()
             }),
             Some(7),
             Some(&psi),

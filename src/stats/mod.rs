@@ -10,11 +10,13 @@
 //! - [`container_cgroup`]: a container's cgroup from the runtime's OCI spec (both drivers).
 //! - [`cpu_rate`]: `usageNanoCores` from the previous sample of each cgroup.
 //! - [`volumes`]: `du` of a pod's volumes, at most once a minute per pod.
+//! - [`cadvisor`]: `/metrics/cadvisor` (cAdvisor's container series) from the same gathering.
 //! - [`resource_metrics`]: `/metrics/resource` (the kubelet's resource metrics) from a
 //!   Summary; [`top`]: the `kubectl top` tables `nodelet top` prints from one.
 //! - [`summary`]: the Summary API types (`stats/v1alpha1`), [`convert`]: readings → those
 //!   types, [`provider`]: one request, from the CRI lists to the JSON.
 
+pub mod cadvisor;
 pub mod cgroup;
 pub mod container_cgroup;
 pub mod convert;
@@ -61,6 +63,9 @@ pub enum Error {
     Runtime(#[from] crate::cri::Error),
     #[error("stats reader task: {0}")]
     Task(String),
+    /// The source serves Summaries only (a fixed Summary in tests): no cgroup readings.
+    #[error("{0} has no cgroup readings for /metrics/cadvisor")]
+    NoCgroupReadings(&'static str),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -69,11 +74,21 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[async_trait::async_trait]
 pub trait SummarySource: Send + Sync {
     async fn summary(&self, scope: Scope) -> Result<Summary>;
+
+    /// The cgroups' readings `/metrics/cadvisor` renders, from the same gathering as a
+    /// Summary. A source that holds only Summaries (a test's fixed one) has none.
+    async fn cadvisor(&self) -> Result<cadvisor::CadvisorInput> {
+        Err(Error::NoCgroupReadings("this Summary source"))
+    }
 }
 
 #[async_trait::async_trait]
 impl SummarySource for SummaryProvider {
     async fn summary(&self, scope: Scope) -> Result<Summary> {
         SummaryProvider::summary(self, scope).await
+    }
+
+    async fn cadvisor(&self) -> Result<cadvisor::CadvisorInput> {
+        SummaryProvider::cadvisor(self).await
     }
 }

@@ -22,12 +22,19 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
+use super::cadvisor::{
+    interface_reported, resolve_devices, CadvisorInput, CgroupSeries, FsSeries, NetworkSeries,
+    SeriesLabels,
+};
 use super::cgroup::{CgroupReader, CgroupReadout, CgroupSample, Resource};
-use super::container_cgroup::{cgroup_of_cgroups_path, cgroups_path_from_info};
+use super::container_cgroup::{
+    cgroup_of_cgroups_path, cgroups_path_from_info, image_name_from_info,
+};
 use super::convert::{
     add_usage, cpu_stats, fs_stats, io_stats, memory_stats, sum_cpu, sum_memory, usage_on_fs,
 };
 use super::cpu_rate::{CpuRates, CpuSample};
+use super::machine::MachineInfo;
 use super::node::{self as proc, FsUsage};
 use super::psi::Psi;
 use super::summary::{
@@ -74,11 +81,22 @@ pub enum Scope {
     Node,
 }
 
+/// What the runtime's verbose status says of a container, asked once per container ID.
+#[derive(Debug, Clone, Default)]
+struct ContainerFacts {
+    cgroup: Option<String>,
+    /// The image name in the container's OCI spec, cAdvisor's `image` label.
+    image_name: Option<String>,
+}
+
 /// One container to read.
 #[derive(Debug, Clone)]
 struct ContainerPlan {
     id: String,
     name: String,
+    /// The image name the runtime gave the container (its OCI spec's annotation; else the
+    /// list's `userSpecifiedImage` or image): cAdvisor's `image` label.
+    image: String,
     created: Time,
     cgroup: Option<String>,
     log_dir: PathBuf,
@@ -129,10 +147,12 @@ pub struct SummaryProvider {
     pods: PodsFn,
     clock: Clock,
     rates: CpuRates,
-    /// Container ID → cgroup path (fixed for a container's life); `None` when the runtime's
-    /// answer had no usable path.
-    cgroups: Mutex<HashMap<String, Option<String>>>,
+    /// Container ID → its cgroup path and image name (fixed for a container's life); a
+    /// `None` path when the runtime's answer had no usable one.
+    cgroups: Mutex<HashMap<String, ContainerFacts>>,
     volumes: Arc<VolumeCache>,
+    /// The machine's facts, for cAdvisor's `machine_*` series (`None`: not served).
+    machine: Option<MachineInfo>,
 }
 
 fn nanos_to_time(nanos: i64) -> Option<Time> {
@@ -184,7 +204,15 @@ impl SummaryProvider {
             rates: CpuRates::new(),
             cgroups: Mutex::new(HashMap::new()),
             volumes: Arc::new(VolumeCache::default()),
+            machine: None,
         }
+    }
+
+    /// The machine facts `/metrics/cadvisor` reports as `machine_*` (the node's one
+    /// `MachineInfo`, so they agree with the Node's capacity).
+    pub fn with_machine(mut self, machine: MachineInfo) -> SummaryProvider {
+        self.machine = Some(machine);
+        self
     }
 
     /// Uses `reader` instead of detecting the layout of the cgroup mount (tests).
@@ -200,12 +228,13 @@ impl SummaryProvider {
         })
     }
 
-    /// The cgroup path of each container, from the cache or (a few calls at a time) the
-    /// runtime. A container whose status names no usable path is remembered as such, so it is
-    /// not asked about again; a failed call is retried on the next request.
-    async fn container_cgroups(&self, ids: &[String]) -> HashMap<String, String> {
+    /// What the runtime's verbose status says of each container (its cgroup path, its image
+    /// name), from the cache or (a few calls at a time) the runtime. A container whose status
+    /// names no usable path is remembered as such, so it is not asked about again; a failed
+    /// call is retried on the next request.
+    async fn container_facts(&self, ids: &[String]) -> HashMap<String, ContainerFacts> {
         use futures::StreamExt;
-        let mut known: HashMap<String, Option<String>> = {
+        let mut known: HashMap<String, ContainerFacts> = {
             let cache = self.cgroups.lock().unwrap_or_else(|e| e.into_inner());
             ids.iter()
                 .filter_map(|id| cache.get(id).map(|p| (id.clone(), p.clone())))
@@ -216,24 +245,27 @@ impl SummaryProvider {
             .filter(|id| !known.contains_key(*id))
             .cloned()
             .collect();
-        let asked: Vec<(String, Option<Option<String>>)> = futures::stream::iter(missing)
+        let asked: Vec<(String, Option<ContainerFacts>)> = futures::stream::iter(missing)
             .map(|id| async move {
                 let answer = match self.stats_runtime.container_info(&id).await {
-                    Ok(info) => Some(match cgroups_path_from_info(&info) {
-                        Some(path) => match cgroup_of_cgroups_path(&path) {
-                            Ok(cgroup) => Some(cgroup),
-                            Err(reason) => {
-                                tracing::warn!(container = %id, %reason, "stats: container cgroup path not understood");
+                    Ok(info) => Some(ContainerFacts {
+                        cgroup: match cgroups_path_from_info(&info) {
+                            Some(path) => match cgroup_of_cgroups_path(&path) {
+                                Ok(cgroup) => Some(cgroup),
+                                Err(reason) => {
+                                    tracing::warn!(container = %id, %reason, "stats: container cgroup path not understood");
+                                    None
+                                }
+                            },
+                            None => {
+                                tracing::warn!(
+                                    container = %id,
+                                    "stats: the runtime's verbose container status has no runtimeSpec.linux.cgroupsPath"
+                                );
                                 None
                             }
                         },
-                        None => {
-                            tracing::warn!(
-                                container = %id,
-                                "stats: the runtime's verbose container status has no runtimeSpec.linux.cgroupsPath"
-                            );
-                            None
-                        }
+                        image_name: image_name_from_info(&info),
                     }),
                     Err(e) if e.is_not_found() => None,
                     Err(e) => {
@@ -247,17 +279,13 @@ impl SummaryProvider {
             .collect()
             .await;
         for (id, answer) in asked {
-            if let Some(path) = answer {
-                known.insert(id, path);
+            if let Some(facts) = answer {
+                known.insert(id, facts);
             }
         }
-        let paths = known
-            .iter()
-            .filter_map(|(id, p)| Some((id.clone(), p.clone()?)))
-            .collect();
         // Keep exactly the running containers' answers.
-        *self.cgroups.lock().unwrap_or_else(|e| e.into_inner()) = known;
-        paths
+        *self.cgroups.lock().unwrap_or_else(|e| e.into_inner()) = known.clone();
+        known
     }
 
     /// Gathers the Summary.
@@ -265,6 +293,74 @@ impl SummaryProvider {
         if scope == Scope::Node {
             return self.node_summary().await;
         }
+        let (plans, readings, image_fs) = self.gather(scope).await?;
+        let now = Instant::now();
+        let summary = self.build(plans, readings, image_fs, scope, now);
+        self.rates.forget_stale(now);
+        Ok(summary)
+    }
+
+    /// What `/metrics/cadvisor` renders: the same lists and files as a full Summary (one
+    /// gathering, [`Self::gather`]), kept as the cgroups' own readings — cAdvisor reports
+    /// counters and spec values the Summary has no field for. The CPU rates of the Summary
+    /// are left alone: a scrape does not shorten their window.
+    pub async fn cadvisor(&self) -> Result<CadvisorInput> {
+        let (plans, readings, _) = self.gather(Scope::Full).await?;
+        let at = self.clock.now();
+        // cAdvisor names a filesystem by its device (the mount table says which) and reads a
+        // pod's network from one of its processes: the files beyond the Summary's.
+        let proc_root = self.settings.proc_root.clone();
+        let reader = self.reader.clone();
+        let pods_containers: Vec<Vec<String>> = plans
+            .iter()
+            .map(|p| {
+                p.containers
+                    .iter()
+                    .filter_map(|c| c.cgroup.clone())
+                    .collect()
+            })
+            .collect();
+        let (mounts, networks) = tokio::task::spawn_blocking(move || {
+            let mounts = read_mount_sources(&proc_root.join("self/mountinfo"));
+            let networks: Vec<Vec<NetworkSeries>> = pods_containers
+                .iter()
+                .map(|cgroups| pod_network(&reader, &proc_root, cgroups))
+                .collect();
+            (mounts, networks)
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?;
+        let mut input = cadvisor_input(
+            &plans,
+            &readings,
+            &networks,
+            self.kubepods_cgroup().as_deref(),
+            at,
+            self.machine.clone(),
+        );
+        resolve_devices(&mut input, &keep("mountinfo", mounts).unwrap_or_default());
+        // The CPU settings (`container_spec_cpu_*`): files the Summary does not read.
+        let reader = self.reader.clone();
+        let ids: Vec<String> = input.cgroups.iter().map(|c| c.labels.id.clone()).collect();
+        let specs = tokio::task::spawn_blocking(move || {
+            ids.iter()
+                .map(|id| keep("cpu spec", reader.cpu_spec(id)).flatten())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?;
+        for (cg, spec) in input.cgroups.iter_mut().zip(specs) {
+            cg.cpu_spec = spec;
+        }
+        Ok(input)
+    }
+
+    /// The runtime's lists, the plan of what to read and the readings (off the async
+    /// runtime), for [`Scope::Full`] or [`Scope::CpuAndMemory`].
+    async fn gather(
+        &self,
+        scope: Scope,
+    ) -> Result<(Vec<PodPlan>, Readings, Option<api::ImageFsInfoResponse>)> {
         let selector = crate::cri::model::node_selector(&self.settings.node_name);
         let sandboxes = self
             .runtime
@@ -290,7 +386,7 @@ impl SummaryProvider {
             .filter(|c| c.state == api::ContainerState::ContainerRunning as i32)
             .collect();
         let ids: Vec<String> = containers.iter().map(|c| c.id.clone()).collect();
-        let cgroups = self.container_cgroups(&ids).await;
+        let facts = self.container_facts(&ids).await;
 
         let (image_fs, writable_layers) = if scope == Scope::Full {
             let image_fs = keep(
@@ -319,7 +415,7 @@ impl SummaryProvider {
             (None, HashMap::new())
         };
 
-        let plans = self.plan(&sandboxes, &containers, &cgroups, writable_layers);
+        let plans = self.plan(&sandboxes, &containers, &facts, writable_layers);
         let mut mounts: Vec<String> = Vec::new();
         if let Some(info) = &image_fs {
             for fs in &info.image_filesystems {
@@ -360,10 +456,7 @@ impl SummaryProvider {
         })
         .await
         .map_err(|e| Error::Task(e.to_string()))?;
-        let now = Instant::now();
-        let summary = self.build(plans, readings, image_fs, scope, now);
-        self.rates.forget_stale(now);
-        Ok(summary)
+        Ok((plans, readings, image_fs))
     }
 
     /// [`Scope::Node`]: the node's own files, nothing of the runtime or the pods.
@@ -396,7 +489,7 @@ impl SummaryProvider {
         &self,
         sandboxes: &[api::PodSandbox],
         containers: &[api::Container],
-        cgroups: &HashMap<String, String>,
+        facts: &HashMap<String, ContainerFacts>,
         mut writable_layers: HashMap<String, api::FilesystemUsage>,
     ) -> Vec<PodPlan> {
         let known: HashMap<String, Arc<Pod>> = (self.pods)()
@@ -464,8 +557,21 @@ impl SummaryProvider {
                         &name,
                     ),
                     name,
+                    image: facts
+                        .get(&c.id)
+                        .and_then(|f| f.image_name.clone())
+                        .or_else(|| {
+                            c.image.as_ref().map(|i| {
+                                if i.user_specified_image.is_empty() {
+                                    i.image.clone()
+                                } else {
+                                    i.user_specified_image.clone()
+                                }
+                            })
+                        })
+                        .unwrap_or_default(),
                     created: nanos_to_time(c.created_at).unwrap_or_else(|| start_time.clone()),
-                    cgroup: cgroups.get(&c.id).cloned(),
+                    cgroup: facts.get(&c.id).and_then(|f| f.cgroup.clone()),
                     writable_layer: writable_layers.remove(&c.id),
                 })
                 .collect();
@@ -786,4 +892,158 @@ fn read_everything(
         }
     }
     r
+}
+
+/// The cgroups cAdvisor reports, from one gathering: the root (`/`), `kubepods`, each pod's
+/// cgroup and each running container's, labelled as the kubelet's cAdvisor labels them.
+/// Cgroups whose files were gone (a container that exited after the list) are left out.
+fn cadvisor_input(
+    plans: &[PodPlan],
+    readings: &Readings,
+    networks: &[Vec<NetworkSeries>],
+    kubepods: Option<&str>,
+    at: jiff::Timestamp,
+    machine: Option<MachineInfo>,
+) -> CadvisorInput {
+    let id = |path: &str| {
+        super::cgroup::relative_cgroup_path(path)
+            .map(|r| format!("/{}", r.display()))
+            .unwrap_or_else(|_| path.to_string())
+    };
+    let mut cgroups = Vec::new();
+    let node = |path: &str, sample: &CgroupSample| CgroupSeries {
+        labels: SeriesLabels {
+            id: id(path),
+            ..SeriesLabels::default()
+        },
+        sample: *sample,
+        start_time: None,
+        fs: Vec::new(),
+        network: Vec::new(),
+        cpu_spec: None,
+    };
+    if let Some(root) = &readings.root {
+        cgroups.push(node("/", root));
+    }
+    if let (Some(path), Some(sample)) = (kubepods, &readings.kubepods) {
+        cgroups.push(node(path, sample));
+    }
+    for (i, plan) in plans.iter().enumerate() {
+        if let (Some(path), Some(Some(sample))) = (&plan.cgroup, readings.pods.get(i)) {
+            cgroups.push(CgroupSeries {
+                labels: SeriesLabels {
+                    id: id(path),
+                    pod: plan.pod_ref.name.clone(),
+                    namespace: plan.pod_ref.namespace.clone(),
+                    ..SeriesLabels::default()
+                },
+                sample: *sample,
+                start_time: None,
+                fs: Vec::new(),
+                network: networks.get(i).cloned().unwrap_or_default(),
+                cpu_spec: None,
+            });
+        }
+        for (j, c) in plan.containers.iter().enumerate() {
+            let (Some(path), Some(Some(sample))) = (
+                &c.cgroup,
+                readings.containers.get(i).and_then(|cs| cs.get(j)),
+            ) else {
+                continue;
+            };
+            // The writable layer on its filesystem: what the runtime counts as the
+            // container's use, and the filesystem's size as its limit.
+            let fs = c
+                .writable_layer
+                .as_ref()
+                .and_then(|w| {
+                    let mountpoint = w.fs_id.as_ref()?.mountpoint.clone();
+                    Some(FsSeries {
+                        usage: w.used_bytes.as_ref()?.value,
+                        limit: readings.filesystems.get(&mountpoint).map(|f| f.capacity),
+                        device: mountpoint,
+                    })
+                })
+                .into_iter()
+                .collect();
+            cgroups.push(CgroupSeries {
+                labels: SeriesLabels {
+                    id: id(path),
+                    container: c.name.clone(),
+                    pod: plan.pod_ref.name.clone(),
+                    namespace: plan.pod_ref.namespace.clone(),
+                    image: c.image.clone(),
+                    name: c.id.clone(),
+                },
+                sample: *sample,
+                start_time: Some(c.created.0),
+                fs,
+                network: Vec::new(),
+                cpu_spec: None,
+            });
+        }
+    }
+    CadvisorInput {
+        at,
+        cgroups,
+        machine,
+    }
+}
+
+/// (mount point, source) of every mount in a mountinfo file.
+fn read_mount_sources(path: &Path) -> Result<Vec<(PathBuf, String)>> {
+    use procfs::FromRead;
+    let infos = procfs::process::MountInfos::from_file(path).map_err(|source| Error::Proc {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(infos
+        .into_iter()
+        .filter_map(|m| Some((m.mount_point, m.mount_source?)))
+        .collect())
+}
+
+/// A pod's interfaces, from `/proc/<pid>/net/dev` of the first process found in one of its
+/// containers' cgroups (every container of a pod shares its network namespace). Empty when
+/// none has a process left or the file cannot be read.
+fn pod_network(
+    reader: &CgroupReader,
+    proc_root: &Path,
+    container_cgroups: &[String],
+) -> Vec<NetworkSeries> {
+    use procfs::FromRead;
+    let Some(pid) = container_cgroups
+        .iter()
+        .find_map(|cg| reader.first_pid(cg).ok().flatten())
+    else {
+        return Vec::new();
+    };
+    let path = proc_root.join(pid.to_string()).join("net/dev");
+    let Some(status) = keep(
+        "net/dev",
+        procfs::net::InterfaceDeviceStatus::from_file(&path).map_err(|source| Error::Proc {
+            path: path.clone(),
+            source,
+        }),
+    ) else {
+        return Vec::new();
+    };
+    let mut interfaces: Vec<NetworkSeries> = status
+        .0
+        .into_values()
+        .filter(|d| interface_reported(&d.name))
+        .map(|d| NetworkSeries {
+            interface: d.name,
+            rx_bytes: d.recv_bytes,
+            rx_packets: d.recv_packets,
+            rx_dropped: d.recv_drop,
+            rx_errors: d.recv_errs,
+            tx_bytes: d.sent_bytes,
+            tx_packets: d.sent_packets,
+            tx_dropped: d.sent_drop,
+            tx_errors: d.sent_errs,
+        })
+        .collect();
+    interfaces.sort_by(|a, b| a.interface.cmp(&b.interface));
+    interfaces
 }

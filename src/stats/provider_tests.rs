@@ -586,3 +586,98 @@ async fn a_container_whose_cgroup_is_gone_is_listed_without_numbers() {
     assert_eq!(sidecar["name"], "sidecar");
     assert!(sidecar.get("cpu").is_none() && sidecar.get("memory").is_none());
 }
+
+/// `/metrics/cadvisor`'s readings come from the Summary's gathering (no second verbose status
+/// per container), plus the files only a scrape reads: the mount table for the writable
+/// layer's device, the pod's `net/dev` through one of its processes, the CPU settings.
+#[tokio::test(start_paused = true)]
+async fn cadvisor_reads_the_same_gathering_and_the_scrape_only_files() {
+    use super::cadvisor::SeriesLabels;
+    let s = setup(true).await;
+    let app = format!("{SLICE}/cri-containerd-container-2.scope");
+    write(s.cgroups.path(), &format!("{app}/cgroup.procs"), "4242\n");
+    write(
+        s.cgroups.path(),
+        &format!("{app}/cpu.max"),
+        "50000 100000\n",
+    );
+    write(
+        s.proc.path(),
+        "4242/net/dev",
+        "Inter-|   Receive                                                |  Transmit\n \
+         face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+         lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+         eth0:    1500      10    0    1    0     0          0         0      700       7    2    0    0     0       0          0\n",
+    );
+    write(
+        s.proc.path(),
+        "self/mountinfo",
+        &format!(
+            "22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n\
+             40 22 254:16 / {} rw,relatime shared:2 - ext4 /dev/vdb rw\n",
+            s.logs.path().display()
+        ),
+    );
+    s.provider.summary(Scope::Full).await.unwrap();
+    let calls = s.info_calls.load(std::sync::atomic::Ordering::SeqCst);
+    let input = s.provider.cadvisor().await.unwrap();
+    assert_eq!(
+        s.info_calls.load(std::sync::atomic::Ordering::SeqCst),
+        calls,
+        "the verbose status is asked once per container, whoever reads"
+    );
+    let ids: Vec<&str> = input.cgroups.iter().map(|c| c.labels.id.as_str()).collect();
+    let pod_id = format!("/{SLICE}");
+    let app_id = format!("/{app}");
+    let sidecar_id = format!("/{SLICE}/cri-containerd-container-3.scope");
+    assert_eq!(
+        ids,
+        vec!["/", "/kubepods.slice", &pod_id, &app_id, &sidecar_id]
+    );
+    let pod = &input.cgroups[2];
+    assert_eq!(
+        pod.labels,
+        SeriesLabels {
+            id: pod_id.clone(),
+            pod: "web-n1".into(),
+            namespace: "default".into(),
+            ..SeriesLabels::default()
+        }
+    );
+    let interfaces: Vec<(&str, u64, u64)> = pod
+        .network
+        .iter()
+        .map(|n| (n.interface.as_str(), n.rx_bytes, n.tx_errors))
+        .collect();
+    assert_eq!(interfaces, vec![("eth0", 1500, 2)], "lo left out");
+    let app_series = &input.cgroups[3];
+    assert_eq!(
+        (
+            app_series.labels.container.as_str(),
+            app_series.labels.name.as_str(),
+            app_series.labels.image.as_str()
+        ),
+        ("app", "container-2", "busybox"),
+        "no image-name annotation: the list's image"
+    );
+    assert!(app_series.network.is_empty(), "network is the pod's");
+    let spec = app_series.cpu_spec.unwrap();
+    assert_eq!(
+        (spec.quota_us, spec.period_us),
+        (Some(50_000), Some(100_000))
+    );
+    assert_eq!(
+        app_series.sample.memory.map(|m| m.usage),
+        Some(83_886_080),
+        "the Summary's reading"
+    );
+    // Only container-2 has a writable layer; its filesystem's device from the mount table.
+    let fs: Vec<(&str, u64)> = app_series
+        .fs
+        .iter()
+        .map(|f| (f.device.as_str(), f.usage))
+        .collect();
+    assert_eq!(fs, vec![("/dev/vdb", 4096)]);
+    assert!(input.cgroups[4].fs.is_empty());
+    assert!(input.cgroups[0].start_time.is_none() && app_series.start_time.is_some());
+}

@@ -22,16 +22,17 @@ use super::summary::{CpuStats, MemoryStats, Summary, SwapStats};
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Counter,
     Gauge,
 }
 
 /// One metric family of the collector: name, help text as the registry prints it, type.
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: Kind,
+/// (`/metrics/cadvisor` writes its families with the same encoder.)
+pub(super) struct Family {
+    pub(super) name: &'static str,
+    pub(super) help: &'static str,
+    pub(super) kind: Kind,
 }
 
 const NODE_CPU: Family = Family {
@@ -102,21 +103,21 @@ const RESOURCE_SCRAPE_ERROR: Family = Family {
 
 /// One sample: label values (already in label-name order), value, time in milliseconds.
 #[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    labels: Vec<(&'static str, String)>,
-    value: f64,
-    timestamp_ms: Option<i64>,
+pub(super) struct Sample {
+    pub(super) labels: Vec<(&'static str, String)>,
+    pub(super) value: f64,
+    pub(super) timestamp_ms: Option<i64>,
 }
 
 /// Samples by family name (a `BTreeMap`: families come out sorted by name, as the kubelet's
 /// registry gathers them).
 #[derive(Default)]
-struct Families {
+pub(super) struct Families {
     samples: BTreeMap<&'static str, (&'static Family, Vec<Sample>)>,
 }
 
 impl Families {
-    fn push(&mut self, family: &'static Family, sample: Sample) {
+    pub(super) fn push(&mut self, family: &'static Family, sample: Sample) {
         self.samples
             .entry(family.name)
             .or_insert_with(|| (family, Vec::new()))
@@ -124,7 +125,7 @@ impl Families {
             .push(sample);
     }
 
-    fn encode(mut self) -> String {
+    pub(super) fn encode(mut self) -> String {
         let mut out = String::new();
         for (family, samples) in self.samples.values_mut() {
             // Go's registry sorts a family's metrics by their label values, then by time.
