@@ -1707,3 +1707,61 @@ async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() 
         "{described}"
     );
 }
+
+/// `kubectl debug node/NAME`: kubectl makes a pod bound to the node with the host's network,
+/// PID and IPC namespaces and the host's root at `/host`; nodelet runs it, and what it writes
+/// under `/host` lands on the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_debug_node_runs_with_the_hosts_namespaces_and_root() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("debug-node", &api, "");
+    wait_api("the node registered", &n, || {
+        fixture
+            .get::<k8s_openapi::api::core::v1::Node>(None, &n.node)
+            .ok()
+            .flatten()
+    })
+    .await;
+    let proof = n.dir.path().join("debugged");
+    let target = format!("/host{}", proof.display());
+    let (ok, out, err) = kubectl(
+        &api,
+        &[
+            "debug",
+            &format!("node/{}", n.node),
+            "--image",
+            TESTBOX,
+            "--image-pull-policy=Never",
+            "--profile=general",
+            "--",
+            "/testbox",
+            "write",
+            "--path",
+            &target,
+            "--content",
+            "from the debug pod",
+        ],
+    );
+    assert!(ok, "kubectl debug: {out}{err}");
+    let name = out
+        .split_whitespace()
+        .find(|w| w.starts_with("node-debugger-"))
+        .unwrap_or_else(|| panic!("no debug pod named in: {out}{err}"))
+        .to_string();
+    let done = wait_api("the debug pod Succeeded", &n, || {
+        api_pod(&fixture, &name).filter(|p| api_phase(p) == "Succeeded")
+    })
+    .await;
+    let spec = done.spec.unwrap();
+    assert_eq!(spec.host_network, Some(true));
+    assert_eq!(spec.host_pid, Some(true));
+    assert_eq!(spec.host_ipc, Some(true));
+    assert_eq!(
+        std::fs::read_to_string(&proof).unwrap(),
+        "from the debug pod",
+        "written through /host"
+    );
+    let status = done.status.unwrap();
+    assert_eq!(status.pod_ip, status.host_ip, "the host's network");
+}
