@@ -159,19 +159,7 @@ async fn a_refused_stop_is_a_failed_kill_pod_event() {
     h.workers.update(PodWork::Delete {
         pod: deleting(&p, 30),
     });
-    h.settle("FailedKillPod", |h| {
-        h.events
-            .events()
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("FailedKillPod"))
-    })
-    .await;
-    let event = h
-        .events
-        .events()
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("FailedKillPod"))
-        .unwrap();
+    let event = h.event("FailedKillPod").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
         event.message.as_deref(),

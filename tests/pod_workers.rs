@@ -527,19 +527,7 @@ async fn a_volume_that_cannot_be_set_up_is_a_failed_mount_event() {
         ..Default::default()
     }]);
     h.workers.update(PodWork::Sync(Arc::new(p)));
-    h.settle("FailedMount recorded", |h| {
-        h.events
-            .events()
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("FailedMount"))
-    })
-    .await;
-    let event = h
-        .events
-        .events()
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("FailedMount"))
-        .unwrap();
+    let event = h.event("FailedMount").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
         event.message.as_deref(),
@@ -598,19 +586,7 @@ async fn a_pod_cgroup_that_cannot_be_made_keeps_the_pod_from_starting() {
     std::fs::write(&blocker, "").unwrap();
     let p = pod("u20", "Always", &["a"], "localhost/app:1");
     h.workers.update(PodWork::Sync(p));
-    h.settle("FailedCreatePodContainer recorded", |h| {
-        h.events
-            .events()
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("FailedCreatePodContainer"))
-    })
-    .await;
-    let event = h
-        .events
-        .events()
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("FailedCreatePodContainer"))
-        .unwrap();
+    let event = h.event("FailedCreatePodContainer").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     let message = event.message.unwrap_or_default();
     assert!(
@@ -619,17 +595,7 @@ async fn a_pod_cgroup_that_cannot_be_made_keeps_the_pod_from_starting() {
     );
     assert!(h.fake.calls_of("run_pod_sandbox").is_empty(), "no sandbox");
     std::fs::remove_file(&blocker).unwrap();
-    for _ in 0..120 {
-        if h.fake.running_container_names() == ["a"] {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    assert_eq!(
-        h.fake.running_container_names(),
-        ["a"],
-        "running once it can be made"
-    );
+    h.wait_running(&["a"], "running once it can be made").await;
     assert!(root.path().join("kubepods/besteffort/podu20").is_dir());
     h.cancel.cancel();
 }
@@ -645,19 +611,7 @@ async fn a_sync_that_cannot_read_the_runtime_is_a_failed_sync_event() {
     );
     let p = pod("u18", "Always", &["a"], "localhost/app:1");
     h.workers.update(PodWork::Sync(p));
-    h.settle("FailedSync recorded", |h| {
-        h.events
-            .events()
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("FailedSync"))
-    })
-    .await;
-    let event = h
-        .events
-        .events()
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("FailedSync"))
-        .unwrap();
+    let event = h.event("FailedSync").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
         event.message.as_deref(),
@@ -665,17 +619,7 @@ async fn a_sync_that_cannot_read_the_runtime_is_a_failed_sync_event() {
             "error determining status: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
         )
     );
-    for _ in 0..120 {
-        if h.fake.running_container_names() == ["a"] {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    assert_eq!(
-        h.fake.running_container_names(),
-        ["a"],
-        "running after the retry"
-    );
+    h.wait_running(&["a"], "running after the retry").await;
     h.cancel.cancel();
 }
 
@@ -690,19 +634,7 @@ async fn an_image_that_cannot_be_inspected_is_an_inspect_failed_event() {
     );
     let p = pod("u17", "Always", &["a"], "localhost/app:1");
     h.workers.update(PodWork::Sync(p));
-    h.settle("InspectFailed recorded", |h| {
-        h.events
-            .events()
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("InspectFailed"))
-    })
-    .await;
-    let event = h
-        .events
-        .events()
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("InspectFailed"))
-        .unwrap();
+    let event = h.event("InspectFailed").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     let message = event.message.unwrap_or_default();
     assert!(
@@ -725,17 +657,7 @@ async fn an_image_that_cannot_be_inspected_is_an_inspect_failed_event() {
     });
     assert_eq!(waiting.as_deref(), Some("ImageInspectError"));
     // Tried again at the next sync (the resync period, on the paused clock).
-    for _ in 0..120 {
-        if h.fake.running_container_names() == ["a"] {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    assert_eq!(
-        h.fake.running_container_names(),
-        ["a"],
-        "running after the retry"
-    );
+    h.wait_running(&["a"], "running after the retry").await;
     h.cancel.cancel();
 }
 

@@ -235,6 +235,31 @@ impl Harness {
         );
     }
 
+    /// The first event recorded with `reason`, once there is one (see [`Self::settle`]).
+    pub async fn event(&self, reason: &str) -> k8s_openapi::api::core::v1::Event {
+        let find = |h: &Self| {
+            h.events
+                .events()
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(reason))
+        };
+        self.settle(&format!("a {reason} event"), |h| find(h).is_some())
+            .await;
+        find(self).unwrap()
+    }
+
+    /// Lets paused time pass, a second at a time for at most two minutes (a resync or a
+    /// retry), until exactly `names` run; fails with `what` otherwise.
+    pub async fn wait_running(&self, names: &[&str], what: &str) {
+        for _ in 0..120 {
+            if self.fake.running_container_names() == names {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert_eq!(self.fake.running_container_names(), names, "{what}");
+    }
+
     pub fn phase(&self, uid: &str) -> String {
         self.status
             .status(uid)
