@@ -94,7 +94,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[async_trait]
 pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<api::VersionResponse>;
-    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String>;
+    /// RunPodSandbox with `runtime_handler` (a RuntimeClass's handler; `""`: the runtime's
+    /// default).
+    async fn run_pod_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String>;
     async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
     async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
     async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<api::PodSandboxStatus>;

@@ -131,7 +131,11 @@ impl Runtime for RemoteRuntime {
         observe("version", "", c.version(req)).await
     }
 
-    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let target = config
             .metadata
             .as_ref()
@@ -141,7 +145,7 @@ impl Runtime for RemoteRuntime {
         let req = self.request(
             api::RunPodSandboxRequest {
                 config: Some(config),
-                runtime_handler: String::new(),
+                runtime_handler: runtime_handler.to_string(),
             },
             Duration::ZERO,
         );

@@ -526,7 +526,7 @@ mod tests {
             labels: labels.clone(),
             ..Default::default()
         };
-        let id = rt.run_pod_sandbox(sandbox.clone()).await.unwrap();
+        let id = rt.run_pod_sandbox(sandbox.clone(), "").await.unwrap();
         let config = cri::api::ContainerConfig {
             metadata: Some(cri::api::ContainerMetadata {
                 name: name.into(),
