@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod};
 
 use crate::lifecycle::admission::{AdmitResult, PodAdmitAttributes, PodAdmitHandler, Rejection};
-use crate::podspec::resources::effective_pod_resources;
+use crate::podspec::resources::pod_resources_with_overhead;
 use crate::podspec::{init_containers, regular_containers};
 
 /// What the node offers.
@@ -166,14 +166,14 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeCapacity, node_name: &str) -
             ),
         ));
     }
-    let wanted = effective_pod_resources(pod);
+    let wanted = pod_resources_with_overhead(pod);
     let used_cpu: i64 = active
         .iter()
-        .map(|p| effective_pod_resources(p).cpu_request_milli)
+        .map(|p| pod_resources_with_overhead(p).cpu_request_milli)
         .sum();
     let used_memory: i64 = active
         .iter()
-        .map(|p| effective_pod_resources(p).memory_request)
+        .map(|p| pod_resources_with_overhead(p).memory_request)
         .sum();
     if wanted.cpu_request_milli > 0 && used_cpu + wanted.cpu_request_milli > node.cpu_milli {
         return Err(Rejection::new(
@@ -305,6 +305,23 @@ mod tests {
                 pod(None, Some("2Gi")),
                 vec![busy.clone()],
                 Some("OutOfmemory"),
+            ),
+            (
+                // 400m fits beside 1500m of 2000m; its RuntimeClass's overhead does not.
+                "overhead counts in the fit",
+                with(pod(Some("400m"), None), |s| {
+                    s.overhead = Some([("cpu".to_string(), Quantity("200m".into()))].into())
+                }),
+                vec![busy.clone()],
+                Some("OutOfcpu"),
+            ),
+            (
+                "overhead of the pods already there counts too",
+                pod(Some("400m"), None),
+                vec![with(busy.clone(), |s| {
+                    s.overhead = Some([("cpu".to_string(), Quantity("200m".into()))].into())
+                })],
+                Some("OutOfcpu"),
             ),
             (
                 "pod count",
