@@ -1657,6 +1657,26 @@ async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
         "containerd's own record"
     );
 
+    // The node lists the handlers containerd's Status reports: containerd 1.6 reports none
+    // (and the kubelet then lists none); 2.x lists each, the default one as "".
+    let version = rt.version().await.unwrap().runtime_version;
+    let node: k8s_openapi::api::core::v1::Node = fixture.get(None, &n.node).unwrap().unwrap();
+    let listed: Vec<String> = node
+        .status
+        .and_then(|s| s.runtime_handlers)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|h| h.name)
+        .collect();
+    if version.starts_with("1.") {
+        assert!(listed.is_empty(), "containerd {version}: {listed:?}");
+    } else {
+        assert!(
+            listed.iter().any(|h| h == "runc-alt"),
+            "containerd {version}: {listed:?}"
+        );
+    }
+
     for (name, message) in [
         (
             "rc-missing",

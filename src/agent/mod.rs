@@ -128,6 +128,8 @@ pub struct RuntimeServices {
     pub containerd_events: Option<ContainerdEvents>,
     /// The runtime's Version answer (its name goes into every `containerID`).
     pub version: api::VersionResponse,
+    /// The handlers the runtime's `Status` listed at start (node `status.runtimeHandlers`).
+    pub runtime_handlers: Vec<api::RuntimeHandler>,
 }
 
 impl RuntimeServices {
@@ -156,6 +158,14 @@ impl RuntimeServices {
                 None
             }
         };
+        // A runtime that cannot say leaves the node without runtimeHandlers; the pods still run.
+        let runtime_handlers = match remote.runtime_handlers().await {
+            Ok(handlers) => handlers,
+            Err(e) => {
+                tracing::warn!(error = %e, "the runtime's Status lists no runtime handlers");
+                Vec::new()
+            }
+        };
         let remote = Arc::new(remote);
         Ok(RuntimeServices {
             runtime: remote.clone(),
@@ -169,6 +179,7 @@ impl RuntimeServices {
                 namespace: cfg.containerd_namespace.clone(),
             }),
             version,
+            runtime_handlers,
         })
     }
 }
@@ -475,9 +486,12 @@ impl NodeViews<'_> {
     /// pressure wing's views, which the node status follows.
     fn agent(&self) -> NodeAgent {
         let pressure = self.pressure.clone();
+        let mut facts = NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version);
+        facts.runtime_handlers =
+            crate::node::status::node_runtime_handlers(&self.runtime.runtime_handlers);
         NodeAgent::new(
             settings::node(self.cfg),
-            NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
+            facts,
             node_health(self.pleg, self.runtime_health),
             Arc::new(move || pressure.pressure()),
             self.clock,

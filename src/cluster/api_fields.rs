@@ -68,6 +68,11 @@ const fn node(path: &'static str, minor: u32, why: &'static str) -> SentField {
 /// newer may not store, oldest first.
 pub const SENT_FIELDS: &[SentField] = &[
     pod("hostIPs", 29, "PodHostIPs beta"),
+    node(
+        "runtimeHandlers",
+        30,
+        "NodeStatus.runtimeHandlers added (RecursiveReadOnlyMounts)",
+    ),
     pod(
         "initContainerStatuses[].volumeMounts",
         31,

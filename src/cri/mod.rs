@@ -168,6 +168,9 @@ pub trait HousekeepingRuntime: Send + Sync + 'static {
     /// The `info` map of a verbose `Status` (containerd: `config` is its CRI configuration as
     /// JSON, `sandboxImage` among it).
     async fn runtime_info(&self) -> Result<std::collections::HashMap<String, String>>;
+    /// The handlers a `Status` answer lists (`runtime_handlers`, with their features); none
+    /// from a runtime that does not report them (containerd 1.6).
+    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>>;
     /// `ReopenContainerLog`: the runtime closes the container's log file and opens its path
     /// again (creating a new file there).
     async fn reopen_container_log(&self, container_id: &str) -> Result<()>;

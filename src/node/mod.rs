@@ -157,6 +157,10 @@ pub struct NodeFacts {
     pub internal_ip: Option<IpAddr>,
     /// `containerd://1.6.20`: the CRI Version call's `runtime_name://runtime_version`.
     pub container_runtime_version: String,
+    /// `status.runtimeHandlers`: what the runtime's `Status` listed when nodelet started
+    /// (the kubelet asks every 5 s; a runtime gains handlers only by a restart with a new
+    /// configuration, after which nodelet is restarted too in practice — see docs).
+    pub runtime_handlers: Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler>,
 }
 
 impl NodeFacts {
@@ -172,6 +176,7 @@ impl NodeFacts {
             machine: info.machine.clone(),
             internal_ip: node_ip.or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
             container_runtime_version: container_runtime_version(runtime),
+            runtime_handlers: Vec::new(),
         }
     }
 }
@@ -301,6 +306,7 @@ impl NodeAgent {
                     health: health(),
                     shutting_down: shutdown.is_shutting_down(),
                     images,
+                    runtime_handlers: &facts.runtime_handlers,
                 };
                 build_node_status(previous, &inputs, clock.now())
             },
