@@ -58,7 +58,7 @@ use crate::events::{node_ref, EventRecorder, EventType};
 use crate::eviction::manager::PressureView;
 use crate::gc::images::ImageGc;
 use crate::lifecycle::shutdown::ShutdownView;
-use crate::node::{NodeAgent, NodeFacts};
+use crate::node::{NodeAgent, NodeFacts, RuntimeHandlers};
 use crate::objects::ObjectSource;
 use crate::pleg::Pleg;
 use crate::pod::manager::StaticAdmission;
@@ -405,6 +405,15 @@ impl NodeletBuilder {
                 "Updated Node Allocatable limit across pods",
             );
         }
+        // What the runtime's Status listed at start, read again every 5 s as the kubelet does.
+        let runtime_handlers = RuntimeHandlers::new(&runtime.rt.runtime_handlers);
+        if let Some(housekeeping) = &runtime.rt.housekeeping {
+            tasks.spawn(crate::node::refresh_runtime_handlers(
+                housekeeping.clone(),
+                runtime_handlers.clone(),
+                cancel.clone(),
+            ));
+        }
         let node_views = NodeViews {
             cfg: &cfg,
             node: &runtime.node,
@@ -413,6 +422,7 @@ impl NodeletBuilder {
             runtime_health: &runtime_health,
             pressure: &pressure.pressure,
             shutdown: &pressure.shutdown,
+            runtime_handlers,
             clock,
         };
         wire_cluster::spawn_node_agent(
@@ -478,6 +488,7 @@ struct NodeViews<'a> {
     runtime_health: &'a RuntimeHealth,
     pressure: &'a PressureView,
     shutdown: &'a ShutdownView,
+    runtime_handlers: RuntimeHandlers,
     clock: Clock,
 }
 
@@ -486,17 +497,15 @@ impl NodeViews<'_> {
     /// pressure wing's views, which the node status follows.
     fn agent(&self) -> NodeAgent {
         let pressure = self.pressure.clone();
-        let mut facts = NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version);
-        facts.runtime_handlers =
-            crate::node::status::node_runtime_handlers(&self.runtime.runtime_handlers);
         NodeAgent::new(
             settings::node(self.cfg),
-            facts,
+            NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
             node_health(self.pleg, self.runtime_health),
             Arc::new(move || pressure.pressure()),
             self.clock,
         )
         .with_shutdown(self.shutdown.clone())
+        .with_runtime_handlers(self.runtime_handlers.clone())
     }
 }
 
