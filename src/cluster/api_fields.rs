@@ -70,8 +70,8 @@ pub const SENT_FIELDS: &[SentField] = &[
     pod("hostIPs", 29, "PodHostIPs beta"),
     node(
         "runtimeHandlers",
-        30,
-        "NodeStatus.runtimeHandlers added (RecursiveReadOnlyMounts)",
+        31,
+        "RecursiveReadOnlyMounts beta (the node strategy drops the list while it is off)",
     ),
     pod(
         "initContainerStatuses[].volumeMounts",
