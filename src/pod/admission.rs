@@ -167,15 +167,18 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeCapacity, node_name: &str) -
         ));
     }
     let wanted = pod_resources_with_overhead(pod);
+    // Saturating: requests and overhead come from pod specs, and a sum that wrapped would fit.
     let used_cpu: i64 = active
         .iter()
         .map(|p| pod_resources_with_overhead(p).cpu_request_milli)
-        .sum();
+        .fold(0, i64::saturating_add);
     let used_memory: i64 = active
         .iter()
         .map(|p| pod_resources_with_overhead(p).memory_request)
-        .sum();
-    if wanted.cpu_request_milli > 0 && used_cpu + wanted.cpu_request_milli > node.cpu_milli {
+        .fold(0, i64::saturating_add);
+    if wanted.cpu_request_milli > 0
+        && used_cpu.saturating_add(wanted.cpu_request_milli) > node.cpu_milli
+    {
         return Err(Rejection::new(
             "OutOfcpu",
             format!(
@@ -184,7 +187,8 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeCapacity, node_name: &str) -
             ),
         ));
     }
-    if wanted.memory_request > 0 && used_memory + wanted.memory_request > node.memory {
+    if wanted.memory_request > 0 && used_memory.saturating_add(wanted.memory_request) > node.memory
+    {
         return Err(Rejection::new(
             "OutOfmemory",
             format!(
@@ -322,6 +326,17 @@ mod tests {
                     s.overhead = Some([("cpu".to_string(), Quantity("200m".into()))].into())
                 })],
                 Some("OutOfcpu"),
+            ),
+            (
+                // Huge values do not wrap around into a fit.
+                "an absurd overhead beside an absurd pod is still too much",
+                with(pod(None, None), |s| {
+                    s.overhead = Some(
+                        [("memory".to_string(), Quantity("9223372036854775807".into()))].into(),
+                    )
+                }),
+                vec![pod(None, Some("9223372036854775807"))],
+                Some("OutOfmemory"),
             ),
             (
                 "pod count",
