@@ -63,6 +63,13 @@ disabled_plugins = [
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
         Root = "$CTD_RUNC_ROOT"
+    # A second handler under another name, for RuntimeClass tests (tests/cluster.rs): runc with
+    # the default's options, so a pod whose RuntimeClass names it runs, and the sandbox shows it.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt.options]
+        SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
+        Root = "$CTD_RUNC_ROOT"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$NODELET_TEST_CNI_BIN"
     conf_dir = "$CNI_CONF_DIR"

@@ -1765,3 +1765,110 @@ async fn kubectl_debug_node_runs_with_the_hosts_namespaces_and_root() {
     let status = done.status.unwrap();
     assert_eq!(status.pod_ip, status.host_ip, "the host's network");
 }
+
+/// RuntimeClass, as the kubelet resolves it: a pod whose class names the test containerd's
+/// second handler (`runc-alt`, `scripts/containerd.sh`) runs in a sandbox containerd created
+/// with that handler; a pod whose class does not exist and one whose class names a handler
+/// containerd lacks never get a sandbox, and `kubectl describe` shows each one's
+/// `FailedCreatePodSandBox` in the kubelet's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
+    use nodelet::cri::{api as cri_api, Runtime};
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("runtime-class", &api, "");
+    let classes = "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: alt\nhandler: runc-alt\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: nowhere\nhandler: no-such-handler\n";
+    kubectl_apply(&api, n.dir.path(), "classes", classes);
+    let (ok, out, err) = kubectl(&api, &["get", "runtimeclasses"]);
+    assert!(
+        ok && out.contains("alt") && out.contains("nowhere"),
+        "{out}{err}"
+    );
+    for (name, class) in [
+        ("rc-alt", "alt"),
+        ("rc-missing", "absent"),
+        ("rc-unknown", "nowhere"),
+    ] {
+        let spec = format!("  runtimeClassName: {class}\n");
+        kubectl_apply(&api, n.dir.path(), name, &bound_pod(name, &n.node, &spec));
+    }
+
+    let running = wait_api("rc-alt running", &n, || {
+        api_pod(&fixture, "rc-alt").filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    let uid = running.metadata.uid.clone().unwrap();
+    let rt = runtime();
+    let sandboxes = rt
+        .list_pod_sandbox(Some(cri_api::PodSandboxFilter {
+            label_selector: [("io.kubernetes.pod.uid".to_string(), uid)].into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:#?}");
+    let status = rt.pod_sandbox_status(&sandboxes[0].id).await.unwrap();
+    assert_eq!(
+        status.runtime_handler, "runc-alt",
+        "containerd's own record"
+    );
+
+    // The node lists the handlers containerd's Status reports: containerd 1.6 reports none
+    // (and the kubelet then lists none); 2.x lists each, the default one as "".
+    let version = rt.version().await.unwrap().runtime_version;
+    let node: k8s_openapi::api::core::v1::Node = fixture.get(None, &n.node).unwrap().unwrap();
+    let listed: Vec<String> = node
+        .status
+        .and_then(|s| s.runtime_handlers)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|h| h.name)
+        .collect();
+    if version.starts_with("1.") {
+        assert!(listed.is_empty(), "containerd {version}: {listed:?}");
+    } else {
+        assert!(
+            listed.iter().any(|h| h == "runc-alt"),
+            "containerd {version}: {listed:?}"
+        );
+    }
+
+    for (name, message) in [
+        (
+            "rc-missing",
+            r#"Failed to create pod sandbox: runtimeclass.node.k8s.io "absent" not found"#,
+        ),
+        (
+            "rc-unknown",
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = ",
+        ),
+    ] {
+        let described = wait_api(&format!("{name}: {message}"), &n, || {
+            let (ok, out, _) = kubectl(&api, &["describe", "pod", name]);
+            (ok && out.contains(message)).then_some(out)
+        })
+        .await;
+        let line = described.lines().find(|l| l.contains(message)).unwrap();
+        assert!(
+            line.contains("Warning") && line.contains("FailedCreatePodSandBox"),
+            "{described}"
+        );
+        if name == "rc-unknown" {
+            assert!(
+                described.contains("no-such-handler"),
+                "containerd names the handler it lacks: {described}"
+            );
+        }
+        let p = api_pod(&fixture, name).unwrap();
+        assert_eq!(api_phase(&p), "Pending", "{name}");
+        let uid = p.metadata.uid.unwrap();
+        let none = rt
+            .list_pod_sandbox(Some(cri_api::PodSandboxFilter {
+                label_selector: [("io.kubernetes.pod.uid".to_string(), uid)].into(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap();
+        assert!(none.is_empty(), "{name} has no sandbox: {none:#?}");
+    }
+}

@@ -216,7 +216,7 @@ async fn containerd_verbose_sandbox_status_says_whether_the_process_runs() {
         }),
         ..Default::default()
     };
-    let id = rt.run_pod_sandbox(config).await.expect("RunPodSandbox");
+    let id = rt.run_pod_sandbox(config, "").await.expect("RunPodSandbox");
     let running = rt.pod_sandbox_info(&id).await;
     let stopped = match rt.stop_pod_sandbox(&id).await {
         Ok(()) => rt.pod_sandbox_info(&id).await,

@@ -511,6 +511,41 @@ async fn a_failed_sandbox_is_an_event_and_is_tried_again() {
     h.cancel.cancel();
 }
 
+/// Standalone, a pod's `runtimeClassName` cannot be resolved: the pod does not run (the kubelet
+/// without an API client would run it under the default handler, dropping the isolation it
+/// asked for), and says so in a `FailedCreatePodSandBox` event.
+#[tokio::test(start_paused = true)]
+async fn a_runtime_class_without_an_api_server_is_refused_with_an_event() {
+    let h = harness().await;
+    let mut p = (*pod("u21", "Always", &["a"], "localhost/app:1")).clone();
+    p.spec.as_mut().unwrap().runtime_class_name = Some("gvisor".into());
+    h.workers.update(PodWork::Sync(Arc::new(p)));
+    h.settle("the refusal recorded", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedCreatePodSandBox"))
+    })
+    .await;
+    let event = h
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("FailedCreatePodSandBox"))
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(
+            "Failed to create pod sandbox: RuntimeClass \"gvisor\" cannot be resolved without an API server (standalone mode); the pod is not run with the default handler"
+        )
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(h.fake.calls_of("run_pod_sandbox").is_empty(), "no sandbox");
+    assert!(h.fake.running_container_names().is_empty());
+    h.cancel.cancel();
+}
+
 /// A volume that cannot be set up (a hostPath of type Directory that is missing) is the
 /// kubelet's `FailedMount` event, in its words; nothing starts.
 #[tokio::test(start_paused = true)]

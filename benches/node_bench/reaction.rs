@@ -421,7 +421,7 @@ async fn bare_stop(rt: &Arc<RemoteRuntime>, root: &Path, runs: usize) -> Vec<f64
         ..Default::default()
     };
     let id = rt
-        .run_pod_sandbox(sandbox.clone())
+        .run_pod_sandbox(sandbox.clone(), "")
         .await
         .expect("RunPodSandbox");
     let mut out = Vec::new();

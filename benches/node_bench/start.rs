@@ -38,7 +38,7 @@ async fn bare_pod(rt: Arc<RemoteRuntime>, node: String, name: String, logs: Stri
     };
     let t = Instant::now();
     let id = rt
-        .run_pod_sandbox(sandbox.clone())
+        .run_pod_sandbox(sandbox.clone(), "")
         .await
         .expect("RunPodSandbox");
     let run = t.elapsed();

@@ -58,7 +58,7 @@ use crate::events::{node_ref, EventRecorder, EventType};
 use crate::eviction::manager::PressureView;
 use crate::gc::images::ImageGc;
 use crate::lifecycle::shutdown::ShutdownView;
-use crate::node::{NodeAgent, NodeFacts};
+use crate::node::{NodeAgent, NodeFacts, RuntimeHandlers};
 use crate::objects::ObjectSource;
 use crate::pleg::Pleg;
 use crate::pod::manager::StaticAdmission;
@@ -128,6 +128,8 @@ pub struct RuntimeServices {
     pub containerd_events: Option<ContainerdEvents>,
     /// The runtime's Version answer (its name goes into every `containerID`).
     pub version: api::VersionResponse,
+    /// The handlers the runtime's `Status` listed at start (node `status.runtimeHandlers`).
+    pub runtime_handlers: Vec<api::RuntimeHandler>,
 }
 
 impl RuntimeServices {
@@ -156,6 +158,14 @@ impl RuntimeServices {
                 None
             }
         };
+        // A runtime that cannot say leaves the node without runtimeHandlers; the pods still run.
+        let runtime_handlers = match remote.runtime_handlers().await {
+            Ok(handlers) => handlers,
+            Err(e) => {
+                tracing::warn!(error = %e, "the runtime's Status lists no runtime handlers");
+                Vec::new()
+            }
+        };
         let remote = Arc::new(remote);
         Ok(RuntimeServices {
             runtime: remote.clone(),
@@ -169,6 +179,7 @@ impl RuntimeServices {
                 namespace: cfg.containerd_namespace.clone(),
             }),
             version,
+            runtime_handlers,
         })
     }
 }
@@ -409,6 +420,15 @@ impl NodeletBuilder {
                 "Updated Node Allocatable limit across pods",
             );
         }
+        // What the runtime's Status listed at start, read again every 5 s as the kubelet does.
+        let runtime_handlers = RuntimeHandlers::new(&runtime.rt.runtime_handlers);
+        if let Some(housekeeping) = &runtime.rt.housekeeping {
+            tasks.spawn(crate::node::refresh_runtime_handlers(
+                housekeeping.clone(),
+                runtime_handlers.clone(),
+                cancel.clone(),
+            ));
+        }
         let node_views = NodeViews {
             cfg: &cfg,
             node: &runtime.node,
@@ -418,6 +438,7 @@ impl NodeletBuilder {
             pressure: &pressure.pressure,
             shutdown: &pressure.shutdown,
             taints: &node_taints,
+            runtime_handlers,
             clock,
         };
         wire_cluster::spawn_node_agent(
@@ -484,6 +505,7 @@ struct NodeViews<'a> {
     pressure: &'a PressureView,
     shutdown: &'a ShutdownView,
     taints: &'a crate::node::updater::NodeTaints,
+    runtime_handlers: RuntimeHandlers,
     clock: Clock,
 }
 
@@ -501,6 +523,7 @@ impl NodeViews<'_> {
         )
         .with_shutdown(self.shutdown.clone())
         .with_taints(self.taints.clone())
+        .with_runtime_handlers(self.runtime_handlers.clone())
     }
 }
 

@@ -19,7 +19,10 @@ use crate::events::api_sink::ApiEventSink;
 use crate::events::EventRecorder;
 use crate::lifecycle::admission::PodAdmitHandler;
 use crate::node::NodeAgent;
-use crate::objects::{watch_services, NoApiServer, ObjectCache, ObjectSource, ServiceStore};
+use crate::objects::{
+    watch_runtime_classes, watch_services, NoApiServer, ObjectCache, ObjectSource,
+    RuntimeClassStore, ServiceStore,
+};
 use crate::pod::admission::{NodeCapacity, PredicateAdmitHandler};
 use crate::pod::manager::Admission;
 use crate::pod::manager::PodManager;
@@ -74,8 +77,18 @@ pub(super) async fn connect(
                 writer,
                 cancel.clone(),
             ));
+            // The kubelet's RuntimeClass manager: every RuntimeClass, for the handler each
+            // sandbox is created with.
+            let (runtime_classes, writer) = RuntimeClassStore::new();
+            tasks.spawn(watch_runtime_classes(
+                clients.client.clone(),
+                writer,
+                cancel.clone(),
+            ));
             Some(Arc::new(
-                ObjectCache::new(clients.client.clone()).with_services(services),
+                ObjectCache::new(clients.client.clone())
+                    .with_services(services)
+                    .with_runtime_classes(runtime_classes),
             ))
         }
         _ => None,

@@ -21,7 +21,7 @@ pub mod systemd;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::podspec::qos::{qos_class, QosClass};
-use crate::podspec::resources::{effective_pod_resources, pod_limits};
+use crate::podspec::resources::pod_resources_with_overhead;
 
 /// Smallest cpu.shares the kubelet writes (the kernel's minimum).
 pub const MIN_SHARES: u64 = 2;
@@ -92,11 +92,12 @@ pub enum MemoryHigh {
 /// all three, BestEffort pods the minimum shares only. `enforce_cpu_limits` is the kubelet's
 /// `cpuCFSQuota`.
 pub fn pod_resource_config(pod: &Pod, enforce_cpu_limits: bool, cpu_period: u64) -> ResourceConfig {
-    let r = effective_pod_resources(pod);
-    let (limits, _, _) = pod_limits(pod);
+    // The pod's overhead counts, as in `ResourceConfigForPod` (`PodRequests`/`PodLimits` with
+    // overhead): the sandbox's own processes (a VM, gVisor's sentry) live in this cgroup.
+    let r = pod_resources_with_overhead(pod);
     let shares = milli_cpu_to_shares(r.cpu_request_milli);
     let quota = if enforce_cpu_limits {
-        milli_cpu_to_quota(limits.cpu_milli.unwrap_or(0), cpu_period)
+        milli_cpu_to_quota(r.cpu_limit_milli.unwrap_or(0), cpu_period)
     } else {
         -1
     };
@@ -105,7 +106,7 @@ pub fn pod_resource_config(pod: &Pod, enforce_cpu_limits: bool, cpu_period: u64)
             cpu_shares: Some(shares),
             cpu_quota: Some(quota),
             cpu_period: Some(cpu_period),
-            memory_limit: Some(limits.memory.unwrap_or(0)),
+            memory_limit: Some(r.memory_limit.unwrap_or(0)),
             ..Default::default()
         },
         QosClass::Burstable => ResourceConfig {
@@ -164,7 +165,7 @@ pub fn pod_cgroup_config(pod: &Pod, settings: &PodCgroupSettings) -> ResourceCon
         cfg.pids_limit = Some(settings.pod_pids_limit);
     }
     if settings.cgroup_v2 {
-        let r = effective_pod_resources(pod);
+        let r = pod_resources_with_overhead(pod);
         let (min, low, high) = memory_qos::pod_values(
             qos_class(pod),
             r.memory_request,
@@ -387,6 +388,7 @@ mod tests {
 
     use super::*;
     use crate::podspec::resources::test_support::{container, pod};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     #[test]
     fn shares_table() {
@@ -550,6 +552,25 @@ mod tests {
         assert_eq!(
             pod_resource_config(&guaranteed, false, QUOTA_PERIOD).cpu_quota,
             Some(-1)
+        );
+        // The pod's overhead (its RuntimeClass's) is in the pod cgroup's values.
+        let mut with_overhead = guaranteed.clone();
+        with_overhead.spec.as_mut().unwrap().overhead = Some(
+            [
+                ("cpu".to_string(), Quantity("250m".into())),
+                ("memory".to_string(), Quantity("128Mi".into())),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            pod_resource_config(&with_overhead, true, QUOTA_PERIOD),
+            ResourceConfig {
+                cpu_shares: Some(768),
+                cpu_quota: Some(75_000),
+                cpu_period: Some(QUOTA_PERIOD),
+                memory_limit: Some((1 << 30) + (128 << 20)),
+                ..Default::default()
+            }
         );
         let best_effort = pod(vec![container("a", "", "")], vec![]);
         assert_eq!(

@@ -24,7 +24,7 @@ use super::{
 use crate::config::memory_qos::MemoryQos;
 use crate::config::reserved::Reserved;
 use crate::podspec::qos::{qos_class, QosClass};
-use crate::podspec::resources::effective_pod_resources;
+use crate::podspec::resources::pod_resources_with_overhead;
 
 /// How young a pod cgroup without a sandbox may be and still be left alone by the start-up
 /// sweep: a pod being started right now (its cgroup is made just before its sandbox) is not an
@@ -54,7 +54,8 @@ pub struct PodShare {
 
 impl PodShare {
     pub fn of(pod: &Pod) -> PodShare {
-        let r = effective_pod_resources(pod);
+        // The QoS tiers count the pod's overhead, as the kubelet's `PodRequests` does.
+        let r = pod_resources_with_overhead(pod);
         PodShare {
             class: qos_class(pod),
             cpu_request_milli: r.cpu_request_milli,

@@ -68,6 +68,11 @@ const fn node(path: &'static str, minor: u32, why: &'static str) -> SentField {
 /// newer may not store, oldest first.
 pub const SENT_FIELDS: &[SentField] = &[
     pod("hostIPs", 29, "PodHostIPs beta"),
+    node(
+        "runtimeHandlers",
+        31,
+        "RecursiveReadOnlyMounts beta (the node strategy drops the list while it is off)",
+    ),
     pod(
         "initContainerStatuses[].volumeMounts",
         31,

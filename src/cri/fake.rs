@@ -24,6 +24,8 @@ pub struct Call {
 #[derive(Debug, Clone)]
 struct FakeSandbox {
     config: api::PodSandboxConfig,
+    /// The handler RunPodSandbox was given (`""`: the default).
+    runtime_handler: String,
     state: api::PodSandboxState,
     /// The sandbox task's `processStatus` in the verbose status (containerd's words:
     /// `running`, `stopped`, `deleted`).
@@ -408,7 +410,11 @@ impl Runtime for FakeRuntime {
         })
     }
 
-    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let now = self.now_nanos();
         let mut st = self.lock();
         let target = config
@@ -424,6 +430,7 @@ impl Runtime for FakeRuntime {
             id.clone(),
             FakeSandbox {
                 config,
+                runtime_handler: runtime_handler.to_string(),
                 state: api::PodSandboxState::SandboxReady,
                 process: "running",
                 created_at: now,
@@ -499,6 +506,7 @@ impl Runtime for FakeRuntime {
             }),
             labels: s.config.labels.clone(),
             annotations: s.config.annotations.clone(),
+            runtime_handler: s.runtime_handler.clone(),
             ..Default::default()
         })
     }
@@ -559,7 +567,7 @@ impl Runtime for FakeRuntime {
                 created_at: s.created_at,
                 labels: s.config.labels.clone(),
                 annotations: s.config.annotations.clone(),
-                runtime_handler: String::new(),
+                runtime_handler: s.runtime_handler.clone(),
             })
             .collect())
     }

@@ -94,7 +94,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[async_trait]
 pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<api::VersionResponse>;
-    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String>;
+    /// RunPodSandbox with `runtime_handler` (a RuntimeClass's handler; `""`: the runtime's
+    /// default).
+    async fn run_pod_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String>;
     async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
     async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
     async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<api::PodSandboxStatus>;
@@ -162,6 +168,9 @@ pub trait HousekeepingRuntime: Send + Sync + 'static {
     /// The `info` map of a verbose `Status` (containerd: `config` is its CRI configuration as
     /// JSON, `sandboxImage` among it).
     async fn runtime_info(&self) -> Result<std::collections::HashMap<String, String>>;
+    /// The handlers a `Status` answer lists (`runtime_handlers`, with their features); none
+    /// from a runtime that does not report them (containerd 1.6).
+    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>>;
     /// `ReopenContainerLog`: the runtime closes the container's log file and opens its path
     /// again (creating a new file there).
     async fn reopen_container_log(&self, container_id: &str) -> Result<()>;

@@ -131,7 +131,11 @@ impl Runtime for RemoteRuntime {
         observe("version", "", c.version(req)).await
     }
 
-    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let target = config
             .metadata
             .as_ref()
@@ -141,7 +145,7 @@ impl Runtime for RemoteRuntime {
         let req = self.request(
             api::RunPodSandboxRequest {
                 config: Some(config),
-                runtime_handler: String::new(),
+                runtime_handler: runtime_handler.to_string(),
             },
             Duration::ZERO,
         );
@@ -467,6 +471,12 @@ impl HousekeepingRuntime for RemoteRuntime {
         let mut c = self.runtime.clone();
         let req = self.request(api::StatusRequest { verbose: true }, Duration::ZERO);
         Ok(observe("status", "", c.status(req)).await?.info)
+    }
+
+    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>> {
+        let mut c = self.runtime.clone();
+        let req = self.request(api::StatusRequest { verbose: false }, Duration::ZERO);
+        Ok(observe("status", "", c.status(req)).await?.runtime_handlers)
     }
 
     async fn reopen_container_log(&self, container_id: &str) -> Result<()> {

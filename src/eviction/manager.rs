@@ -190,19 +190,15 @@ pub fn grace_period(threshold: &Threshold, pod: &Pod, max_pod_grace_seconds: i64
     crate::clock::seconds_from_api(seconds)
 }
 
+/// The pod's ephemeral-storage request as `GetResourceRequestQuantity` has it: the containers'
+/// (init steps included, KEP-753) plus the pod's overhead.
 fn ephemeral_request(pod: &Pod) -> i64 {
-    crate::podspec::regular_containers(pod)
-        .iter()
-        .filter_map(|c| {
-            c.resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get("ephemeral-storage")
-        })
-        .filter_map(|q| Quantity::parse(&q.0).ok())
-        .map(|q| q.value())
-        .sum()
+    use crate::podspec::resources::{pod_overhead, pod_requests};
+    let containers = pod_requests(pod).ephemeral_storage.unwrap_or(0);
+    let overhead = pod_overhead(pod)
+        .and_then(|o| o.ephemeral_storage)
+        .unwrap_or(0);
+    containers.saturating_add(overhead)
 }
 
 /// A container's request of `resource` as written (for the message) and its value; `("0", 0)`
@@ -227,7 +223,8 @@ fn request_text(c: &k8s_openapi::api::core::v1::Container, resource: &str) -> (S
 pub fn candidate(pod: &Pod, stats: Option<&PodStats>, resource: Resource) -> Candidate {
     let (request, usage) = match resource {
         Resource::Memory => (
-            crate::podspec::resources::effective_pod_resources(pod).memory_request,
+            // `GetResourceRequestQuantity`: the pod's overhead counts.
+            crate::podspec::resources::pod_resources_with_overhead(pod).memory_request,
             stats
                 .and_then(|s| s.memory.as_ref())
                 .and_then(|m| m.working_set_bytes)

@@ -962,3 +962,64 @@ async fn memory_pressure_stall_evicts_like_memory_and_waits_out_avg10s_lag() {
         BTreeSet::from([NodeCondition::MemoryPressure])
     );
 }
+
+/// Ranking's requests are `GetResourceRequestQuantity`'s: the containers' plus the pod's
+/// overhead (its RuntimeClass's), for memory and for ephemeral storage.
+#[test]
+fn candidate_requests_include_the_pods_overhead() {
+    let q = |s: &str| K8sQuantity(s.to_string());
+    let pod_with = |overhead: &[(&str, &str)]| Pod {
+        metadata: ObjectMeta {
+            name: Some("p".into()),
+            uid: Some("u".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "a".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(
+                        [
+                            ("memory".to_string(), q("64Mi")),
+                            ("ephemeral-storage".to_string(), q("1Gi")),
+                        ]
+                        .into(),
+                    ),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            overhead: (!overhead.is_empty()).then(|| {
+                overhead
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), q(v)))
+                    .collect::<BTreeMap<_, _>>()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    type Overhead<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Overhead, i64, i64); 3] = [
+        (&[], 64 << 20, 1 << 30),
+        (
+            &[("memory", "16Mi"), ("ephemeral-storage", "100Mi")],
+            80 << 20,
+            (1 << 30) + (100 << 20),
+        ),
+        (&[("cpu", "1")], 64 << 20, 1 << 30),
+    ];
+    for (overhead, memory, disk) in cases {
+        let p = pod_with(overhead);
+        assert_eq!(
+            candidate(&p, None, Resource::Memory).request,
+            memory,
+            "{overhead:?}"
+        );
+        assert_eq!(
+            candidate(&p, None, Resource::EphemeralStorage).request,
+            disk,
+            "{overhead:?}"
+        );
+    }
+}

@@ -31,16 +31,19 @@ async fn fake() -> (Arc<FakeRuntime>, String) {
     let fake = Arc::new(FakeRuntime::default());
     fake.add_image("img");
     let sandbox = fake
-        .run_pod_sandbox(api::PodSandboxConfig {
-            metadata: Some(api::PodSandboxMetadata {
-                name: "web".into(),
-                namespace: "default".into(),
-                uid: UID.into(),
-                attempt: 0,
-            }),
-            labels: [(labels::POD_UID.to_string(), UID.to_string())].into(),
-            ..Default::default()
-        })
+        .run_pod_sandbox(
+            api::PodSandboxConfig {
+                metadata: Some(api::PodSandboxMetadata {
+                    name: "web".into(),
+                    namespace: "default".into(),
+                    uid: UID.into(),
+                    attempt: 0,
+                }),
+                labels: [(labels::POD_UID.to_string(), UID.to_string())].into(),
+                ..Default::default()
+            },
+            "",
+        )
         .await
         .unwrap();
     (fake, sandbox)

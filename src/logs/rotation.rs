@@ -510,6 +510,9 @@ mod tests {
         async fn reopen_container_log(&self, _: &str) -> cri::Result<()> {
             Ok(())
         }
+        async fn runtime_handlers(&self) -> cri::Result<Vec<cri::api::RuntimeHandler>> {
+            Ok(Vec::new())
+        }
     }
 
     /// Starts container `name` of a new sandbox on node `n1`, logging to `<name>.log`.
@@ -526,7 +529,7 @@ mod tests {
             labels: labels.clone(),
             ..Default::default()
         };
-        let id = rt.run_pod_sandbox(sandbox.clone()).await.unwrap();
+        let id = rt.run_pod_sandbox(sandbox.clone(), "").await.unwrap();
         let config = cri::api::ContainerConfig {
             metadata: Some(cri::api::ContainerMetadata {
                 name: name.into(),

@@ -321,6 +321,10 @@ fn every_generated_node_status_field_is_classified() {
         names: Some(vec!["localhost/testbox:1".into()]),
         size_bytes: Some(1 << 20),
     }];
+    let handlers = crate::node::status::node_runtime_handlers(&[crate::cri::api::RuntimeHandler {
+        name: "runc".into(),
+        features: None,
+    }]);
     let inputs = NodeStatusInputs {
         hostname: "node-1",
         internal_ip: Some("10.0.0.5".parse().unwrap()),
@@ -334,6 +338,7 @@ fn every_generated_node_status_field_is_classified() {
         health: Err("runtime down".into()),
         shutting_down: false,
         images: Some(&images),
+        runtime_handlers: &handlers,
     };
     let status = serde_json::to_value(build_node_status(None, &inputs, ts(2_000))).unwrap();
     assert!(

@@ -13,14 +13,14 @@ use std::net::IpAddr;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
-    NodeSwapStatus, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeStatus, NodeSwapStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Map, Value};
 
-use crate::cri::api::Image;
+use crate::cri::api::{Image, RuntimeHandler};
 use crate::events::EventType;
 use crate::lifecycle::pressure::Pressure;
 use crate::quantity::Quantity;
@@ -165,6 +165,27 @@ pub struct NodeStatusInputs<'a> {
     /// The images to list (see [`node_images`]); `None` when the runtime could not list them
     /// this time, which keeps the list the API server has.
     pub images: Option<&'a [ContainerImage]>,
+    /// `status.runtimeHandlers`, from the runtime's `Status` ([`node_runtime_handlers`]).
+    pub runtime_handlers: &'a [NodeRuntimeHandler],
+}
+
+/// The kubelet's `RuntimeHandlers` setter: each handler the runtime's `Status` lists, by name
+/// (`""` is the default handler), with both features stated, true or false. A runtime that
+/// lists none (containerd 1.6) gives none, and the field is left out.
+pub fn node_runtime_handlers(handlers: &[RuntimeHandler]) -> Vec<NodeRuntimeHandler> {
+    handlers
+        .iter()
+        .map(|h| {
+            let features = h.features.unwrap_or_default();
+            NodeRuntimeHandler {
+                name: Some(h.name.clone()),
+                features: Some(NodeRuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(features.recursive_read_only_mounts),
+                    user_namespaces: Some(features.user_namespaces),
+                }),
+            }
+        })
+        .collect()
 }
 
 /// The new status: `previous` (the API server's) updated with the node's current facts.
@@ -188,6 +209,9 @@ pub fn build_node_status(
     if let Some(images) = inputs.images {
         status.images = (!images.is_empty()).then(|| images.to_vec());
     }
+    // Always replaced: a runtime that stopped listing a handler no longer has it.
+    status.runtime_handlers =
+        (!inputs.runtime_handlers.is_empty()).then(|| inputs.runtime_handlers.to_vec());
 
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     for (kind, under_pressure) in [

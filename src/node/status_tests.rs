@@ -33,6 +33,7 @@ fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
         health: Ok(()),
         shutting_down: false,
         images: None,
+        runtime_handlers: &[],
     }
 }
 
@@ -972,4 +973,56 @@ fn reservation_follows_the_configured_hard_thresholds() {
             "ephemeral-storage: {extra}"
         );
     }
+}
+
+/// `status.runtimeHandlers` as the kubelet's setter makes it: every handler the runtime lists,
+/// both features stated; none listed (containerd 1.6) leaves the field out, and replaces a list
+/// the API server had.
+#[test]
+fn runtime_handlers_from_the_runtimes_status() {
+    use crate::cri::api::{RuntimeHandler, RuntimeHandlerFeatures};
+    use k8s_openapi::api::core::v1::{NodeRuntimeHandler, NodeRuntimeHandlerFeatures};
+    let h = |name: &str, rro: bool, userns: bool| NodeRuntimeHandler {
+        name: Some(name.into()),
+        features: Some(NodeRuntimeHandlerFeatures {
+            recursive_read_only_mounts: Some(rro),
+            user_namespaces: Some(userns),
+        }),
+    };
+    let cri = |name: &str, features: Option<(bool, bool)>| RuntimeHandler {
+        name: name.into(),
+        features: features.map(|(r, u)| RuntimeHandlerFeatures {
+            recursive_read_only_mounts: r,
+            user_namespaces: u,
+        }),
+    };
+    let cases = [
+        (vec![], vec![]),
+        (
+            // containerd 2.x: the default handler ("") first, then each named one.
+            vec![
+                cri("", Some((true, true))),
+                cri("runc-alt", Some((true, false))),
+            ],
+            vec![h("", true, true), h("runc-alt", true, false)],
+        ),
+        // No features stated: both false, as the kubelet's zero values.
+        (vec![cri("kata", None)], vec![h("kata", false, false)]),
+    ];
+    for (listed, want) in cases {
+        assert_eq!(node_runtime_handlers(&listed), want, "{listed:?}");
+    }
+    let machine = machine();
+    let listed = node_runtime_handlers(&[cri("runc", Some((true, false)))]);
+    let with = NodeStatusInputs {
+        runtime_handlers: &listed,
+        ..inputs(&machine)
+    };
+    let status = build_node_status(None, &with, ts("2026-01-01T00:00:00Z"));
+    assert_eq!(status.runtime_handlers.as_deref(), Some(&listed[..]));
+    let status = build_node_status(Some(&status), &inputs(&machine), ts("2026-01-01T00:00:10Z"));
+    assert_eq!(
+        status.runtime_handlers, None,
+        "a list no longer there is dropped"
+    );
 }

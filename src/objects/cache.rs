@@ -31,6 +31,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use super::runtime_classes::{lookup_runtime_handler, RuntimeClassRead, RuntimeClassStore};
 use super::services::ServiceStore;
 use super::token::{ApiTokenIssuer, TokenManager, TokenRequest};
 use super::{referenced_objects, ObjectError, ObjectKind, ObjectSource, References, Result};
@@ -114,6 +115,9 @@ pub struct ObjectCache {
     /// The services watch's store; `None` (no service links) until
     /// [`ObjectCache::with_services`].
     services: Option<ServiceStore>,
+    /// The RuntimeClass watch's store; `None` until [`ObjectCache::with_runtime_classes`]
+    /// (then no class resolves: a pod asking for one does not run).
+    runtime_classes: Option<RuntimeClassStore>,
 }
 
 impl ObjectCache {
@@ -125,7 +129,15 @@ impl ObjectCache {
             state: Mutex::new(State::default()),
             tokens: TokenManager::new(issuer, Clock::system()),
             services: None,
+            runtime_classes: None,
         }
+    }
+
+    /// The store of the RuntimeClass watch sandboxes' handlers are looked up in (see
+    /// [`super::runtime_classes`]).
+    pub fn with_runtime_classes(mut self, runtime_classes: RuntimeClassStore) -> ObjectCache {
+        self.runtime_classes = Some(runtime_classes);
+        self
     }
 
     /// The store of the services watch environments read (see [`super::services`]).
@@ -386,6 +398,17 @@ impl ObjectSource for ObjectCache {
         self.services
             .as_ref()
             .map_or(ServicesRead::NoApiServer, ServiceStore::read)
+    }
+
+    fn runtime_handler(
+        &self,
+        runtime_class_name: Option<&str>,
+    ) -> Result<String, super::RuntimeClassError> {
+        lookup_runtime_handler(runtime_class_name, |name| match &self.runtime_classes {
+            Some(store) => store.read(name),
+            // Not wired: as good as a watch that never lists.
+            None => RuntimeClassRead::NotSynced,
+        })
     }
 }
 

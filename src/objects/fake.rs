@@ -22,6 +22,8 @@ struct Objects {
     tokens: BTreeMap<Key, String>,
     token_requests: Vec<TokenRequest>,
     services: ServicesRead,
+    /// RuntimeClass name → handler.
+    runtime_classes: BTreeMap<String, String>,
 }
 
 /// ConfigMaps and Secrets held in memory, keyed by their own namespace and name.
@@ -59,6 +61,13 @@ impl FakeObjects {
     pub fn set_secret(&self, secret: Secret) {
         let key = key_of(&secret.metadata);
         self.lock().secrets.insert(key, secret);
+    }
+
+    /// Adds or replaces the RuntimeClass `name` with `handler`.
+    pub fn set_runtime_class(&self, name: &str, handler: &str) {
+        self.lock()
+            .runtime_classes
+            .insert(name.to_string(), handler.to_string());
     }
 
     pub fn remove_config_map(&self, namespace: &str, name: &str) {
@@ -173,6 +182,16 @@ impl ObjectSource for FakeObjects {
 
     fn services(&self) -> ServicesRead {
         self.lock().services.clone()
+    }
+
+    fn runtime_handler(
+        &self,
+        runtime_class_name: Option<&str>,
+    ) -> Result<String, super::RuntimeClassError> {
+        let st = self.lock();
+        super::lookup_runtime_handler(runtime_class_name, |name| {
+            super::RuntimeClassRead::Synced(st.runtime_classes.get(name).cloned())
+        })
     }
 }
 

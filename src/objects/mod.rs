@@ -17,6 +17,7 @@ pub mod cache;
 /// In-memory objects for tests (feature `test-util`).
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod runtime_classes;
 pub mod services;
 pub mod token;
 
@@ -26,6 +27,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 pub use cache::ObjectCache;
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::FakeObjects;
+pub use runtime_classes::{
+    lookup_runtime_handler, watch_runtime_classes, RuntimeClassError, RuntimeClassRead,
+    RuntimeClassStore,
+};
 pub use services::{watch_services, ServiceStore};
 pub use token::{FetchedTokens, TokenManager, TokenRequest};
 
@@ -152,6 +157,12 @@ pub trait ObjectSource: Send + Sync {
     /// The cluster's services for service links: none without an API server, else what the
     /// services watch holds (or that it has not listed yet).
     fn services(&self) -> ServicesRead;
+    /// The runtime handler for a pod's `runtimeClassName` (`""`: the runtime's default), or why
+    /// the pod cannot have its sandbox ([`lookup_runtime_handler`]).
+    fn runtime_handler(
+        &self,
+        runtime_class_name: Option<&str>,
+    ) -> Result<String, RuntimeClassError>;
 }
 
 /// Standalone nodelet: there is no API server to ask.
@@ -185,6 +196,13 @@ impl ObjectSource for NoApiServer {
 
     fn services(&self) -> ServicesRead {
         ServicesRead::NoApiServer
+    }
+
+    fn runtime_handler(
+        &self,
+        runtime_class_name: Option<&str>,
+    ) -> Result<String, RuntimeClassError> {
+        lookup_runtime_handler(runtime_class_name, |_| RuntimeClassRead::NoApiServer)
     }
 }
 

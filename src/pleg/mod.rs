@@ -553,10 +553,13 @@ mod tests {
         ]
         .into();
         let sandbox = fake
-            .run_pod_sandbox(api::PodSandboxConfig {
-                labels: labels.clone(),
-                ..Default::default()
-            })
+            .run_pod_sandbox(
+                api::PodSandboxConfig {
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+                "",
+            )
             .await
             .unwrap();
         pleg.relist().await.unwrap();

@@ -22,7 +22,7 @@ use crate::events::{pod_ref, EventRecorder, EventType};
 use crate::lifecycle::admission::{AdmitResult, PodAdmitAttributes, PodAdmitHandler, Rejection};
 use crate::lifecycle::kill::PodKiller;
 use crate::podspec::qos::{is_critical_pod, is_static_pod, qos_class, QosClass};
-use crate::podspec::resources::effective_pod_resources;
+use crate::podspec::resources::pod_resources_with_overhead;
 use crate::podspec::{init_containers, regular_containers};
 use crate::status::StatusMutation;
 
@@ -213,10 +213,10 @@ impl Failure {
     }
 }
 
-/// A pod's request of `resource` as preemption counts it (`resource.GetResourceRequest`: one
-/// for pods).
+/// A pod's request of `resource` as preemption counts it (`resource.GetResourceRequest`:
+/// overhead included; one for pods).
 fn request_of(pod: &Pod, resource: &str) -> i64 {
-    let r = effective_pod_resources(pod);
+    let r = pod_resources_with_overhead(pod);
     match resource {
         "pods" => 1,
         "cpu" => r.cpu_request_milli,
@@ -529,14 +529,15 @@ fn failures(
             capacity: i64::from(node.pods),
         });
     }
-    let wanted = effective_pod_resources(pod);
+    let wanted = pod_resources_with_overhead(pod);
+    // Saturating: requests and overhead come from pod specs, and a sum that wrapped would fit.
     let used_cpu: i64 = active
         .iter()
-        .map(|p| effective_pod_resources(p).cpu_request_milli)
+        .map(|p| pod_resources_with_overhead(p).cpu_request_milli)
         .fold(0, i64::saturating_add);
     let used_memory: i64 = active
         .iter()
-        .map(|p| effective_pod_resources(p).memory_request)
+        .map(|p| pod_resources_with_overhead(p).memory_request)
         .fold(0, i64::saturating_add);
     if wanted.cpu_request_milli > 0
         && used_cpu.saturating_add(wanted.cpu_request_milli) > node.cpu_milli
@@ -693,6 +694,34 @@ mod tests {
                 "too much memory",
                 pod(None, Some("2Gi")),
                 vec![busy.clone()],
+                Some("OutOfmemory"),
+            ),
+            (
+                // 400m fits beside 1500m of 2000m; its RuntimeClass's overhead does not.
+                "overhead counts in the fit",
+                with(pod(Some("400m"), None), |s| {
+                    s.overhead = Some([("cpu".to_string(), Quantity("200m".into()))].into())
+                }),
+                vec![busy.clone()],
+                Some("OutOfcpu"),
+            ),
+            (
+                "overhead of the pods already there counts too",
+                pod(Some("400m"), None),
+                vec![with(busy.clone(), |s| {
+                    s.overhead = Some([("cpu".to_string(), Quantity("200m".into()))].into())
+                })],
+                Some("OutOfcpu"),
+            ),
+            (
+                // Huge values do not wrap around into a fit.
+                "an absurd overhead beside an absurd pod is still too much",
+                with(pod(None, None), |s| {
+                    s.overhead = Some(
+                        [("memory".to_string(), Quantity("9223372036854775807".into()))].into(),
+                    )
+                }),
+                vec![pod(None, Some("9223372036854775807"))],
                 Some("OutOfmemory"),
             ),
             (

@@ -248,6 +248,32 @@ pub fn effective_pod_resources(pod: &Pod) -> PodResources {
     }
 }
 
+/// `r` with the pod's `overhead` (`spec.overhead`, set by the API server from the pod's
+/// RuntimeClass) added as the kubelet's `PodRequests`/`PodLimits` add it: to every request, and
+/// to a limit only where there is one (an unbounded pod stays unbounded). Saturating: the
+/// amounts come from outside.
+pub fn add_overhead(r: PodResources, overhead: Option<Amounts>) -> PodResources {
+    let Some(o) = overhead else {
+        return r;
+    };
+    let cpu = o.cpu_milli.unwrap_or(0);
+    let memory = o.memory.unwrap_or(0);
+    PodResources {
+        cpu_request_milli: r.cpu_request_milli.saturating_add(cpu),
+        cpu_limit_milli: r.cpu_limit_milli.map(|l| l.saturating_add(cpu)),
+        memory_request: r.memory_request.saturating_add(memory),
+        memory_limit: r.memory_limit.map(|l| l.saturating_add(memory)),
+    }
+}
+
+/// The pod's resources with its overhead: what the node gives the pod as a whole — admission's
+/// fit, the pod cgroup, the QoS tiers, eviction ranking (the kubelet's `PodRequests`,
+/// `PodLimits` and `GetResourceRequestQuantity` with their default options). Containers' own
+/// values (their cgroups, the Downward API's `resourceFieldRef`) never include it.
+pub fn pod_resources_with_overhead(pod: &Pod) -> PodResources {
+    add_overhead(effective_pod_resources(pod), pod_overhead(pod))
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use std::collections::BTreeMap;
@@ -431,5 +457,64 @@ mod tests {
         );
         let r = effective_pod_resources(&p);
         assert_eq!((r.cpu_limit_milli, r.memory_limit), (Some(2000), None));
+    }
+
+    #[test]
+    fn overhead_adds_to_requests_and_to_limits_that_are_there() {
+        let with = |o: &str| {
+            let mut p = pod(
+                vec![container("a", "cpu=100m,memory=64Mi", "cpu=1,memory=128Mi")],
+                vec![],
+            );
+            p.spec.as_mut().unwrap().overhead = test_support::list(o);
+            p
+        };
+        let unbounded = |o: &str| {
+            let mut p = pod(vec![container("a", "cpu=100m,memory=64Mi", "")], vec![]);
+            p.spec.as_mut().unwrap().overhead = test_support::list(o);
+            p
+        };
+        let r = |cpu, cpu_l, mem, mem_l| PodResources {
+            cpu_request_milli: cpu,
+            cpu_limit_milli: cpu_l,
+            memory_request: mem,
+            memory_limit: mem_l,
+        };
+        let cases = [
+            // No overhead: the containers' values.
+            (with(""), r(100, Some(1000), 64 << 20, Some(128 << 20))),
+            (
+                with("cpu=250m,memory=120Mi"),
+                r(350, Some(1250), 184 << 20, Some(248 << 20)),
+            ),
+            // Only memory overhead: cpu untouched.
+            (
+                with("memory=10Mi"),
+                r(100, Some(1000), 74 << 20, Some(138 << 20)),
+            ),
+            // No limits: overhead does not make one.
+            (
+                unbounded("cpu=250m,memory=120Mi"),
+                r(350, None, 184 << 20, None),
+            ),
+            // An absurd overhead saturates instead of wrapping.
+            (
+                with("memory=9223372036854775807"),
+                r(100, Some(1000), i64::MAX, Some(i64::MAX)),
+            ),
+        ];
+        for (p, want) in cases {
+            assert_eq!(
+                pod_resources_with_overhead(&p),
+                want,
+                "{:?}",
+                p.spec.as_ref().unwrap().overhead
+            );
+        }
+        // Without overhead the containers' own view is unchanged.
+        assert_eq!(
+            effective_pod_resources(&with("cpu=1")).cpu_request_milli,
+            100
+        );
     }
 }

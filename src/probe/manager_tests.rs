@@ -91,7 +91,7 @@ impl Runtime for ScriptedRuntime {
     async fn version(&self) -> cri::Result<api::VersionResponse> {
         unsupported("version")
     }
-    async fn run_pod_sandbox(&self, _: api::PodSandboxConfig) -> cri::Result<String> {
+    async fn run_pod_sandbox(&self, _: api::PodSandboxConfig, _: &str) -> cri::Result<String> {
         unsupported("run_pod_sandbox")
     }
     async fn stop_pod_sandbox(&self, _: &str) -> cri::Result<()> {

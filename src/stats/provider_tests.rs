@@ -156,7 +156,10 @@ async fn runtime(clock: Clock) -> Arc<FakeRuntime> {
         labels: labels_for(None),
         ..Default::default()
     };
-    let sandbox = rt.run_pod_sandbox(sandbox_config.clone()).await.unwrap();
+    let sandbox = rt
+        .run_pod_sandbox(sandbox_config.clone(), "")
+        .await
+        .unwrap();
     for name in ["app", "sidecar"] {
         let id = rt
             .create_container(

@@ -542,8 +542,28 @@ impl PodSyncer {
             );
         }
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
+            // The kubelet's createPodSandbox: the RuntimeClass's handler, or no sandbox (a
+            // missing class, or none resolvable: never the default handler in its place).
+            let runtime_class = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.runtime_class_name.as_deref());
+            let handler = match self.objects.runtime_handler(runtime_class) {
+                Ok(handler) => handler,
+                Err(e) => {
+                    let e = Error::Sandbox {
+                        uid: uid.clone(),
+                        message: e.to_string(),
+                    };
+                    self.sandbox_failed(pod, &e);
+                    return Err(e);
+                }
+            };
             let writes = memory.runtime_writes.enter().await;
-            let created = self.sandboxes.create(pod, plan, sandbox_cfg.clone()).await;
+            let created = self
+                .sandboxes
+                .create(pod, plan, sandbox_cfg.clone(), &handler)
+                .await;
             drop(writes);
             let id = created.inspect_err(|e| self.sandbox_failed(pod, e))?;
             memory.cgroup_configured = true;

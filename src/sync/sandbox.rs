@@ -22,12 +22,14 @@ pub struct PodSandboxes {
 }
 
 impl PodSandboxes {
-    /// The pod's log directory and cgroup, then RunPodSandbox; returns the sandbox's ID.
+    /// The pod's log directory and cgroup, then RunPodSandbox with `runtime_handler` (its
+    /// RuntimeClass's; `""`: the runtime's default); returns the sandbox's ID.
     pub async fn create(
         &self,
         pod: &Pod,
         plan: &PodPlan,
         config: api::PodSandboxConfig,
+        runtime_handler: &str,
     ) -> Result<String> {
         let uid = pod_uid(pod).to_string();
         let log_dir = pod_log_dir(
@@ -43,10 +45,10 @@ impl PodSandboxes {
             });
         }
         self.ensure_pod_cgroup(pod, plan).await?;
-        tracing::info!("creating pod sandbox");
+        tracing::info!(runtime_handler, "creating pod sandbox");
         let id = self
             .runtime
-            .run_pod_sandbox(config)
+            .run_pod_sandbox(config, runtime_handler)
             .await
             .map_err(|source| Error::Runtime {
                 uid: uid.clone(),

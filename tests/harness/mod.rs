@@ -132,6 +132,7 @@ pub async fn harness_with_cgroups(
             runtime_version: "0.0.0".into(),
             runtime_api_version: "v1".into(),
         },
+        runtime_handlers: Vec::new(),
     };
     let mut cfg = config(dir.path(), crash_loop_backoff);
     edit(&mut cfg);

@@ -285,6 +285,7 @@ mod tests {
                 "certificates.k8s.io",
                 "coordination.k8s.io",
                 "events.k8s.io",
+                "node.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
                 "metrics.k8s.io"

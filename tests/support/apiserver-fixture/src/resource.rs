@@ -223,6 +223,20 @@ pub static RESOURCES: &[ResourceType] = &[
         categories: &[],
     },
     ResourceType {
+        group: "node.k8s.io",
+        version: "v1",
+        plural: "runtimeclasses",
+        singular: "runtimeclass",
+        kind: "RuntimeClass",
+        namespaced: false,
+        short_names: &[],
+        status_subresource: false,
+        storage: "runtimeclasses",
+        allow_create_on_update: false,
+        return_deleted_object: false,
+        categories: &[],
+    },
+    ResourceType {
         group: "events.k8s.io",
         version: "v1",
         plural: "events",
@@ -243,6 +257,7 @@ pub const GROUPS: &[&str] = &[
     "certificates.k8s.io",
     "coordination.k8s.io",
     "events.k8s.io",
+    "node.k8s.io",
 ];
 
 pub fn find_by_plural(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
@@ -279,6 +294,7 @@ mod tests {
             ("coordination.k8s.io", "v1", "leases", Some("Lease")),
             ("events.k8s.io", "v1", "events", Some("Event")),
             ("", "v1", "serviceaccounts", Some("ServiceAccount")),
+            ("node.k8s.io", "v1", "runtimeclasses", Some("RuntimeClass")),
             ("", "v1", "leases", None),
             ("apps", "v1", "deployments", None),
         ];

@@ -78,6 +78,9 @@ pub fn check(rt: &ResourceType, obj: &Value) -> Result<Vec<String>, String> {
             roundtrip::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(obj)
         }
         ("events.k8s.io", "Event") => roundtrip::<events::Event>(obj),
+        ("node.k8s.io", "RuntimeClass") => {
+            roundtrip::<k8s_openapi::api::node::v1::RuntimeClass>(obj)
+        }
         _ => Ok(Vec::new()),
     };
     result.map_err(|e| {
