@@ -38,9 +38,11 @@ pub const TAIL_LINE_CAP: u64 = (JOIN_CAP + JOIN_CAP / 8) as u64;
 pub struct TailRange {
     /// Where the last N lines start.
     pub start: u64,
-    /// Where they end (the end of the last complete file line when the search ran), when the
-    /// file had N lines: the kubelet stops after N lines even if more were written since. `None`
-    /// when the file has fewer: everything to its end is read.
+    /// Where a non-following read of them ends: the end of the last complete file line when the
+    /// search ran, when the file had N lines (the kubelet stops after N lines even if more were
+    /// written since); the file's size when the search ran, when it had fewer (everything there
+    /// was, but not what a container writes meanwhile: a flood that starts just then would
+    /// otherwise be read whole). `None` only without `tailLines`: the whole file.
     pub end: Option<u64>,
 }
 
@@ -190,7 +192,7 @@ pub fn tail_range<F: Read + Seek>(file: &mut F, n: Option<i64>) -> std::io::Resu
     }
     Ok(TailRange {
         start: 0,
-        end: None,
+        end: Some(size),
     })
 }
 
@@ -295,12 +297,12 @@ mod tests {
                 },
             ),
             (
-                "more than there are: to the end",
+                "more than there are: all there was",
                 &full,
                 4,
                 TailRange {
                     start: 0,
-                    end: None,
+                    end: Some(full.len() as u64),
                 },
             ),
             (
@@ -327,7 +329,7 @@ mod tests {
                 1,
                 TailRange {
                     start: 0,
-                    end: None,
+                    end: Some(0),
                 },
             ),
         ];
