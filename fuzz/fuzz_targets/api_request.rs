@@ -71,6 +71,7 @@ fn router() -> Router {
                 health: Arc::new(|| Ok(())),
                 events: Arc::new(Vec::new),
                 summary: None,
+                configz: None,
             };
             let authentication = Authentication {
                 anonymous_enabled: true,
