@@ -284,3 +284,179 @@ async fn security_context_fields_hold_inside_the_container() {
         );
     }
 }
+
+/// A static pod of one testbox container that prints what it finds and exits.
+fn one_shot_pod(name: &str, pod_security_context: &str, script: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n\
+         \x20 securityContext: {pod_security_context}\n  containers:\n{}",
+        container("main", script, "")
+    )
+}
+
+/// The status of a pod that admission refused: `Failed` with `reason`, and the message.
+async fn wait_rejected(n: &Nodelet, name: &str) -> (String, String) {
+    let pod = n
+        .wait_pod(name, T, "rejected at admission", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.phase.as_deref() == Some("Failed"))
+        })
+        .await;
+    let status = pod.status.unwrap_or_default();
+    assert!(
+        status
+            .container_statuses
+            .iter()
+            .flatten()
+            .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none())),
+        "{name}: a container of a rejected pod ran: {:?}",
+        status.container_statuses
+    );
+    (
+        status.reason.unwrap_or_default(),
+        status.message.unwrap_or_default(),
+    )
+}
+
+/// `seccompDefault: true` puts a container without a profile under the runtime's default
+/// seccomp filter (`Seccomp: 2` in its `/proc/self/status`; an explicit `Unconfined` stays 0);
+/// a pod that sets an unsafe sysctl the node does not allow is rejected with `SysctlForbidden`
+/// before anything of it runs, while a safe one is set inside the pod's namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seccomp_default_and_sysctl_admission_without_unsafe_sysctls() {
+    let n = Nodelet::start_with("seccomp-default", "seccompDefault: true\n");
+    let seccomp = r#"echo "seccomp=$(awk '/^Seccomp:/ {print $2}' /proc/self/status)""#;
+    n.write_manifest(
+        "defaulted.yaml",
+        &one_shot_pod(
+            "defaulted",
+            "{sysctls: [{name: net.ipv4.tcp_syncookies, value: '0'}]}",
+            &format!("{seccomp}\necho \"syncookies=$(cat /proc/sys/net/ipv4/tcp_syncookies)\""),
+        ),
+    );
+    n.write_manifest(
+        "unconfined.yaml",
+        &one_shot_pod(
+            "unconfined",
+            "{seccompProfile: {type: Unconfined}}",
+            seccomp,
+        ),
+    );
+    n.write_manifest(
+        "shm.yaml",
+        &one_shot_pod(
+            "shm",
+            "{sysctls: [{name: kernel.shmmax, value: '65536'}]}",
+            "echo ran",
+        ),
+    );
+    let defaulted = n
+        .wait_pod("defaulted", T, "its container terminated", |p| {
+            all_terminated(p, 1)
+        })
+        .await;
+    let defaulted = report(&n, &defaulted, "main");
+    assert_eq!(get(&defaulted, "seccomp"), "2", "{defaulted:?}");
+    // The host's value is 1; the pod's network namespace has its own.
+    assert_eq!(get(&defaulted, "syncookies"), "0", "{defaulted:?}");
+    let unconfined = n
+        .wait_pod("unconfined", T, "its container terminated", |p| {
+            all_terminated(p, 1)
+        })
+        .await;
+    let unconfined = report(&n, &unconfined, "main");
+    assert_eq!(get(&unconfined, "seccomp"), "0", "{unconfined:?}");
+
+    let (reason, message) = wait_rejected(&n, "shm").await;
+    assert_eq!(reason, "SysctlForbidden");
+    // The status message as the kubelet's `rejectPod`; the event has the bare message.
+    assert_eq!(
+        message,
+        "Pod was rejected: forbidden sysctl: \"kernel.shmmax\" not allowlisted"
+    );
+    let events = n
+        .api()
+        .get("/events")
+        .await
+        .expect("nodelet answers /events");
+    let list: serde_json::Value = serde_json::from_str(&events).expect("/events is JSON");
+    assert!(
+        list["items"].as_array().into_iter().flatten().any(|e| {
+            e["reason"] == "SysctlForbidden"
+                && e["type"] == "Warning"
+                && e["message"] == "forbidden sysctl: \"kernel.shmmax\" not allowlisted"
+        }),
+        "no SysctlForbidden event:\n{events}"
+    );
+}
+
+/// With `allowedUnsafeSysctls: ["kernel.shm*"]` (and no `seccompDefault`) the same pod runs
+/// with the value inside its IPC namespace; one outside the pattern is still refused, and so is
+/// an allowed IPC sysctl in a pod that shares the host's IPC namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_unsafe_sysctls_let_a_pod_set_them() {
+    let n = Nodelet::start_with(
+        "unsafe-sysctls",
+        "allowedUnsafeSysctls: [\"kernel.shm*\"]\n",
+    );
+    n.write_manifest(
+        "shm.yaml",
+        &one_shot_pod(
+            "shm",
+            "{sysctls: [{name: kernel.shmmax, value: '65536'}]}",
+            r#"echo "shmmax=$(cat /proc/sys/kernel/shmmax)"
+echo "seccomp=$(awk '/^Seccomp:/ {print $2}' /proc/self/status)""#,
+        ),
+    );
+    n.write_manifest(
+        "msg.yaml",
+        &one_shot_pod(
+            "msg",
+            "{sysctls: [{name: kernel.msgmax, value: '65536'}]}",
+            "echo ran",
+        ),
+    );
+    let host_ipc = one_shot_pod(
+        "hostipc",
+        "{sysctls: [{name: kernel.shmmax, value: '65536'}]}",
+        "echo ran",
+    )
+    .replace(
+        "  restartPolicy: Never\n",
+        "  restartPolicy: Never\n  hostIPC: true\n",
+    );
+    n.write_manifest("hostipc.yaml", &host_ipc);
+    let shm = n
+        .wait_pod("shm", T, "its container terminated", |p| {
+            all_terminated(p, 1)
+        })
+        .await;
+    let shm = report(&n, &shm, "main");
+    assert_eq!(get(&shm, "shmmax"), "65536", "{shm:?}");
+    // Without seccompDefault a container without a profile is unconfined, as in the kubelet.
+    assert_eq!(get(&shm, "seccomp"), "0", "{shm:?}");
+    assert_ne!(
+        std::fs::read_to_string("/proc/sys/kernel/shmmax")
+            .expect("host shmmax")
+            .trim(),
+        "65536",
+        "the pod's sysctl reached the host"
+    );
+    let (reason, message) = wait_rejected(&n, "msg").await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        (
+            "SysctlForbidden",
+            "Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted"
+        )
+    );
+    let (reason, message) = wait_rejected(&n, "hostipc").await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        (
+            "SysctlForbidden",
+            "Pod was rejected: forbidden sysctl: \"kernel.shmmax\" not allowed with host ipc enabled"
+        )
+    );
+}

@@ -62,6 +62,7 @@ use crate::node::{NodeAgent, NodeFacts, RuntimeHandlers};
 use crate::objects::ObjectSource;
 use crate::pleg::Pleg;
 use crate::pod::manager::StaticAdmission;
+use crate::pod::sysctls::SysctlAdmitHandler;
 use crate::pod::workers::PodWorkers;
 use crate::probe::ProbeManager;
 use crate::server::tls::TlsError;
@@ -100,6 +101,8 @@ pub enum StartError {
     Bind(#[from] BindError),
     #[error(transparent)]
     CredentialProviders(#[from] crate::images::provider::ProviderError),
+    #[error("allowedUnsafeSysctls: {0}")]
+    Sysctls(String),
 }
 
 /// containerd's native event service, which tells the PLEG of task starts and exits at once.
@@ -381,8 +384,15 @@ impl NodeletBuilder {
             &recorder,
             node_taints.subscribe(),
         );
+        // Sysctls are judged against the running kernel's safe set, after the pressure wing's
+        // handlers and before the node's predicates, as in the kubelet.
+        let kernel_release =
+            std::fs::read_to_string(paths.proc.join("sys/kernel/osrelease")).unwrap_or_default();
+        let sysctls = SysctlAdmitHandler::new(kernel_release.trim(), &cfg.allowed_unsafe_sysctls)
+            .map_err(StartError::Sysctls)?;
         let admit_handlers = {
             let mut handlers = pressure.admit_handlers();
+            handlers.push(Arc::new(sysctls));
             handlers.push(predicates);
             handlers
         };

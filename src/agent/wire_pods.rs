@@ -190,6 +190,7 @@ fn sync_settings(
         crash_loop_backoff: cfg.crash_loop_back_off_delays(),
         cgroup_v2: pod_cgroup.cgroup_v2,
         single_process_oom_kill: cfg.single_process_oom_kill,
+        seccomp_default: cfg.seccomp_default,
         cgroups,
         pod_cgroup,
     }

@@ -102,6 +102,8 @@ pub fn configz(cfg: &Config) -> Value {
         "cgroupRoot": cfg.cgroup_root,
         "failCgroupV1": cfg.fail_cgroup_v1,
         "singleProcessOOMKill": cfg.single_process_oom_kill,
+        "seccompDefault": cfg.seccomp_default,
+        "allowedUnsafeSysctls": cfg.allowed_unsafe_sysctls,
         "podPidsLimit": cfg.pod_pids_limit,
         "kubeReserved": reserved(&cfg.kube_reserved),
         "systemReserved": reserved(&cfg.system_reserved),

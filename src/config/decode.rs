@@ -79,6 +79,8 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "authorization",
     "failCgroupV1",
     "singleProcessOOMKill",
+    "seccompDefault",
+    "allowedUnsafeSysctls",
     "podPidsLimit",
     "kubeReserved",
     "systemReserved",
@@ -201,6 +203,8 @@ pub(super) struct Decoded {
     pub cache_unauthorized_ttl: Option<Duration>,
     pub fail_cgroup_v1: Option<bool>,
     pub single_process_oom_kill: Option<bool>,
+    pub seccomp_default: Option<bool>,
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub pod_pids_limit: Option<i64>,
     pub kube_reserved: Option<Reserved>,
     pub system_reserved: Option<Reserved>,
@@ -332,6 +336,8 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "authorization" => d.authorization(name, value),
             "failCgroupV1" => d.fail_cgroup_v1 = d.boolean(name, value),
             "singleProcessOOMKill" => d.single_process_oom_kill = d.boolean(name, value),
+            "seccompDefault" => d.seccomp_default = d.boolean(name, value),
+            "allowedUnsafeSysctls" => d.allowed_unsafe_sysctls = d.sysctl_patterns(name, value),
             "podPidsLimit" => {
                 d.pod_pids_limit = d.int_in(
                     name,
@@ -697,6 +703,31 @@ impl Decoded {
             }
         }
         Some(ips)
+    }
+
+    /// `allowedUnsafeSysctls`: sysctl names or prefixes ending in `*`, each known to be
+    /// namespaced by the kernel (the kubelet refuses to start otherwise).
+    fn sysctl_patterns(&mut self, path: &str, value: &Value) -> Option<Vec<String>> {
+        let items = match value {
+            Value::Null => return None,
+            Value::Sequence(items) => items,
+            _ => {
+                self.invalid(path, value, "expected a list of sysctl names or patterns");
+                return None;
+            }
+        };
+        let mut patterns = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let item_path = format!("{path}[{i}]");
+            match item {
+                Value::String(s) => match crate::podspec::sysctl::Allowlist::new([s.as_str()]) {
+                    Ok(_) => patterns.push(s.clone()),
+                    Err(why) => self.invalid(&item_path, item, why),
+                },
+                _ => self.invalid(&item_path, item, "expected a string"),
+            }
+        }
+        Some(patterns)
     }
 
     /// `nodeIP`: must be usable as the node's address, like the kubelet's `validateNodeIP`.

@@ -6,7 +6,6 @@
 /// that nodelet accepts but does not act on yet. Anything that is in neither this list nor the
 /// implemented set is a typo or a field from another component, and is rejected.
 pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
-    "allowedUnsafeSysctls",
     "configMapAndSecretChangeDetectionStrategy",
     "contentType",
     "cpuCFSQuota",
@@ -52,7 +51,6 @@ pub const NOT_IMPLEMENTED_FIELDS: &[&str] = &[
     "reservedMemory",
     "reservedSystemCPUs",
     "runOnce",
-    "seccompDefault",
     "showHiddenMetricsForVersion",
     "staticPodURL",
     "staticPodURLHeader",

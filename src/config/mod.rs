@@ -70,6 +70,12 @@ pub struct Config {
     /// `singleProcessOOMKill` (default false): on cgroup v2, an OOM kill in a container kills
     /// only the chosen process instead of the whole container (`memory.oom.group`).
     pub single_process_oom_kill: bool,
+    /// `seccompDefault` (default false): containers whose pod sets no seccomp profile run
+    /// under the runtime's default profile instead of unconfined.
+    pub seccomp_default: bool,
+    /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) pods may set beyond the safe
+    /// set, each checked at load to be namespaced (`podspec::sysctl`).
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// `podPidsLimit` (default -1, no limit): `pids.max` of every pod cgroup.
     pub pod_pids_limit: i64,
     /// `kubeReserved`: cpu, memory, ephemeral-storage and pids set aside for node daemons.
@@ -479,6 +485,8 @@ impl Config {
             cgroup_root: "/".to_string(),
             fail_cgroup_v1: true,
             single_process_oom_kill: false,
+            seccomp_default: false,
+            allowed_unsafe_sysctls: Vec::new(),
             pod_pids_limit: -1,
             kube_reserved: Default::default(),
             system_reserved: Default::default(),

@@ -189,6 +189,8 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     config.single_process_oom_kill = decoded
         .single_process_oom_kill
         .unwrap_or(defaults.single_process_oom_kill);
+    config.seccomp_default = decoded.seccomp_default.unwrap_or(defaults.seccomp_default);
+    config.allowed_unsafe_sysctls = decoded.allowed_unsafe_sysctls.unwrap_or_default();
     config.pod_pids_limit = decoded.pod_pids_limit.unwrap_or(defaults.pod_pids_limit);
     config.kube_reserved = decoded.kube_reserved.unwrap_or_default();
     config.system_reserved = decoded.system_reserved.unwrap_or_default();

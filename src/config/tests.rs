@@ -447,7 +447,7 @@ fn type_meta_is_required_and_checked() {
 #[test]
 fn accepted_but_ignored_fields_warn() {
     let cases: &[(&str, &[&str])] = &[
-        ("seccompDefault: true", &["seccompDefault: accepted but not implemented by nodelet yet; ignored"]),
+        ("runOnce: false", &["runOnce: accepted but not implemented by nodelet yet; ignored"]),
         ("tlsMinVersion: VersionTLS12\nstreamingConnectionIdleTimeout: 4h", &[
             "tlsMinVersion: accepted but not implemented by nodelet yet; ignored",
             "streamingConnectionIdleTimeout: accepted but not implemented by nodelet yet; ignored",
@@ -473,7 +473,7 @@ fn accepted_but_ignored_fields_warn() {
 
 #[test]
 fn ignored_fields_do_not_change_the_config_but_unknown_gates_are_kept() {
-    let loaded = ok("seccompDefault: true\nport: 10250\nfeatureGates: {SomeOtherGate: true}");
+    let loaded = ok("runOnce: false\nport: 10250\nfeatureGates: {SomeOtherGate: true}");
     let mut want = Config::defaults(&env());
     want.feature_gates.insert("SomeOtherGate".into(), true);
     assert_eq!(loaded.config, want);
@@ -1462,4 +1462,32 @@ fn open_kubelet_api_warning_table() {
         "{:?}",
         loaded.warnings
     );
+}
+
+#[test]
+fn seccomp_default_and_unsafe_sysctls_are_read() {
+    let loaded = ok("seccompDefault: true\nallowedUnsafeSysctls: [\"kernel.shm*\", net.core.somaxconn, \"kernel/msgmax\"]");
+    assert!(warnings(&loaded).is_empty(), "{:?}", warnings(&loaded));
+    assert!(loaded.config.seccomp_default);
+    assert_eq!(
+        loaded.config.allowed_unsafe_sysctls,
+        ["kernel.shm*", "net.core.somaxconn", "kernel/msgmax"]
+    );
+    let defaults = ok("port: 10250");
+    assert!(!defaults.config.seccomp_default);
+    assert!(defaults.config.allowed_unsafe_sysctls.is_empty());
+
+    let cases: &[(&str, &[&str])] = &[
+        ("seccompDefault: yes-please", &["seccompDefault: Invalid value: \"yes-please\": expected a boolean (true or false)"]),
+        ("allowedUnsafeSysctls: [vm.swappiness]", &["allowedUnsafeSysctls[0]: Invalid value: \"vm.swappiness\": the sysctl \"vm.swappiness\" are not known to be namespaced"]),
+        ("allowedUnsafeSysctls: [\"kernel.*\"]", &["allowedUnsafeSysctls[0]: Invalid value: \"kernel.*\": the sysctls \"kernel.*\" are not known to be namespaced"]),
+        ("allowedUnsafeSysctls: kernel.shmmax", &["allowedUnsafeSysctls: Invalid value: \"kernel.shmmax\": expected a list of sysctl names or patterns"]),
+    ];
+    for (text, want) in cases {
+        assert_eq!(
+            &field_errors(&format!("{HEADER}{text}")),
+            want,
+            "text {text:?}"
+        );
+    }
 }

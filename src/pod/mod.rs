@@ -6,5 +6,6 @@
 pub mod admission;
 pub mod manager;
 pub mod mirror;
+pub mod sysctls;
 pub mod worker_state;
 pub mod workers;

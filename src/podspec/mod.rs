@@ -21,6 +21,7 @@ pub mod references;
 pub mod resources;
 pub mod restart;
 pub mod service_env;
+pub mod sysctl;
 
 pub use error::{container_field_path, ConfigError};
 pub use phase::Phase;

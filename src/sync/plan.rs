@@ -174,6 +174,7 @@ mod tests {
             crash_loop_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
             cgroup_v2: true,
             single_process_oom_kill: false,
+            seccomp_default: false,
             cgroups: None,
             pod_cgroup: cgroup::PodCgroupSettings::default(),
         }

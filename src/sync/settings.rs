@@ -25,6 +25,8 @@ pub struct SyncSettings {
     pub cgroup_v2: bool,
     /// `singleProcessOOMKill`: leave `memory.oom.group` alone (cgroup v2).
     pub single_process_oom_kill: bool,
+    /// `seccompDefault`: RuntimeDefault for containers whose pod names no seccomp profile.
+    pub seccomp_default: bool,
     /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;
     /// `None` leaves the pod cgroup to the runtime, without pod-level limits.
     pub cgroups: Option<Arc<cgroup::node::NodeCgroups>>,

@@ -402,7 +402,7 @@ impl ContainerStarter {
             cgroup_parent: &cgroup_parent,
             node_name_label: &self.node.name,
             seccomp_profile_root: &seccomp_root,
-            seccomp_default: false,
+            seccomp_default: self.settings.seccomp_default,
             cgroup_v2: self.settings.cgroup_v2,
             single_process_oom_kill: self.settings.single_process_oom_kill,
             memory_qos: self.settings.pod_cgroup.memory_qos,
