@@ -108,11 +108,56 @@ impl<'a> Cluster<'a> {
             }
             assert!(
                 Instant::now() < deadline,
-                "no {what} after {T:?}\n--- nodelet journal ---\n{}",
-                node.journal(80)
+                "no {what} after {T:?}\n--- pods in the API ---\n{}\n--- nodelet journal ---\n{}",
+                self.pods_summary(),
+                node.journal(60)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// One line per pod in the API: phase, reason and each container's state, for failures.
+    fn pods_summary(&self) -> String {
+        let pods = match self.fixture.list::<Pod>(Some("default")) {
+            Ok(pods) => pods,
+            Err(e) => return format!("(listing pods: {e})"),
+        };
+        pods.iter()
+            .map(|p| {
+                let status = p.status.clone().unwrap_or_default();
+                let containers: Vec<String> = status
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .map(|c| {
+                        let state = c.state.clone().unwrap_or_default();
+                        let what = if let Some(w) = state.waiting {
+                            format!("waiting {}", w.reason.unwrap_or_default())
+                        } else if let Some(t) = state.terminated {
+                            format!(
+                                "terminated {} {}",
+                                t.exit_code,
+                                t.reason.unwrap_or_default()
+                            )
+                        } else if state.running.is_some() {
+                            "running".to_string()
+                        } else {
+                            "no state".to_string()
+                        };
+                        format!("{}={what}", c.name)
+                    })
+                    .collect();
+                format!(
+                    "{} phase={} reason={:?} message={:?} containers=[{}]",
+                    p.metadata.name.clone().unwrap_or_default(),
+                    phase(p),
+                    status.reason.unwrap_or_default(),
+                    status.message.unwrap_or_default(),
+                    containers.join(", ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     async fn wait_running(&self, node: &Guest, name: &str) -> Pod {
