@@ -118,7 +118,10 @@ background+=("$vm_lane")
 	) || failed=1
 	start=$SECONDS
 	echo "     Running scripts/fuzz.sh 5 (output: $lanes_dir/fuzz.log)"
-	if scripts/fuzz.sh 5 >"$lanes_dir/fuzz.log" 2>&1; then
+	# The fuzz build and the fuzz crate's lints are compile jobs that take both cores for
+	# minutes; niced, they leave the emulated VMs beside them the CPU they need (CI, 2026-12-03:
+	# three VM scenarios timed out on a host that ran everything twice as slowly as usual).
+	if nice -n 15 scripts/fuzz.sh 5 >"$lanes_dir/fuzz.log" 2>&1; then
 		tail -n 12 "$lanes_dir/fuzz.log"
 		echo "faults fuzz-targets $((SECONDS - start)) 0" >>"$lanes_dir/times"
 		echo "test.sh: [faults] fuzz targets (build, 5 s each) ok in $((SECONDS - start)) s" >&3
@@ -132,7 +135,7 @@ background+=("$vm_lane")
 	start=$SECONDS
 	echo "     Running cargo fmt and cargo clippy on fuzz/"
 	if cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check &&
-		cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings; then
+		nice -n 15 cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings; then
 		echo "faults fuzz-lints $((SECONDS - start)) 0" >>"$lanes_dir/times"
 		echo "test.sh: [faults] fuzz crate fmt and clippy ok in $((SECONDS - start)) s" >&3
 	else
