@@ -460,3 +460,35 @@ echo "seccomp=$(awk '/^Seccomp:/ {print $2}' /proc/self/status)""#,
         )
     );
 }
+
+/// `fsGroup` on emptyDir volumes, as the kubelet's `SetVolumeOwnership`: the volume's root has
+/// group 2000, group rwx and setgid on disk and on tmpfs, so a file a container creates there
+/// belongs to group 2000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_group_owns_empty_dir_volumes() {
+    let n = Nodelet::start("fsgroup-emptydir");
+    let script = r#"stat -c 'data=%g:%a' /data
+stat -c 'mem=%g:%a' /mem
+touch /data/f /mem/f
+stat -c 'data_file=%g' /data/f
+stat -c 'mem_file=%g' /mem/f"#;
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: fsg\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n\
+         \x20 securityContext: {{runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000, fsGroupChangePolicy: OnRootMismatch}}\n\
+         \x20 volumes:\n  - name: data\n    emptyDir: {{}}\n  - name: mem\n    emptyDir: {{medium: Memory}}\n\
+         \x20 containers:\n{}    volumeMounts:\n    - {{name: data, mountPath: /data}}\n    - {{name: mem, mountPath: /mem}}\n",
+        container("main", script, "")
+    );
+    n.write_manifest("fsg.yaml", &manifest);
+    let pod = n
+        .wait_pod("fsg", T, "its container terminated", |p| {
+            all_terminated(p, 1)
+        })
+        .await;
+    let r = report(&n, &pod, "main");
+    assert_eq!(get(&r, "uid"), "1000", "{r:?}");
+    assert_eq!(get(&r, "data"), "2000:2777", "{r:?}");
+    assert_eq!(get(&r, "mem"), "2000:2777", "{r:?}");
+    assert_eq!(get(&r, "data_file"), "2000", "{r:?}");
+    assert_eq!(get(&r, "mem_file"), "2000", "{r:?}");
+}

@@ -72,8 +72,38 @@ pub fn setup_dir(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
         Err(e) => return Err(e),
     }
-    if fs::metadata(path)?.permissions().mode() & 0o7777 != 0o777 {
+    // 02777 is what `apply_fs_group` leaves; anything else gets the plain mode back.
+    if !matches!(
+        fs::metadata(path)?.permissions().mode() & 0o7777,
+        0o777 | 0o2777
+    ) {
         fs::set_permissions(path, fs::Permissions::from_mode(0o777))?;
+    }
+    Ok(())
+}
+
+/// The bits `SetVolumeOwnership` adds to a volume directory for `fsGroup`: group read, write
+/// and search, and setgid so that what containers create inside inherits the group.
+const FS_GROUP_DIR_BITS: u32 = 0o2770;
+
+/// The pod's `fsGroup` on the volume's root (the kubelet's `SetVolumeOwnership` for an emptyDir,
+/// which is empty when it is set up): group `gid`, group rwx and setgid. The directory is opened
+/// with `O_NOFOLLOW` and changed through that descriptor, so a symlink put in its place is
+/// never followed. `OnRootMismatch` and `Always` act alike here: the root is the only entry a
+/// fresh volume has, and what containers create later inherits the group through setgid.
+pub fn apply_fs_group(path: &Path, gid: u32) -> io::Result<()> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fchmod, fstat, Mode};
+    let fd = open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+    let mode = fstat(&fd)?.st_mode & 0o7777;
+    let wanted = mode | FS_GROUP_DIR_BITS;
+    if wanted != mode {
+        fchmod(&fd, Mode::from_bits_truncate(wanted))?;
     }
     Ok(())
 }
@@ -147,5 +177,32 @@ mod tests {
             0o777
         );
         assert!(path.ends_with("volumes/kubernetes.io~empty-dir/cache"));
+    }
+
+    #[test]
+    fn fs_group_gives_the_group_and_setgid_without_following_a_symlink() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vol = dir.path().join("vol");
+        setup_dir(&vol).expect("setup");
+        apply_fs_group(&vol, 2000).expect("fsGroup");
+        let meta = fs::metadata(&vol).expect("stat");
+        assert_eq!(meta.gid(), 2000);
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o2777);
+        // Set up again (a second sync): the mode stays.
+        setup_dir(&vol).expect("setup again");
+        apply_fs_group(&vol, 2000).expect("fsGroup again");
+        assert_eq!(
+            fs::metadata(&vol).expect("stat").permissions().mode() & 0o7777,
+            0o2777
+        );
+
+        // A symlink in the volume's place: refused, its target untouched.
+        let target = dir.path().join("target");
+        fs::create_dir(&target).expect("target");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        assert!(apply_fs_group(&link, 3000).is_err());
+        assert_ne!(fs::metadata(&target).expect("stat").gid(), 3000);
     }
 }

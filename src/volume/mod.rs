@@ -289,9 +289,46 @@ fn setup_empty_dir(
         source,
     };
     emptydir::setup_dir(path).map_err(set_up)?;
-    if medium == Medium::Disk {
-        return Ok(());
+    if medium != Medium::Disk {
+        mount_memory_medium(
+            pod,
+            volume,
+            path,
+            size_limit,
+            node_allocatable_memory,
+            mountinfo,
+        )?;
     }
+    let fs_group = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group);
+    if let Some(gid) = fs_group {
+        let gid = u32::try_from(gid).map_err(|_| VolumeError::Invalid {
+            field: "spec.securityContext.fsGroup".into(),
+            value: gid.to_string(),
+            reason: "must be between 0 and 4294967295".into(),
+        })?;
+        emptydir::apply_fs_group(path, gid).map_err(set_up)?;
+    }
+    Ok(())
+}
+
+/// A memory-backed emptyDir: a tmpfs on the directory, unless one is there already.
+fn mount_memory_medium(
+    pod: &Pod,
+    volume: &str,
+    path: &Path,
+    size_limit: Option<i64>,
+    node_allocatable_memory: Option<i64>,
+    mountinfo: &Path,
+) -> Result<(), VolumeError> {
+    let set_up = |source| VolumeError::SetUp {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
     let table = fs::read_to_string(mountinfo).map_err(io_err(mountinfo))?;
     let canonical = fs::canonicalize(path).map_err(set_up)?;
     if mounts::is_mount_point(&table, &canonical) {
