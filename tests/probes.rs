@@ -253,3 +253,48 @@ async fn redirects_local_followed_foreign_is_success_with_a_warning() {
         "{ev:#?}"
     );
 }
+
+/// `httpGet.protocol: HTTP2` speaks HTTP/2 over cleartext TCP with prior knowledge (h2c), as the
+/// kubelet's `H2CContainerProbe`: testbox's gRPC port is served by an HTTP/2-only server
+/// (tonic), which the h2c probe reaches and an HTTP/1.1 probe of the same port cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_probe_reaches_an_http2_only_server() {
+    let n = Nodelet::start("h2c-probe");
+    let probe = |protocol: &str| {
+        format!(
+            "    readinessProbe:\n      httpGet:\n        port: 9090\n        path: /healthz\n{protocol}      periodSeconds: 1\n"
+        )
+    };
+    n.write_manifest(
+        "h2.yaml",
+        &probe_pod(
+            "h2",
+            "serve, --grpc, \"9090\"",
+            &probe("        protocol: HTTP2\n"),
+        ),
+    );
+    n.write_manifest(
+        "h1.yaml",
+        &probe_pod("h1", "serve, --grpc, \"9090\"", &probe("")),
+    );
+    n.wait_pod("h2", T, "Ready through an h2c probe", is_ready)
+        .await;
+    // The HTTP/1.1 probe of the same server fails, with the kubelet's Unhealthy event.
+    n.wait_pod("h1", T, "running", all_running).await;
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let ev = events(&n).await;
+        if ev
+            .iter()
+            .any(|(r, m)| r == "Unhealthy" && m.starts_with("Readiness probe failed"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failed HTTP/1.1 readiness probe: {ev:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(!is_ready(&n.pod("h1").await.expect("h1")));
+}

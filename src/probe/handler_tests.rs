@@ -121,6 +121,7 @@ fn target(port: u16, path: &str, spec_headers: &[(&str, &str)]) -> HttpTarget {
     HttpTarget {
         url: format!("http://127.0.0.1:{port}{path}"),
         headers: request_headers(&spec),
+        h2c: false,
     }
 }
 
@@ -335,10 +336,10 @@ async fn grpc_health_table() {
         ),
     ];
     for (service, want) in cases {
-        let got = grpc::probe("127.0.0.1", port, service, GENEROUS).await;
+        let got = grpc::probe("127.0.0.1", port, service, false, GENEROUS).await;
         assert_eq!(got, want, "{service:?}");
     }
-    match grpc::probe("127.0.0.1", port, "unknown", GENEROUS).await {
+    match grpc::probe("127.0.0.1", port, "unknown", false, GENEROUS).await {
         Attempt::Failure(msg) => assert!(
             msg.starts_with("error: health rpc probe failed: rpc error: code = NotFound desc = "),
             "{msg}"
@@ -350,11 +351,115 @@ async fn grpc_health_table() {
 #[tokio::test]
 async fn grpc_closed_port_times_out_like_a_blocking_dial() {
     let (_closed, closed) = crate::probe::closed_port();
-    let got = grpc::probe("127.0.0.1", closed, "", SECOND).await;
+    let got = grpc::probe("127.0.0.1", closed, "", false, SECOND).await;
     assert_eq!(
         got,
         Attempt::Failure(format!(
             "timeout: failed to connect service \"127.0.0.1:{closed}\" within 1s: context deadline exceeded"
         ))
+    );
+}
+
+/// A server-side TLS stream tonic can serve (tonic implements `Connected` for rustls streams only
+/// with its own TLS feature, which nodelet does not build).
+struct TlsIo(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for TlsIo {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl tokio::io::AsyncRead for TlsIo {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsIo {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// A gRPC health server over TLS (a self-signed certificate, ALPN h2), "" serving.
+async fn tls_health_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (reporter, service) = tonic_health::server::health_reporter();
+    let incoming = futures::stream::unfold((listener, acceptor), |(l, a)| async move {
+        loop {
+            let Ok((tcp, _)) = l.accept().await else {
+                continue;
+            };
+            // A client that does not speak TLS (the plaintext probe) is dropped here.
+            if let Ok(tls) = a.accept(tcp).await {
+                return Some((Ok::<_, std::io::Error>(TlsIo(tls)), (l, a)));
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _reporter = reporter;
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(incoming)
+            .await;
+    });
+    port
+}
+
+/// `grpc.mode: TLS` reaches a TLS server whose certificate nobody signed, as the kubelet's
+/// `InsecureSkipVerify` probe; plaintext does not, and TLS to a plaintext server fails.
+#[tokio::test]
+async fn grpc_tls_mode_table() {
+    let tls_port = tls_health_server().await;
+    let plain_port = health_server().await;
+    assert_eq!(
+        grpc::probe("127.0.0.1", tls_port, "", true, GENEROUS).await,
+        Attempt::Success("service healthy".into())
+    );
+    assert!(
+        matches!(
+            grpc::probe("127.0.0.1", tls_port, "", false, SECOND).await,
+            Attempt::Failure(_)
+        ),
+        "plaintext to a TLS server"
+    );
+    assert!(
+        matches!(
+            grpc::probe("127.0.0.1", plain_port, "", true, SECOND).await,
+            Attempt::Failure(_)
+        ),
+        "TLS to a plaintext server"
     );
 }

@@ -67,27 +67,36 @@ fn redirect_policy(attempt: RedirectAttempt) -> reqwest::redirect::Action {
 #[derive(Clone)]
 pub struct HttpProber {
     client: Result<reqwest::Client, String>,
+    /// For `protocol: HTTP2`: h2c with prior knowledge.
+    h2c: Result<reqwest::Client, String>,
 }
 
 impl HttpProber {
     pub fn new() -> Self {
-        let client = reqwest::Client::builder()
-            // The kubelet's transport ignores the node's proxy settings.
-            .no_proxy()
-            .redirect(Policy::custom(redirect_policy))
-            // HTTPS probes skip certificate verification, as the kubelet's do.
-            .danger_accept_invalid_certs(true)
-            // DisableKeepAlives: every probe opens a new connection.
-            .pool_max_idle_per_host(0)
-            .build()
-            .map_err(|e| format!("building the HTTP probe client: {e}"));
-        HttpProber { client }
+        let builder = || {
+            reqwest::Client::builder()
+                // The kubelet's transport ignores the node's proxy settings.
+                .no_proxy()
+                .redirect(Policy::custom(redirect_policy))
+                // HTTPS probes skip certificate verification, as the kubelet's do.
+                .danger_accept_invalid_certs(true)
+                // DisableKeepAlives: every probe opens a new connection.
+                .pool_max_idle_per_host(0)
+        };
+        let built = |b: reqwest::Result<reqwest::Client>| {
+            b.map_err(|e| format!("building the HTTP probe client: {e}"))
+        };
+        // The kubelet's transport has its own TLS config, which keeps Go's client on HTTP/1.1
+        // even for HTTPS.
+        let client = built(builder().http1_only().build());
+        let h2c = built(builder().http2_prior_knowledge().build());
+        HttpProber { client, h2c }
     }
 
     /// One GET (`DoHTTPProbe`). Status 200–299 is a success, 300–399 (a redirect that was not
     /// followed) a success with a warning, anything else or a transport error a failure.
     pub async fn probe(&self, target: &HttpTarget, timeout: Duration) -> Attempt {
-        let client = match &self.client {
+        let client = match if target.h2c { &self.h2c } else { &self.client } {
             Ok(c) => c,
             Err(e) => return Attempt::Error(e.clone()),
         };

@@ -64,7 +64,8 @@ impl Prober {
                 host,
                 port,
                 service,
-            }) => grpc::probe(host, *port, service, timeout).await,
+                tls,
+            }) => grpc::probe(host, *port, service, *tls, timeout).await,
         }
     }
 }

@@ -76,6 +76,8 @@ pub enum Handler {
         host: String,
         port: u16,
         service: String,
+        /// `mode: TLS`: TLS without certificate verification; otherwise plaintext.
+        tls: bool,
     },
 }
 
@@ -84,6 +86,9 @@ pub enum Handler {
 pub struct HttpTarget {
     pub url: String,
     pub headers: Vec<(String, String)>,
+    /// `protocol: HTTP2`: HTTP/2 over cleartext TCP with prior knowledge (h2c); otherwise
+    /// HTTP/1.1.
+    pub h2c: bool,
 }
 
 /// Resolves the probe's handler (`newProbeRunner` and the runners' `sync`).
@@ -124,6 +129,7 @@ pub fn resolve_handler(
             host: default_host.to_string(),
             port: valid_port(i64::from(grpc.port))?,
             service: grpc.service.clone().unwrap_or_default(),
+            tls: grpc.mode.as_deref() == Some("TLS"),
         });
     }
     Err(HandlerError::Missing)
@@ -185,6 +191,7 @@ pub fn http_target(
             action.path.as_deref().unwrap_or_default(),
         ),
         headers: request_headers(action.http_headers.as_deref().unwrap_or_default()),
+        h2c: action.protocol.as_deref() == Some("HTTP2"),
     })
 }
 
@@ -678,6 +685,7 @@ mod tests {
                 Ok(Handler::Http(HttpTarget {
                     url: "http://10.0.0.5:8080/healthz".into(),
                     headers: defaults.clone(),
+                    h2c: false,
                 })),
             ),
             (
@@ -687,6 +695,7 @@ mod tests {
                 Ok(Handler::Http(HttpTarget {
                     url: "http://127.0.0.1:9000/healthz".into(),
                     headers: defaults.clone(),
+                    h2c: false,
                 })),
             ),
             (
@@ -696,6 +705,7 @@ mod tests {
                 Ok(Handler::Http(HttpTarget {
                     url: "http://127.0.0.1:9000/healthz".into(),
                     headers: defaults.clone(),
+                    h2c: false,
                 })),
             ),
             (
@@ -750,6 +760,7 @@ mod tests {
                     host: "10.0.0.5".into(),
                     port: 9090,
                     service: String::new(),
+                    tls: false,
                 }),
             ),
             (
@@ -767,6 +778,25 @@ mod tests {
                     host: "10.0.0.5".into(),
                     port: 9090,
                     service: "liveness".into(),
+                    tls: false,
+                }),
+            ),
+            (
+                "grpc over TLS",
+                Probe {
+                    grpc: Some(GRPCAction {
+                        port: 9090,
+                        mode: Some("TLS".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                "10.0.0.5",
+                Ok(Handler::Grpc {
+                    host: "10.0.0.5".into(),
+                    port: 9090,
+                    service: String::new(),
+                    tls: true,
                 }),
             ),
             (

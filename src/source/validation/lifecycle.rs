@@ -58,7 +58,7 @@ fn validate_probe(p: &Probe, path: &FieldPath, errs: &mut Errors) {
         handlers.push(("tcpSocket", Handler::Port(&tcp.port)));
     }
     if let Some(grpc) = &p.grpc {
-        handlers.push(("grpc", Handler::GrpcPort(grpc.port)));
+        handlers.push(("grpc", Handler::Grpc(grpc.port, s(&grpc.mode))));
     }
     validate_handlers(handlers, None, path, errs);
     for (field, v) in [
@@ -212,6 +212,13 @@ fn validate_lifecycle_handler(
         ));
     }
     if let Some(http) = &h.http_get {
+        // Hooks send HTTP/1.1; h2c is for probes.
+        if s(&http.protocol) == "HTTP2" {
+            errs.push(FieldError::forbidden(
+                &path.child("httpGet").child("protocol"),
+                "HTTP2 is only supported for probes",
+            ));
+        }
         handlers.push(("httpGet", Handler::Http(http)));
     }
     if let Some(tcp) = &h.tcp_socket {
@@ -227,7 +234,8 @@ enum Handler<'a> {
     Exec(&'a [String]),
     Http(&'a HTTPGetAction),
     Port(&'a IntOrString),
-    GrpcPort(i32),
+    /// The port and `mode`.
+    Grpc(i32, &'a str),
     Sleep(i64),
 }
 
@@ -269,6 +277,20 @@ fn validate_handlers(
                         &["HTTP", "HTTPS"],
                     ));
                 }
+                match s(&http.protocol) {
+                    "" | "HTTP1" => {}
+                    "HTTP2" if scheme == "HTTPS" => errs.push(FieldError::invalid(
+                        &hpath.child("protocol"),
+                        "HTTP2",
+                        "HTTP2 (h2c) may not be used with scheme HTTPS",
+                    )),
+                    "HTTP2" => {}
+                    other => errs.push(FieldError::not_supported(
+                        &hpath.child("protocol"),
+                        other,
+                        &["HTTP1", "HTTP2"],
+                    )),
+                }
                 for header in http.http_headers.iter().flatten() {
                     for msg in http_header_name(&header.name) {
                         errs.push(FieldError::invalid(
@@ -280,9 +302,16 @@ fn validate_handlers(
                 }
             }
             Handler::Port(port) => validate_port_num_or_name(port, &hpath.child("port"), errs),
-            Handler::GrpcPort(port) => {
+            Handler::Grpc(port, mode) => {
                 for msg in port_num(i64::from(port)) {
                     errs.push(FieldError::invalid(&hpath.child("port"), port, msg));
+                }
+                if !matches!(mode, "" | "TLS" | "Plaintext") {
+                    errs.push(FieldError::not_supported(
+                        &hpath.child("mode"),
+                        mode,
+                        &["Plaintext", "TLS"],
+                    ));
                 }
             }
             Handler::Sleep(seconds) => {
@@ -337,6 +366,30 @@ mod tests {
                     format!("{c0}.livenessProbe.periodSeconds: Invalid value: -1: must be greater than or equal to 0"),
                     format!("{c0}.livenessProbe.successThreshold: Invalid value: 2: must be 1"),
                 ],
+            ),
+            (
+                with_container("    readinessProbe:\n      httpGet: {port: 80, path: /, protocol: HTTP2}\n"),
+                vec![],
+            ),
+            (
+                with_container("    readinessProbe:\n      httpGet: {port: 80, path: /, scheme: HTTPS, protocol: HTTP2}\n"),
+                vec![format!("{c0}.readinessProbe.httpGet.protocol: Invalid value: \"HTTP2\": HTTP2 (h2c) may not be used with scheme HTTPS")],
+            ),
+            (
+                with_container("    readinessProbe:\n      httpGet: {port: 80, path: /, protocol: HTTP3}\n"),
+                vec![format!("{c0}.readinessProbe.httpGet.protocol: Unsupported value: \"HTTP3\": supported values: \"HTTP1\", \"HTTP2\"")],
+            ),
+            (
+                with_container("    livenessProbe:\n      grpc: {port: 9090, mode: TLS}\n"),
+                vec![],
+            ),
+            (
+                with_container("    livenessProbe:\n      grpc: {port: 9090, mode: mTLS}\n"),
+                vec![format!("{c0}.livenessProbe.grpc.mode: Unsupported value: \"mTLS\": supported values: \"Plaintext\", \"TLS\"")],
+            ),
+            (
+                with_container("    lifecycle:\n      preStop:\n        httpGet: {port: 80, path: /, protocol: HTTP2}\n"),
+                vec![format!("{c0}.lifecycle.preStop.httpGet.protocol: Forbidden: HTTP2 is only supported for probes")],
             ),
             (
                 with_container("    startupProbe:\n      httpGet: {port: 0, scheme: FTP}\n      successThreshold: 3\n"),
