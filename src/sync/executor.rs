@@ -211,11 +211,7 @@ impl PodSyncer {
     /// Sets up or refreshes the pod's configMap/secret/downwardAPI/projected volumes; every
     /// failure is a FailedMount event.
     async fn api_volumes(&self, pod: &Pod) -> volume::ApiVolumes {
-        let ctx = volume::ApiVolumeContext::new(volume::NodeAllocatable {
-            cpu_milli: self.node.cpu_capacity_milli(),
-            memory: i64::try_from(self.node.memory_capacity()).unwrap_or(i64::MAX),
-            ephemeral_storage: None,
-        });
+        let ctx = volume::ApiVolumeContext::new(self.settings.node_allocatable);
         let api =
             volume::update_api_volumes(pod, &self.settings.root_dir, self.objects.as_ref(), &ctx)
                 .await;

@@ -176,6 +176,11 @@ mod tests {
             single_process_oom_kill: false,
             cgroups: None,
             pod_cgroup: cgroup::PodCgroupSettings::default(),
+            node_allocatable: crate::podspec::resources::NodeAllocatable {
+                cpu_milli: 4000,
+                memory: 8 << 30,
+                ephemeral_storage: None,
+            },
         }
     }
 
