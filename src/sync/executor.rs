@@ -240,13 +240,21 @@ impl PodSyncer {
         }
     }
 
+    /// What the runtime holds of the pod, with the termination messages of its exited
+    /// containers read as the kubelet's runtime manager adds them to the statuses.
     pub async fn inspect(&self, uid: &str) -> Result<PodRuntime> {
-        cri::model::inspect_pod(self.runtime.as_ref(), &self.node.name, uid)
+        let mut pod = cri::model::inspect_pod(self.runtime.as_ref(), &self.node.name, uid)
             .await
             .map_err(|source| Error::Inspect {
                 uid: uid.to_string(),
                 source,
-            })
+            })?;
+        let sources = super::termination::HostSources {
+            root_dir: self.settings.root_dir.clone(),
+            runtime: self.runtime.clone(),
+        };
+        super::termination::fill_messages(&mut pod, &sources).await;
+        Ok(pod)
     }
 
     /// The kubelet's Warning for a sandbox that could not be made, so `kubectl describe` says
