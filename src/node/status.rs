@@ -23,8 +23,8 @@ use serde_json::{json, Map, Value};
 use crate::cri::api::{Image, RuntimeHandler};
 use crate::events::EventType;
 use crate::lifecycle::pressure::Pressure;
-use crate::quantity::Quantity;
 use crate::podspec::resources::NodeAllocatable;
+use crate::quantity::Quantity;
 use crate::stats::machine::{go_arch, MachineInfo};
 
 /// The Kubernetes release whose API and kubelet behaviour nodelet follows (k8s-openapi `v1_37`).
@@ -309,9 +309,10 @@ fn set_resources(status: &mut NodeStatus, inputs: &NodeStatusInputs<'_>) {
             format_decimal_si_milli(i64::from(inputs.max_pods) * 1000),
         ),
     ];
-    if let (Some(storage), Some(allocatable)) =
-        (machine.ephemeral_storage_capacity, amounts.ephemeral_storage)
-    {
+    if let (Some(storage), Some(allocatable)) = (
+        machine.ephemeral_storage_capacity,
+        amounts.ephemeral_storage,
+    ) {
         ours.push((
             "ephemeral-storage".into(),
             format_binary_si(to_i64(storage)),

@@ -19,7 +19,9 @@ use super::error::{container_field_path, ConfigError};
 use super::field::env_var_name;
 use super::references::{FetchedObjects, ObjectKind, References};
 use super::regular_containers;
-use super::resources::{container_limits, container_requests, downward_api_limits, NodeAllocatable};
+use super::resources::{
+    container_limits, container_requests, downward_api_limits, NodeAllocatable,
+};
 use super::service_env::service_env;
 use crate::quantity::Quantity;
 

@@ -576,13 +576,33 @@ mod tests {
             ),
             // Pod-level limits for what the container leaves open; storage is no pod-level
             // resource, so it comes from the node.
-            ("", "cpu=2,memory=1Gi", node, (2000, 1 << 30, Some(90 << 30))),
-            ("memory=64Mi", "cpu=2", node, (2000, 64 << 20, Some(90 << 30))),
+            (
+                "",
+                "cpu=2,memory=1Gi",
+                node,
+                (2000, 1 << 30, Some(90 << 30)),
+            ),
+            (
+                "memory=64Mi",
+                "cpu=2",
+                node,
+                (2000, 64 << 20, Some(90 << 30)),
+            ),
             // A zero limit counts as none, at both levels.
-            ("cpu=0,memory=0", "cpu=0,memory=1Gi", node, (3500, 1 << 30, Some(90 << 30))),
+            (
+                "cpu=0,memory=0",
+                "cpu=0,memory=1Gi",
+                node,
+                (3500, 1 << 30, Some(90 << 30)),
+            ),
             // Unknown node storage: the container's value, else unset (0 for the Downward API).
             ("", "", unknown_storage, (3500, 7 << 30, None)),
-            ("ephemeral-storage=2Gi", "", unknown_storage, (3500, 7 << 30, Some(2 << 30))),
+            (
+                "ephemeral-storage=2Gi",
+                "",
+                unknown_storage,
+                (3500, 7 << 30, Some(2 << 30)),
+            ),
         ];
         for (i, (own, pod_level, node, (cpu, memory, storage))) in cases.into_iter().enumerate() {
             let c = container("c", "", own);

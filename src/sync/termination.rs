@@ -352,7 +352,11 @@ mod tests {
             log_reads: Mutex::new(0),
         };
         let mut pod = PodRuntime::empty("u");
-        for state in [ContainerState::Running, ContainerState::Created, ContainerState::Unknown] {
+        for state in [
+            ContainerState::Running,
+            ContainerState::Created,
+            ContainerState::Unknown,
+        ] {
             pod.containers.push(RuntimeContainer {
                 state,
                 ..exited(1, "FallbackToLogsOnError", Some("/f"))

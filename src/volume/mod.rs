@@ -428,7 +428,9 @@ pub fn read_termination_message(root_dir: &Path, path: &Path, max: u64) -> io::R
             "not a termination-message file of this node agent",
         )
     };
-    let rel = path.strip_prefix(root_dir.join("pods")).map_err(|_| not_ours())?;
+    let rel = path
+        .strip_prefix(root_dir.join("pods"))
+        .map_err(|_| not_ours())?;
     let parts: Vec<_> = rel.components().collect();
     if parts.len() != 4
         || parts[1] != Component::Normal("containers".as_ref())
