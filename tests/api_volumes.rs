@@ -338,9 +338,11 @@ async fn volumes_and_environment_from_the_api_server() {
         pod_ips: &[],
         host_ips: &[],
         node_name: "node-1",
-        node_allocatable_cpu_milli: 2000,
-        node_allocatable_memory: 1 << 30,
-        node_allocatable_ephemeral_storage: None,
+        node_allocatable: nodelet::podspec::resources::NodeAllocatable {
+            cpu_milli: 2000,
+            memory: 1 << 30,
+            ephemeral_storage: None,
+        },
     };
     let objects = gather_env_objects(&p, c, &cache).await;
     assert_eq!(

@@ -1872,3 +1872,165 @@ async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
         assert!(none.is_empty(), "{name} has no sandbox: {none:#?}");
     }
 }
+
+/// `kubectl get pod <name> -o yaml`, decoded: what a user reads.
+fn kubectl_pod_yaml(api: &str, name: &str) -> Option<(String, Pod)> {
+    let (ok, out, _) = kubectl(api, &["get", "pod", name, "-o", "yaml"]);
+    let pod: Pod = serde_yaml::from_str(&out).ok()?;
+    ok.then_some((out, pod))
+}
+
+fn terminated_message(
+    s: &k8s_openapi::api::core::v1::ContainerStatus,
+    last: bool,
+) -> Option<String> {
+    let state = if last {
+        s.last_state.as_ref()
+    } else {
+        s.state.as_ref()
+    };
+    state?.terminated.as_ref()?.message.clone()
+}
+
+/// The termination message as the kubelet reports it, read by the real `kubectl get -o yaml`:
+/// the file a container wrote before it exited 1; `FallbackToLogsOnError`'s log tail (80
+/// lines, at most 2048 bytes) when the file is empty and the exit code not 0; nothing for an
+/// empty file with exit 0; and the previous instance's message in `lastState`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn termination_messages_reach_kubectl_from_the_file_and_the_log_tail() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("termination-message", &api, "");
+    // 100 lines of 9 bytes: 80 lines are 720 bytes (the line cap); 100 lines of 41 bytes: 80
+    // lines are 3280 bytes, of which the last 2048 (the byte cap).
+    let lines = |width: usize| {
+        format!(
+            "i=1; while [ $i -le 100 ]; do printf 'line-%03d%s\\n' $i '{}'; i=$((i+1)); done",
+            "x".repeat(width)
+        )
+    };
+    let container = |name: &str, policy: &str, script: &str| {
+        format!(
+            "  - name: {name}\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    terminationMessagePolicy: {policy}\n    command: [/bin/sh, -c, {script:?}]\n"
+        )
+    };
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ended\nspec:\n  nodeName: {node}\n  restartPolicy: Never\n  containers:\n{file}{short}{long}{quiet}{custom}",
+        node = n.node,
+        file = container("file", "File", "printf 'it broke' > /dev/termination-log; echo not this; exit 1"),
+        short = container("short", "FallbackToLogsOnError", &format!("{}; exit 2", lines(0))),
+        long = container("long", "FallbackToLogsOnError", &format!("{} >&2; exit 3", lines(32))),
+        quiet = container("quiet", "FallbackToLogsOnError", "echo all good; exit 0"),
+        custom = container("custom", "File", "printf 'custom path' > /tmp/why; exit 4")
+            .replace("    terminationMessagePolicy: File\n", "    terminationMessagePath: /tmp/why\n"),
+    );
+    kubectl_apply(&api, n.dir.path(), "ended", &yaml);
+    let (raw, pod) = wait_api("ended Failed in kubectl -o yaml", &n, || {
+        kubectl_pod_yaml(&api, "ended").filter(|(_, p)| api_phase(p) == "Failed")
+    })
+    .await;
+    assert!(raw.contains("message: it broke\n"), "{raw}");
+    let statuses = pod.status.unwrap().container_statuses.unwrap();
+    let message = |name: &str| {
+        let s = statuses.iter().find(|s| s.name == name).unwrap();
+        terminated_message(s, false)
+    };
+    assert_eq!(message("file").as_deref(), Some("it broke"));
+    let short: String = (21..=100).map(|i| format!("line-{i:03}\n")).collect();
+    assert_eq!(message("short").as_deref(), Some(short.as_str()));
+    let all: String = (1..=100)
+        .map(|i| format!("line-{i:03}{}\n", "x".repeat(32)))
+        .collect();
+    let long = message("long").unwrap();
+    assert_eq!(long.len(), 2048);
+    assert_eq!(long, all[all.len() - 2048..]);
+    assert_eq!(
+        message("quiet"),
+        None,
+        "exit 0 with an empty file: no message"
+    );
+    assert_eq!(message("custom").as_deref(), Some("custom path"));
+
+    // A container that restarts: the previous instance's message stays in lastState.
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: again\nspec:\n  nodeName: {node}\n  restartPolicy: Always\n  containers:\n{c}",
+        node = n.node,
+        c = container("crash", "File", "echo -n \"started as $(cat /proc/sys/kernel/random/uuid)\" > /dev/termination-log; exit 1"),
+    );
+    kubectl_apply(&api, n.dir.path(), "again", &yaml);
+    let (raw, status) = wait_api("again restarted once", &n, || {
+        let (raw, p) = kubectl_pod_yaml(&api, "again")?;
+        let s = p.status?.container_statuses?.into_iter().next()?;
+        (s.restart_count >= 1 && terminated_message(&s, true).is_some()).then_some((raw, s))
+    })
+    .await;
+    let last = terminated_message(&status, true).unwrap();
+    assert!(last.starts_with("started as "), "{raw}");
+    if let Some(now) = terminated_message(&status, false) {
+        assert_ne!(now, last, "each instance has its own file: {raw}");
+    }
+}
+
+/// `limits.memory` of a container without a memory limit, through the Downward API (env and
+/// volume alike), is the Node's `status.allocatable.memory` as nodelet publishes it (the
+/// kubelet since 1.34; before, nodelet gave the capacity); with a pod-level limit, that limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downward_api_limits_without_a_container_limit_are_the_nodes_allocatable() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("downward-allocatable", &api, "");
+    let pod = |name: &str, pod_level: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  restartPolicy: Never\n{pod_level}  volumes:\n  - name: info\n    downwardAPI:\n      items:\n      - path: mem\n        resourceFieldRef: {{containerName: main, resource: limits.memory}}\n      - path: cpu\n        resourceFieldRef: {{containerName: main, resource: limits.cpu, divisor: 1m}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    env:\n    - name: MEM\n      valueFrom: {{resourceFieldRef: {{resource: limits.memory}}}}\n    - name: CPU\n      valueFrom: {{resourceFieldRef: {{resource: limits.cpu, divisor: 1m}}}}\n    volumeMounts:\n    - {{name: info, mountPath: /info}}\n    command: [/bin/sh, -c, 'printf \"%s %s %s %s\" \"$MEM\" \"$(cat /info/mem)\" \"$CPU\" \"$(cat /info/cpu)\" > /dev/termination-log']\n",
+            node = n.node
+        )
+    };
+    let node_json = wait_api("the node's allocatable", &n, || {
+        let (ok, out, _) = kubectl(&api, &["get", "node", &n.node, "-o", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&out).ok()?;
+        (ok && json["status"]["allocatable"]["memory"].is_string()).then_some(json)
+    })
+    .await;
+    let quantity = |v: &serde_json::Value| {
+        let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+            v.as_str().unwrap().to_string(),
+        );
+        nodelet::quantity::Quantity::try_from(&q).unwrap()
+    };
+    let allocatable = &node_json["status"]["allocatable"];
+    let capacity = &node_json["status"]["capacity"];
+    let memory = quantity(&allocatable["memory"]).value();
+    let cpu_milli = quantity(&allocatable["cpu"]).milli_value();
+    assert!(
+        memory < quantity(&capacity["memory"]).value(),
+        "the default hard eviction threshold (100Mi) holds memory back: {node_json}"
+    );
+
+    let cases = [
+        (
+            "no-limits",
+            String::new(),
+            format!("{memory} {memory} {cpu_milli} {cpu_milli}"),
+        ),
+        (
+            "pod-level",
+            "  resources:\n    limits: {memory: 96Mi, cpu: 1500m}\n".to_string(),
+            format!("{m} {m} 1500 1500", m = 96 << 20),
+        ),
+    ];
+    for (name, pod_level, _) in &cases {
+        kubectl_apply(&api, n.dir.path(), name, &pod(name, pod_level));
+    }
+    for (name, _, want) in &cases {
+        let (raw, p) = wait_api(&format!("{name} Succeeded"), &n, || {
+            kubectl_pod_yaml(&api, name).filter(|(_, p)| api_phase(p) == "Succeeded")
+        })
+        .await;
+        let s = &p.status.unwrap().container_statuses.unwrap()[0];
+        assert_eq!(
+            terminated_message(s, false).as_deref(),
+            Some(want.as_str()),
+            "{name}: env and volume, memory and cpu\n{raw}"
+        );
+    }
+}

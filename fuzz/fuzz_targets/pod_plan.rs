@@ -117,6 +117,11 @@ fn settings() -> SyncSettings {
         single_process_oom_kill: false,
         cgroups: None,
         pod_cgroup: Default::default(),
+        node_allocatable: nodelet::podspec::resources::NodeAllocatable {
+            cpu_milli: 4000,
+            memory: 8 << 30,
+            ephemeral_storage: None,
+        },
     }
 }
 

@@ -100,6 +100,10 @@ pub(super) fn wire(
             &rt.version,
             runtime.pod_cgroup,
             runtime.node_cgroups.clone(),
+            crate::node::status::allocatable(
+                &runtime.node.machine,
+                &super::settings::allocatable_reservation(cfg),
+            ),
         )),
         clock,
         events: recorder.clone(),
@@ -176,6 +180,7 @@ fn sync_settings(
     version: &api::VersionResponse,
     pod_cgroup: PodCgroupSettings,
     cgroups: Option<Arc<NodeCgroups>>,
+    node_allocatable: crate::podspec::resources::NodeAllocatable,
 ) -> SyncSettings {
     SyncSettings {
         root_dir: cfg.root_dir.clone(),
@@ -193,6 +198,7 @@ fn sync_settings(
         seccomp_default: cfg.seccomp_default,
         cgroups,
         pod_cgroup,
+        node_allocatable,
     }
 }
 

@@ -50,6 +50,11 @@ pub struct RuntimeContainer {
     pub restart_count: i32,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// The CRI log file (`ContainerStatus.log_path`); empty when the runtime reports none.
+    pub log_path: String,
+    /// The host side of the mount at the container's terminationMessagePath (from the
+    /// annotation), as the kubelet's `getTerminationMessage` finds it in the status's mounts.
+    pub termination_message_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -211,9 +216,27 @@ pub fn container_from_status(status: &api::ContainerStatus, sandbox_id: &str) ->
             .get(labels::CONTAINER_RESTART_COUNT)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
+        log_path: status.log_path.clone(),
+        termination_message_file: termination_message_mount(status, &annotations),
         labels,
         annotations,
     }
+}
+
+/// The host path of the mount at the container's terminationMessagePath (annotation), if the
+/// container has one: the file the kubelet's `getTerminationMessage` reads.
+fn termination_message_mount(
+    status: &api::ContainerStatus,
+    annotations: &BTreeMap<String, String>,
+) -> Option<std::path::PathBuf> {
+    let path = annotations
+        .get(labels::CONTAINER_TERMINATION_MESSAGE_PATH)
+        .filter(|p| !p.is_empty())?;
+    status
+        .mounts
+        .iter()
+        .find(|m| &m.container_path == path && !m.host_path.is_empty())
+        .map(|m| std::path::PathBuf::from(&m.host_path))
 }
 
 /// Whether a verbose `PodSandboxStatus` info map says the sandbox's process runs in a network

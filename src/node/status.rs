@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use crate::cri::api::{Image, RuntimeHandler};
 use crate::events::EventType;
 use crate::lifecycle::pressure::Pressure;
+use crate::podspec::resources::NodeAllocatable;
 use crate::quantity::Quantity;
 use crate::stats::machine::{go_arch, MachineInfo};
 
@@ -246,6 +247,30 @@ fn addresses(inputs: &NodeStatusInputs<'_>) -> Vec<NodeAddress> {
     addresses
 }
 
+/// The node's allocatable cpu, memory and ephemeral storage: capacity minus the reservation
+/// (never negative), huge pages out of memory. [`set_resources`] publishes exactly these in
+/// `status.allocatable`, and the Downward API falls back to them (the kubelet reads its Node's
+/// `status.allocatable`), so a pod sees what the Node says.
+pub fn allocatable(machine: &MachineInfo, reserved: &AllocatableReservation) -> NodeAllocatable {
+    let memory = to_i64(machine.memory_capacity);
+    let hugepage_bytes: i64 = machine
+        .hugepages
+        .iter()
+        .map(|(size, count)| to_i64(size.saturating_mul(*count)))
+        .fold(0, i64::saturating_add);
+    NodeAllocatable {
+        cpu_milli: (i64::from(machine.num_cores) * 1000 - reserved.cpu_milli).max(0),
+        memory: memory
+            .saturating_sub(reserved.memory_reserved(memory))
+            .saturating_sub(hugepage_bytes)
+            .max(0),
+        ephemeral_storage: machine.ephemeral_storage_capacity.map(|storage| {
+            let storage = to_i64(storage);
+            (storage - reserved.ephemeral_storage_reserved(storage)).max(0)
+        }),
+    }
+}
+
 /// Capacity and allocatable, as the kubelet's `MachineInfo` setter: our resources are set,
 /// other keys stay, allocatable is capacity minus the reservation (never negative), and huge
 /// pages come out of allocatable memory.
@@ -265,35 +290,33 @@ fn set_resources(status: &mut NodeStatus, inputs: &NodeStatusInputs<'_>) {
         })
         .collect();
 
+    let amounts = allocatable(machine, reserved);
     // (name, capacity, allocatable) of the resources nodelet owns.
     let mut ours: Vec<(String, String, String)> = vec![
         (
             "cpu".into(),
             format_decimal_si_milli(cpu_milli),
-            format_decimal_si_milli((cpu_milli - reserved.cpu_milli).max(0)),
+            format_decimal_si_milli(amounts.cpu_milli),
         ),
-        {
-            let hugepage_bytes: i64 = hugepages.iter().map(|(_, b)| *b).sum();
-            let allocatable = memory - reserved.memory_reserved(memory) - hugepage_bytes;
-            (
-                "memory".into(),
-                format_binary_si(memory),
-                format_binary_si(allocatable.max(0)),
-            )
-        },
+        (
+            "memory".into(),
+            format_binary_si(memory),
+            format_binary_si(amounts.memory),
+        ),
         (
             "pods".into(),
             format_decimal_si_milli(i64::from(inputs.max_pods) * 1000),
             format_decimal_si_milli(i64::from(inputs.max_pods) * 1000),
         ),
     ];
-    if let Some(storage) = machine.ephemeral_storage_capacity {
-        let storage = to_i64(storage);
-        let allocatable = storage - reserved.ephemeral_storage_reserved(storage);
+    if let (Some(storage), Some(allocatable)) = (
+        machine.ephemeral_storage_capacity,
+        amounts.ephemeral_storage,
+    ) {
         ours.push((
             "ephemeral-storage".into(),
-            format_binary_si(storage),
-            format_binary_si(allocatable.max(0)),
+            format_binary_si(to_i64(storage)),
+            format_binary_si(allocatable),
         ));
     }
     for (name, bytes) in &hugepages {

@@ -19,13 +19,15 @@ use super::error::{container_field_path, ConfigError};
 use super::field::env_var_name;
 use super::references::{FetchedObjects, ObjectKind, References};
 use super::regular_containers;
-use super::resources::{container_limits, container_requests};
+use super::resources::{
+    container_limits, container_requests, downward_api_limits, NodeAllocatable,
+};
 use super::service_env::service_env;
 use crate::quantity::Quantity;
 
 /// What the environment needs besides the pod: addresses and the node's allocatable resources
-/// (the fallback for `limits.*` of a container without limits, as the seed's Downward API
-/// section says).
+/// (with the pod-level limits, the fallback for `limits.*` of a container without limits:
+/// [`downward_api_limits`]).
 #[derive(Debug, Clone, Copy)]
 pub struct EnvContext<'a> {
     /// The pod's IPs, primary first (the host's IPs for host-network pods).
@@ -34,11 +36,8 @@ pub struct EnvContext<'a> {
     pub host_ips: &'a [String],
     /// The node's name, used for `spec.nodeName` when the pod does not carry it.
     pub node_name: &'a str,
-    pub node_allocatable_cpu_milli: i64,
-    pub node_allocatable_memory: i64,
-    /// `None` when the node's ephemeral storage is unknown: `limits.ephemeral-storage` of a
-    /// container without that limit is then `0`.
-    pub node_allocatable_ephemeral_storage: Option<i64>,
+    /// The Node's `status.allocatable`, as nodelet publishes it.
+    pub node_allocatable: NodeAllocatable,
 }
 
 /// Expands `$(VAR)` references in `input` with `env`.
@@ -626,8 +625,9 @@ fn raw_quantity(
 }
 
 /// The value of a Downward API `resourceFieldRef` (`containerResourceRuntimeValue` with the
-/// kubelet's `defaultPodLimitsForDownwardAPI`): limits of cpu, memory and ephemeral storage
-/// fall back to the node's allocatable amount when the container sets none.
+/// kubelet's `defaultPodLimitsForDownwardAPI` since 1.34): limits of cpu, memory and ephemeral
+/// storage fall back to the pod-level limit, else the node's allocatable amount, when the
+/// container sets none.
 pub fn resource_field_ref_value(
     pod: &Pod,
     container: &Container,
@@ -674,20 +674,11 @@ pub fn resource_field_ref_value(
     };
 
     let requests = container_requests(target);
-    let mut limits = container_limits(target);
-    if default_limits {
-        if limits.cpu_milli.unwrap_or(0) == 0 {
-            limits.cpu_milli = Some(ctx.node_allocatable_cpu_milli);
-        }
-        if limits.memory.unwrap_or(0) == 0 {
-            limits.memory = Some(ctx.node_allocatable_memory);
-        }
-        if limits.ephemeral_storage.unwrap_or(0) == 0 {
-            if let Some(storage) = ctx.node_allocatable_ephemeral_storage {
-                limits.ephemeral_storage = Some(storage);
-            }
-        }
-    }
+    let limits = if default_limits {
+        downward_api_limits(pod, target, &ctx.node_allocatable)
+    } else {
+        container_limits(target)
+    };
     let cpu = |milli: Option<i64>| divide_ceil(milli.unwrap_or(0), divisor.milli_value());
     let whole = |value: Option<i64>| divide_ceil(value.unwrap_or(0), divisor.value());
     let resources = target.resources.as_ref();
@@ -827,9 +818,11 @@ pub(crate) mod tests {
         pod_ips: &[],
         host_ips: &[],
         node_name: "node-1",
-        node_allocatable_cpu_milli: 4000,
-        node_allocatable_memory: 8 << 30,
-        node_allocatable_ephemeral_storage: Some(100 << 30),
+        node_allocatable: NodeAllocatable {
+            cpu_milli: 4000,
+            memory: 8 << 30,
+            ephemeral_storage: Some(100 << 30),
+        },
     };
 
     /// Standalone: no object was read.

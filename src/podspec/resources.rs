@@ -70,6 +70,39 @@ impl Amounts {
     }
 }
 
+/// The node's allocatable amounts, as the Node's `status.allocatable` reports them: what the
+/// Downward API's `limits.*` of a container without a limit fall back to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeAllocatable {
+    pub cpu_milli: i64,
+    pub memory: i64,
+    /// `None` when the node's ephemeral storage is unknown (the Node then has no
+    /// `ephemeral-storage` in its allocatable): `limits.ephemeral-storage` stays `0`.
+    pub ephemeral_storage: Option<i64>,
+}
+
+/// The limits the Downward API reports for `container` of `pod`: the kubelet's
+/// `defaultPodLimitsForDownwardAPI` (since 1.34) followed by `MergeContainerResourceLimits`. A
+/// cpu, memory or ephemeral-storage limit the container does not set (or sets to zero) is the
+/// pod-level limit when the pod sets a non-zero one (cpu and memory: the only pod-level
+/// resources of the three), else the node's allocatable amount.
+pub fn downward_api_limits(pod: &Pod, container: &Container, node: &NodeAllocatable) -> Amounts {
+    let pod_level = pod_level_limits(pod);
+    let non_zero = |v: Option<i64>| v.filter(|v| *v != 0);
+    let fallback = Amounts {
+        cpu_milli: non_zero(pod_level.cpu_milli).or(Some(node.cpu_milli)),
+        memory: non_zero(pod_level.memory).or(Some(node.memory)),
+        ephemeral_storage: node.ephemeral_storage,
+    };
+    let own = container_limits(container);
+    let pick = |own: Option<i64>, fallback: Option<i64>| non_zero(own).or(fallback).or(own);
+    Amounts {
+        cpu_milli: pick(own.cpu_milli, fallback.cpu_milli),
+        memory: pick(own.memory, fallback.memory),
+        ephemeral_storage: pick(own.ephemeral_storage, fallback.ephemeral_storage),
+    }
+}
+
 fn requirements(container: &Container) -> Option<&ResourceRequirements> {
     container.resources.as_ref()
 }
@@ -516,5 +549,76 @@ mod tests {
             effective_pod_resources(&with("cpu=1")).cpu_request_milli,
             100
         );
+    }
+
+    #[test]
+    fn downward_api_limits_fall_back_to_the_pod_level_limit_then_the_node_allocatable() {
+        let node = NodeAllocatable {
+            cpu_milli: 3500,
+            memory: 7 << 30,
+            ephemeral_storage: Some(90 << 30),
+        };
+        let unknown_storage = NodeAllocatable {
+            ephemeral_storage: None,
+            ..node
+        };
+        // (container limits, pod-level limits, node, expected (cpu, memory, storage))
+        type Case<'a> = (&'a str, &'a str, NodeAllocatable, (i64, i64, Option<i64>));
+        let cases: [Case; 7] = [
+            // No limit anywhere: the node's allocatable (not its capacity).
+            ("", "", node, (3500, 7 << 30, Some(90 << 30))),
+            // The container's own limits win.
+            (
+                "cpu=500m,memory=64Mi,ephemeral-storage=1Gi",
+                "cpu=2,memory=1Gi",
+                node,
+                (500, 64 << 20, Some(1 << 30)),
+            ),
+            // Pod-level limits for what the container leaves open; storage is no pod-level
+            // resource, so it comes from the node.
+            (
+                "",
+                "cpu=2,memory=1Gi",
+                node,
+                (2000, 1 << 30, Some(90 << 30)),
+            ),
+            (
+                "memory=64Mi",
+                "cpu=2",
+                node,
+                (2000, 64 << 20, Some(90 << 30)),
+            ),
+            // A zero limit counts as none, at both levels.
+            (
+                "cpu=0,memory=0",
+                "cpu=0,memory=1Gi",
+                node,
+                (3500, 1 << 30, Some(90 << 30)),
+            ),
+            // Unknown node storage: the container's value, else unset (0 for the Downward API).
+            ("", "", unknown_storage, (3500, 7 << 30, None)),
+            (
+                "ephemeral-storage=2Gi",
+                "",
+                unknown_storage,
+                (3500, 7 << 30, Some(2 << 30)),
+            ),
+        ];
+        for (i, (own, pod_level, node, (cpu, memory, storage))) in cases.into_iter().enumerate() {
+            let c = container("c", "", own);
+            let mut p = pod(vec![c.clone()], vec![]);
+            if let Some(spec) = p.spec.as_mut() {
+                spec.resources = Some(ResourceRequirements {
+                    limits: test_support::list(pod_level),
+                    ..Default::default()
+                });
+            }
+            let got = downward_api_limits(&p, &c, &node);
+            assert_eq!(
+                (got.cpu_milli, got.memory, got.ephemeral_storage),
+                (Some(cpu), Some(memory), storage),
+                "case {i}: container {own:?}, pod {pod_level:?}"
+            );
+        }
     }
 }

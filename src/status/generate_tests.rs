@@ -108,6 +108,8 @@ fn rc(
         restart_count: restarts,
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
+        log_path: String::new(),
+        termination_message_file: None,
     }
 }
 

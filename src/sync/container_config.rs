@@ -21,6 +21,7 @@ use crate::podspec::qos::QosClass;
 use crate::podspec::references::FetchedObjects;
 use crate::podspec::resources::{
     container_limits, container_requests, pod_level_limits, pod_level_resources_set,
+    NodeAllocatable,
 };
 use crate::podspec::{container_field_path, ConfigError};
 use crate::volume::subpath::SubPathMount;
@@ -33,8 +34,8 @@ pub struct ContainerContext<'a> {
     pub pod_ips: &'a [String],
     pub host_ips: &'a [String],
     pub node_name: &'a str,
-    pub node_allocatable_cpu_milli: i64,
-    pub node_allocatable_memory: i64,
+    /// The Node's `status.allocatable` (the Downward API's fallback for `limits.*`).
+    pub node_allocatable: NodeAllocatable,
     pub memory_capacity: u64,
     /// The pod's QoS class, derived once with its plan.
     pub qos_class: QosClass,
@@ -779,9 +780,7 @@ pub fn container_config_with_env(
         pod_ips: ctx.pod_ips,
         host_ips: ctx.host_ips,
         node_name: ctx.node_name,
-        node_allocatable_cpu_milli: ctx.node_allocatable_cpu_milli,
-        node_allocatable_memory: ctx.node_allocatable_memory,
-        node_allocatable_ephemeral_storage: None,
+        node_allocatable: ctx.node_allocatable,
     };
     let envs = make_environment(pod, container, &env_ctx, env_objects)?;
     let lookup: HashMap<&str, &str> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -895,8 +894,11 @@ mod tests {
             pod_ips: &[],
             host_ips: &[],
             node_name: "node-1",
-            node_allocatable_cpu_milli: 4000,
-            node_allocatable_memory: 8 << 30,
+            node_allocatable: NodeAllocatable {
+                cpu_milli: 4000,
+                memory: 8 << 30,
+                ephemeral_storage: None,
+            },
             memory_capacity: 10 << 30,
             qos_class: QosClass::BestEffort,
             volumes,

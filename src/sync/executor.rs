@@ -211,11 +211,7 @@ impl PodSyncer {
     /// Sets up or refreshes the pod's configMap/secret/downwardAPI/projected volumes; every
     /// failure is a FailedMount event.
     async fn api_volumes(&self, pod: &Pod) -> volume::ApiVolumes {
-        let ctx = volume::ApiVolumeContext::new(volume::NodeAllocatable {
-            cpu_milli: self.node.cpu_capacity_milli(),
-            memory: i64::try_from(self.node.memory_capacity()).unwrap_or(i64::MAX),
-            ephemeral_storage: None,
-        });
+        let ctx = volume::ApiVolumeContext::new(self.settings.node_allocatable);
         let api =
             volume::update_api_volumes(pod, &self.settings.root_dir, self.objects.as_ref(), &ctx)
                 .await;
@@ -244,13 +240,21 @@ impl PodSyncer {
         }
     }
 
+    /// What the runtime holds of the pod, with the termination messages of its exited
+    /// containers read as the kubelet's runtime manager adds them to the statuses.
     pub async fn inspect(&self, uid: &str) -> Result<PodRuntime> {
-        cri::model::inspect_pod(self.runtime.as_ref(), &self.node.name, uid)
+        let mut pod = cri::model::inspect_pod(self.runtime.as_ref(), &self.node.name, uid)
             .await
             .map_err(|source| Error::Inspect {
                 uid: uid.to_string(),
                 source,
-            })
+            })?;
+        let sources = super::termination::HostSources {
+            root_dir: self.settings.root_dir.clone(),
+            runtime: self.runtime.clone(),
+        };
+        super::termination::fill_messages(&mut pod, &sources).await;
+        Ok(pod)
     }
 
     /// The kubelet's Warning for a sandbox that could not be made, so `kubectl describe` says

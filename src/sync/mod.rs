@@ -4,7 +4,8 @@
 //! Inside `sync` the files import one another in one direction only (no cycle):
 //! `executor` → `start` → `stop` → `hooks`/`grace`/`recorder`; `executor` → `sandbox` → `plan` →
 //! the config builders; `memory`, `settings` and `error` are imported, and import nothing of
-//! `sync` but `plan`.
+//! `sync` but `plan`; `termination` (the termination messages `executor` adds to what the
+//! runtime reports) imports nothing of `sync`.
 
 pub mod actions;
 pub mod container_config;
@@ -21,3 +22,4 @@ pub mod sandbox_config;
 pub mod settings;
 pub mod start;
 pub mod stop;
+pub mod termination;

@@ -177,6 +177,11 @@ mod tests {
             seccomp_default: false,
             cgroups: None,
             pod_cgroup: cgroup::PodCgroupSettings::default(),
+            node_allocatable: crate::podspec::resources::NodeAllocatable {
+                cpu_milli: 4000,
+                memory: 8 << 30,
+                ephemeral_storage: None,
+            },
         }
     }
 

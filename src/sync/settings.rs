@@ -33,4 +33,7 @@ pub struct SyncSettings {
     /// What shapes pod and container cgroup values, Memory QoS among them (containers get it
     /// through the CRI even without `cgroupsPerQOS`).
     pub pod_cgroup: cgroup::PodCgroupSettings,
+    /// The Node's `status.allocatable` (`node::status::allocatable`): the Downward API's
+    /// `limits.*` of a container without a limit (and without a pod-level one).
+    pub node_allocatable: crate::podspec::resources::NodeAllocatable,
 }

@@ -443,6 +443,73 @@ pub fn termination_message_file(
     }
 }
 
+/// Reads what an exited container left in its termination-message file `path` (as the runtime
+/// reports the mount's host path): the last `max` bytes, as the kubelet's `tail.ReadAtMost`.
+///
+/// The file was written by the container, so it is read without trusting it: `path` must be a
+/// file nodelet made ([`termination_message_file`]: `<root>/pods/<uid>/containers/<name>/<file>`),
+/// its directory is opened with `O_NOFOLLOW` and the file beneath it with `O_NOFOLLOW` (a
+/// symlink in its place is an error, never followed) and `O_NONBLOCK` (a FIFO cannot hang the
+/// reader); anything but a regular file is refused; at most `max` bytes are read into a buffer
+/// of at most `max` bytes, however large the file. A missing file is `NotFound`, as for the
+/// kubelet (the caller then falls back to the logs where the policy says so).
+pub fn read_termination_message(root_dir: &Path, path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use nix::fcntl::{open, openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::io::{Read, Seek, SeekFrom};
+    use std::path::Component;
+
+    let not_ours = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a termination-message file of this node agent",
+        )
+    };
+    let rel = path
+        .strip_prefix(root_dir.join("pods"))
+        .map_err(|_| not_ours())?;
+    let parts: Vec<_> = rel.components().collect();
+    if parts.len() != 4
+        || parts[1] != Component::Normal("containers".as_ref())
+        || !parts.iter().all(|c| matches!(c, Component::Normal(_)))
+    {
+        return Err(not_ours());
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(not_ours());
+    };
+    let dir_fd = open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let fd = openat(
+        &dir_fd,
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut file = fs::File::from(fd);
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let start = meta.len().saturating_sub(max);
+    file.seek(SeekFrom::Start(start))?;
+    let mut data = Vec::with_capacity(usize::try_from(meta.len().min(max)).unwrap_or(0));
+    // `take`: the file may have grown since fstat (another instance cannot write it, but a
+    // process left behind in the container's namespaces could).
+    file.take(max).read_to_end(&mut data)?;
+    Ok(data)
+}
+
 /// Removes the pod's directory once the pod is gone: unmounts the subPath bind mounts under
 /// `volume-subpaths` and the tmpfs volumes, then deletes everything without following symlinks
 /// or crossing a mount point. Anything else still mounted below the directory (which nodelet
@@ -840,6 +907,68 @@ mod tests {
         let content = fs::read_to_string(&path).unwrap();
         assert!(content
             .starts_with("# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n"));
+    }
+
+    #[test]
+    fn termination_messages_are_read_bounded_without_following_symlinks() {
+        let root = tempfile::tempdir().unwrap();
+        let path = termination_message_file(root.path(), "uid-1", "app").unwrap();
+        let read = |p: &Path| read_termination_message(root.path(), p, 4096);
+
+        // Empty, then a message.
+        assert_eq!(read(&path).unwrap(), b"");
+        fs::write(&path, "the end\n").unwrap();
+        assert_eq!(read(&path).unwrap(), b"the end\n");
+
+        // Oversize: the last 4096 bytes, as `tail.ReadAtMost`.
+        let big: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        fs::write(&path, &big).unwrap();
+        let got = read(&path).unwrap();
+        assert_eq!(got.len(), 4096);
+        assert_eq!(got, big[big.len() - 4096..]);
+
+        // Missing: NotFound, so the caller can fall back to the logs.
+        let dir = path.parent().unwrap();
+        assert_eq!(
+            read(&dir.join("gone")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+
+        // A symlink in place of the file is not followed (ELOOP), whatever it points at.
+        let secret = root.path().join("secret");
+        fs::write(&secret, "host secret").unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let err = read(&link).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(nix::libc::ELOOP), "{err}");
+
+        // A symlinked directory on the way is not followed either.
+        let pods_c = root.path().join("pods/uid-2/containers");
+        fs::create_dir_all(&pods_c).unwrap();
+        std::os::unix::fs::symlink(dir, pods_c.join("app")).unwrap();
+        let via = pods_c.join("app").join(path.file_name().unwrap());
+        assert!(read(&via).is_err());
+
+        // A FIFO is refused without blocking; so is a directory.
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(read(&fifo).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        fs::create_dir(dir.join("d")).unwrap();
+        assert!(read(&dir.join("d")).is_err());
+
+        // Only nodelet's own termination-message files.
+        for other in [
+            secret.clone(),
+            root.path().join("pods/uid-1/volumes/x/y"),
+            root.path().join("pods/uid-1/containers/app/../../etc"),
+        ] {
+            assert_eq!(
+                read(&other).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput,
+                "{}",
+                other.display()
+            );
+        }
     }
 
     #[test]

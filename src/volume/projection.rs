@@ -20,15 +20,9 @@ use crate::podspec::references::{not_found_message, Fetched, FetchedObjects, Obj
 /// (`0644`, 420 in JSON), used when a pod was not defaulted (static pods read from disk are).
 pub const DEFAULT_MODE: i32 = 0o644;
 
-/// The node's allocatable resources: the Downward API's `limits.*` of a container that sets no
-/// limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeAllocatable {
-    pub cpu_milli: i64,
-    pub memory: i64,
-    /// `None` when unknown: `limits.ephemeral-storage` is then `0`.
-    pub ephemeral_storage: Option<i64>,
-}
+/// The node's allocatable resources: with the pod-level limits, the Downward API's `limits.*`
+/// of a container that sets no limit.
+pub use crate::podspec::resources::NodeAllocatable;
 
 /// The volume types whose content nodelet projects, with the kubelet's plugin directory and
 /// backing: secrets, the Downward API and projected volumes live on a tmpfs, ConfigMaps on the
@@ -249,9 +243,7 @@ pub fn downward_api_payload(
         pod_ips: &[],
         host_ips: &[],
         node_name: "",
-        node_allocatable_cpu_milli: node.cpu_milli,
-        node_allocatable_memory: node.memory,
-        node_allocatable_ephemeral_storage: node.ephemeral_storage,
+        node_allocatable: *node,
     };
     let mut errs = Vec::new();
     let mut payload = Payload::new();
