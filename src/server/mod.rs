@@ -150,7 +150,7 @@ pub fn kubelet_api_router_with(
         router = match endpoint.path.strip_suffix('/') {
             // A Go `ServeMux` pattern ending in `/` holds its whole subtree.
             Some(_) => router
-                .route(endpoint.path, any(answer.clone()))
+                .route(endpoint.path, any(answer))
                 .route(&format!("{}{{*rest}}", endpoint.path), any(answer)),
             None => router.route(endpoint.path, any(answer)),
         };
