@@ -999,6 +999,15 @@ async fn joined_with_kubelet_api_and(
     test: &str,
     options: apiserver_fixture::FixtureOptions,
 ) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
+    joined_with_kubelet_api_config(test, options, "").await
+}
+
+/// [`joined_with_kubelet_api_and`] with `extra` appended to nodelet's configuration.
+async fn joined_with_kubelet_api_config(
+    test: &str,
+    options: apiserver_fixture::FixtureOptions,
+    extra: &str,
+) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
     let certs = tempfile::tempdir().unwrap();
     let (ca_file, identity) = kubelet_client_identity(certs.path());
     let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
@@ -1018,7 +1027,7 @@ async fn joined_with_kubelet_api_and(
         &format!(
             // The API server reaches the kubelet API at the node's InternalIP (the address
             // nodelet detects), as on a real node.
-            "address: 0.0.0.0\nport: {kubelet_port}\nauthentication:\n  x509:\n    clientCAFile: {}\n",
+            "address: 0.0.0.0\nport: {kubelet_port}\nauthentication:\n  x509:\n    clientCAFile: {}\n{extra}",
             ca_file.display()
         ),
     );
@@ -1282,6 +1291,183 @@ async fn kubectl_exec_and_port_forward_reach_the_container() {
     let _ = forward.kill();
     let _ = forward.wait();
     assert_eq!(status.ok(), Some(200), "{}", tail(&n.logs(), 30));
+}
+
+/// `curl` on the kubelet API as the API server's kubelet client, with `args` of the test's
+/// own before the URL: (curl's exit code, HTTP status, body).
+fn kubelet_api_curl(
+    certs: &std::path::Path,
+    port: u16,
+    path: &str,
+    args: &[&str],
+) -> (i32, String, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "--path-as-is", "--max-time", "30", "--cert"])
+        .arg(certs.join(IDENTITY_PEM))
+        .args(["-w", "\n%{http_code}"])
+        .args(args)
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (
+        out.status.code().unwrap_or(-1),
+        code.to_string(),
+        body.to_string(),
+    )
+}
+
+/// `enableDebuggingHandlers: false`: the kubelet's `InstallDebuggingDisabledHandlers` — exec,
+/// attach, portForward, containerLogs, run, runningpods, logs and pprof answer 405 "Debug
+/// endpoints are disabled." (not 403: the request is authorized, the handler is absent) and
+/// `/configz` is not installed; `/pods` and the metrics stay. With `tlsMinVersion:
+/// VersionTLS13`, a client that speaks at most TLS 1.2 fails the handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debugging_handlers_off_answer_405_and_tls13_refuses_a_tls12_client() {
+    let (fixture, n, kubelet_port, certs) = joined_with_kubelet_api_config(
+        "no-debug-handlers",
+        Default::default(),
+        "enableDebuggingHandlers: false\ntlsMinVersion: VersionTLS13\n",
+    )
+    .await;
+    let disabled = [
+        "/containerLogs/default/chatty/main",
+        "/exec/default/chatty/main?command=%2Ftestbox&command=version&output=1",
+        "/attach/default/chatty/main?output=1",
+        "/portForward/default/chatty",
+        "/run/default/chatty/main",
+        "/runningpods/",
+        "/logs/",
+        "/logs/syslog",
+        "/debug/pprof/",
+    ];
+    for path in disabled {
+        let (_, code, body) = kubelet_api_curl(certs.path(), kubelet_port, path, &[]);
+        assert_eq!(
+            (code.as_str(), body.as_str()),
+            ("405", "Debug endpoints are disabled.\n"),
+            "{path}"
+        );
+    }
+    let (_, code, _) = kubelet_api_curl(certs.path(), kubelet_port, "/configz", &[]);
+    assert_eq!(code, "404", "/configz is a debugging handler");
+    let (_, code, body) = kubelet_api_curl(certs.path(), kubelet_port, "/pods", &[]);
+    assert_eq!(code, "200", "{body}");
+    assert!(body.contains("chatty"), "{body}");
+
+    // Through the API server, as `kubectl logs` and `kubectl exec` reach it.
+    let api = fixture.url();
+    let (ok, out, err) = kubectl(&api, &["logs", "chatty"]);
+    assert!(!ok, "kubectl logs: {out}");
+    // kubectl renders the 405 by its reason, as it does a kubelet's behind a real API server.
+    assert!(err.contains("MethodNotAllowed"), "{err}");
+    let (ok, out, err) = kubectl(&api, &["exec", "chatty", "--", "/testbox", "version"]);
+    assert!(!ok, "kubectl exec: {out}{err}");
+
+    // TLS: 1.3 is served, a 1.2-only client gets no connection at all (curl exit 35: the
+    // handshake failed).
+    let (exit, code, _) = kubelet_api_curl(certs.path(), kubelet_port, "/pods", &["--tlsv1.3"]);
+    assert_eq!((exit, code.as_str()), (0, "200"));
+    let (exit, code, body) =
+        kubelet_api_curl(certs.path(), kubelet_port, "/pods", &["--tls-max", "1.2"]);
+    assert_eq!(
+        exit,
+        35,
+        "TLS 1.2 client: {code} {body}\n{}",
+        tail(&n.logs(), 20)
+    );
+}
+
+/// `enableServer: false`: no listener on `port` at all, while the node registers and runs its
+/// pods (the kubelet's `startKubelet` skips only `ListenAndServe`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_server_false_leaves_the_kubelet_port_unbound() {
+    let (_fixture, n, kubelet_port, _certs) =
+        joined_with_kubelet_api_config("no-server", Default::default(), "enableServer: false\n")
+            .await;
+    // `chatty` runs: nodelet has started everything it starts.
+    let refused = std::net::TcpStream::connect(("127.0.0.1", kubelet_port));
+    assert!(
+        refused.is_err(),
+        "something listens on the kubelet port\n{}",
+        tail(&n.logs(), 20)
+    );
+}
+
+/// `streamingConnectionIdleTimeout`: an exec session and a port-forward with no traffic are
+/// closed by nodelet's relay after the timeout, as the kubelet's streaming server closes an
+/// idle connection; `kubectl` sees its stream end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_exec_and_port_forward_sessions_are_closed_after_the_timeout() {
+    let (fixture, n, _, _certs) = joined_with_kubelet_api_config(
+        "stream-idle",
+        Default::default(),
+        "streamingConnectionIdleTimeout: 2s\n",
+    )
+    .await;
+    let api = fixture.url();
+    // Bounded waits, so a relay that never times out fails the test instead of hanging it.
+    let wait_exit = |child: &mut std::process::Child, what: &str| {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{what} still open after {T:?}\n{}", tail(&n.logs(), 30));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    // `exec -i … cat` with standard input open and silent: nothing moves either way.
+    let mut exec = kubectl_command(&api, &["exec", "-i", "chatty", "--", "/testbox", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl exec -i");
+    let stdin = exec.stdin.take();
+    let started = Instant::now();
+    wait_exit(&mut exec, "an idle kubectl exec -i");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    drop(stdin);
+
+    // `port-forward` with no connection through it, once it forwards.
+    let mut forward = kubectl_command(&api, &["port-forward", "pod/chatty", ":8080"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward");
+    let stdout = forward.stdout.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("Forwarding from 127.0.0.1:") {
+                let _ = line_tx.send(());
+            }
+        }
+    });
+    assert!(
+        line_rx.recv_timeout(T).is_ok(),
+        "kubectl port-forward never forwarded"
+    );
+    let forwarding = Instant::now();
+    let status = wait_exit(&mut forward, "an idle kubectl port-forward");
+    assert!(forwarding.elapsed() >= Duration::from_secs(1), "{status}");
+    let mut stderr = String::new();
+    use std::io::Read;
+    let _ = forward.stderr.take().unwrap().read_to_string(&mut stderr);
+    assert!(
+        stderr.contains("lost connection to pod"),
+        "{status}: {stderr}"
+    );
 }
 
 /// `kubectl top pod` and `kubectl top node` through the fixture: its metrics-server stand-in

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::StatusCode;
 use common::TestCa;
+use nodelet::config::kubelet_server::{CipherSuite, TlsSettings, TlsVersion};
 use nodelet::config::{Authentication, Authorization, AuthorizationMode};
 use nodelet::server::auth::{
     AccessReviewer, KubeletAuth, RequestAttributes, ReviewError, UserInfo,
@@ -95,11 +96,20 @@ struct Server {
 }
 
 async fn start(mode: AuthorizationMode, anonymous: bool, ca: &TestCa) -> Server {
+    start_tls(mode, anonymous, ca, &TlsSettings::default()).await
+}
+
+async fn start_tls(
+    mode: AuthorizationMode,
+    anonymous: bool,
+    ca: &TestCa,
+    tls_settings: &TlsSettings,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, ca.cert.pem()).unwrap();
     let cert = serving_certificate(None, &dir.path().join("pki"), "node-a", &[]).unwrap();
-    let tls = server_config(cert, Some(&ca_file)).unwrap();
+    let tls = server_config(cert, Some(&ca_file), tls_settings).unwrap();
     let auth = KubeletAuth::new(
         "node-a",
         &Authentication {
@@ -331,4 +341,195 @@ async fn oversized_requests_are_refused_before_authentication() {
         .unwrap();
     assert_eq!(body.status().as_u16(), 413);
     server.cancel.cancel();
+}
+
+/// A client speaking only the TLS versions in `min..=max`.
+fn client_tls(min: reqwest::tls::Version, max: reqwest::tls::Version) -> reqwest::Client {
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .min_tls_version(min)
+        .max_tls_version(max)
+        .build()
+        .unwrap()
+}
+
+/// `tlsMinVersion` and `tlsCipherSuites` on the served TLS: a TLS 1.2-only client is served by
+/// default and refused at the handshake with `VersionTLS13`; TLS 1.2 suites are the listed
+/// ones (the self-signed certificate is ECDSA, so a list of RSA suites leaves TLS 1.2 nothing
+/// to agree on), while TLS 1.3's are always on, as in Go.
+#[tokio::test]
+async fn tls_min_version_and_cipher_suites_shape_the_handshake() {
+    use reqwest::tls::Version;
+    let ca = TestCa::new("kubernetes");
+    let tls12 = client_tls(Version::TLS_1_2, Version::TLS_1_2);
+    let tls13 = client_tls(Version::TLS_1_3, Version::TLS_1_3);
+    let cases = [
+        ("defaults", TlsSettings::default(), true, true),
+        (
+            "VersionTLS13",
+            TlsSettings {
+                min_version: TlsVersion::Tls13,
+                ..Default::default()
+            },
+            false,
+            true,
+        ),
+        (
+            "ECDSA suite",
+            TlsSettings {
+                cipher_suites_tls12: vec![CipherSuite::EcdheEcdsaAes128GcmSha256],
+                cipher_suites_set: true,
+                ..Default::default()
+            },
+            true,
+            true,
+        ),
+        (
+            "RSA suites only",
+            TlsSettings {
+                cipher_suites_tls12: vec![
+                    CipherSuite::EcdheRsaAes128GcmSha256,
+                    CipherSuite::EcdheRsaAes256GcmSha384,
+                ],
+                cipher_suites_set: true,
+                ..Default::default()
+            },
+            false,
+            true,
+        ),
+    ];
+    for (name, settings, tls12_served, tls13_served) in cases {
+        let server = start_tls(AuthorizationMode::AlwaysAllow, true, &ca, &settings).await;
+        let url = format!("{}/healthz", server.url);
+        let got12 = tls12.get(&url).send().await;
+        let got13 = tls13.get(&url).send().await;
+        assert_eq!(
+            got12.as_ref().map(|r| r.status().as_u16()).ok(),
+            tls12_served.then_some(200),
+            "{name}: TLS 1.2 client: {got12:?}"
+        );
+        if let Err(error) = &got12 {
+            assert!(error.is_connect(), "{name}: a handshake failure: {error:?}");
+        }
+        assert_eq!(
+            got13.as_ref().map(|r| r.status().as_u16()).ok(),
+            tls13_served.then_some(200),
+            "{name}: TLS 1.3 client: {got13:?}"
+        );
+        server.cancel.cancel();
+    }
+}
+
+/// The handlers `enableDebuggingHandlers` and its companions leave out answer as the kubelet's
+/// disabled handlers: 405 with the kubelet's message, after authentication (an anonymous
+/// request to a disabled endpoint is still 401).
+#[tokio::test]
+async fn disabled_handlers_answer_405_after_authentication() {
+    use nodelet::config::kubelet_server::KubeletServer;
+    use nodelet::server::kubelet_api_router_with;
+    let ca = TestCa::new("kubernetes");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.cert.pem()).unwrap();
+    let cert = serving_certificate(None, &dir.path().join("pki"), "node-a", &[]).unwrap();
+    let tls = server_config(cert, Some(&ca_file), &TlsSettings::default()).unwrap();
+    let serve = |handlers: KubeletServer| {
+        let auth = KubeletAuth::new(
+            "node-a",
+            &Authentication {
+                client_ca_file: Some(ca_file.clone()),
+                anonymous_enabled: false,
+                ..Default::default()
+            },
+            &Authorization {
+                mode: AuthorizationMode::AlwaysAllow,
+                ..Default::default()
+            },
+            None,
+            None,
+        );
+        let state = ApiState {
+            pods: Arc::new(Vec::new),
+            health: Arc::new(|| Ok(())),
+            events: Arc::new(Vec::new),
+            summary: None,
+            configz: Some(Arc::new(serde_json::json!({"kubeletconfig": {}}))),
+        };
+        let router = kubelet_api_router_with(
+            state,
+            Arc::new(OneContainer),
+            None,
+            Arc::new(auth),
+            &handlers,
+        );
+        let cancel = CancellationToken::new();
+        let tls = tls.clone();
+        async move {
+            let addr = serve_tls(
+                "127.0.0.1:0".parse().unwrap(),
+                tls,
+                router,
+                cancel.clone(),
+                &tokio_util::task::TaskTracker::new(),
+            )
+            .await
+            .unwrap();
+            (format!("https://{addr}"), cancel)
+        }
+    };
+    let alice = client(Some(client_identity(&ca, "alice", "devs")));
+    let anonymous = client(None);
+
+    let (url, cancel) = serve(KubeletServer {
+        enable_debugging_handlers: false,
+        ..Default::default()
+    })
+    .await;
+    for path in [
+        "/containerLogs/ns/p/c",
+        "/exec/ns/p/c?command=ls&output=1",
+        "/attach/ns/p/c",
+        "/portForward/ns/p",
+        "/run/ns/p/c",
+        "/runningpods/",
+        "/logs/",
+        "/logs/messages",
+        "/debug/pprof/",
+        "/debug/pprof/heap",
+    ] {
+        assert_eq!(
+            get(&alice, &format!("{url}{path}")).await,
+            (405, "Debug endpoints are disabled.\n".into()),
+            "{path}"
+        );
+    }
+    assert_eq!(get(&alice, &format!("{url}/configz")).await.0, 404);
+    assert_eq!(get(&alice, &format!("{url}/debug/flags/v")).await.0, 404);
+    assert_eq!(get(&alice, &format!("{url}/healthz")).await.0, 200);
+    assert_eq!(get(&anonymous, &format!("{url}/exec/ns/p/c")).await.0, 401);
+    cancel.cancel();
+
+    let (url, cancel) = serve(KubeletServer {
+        enable_system_log_handler: false,
+        enable_profiling_handler: false,
+        enable_debug_flags_handler: false,
+        ..Default::default()
+    })
+    .await;
+    for (path, want) in [
+        ("/logs/", "logs endpoint is disabled.\n"),
+        ("/logs/messages", "logs endpoint is disabled.\n"),
+        ("/debug/pprof/profile", "profiling endpoint is disabled.\n"),
+        ("/debug/flags/v", "flags endpoint is disabled.\n"),
+    ] {
+        assert_eq!(
+            get(&alice, &format!("{url}{path}")).await,
+            (405, want.to_string()),
+            "{path}"
+        );
+    }
+    assert_eq!(get(&alice, &format!("{url}/configz")).await.0, 200);
+    let (code, body) = get(&alice, &format!("{url}/containerLogs/ns/p/c")).await;
+    assert_ne!(code, 405, "{body}");
+    cancel.cancel();
 }

@@ -95,7 +95,9 @@ pub(super) async fn start(
 ) -> Result<(), StartError> {
     let cfg = served.cfg;
     let state = api_state(&served);
-    if cfg.port != 0 {
+    // `enableServer: false` leaves `port` unbound, as the kubelet's `startKubelet`; the
+    // read-only and healthz listeners below are separate and stay.
+    if cfg.port != 0 && cfg.kubelet_server.enable_server {
         serve_kubelet_api(&served, &state, tasks, cancel).await?;
     }
     if cfg.read_only_port != 0 {
@@ -177,8 +179,9 @@ async fn serve_kubelet_api(
         .as_deref()
         .zip(cfg.tls_private_key_file.as_deref());
     let client_ca = cfg.authentication.client_ca_file.as_deref();
+    let tls_settings = &cfg.kubelet_server.tls;
     let tls = match &served.serving {
-        Some(pairs) => server::tls::server_config_rotating(pairs.clone(), client_ca),
+        Some(pairs) => server::tls::server_config_rotating(pairs.clone(), client_ca, tls_settings),
         None => {
             let cert = server::tls::serving_certificate(
                 configured,
@@ -190,7 +193,7 @@ async fn serve_kubelet_api(
                 what: "kubelet API serving certificate",
                 error,
             })?;
-            server::tls::server_config(cert, client_ca)
+            server::tls::server_config(cert, client_ca, tls_settings)
         }
     }
     .map_err(|error| StartError::Tls {
@@ -226,8 +229,15 @@ async fn serve_kubelet_api(
                 runtime: served.runtime.runtime.clone(),
                 streaming,
                 pods,
+                idle_timeout: cfg.kubelet_server.streaming_idle_timeout,
             });
-    let router = server::kubelet_api_router(state.clone(), Arc::new(logs), streams, Arc::new(auth));
+    let router = server::kubelet_api_router_with(
+        state.clone(),
+        Arc::new(logs),
+        streams,
+        Arc::new(auth),
+        &cfg.kubelet_server,
+    );
     let addr = SocketAddr::new(cfg.address, cfg.port);
     server::tls::serve_tls(addr, tls, router, cancel.clone(), tasks).await?;
     Ok(())

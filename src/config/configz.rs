@@ -202,6 +202,44 @@ pub fn configz(cfg: &Config) -> Value {
     if let Some(n) = cfg.max_parallel_image_pulls {
         fields.insert("maxParallelImagePulls".into(), json!(n));
     }
+    let server = &cfg.kubelet_server;
+    let tls = &server.tls;
+    fields.extend([
+        ("enableServer".into(), json!(server.enable_server)),
+        (
+            "enableDebuggingHandlers".into(),
+            json!(server.enable_debugging_handlers),
+        ),
+        (
+            "enableSystemLogHandler".into(),
+            json!(server.enable_system_log_handler),
+        ),
+        (
+            "enableProfilingHandler".into(),
+            json!(server.enable_profiling_handler),
+        ),
+        (
+            "enableDebugFlagsHandler".into(),
+            json!(server.enable_debug_flags_handler),
+        ),
+        (
+            "streamingConnectionIdleTimeout".into(),
+            json!(d(server.streaming_idle_timeout)),
+        ),
+        ("tlsMinVersion".into(), json!(tls.min_version.as_str())),
+    ]);
+    if !tls.cipher_suites_tls12.is_empty() {
+        let names: Vec<&str> = tls
+            .cipher_suites_tls12
+            .iter()
+            .map(|s| s.go_name())
+            .collect();
+        fields.insert("tlsCipherSuites".into(), json!(names));
+    }
+    if !tls.curve_preferences.is_empty() {
+        let ids: Vec<u16> = tls.curve_preferences.iter().map(|g| g.curve_id()).collect();
+        fields.insert("tlsCurvePreferences".into(), json!(ids));
+    }
     if let Some(f) = cfg.memory_throttling_factor {
         fields.insert("memoryThrottlingFactor".into(), json!(f));
     }

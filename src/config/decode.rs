@@ -77,6 +77,17 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "tlsPrivateKeyFile",
     "authentication",
     "authorization",
+    "enableServer",
+    "enableDebuggingHandlers",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "enableProfilingHandler",
+    "enableContentionProfiling",
+    "enableDebugFlagsHandler",
+    "tlsMinVersion",
+    "tlsCipherSuites",
+    "tlsCurvePreferences",
+    "streamingConnectionIdleTimeout",
     "failCgroupV1",
     "singleProcessOOMKill",
     "seccompDefault",
@@ -201,6 +212,8 @@ pub(super) struct Decoded {
     pub authorization_mode: Option<AuthorizationMode>,
     pub cache_authorized_ttl: Option<Duration>,
     pub cache_unauthorized_ttl: Option<Duration>,
+    /// The kubelet server's fields (`config::kubelet_server`).
+    pub server: ServerFields,
     pub fail_cgroup_v1: Option<bool>,
     pub single_process_oom_kill: Option<bool>,
     pub seccomp_default: Option<bool>,
@@ -234,6 +247,22 @@ pub(super) struct Decoded {
     pub shutdown_grace_period_by_pod_priority: Option<Vec<GracePeriodByPriority>>,
     pub errors: Vec<FieldError>,
     pub warnings: Vec<Warning>,
+}
+
+/// The kubelet server's fields as written; `resolve` applies `config::kubelet_server`'s rules.
+#[derive(Debug, Default)]
+pub(super) struct ServerFields {
+    pub enable_server: Option<bool>,
+    pub enable_debugging_handlers: Option<bool>,
+    pub enable_system_log_handler: Option<bool>,
+    pub enable_system_log_query: Option<bool>,
+    pub enable_profiling_handler: Option<bool>,
+    pub enable_contention_profiling: Option<bool>,
+    pub enable_debug_flags_handler: Option<bool>,
+    pub tls_min_version: Option<String>,
+    pub tls_cipher_suites: Option<Vec<String>>,
+    pub tls_curve_preferences: Option<Vec<i64>>,
+    pub streaming_connection_idle_timeout: Option<Duration>,
 }
 
 /// Decodes a top-level `KubeletConfiguration` mapping.
@@ -334,6 +363,25 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "tlsPrivateKeyFile" => d.tls_private_key_file = d.optional_absolute_path(name, value),
             "authentication" => d.authentication(name, value),
             "authorization" => d.authorization(name, value),
+            "enableServer" => d.server.enable_server = d.boolean(name, value),
+            "enableDebuggingHandlers" => {
+                d.server.enable_debugging_handlers = d.boolean(name, value)
+            }
+            "enableSystemLogHandler" => d.server.enable_system_log_handler = d.boolean(name, value),
+            "enableSystemLogQuery" => d.server.enable_system_log_query = d.boolean(name, value),
+            "enableProfilingHandler" => d.server.enable_profiling_handler = d.boolean(name, value),
+            "enableContentionProfiling" => {
+                d.server.enable_contention_profiling = d.boolean(name, value)
+            }
+            "enableDebugFlagsHandler" => {
+                d.server.enable_debug_flags_handler = d.boolean(name, value)
+            }
+            "tlsMinVersion" => d.server.tls_min_version = d.string(name, value),
+            "tlsCipherSuites" => d.server.tls_cipher_suites = d.string_list(name, value),
+            "tlsCurvePreferences" => d.server.tls_curve_preferences = d.int_list(name, value),
+            "streamingConnectionIdleTimeout" => {
+                d.server.streaming_connection_idle_timeout = d.duration(name, value)
+            }
             "failCgroupV1" => d.fail_cgroup_v1 = d.boolean(name, value),
             "singleProcessOOMKill" => d.single_process_oom_kill = d.boolean(name, value),
             "seccompDefault" => d.seccomp_default = d.boolean(name, value),
@@ -549,6 +597,48 @@ impl Decoded {
                 None
             }
         }
+    }
+
+    /// A list of strings; `None` (with the errors recorded) when any item is not one.
+    fn string_list(&mut self, path: &str, value: &Value) -> Option<Vec<String>> {
+        self.list(
+            path,
+            value,
+            |item| item.as_str().map(str::to_string),
+            "expected a string",
+        )
+    }
+
+    /// A list of integers (range rules are the field's own).
+    fn int_list(&mut self, path: &str, value: &Value) -> Option<Vec<i64>> {
+        self.list(path, value, Value::as_i64, "expected an integer")
+    }
+
+    fn list<T>(
+        &mut self,
+        path: &str,
+        value: &Value,
+        item: impl Fn(&Value) -> Option<T>,
+        expected: &str,
+    ) -> Option<Vec<T>> {
+        let Value::Sequence(items) = value else {
+            if !value.is_null() {
+                self.invalid(path, value, "expected a list");
+            }
+            return None;
+        };
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, v) in items.iter().enumerate() {
+            match item(v) {
+                Some(x) => out.push(x),
+                None => {
+                    self.invalid(&format!("{path}[{i}]"), v, expected);
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(out)
     }
 
     fn int(&mut self, path: &str, value: &Value) -> Option<i64> {

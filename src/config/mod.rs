@@ -17,6 +17,7 @@ pub(crate) mod duration;
 pub mod eviction;
 pub mod flags;
 pub mod kubelet_fields;
+pub mod kubelet_server;
 pub mod memory_qos;
 pub mod reserved;
 mod resolve;
@@ -197,6 +198,8 @@ pub struct Config {
     pub authentication: Authentication,
     /// `authorization`: what they may do.
     pub authorization: Authorization,
+    /// Whether `port` is served, its debugging handlers, TLS and stream idle timeout.
+    pub kubelet_server: kubelet_server::KubeletServer,
 }
 
 /// `authentication` of the kubelet API: client certificates signed by `x509.clientCAFile`,
@@ -550,6 +553,7 @@ impl Config {
             tls_private_key_file: None,
             authentication: Authentication::default(),
             authorization: Authorization::default(),
+            kubelet_server: kubelet_server::KubeletServer::default(),
         }
     }
 

@@ -31,6 +31,50 @@ fn or_default_if_zero(value: Option<Duration>, default: Duration) -> Duration {
     value.filter(|d| !d.is_zero()).unwrap_or(default)
 }
 
+/// The kubelet server's fields (`config::kubelet_server`): defaults, TLS, and the two
+/// switches nodelet can only honour when off.
+fn resolve_kubelet_server(
+    fields: super::decode::ServerFields,
+    errors: &mut Vec<FieldError>,
+    warnings: &mut Vec<Warning>,
+) -> super::kubelet_server::KubeletServer {
+    use super::kubelet_server::{refuse_true, streaming_idle_timeout, tls_settings, KubeletServer};
+    let defaults = KubeletServer::default();
+    errors.extend(refuse_true(
+        "enableSystemLogQuery",
+        fields.enable_system_log_query,
+        "nodelet serves no node log query (/logs/?query=); the kubelet needs the NodeLogQuery feature gate for it",
+    ));
+    errors.extend(refuse_true(
+        "enableContentionProfiling",
+        fields.enable_contention_profiling,
+        "a Go runtime setting (block profiling); nodelet has no such profiler",
+    ));
+    KubeletServer {
+        enable_server: fields.enable_server.unwrap_or(defaults.enable_server),
+        enable_debugging_handlers: fields
+            .enable_debugging_handlers
+            .unwrap_or(defaults.enable_debugging_handlers),
+        enable_system_log_handler: fields
+            .enable_system_log_handler
+            .unwrap_or(defaults.enable_system_log_handler),
+        enable_profiling_handler: fields
+            .enable_profiling_handler
+            .unwrap_or(defaults.enable_profiling_handler),
+        enable_debug_flags_handler: fields
+            .enable_debug_flags_handler
+            .unwrap_or(defaults.enable_debug_flags_handler),
+        streaming_idle_timeout: streaming_idle_timeout(fields.streaming_connection_idle_timeout),
+        tls: tls_settings(
+            fields.tls_min_version.as_deref(),
+            fields.tls_cipher_suites.as_deref(),
+            fields.tls_curve_preferences.as_deref(),
+            errors,
+            warnings,
+        ),
+    }
+}
+
 /// The graceful node shutdown fields with the kubelet's rules (`ValidateKubeletConfiguration`):
 /// each period zero or at least a second, the critical pods' share within the total, the
 /// by-priority list not together with the two periods, each behind its feature gate.
@@ -412,6 +456,7 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         }),
         _ => {}
     }
+    config.kubelet_server = resolve_kubelet_server(decoded.server, &mut errors, &mut warnings);
     let authn = &defaults.authentication;
     config.authentication = Authentication {
         client_ca_file: non_empty(decoded.client_ca_file).map(PathBuf::from),

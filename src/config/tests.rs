@@ -172,6 +172,44 @@ fn each_field_happy_path() {
         }),
         ("cgroupRoot: ''", |_| {}),
         ("maxPods: 250", |c| c.max_pods = 250),
+        ("enableServer: false", |c| c.kubelet_server.enable_server = false),
+        ("enableServer: true", |_| {}),
+        ("enableDebuggingHandlers: false", |c| {
+            c.kubelet_server.enable_debugging_handlers = false
+        }),
+        ("enableSystemLogHandler: false", |c| {
+            c.kubelet_server.enable_system_log_handler = false
+        }),
+        ("enableProfilingHandler: false", |c| {
+            c.kubelet_server.enable_profiling_handler = false
+        }),
+        ("enableDebugFlagsHandler: false", |c| {
+            c.kubelet_server.enable_debug_flags_handler = false
+        }),
+        ("enableSystemLogQuery: false", |_| {}),
+        ("enableContentionProfiling: false", |_| {}),
+        ("streamingConnectionIdleTimeout: 2s", |c| {
+            c.kubelet_server.streaming_idle_timeout = s(2)
+        }),
+        ("streamingConnectionIdleTimeout: 0s", |_| {}),
+        // Go's largest duration: kept as written (the relay saturates it to "never").
+        ("streamingConnectionIdleTimeout: 2562047h47m16.854775807s", |c| {
+            c.kubelet_server.streaming_idle_timeout = Duration::new(9_223_372_036, 854_775_807)
+        }),
+        ("tlsMinVersion: VersionTLS13", |c| {
+            c.kubelet_server.tls.min_version = kubelet_server::TlsVersion::Tls13
+        }),
+        ("tlsMinVersion: ''", |_| {}),
+        ("tlsCipherSuites: [TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305, TLS_AES_128_GCM_SHA256]", |c| {
+            c.kubelet_server.tls.cipher_suites_tls12 =
+                vec![kubelet_server::CipherSuite::EcdheEcdsaChacha20Poly1305];
+            c.kubelet_server.tls.cipher_suites_set = true;
+        }),
+        ("tlsCipherSuites: []", |_| {}),
+        ("tlsCurvePreferences: [24, 29]", |c| {
+            c.kubelet_server.tls.curve_preferences =
+                vec![kubelet_server::KxGroup::Secp384r1, kubelet_server::KxGroup::X25519]
+        }),
         ("nodeStatusMaxImages: 3", |c| {
             c.node_status_max_images = Some(3)
         }),
@@ -333,6 +371,24 @@ fn field_errors_name_the_path_and_the_value() {
     let cases: &[(&str, &[&str])] = &[
         // wrong types
         ("maxPods: many", &["maxPods: Invalid value: \"many\": expected an integer"]),
+        // the kubelet server's settings nodelet refuses, each naming field and value
+        ("tlsMinVersion: VersionTLS10", &["tlsMinVersion: Invalid value: \"VersionTLS10\": refused by nodelet: its TLS library (rustls) implements only TLS 1.2 and 1.3; use VersionTLS12 or VersionTLS13"]),
+        ("tlsMinVersion: VersionTLS11", &["tlsMinVersion: Invalid value: \"VersionTLS11\": refused by nodelet: its TLS library (rustls) implements only TLS 1.2 and 1.3; use VersionTLS12 or VersionTLS13"]),
+        ("tlsMinVersion: TLS13", &["tlsMinVersion: Unsupported value: \"TLS13\": unknown tls version; supported values: \"VersionTLS12\", \"VersionTLS13\" (the kubelet's \"VersionTLS10\" and \"VersionTLS11\" are refused by nodelet)"]),
+        ("tlsMinVersion: 13", &["tlsMinVersion: Invalid value: 13: expected a string"]),
+        ("tlsCipherSuites: [TLS_RSA_WITH_3DES_EDE_CBC_SHA]", &["tlsCipherSuites[0]: Invalid value: \"TLS_RSA_WITH_3DES_EDE_CBC_SHA\": refused by nodelet: an insecure or non-AEAD suite its TLS library (rustls) does not implement; served suites: TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256"]),
+        ("tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, NOPE]", &["tlsCipherSuites[1]: Unsupported value: \"NOPE\": Cipher suite NOPE not supported or doesn't exist; supported values: TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256"]),
+        ("tlsCipherSuites: TLS_AES_128_GCM_SHA256", &["tlsCipherSuites: Invalid value: \"TLS_AES_128_GCM_SHA256\": expected a list"]),
+        ("tlsCipherSuites: [1]", &["tlsCipherSuites[0]: Invalid value: 1: expected a string"]),
+        ("tlsCurvePreferences: [25]", &["tlsCurvePreferences[0]: Invalid value: 25: refused by nodelet: curve 25 is not implemented by its TLS library (rustls with ring); supported: 23 (P-256), 24 (P-384), 29 (X25519)"]),
+        ("tlsCurvePreferences: [29, 29]", &["tlsCurvePreferences[1]: Invalid value: 29: duplicate curve preference 29"]),
+        ("tlsCurvePreferences: [0]", &["tlsCurvePreferences[0]: Invalid value: 0: curve preference 0 is out of range (must be 1-65535)"]),
+        ("tlsCurvePreferences: [9999999999]", &["tlsCurvePreferences[0]: Invalid value: 9999999999: curve preference 9999999999 is out of range (must be 1-65535)"]),
+        ("tlsCurvePreferences: [29, x]", &["tlsCurvePreferences[1]: Invalid value: \"x\": expected an integer"]),
+        ("enableSystemLogQuery: true", &["enableSystemLogQuery: Invalid value: true: refused by nodelet: nodelet serves no node log query (/logs/?query=); the kubelet needs the NodeLogQuery feature gate for it"]),
+        ("enableContentionProfiling: true", &["enableContentionProfiling: Invalid value: true: refused by nodelet: a Go runtime setting (block profiling); nodelet has no such profiler"]),
+        ("enableServer: 'no'", &["enableServer: Invalid value: \"no\": expected a boolean (true or false)"]),
+        ("streamingConnectionIdleTimeout: 4 hours", &["streamingConnectionIdleTimeout: Invalid value: \"4 hours\": unknown unit \" hours\" in duration (use one of \"ns\", \"us\", \"ms\", \"s\", \"m\", \"h\")"]),
         ("maxParallelImagePulls: 2", &["maxParallelImagePulls: Invalid value: 2: must be 1 or unset when serializeImagePulls is true"]),
         ("serializeImagePulls: false\nmaxParallelImagePulls: 0", &["maxParallelImagePulls: Invalid value: 0: must be greater than 0"]),
         ("imageCredentialProviderConfig: providers.yaml", &["imageCredentialProviderConfig: Invalid value: \"providers.yaml\": must be an absolute path"]),
@@ -448,9 +504,10 @@ fn type_meta_is_required_and_checked() {
 fn accepted_but_ignored_fields_warn() {
     let cases: &[(&str, &[&str])] = &[
         ("runOnce: false", &["runOnce: accepted but not implemented by nodelet yet; ignored"]),
-        ("tlsMinVersion: VersionTLS12\nstreamingConnectionIdleTimeout: 4h", &[
-            "tlsMinVersion: accepted but not implemented by nodelet yet; ignored",
-            "streamingConnectionIdleTimeout: accepted but not implemented by nodelet yet; ignored",
+        // The kubelet server's settings are honoured: no "ignored" line.
+        ("tlsMinVersion: VersionTLS12\nstreamingConnectionIdleTimeout: 4h\nenableServer: true\nenableDebuggingHandlers: false\nenableSystemLogHandler: false\nenableProfilingHandler: false\nenableDebugFlagsHandler: false\nenableSystemLogQuery: false\nenableContentionProfiling: false\ntlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\ntlsCurvePreferences: [29, 23]", &[]),
+        ("tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]", &[
+            "tlsCipherSuites: TLS 1.3 cipher suites are not configurable, ignoring --tls-cipher-suites (as the kubelet, with tlsMinVersion VersionTLS13)",
         ]),
         ("authentication: {anonymous: {enabled: true}}\nauthorization: {mode: AlwaysAllow}", &[
             "authentication.anonymous.enabled: anonymous requests with authorization mode AlwaysAllow: anyone who can reach port 10250 on any address of this node (listening on 0.0.0.0) can exec into, attach to and port-forward into every container on this node, as well as read every container's logs, without any credentials; set authentication.anonymous.enabled=false and authorization.mode=Webhook (or start with --config), or bind address to 127.0.0.1",

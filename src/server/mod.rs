@@ -30,12 +30,13 @@ use std::collections::HashMap;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::Router;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::kubelet_server::KubeletServer;
 use crate::events::FieldSelector;
 use crate::metrics::metrics;
 use crate::stats::{Scope, SummarySource};
@@ -92,21 +93,29 @@ pub struct LogRefusal {
     pub message: String,
 }
 
-/// The kubelet API (`port`): what the read-only API serves but `/events`, plus
-/// `/containerLogs`, every request authenticated and authorized by `auth`.
+/// The kubelet API (`port`) with every handler installed (the kubelet's defaults): see
+/// [`kubelet_api_router_with`].
 pub fn kubelet_api_router(
     state: ApiState,
     logs: Arc<dyn ContainerLogSource>,
     streaming: Option<streaming::StreamingState>,
     auth: Arc<auth::KubeletAuth>,
 ) -> Router {
-    let logs_router = Router::new()
-        .route(
-            "/containerLogs/{namespace}/{pod}/{container}",
-            get(container_logs),
-        )
-        .with_state(logs);
-    Router::new()
+    kubelet_api_router_with(state, logs, streaming, auth, &KubeletServer::default())
+}
+
+/// The kubelet API (`port`): what the read-only API serves but `/events`, plus `/configz`,
+/// `/containerLogs` and the streaming endpoints when `handlers` installs the debugging
+/// handlers, every request authenticated and authorized by `auth` — the endpoints the
+/// settings turn off included, as the kubelet's filter runs before its disabled handlers.
+pub fn kubelet_api_router_with(
+    state: ApiState,
+    logs: Arc<dyn ContainerLogSource>,
+    streaming: Option<streaming::StreamingState>,
+    auth: Arc<auth::KubeletAuth>,
+    handlers: &KubeletServer,
+) -> Router {
+    let base = Router::new()
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
@@ -114,19 +123,99 @@ pub fn kubelet_api_router(
         .route("/metrics/resource", get(metrics_resource))
         .route("/metrics/cadvisor", get(metrics_cadvisor))
         .route("/metrics/probes", get(metrics_probes))
-        .route("/stats/summary", get(stats_summary))
-        .route("/configz", get(configz))
-        .with_state(state)
-        .merge(logs_router)
-        .merge(
-            streaming
-                .map(streaming::streaming_router)
-                .unwrap_or_default(),
-        )
-        .layer(axum::middleware::from_fn_with_state(
-            auth,
-            auth::require_auth,
-        ))
+        .route("/stats/summary", get(stats_summary));
+    let mut router: Router = if handlers.enable_debugging_handlers {
+        // `/configz` is one of the kubelet's `InstallAuthRequiredHandlers`, installed only
+        // with the debugging handlers.
+        let logs_router = Router::new()
+            .route(
+                "/containerLogs/{namespace}/{pod}/{container}",
+                get(container_logs),
+            )
+            .with_state(logs);
+        base.route("/configz", get(configz))
+            .with_state(state)
+            .merge(logs_router)
+            .merge(
+                streaming
+                    .map(streaming::streaming_router)
+                    .unwrap_or_default(),
+            )
+    } else {
+        base.with_state(state)
+    };
+    for endpoint in disabled_endpoints(handlers) {
+        let message = endpoint.message;
+        let answer = move || async move { disabled_answer(message) };
+        router = match endpoint.path.strip_suffix('/') {
+            // A Go `ServeMux` pattern ending in `/` holds its whole subtree.
+            Some(_) => router
+                .route(endpoint.path, any(answer))
+                .route(&format!("{}{{*rest}}", endpoint.path), any(answer)),
+            None => router.route(endpoint.path, any(answer)),
+        };
+    }
+    router.layer(axum::middleware::from_fn_with_state(
+        auth,
+        auth::require_auth,
+    ))
+}
+
+/// An endpoint the kubelet answers with 405 and a message because its settings left the
+/// handler out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DisabledEndpoint {
+    /// A path, or with a trailing `/` a whole subtree.
+    pub path: &'static str,
+    pub message: &'static str,
+}
+
+/// What the kubelet's `NewServer` installs in place of the handlers the settings turn off:
+/// without debugging handlers `InstallDebuggingDisabledHandlers` (run, exec, attach,
+/// portForward, containerLogs, runningpods, pprof, logs; `/configz` and `/debug/flags/v` are
+/// then simply absent); with them, `InstallSystemLogHandler`, `InstallProfilingHandler` and
+/// `InstallDebugFlagsHandler` each put a disabled handler on their path when switched off.
+pub fn disabled_endpoints(handlers: &KubeletServer) -> Vec<DisabledEndpoint> {
+    let endpoint = |path, message| DisabledEndpoint { path, message };
+    if !handlers.enable_debugging_handlers {
+        return [
+            "/run/",
+            "/exec/",
+            "/attach/",
+            "/portForward/",
+            "/containerLogs/",
+            "/runningpods/",
+            "/debug/pprof/",
+            "/logs/",
+        ]
+        .into_iter()
+        .map(|path| endpoint(path, "Debug endpoints are disabled."))
+        .collect();
+    }
+    let mut out = Vec::new();
+    if !handlers.enable_system_log_handler {
+        out.push(endpoint("/logs/", "logs endpoint is disabled."));
+    }
+    if !handlers.enable_profiling_handler {
+        out.push(endpoint("/debug/pprof/", "profiling endpoint is disabled."));
+    }
+    if !handlers.enable_debug_flags_handler {
+        out.push(endpoint("/debug/flags/v", "flags endpoint is disabled."));
+    }
+    out
+}
+
+/// Go's `http.Error(w, message, http.StatusMethodNotAllowed)`.
+fn disabled_answer(message: &str) -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        format!("{message}\n"),
+    )
+        .into_response()
 }
 
 async fn container_logs(
@@ -629,5 +718,56 @@ mod tests {
         assert_eq!(r.status(), 404);
         cancel.cancel();
         task.await.unwrap();
+    }
+
+    #[test]
+    fn disabled_endpoints_follow_the_kubelets_new_server() {
+        let on = KubeletServer::default();
+        let table: &[(KubeletServer, &[(&str, &str)])] = &[
+            (on.clone(), &[]),
+            (
+                KubeletServer {
+                    enable_debugging_handlers: false,
+                    // Without debugging handlers the companions do not matter.
+                    enable_system_log_handler: false,
+                    ..on.clone()
+                },
+                &[
+                    ("/run/", "Debug endpoints are disabled."),
+                    ("/exec/", "Debug endpoints are disabled."),
+                    ("/attach/", "Debug endpoints are disabled."),
+                    ("/portForward/", "Debug endpoints are disabled."),
+                    ("/containerLogs/", "Debug endpoints are disabled."),
+                    ("/runningpods/", "Debug endpoints are disabled."),
+                    ("/debug/pprof/", "Debug endpoints are disabled."),
+                    ("/logs/", "Debug endpoints are disabled."),
+                ],
+            ),
+            (
+                KubeletServer {
+                    enable_system_log_handler: false,
+                    ..on.clone()
+                },
+                &[("/logs/", "logs endpoint is disabled.")],
+            ),
+            (
+                KubeletServer {
+                    enable_profiling_handler: false,
+                    enable_debug_flags_handler: false,
+                    ..on.clone()
+                },
+                &[
+                    ("/debug/pprof/", "profiling endpoint is disabled."),
+                    ("/debug/flags/v", "flags endpoint is disabled."),
+                ],
+            ),
+        ];
+        for (settings, want) in table {
+            let got: Vec<(&str, &str)> = disabled_endpoints(settings)
+                .into_iter()
+                .map(|e| (e.path, e.message))
+                .collect();
+            assert_eq!(&got, want, "{settings:?}");
+        }
     }
 }

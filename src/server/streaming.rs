@@ -7,7 +7,10 @@
 //! runtime; nodelet only checks, chooses the container, and relays.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -17,6 +20,8 @@ use axum::routing::any;
 use axum::Router;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 
 use crate::cri::{api, labels, Runtime, StreamingRuntime};
 
@@ -27,6 +32,9 @@ pub struct StreamingState {
     pub streaming: Arc<dyn StreamingRuntime>,
     /// nodelet's pods with their statuses (`StatusManager::pods`).
     pub pods: Arc<dyn Fn() -> Vec<Arc<Pod>> + Send + Sync>,
+    /// `streamingConnectionIdleTimeout`: a relayed stream with no byte either way for this
+    /// long is closed; zero: never.
+    pub idle_timeout: Duration,
 }
 
 /// The routes, both with and without the pod UID in the path, as the kubelet has them.
@@ -240,7 +248,7 @@ async fn remote_command(
     }
     .await;
     match result {
-        Ok(url) => relay_upgrade(request, &url).await,
+        Ok(url) => relay_upgrade(request, &url, state.idle_timeout).await,
         Err(refusal) => refusal.into_response(),
     }
 }
@@ -303,7 +311,7 @@ async fn forward(
     }
     .await;
     match result {
-        Ok(url) => relay_upgrade(request, &url).await,
+        Ok(url) => relay_upgrade(request, &url, state.idle_timeout).await,
         Err(refusal) => refusal.into_response(),
     }
 }
@@ -325,8 +333,10 @@ fn hop_by_hop(name: &header::HeaderName) -> bool {
 
 /// Relays an upgrade request to the runtime's streaming URL (plain HTTP on loopback for
 /// containerd) and, on `101 Switching Protocols`, joins the two connections. Any other answer
-/// goes back to the client as it came.
-pub async fn relay_upgrade(mut request: Request, url: &str) -> Response {
+/// goes back to the client as it came. The joined streams are closed after `idle_timeout`
+/// without a byte either way (zero: never), as the kubelet's streaming server closes an idle
+/// connection.
+pub async fn relay_upgrade(mut request: Request, url: &str, idle_timeout: Duration) -> Response {
     let bad_gateway =
         |message: String| StreamRefusal::new(StatusCode::BAD_GATEWAY, message).into_response();
     let target: Uri = match url.parse() {
@@ -402,8 +412,15 @@ pub async fn relay_upgrade(mut request: Request, url: &str) -> Response {
         };
         let mut client = TokioIo::new(client);
         let mut runtime = TokioIo::new(runtime);
-        if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut runtime).await {
-            tracing::debug!(%error, "stream relay ended");
+        match relay(&mut client, &mut runtime, idle_timeout).await {
+            Ok(RelayEnd::Closed) => {}
+            Ok(RelayEnd::Idle) => {
+                tracing::debug!(
+                    ?idle_timeout,
+                    "stream closed after streamingConnectionIdleTimeout without traffic"
+                )
+            }
+            Err(error) => tracing::debug!(%error, "stream relay ended"),
         }
     });
     let mut answer = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
@@ -413,6 +430,98 @@ pub async fn relay_upgrade(mut request: Request, url: &str) -> Response {
     answer
         .body(Body::empty())
         .unwrap_or_else(|_| StatusCode::SWITCHING_PROTOCOLS.into_response())
+}
+
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayEnd {
+    /// Both sides closed.
+    Closed,
+    /// `streamingConnectionIdleTimeout` passed without a byte either way.
+    Idle,
+}
+
+/// When an idle stream is to be closed: `idle` after the last byte; never for a zero timeout
+/// or one too large to be a point in time (a huge configured value saturates to "never"
+/// rather than overflowing the clock).
+pub fn idle_deadline(last_activity: Instant, idle: Duration) -> Option<Instant> {
+    if idle.is_zero() {
+        return None;
+    }
+    last_activity.checked_add(idle)
+}
+
+/// Copies bytes both ways between `a` and `b` until both are closed, or until `idle` passes
+/// without a byte read from either (then both are dropped by the caller, closing them).
+pub async fn relay<A, B>(a: &mut A, b: &mut B, idle: Duration) -> std::io::Result<RelayEnd>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let (touch, last) = tokio::sync::watch::channel(Instant::now());
+    let mut a = Touching {
+        inner: a,
+        touch: &touch,
+    };
+    let mut b = Touching {
+        inner: b,
+        touch: &touch,
+    };
+    let copy = tokio::io::copy_bidirectional(&mut a, &mut b);
+    tokio::pin!(copy);
+    loop {
+        let Some(deadline) = idle_deadline(*last.borrow(), idle) else {
+            return copy.await.map(|_| RelayEnd::Closed);
+        };
+        tokio::select! {
+            result = &mut copy => return result.map(|_| RelayEnd::Closed),
+            _ = tokio::time::sleep_until(deadline) => {
+                // Traffic since the deadline was set moves it; otherwise the stream is idle.
+                if idle_deadline(*last.borrow(), idle).is_some_and(|d| d <= Instant::now()) {
+                    return Ok(RelayEnd::Idle);
+                }
+            }
+        }
+    }
+}
+
+/// A stream that records the time of each read that returned bytes.
+struct Touching<'a, S> {
+    inner: &'a mut S,
+    touch: &'a tokio::sync::watch::Sender<Instant>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Touching<'_, S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut *self.inner).poll_read(cx, buf);
+        if matches!(poll, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.touch.send_replace(Instant::now());
+        }
+        poll
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Touching<'_, S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut *self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]
@@ -476,5 +585,84 @@ mod tests {
         assert_eq!(running_container_id(&pod, "app").as_deref(), Some("abc"));
         assert_eq!(running_container_id(&pod, "init").as_deref(), Some("def"));
         assert_eq!(running_container_id(&pod, "nope"), None);
+    }
+
+    #[test]
+    fn idle_deadline_table() {
+        let now = Instant::now();
+        assert_eq!(idle_deadline(now, Duration::ZERO), None, "zero: no timeout");
+        assert_eq!(
+            idle_deadline(now, Duration::from_secs(2)),
+            Some(now + Duration::from_secs(2))
+        );
+        assert_eq!(
+            idle_deadline(now, Duration::MAX),
+            None,
+            "saturates to never"
+        );
+        assert_eq!(
+            idle_deadline(now, Duration::from_secs(u64::MAX / 2)),
+            None,
+            "a value past the clock's range is never, not a panic"
+        );
+    }
+
+    /// Two relayed pairs: `client` ↔ relay ↔ `runtime`.
+    fn pairs() -> (
+        tokio::io::DuplexStream,
+        tokio::io::DuplexStream,
+        tokio::io::DuplexStream,
+        tokio::io::DuplexStream,
+    ) {
+        let (client, relay_a) = tokio::io::duplex(1024);
+        let (relay_b, runtime) = tokio::io::duplex(1024);
+        (client, relay_a, relay_b, runtime)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stream_is_closed_after_the_timeout_and_traffic_keeps_it_open() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, mut a, mut b, mut runtime) = pairs();
+        let idle = Duration::from_secs(10);
+        let start = Instant::now();
+        let relay = tokio::spawn(async move { relay(&mut a, &mut b, idle).await });
+        // Bytes every 6 s, each way in turn, for 30 s: never 10 s of silence.
+        let mut buf = [0u8; 4];
+        for round in 0..5 {
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            if round % 2 == 0 {
+                client.write_all(b"ping").await.unwrap();
+                runtime.read_exact(&mut buf).await.unwrap();
+            } else {
+                runtime.write_all(b"pong").await.unwrap();
+                client.read_exact(&mut buf).await.unwrap();
+            }
+        }
+        assert!(!relay.is_finished(), "traffic keeps the stream open");
+        let quiet = Instant::now();
+        let end = relay.await.unwrap().unwrap();
+        assert_eq!(end, RelayEnd::Idle);
+        assert_eq!(
+            quiet.elapsed(),
+            idle,
+            "closed exactly one timeout after the last byte"
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(40));
+        // The relay's halves are gone: both ends see the stream closed.
+        assert_eq!(client.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(runtime.read(&mut buf).await.unwrap(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_or_huge_timeout_never_closes_and_both_sides_closing_ends_the_relay() {
+        for idle in [Duration::ZERO, Duration::MAX] {
+            let (client, mut a, mut b, runtime) = pairs();
+            let relay = tokio::spawn(async move { relay(&mut a, &mut b, idle).await });
+            tokio::time::sleep(Duration::from_secs(365 * 24 * 3600)).await;
+            assert!(!relay.is_finished(), "{idle:?}: a year of silence");
+            drop(client);
+            drop(runtime);
+            assert_eq!(relay.await.unwrap().unwrap(), RelayEnd::Closed, "{idle:?}");
+        }
     }
 }

@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use super::auth::{user_from_certificate, PeerIdentity};
 use super::BindError;
+use crate::config::kubelet_server::{CipherSuite, KxGroup, TlsSettings, TlsVersion};
 
 /// How long a client may take to finish the TLS handshake (then
 /// [`super::connection::HEADER_TIMEOUT`] to send a request's head).
@@ -160,8 +161,9 @@ fn store_error(error: crate::certificate::store::StoreError) -> TlsError {
 pub fn server_config(
     cert: ServingCert,
     client_ca: Option<&Path>,
+    tls: &TlsSettings,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let builder = config_builder(client_ca)?;
+    let builder = config_builder(client_ca, tls)?;
     let mut config = builder
         .with_single_cert(cert.chain, cert.key)
         .map_err(|e| TlsError::Config(format!("serving certificate and key: {e}")))?;
@@ -176,8 +178,9 @@ pub fn server_config(
 pub fn server_config_rotating(
     pairs: tokio::sync::watch::Receiver<Option<crate::certificate::SharedPair>>,
     client_ca: Option<&Path>,
+    tls: &TlsSettings,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let builder = config_builder(client_ca)?;
+    let builder = config_builder(client_ca, tls)?;
     let mut config = builder.with_cert_resolver(Arc::new(ManagedCert {
         pairs,
         cached: std::sync::Mutex::new(None),
@@ -226,12 +229,73 @@ impl rustls::server::ResolvesServerCert for ManagedCert {
     }
 }
 
+/// The ring provider narrowed to `tls` (`tlsCipherSuites`, `tlsCurvePreferences`): TLS 1.3's
+/// suites always stay, as in Go, where they are not configurable; TLS 1.2's are the listed
+/// ones, in the listed order, when the field is set.
+pub fn crypto_provider(tls: &TlsSettings) -> rustls::crypto::CryptoProvider {
+    use rustls::crypto::ring::{cipher_suite as cs, kx_group};
+    let defaults = rustls::crypto::ring::default_provider();
+    let cipher_suites = if tls.cipher_suites_set {
+        let tls13 = defaults
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS13)
+            .copied();
+        let tls12 = tls.cipher_suites_tls12.iter().map(|s| match s {
+            CipherSuite::EcdheEcdsaAes128GcmSha256 => cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            CipherSuite::EcdheEcdsaAes256GcmSha384 => cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            CipherSuite::EcdheEcdsaChacha20Poly1305 => {
+                cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+            }
+            CipherSuite::EcdheRsaAes128GcmSha256 => cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+            CipherSuite::EcdheRsaAes256GcmSha384 => cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+            CipherSuite::EcdheRsaChacha20Poly1305 => {
+                cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+            }
+        });
+        tls13.chain(tls12).collect()
+    } else {
+        defaults.cipher_suites.clone()
+    };
+    let kx_groups = if tls.curve_preferences.is_empty() {
+        defaults.kx_groups.clone()
+    } else {
+        tls.curve_preferences
+            .iter()
+            .map(|g| match g {
+                KxGroup::Secp256r1 => kx_group::SECP256R1,
+                KxGroup::Secp384r1 => kx_group::SECP384R1,
+                KxGroup::X25519 => kx_group::X25519,
+            })
+            .collect()
+    };
+    rustls::crypto::CryptoProvider {
+        cipher_suites,
+        kx_groups,
+        ..defaults
+    }
+}
+
+/// The protocol versions from `tlsMinVersion` (rustls has nothing older than TLS 1.2).
+pub fn protocol_versions(
+    tls: &TlsSettings,
+) -> &'static [&'static rustls::SupportedProtocolVersion] {
+    static TLS12_AND_UP: &[&rustls::SupportedProtocolVersion] =
+        &[&rustls::version::TLS13, &rustls::version::TLS12];
+    static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+    match tls.min_version {
+        TlsVersion::Tls12 => TLS12_AND_UP,
+        TlsVersion::Tls13 => TLS13_ONLY,
+    }
+}
+
 fn config_builder(
     client_ca: Option<&Path>,
+    tls: &TlsSettings,
 ) -> Result<rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(crypto_provider(tls));
     let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(protocol_versions(tls))
         .map_err(|e| TlsError::Config(e.to_string()))?;
     let builder = match client_ca {
         Some(path) => {
@@ -332,7 +396,7 @@ mod tests {
         let mode = std::fs::metadata(pki.join("kubelet.key")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.permissions().mode() & 0o777, 0o600);
-        server_config(first, None).unwrap();
+        server_config(first, None, &TlsSettings::default()).unwrap();
     }
 
     /// A kept serving key left readable by others (and its directory) is narrowed at the next
@@ -375,6 +439,75 @@ mod tests {
         assert!(
             error.starts_with("reading ") && error.contains("missing.pem"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn the_provider_follows_the_tls_settings() {
+        use rustls::CipherSuite as Id;
+        let suites = |tls: &TlsSettings| -> Vec<Id> {
+            crypto_provider(tls)
+                .cipher_suites
+                .iter()
+                .map(|s| s.suite())
+                .collect()
+        };
+        let defaults = suites(&TlsSettings::default());
+        assert_eq!(defaults.len(), 9, "ring's 3 TLS 1.3 + 6 TLS 1.2 suites");
+        let listed = TlsSettings {
+            cipher_suites_tls12: vec![
+                CipherSuite::EcdheRsaAes256GcmSha384,
+                CipherSuite::EcdheEcdsaChacha20Poly1305,
+            ],
+            cipher_suites_set: true,
+            ..Default::default()
+        };
+        let got = suites(&listed);
+        assert_eq!(
+            got[3..],
+            [
+                Id::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+                Id::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+            ],
+            "TLS 1.2: the listed suites in order"
+        );
+        assert!(
+            got[..3]
+                .iter()
+                .all(|s| format!("{s:?}").starts_with("TLS13_")),
+            "{got:?}"
+        );
+        // Only TLS 1.3 names listed: no TLS 1.2 suite is left, as with Go's CipherSuites.
+        let tls13_only = TlsSettings {
+            cipher_suites_set: true,
+            ..Default::default()
+        };
+        assert_eq!(suites(&tls13_only).len(), 3);
+
+        let curves = TlsSettings {
+            curve_preferences: vec![KxGroup::Secp384r1, KxGroup::X25519],
+            ..Default::default()
+        };
+        let groups: Vec<_> = crypto_provider(&curves)
+            .kx_groups
+            .iter()
+            .map(|g| g.name())
+            .collect();
+        assert_eq!(
+            groups,
+            [rustls::NamedGroup::secp384r1, rustls::NamedGroup::X25519]
+        );
+        assert_eq!(protocol_versions(&TlsSettings::default()).len(), 2);
+        let tls13 = TlsSettings {
+            min_version: TlsVersion::Tls13,
+            ..Default::default()
+        };
+        assert_eq!(
+            protocol_versions(&tls13)
+                .iter()
+                .map(|v| v.version)
+                .collect::<Vec<_>>(),
+            [rustls::ProtocolVersion::TLSv1_3]
         );
     }
 }
