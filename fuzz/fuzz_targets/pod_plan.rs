@@ -115,6 +115,7 @@ fn settings() -> SyncSettings {
         crash_loop_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
         cgroup_v2: true,
         single_process_oom_kill: false,
+        seccomp_default: false,
         cgroups: None,
         pod_cgroup: Default::default(),
         node_allocatable: nodelet::podspec::resources::NodeAllocatable {
