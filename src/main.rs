@@ -522,6 +522,10 @@ fn start(cfg: Config, source: &str) -> anyhow::Result<()> {
         nodelet::cgroup::is_cgroup2_unified(std::path::Path::new(nodelet::cgroup::CGROUP_MOUNT));
     let cgroup_v1_warning = nodelet::cgroup::check_cgroup_version(cfg.fail_cgroup_v1, unified)
         .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+    // As the kubelet's container manager: no start on a node with swap on unless allowed.
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    nodelet::config::swap::check_swap(cfg.fail_swap_on, &swaps)
+        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     init_tracing(&cfg);
     if let Some(warning) = cgroup_v1_warning {
         tracing::warn!("{warning}");

@@ -103,6 +103,8 @@ pub fn configz(cfg: &Config) -> Value {
         "failCgroupV1": cfg.fail_cgroup_v1,
         "singleProcessOOMKill": cfg.single_process_oom_kill,
         "seccompDefault": cfg.seccomp_default,
+        "failSwapOn": cfg.fail_swap_on,
+        "memorySwap": {"swapBehavior": "NoSwap"},
         "allowedUnsafeSysctls": cfg.allowed_unsafe_sysctls,
         "podPidsLimit": cfg.pod_pids_limit,
         "kubeReserved": reserved(&cfg.kube_reserved),

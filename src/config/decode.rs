@@ -92,6 +92,8 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "singleProcessOOMKill",
     "seccompDefault",
     "allowedUnsafeSysctls",
+    "failSwapOn",
+    "memorySwap",
     "podPidsLimit",
     "kubeReserved",
     "systemReserved",
@@ -141,6 +143,7 @@ const CRASH_LOOP_BACK_OFF_FIELDS: &[&str] = &["maxContainerRestartPeriod"];
 const POD_CLEANUP_FIELDS: &[&str] = &["enabled", "retention", "barePods"];
 const SHUTDOWN_BY_PRIORITY_FIELDS: &[&str] = &["priority", "shutdownGracePeriodSeconds"];
 const TOP_LEVEL_FIELDS: &[&[&str]] = &[IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_FIELDS];
+const MEMORY_SWAP_FIELDS: &[&str] = &["swapBehavior"];
 const LOGGING_FIELDS: &[&[&str]] = &[IMPLEMENTED_LOGGING_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS];
 
 /// The kubelet's bounds for `crashLoopBackOff.maxContainerRestartPeriod`.
@@ -217,6 +220,7 @@ pub(super) struct Decoded {
     pub fail_cgroup_v1: Option<bool>,
     pub single_process_oom_kill: Option<bool>,
     pub seccomp_default: Option<bool>,
+    pub fail_swap_on: Option<bool>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub pod_pids_limit: Option<i64>,
     pub kube_reserved: Option<Reserved>,
@@ -385,6 +389,8 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "failCgroupV1" => d.fail_cgroup_v1 = d.boolean(name, value),
             "singleProcessOOMKill" => d.single_process_oom_kill = d.boolean(name, value),
             "seccompDefault" => d.seccomp_default = d.boolean(name, value),
+            "failSwapOn" => d.fail_swap_on = d.boolean(name, value),
+            "memorySwap" => d.memory_swap(name, value),
             "allowedUnsafeSysctls" => d.allowed_unsafe_sysctls = d.sysctl_patterns(name, value),
             "podPidsLimit" => {
                 d.pod_pids_limit = d.int_in(
@@ -1457,6 +1463,34 @@ impl Decoded {
             }
         }
         (self.errors.len() == errors).then_some(periods)
+    }
+
+    /// `memorySwap`: only `swapBehavior` `NoSwap` (or empty, its default) is implemented; since
+    /// nodelet starts only on a node without swap (`failSwapOn`), no container can swap.
+    fn memory_swap(&mut self, path: &str, value: &Value) {
+        let Some(map) = self.mapping(path, value) else {
+            return;
+        };
+        for (key, value) in map {
+            let Some(name) = key.as_str() else {
+                self.unknown_field(&format!("{path}.{}", render(key)), &[MEMORY_SWAP_FIELDS]);
+                continue;
+            };
+            let field_path = format!("{path}.{name}");
+            if name != "swapBehavior" {
+                self.unknown_field(&field_path, &[MEMORY_SWAP_FIELDS]);
+                continue;
+            }
+            match self.string(&field_path, value).as_deref() {
+                None | Some("") | Some("NoSwap") => {}
+                Some("LimitedSwap") => self.invalid(
+                    &field_path,
+                    value,
+                    "LimitedSwap is not implemented by nodelet: it runs only on nodes without swap (failSwapOn); use NoSwap",
+                ),
+                Some(_) => self.unsupported(&field_path, value, &["LimitedSwap", "NoSwap"]),
+            }
+        }
     }
 
     fn crash_loop_back_off(&mut self, path: &str, value: &Value) {

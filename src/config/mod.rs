@@ -22,6 +22,7 @@ pub mod memory_qos;
 pub mod reserved;
 mod resolve;
 pub mod shutdown;
+pub mod swap;
 #[cfg(test)]
 mod tests;
 
@@ -74,6 +75,8 @@ pub struct Config {
     /// `seccompDefault` (default false): containers whose pod sets no seccomp profile run
     /// under the runtime's default profile instead of unconfined.
     pub seccomp_default: bool,
+    /// `failSwapOn` (default true): refuse to start on a node with swap on (`config::swap`).
+    pub fail_swap_on: bool,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) pods may set beyond the safe
     /// set, each checked at load to be namespaced (`podspec::sysctl`).
     pub allowed_unsafe_sysctls: Vec<String>,
@@ -489,6 +492,7 @@ impl Config {
             fail_cgroup_v1: true,
             single_process_oom_kill: false,
             seccomp_default: false,
+            fail_swap_on: true,
             allowed_unsafe_sysctls: Vec::new(),
             pod_pids_limit: -1,
             kube_reserved: Default::default(),
