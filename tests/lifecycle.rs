@@ -228,3 +228,41 @@ async fn containerd_verbose_sandbox_status_says_whether_the_process_runs() {
     let stopped = stopped.expect("verbose PodSandboxStatus of the stopped sandbox");
     assert!(!sandbox_process_runs(&stopped), "stopped: {stopped:?}");
 }
+
+/// `PodReadyToStartContainersCondition: false` leaves that condition out of a running pod's
+/// status; the default publishes it (True once the sandbox is up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_to_start_condition_follows_its_feature_gate() {
+    let condition = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodReadyToStartContainers"))
+            .map(|c| c.status.clone())
+    };
+    let running = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    };
+    let on = Nodelet::start("ready-to-start-on");
+    on.write_manifest(
+        "p.yaml",
+        &testbox_pod("p", "Always", &[("main", &["sleep"])]),
+    );
+    let p = on
+        .wait_pod("p", Duration::from_secs(90), "Running", running)
+        .await;
+    assert_eq!(condition(&p).as_deref(), Some("True"), "{:?}", p.status);
+
+    let off = Nodelet::start_with(
+        "ready-to-start-off",
+        "featureGates: {PodReadyToStartContainersCondition: false}\n",
+    );
+    off.write_manifest(
+        "p.yaml",
+        &testbox_pod("p", "Always", &[("main", &["sleep"])]),
+    );
+    let p = off
+        .wait_pod("p", Duration::from_secs(90), "Running", running)
+        .await;
+    assert_eq!(condition(&p), None, "{:?}", p.status);
+}

@@ -196,6 +196,9 @@ fn sync_settings(
         cgroup_v2: pod_cgroup.cgroup_v2,
         single_process_oom_kill: cfg.single_process_oom_kill,
         seccomp_default: cfg.seccomp_default,
+        ready_to_start_condition: cfg.feature_enabled(
+            crate::config::kubelet_fields::POD_READY_TO_START_CONTAINERS_CONDITION,
+        ),
         cgroups,
         pod_cgroup,
         node_allocatable,

@@ -11,8 +11,8 @@ use serde_yaml::{Mapping, Value};
 
 use super::duration::parse_duration_detailed;
 use super::kubelet_fields::{
-    feature_gate, GateStage, NOT_IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS,
-    NOT_IMPLEMENTED_MESSAGE,
+    feature_gate, FeatureGate, GateStage, GateSupport, NOT_IMPLEMENTED_FIELDS,
+    NOT_IMPLEMENTED_LOGGING_FIELDS, NOT_IMPLEMENTED_MESSAGE,
 };
 use super::{
     AuthorizationMode, CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION,
@@ -1014,6 +1014,17 @@ impl Decoded {
                         gate.default
                     );
                     self.fail(&gate_path, "", reason, FieldErrorKind::Forbidden);
+                    continue;
+                }
+                Some(FeatureGate {
+                    nodelet: GateSupport::Only(value, why),
+                    ..
+                }) if *enabled != *value => {
+                    self.invalid(
+                        &gate_path,
+                        &Value::Bool(*enabled),
+                        format!("nodelet implements only {name}={value}: {why}"),
+                    );
                     continue;
                 }
                 Some(gate) if gate.stage == GateStage::Ga => self.warn(

@@ -79,6 +79,18 @@ pub struct FeatureGate {
     pub name: &'static str,
     pub default: bool,
     pub stage: GateStage,
+    /// What nodelet does with the gate.
+    pub nodelet: GateSupport,
+}
+
+/// Whether both values of a gate change nodelet's behaviour, or nodelet has only one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateSupport {
+    /// Both values behave as in the kubelet.
+    Both,
+    /// nodelet behaves as the kubelet with the gate at this value, whatever the configuration
+    /// says is refused when it says the other value; the reason names what nodelet does.
+    Only(bool, &'static str),
 }
 
 const fn gate(name: &'static str, default: bool, stage: GateStage) -> FeatureGate {
@@ -86,19 +98,59 @@ const fn gate(name: &'static str, default: bool, stage: GateStage) -> FeatureGat
         name,
         default,
         stage,
+        nodelet: GateSupport::Both,
+    }
+}
+
+const fn only(
+    name: &'static str,
+    default: bool,
+    stage: GateStage,
+    value: bool,
+    why: &'static str,
+) -> FeatureGate {
+    FeatureGate {
+        name,
+        default,
+        stage,
+        nodelet: GateSupport::Only(value, why),
+    }
+}
+
+impl FeatureGate {
+    /// The value nodelet behaves as having when the configuration does not set the gate.
+    pub fn effective_default(&self) -> bool {
+        match self.nodelet {
+            GateSupport::Both => self.default,
+            GateSupport::Only(value, _) => value,
+        }
     }
 }
 
 /// Gates nodelet recognises. Other names are accepted with a warning (they may be gates of
 /// kubelet subsystems nodelet does not have), never an error.
 pub const FEATURE_GATES: &[FeatureGate] = &[
-    gate(
+    only(
         "ChangeContainerStatusOnKubeletRestart",
         false,
         GateStage::Deprecated,
+        false,
+        "a restart of nodelet keeps running containers' Started and Ready as last reported",
     ),
-    gate("ContainerRestartRules", true, GateStage::Beta),
-    gate("ContainerStopSignals", false, GateStage::Alpha),
+    only(
+        "ContainerRestartRules",
+        true,
+        GateStage::Beta,
+        true,
+        "containers' restartPolicy and restartPolicyRules are always honoured",
+    ),
+    only(
+        "ContainerStopSignals",
+        false,
+        GateStage::Alpha,
+        true,
+        "lifecycle.stopSignal is always honoured",
+    ),
     gate("GracefulNodeShutdown", true, GateStage::Beta),
     gate(
         "GracefulNodeShutdownBasedOnPodPriority",
@@ -115,16 +167,19 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
         false,
         GateStage::Alpha,
     ),
-    gate(
+    only(
         "RestartAllContainersOnContainerExits",
         false,
         GateStage::Alpha,
+        true,
+        "the RestartAllContainers restart rule is always honoured",
     ),
     gate("SidecarContainers", true, GateStage::Ga),
 ];
 
 pub const MEMORY_QOS: &str = "MemoryQoS";
 pub const GRACEFUL_NODE_SHUTDOWN: &str = "GracefulNodeShutdown";
+pub const POD_READY_TO_START_CONTAINERS_CONDITION: &str = "PodReadyToStartContainersCondition";
 pub const GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY: &str = "GracefulNodeShutdownBasedOnPodPriority";
 pub const KUBELET_CRASH_LOOP_BACK_OFF_MAX: &str = "KubeletCrashLoopBackOffMax";
 pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLoopBackOffDecay";

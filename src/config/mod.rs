@@ -561,13 +561,14 @@ impl Config {
         }
     }
 
-    /// Whether a feature gate is on: the value in `featureGates`, else the gate's Kubernetes
-    /// default for the gates nodelet knows ([`kubelet_fields::FEATURE_GATES`]), else off.
+    /// Whether a feature gate is on: the value in `featureGates`, else what nodelet does for
+    /// the gates it knows ([`kubelet_fields::FeatureGate::effective_default`]: the Kubernetes
+    /// default, or the one value nodelet implements), else off.
     pub fn feature_enabled(&self, gate: &str) -> bool {
         if let Some(value) = self.feature_gates.get(gate) {
             return *value;
         }
-        kubelet_fields::feature_gate(gate).is_some_and(|g| g.default)
+        kubelet_fields::feature_gate(gate).is_some_and(|g| g.effective_default())
     }
 
     /// `enforceNodeAllocatable` contains `pods`.

@@ -519,7 +519,7 @@ fn accepted_but_ignored_fields_warn() {
         ]),
         ("featureGates: {SomeOtherGate: true}", &["featureGates.SomeOtherGate: unrecognized feature gate; nodelet ignores it"]),
         ("featureGates: {SidecarContainers: true}", &["featureGates.SidecarContainers: setting GA feature gate SidecarContainers=true; it will be removed in a future release"]),
-        ("featureGates: {ChangeContainerStatusOnKubeletRestart: true}", &["featureGates.ChangeContainerStatusOnKubeletRestart: setting deprecated feature gate ChangeContainerStatusOnKubeletRestart=true; it will be removed in a future release"]),
+        ("featureGates: {ChangeContainerStatusOnKubeletRestart: false}", &["featureGates.ChangeContainerStatusOnKubeletRestart: setting deprecated feature gate ChangeContainerStatusOnKubeletRestart=false; it will be removed in a future release"]),
         ("containerRuntimeEndpoint: /run/containerd/containerd.sock", &["containerRuntimeEndpoint: using a bare path as endpoint is deprecated, please use the full URL \"unix:///run/containerd/containerd.sock\""]),
     ];
     for (body, want) in cases {
@@ -662,9 +662,13 @@ fn crash_loop_back_off_follows_the_kubelet_gates() {
 
 #[test]
 fn feature_enabled_uses_kubernetes_defaults_for_known_gates() {
-    let config = ok("featureGates: {ContainerRestartRules: false, MemoryQoS: true}").config;
+    let config = ok("featureGates: {GracefulNodeShutdown: false, MemoryQoS: true}").config;
     let cases: &[(&str, bool)] = &[
-        ("ContainerRestartRules", false),
+        ("GracefulNodeShutdown", false),
+        ("ContainerRestartRules", true),
+        // Alpha and off in the kubelet; nodelet always honours stop signals.
+        ("ContainerStopSignals", true),
+        ("ChangeContainerStatusOnKubeletRestart", false),
         ("MemoryQoS", true),
         ("SidecarContainers", true),
         ("KubeletCrashLoopBackOffMax", true),
@@ -1567,4 +1571,27 @@ fn seccomp_default_and_unsafe_sysctls_are_read() {
             "text {text:?}"
         );
     }
+}
+
+#[test]
+fn gates_nodelet_implements_one_way_refuse_the_other_value() {
+    let cases: &[(&str, &[&str])] = &[
+        ("featureGates: {ContainerStopSignals: false}", &["featureGates.ContainerStopSignals: Invalid value: false: nodelet implements only ContainerStopSignals=true: lifecycle.stopSignal is always honoured"]),
+        ("featureGates: {ContainerRestartRules: false}", &["featureGates.ContainerRestartRules: Invalid value: false: nodelet implements only ContainerRestartRules=true: containers' restartPolicy and restartPolicyRules are always honoured"]),
+        ("featureGates: {RestartAllContainersOnContainerExits: false}", &["featureGates.RestartAllContainersOnContainerExits: Invalid value: false: nodelet implements only RestartAllContainersOnContainerExits=true: the RestartAllContainers restart rule is always honoured"]),
+        ("featureGates: {ChangeContainerStatusOnKubeletRestart: true}", &["featureGates.ChangeContainerStatusOnKubeletRestart: Invalid value: true: nodelet implements only ChangeContainerStatusOnKubeletRestart=false: a restart of nodelet keeps running containers' Started and Ready as last reported"]),
+    ];
+    for (text, want) in cases {
+        assert_eq!(
+            &field_errors(&format!("{HEADER}{text}")),
+            want,
+            "text {text:?}"
+        );
+    }
+    // The implemented value is accepted without a word.
+    let loaded = ok("featureGates: {ContainerStopSignals: true, RestartAllContainersOnContainerExits: true, PodReadyToStartContainersCondition: false}");
+    assert!(warnings(&loaded).is_empty(), "{:?}", warnings(&loaded));
+    assert!(!loaded
+        .config
+        .feature_enabled("PodReadyToStartContainersCondition"));
 }

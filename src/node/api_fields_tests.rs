@@ -275,6 +275,7 @@ fn rich_pod_status() -> PodStatus {
         now: ts(2_000),
         runtime_name: "containerd",
         restart_in_place: crate::status::RestartInPlace::Done,
+        ready_to_start_condition: true,
     })
 }
 

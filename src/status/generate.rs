@@ -690,13 +690,15 @@ fn pod_conditions(
         }
     }
 
-    conditions.push(condition(
-        POD_READY_TO_START_CONTAINERS,
-        ready_to_start_containers(pod, inputs.runtime),
-        None,
-        None,
-        generation,
-    ));
+    if inputs.ready_to_start_condition {
+        conditions.push(condition(
+            POD_READY_TO_START_CONTAINERS,
+            ready_to_start_containers(pod, inputs.runtime),
+            None,
+            None,
+            generation,
+        ));
+    }
     conditions.push(initialized_condition(pod, all, phase, generation));
     let containers_ready = containers_ready_condition(pod, all, phase, generation);
     let ready = ready_condition(pod, &conditions, &containers_ready, generation);

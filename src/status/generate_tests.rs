@@ -169,6 +169,7 @@ struct Fixture {
     host_ips: Vec<String>,
     terminal: bool,
     restart_in_place: RestartInPlace,
+    ready_to_start_condition: bool,
 }
 
 impl Fixture {
@@ -183,6 +184,7 @@ impl Fixture {
             host_ips: vec!["192.168.1.10".into()],
             terminal: false,
             restart_in_place: RestartInPlace::Never,
+            ready_to_start_condition: true,
         }
     }
 
@@ -225,6 +227,7 @@ impl Fixture {
             now: Timestamp::from_nanosecond(i128::from(NOW) * 1_000_000_000 + 700_000_000).unwrap(),
             runtime_name: "containerd",
             restart_in_place: self.restart_in_place,
+            ready_to_start_condition: self.ready_to_start_condition,
         }
     }
 
@@ -1593,4 +1596,32 @@ fn restart_in_place_states_map_to_the_condition() {
         assert_eq!(state.condition(), want, "{state:?}");
     }
     assert_eq!(RestartInPlace::default(), RestartInPlace::Never);
+}
+
+/// `PodReadyToStartContainersCondition: false`: the condition is not published, and one left in
+/// the previous status by an earlier run with the gate on does not survive either.
+#[test]
+fn ready_to_start_condition_follows_its_gate() {
+    let pod = pod("Always", vec![], vec![c("app")]);
+    let runtime = runtime(ready_sandbox(), vec![]);
+    let has = |s: &PodStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodReadyToStartContainers")
+    };
+    let on = Fixture::new(pod.clone(), runtime.clone()).status();
+    assert!(has(&on), "gate on: {:?}", on.conditions);
+    let mut off = Fixture::new(pod, runtime).previous(on);
+    off.ready_to_start_condition = false;
+    let status = off.status();
+    assert!(!has(&status), "gate off: {:?}", status.conditions);
+    assert!(
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready"),
+        "the other conditions stay"
+    );
 }

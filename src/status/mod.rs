@@ -85,6 +85,9 @@ pub struct StatusInputs<'a> {
     /// Where the pod is in a `RestartAllContainers` restart (the `PodRestartInPlace`
     /// condition).
     pub restart_in_place: RestartInPlace,
+    /// The `PodReadyToStartContainersCondition` feature gate: whether the status carries the
+    /// `PodReadyToStartContainers` condition.
+    pub ready_to_start_condition: bool,
 }
 
 /// Where a pod is in a `RestartAllContainers` restart in place, which the executor keeps

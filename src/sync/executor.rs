@@ -318,6 +318,7 @@ impl PodSyncer {
             now: self.clock.now(),
             runtime_name: &self.settings.runtime_name,
             restart_in_place: memory.restart_in_place,
+            ready_to_start_condition: self.settings.ready_to_start_condition,
         });
         let mut status = status;
         if let Some(m) = mutation {

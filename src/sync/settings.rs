@@ -27,6 +27,8 @@ pub struct SyncSettings {
     pub single_process_oom_kill: bool,
     /// `seccompDefault`: RuntimeDefault for containers whose pod names no seccomp profile.
     pub seccomp_default: bool,
+    /// The `PodReadyToStartContainersCondition` gate: publish that condition.
+    pub ready_to_start_condition: bool,
     /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;
     /// `None` leaves the pod cgroup to the runtime, without pod-level limits.
     pub cgroups: Option<Arc<cgroup::node::NodeCgroups>>,
