@@ -492,3 +492,57 @@ stat -c 'mem_file=%g' /mem/f"#;
     assert_eq!(get(&r, "data_file"), "2000", "{r:?}");
     assert_eq!(get(&r, "mem_file"), "2000", "{r:?}");
 }
+
+/// What containerd 1.6 does not declare (its CRI `Status` has no runtime features and no
+/// handler features) is refused before it could be dropped: `supplementalGroupsPolicy: Strict`
+/// at admission with the kubelet's reason, `recursiveReadOnly: Enabled` at container creation
+/// with the kubelet's message; `IfPossible` runs with a plain read-only mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn features_the_runtime_does_not_declare_are_refused() {
+    let n = Nodelet::start("runtime-features");
+    n.write_manifest(
+        "strict.yaml",
+        &one_shot_pod(
+            "strict",
+            "{runAsUser: 1000, supplementalGroupsPolicy: Strict}",
+            "echo ran",
+        ),
+    );
+    let (reason, message) = wait_rejected(&n, "strict").await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        (
+            "SupplementalGroupsPolicyNotSupported",
+            "Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node"
+        )
+    );
+    let rro = |name: &str, mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n\
+             \x20 volumes:\n  - name: data\n    emptyDir: {{}}\n  containers:\n{}    volumeMounts:\n    - {{name: data, mountPath: /data, readOnly: true, recursiveReadOnly: {mode}}}\n",
+            container("main", "", "")
+        )
+    };
+    n.write_manifest("enabled.yaml", &rro("enabled", "Enabled"));
+    n.write_manifest("ifpossible.yaml", &rro("ifpossible", "IfPossible"));
+    let enabled = n
+        .wait_pod("enabled", T, "CreateContainerConfigError", |p| {
+            container_status(p, "main")
+                .and_then(|c| c.state.as_ref())
+                .and_then(|s| s.waiting.as_ref())
+                .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
+        })
+        .await;
+    let waiting = container_status(&enabled, "main")
+        .and_then(|c| c.state.clone())
+        .and_then(|s| s.waiting)
+        .expect("waiting");
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some("failed to resolve recursive read-only mode: volume \"data\" requested recursive read-only mode, but it is not supported by the runtime")
+    );
+    n.wait_pod("ifpossible", T, "its container terminated", |p| {
+        all_terminated(p, 1)
+    })
+    .await;
+}

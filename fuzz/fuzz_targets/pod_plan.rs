@@ -116,6 +116,7 @@ fn settings() -> SyncSettings {
         cgroup_v2: true,
         single_process_oom_kill: false,
         seccomp_default: false,
+        runtime_features: Default::default(),
         ready_to_start_condition: true,
         cgroups: None,
         pod_cgroup: Default::default(),

@@ -133,6 +133,8 @@ pub struct RuntimeServices {
     pub version: api::VersionResponse,
     /// The handlers the runtime's `Status` listed at start (node `status.runtimeHandlers`).
     pub runtime_handlers: Vec<api::RuntimeHandler>,
+    /// The runtime-wide features its `Status` stated at start (`None`: none).
+    pub runtime_features: Option<api::RuntimeFeatures>,
 }
 
 impl RuntimeServices {
@@ -169,6 +171,13 @@ impl RuntimeServices {
                 Vec::new()
             }
         };
+        let runtime_features = match remote.runtime_features().await {
+            Ok(features) => features,
+            Err(e) => {
+                tracing::warn!(error = %e, "the runtime's Status states no features");
+                None
+            }
+        };
         let remote = Arc::new(remote);
         Ok(RuntimeServices {
             runtime: remote.clone(),
@@ -183,6 +192,7 @@ impl RuntimeServices {
             }),
             version,
             runtime_handlers,
+            runtime_features,
         })
     }
 }
@@ -393,6 +403,15 @@ impl NodeletBuilder {
         let admit_handlers = {
             let mut handlers = pressure.admit_handlers();
             handlers.push(Arc::new(sysctls));
+            handlers.push(Arc::new(
+                crate::pod::runtime_features::RuntimeFeaturesAdmitHandler {
+                    supplemental_groups_policy: runtime
+                        .rt
+                        .runtime_features
+                        .as_ref()
+                        .is_some_and(|f| f.supplemental_groups_policy),
+                },
+            ));
             handlers.push(predicates);
             handlers
         };

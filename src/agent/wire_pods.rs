@@ -19,7 +19,6 @@ use crate::cgroup::node::NodeCgroups;
 use crate::cgroup::PodCgroupSettings;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::cri::api;
 use crate::cri::health::RuntimeHealth;
 use crate::events::{container_field_path, EventRecorder, EventType, ObjectRef};
 use crate::pleg::{EventKind, Pleg, PodLifecycleEvent};
@@ -97,7 +96,7 @@ pub(super) fn wire(
         node: runtime.node.clone(),
         settings: Arc::new(sync_settings(
             cfg,
-            &rt.version,
+            rt,
             runtime.pod_cgroup,
             runtime.node_cgroups.clone(),
             crate::node::status::allocatable(
@@ -177,7 +176,7 @@ pub(super) fn wire(
 /// What the executor needs of the configuration and the runtime.
 fn sync_settings(
     cfg: &Config,
-    version: &api::VersionResponse,
+    rt: &super::RuntimeServices,
     pod_cgroup: PodCgroupSettings,
     cgroups: Option<Arc<NodeCgroups>>,
     node_allocatable: crate::podspec::resources::NodeAllocatable,
@@ -191,11 +190,15 @@ fn sync_settings(
         cluster_dns: cfg.cluster_dns.clone(),
         cluster_domain: cfg.cluster_domain.clone(),
         resolv_conf: Some(cfg.resolv_conf.clone()).filter(|p| !p.as_os_str().is_empty()),
-        runtime_name: version.runtime_name.clone(),
+        runtime_name: rt.version.runtime_name.clone(),
         crash_loop_backoff: cfg.crash_loop_back_off_delays(),
         cgroup_v2: pod_cgroup.cgroup_v2,
         single_process_oom_kill: cfg.single_process_oom_kill,
         seccomp_default: cfg.seccomp_default,
+        runtime_features: crate::cri::features::RuntimeFeatureSet::new(
+            &rt.runtime_handlers,
+            rt.runtime_features.as_ref(),
+        ),
         ready_to_start_condition: cfg.feature_enabled(
             crate::config::kubelet_fields::POD_READY_TO_START_CONTAINERS_CONDITION,
         ),

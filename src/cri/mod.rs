@@ -6,6 +6,7 @@ pub mod containerd;
 /// The in-memory runtime for component tests (feature `test-util`).
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod features;
 pub mod health;
 pub mod labels;
 pub mod model;
@@ -170,6 +171,10 @@ pub trait HousekeepingRuntime: Send + Sync + 'static {
     async fn runtime_info(&self) -> Result<std::collections::HashMap<String, String>>;
     /// The handlers a `Status` answer lists (`runtime_handlers`, with their features); none
     /// from a runtime that does not report them (containerd 1.6).
+    /// The runtime-wide features of the runtime's `Status` (`None`: it states none).
+    async fn runtime_features(&self) -> Result<Option<api::RuntimeFeatures>> {
+        Ok(None)
+    }
     async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>>;
     /// `ReopenContainerLog`: the runtime closes the container's log file and opens its path
     /// again (creating a new file there).

@@ -473,6 +473,12 @@ impl HousekeepingRuntime for RemoteRuntime {
         Ok(observe("status", "", c.status(req)).await?.info)
     }
 
+    async fn runtime_features(&self) -> Result<Option<api::RuntimeFeatures>> {
+        let mut c = self.runtime.clone();
+        let req = self.request(api::StatusRequest { verbose: false }, Duration::ZERO);
+        Ok(observe("status", "", c.status(req)).await?.features)
+    }
+
     async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>> {
         let mut c = self.runtime.clone();
         let req = self.request(api::StatusRequest { verbose: false }, Duration::ZERO);

@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod manager;
 pub mod mirror;
+pub mod runtime_features;
 pub mod sysctls;
 pub mod worker_state;
 pub mod workers;

@@ -76,6 +76,10 @@ pub enum ConfigError {
         path: PathBuf,
         reason: String,
     },
+    /// The pod asks for something the runtime (handler) declared it cannot do, where the
+    /// kubelet refuses rather than let the runtime drop it; the message is the kubelet's.
+    #[error("{message}")]
+    RuntimeLacks { field: String, message: String },
     #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
     RunAsRoot { pod: String, container: String },
     #[error("container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})")]

@@ -59,6 +59,8 @@ pub struct ContainerContext<'a> {
     /// KubeletConfiguration `seccompDefault`: RuntimeDefault instead of Unconfined when the
     /// pod sets no profile.
     pub seccomp_default: bool,
+    /// The pod's runtime handler declares recursive read-only mounts.
+    pub recursive_read_only: bool,
     /// The node runs the unified cgroup v2 hierarchy (`cgroup::is_cgroup2_unified`).
     pub cgroup_v2: bool,
     /// `singleProcessOOMKill`: an OOM kill takes only the chosen process, not the container.
@@ -565,10 +567,15 @@ fn mount_propagation(mode: Option<&str>, field: &str) -> Result<i32, ConfigError
     }
 }
 
-/// `resolveRecursiveReadOnly`. nodelet cannot ask the runtime handler whether it supports
-/// recursive read-only mounts, so `IfPossible` stays non-recursive and `Enabled` is passed
-/// through for the runtime to refuse if it must.
-fn recursive_read_only(mount: &VolumeMount, field: &str) -> Result<bool, ConfigError> {
+/// `resolveRecursiveReadOnly`: `IfPossible` is recursive where the pod's runtime handler
+/// declares recursive read-only mounts; `Enabled` there, and refused with the kubelet's message
+/// where it does not (a runtime that does not know the field, containerd before 2.0, would
+/// otherwise drop it and mount the volume writable below its submounts).
+fn recursive_read_only(
+    mount: &VolumeMount,
+    field: &str,
+    supported: bool,
+) -> Result<bool, ConfigError> {
     let mode = match mount.recursive_read_only.as_deref() {
         None | Some("Disabled") => return Ok(false),
         Some(mode) => mode,
@@ -595,8 +602,15 @@ fn recursive_read_only(mount: &VolumeMount, field: &str) -> Result<bool, ConfigE
         ));
     }
     match mode {
-        "IfPossible" => Ok(false),
-        "Enabled" => Ok(true),
+        "IfPossible" => Ok(supported),
+        "Enabled" if supported => Ok(true),
+        "Enabled" => Err(ConfigError::RuntimeLacks {
+            field: format!("{field}.recursiveReadOnly"),
+            message: format!(
+                "failed to resolve recursive read-only mode: volume {:?} requested recursive read-only mode, but it is not supported by the runtime",
+                mount.name
+            ),
+        }),
         _ => Err(invalid("unknown recursive read-only mode")),
     }
 }
@@ -719,7 +733,7 @@ fn make_mounts(
             host_path: host_path.to_string_lossy().into_owned(),
             readonly: mount_read_only(pod, m),
             propagation: mount_propagation(m.mount_propagation.as_deref(), &field)?,
-            recursive_read_only: recursive_read_only(m, &field)?,
+            recursive_read_only: recursive_read_only(m, &field, ctx.recursive_read_only)?,
             ..Default::default()
         });
     }
@@ -910,6 +924,7 @@ mod tests {
             node_name_label: "node-1",
             seccomp_profile_root: Path::new("/var/lib/nodelet/seccomp"),
             seccomp_default: false,
+            recursive_read_only: false,
             cgroup_v2: true,
             single_process_oom_kill: false,
             memory_qos: crate::config::memory_qos::MemoryQos::OFF,

@@ -27,6 +27,9 @@ pub struct SyncSettings {
     pub single_process_oom_kill: bool,
     /// `seccompDefault`: RuntimeDefault for containers whose pod names no seccomp profile.
     pub seccomp_default: bool,
+    /// What the runtime's `Status` declared it supports (recursive read-only mounts per
+    /// handler, `supplementalGroupsPolicy`).
+    pub runtime_features: crate::cri::features::RuntimeFeatureSet,
     /// The `PodReadyToStartContainersCondition` gate: publish that condition.
     pub ready_to_start_condition: bool,
     /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;

@@ -386,6 +386,16 @@ impl ContainerStarter {
             .as_ref()
             .map(|l| l.cgroup_parent.clone())
             .unwrap_or_default();
+        // The handler the pod's sandbox runs under (its RuntimeClass's; the sandbox could not
+        // have been created had it not resolved), for the features it declared.
+        let handler = self
+            .objects
+            .runtime_handler(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.as_deref()),
+            )
+            .unwrap_or_default();
         let ctx = ContainerContext {
             pod_ips: env.pod_ips,
             host_ips: &self.node.host_ips,
@@ -402,6 +412,7 @@ impl ContainerStarter {
             node_name_label: &self.node.name,
             seccomp_profile_root: &seccomp_root,
             seccomp_default: self.settings.seccomp_default,
+            recursive_read_only: self.settings.runtime_features.recursive_read_only(&handler),
             cgroup_v2: self.settings.cgroup_v2,
             single_process_oom_kill: self.settings.single_process_oom_kill,
             memory_qos: self.settings.pod_cgroup.memory_qos,

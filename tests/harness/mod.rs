@@ -133,6 +133,7 @@ pub async fn harness_with_cgroups(
             runtime_api_version: "v1".into(),
         },
         runtime_handlers: Vec::new(),
+        runtime_features: None,
     };
     let mut cfg = config(dir.path(), crash_loop_backoff);
     edit(&mut cfg);
