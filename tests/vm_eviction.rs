@@ -447,7 +447,7 @@ async fn fast_hog_is_evicted_before_the_kernel_oom_killer(node: &Guest, cluster:
             cluster.pod("hog-high").is_none().then_some(())
         })
         .await;
-    // A threshold of 900Mi on this 2 GiB VM, so the kill lands while the page cache still holds
+    // A threshold of 900Mi on this 3 GiB VM, so the kill lands while the page cache still holds
     // the binaries. Nearer the bottom the node thrashes first: every binary here is paged in
     // over 9p under emulation. Against 300Mi containerd once took 33 s from StopContainer to its
     // SIGTERM while the hog ran into the kernel's OOM killer; against 600Mi, with the rest of

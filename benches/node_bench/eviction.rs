@@ -105,7 +105,7 @@ pub async fn run(opts: &Options) -> Section {
         measured: format!("{}, nodelet {}", sys::now_utc(), sys::commit()),
         rows,
         notes: vec![format!(
-            "One VM boot (qemu `-accel tcg`, 2 vCPUs, 2 GiB, systemd driver; everything runs \
+            "One VM boot (qemu `-accel tcg`, 2 vCPUs, 3 GiB, systemd driver; everything runs \
              several times slower than on real hardware), {runs} cycles inside it: nodelet \
              standalone with `evictStaticPods: true` and `evictionHard: memory.available` \
              {HEADROOM_MIB} MiB below what is available when it starts; each cycle writes a \

@@ -40,6 +40,13 @@ const JOURNAL_END: &str = "==== NODELET-VM-JOURNAL-END";
 /// the VM scenarios beside the other tests, and a host loaded with builds as well once took the
 /// eviction scenario past 720 s (its boot alone 290 s).
 pub const VM_TIMEOUT: Duration = Duration::from_secs(1200);
+/// The guest's memory (MiB). 2048 left the eviction scenario little truly free memory beside
+/// the tmpfs root (containerd's images and snapshots live in RAM) and page cache of the debug
+/// binaries read over 9p; its hogs then pushed the kernel to reclaim those code pages, which
+/// under emulation stalls the guest (CI, 2026-12-03: the scenario made no progress for 1100 s in
+/// its first step, on a host the other lanes had left idle). Thresholds are relative to what
+/// the guest has free, so the scenarios do not depend on the size.
+pub const VM_MEMORY_MIB: u32 = 3072;
 /// Deadline for anything the guest waits for: generous, everything is slow under emulation, and
 /// a guest starved by the host's other lanes makes no progress while its clock runs (CI,
 /// 2026-12-03: a hog's eviction not seen within 180 s on a host twice as slow as usual).
@@ -253,6 +260,7 @@ fn boot(
                 .iter()
                 .flat_map(|(k, v)| ["--env".to_string(), format!("{k}={v}")]),
         )
+        .args(["--memory", &VM_MEMORY_MIB.to_string()])
         .args(["--timeout", &timeout.as_secs().to_string(), "--"])
         .arg(&exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
