@@ -526,7 +526,11 @@ fn start(cfg: Config, source: &str) -> anyhow::Result<()> {
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
     nodelet::config::swap::check_swap(cfg.fail_swap_on, &swaps)
         .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+    let process_errors = set_up_process(&cfg).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     init_tracing(&cfg);
+    for error in process_errors {
+        tracing::error!("{error}");
+    }
     if let Some(warning) = cgroup_v1_warning {
         tracing::warn!("{warning}");
     }
@@ -535,6 +539,47 @@ fn start(cfg: Config, source: &str) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(run(cfg))
+}
+
+/// What the kubelet does to its own process and the kernel before it runs pods: the kernel
+/// tunables (`protectKernelDefaults`: check, else write; either failing stops the start),
+/// `maxOpenFiles` as `RLIMIT_NOFILE`, `oomScoreAdj` as its own `oom_score_adj`. The last two
+/// are logged as errors when the kernel refuses them (a container may not raise its hard
+/// limit or lower its score), as the kubelet logs them; they are returned for the log.
+fn set_up_process(cfg: &nodelet::config::Config) -> anyhow::Result<Vec<String>> {
+    use nodelet::config::kernel_tunables::{plan, KERNEL_TUNABLES};
+    let sys = std::path::Path::new("/proc/sys");
+    let current: Vec<(&'static str, Option<i64>)> = KERNEL_TUNABLES
+        .iter()
+        .map(|(path, _)| {
+            let value = std::fs::read_to_string(sys.join(path))
+                .ok()
+                .and_then(|text| text.trim().parse().ok());
+            (*path, value)
+        })
+        .collect();
+    for (path, value) in plan(cfg.protect_kernel_defaults, &current).map_err(anyhow::Error::msg)? {
+        std::fs::write(sys.join(path), value.to_string())
+            .with_context(|| format!("setting kernel tunable {path} to {value}"))?;
+    }
+    let mut errors = Vec::new();
+    if let Err(e) = nix::sys::resource::setrlimit(
+        nix::sys::resource::Resource::RLIMIT_NOFILE,
+        cfg.max_open_files,
+        cfg.max_open_files,
+    ) {
+        errors.push(format!(
+            "maxOpenFiles: setting RLIMIT_NOFILE to {}: {e}",
+            cfg.max_open_files
+        ));
+    }
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", cfg.oom_score_adj.to_string()) {
+        errors.push(format!(
+            "oomScoreAdj: setting /proc/self/oom_score_adj to {}: {e}",
+            cfg.oom_score_adj
+        ));
+    }
+    Ok(errors)
 }
 
 /// How often freed memory goes back to the kernel (`nodelet::allocator`): a trim costs well

@@ -308,3 +308,125 @@ fn logs_to_a_terminal_are_coloured() {
     );
     assert!(status.success(), "{status}");
 }
+
+/// Runs `nodelet run` with `extra` fields on top of [`config_without_a_runtime`]; returns the
+/// child once it waits for the runtime (past every start check), or its failure output.
+fn run_with(dir: &std::path::Path, extra: &str) -> Result<std::process::Child, String> {
+    let config = config_without_a_runtime(dir);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(extra);
+    std::fs::write(&config, text).unwrap();
+    let log = dir.join("nodelet.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run nodelet");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(status) = child.try_wait().unwrap() {
+            return Err(format!("{status}: {text}"));
+        }
+        if text.contains("waiting for the container runtime") {
+            return Ok(child);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodelet neither failed nor waited for the runtime:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn stop(mut child: std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    child.wait().unwrap();
+}
+
+const ROOT_MAXKEYS: &str = "/proc/sys/kernel/keys/root_maxkeys";
+
+/// `maxOpenFiles`, `oomScoreAdj` and `protectKernelDefaults` act on the process and the kernel
+/// as the kubelet's start does: the limit and the score are nodelet's own, a kernel tunable
+/// that differs from the kubelet's value is written (`false`) or stops the start (`true`).
+#[test]
+fn run_sets_its_limits_and_the_kernel_tunables_as_the_kubelet() {
+    let dir = tempfile::tempdir().unwrap();
+    // A tunable off the kubelet's value: `protectKernelDefaults: true` refuses to start.
+    std::fs::write(ROOT_MAXKEYS, "999999").unwrap();
+    let refused = run_with(dir.path(), "protectKernelDefaults: true\n")
+        .map(stop)
+        .expect_err("protectKernelDefaults: true must refuse differing tunables");
+    assert!(
+        refused.contains("invalid kernel flag: kernel/keys/root_maxkeys, expected value: 1000000, actual value: 999999"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ROOT_MAXKEYS).unwrap().trim(),
+        "999999",
+        "left as it was"
+    );
+    // `false` (the default) writes it; the process gets its limit and score.
+    let child = run_with(dir.path(), "maxOpenFiles: 4242\noomScoreAdj: 321\n").unwrap();
+    let pid = child.id();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect::<Vec<_>>();
+    let score = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap();
+    stop(child);
+    assert_eq!(open_files, ["4242", "4242"], "{limits}");
+    // A raise: this host (a container) lets no process lower its score below where it started.
+    assert_eq!(score.trim(), "321");
+    for (path, want) in nodelet::config::kernel_tunables::KERNEL_TUNABLES {
+        let got = std::fs::read_to_string(format!("/proc/sys/{path}")).unwrap();
+        assert_eq!(got.trim(), want.to_string(), "{path}");
+    }
+    // With every tunable as the kubelet wants it, `true` starts.
+    stop(run_with(dir.path(), "protectKernelDefaults: true\n").unwrap());
+}
+
+/// `nodelet validate` never says a field is ignored: a kubelet configuration of the fields
+/// nodelet fixes, at the values it behaves as, passes silently; another value fails, naming
+/// field, value and why.
+#[test]
+fn validate_prints_no_ignored_line_and_refuses_what_it_cannot_honour() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubelet.yaml");
+    let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    std::fs::write(
+        &path,
+        format!(
+            "{header}cpuManagerPolicy: none\nmemoryManagerPolicy: None\ntopologyManagerPolicy: none\n\
+             topologyManagerScope: pod\nhairpinMode: hairpin-veth\niptablesMasqueradeBit: 14\n\
+             makeIPTablesUtilChains: false\nrunOnce: false\nenableControllerAttachDetach: true\n\
+             cpuCFSQuotaPeriod: 100ms\ncpuManagerReconcilePeriod: 0s\nvolumeStatsAggPeriod: 0s\n\
+             podsPerCore: 4\nregistryPullQPS: 2\neventRecordQPS: 10\nprotectKernelDefaults: false\n\
+             logging:\n  flushFrequency: 0\n  options:\n    json:\n      infoBufferSize: \"0\"\n"
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = cli(&["validate", "--config", path.to_str().unwrap()]);
+    assert!(ok, "validate must pass\n{out}\n{err}");
+    let all = format!("{out}{err}");
+    assert!(!all.to_lowercase().contains("ignor"), "{all}");
+    assert!(!all.contains("warning"), "{all}");
+    std::fs::write(&path, format!("{header}cpuManagerPolicy: static\n")).unwrap();
+    let (ok, out, err) = cli(&["validate", "--config", path.to_str().unwrap()]);
+    assert!(!ok, "validate must fail\n{out}\n{err}");
+    let all = format!("{out}{err}");
+    assert!(
+        all.contains("cpuManagerPolicy: Invalid value: \"static\": nodelet accepts only \"none\": nodelet has no CPU manager"),
+        "{all}"
+    );
+}

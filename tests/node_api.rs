@@ -161,6 +161,37 @@ async fn allocatable_holds_back_the_configured_hard_thresholds() {
     running.stop().await;
 }
 
+/// `podsPerCore` caps the pod capacity at that many per CPU (2 here), `providerID` is the
+/// Node's `spec.providerID`, both from a configuration file.
+#[tokio::test(start_paused = true)]
+async fn pods_per_core_and_provider_id_shape_the_registered_node() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                podsPerCore: 7\nproviderID: gce://project/zone/node-p\n";
+    let config = nodelet::config::parse(
+        text,
+        std::path::Path::new("c.yaml"),
+        &Environment {
+            hostname: "node-p".into(),
+        },
+    )
+    .unwrap()
+    .config;
+    let t0 = Instant::now();
+    let running = start(&fixture, nodelet::agent::settings::node(&config));
+    sleep_until(t0, 1.0).await;
+    let node = node(&fixture, "node-p");
+    assert_eq!(
+        node.spec.as_ref().unwrap().provider_id.as_deref(),
+        Some("gce://project/zone/node-p")
+    );
+    let status = node.status.unwrap();
+    // min(maxPods 110, 7 × 2 CPUs).
+    assert_eq!(status.capacity.unwrap()["pods"].0, "14");
+    assert_eq!(status.allocatable.unwrap()["pods"].0, "14");
+    running.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn register_creates_the_node_with_labels_taints_and_capacity() {
     let fixture = Fixture::start(None).await.unwrap();

@@ -26,6 +26,8 @@ use crate::stats::machine::NodeInfo;
 pub(super) struct ClusterClients {
     /// Pods, events, objects (rate-limited).
     pub client: kube::Client,
+    /// Events, with a token bucket of their own (`eventRecordQPS`/`eventBurst`).
+    pub events: kube::Client,
     /// Node status and Lease.
     pub heartbeat: kube::Client,
     /// The kubelet API's TokenReviews and SubjectAccessReviews (a rate limit of their own).
@@ -91,6 +93,7 @@ pub(super) async fn connect(
     };
     Ok(ClusterClients {
         client: clients.pods,
+        events: clients.events,
         heartbeat: clients.heartbeat,
         reviews: clients.reviews,
         serving,

@@ -62,6 +62,8 @@ pub fn node(cfg: &Config) -> crate::node::NodeSettings {
         node_labels: cfg.node_labels.clone(),
         register_with_taints: cfg.register_with_taints.clone(),
         max_pods: cfg.max_pods,
+        pods_per_core: cfg.pods_per_core,
+        provider_id: cfg.provider_id.clone(),
         update_frequency: cfg.node_status_update_frequency,
         report_frequency: cfg.node_status_report_frequency,
         lease_duration_seconds: cfg.node_lease_duration_seconds,
@@ -101,6 +103,8 @@ pub fn clients(cfg: &Config) -> ClientSettings {
         kubeconfig: cfg.kubeconfig.clone(),
         qps: cfg.kube_api_qps,
         burst: cfg.kube_api_burst,
+        event_qps: cfg.event_record_qps,
+        event_burst: cfg.event_burst,
     }
 }
 

@@ -151,7 +151,11 @@ pub(super) fn spawn_pod_loops(
     )
     .with_server_version(wing.api_server.clone());
     tasks.spawn(sync.run(cancel.clone()));
-    let sink = ApiEventSink::new(client.clone(), Default::default());
+    let events_client = wing
+        .clients
+        .as_ref()
+        .map_or_else(|| client.clone(), |c| c.events.clone());
+    let sink = ApiEventSink::new(events_client, Default::default());
     tasks.spawn(sink.run(pods.events.subscribe(), cancel.clone()));
     manager
 }
@@ -194,6 +198,7 @@ pub(super) fn node_predicates(
             hostname: &cfg.node_name,
             node_labels: &cfg.node_labels,
             taints: &cfg.register_with_taints,
+            provider_id: &cfg.provider_id,
         },
         Default::default(),
     )
@@ -207,7 +212,8 @@ pub(super) fn node_predicates(
                 let capacity = i64::try_from(node.memory_capacity()).unwrap_or(i64::MAX);
                 (capacity - reserve.memory_reserved(capacity)).max(0)
             },
-            pods: cfg.max_pods,
+            pods: cfg
+                .max_pods_on(u32::try_from(node.cpu_capacity_milli() / 1000).unwrap_or(u32::MAX)),
             labels,
         },
         node_name: cfg.node_name.clone(),

@@ -76,18 +76,21 @@ pub(super) fn wire(
         (Some(file), Some(bin_dir)) => crate::images::provider::load_config(file, bin_dir)?,
         _ => Vec::new(),
     };
-    let pulls = Arc::new(crate::images::ImagePuller::new(
-        rt.images.clone(),
-        cluster.objects.clone(),
-        Arc::new(crate::images::CredentialProviders::new(
-            providers,
-            Arc::new(crate::images::provider::ProcessExec),
-        )),
-        crate::images::PullLimit::from_config(
-            cfg.serialize_image_pulls,
-            cfg.max_parallel_image_pulls,
-        ),
-    ));
+    let pulls = Arc::new(
+        crate::images::ImagePuller::new(
+            rt.images.clone(),
+            cluster.objects.clone(),
+            Arc::new(crate::images::CredentialProviders::new(
+                providers,
+                Arc::new(crate::images::provider::ProcessExec),
+            )),
+            crate::images::PullLimit::from_config(
+                cfg.serialize_image_pulls,
+                cfg.max_parallel_image_pulls,
+            ),
+        )
+        .with_pull_rate(cfg.registry_pull_qps, cfg.registry_burst),
+    );
     let syncer = PodSyncer::new(SyncerParts {
         runtime: rt.runtime.clone(),
         images: rt.images.clone(),

@@ -60,6 +60,10 @@ pub struct ClientSettings {
     pub kubeconfig: Option<PathBuf>,
     pub qps: u32,
     pub burst: u32,
+    /// `eventRecordQPS`/`eventBurst`: the events client's bucket (0 is client-go's default, as
+    /// for `qps`).
+    pub event_qps: u32,
+    pub event_burst: u32,
 }
 
 /// The API client nodelet uses for pods and events: the kubeconfig's cluster and credentials,
@@ -93,6 +97,8 @@ pub async fn heartbeat_client(settings: &ClientSettings) -> Result<kube::Client>
 #[derive(Clone)]
 pub struct ApiClients {
     pub pods: kube::Client,
+    /// Events: the kubelet's separate event client, its bucket `eventRecordQPS`/`eventBurst`.
+    pub events: kube::Client,
     pub heartbeat: kube::Client,
     pub reviews: kube::Client,
 }
@@ -107,6 +113,10 @@ pub fn api_clients<E>(
     let bucket = || RateLimitLayer::new(settings.qps, settings.burst);
     Ok(ApiClients {
         pods: make(Some(&bucket()))?,
+        events: make(Some(&RateLimitLayer::new(
+            settings.event_qps,
+            settings.event_burst,
+        )))?,
         heartbeat: make(None)?,
         reviews: make(Some(&bucket()))?,
     })
@@ -156,7 +166,36 @@ mod tests {
             kubeconfig,
             qps: 50,
             burst: 100,
+            event_qps: 50,
+            event_burst: 100,
         }
+    }
+
+    /// Each rate-limited client has a bucket of its own: pods and reviews `kubeAPIQPS`,
+    /// events `eventRecordQPS` (0: client-go's default); heartbeats none.
+    #[tokio::test]
+    async fn each_client_gets_its_own_rate() {
+        let settings = ClientSettings {
+            kubeconfig: None,
+            qps: 20,
+            burst: 40,
+            event_qps: 0,
+            event_burst: 7,
+        };
+        let mut rates = Vec::new();
+        let built: Result<ApiClients, std::convert::Infallible> = api_clients(&settings, |limit| {
+            rates.push(limit.map(RateLimitLayer::rate));
+            Ok(
+                kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                    .unwrap(),
+            )
+        });
+        assert!(built.is_ok());
+        assert_eq!(
+            rates,
+            vec![Some((20, 40)), Some((5, 7)), None, Some((20, 40))],
+            "pods, events, heartbeat, reviews"
+        );
     }
 
     #[tokio::test]

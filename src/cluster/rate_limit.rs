@@ -77,6 +77,7 @@ impl TokenBucket {
 #[derive(Debug, Clone)]
 pub struct RateLimitLayer {
     bucket: Arc<Mutex<TokenBucket>>,
+    rate: (u32, u32),
 }
 
 impl RateLimitLayer {
@@ -85,7 +86,13 @@ impl RateLimitLayer {
         let (qps, burst) = effective_rate(qps, burst);
         RateLimitLayer {
             bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst, Instant::now()))),
+            rate: (qps, burst),
         }
+    }
+
+    /// The `(qps, burst)` of the bucket, after client-go's defaults for zeros.
+    pub fn rate(&self) -> (u32, u32) {
+        self.rate
     }
 }
 

@@ -186,9 +186,24 @@ pub fn configz(cfg: &Config) -> Value {
         "certDir": cfg.cert_dir.display().to_string(),
         "evictStaticPods": cfg.eviction.evict_static_pods,
     });
+    let process = json!({
+        "podsPerCore": cfg.pods_per_core,
+        "maxOpenFiles": cfg.max_open_files,
+        "oomScoreAdj": cfg.oom_score_adj,
+        "registryPullQPS": cfg.registry_pull_qps,
+        "registryBurst": cfg.registry_burst,
+        "eventRecordQPS": cfg.event_record_qps,
+        "eventBurst": cfg.event_burst,
+        "protectKernelDefaults": cfg.protect_kernel_defaults,
+    });
     let fields = k.as_object_mut().expect("a json! object");
-    if let Value::Object(rest) = rest {
-        fields.extend(rest);
+    for more in [rest, process] {
+        if let Value::Object(more) = more {
+            fields.extend(more);
+        }
+    }
+    if !cfg.provider_id.is_empty() {
+        fields.insert("providerID".into(), json!(cfg.provider_id));
     }
     // Go's `omitempty`: unset optional fields are left out, not null.
     fields.retain(|_, v| !v.is_null());

@@ -11,8 +11,8 @@ use serde_yaml::{Mapping, Value};
 
 use super::duration::parse_duration_detailed;
 use super::kubelet_fields::{
-    feature_gate, FeatureGate, GateStage, GateSupport, NOT_IMPLEMENTED_FIELDS,
-    NOT_IMPLEMENTED_LOGGING_FIELDS, NOT_IMPLEMENTED_MESSAGE,
+    feature_gate, fixed_field, Accepts, FeatureGate, FixedField, GateStage, GateSupport,
+    FIXED_FIELDS, FIXED_LOGGING_FIELDS,
 };
 use super::{
     AuthorizationMode, CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION,
@@ -56,6 +56,15 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "nodeLeaseDurationSeconds",
     "kubeAPIQPS",
     "kubeAPIBurst",
+    "podsPerCore",
+    "maxOpenFiles",
+    "oomScoreAdj",
+    "registryPullQPS",
+    "registryBurst",
+    "eventRecordQPS",
+    "eventBurst",
+    "providerID",
+    "protectKernelDefaults",
     "crashLoopBackOff",
     "rootDir",
     "nodeName",
@@ -142,9 +151,9 @@ const IMPLEMENTED_LOGGING_FIELDS: &[&str] = &["format", "verbosity"];
 const CRASH_LOOP_BACK_OFF_FIELDS: &[&str] = &["maxContainerRestartPeriod"];
 const POD_CLEANUP_FIELDS: &[&str] = &["enabled", "retention", "barePods"];
 const SHUTDOWN_BY_PRIORITY_FIELDS: &[&str] = &["priority", "shutdownGracePeriodSeconds"];
-const TOP_LEVEL_FIELDS: &[&[&str]] = &[IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_FIELDS];
+const TOP_LEVEL_FIELDS: &[&[&str]] = &[IMPLEMENTED_FIELDS];
 const MEMORY_SWAP_FIELDS: &[&str] = &["swapBehavior"];
-const LOGGING_FIELDS: &[&[&str]] = &[IMPLEMENTED_LOGGING_FIELDS, NOT_IMPLEMENTED_LOGGING_FIELDS];
+const LOGGING_FIELDS: &[&[&str]] = &[IMPLEMENTED_LOGGING_FIELDS, &["options"]];
 
 /// The kubelet's bounds for `crashLoopBackOff.maxContainerRestartPeriod`.
 const MIN_MAX_RESTART_PERIOD: Duration = Duration::from_secs(1);
@@ -187,6 +196,15 @@ pub(super) struct Decoded {
     pub node_lease_duration_seconds: Option<u32>,
     pub kube_api_qps: Option<u32>,
     pub kube_api_burst: Option<u32>,
+    pub pods_per_core: Option<u32>,
+    pub max_open_files: Option<u64>,
+    pub oom_score_adj: Option<i32>,
+    pub registry_pull_qps: Option<u32>,
+    pub registry_burst: Option<u32>,
+    pub event_record_qps: Option<u32>,
+    pub event_burst: Option<u32>,
+    pub provider_id: Option<String>,
+    pub protect_kernel_defaults: Option<bool>,
     pub max_container_restart_period: Option<Duration>,
     pub root_dir: Option<String>,
     pub node_name: Option<String>,
@@ -389,6 +407,31 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "failCgroupV1" => d.fail_cgroup_v1 = d.boolean(name, value),
             "singleProcessOOMKill" => d.single_process_oom_kill = d.boolean(name, value),
             "seccompDefault" => d.seccomp_default = d.boolean(name, value),
+            "podsPerCore" => {
+                d.pods_per_core = d.int32(name, value, 0, "must not be a negative number")
+            }
+            "maxOpenFiles" => {
+                d.max_open_files =
+                    d.int_in(name, value, 0, i64::MAX, "must not be a negative number")
+            }
+            "oomScoreAdj" => {
+                d.oom_score_adj =
+                    d.int_in(name, value, -1000, 1000, "must be between -1000 and 1000")
+            }
+            "registryPullQPS" => {
+                d.registry_pull_qps = d.int32(name, value, 0, "must not be a negative number")
+            }
+            "registryBurst" => {
+                d.registry_burst = d.int32(name, value, 0, "must not be a negative number")
+            }
+            "eventRecordQPS" => {
+                d.event_record_qps = d.int32(name, value, 0, "must not be a negative number")
+            }
+            "eventBurst" => {
+                d.event_burst = d.int32(name, value, 0, "must not be a negative number")
+            }
+            "providerID" => d.provider_id = d.string(name, value),
+            "protectKernelDefaults" => d.protect_kernel_defaults = d.boolean(name, value),
             "failSwapOn" => d.fail_swap_on = d.boolean(name, value),
             "memorySwap" => d.memory_swap(name, value),
             "allowedUnsafeSysctls" => d.allowed_unsafe_sysctls = d.sysctl_patterns(name, value),
@@ -464,8 +507,10 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
                 d.merge_default_eviction_settings = d.boolean(name, value)
             }
             "evictStaticPods" => d.evict_static_pods = d.boolean(name, value),
-            _ if NOT_IMPLEMENTED_FIELDS.contains(&name) => d.warn(name, NOT_IMPLEMENTED_MESSAGE),
-            _ => d.unknown_field(name, TOP_LEVEL_FIELDS),
+            _ => match fixed_field(FIXED_FIELDS, name) {
+                Some(field) => d.fixed(name, field, value),
+                None => d.unknown_field(name, TOP_LEVEL_FIELDS),
+            },
         }
     }
     if !api_version_seen {
@@ -559,12 +604,81 @@ impl Decoded {
     /// (the kubelet's decoder is case-sensitive, so `MaxPods` is a typo).
     fn unknown_field(&mut self, path: &str, known: &[&[&str]]) {
         let name = path.rsplit('.').next().unwrap_or(path);
+        let fixed = FIXED_FIELDS
+            .iter()
+            .chain(FIXED_LOGGING_FIELDS)
+            .map(|f| &f.name);
         let suggestion = known
             .iter()
             .flat_map(|list| list.iter())
+            .chain(fixed)
             .find(|k| k.eq_ignore_ascii_case(name));
         let reason = suggestion.map_or_else(String::new, |k| format!("did you mean {k:?}?"));
         self.fail(path, "", reason, FieldErrorKind::Unknown);
+    }
+
+    /// A field nodelet accepts only at the values it behaves as ([`FixedField`]): the value is
+    /// type-checked as the kubelet does, then refused, naming field and value, unless accepted.
+    fn fixed(&mut self, path: &str, field: &FixedField, value: &Value) {
+        let accepted = match field.accepts {
+            Accepts::AnyDuration => {
+                self.duration_or_nanos(path, value);
+                return;
+            }
+            Accepts::Duration(want) => match self.duration_or_nanos(path, value) {
+                None => return,
+                Some(got) => got == want || got.is_zero(),
+            },
+            Accepts::Strings(values) => match self.string(path, value) {
+                None => return,
+                Some(s) => s.is_empty() || values.contains(&s.as_str()),
+            },
+            Accepts::AnyString => {
+                self.string(path, value);
+                return;
+            }
+            Accepts::Bool(want) => match self.boolean(path, value) {
+                None => return,
+                Some(got) => got == want,
+            },
+            Accepts::IntIn(lo, hi) => match self.int(path, value) {
+                None => return,
+                Some(got) => (lo..=hi).contains(&got),
+            },
+            Accepts::Empty => match value {
+                Value::Null => true,
+                Value::Mapping(m) => m.is_empty(),
+                Value::Sequence(s) => s.is_empty(),
+                Value::String(s) => s.is_empty(),
+                _ => false,
+            },
+        };
+        if !accepted {
+            self.invalid(
+                path,
+                value,
+                format!(
+                    "nodelet accepts only {}: {}",
+                    field.accepts.describe(),
+                    field.why
+                ),
+            );
+        }
+    }
+
+    /// A duration as component-base's `metav1.Duration`/`time.Duration` fields take it: a Go
+    /// duration string, or an integer number of nanoseconds (`flushFrequency: 0`).
+    fn duration_or_nanos(&mut self, path: &str, value: &Value) -> Option<Duration> {
+        match value {
+            Value::Number(n) => match n.as_u64() {
+                Some(nanos) => Some(Duration::from_nanos(nanos)),
+                None => {
+                    self.invalid(path, value, "must not be negative");
+                    None
+                }
+            },
+            _ => self.duration(path, value),
+        }
     }
 
     /// `apiVersion` / `kind`: exactly one accepted value; empty counts as missing.
@@ -1007,7 +1121,14 @@ impl Decoded {
                 continue;
             };
             match feature_gate(name) {
-                None => self.warn(&gate_path, "unrecognized feature gate; nodelet ignores it"),
+                None => {
+                    self.invalid(
+                        &gate_path,
+                        &Value::Bool(*enabled),
+                        format!("unrecognized feature gate: {name} (nodelet refuses gates it does not implement)"),
+                    );
+                    continue;
+                }
                 Some(gate) if gate.stage == GateStage::Ga && *enabled != gate.default => {
                     let reason = format!(
                         "cannot set feature gate {name} to {enabled}, feature is locked to {}",
@@ -1072,10 +1193,55 @@ impl Decoded {
                         "must not be negative",
                     )
                 }
-                _ if NOT_IMPLEMENTED_LOGGING_FIELDS.contains(&name) => {
-                    self.warn(&field_path, NOT_IMPLEMENTED_MESSAGE)
+                "options" => self.logging_options(&field_path, value),
+                _ => match fixed_field(FIXED_LOGGING_FIELDS, name) {
+                    Some(field) => self.fixed(&field_path, field, value),
+                    None => self.unknown_field(&field_path, LOGGING_FIELDS),
+                },
+            }
+        }
+    }
+
+    /// `logging.options`: per-format options of component-base. nodelet writes each line as it
+    /// comes, to one stream, so it accepts the defaults only: `splitStream: false` and
+    /// `infoBufferSize: "0"` (no buffering) under `json` and `text`.
+    fn logging_options(&mut self, path: &str, value: &Value) {
+        const FORMATS: &[&str] = &["json", "text"];
+        const OPTIONS: &[&str] = &["splitStream", "infoBufferSize"];
+        let Some(map) = self.mapping(path, value) else {
+            return;
+        };
+        for (key, options) in map {
+            let Some(format) = key.as_str().filter(|k| FORMATS.contains(k)) else {
+                self.unknown_field(&format!("{path}.{}", render(key)), &[FORMATS]);
+                continue;
+            };
+            let format_path = format!("{path}.{format}");
+            let Some(options) = self.mapping(&format_path, options) else {
+                continue;
+            };
+            for (key, option) in options {
+                let Some(name) = key.as_str().filter(|k| OPTIONS.contains(k)) else {
+                    self.unknown_field(&format!("{format_path}.{}", render(key)), &[OPTIONS]);
+                    continue;
+                };
+                let option_path = format!("{format_path}.{name}");
+                let default = match (name, option) {
+                    (_, Value::Null) => true,
+                    ("splitStream", Value::Bool(split)) => !split,
+                    ("infoBufferSize", Value::String(size)) => {
+                        crate::quantity::Quantity::parse(size).is_ok_and(|q| q.value() == 0)
+                    }
+                    ("infoBufferSize", Value::Number(n)) => n.as_u64() == Some(0),
+                    _ => false,
+                };
+                if !default {
+                    self.invalid(
+                        &option_path,
+                        option,
+                        "nodelet accepts only the default (splitStream: false, infoBufferSize: \"0\"): it writes every line as it comes, to one stream",
+                    );
                 }
-                _ => self.unknown_field(&field_path, LOGGING_FIELDS),
             }
         }
     }
@@ -1265,7 +1431,13 @@ impl Decoded {
             };
             let field = format!("{path}.{name}");
             if name.starts_with("hugepages-") {
-                self.warn(&field, NOT_IMPLEMENTED_MESSAGE);
+                self.fail(
+                    &field,
+                    "",
+                    "nodelet does not reserve hugepages: the node's allocatable hugepages are what the kernel has reserved",
+                    FieldErrorKind::Forbidden,
+                );
+                ok = false;
                 continue;
             }
             if !KNOWN.contains(&name) {
@@ -1323,7 +1495,7 @@ impl Decoded {
 
     /// `enforceNodeAllocatable`: a list of the kubelet's values; `none` stands alone. Only
     /// `pods` is enforced: the `*-reserved` values need `kubeReservedCgroup` /
-    /// `systemReservedCgroup`, which nodelet does not manage, so they are warned about.
+    /// `systemReservedCgroup`, which nodelet does not manage, so they are refused.
     fn enforce_node_allocatable(&mut self, path: &str, value: &Value) -> Option<Vec<String>> {
         let Value::Sequence(items) = value else {
             if !value.is_null() {
@@ -1346,10 +1518,13 @@ impl Decoded {
                 continue;
             }
             if v != "pods" && v != "none" {
-                self.warn(
+                self.invalid(
                     &field,
-                    format!("{v:?} is accepted but not enforced by nodelet (it manages no kubeReservedCgroup/systemReservedCgroup); only \"pods\" is"),
+                    item,
+                    "nodelet enforces only \"pods\": it manages no kubeReservedCgroup/systemReservedCgroup",
                 );
+                ok = false;
+                continue;
             }
             out.push(v.to_string());
         }
@@ -1639,7 +1814,7 @@ mod tests {
     fn implemented_and_not_implemented_fields_do_not_overlap() {
         for name in IMPLEMENTED_FIELDS {
             assert!(
-                !NOT_IMPLEMENTED_FIELDS.contains(name),
+                fixed_field(FIXED_FIELDS, name).is_none(),
                 "{name} is in both lists"
             );
         }

@@ -49,8 +49,9 @@ enum Kind {
 enum Target {
     /// Sets the configuration field at this dotted path.
     Field(&'static str),
-    /// Accepted and ignored, with this reason in the warning.
-    Ignored(&'static str),
+    /// A kubelet flag nodelet has no setting for: accepted at the kubelet's default value (or
+    /// empty), refused with this reason at any other.
+    Fixed(&'static str, &'static str),
     /// `--config`.
     ConfigFile,
     /// `--config-dir`.
@@ -73,17 +74,24 @@ const fn field(name: &'static str, kind: Kind, path: &'static str) -> Flag {
     }
 }
 
-const fn ignored(name: &'static str, kind: Kind, reason: &'static str) -> Flag {
+const fn fixed(
+    name: &'static str,
+    kind: Kind,
+    default: &'static str,
+    reason: &'static str,
+) -> Flag {
     Flag {
         name,
         kind,
-        target: Target::Ignored(reason),
+        target: Target::Fixed(default, reason),
     }
 }
 
-const DEPRECATED: &str = "deprecated kubelet flag without effect in nodelet";
-const RUNTIME_DECIDES: &str = "the container runtime's own configuration decides this (containerd's sandbox_image for the pause image)";
-const NO_CLOUD: &str = "nodelet has no cloud provider code; with an external cloud controller the node is registered without the node.cloudprovider.kubernetes.io/uninitialized taint";
+/// The default of a [`Target::Fixed`] flag the kubelet itself no longer acts on: any value.
+const ANY_VALUE: &str = "*";
+const DEPRECATED: &str = "a deprecated kubelet flag nodelet does not implement";
+const RUNTIME_DECIDES: &str = "without effect in the kubelet too: the runtime's configuration names the pause image, and the image GC keeps the images the runtime reports pinned";
+const NO_CLOUD: &str = "nodelet has no cloud provider code and does not add the node.cloudprovider.kubernetes.io/uninitialized taint an external cloud controller waits for";
 const NO_LOCK: &str = "nodelet takes no lock file";
 const NO_CGROUP_PLACEMENT: &str = "nodelet does not move processes into cgroups";
 const LOG_OPTION: &str = "nodelet's log output has no such option";
@@ -108,31 +116,48 @@ static FLAGS: &[Flag] = &[
     field("hostname-override", Kind::Str, "nodeName"),
     field("node-ip", Kind::Str, "nodeIP"),
     field("cert-dir", Kind::Path, "certDir"),
-    ignored("cloud-provider", Kind::Str, NO_CLOUD),
+    fixed("cloud-provider", Kind::Str, "", NO_CLOUD),
     field("root-dir", Kind::Path, "rootDir"),
     field("seccomp-default", Kind::Bool, "seccompDefault"),
     field("node-labels", Kind::Labels, "nodeLabels"),
-    ignored("lock-file", Kind::Str, NO_LOCK),
-    ignored("exit-on-lock-contention", Kind::Bool, NO_LOCK),
-    ignored("minimum-container-ttl-duration", Kind::Str, DEPRECATED),
-    ignored(
-        "maximum-dead-containers-per-container",
-        Kind::Int,
+    fixed("lock-file", Kind::Str, "", NO_LOCK),
+    fixed("exit-on-lock-contention", Kind::Bool, "false", NO_LOCK),
+    fixed(
+        "minimum-container-ttl-duration",
+        Kind::Str,
+        "0s",
         DEPRECATED,
     ),
-    ignored("maximum-dead-containers", Kind::Int, DEPRECATED),
-    ignored("register-schedulable", Kind::Bool, DEPRECATED),
-    ignored("keep-terminated-pod-volumes", Kind::Bool, DEPRECATED),
-    ignored("experimental-mounter-path", Kind::Str, DEPRECATED),
-    ignored("cloud-config", Kind::Str, NO_CLOUD),
-    ignored(
+    fixed(
+        "maximum-dead-containers-per-container",
+        Kind::Int,
+        "1",
+        DEPRECATED,
+    ),
+    fixed("maximum-dead-containers", Kind::Int, "-1", DEPRECATED),
+    fixed("register-schedulable", Kind::Bool, "true", DEPRECATED),
+    fixed(
+        "keep-terminated-pod-volumes",
+        Kind::Bool,
+        "false",
+        DEPRECATED,
+    ),
+    fixed("experimental-mounter-path", Kind::Str, "", DEPRECATED),
+    fixed("cloud-config", Kind::Str, "", NO_CLOUD),
+    fixed(
         "experimental-allocatable-ignore-eviction",
         Kind::Bool,
+        "false",
         DEPRECATED,
     ),
     // ContainerRuntimeOptions
-    ignored("runtime-cgroups", Kind::Str, NO_CGROUP_PLACEMENT),
-    ignored("pod-infra-container-image", Kind::Str, RUNTIME_DECIDES),
+    fixed("runtime-cgroups", Kind::Str, "", NO_CGROUP_PLACEMENT),
+    fixed(
+        "pod-infra-container-image",
+        Kind::Str,
+        ANY_VALUE,
+        RUNTIME_DECIDES,
+    ),
     field(
         "image-credential-provider-config",
         Kind::Path,
@@ -379,10 +404,10 @@ static FLAGS: &[Flag] = &[
     field("vmodule", Kind::Str, "logging.vmodule"),
     field("log-flush-frequency", Kind::Str, "logging.flushFrequency"),
     field("logging-format", Kind::Str, "logging.format"),
-    ignored("log-json-split-stream", Kind::Bool, LOG_OPTION),
-    ignored("log-json-info-buffer-size", Kind::Str, LOG_OPTION),
-    ignored("log-text-split-stream", Kind::Bool, LOG_OPTION),
-    ignored("log-text-info-buffer-size", Kind::Str, LOG_OPTION),
+    fixed("log-json-split-stream", Kind::Bool, "false", LOG_OPTION),
+    fixed("log-json-info-buffer-size", Kind::Str, "0", LOG_OPTION),
+    fixed("log-text-split-stream", Kind::Bool, "false", LOG_OPTION),
+    fixed("log-text-info-buffer-size", Kind::Str, "0", LOG_OPTION),
     // Global flags.
     Flag {
         name: "help",
@@ -541,24 +566,23 @@ fn apply(
             out.version = raw == "raw" || go_bool(raw).map_err(invalid)?;
             return Ok(());
         }
-        Target::Ignored(reason) => {
-            // Check the value as the kubelet would, then say it has no effect.
+        Target::Fixed(default, reason) => {
+            // Check the value as the kubelet would; only its default is what nodelet does.
             if flag.kind == Kind::Bool {
                 go_bool(raw).map_err(invalid)?;
             }
             if flag.kind == Kind::Int {
                 go_int(raw).map_err(invalid)?;
             }
-            if !raw.is_empty() {
-                let warning = super::Warning {
-                    path: format!("--{}={raw}", flag.name),
-                    message: format!("ignored: {reason}"),
-                };
-                if !out.warnings.contains(&warning) {
-                    out.warnings.push(warning);
-                }
+            if raw.is_empty() || raw == default || default == ANY_VALUE {
+                return Ok(());
             }
-            return Ok(());
+            let accepted = if default.is_empty() {
+                "only an empty value".to_string()
+            } else {
+                format!("only {default:?}")
+            };
+            return Err(invalid(format!("nodelet accepts {accepted}: {reason}")));
         }
         Target::Field(_) => {}
     }
@@ -720,7 +744,9 @@ pub fn usage() -> String {
     for flag in FLAGS {
         let what = match flag.target {
             Target::Field(path) => format!("sets {path}"),
-            Target::Ignored(reason) => format!("accepted and ignored: {reason}"),
+            Target::Fixed(ANY_VALUE, reason) => format!("any value: {reason}"),
+            Target::Fixed("", reason) => format!("refused unless empty: {reason}"),
+            Target::Fixed(default, reason) => format!("refused unless {default:?}: {reason}"),
             Target::ConfigFile => "the KubeletConfiguration file".into(),
             Target::ConfigDir => "a directory of *.conf drop-ins laid over --config".into(),
             Target::Help => "this help".into(),
@@ -813,9 +839,9 @@ mod tests {
     }
 
     #[test]
-    fn special_and_ignored_flags() {
+    fn special_and_fixed_flags() {
         let line = parse(
-            &args("--config=config.yaml --config-dir /etc/kubelet.conf.d --pod-infra-container-image=registry.k8s.io/pause:3.10 --cloud-provider= --version"),
+            &args("--config=config.yaml --config-dir /etc/kubelet.conf.d --register-schedulable=true --cloud-provider= --version"),
             Path::new("/var/lib/kubelet"),
         )
         .unwrap();
@@ -826,11 +852,27 @@ mod tests {
         assert_eq!(line.config_dir, Some(PathBuf::from("/etc/kubelet.conf.d")));
         assert!(line.version && !line.help);
         assert!(line.settings.is_empty(), "{:?}", line.settings);
-        // An empty --cloud-provider is the kubelet's default: nothing to warn about.
-        let warnings: Vec<String> = line.warnings.iter().map(|w| w.to_string()).collect();
+        // The kubelet's defaults are what nodelet does: nothing to say about them.
+        assert!(line.warnings.is_empty(), "{:?}", line.warnings);
+        // Any other value is refused, naming flag, value and reason.
+        let refused = parse(&args("--cloud-provider=external"), Path::new("/"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
-            warnings,
-            vec![format!("--pod-infra-container-image=registry.k8s.io/pause:3.10: ignored: {RUNTIME_DECIDES}")]
+            refused,
+            format!("invalid argument \"external\" for \"--cloud-provider\" flag: nodelet accepts only an empty value: {NO_CLOUD}")
+        );
+        assert!(parse(
+            &args("--pod-infra-container-image=registry.k8s.io/pause:3.10"),
+            Path::new("/")
+        )
+        .is_ok());
+        let refused = parse(&args("--register-schedulable=false"), Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("nodelet accepts only \"true\""),
+            "{refused}"
         );
         assert!(parse(&args("-h"), Path::new("/")).unwrap().help);
         assert!(

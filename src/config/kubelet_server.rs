@@ -329,7 +329,7 @@ pub fn tls_settings(
         if tls.min_version == TlsVersion::Tls13 {
             warnings.push(Warning {
                 path: "tlsCipherSuites".into(),
-                message: "TLS 1.3 cipher suites are not configurable, ignoring --tls-cipher-suites (as the kubelet, with tlsMinVersion VersionTLS13)".into(),
+                message: "with tlsMinVersion VersionTLS13 the suites are TLS 1.3's own, which are not configurable: this list has no effect (as in the kubelet)".into(),
             });
         }
     }
@@ -515,7 +515,7 @@ mod tests {
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0]
             .message
-            .starts_with("TLS 1.3 cipher suites are not configurable"));
+            .starts_with("with tlsMinVersion VersionTLS13 the suites are TLS 1.3"));
         let (mut errors, mut warnings) = (Vec::new(), Vec::new());
         let tls = tls_settings(
             Some("VersionTLS12"),

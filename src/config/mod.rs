@@ -16,6 +16,7 @@ mod decode;
 pub(crate) mod duration;
 pub mod eviction;
 pub mod flags;
+pub mod kernel_tunables;
 pub mod kubelet_fields;
 pub mod kubelet_server;
 pub mod memory_qos;
@@ -148,6 +149,25 @@ pub struct Config {
     pub node_lease_duration_seconds: u32,
     pub kube_api_qps: u32,
     pub kube_api_burst: u32,
+    /// `podsPerCore` (0: no per-core limit): the node's pods are at most this many per CPU,
+    /// and at most `maxPods` ([`Config::max_pods_on`]).
+    pub pods_per_core: u32,
+    /// `maxOpenFiles`: nodelet's own `RLIMIT_NOFILE`, set at start.
+    pub max_open_files: u64,
+    /// `oomScoreAdj`: nodelet's own `oom_score_adj`, set at start.
+    pub oom_score_adj: i32,
+    /// `registryPullQPS` (0: unlimited) and `registryBurst`: the image pulls' token bucket; a
+    /// pull that finds it empty fails with the kubelet's `pull QPS exceeded`.
+    pub registry_pull_qps: u32,
+    pub registry_burst: u32,
+    /// `eventRecordQPS` / `eventBurst`: the token bucket of the events' own API client.
+    pub event_record_qps: u32,
+    pub event_burst: u32,
+    /// `providerID`: `spec.providerID` of the Node nodelet registers ("" leaves it unset).
+    pub provider_id: String,
+    /// `protectKernelDefaults`: refuse to start when the kernel tunables differ from the
+    /// kubelet's values, instead of setting them (`config::kernel_tunables`).
+    pub protect_kernel_defaults: bool,
     pub crash_loop_back_off: CrashLoopBackOff,
     /// `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`,
     /// `shutdownGracePeriodByPodPriority`: graceful node shutdown (off when all are unset).
@@ -411,6 +431,14 @@ impl fmt::Display for Warning {
 /// expected an integer`, `fooBar: Unknown field`): the same field-error type pod manifests use.
 use crate::podspec::field::{FieldError, FieldErrorKind};
 
+/// `maxPods`, or `podsPerCore × num_cores` when `podsPerCore` is set and that is smaller.
+pub fn max_pods(max_pods: u32, pods_per_core: u32, num_cores: u32) -> u32 {
+    if pods_per_core == 0 {
+        return max_pods;
+    }
+    max_pods.min(pods_per_core.saturating_mul(num_cores))
+}
+
 /// A configuration file nodelet accepted, and what it ignored on the way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
@@ -533,6 +561,15 @@ impl Config {
             node_lease_duration_seconds: 40,
             kube_api_qps: 50,
             kube_api_burst: 100,
+            pods_per_core: 0,
+            max_open_files: 1_000_000,
+            oom_score_adj: -999,
+            registry_pull_qps: 5,
+            registry_burst: 10,
+            event_record_qps: 50,
+            event_burst: 100,
+            provider_id: String::new(),
+            protect_kernel_defaults: false,
             crash_loop_back_off: CrashLoopBackOff {
                 max_container_restart_period: DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
             },
@@ -569,6 +606,12 @@ impl Config {
             return *value;
         }
         kubelet_fields::feature_gate(gate).is_some_and(|g| g.effective_default())
+    }
+
+    /// The node's pod capacity on a machine of `num_cores` CPUs: `maxPods`, or
+    /// `podsPerCore × num_cores` when that is set and smaller (the kubelet's capacity setter).
+    pub fn max_pods_on(&self, num_cores: u32) -> u32 {
+        max_pods(self.max_pods, self.pods_per_core, num_cores)
     }
 
     /// `enforceNodeAllocatable` contains `pods`.

@@ -334,6 +334,28 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         .kube_api_burst
         .filter(|n| *n != 0)
         .unwrap_or(defaults.kube_api_burst);
+    config.pods_per_core = decoded.pods_per_core.unwrap_or(defaults.pods_per_core);
+    config.max_open_files = decoded
+        .max_open_files
+        .filter(|n| *n != 0)
+        .unwrap_or(defaults.max_open_files);
+    config.oom_score_adj = decoded.oom_score_adj.unwrap_or(defaults.oom_score_adj);
+    config.registry_pull_qps = decoded
+        .registry_pull_qps
+        .unwrap_or(defaults.registry_pull_qps);
+    config.registry_burst = decoded
+        .registry_burst
+        .filter(|n| *n != 0)
+        .unwrap_or(defaults.registry_burst);
+    config.event_record_qps = decoded
+        .event_record_qps
+        .unwrap_or(defaults.event_record_qps);
+    config.event_burst = decoded
+        .event_burst
+        .filter(|n| *n != 0)
+        .unwrap_or(defaults.event_burst);
+    config.provider_id = decoded.provider_id.unwrap_or_default();
+    config.protect_kernel_defaults = decoded.protect_kernel_defaults.unwrap_or(false);
 
     config.crash_loop_back_off.max_container_restart_period = if config
         .feature_enabled(KUBELET_CRASH_LOOP_BACK_OFF_MAX)
@@ -537,7 +559,7 @@ fn resolve_memory_qos(
             config.memory_throttling_factor = None;
             warnings.push(Warning {
                 path: "memoryThrottlingFactor".into(),
-                message: format!("ignored: feature gate {MEMORY_QOS} is disabled"),
+                message: format!("0.9 has no effect while feature gate {MEMORY_QOS} is disabled (as in the kubelet)"),
             });
         }
         Some((_, written)) => errors.push(FieldError {

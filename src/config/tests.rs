@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::decode::IMPLEMENTED_FIELDS;
-use super::kubelet_fields::{NOT_IMPLEMENTED_FIELDS, NOT_IMPLEMENTED_MESSAGE};
+use super::kubelet_fields::{Accepts, FIXED_FIELDS, FIXED_LOGGING_FIELDS};
 use super::*;
 
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -501,23 +501,18 @@ fn type_meta_is_required_and_checked() {
 }
 
 #[test]
-fn accepted_but_ignored_fields_warn() {
+fn warnings_are_the_kubelets_own_and_never_say_ignored() {
     let cases: &[(&str, &[&str])] = &[
-        ("runOnce: false", &["runOnce: accepted but not implemented by nodelet yet; ignored"]),
+        ("runOnce: false", &[]),
         // The kubelet server's settings are honoured: no "ignored" line.
         ("tlsMinVersion: VersionTLS12\nstreamingConnectionIdleTimeout: 4h\nenableServer: true\nenableDebuggingHandlers: false\nenableSystemLogHandler: false\nenableProfilingHandler: false\nenableDebugFlagsHandler: false\nenableSystemLogQuery: false\nenableContentionProfiling: false\ntlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\ntlsCurvePreferences: [29, 23]", &[]),
         ("tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]", &[
-            "tlsCipherSuites: TLS 1.3 cipher suites are not configurable, ignoring --tls-cipher-suites (as the kubelet, with tlsMinVersion VersionTLS13)",
+            "tlsCipherSuites: with tlsMinVersion VersionTLS13 the suites are TLS 1.3's own, which are not configurable: this list has no effect (as in the kubelet)",
         ]),
         ("authentication: {anonymous: {enabled: true}}\nauthorization: {mode: AlwaysAllow}", &[
             "authentication.anonymous.enabled: anonymous requests with authorization mode AlwaysAllow: anyone who can reach port 10250 on any address of this node (listening on 0.0.0.0) can exec into, attach to and port-forward into every container on this node, as well as read every container's logs, without any credentials; set authentication.anonymous.enabled=false and authorization.mode=Webhook (or start with --config), or bind address to 127.0.0.1",
         ]),
-        ("logging: {flushFrequency: 5s, vmodule: [], options: {}}", &[
-            "logging.flushFrequency: accepted but not implemented by nodelet yet; ignored",
-            "logging.vmodule: accepted but not implemented by nodelet yet; ignored",
-            "logging.options: accepted but not implemented by nodelet yet; ignored",
-        ]),
-        ("featureGates: {SomeOtherGate: true}", &["featureGates.SomeOtherGate: unrecognized feature gate; nodelet ignores it"]),
+        ("logging: {flushFrequency: 5s, vmodule: [], options: {json: {infoBufferSize: \"0\", splitStream: false}, text: {infoBufferSize: 0}}}", &[]),
         ("featureGates: {SidecarContainers: true}", &["featureGates.SidecarContainers: setting GA feature gate SidecarContainers=true; it will be removed in a future release"]),
         ("featureGates: {ChangeContainerStatusOnKubeletRestart: false}", &["featureGates.ChangeContainerStatusOnKubeletRestart: setting deprecated feature gate ChangeContainerStatusOnKubeletRestart=false; it will be removed in a future release"]),
         ("containerRuntimeEndpoint: /run/containerd/containerd.sock", &["containerRuntimeEndpoint: using a bare path as endpoint is deprecated, please use the full URL \"unix:///run/containerd/containerd.sock\""]),
@@ -525,29 +520,113 @@ fn accepted_but_ignored_fields_warn() {
     for (body, want) in cases {
         let loaded = ok(body);
         assert_eq!(&warnings(&loaded), want, "body {body:?}");
+        for w in warnings(&loaded) {
+            assert!(!w.contains("ignor"), "{w}");
+        }
+    }
+    let refused = field_errors(&format!(
+        "{HEADER}logging: {{options: {{json: {{infoBufferSize: 1Mi, splitStream: true}}}}}}"
+    ));
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused[0].starts_with("logging.options.json.infoBufferSize: Invalid value: \"1Mi\": nodelet accepts only the default"), "{refused:?}");
+    assert!(refused[1].starts_with("logging.options.json.splitStream: Invalid value: true: nodelet accepts only the default"), "{refused:?}");
+}
+
+#[test]
+fn fixed_fields_at_nodelets_values_change_nothing_and_unknown_gates_are_refused() {
+    let loaded =
+        ok("runOnce: false\nport: 10250\ncpuManagerPolicy: none\nhairpinMode: hairpin-veth");
+    assert_eq!(loaded.config, Config::defaults(&env()));
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert_eq!(
+        field_errors(&format!("{HEADER}featureGates: {{SomeOtherGate: true}}")),
+        vec!["featureGates.SomeOtherGate: Invalid value: true: unrecognized feature gate: SomeOtherGate (nodelet refuses gates it does not implement)"]
+    );
+}
+
+/// A value `accepts` takes and one it refuses, as YAML (`None`: it takes every value of the
+/// field's type).
+fn fixed_samples(accepts: &Accepts) -> (String, Option<String>) {
+    match accepts {
+        Accepts::AnyDuration => ("2m".into(), None),
+        Accepts::Duration(d) => (format!("{}ms", d.as_millis()), Some("3s".into())),
+        Accepts::Strings(values) => (
+            values
+                .first()
+                .map_or_else(|| "\"\"".to_string(), |v| format!("{v:?}")),
+            Some("\"something-else\"".into()),
+        ),
+        Accepts::AnyString => ("/some.slice".into(), None),
+        Accepts::Bool(b) => (b.to_string(), Some((!b).to_string())),
+        Accepts::IntIn(lo, hi) => (lo.to_string(), Some((hi + 1).to_string())),
+        Accepts::Empty => ("{}".into(), Some("{a: 1}".into())),
     }
 }
 
 #[test]
-fn ignored_fields_do_not_change_the_config_but_unknown_gates_are_kept() {
-    let loaded = ok("runOnce: false\nport: 10250\nfeatureGates: {SomeOtherGate: true}");
-    let mut want = Config::defaults(&env());
-    want.feature_gates.insert("SomeOtherGate".into(), true);
-    assert_eq!(loaded.config, want);
-    assert!(loaded.config.feature_enabled("SomeOtherGate"));
+fn every_fixed_field_takes_its_values_silently_and_refuses_others_by_name() {
+    let top = FIXED_FIELDS.iter().map(|f| (f, String::new()));
+    let logging = FIXED_LOGGING_FIELDS
+        .iter()
+        .map(|f| (f, "logging.".to_string()));
+    for (field, prefix) in top.chain(logging) {
+        let path = format!("{prefix}{}", field.name);
+        let yaml = |value: &str| match prefix.as_str() {
+            "" => format!("{}: {value}", field.name),
+            _ => format!("logging:\n  {}: {value}", field.name),
+        };
+        let (accepted, refused) = fixed_samples(&field.accepts);
+        let loaded = ok(&yaml(&accepted));
+        assert!(loaded.warnings.is_empty(), "{path}: {:?}", loaded.warnings);
+        assert_eq!(loaded.config, Config::defaults(&env()), "{path}");
+        assert!(ok(&yaml("null")).warnings.is_empty(), "{path}: null");
+        if let Some(refused) = refused {
+            let errors = field_errors(&format!("{HEADER}{}", yaml(&refused)));
+            assert_eq!(errors.len(), 1, "{path}: {errors:?}");
+            assert!(
+                errors[0].starts_with(&format!("{path}: Invalid value: "))
+                    && errors[0].contains(&format!(
+                        "nodelet accepts only {}: {}",
+                        field.accepts.describe(),
+                        field.why
+                    )),
+                "{path}: {}",
+                errors[0]
+            );
+        }
+    }
+}
+
+/// The kubelet's fields (from its `types.go`) that nodelet neither implements nor fixes.
+fn unclassified<'a>(kubelet_fields: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    kubelet_fields
+        .filter(|name| {
+            !IMPLEMENTED_FIELDS.contains(name) && !FIXED_FIELDS.iter().any(|f| f.name == *name)
+        })
+        .collect()
+}
+
+fn kubelet_fields() -> Vec<&'static str> {
+    include_str!("kubelet-config-v1beta1-fields.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect()
 }
 
 #[test]
-fn every_kubelet_field_nodelet_lacks_is_accepted_with_a_warning() {
-    for name in NOT_IMPLEMENTED_FIELDS {
-        let loaded = ok(&format!("{name}: null"));
-        assert_eq!(
-            loaded.warnings,
-            vec![Warning {
-                path: name.to_string(),
-                message: NOT_IMPLEMENTED_MESSAGE.to_string()
-            }],
-            "field {name}"
+fn every_kubelet_field_is_implemented_or_fixed() {
+    let fields = kubelet_fields();
+    assert!(fields.len() > 100, "the list holds the kubelet's fields");
+    assert_eq!(unclassified(fields.iter().copied()), Vec::<&str>::new());
+    // A field the kubelet adds in a new release, and nodelet has not classified, fails it.
+    let planted = fields.iter().copied().chain(["plantedNewField"]);
+    assert_eq!(unclassified(planted), vec!["plantedNewField"]);
+    // Every classified field is a kubelet field or one of nodelet's own (documented) fields.
+    for fixed in FIXED_FIELDS {
+        assert!(
+            fields.contains(&fixed.name),
+            "{} is not a kubelet field",
+            fixed.name
         );
     }
 }
@@ -843,31 +922,24 @@ fn documentation_lists_every_field() {
             "docs/configuration.md has no table row {row}"
         );
     }
-    // The "not implemented yet" section names exactly the code's list (before `logging`'s).
-    let section = doc
-        .split("## Kubelet fields not implemented yet")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/configuration.md has the not-implemented section");
-    let listed: Vec<&str> = section
-        .split("a test keeps the two equal):")
-        .nth(1)
-        .unwrap_or_default()
-        .split("and inside `logging`")
-        .next()
-        .unwrap_or_default()
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|w| w.chars().all(|c| c.is_ascii_alphanumeric()))
-        .collect();
-    let mut want: Vec<&str> = NOT_IMPLEMENTED_FIELDS.to_vec();
-    want.sort_unstable();
-    let mut got = listed.clone();
-    got.sort_unstable();
-    assert_eq!(
-        got, want,
-        "docs/configuration.md's not-implemented list differs from NOT_IMPLEMENTED_FIELDS"
+    // Every fixed field has a row in the fixed-fields table, with the values it accepts.
+    for field in FIXED_FIELDS {
+        assert!(
+            doc.contains(&format!("| `{}` |", field.name)),
+            "docs/configuration.md has no row for fixed field {}",
+            field.name
+        );
+    }
+    for field in FIXED_LOGGING_FIELDS {
+        assert!(
+            doc.contains(&format!("| `logging.{}` |", field.name)),
+            "docs/configuration.md has no row for logging.{}",
+            field.name
+        );
+    }
+    assert!(
+        !doc.contains("not implemented by nodelet yet"),
+        "docs/configuration.md still describes ignored fields"
     );
     for gate in super::kubelet_fields::FEATURE_GATES {
         assert!(
@@ -1004,12 +1076,11 @@ fn cgroup_and_memory_qos_fields() {
     assert_eq!(loaded.config.memory_throttling_factor, None);
     assert_eq!(
         warnings(&loaded),
-        ["memoryThrottlingFactor: ignored: feature gate MemoryQoS is disabled"]
+        ["memoryThrottlingFactor: 0.9 has no effect while feature gate MemoryQoS is disabled (as in the kubelet)"]
     );
-    let loaded = ok("enforceNodeAllocatable: [pods, kube-reserved]");
     assert_eq!(
-        warnings(&loaded),
-        ["enforceNodeAllocatable[1]: \"kube-reserved\" is accepted but not enforced by nodelet (it manages no kubeReservedCgroup/systemReservedCgroup); only \"pods\" is"]
+        field_errors(&format!("{HEADER}enforceNodeAllocatable: [pods, kube-reserved]")),
+        ["enforceNodeAllocatable[1]: Invalid value: \"kube-reserved\": nodelet enforces only \"pods\": it manages no kubeReservedCgroup/systemReservedCgroup"]
     );
 }
 
@@ -1322,10 +1393,8 @@ fn kubeadms_config_is_accepted_with_the_kubelets_defaults_for_its_zeros() {
         c.authentication.client_ca_file,
         Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
     );
-    // Only fields nodelet does not act on are mentioned.
-    for w in warnings(&loaded) {
-        assert!(w.ends_with(NOT_IMPLEMENTED_MESSAGE), "{w}");
-    }
+    // Every field is honoured: nothing to warn about.
+    assert_eq!(warnings(&loaded), Vec::<String>::new());
 }
 
 #[test]
@@ -1369,17 +1438,8 @@ fn kubeadm_drop_in_flags_behave_as_the_same_settings_in_the_file() {
         from_flags.config.kubeconfig,
         Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
     );
-    // The flag nodelet ignores is named, with why.
-    let flag_warnings: Vec<String> = warnings(&from_flags)
-        .into_iter()
-        .filter(|w| w.starts_with("--"))
-        .collect();
-    assert_eq!(flag_warnings.len(), 1, "{flag_warnings:?}");
-    assert!(
-        flag_warnings[0]
-            .starts_with("--pod-infra-container-image=registry.k8s.io/pause:3.10: ignored: "),
-        "{flag_warnings:?}"
-    );
+    // --pod-infra-container-image has no effect in the kubelet either: nothing to say.
+    assert_eq!(warnings(&from_flags), Vec::<String>::new());
 }
 
 #[test]
@@ -1414,13 +1474,7 @@ fn flags_win_over_the_file_and_errors_name_them() {
         Some(PathBuf::from("/ca.crt")),
         "a flag for one field of a group keeps the file's others"
     );
-    assert!(
-        warnings(&loaded).contains(&format!(
-            "--pods-per-core (podsPerCore): {NOT_IMPLEMENTED_MESSAGE}"
-        )),
-        "{:?}",
-        warnings(&loaded)
-    );
+    assert_eq!(c.pods_per_core, 10, "--pods-per-core sets podsPerCore");
     let bad = kubelet_line(&[&config_flag, "--node-ip=127.0.0.1", "--max-pods=0"]);
     let error = load_kubelet(&bad, &env()).unwrap_err().to_string();
     assert!(

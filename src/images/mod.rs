@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use crate::cluster::rate_limit::TokenBucket;
 use crate::cri::{api, ImageService};
 use crate::objects::ObjectSource;
 pub use keyring::{repository_of, Credential, Keyring};
@@ -63,7 +64,12 @@ pub struct ImagePuller {
     objects: Arc<dyn ObjectSource>,
     providers: Arc<CredentialProviders>,
     slots: Option<Arc<Semaphore>>,
+    /// `registryPullQPS`/`registryBurst`; `None`: unlimited (`registryPullQPS: 0`).
+    rate: Option<std::sync::Mutex<TokenBucket>>,
 }
+
+/// The kubelet's error for a pull the registry QPS limit turned away (`throttledImageService`).
+pub const PULL_QPS_EXCEEDED: &str = "pull QPS exceeded";
 
 impl ImagePuller {
     pub fn new(
@@ -81,7 +87,29 @@ impl ImagePuller {
             objects,
             providers,
             slots,
+            rate: None,
         }
+    }
+
+    /// Limits pulls to `qps` a second with bursts of `burst` (`registryPullQPS`,
+    /// `registryBurst`); a `qps` of 0 leaves pulls unlimited, as in the kubelet. A pull that
+    /// finds no token fails at once with [`PULL_QPS_EXCEEDED`] (it does not wait): the pod's
+    /// image pull back-off then retries it.
+    pub fn with_pull_rate(mut self, qps: u32, burst: u32) -> ImagePuller {
+        self.rate = (qps > 0).then(|| {
+            std::sync::Mutex::new(TokenBucket::new(qps, burst, tokio::time::Instant::now()))
+        });
+        self
+    }
+
+    fn take_pull_token(&self) -> Result<(), String> {
+        let Some(rate) = &self.rate else {
+            return Ok(());
+        };
+        let mut bucket = rate.lock().unwrap_or_else(|e| e.into_inner());
+        bucket
+            .try_take(tokio::time::Instant::now())
+            .map_err(|_| PULL_QPS_EXCEEDED.to_string())
     }
 
     /// The credentials for `image` (pull secrets first, then the plugins', each most specific
@@ -146,6 +174,7 @@ impl ImagePuller {
             total_duration: requested.elapsed(),
         };
         if credentials.is_empty() {
+            self.take_pull_token()?;
             return self
                 .images
                 .pull_image(image, None, Some(sandbox_config.clone()))
@@ -155,6 +184,10 @@ impl ImagePuller {
         }
         let mut errors = Vec::new();
         for credential in credentials {
+            if let Err(e) = self.take_pull_token() {
+                errors.push(e);
+                break;
+            }
             match self
                 .images
                 .pull_image(
@@ -210,6 +243,34 @@ mod tests {
                 format!(r#"{{"auths":{{"{registry}":{{"username":"{user}","password":"pw"}}}}}}"#))},
         }))
         .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn registry_pull_qps_turns_pulls_away_beyond_the_burst() {
+        let fake = Arc::new(FakeRuntime::default());
+        fake.add_pullable_image("registry.local/app:1");
+        async fn pull(p: &ImagePuller) -> Result<(), String> {
+            let sandbox = api::PodSandboxConfig::default();
+            p.pull("registry.local/app:1", &[], &sandbox)
+                .await
+                .map(|_| ())
+        }
+        // registryPullQPS 1, registryBurst 2: two pulls at once, the third turned away, one
+        // more a second later.
+        let limited =
+            puller(&fake, FakeObjects::default(), PullLimit::Unlimited).with_pull_rate(1, 2);
+        assert_eq!(pull(&limited).await, Ok(()));
+        assert_eq!(pull(&limited).await, Ok(()));
+        assert_eq!(pull(&limited).await, Err(PULL_QPS_EXCEEDED.to_string()));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(pull(&limited).await, Ok(()));
+        assert_eq!(pull(&limited).await, Err(PULL_QPS_EXCEEDED.to_string()));
+        // registryPullQPS 0: unlimited.
+        let unlimited =
+            puller(&fake, FakeObjects::default(), PullLimit::Unlimited).with_pull_rate(0, 1);
+        for _ in 0..20 {
+            assert_eq!(pull(&unlimited).await, Ok(()));
+        }
     }
 
     #[tokio::test]

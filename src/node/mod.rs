@@ -239,6 +239,10 @@ pub struct NodeSettings {
     pub node_labels: std::collections::BTreeMap<String, String>,
     pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
     pub max_pods: u32,
+    /// `podsPerCore` (0: none): the pod capacity is at most this many per CPU.
+    pub pods_per_core: u32,
+    /// `providerID`: the registered Node's `spec.providerID` ("" leaves it unset).
+    pub provider_id: String,
     pub update_frequency: Duration,
     pub report_frequency: Duration,
     pub lease_duration_seconds: u32,
@@ -359,7 +363,11 @@ impl NodeAgent {
                     hostname: &settings.node_name,
                     internal_ip: facts.internal_ip,
                     machine: &facts.machine,
-                    max_pods: settings.max_pods,
+                    max_pods: crate::config::max_pods(
+                        settings.max_pods,
+                        settings.pods_per_core,
+                        facts.machine.num_cores,
+                    ),
                     reserved: settings.reserved,
                     container_runtime_version: &facts.container_runtime_version,
                     kubelet_version: &kubelet_version,
@@ -383,6 +391,7 @@ impl NodeAgent {
             hostname: &self.settings.node_name,
             node_labels: &self.settings.node_labels,
             taints: &self.settings.register_with_taints,
+            provider_id: &self.settings.provider_id,
         };
         // Images follow with the first status update, right after registration.
         let status = crate::cluster::api_fields::strip_node_status(

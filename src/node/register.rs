@@ -55,6 +55,8 @@ pub struct Registration<'a> {
     pub hostname: &'a str,
     pub node_labels: &'a BTreeMap<String, String>,
     pub taints: &'a [Taint],
+    /// `providerID`: `spec.providerID` when not empty.
+    pub provider_id: &'a str,
 }
 
 /// The Node nodelet creates (`initialNode`): default labels, then `nodeLabels` on top (they
@@ -97,6 +99,8 @@ pub fn initial_node(registration: &Registration<'_>, status: NodeStatus) -> Node
         },
         spec: Some(NodeSpec {
             taints: (!registration.taints.is_empty()).then(|| registration.taints.to_vec()),
+            provider_id: (!registration.provider_id.is_empty())
+                .then(|| registration.provider_id.to_string()),
             ..Default::default()
         }),
         status: Some(status),
@@ -272,6 +276,7 @@ mod tests {
                 hostname: "node-1",
                 node_labels: &node_labels,
                 taints: &taints,
+                provider_id: "",
             };
             let node = initial_node(&registration, NodeStatus::default());
             let mut want = labels(&[
@@ -296,8 +301,26 @@ mod tests {
                     .map(String::as_str),
                 Some("true")
             );
-            assert_eq!(node.spec.unwrap().taints, want_taints);
+            assert_eq!(node.spec.as_ref().unwrap().taints, want_taints);
+            assert_eq!(node.spec.unwrap().provider_id, None);
         }
+    }
+
+    #[test]
+    fn provider_id_is_the_nodes_spec_provider_id() {
+        let empty = BTreeMap::new();
+        let registration = Registration {
+            node_name: "node-1",
+            hostname: "node-1",
+            node_labels: &empty,
+            taints: &[],
+            provider_id: "aws:///eu-west-1a/i-0123",
+        };
+        let node = initial_node(&registration, NodeStatus::default());
+        assert_eq!(
+            node.spec.unwrap().provider_id.as_deref(),
+            Some("aws:///eu-west-1a/i-0123")
+        );
     }
 
     #[test]
@@ -308,6 +331,7 @@ mod tests {
             hostname: "node-1",
             node_labels: &empty,
             taints: &[],
+            provider_id: "",
         };
         let initial = initial_node(&registration, NodeStatus::default());
         let arch = go_arch(std::env::consts::ARCH);

@@ -351,6 +351,8 @@ async fn a_review_flood_fails_fast_and_leaves_the_status_bucket_alone() {
         kubeconfig: None,
         qps: 1,
         burst: REVIEW_CONCURRENCY as u32,
+        event_qps: 1,
+        event_burst: 1,
     };
     let clients = crate::cluster::api_clients(&settings, |limit| {
         let builder = kube::client::ClientBuilder::new(transport.clone(), "default");
