@@ -64,7 +64,7 @@ const NO_CPU_MANAGER: &str =
     "nodelet has no CPU manager: containers share the node's CPUs (the kubelet's \"none\" policy)";
 const NO_MEMORY_MANAGER: &str = "nodelet has no memory manager (the kubelet's \"None\" policy)";
 const NO_TOPOLOGY_MANAGER: &str = "nodelet has no topology manager (the kubelet's \"none\" policy)";
-const NO_IMAGE_VERIFICATION: &str = "nodelet does not re-verify pull credentials for images already on the node (feature gate KubeletEnsureSecretPulledImages is refused)";
+const NO_IMAGE_VERIFICATION: &str = "nodelet does not re-verify pull credentials for images already on the node (it implements feature gate KubeletEnsureSecretPulledImages only off)";
 const NO_STATIC_POD_URL: &str = "nodelet reads static pods from staticPodPath only";
 
 /// The kubelet's fields nodelet accepts only at the values it behaves as, sorted by name.
@@ -349,6 +349,13 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
     ),
     gate("InPlacePodVerticalScaling", true, GateStage::Ga),
     gate("KubeletCrashLoopBackOffMax", true, GateStage::Beta),
+    only(
+        "KubeletEnsureSecretPulledImages",
+        true,
+        GateStage::Beta,
+        false,
+        "nodelet does not re-verify pull credentials for images already on the node: a pod may use an image another pod's pull secret brought",
+    ),
     gate("MemoryQoS", true, GateStage::Beta),
     gate("PodObservedGenerationTracking", true, GateStage::Ga),
     gate("PodReadyToStartContainersCondition", true, GateStage::Beta),
