@@ -545,7 +545,10 @@ impl NodeViews<'_> {
         let pressure = self.pressure.clone();
         NodeAgent::new(
             settings::node(self.cfg),
-            NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
+            NodeFacts {
+                runtime_features: self.runtime.runtime_features,
+                ..NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version)
+            },
             node_health(self.pleg, self.runtime_health),
             Arc::new(move || pressure.pressure()),
             self.clock,

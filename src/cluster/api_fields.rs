@@ -104,6 +104,11 @@ pub const SENT_FIELDS: &[SentField] = &[
         "InPlacePodVerticalScaling beta",
     ),
     node(
+        "features",
+        33,
+        "SupplementalGroupsPolicy beta (NodeFeatures dropped while the gate is off)",
+    ),
+    node(
         "nodeInfo.swap",
         33,
         "NodeSystemInfo.swap added (kubernetes#129954)",

@@ -340,6 +340,9 @@ fn every_generated_node_status_field_is_classified() {
         shutting_down: false,
         images: Some(&images),
         runtime_handlers: &handlers,
+        runtime_features: Some(&crate::cri::api::RuntimeFeatures {
+            supplemental_groups_policy: true,
+        }),
     };
     let status = serde_json::to_value(build_node_status(None, &inputs, ts(2_000))).unwrap();
     assert!(

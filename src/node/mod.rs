@@ -157,6 +157,9 @@ pub struct NodeFacts {
     pub internal_ip: Option<IpAddr>,
     /// `containerd://1.6.20`: the CRI Version call's `runtime_name://runtime_version`.
     pub container_runtime_version: String,
+    /// The runtime-wide features its `Status` stated when nodelet connected (`None`: it
+    /// states none, as containerd 1.6), the same admission decides with: `status.features`.
+    pub runtime_features: Option<crate::cri::api::RuntimeFeatures>,
 }
 
 /// How often the runtime's handlers are read again (the kubelet's `updateRuntimeUp` period):
@@ -222,6 +225,7 @@ impl NodeFacts {
             machine: info.machine.clone(),
             internal_ip: node_ip.or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
             container_runtime_version: container_runtime_version(runtime),
+            runtime_features: None,
         }
     }
 }
@@ -377,6 +381,7 @@ impl NodeAgent {
                     shutting_down: shutdown.is_shutting_down(),
                     images,
                     runtime_handlers: &runtime_handlers.get(),
+                    runtime_features: facts.runtime_features.as_ref(),
                 };
                 build_node_status(previous, &inputs, clock.now())
             },

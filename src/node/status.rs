@@ -13,14 +13,14 @@ use std::net::IpAddr;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeFeatures,
     NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeStatus, NodeSwapStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Map, Value};
 
-use crate::cri::api::{Image, RuntimeHandler};
+use crate::cri::api::{Image, RuntimeFeatures, RuntimeHandler};
 use crate::events::EventType;
 use crate::lifecycle::pressure::Pressure;
 use crate::podspec::resources::NodeAllocatable;
@@ -168,6 +168,8 @@ pub struct NodeStatusInputs<'a> {
     pub images: Option<&'a [ContainerImage]>,
     /// `status.runtimeHandlers`, from the runtime's `Status` ([`node_runtime_handlers`]).
     pub runtime_handlers: &'a [NodeRuntimeHandler],
+    /// The runtime's `Status` features, for `status.features` (`None`: none stated).
+    pub runtime_features: Option<&'a RuntimeFeatures>,
 }
 
 /// The kubelet's `RuntimeHandlers` setter: each handler the runtime's `Status` lists, by name
@@ -213,6 +215,13 @@ pub fn build_node_status(
     // Always replaced: a runtime that stopped listing a handler no longer has it.
     status.runtime_handlers =
         (!inputs.runtime_handlers.is_empty()).then(|| inputs.runtime_handlers.to_vec());
+    // The kubelet's `NodeFeatures` setter: set when the runtime states its features, else
+    // left as it is.
+    if let Some(features) = inputs.runtime_features {
+        status.features = Some(NodeFeatures {
+            supplemental_groups_policy: Some(features.supplemental_groups_policy),
+        });
+    }
 
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     for (kind, under_pressure) in [

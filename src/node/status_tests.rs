@@ -34,6 +34,7 @@ fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
         shutting_down: false,
         images: None,
         runtime_handlers: &[],
+        runtime_features: None,
     }
 }
 
@@ -1025,4 +1026,30 @@ fn runtime_handlers_from_the_runtimes_status() {
         status.runtime_handlers, None,
         "a list no longer there is dropped"
     );
+}
+
+/// `status.features.supplementalGroupsPolicy` states what the runtime's `Status` says; a
+/// runtime that states no features (containerd 1.6) leaves the field out.
+#[test]
+fn features_from_the_runtimes_status() {
+    let machine = machine();
+    for (stated, want) in [
+        (None, None),
+        (Some(false), Some(false)),
+        (Some(true), Some(true)),
+    ] {
+        let features = stated.map(|b| crate::cri::api::RuntimeFeatures {
+            supplemental_groups_policy: b,
+        });
+        let with = NodeStatusInputs {
+            runtime_features: features.as_ref(),
+            ..inputs(&machine)
+        };
+        let status = build_node_status(None, &with, ts("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            status.features.and_then(|f| f.supplemental_groups_policy),
+            want,
+            "{stated:?}"
+        );
+    }
 }
