@@ -14,6 +14,9 @@
 pub mod env;
 pub mod error;
 pub mod field;
+pub mod field_support;
+#[cfg(test)]
+pub mod field_walk;
 pub mod hostname;
 pub mod phase;
 pub mod qos;
