@@ -735,3 +735,53 @@ async fn a_new_static_pod_is_rejected_while_the_node_shuts_down() {
         .any(|e| e.reason.as_deref() == Some("NodeShutdown")));
     h.cancel.cancel();
 }
+
+/// A pod field nodelet refuses (`podspec::field_support`) rejects the pod at admission, static
+/// pods included: Failed with `PodFieldNotSupported`, `Pod was rejected: <field>: Unsupported
+/// value: <value>: <why>` and a Warning event with the same text; no sandbox is created (it
+/// used to wait in ContainerCreating with a `FailedCreatePodSandBox` event).
+#[tokio::test(start_paused = true)]
+async fn a_static_pod_with_a_refused_field_is_rejected_at_admission_with_an_event() {
+    let h = harness().await;
+    let (manager, _ready) =
+        PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
+    let mut manager = manager.with_static_admission(nodelet::pod::manager::StaticAdmission {
+        handlers: vec![Arc::new(
+            nodelet::pod::field_admission::PodFieldsAdmitHandler,
+        )],
+        events: h.events.0.clone(),
+    });
+    let mut refused = (*pod("u1", "Always", &["a"], "localhost/app:1")).clone();
+    refused.spec.as_mut().unwrap().host_users = Some(false);
+    let plain = pod("p1", "Always", &["b"], "localhost/app:1");
+    manager.apply(SourceSnapshot {
+        source: nodelet::source::FILE_SOURCE,
+        pods: vec![refused, (*plain).clone()],
+        errors: vec![],
+        deleted: vec![],
+    });
+    h.settle("rejected", |h| h.phase("u1") == "Failed").await;
+    h.settle("the other pod runs", |h| h.phase("p1") == "Running")
+        .await;
+    let status = h.status.status("u1").unwrap();
+    assert_eq!(status.reason.as_deref(), Some("PodFieldNotSupported"));
+    let message = "spec.hostUsers: Unsupported value: false: a pod user namespace (hostUsers: false) needs ID-mapped mounts, not implemented yet";
+    assert_eq!(
+        status.message.as_deref(),
+        Some(format!("Pod was rejected: {message}").as_str())
+    );
+    let events = h.events.events();
+    let event = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("PodFieldNotSupported"))
+        .expect("a PodFieldNotSupported event");
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.message.as_deref(), Some(message));
+    assert_eq!(
+        h.fake.calls_of("run_pod_sandbox").len(),
+        1,
+        "only the admitted pod got a sandbox"
+    );
+    assert_eq!(h.fake.running_container_names(), ["b"]);
+    h.cancel.cancel();
+}
