@@ -8,6 +8,9 @@
 //!   scheduler's or a controller's field, or one for Windows nodes).
 //! * [`Support::Refused`]: a pod that sets it is rejected at admission ([`refusals`]).
 //! * [`Support::Partly`]: some values honoured (with tests), the others refused.
+//! * [`Support::Warned`]: not acted on, and said so: a Warning event names it
+//!   ([`update_refusals`]); for what only ever reaches a running pod, which a rejection would
+//!   kill at nodelet's next restart (ephemeral containers).
 //!
 //! An entry covers its path and everything below it (`spec.affinity` covers
 //! `spec.affinity.nodeAffinity...`); the most specific entry wins. `{containers,initContainers}`
@@ -32,6 +35,12 @@ pub enum Support {
     /// A pod that sets it is rejected at admission. `sample`: the lines of a pod's `spec:`
     /// (indented by two) that set it, which the admission decision must reject naming it.
     Refused {
+        reason: &'static str,
+        sample: &'static str,
+    },
+    /// Not acted on; a Warning event (`PodFieldNotSupported`) names it and the pod runs on.
+    /// `sample` as for [`Support::Refused`], run through [`update_refusals`].
+    Warned {
         reason: &'static str,
         sample: &'static str,
     },
@@ -165,7 +174,15 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.dnsConfig", &["src/sync/sandbox_config.rs::dns_config_merges_into_every_policy"]),
     honoured("spec.dnsPolicy", &["src/sync/sandbox_config.rs::dns_policy_table"]),
     honoured("spec.enableServiceLinks", &["src/podspec/env.rs::service_links_table"]),
-    refused("spec.ephemeralContainers", "ephemeral containers are not run by nodelet yet", "  ephemeralContainers:\n  - name: debug\n    image: busybox\n"),
+    // The API server lets ephemeral containers only into a running pod (kubectl debug), which
+    // nodelet re-admits when it restarts: rejecting would kill it, so a Warning event says it.
+    FieldEntry {
+        path: "spec.ephemeralContainers",
+        support: Support::Warned {
+            reason: "ephemeral containers are not run by nodelet yet (the pod runs on without them)",
+            sample: "  ephemeralContainers:\n  - name: debug\n    image: busybox\n",
+        },
+    },
     not_node_work("spec.evictionResponders", "the eviction API and its responders"),
     honoured("spec.hostAliases", &["src/volume/hosts.rs::managed_hosts_table"]),
     honoured("spec.hostIPC", &["src/sync/sandbox_config.rs::sandbox_config_fields"]),
@@ -365,7 +382,11 @@ fn reason_of(path: &str) -> &'static str {
         .or_else(|| entry_for(&VOLUME_TYPES_REFUSED, &generic))
         .map(|e| e.support)
     {
-        Some(Support::Refused { reason, .. } | Support::Partly { reason, .. }) => reason,
+        Some(
+            Support::Refused { reason, .. }
+            | Support::Partly { reason, .. }
+            | Support::Warned { reason, .. },
+        ) => reason,
         _ => "not supported by nodelet",
     }
 }
@@ -403,9 +424,6 @@ pub fn refusals(pod: &Pod) -> Vec<Refusal> {
     let Some(spec) = &pod.spec else { return out };
     if spec.host_users == Some(false) {
         refuse(&mut out, "spec.hostUsers".into(), false);
-    }
-    for (i, _) in spec.ephemeral_containers.iter().flatten().enumerate() {
-        refuse(&mut out, format!("spec.ephemeralContainers[{i}]"), "set");
     }
     for (i, claim) in spec.resource_claims.iter().flatten().enumerate() {
         refuse(&mut out, format!("spec.resourceClaims[{i}]"), &claim.name);
@@ -593,6 +611,31 @@ fn volume(out: &mut Vec<Refusal>, path: &str, v: &Volume) {
     }
 }
 
+/// Pure: what `new` sets, beyond what `old` (the pod as last seen, `None` for a pod new to
+/// nodelet) set, that nodelet does not act on without rejecting the pod for it: the ephemeral
+/// containers `kubectl debug` adds through the `ephemeralcontainers` subresource. The pod
+/// manager records a Warning event for each, so the user learns why it never starts.
+pub fn update_refusals(old: Option<&Pod>, new: &Pod) -> Vec<Refusal> {
+    let before: Vec<&str> = old
+        .and_then(|p| p.spec.as_ref())
+        .into_iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut out = Vec::new();
+    for (i, c) in new
+        .spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .enumerate()
+    {
+        if !before.contains(&c.name.as_str()) {
+            refuse(&mut out, format!("spec.ephemeralContainers[{i}]"), &c.name);
+        }
+    }
+    out
+}
+
 /// The refused fields as the Markdown list in `docs/features.md` (between its
 /// `<!-- refused:begin -->` and `<!-- refused:end -->` markers): one line per refused entry,
 /// partly refused ones say what is honoured.
@@ -601,6 +644,10 @@ pub fn refused_list_markdown() -> String {
     for e in fields() {
         match e.support {
             Support::Refused { reason, .. } => lines.push(format!("- `{}`: {reason}", e.path)),
+            Support::Warned { reason, .. } => lines.push(format!(
+                "- `{}` (not rejected: a Warning event each): {reason}",
+                e.path
+            )),
             Support::Partly {
                 honoured, reason, ..
             } => lines.push(format!(

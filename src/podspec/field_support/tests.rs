@@ -105,7 +105,9 @@ const PLAIN: &str = "  containers:\n  - name: c\n    image: busybox\n";
 fn every_refused_sample_is_refused_naming_its_field() {
     for e in fields() {
         let sample = match e.support {
-            Support::Refused { sample, .. } | Support::Partly { sample, .. } => sample,
+            Support::Refused { sample, .. }
+            | Support::Partly { sample, .. }
+            | Support::Warned { sample, .. } => sample,
             _ => continue,
         };
         let spec = if sample.contains("  containers:") {
@@ -113,7 +115,10 @@ fn every_refused_sample_is_refused_naming_its_field() {
         } else {
             format!("{PLAIN}{sample}")
         };
-        let got = refusals(&pod(&spec));
+        let got = match e.support {
+            Support::Warned { .. } => update_refusals(None, &pod(&spec)),
+            _ => refusals(&pod(&spec)),
+        };
         assert!(
             got.iter().any(|r| expand(e.path)
                 .iter()
@@ -181,4 +186,30 @@ fn the_features_doc_lists_the_refused_fields_of_the_table() {
         refused_list_markdown(),
         "regenerate the list in docs/features.md from podspec::field_support::refused_list_markdown"
     );
+}
+
+#[test]
+fn ephemeral_containers_added_to_a_running_pod_are_named() {
+    let running = pod(&format!(
+        "{PLAIN}  ephemeralContainers:\n  - name: debug-1\n    image: busybox\n"
+    ));
+    let debugged = pod(&format!(
+        "{PLAIN}  ephemeralContainers:\n  - name: debug-1\n    image: busybox\n  - name: debug-2\n    image: busybox\n"
+    ));
+    let got: Vec<String> = update_refusals(Some(&running), &debugged)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        got,
+        ["spec.ephemeralContainers[1]: Unsupported value: debug-2: ephemeral containers are not run by nodelet yet (the pod runs on without them)"]
+    );
+    assert_eq!(
+        update_refusals(None, &debugged).len(),
+        2,
+        "a pod new to nodelet"
+    );
+    assert!(update_refusals(Some(&debugged), &debugged).is_empty());
+    assert!(update_refusals(None, &pod(PLAIN)).is_empty());
+    assert!(refusals(&debugged).is_empty(), "never rejected for them");
 }
