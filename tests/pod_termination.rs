@@ -785,3 +785,67 @@ async fn a_static_pod_with_a_refused_field_is_rejected_at_admission_with_an_even
     assert_eq!(h.fake.running_container_names(), ["b"]);
     h.cancel.cancel();
 }
+
+/// Cluster mode: an ephemeral container added to a running API pod (`kubectl debug`) is not
+/// run, and a Warning event `PodFieldNotSupported` names it; the pod is not rejected (the
+/// API server lets ephemeral containers only into running pods, which a rejection would kill).
+#[tokio::test(start_paused = true)]
+async fn an_ephemeral_container_added_to_a_running_pod_is_an_event_not_a_rejection() {
+    let h = harness().await;
+    let (manager, _ready) =
+        PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
+    let mut manager = manager.with_admission(nodelet::pod::manager::Admission {
+        status: h.status.clone(),
+        events: h.events.0.clone(),
+        handlers: vec![Arc::new(
+            nodelet::pod::field_admission::PodFieldsAdmitHandler,
+        )],
+    });
+    let api = |pod: &Pod| SourceSnapshot {
+        source: nodelet::source::api::API_SOURCE,
+        pods: vec![pod.clone()],
+        errors: vec![],
+        deleted: vec![],
+    };
+    let running = (*pod("e1", "Always", &["a"], "localhost/app:1")).clone();
+    manager.apply(api(&running));
+    h.settle("running", |h| h.phase("e1") == "Running").await;
+    let mut debugged = running.clone();
+    debugged.spec.as_mut().unwrap().ephemeral_containers =
+        Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "debugger".into(),
+            image: Some("localhost/app:1".into()),
+            ..Default::default()
+        }]);
+    manager.apply(api(&debugged));
+    h.settle("the update reached the worker", |h| {
+        h.events
+            .events()
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("PodFieldNotSupported"))
+    })
+    .await;
+    let events = h.events.events();
+    let event = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("PodFieldNotSupported"))
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some("spec.ephemeralContainers[0]: Unsupported value: debugger: ephemeral containers are not run by nodelet yet (the pod runs on without them)")
+    );
+    assert_eq!(h.phase("e1"), "Running", "not rejected");
+    assert_eq!(h.fake.running_container_names(), ["a"]);
+    manager.apply(api(&debugged));
+    assert_eq!(
+        h.events
+            .events()
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("PodFieldNotSupported"))
+            .count(),
+        1,
+        "an unchanged pod brings no second event"
+    );
+    h.cancel.cancel();
+}
