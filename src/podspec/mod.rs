@@ -15,6 +15,7 @@ pub mod env;
 pub mod error;
 pub mod field;
 pub mod hostname;
+pub mod hugepages;
 pub mod phase;
 pub mod qos;
 pub mod references;
