@@ -26,17 +26,77 @@ fn hugetlb_controller() -> bool {
             .is_ok_and(|c| c.split_whitespace().any(|x| x == "hugetlb"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size() {
-    let node =
-        nodelet::stats::machine::NodeInfo::detect("probe", None, Path::new("/"), Path::new("/"));
-    let sizes: Vec<u64> = node.machine.hugepages.iter().map(|(s, _)| *s).collect();
+/// nodelet in this process on the real containerd (configuration, manifests and API port from
+/// [`Nodelet::prepare_with`]), with the machine's facts read from this host except the number
+/// of 2 MiB pages: this host reserves none (`HugePages_Total: 0`), so a pod asking for them is
+/// rightly refused at admission (`OutOfhugepages-2Mi`, as by the kubelet). Told 8 pages, the
+/// node admits it; the limits and the hugetlbfs need no reserved page.
+async fn start_with_2mi_pages(n: &Nodelet) -> nodelet::agent::Nodelet {
+    let text = std::fs::read_to_string(&n.config).expect("config");
+    let cfg = nodelet::config::parse(
+        &text,
+        &n.config,
+        &nodelet::config::Environment {
+            hostname: n.node.clone(),
+        },
+    )
+    .expect("the test configuration")
+    .config;
+    let mut machine = nodelet::stats::machine::MachineInfo::read(Path::new("/"), &cfg.root_dir);
+    let sizes: Vec<u64> = machine.hugepages.iter().map(|(s, _)| *s).collect();
     assert!(
         sizes.contains(&(2 << 20)),
         "this host's kernel offers no 2 MiB hugepages (/sys/kernel/mm/hugepages: {sizes:?}); \
          the test needs them"
     );
-    let n = Nodelet::start("hugepages");
+    for (size, count) in &mut machine.hugepages {
+        if *size == 2 << 20 {
+            *count = 8;
+        }
+    }
+    nodelet::agent::NodeletBuilder::new(cfg)
+        .node_info(nodelet::stats::machine::NodeInfo {
+            name: n.node.clone(),
+            host_ips: vec!["127.0.0.1".into()],
+            machine,
+        })
+        .start()
+        .await
+        .expect("nodelet starts on the test containerd")
+}
+
+/// Unmounts whatever is still mounted below the test's directory (the hugetlbfs emptyDirs:
+/// the in-process nodelet is cancelled without tearing its pods down), even when the test
+/// fails. Dropped before the [`Nodelet`], which then removes the sandboxes.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut points: Vec<&str> = table
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(4))
+            .filter(|m| Path::new(m).starts_with(&self.0))
+            .collect();
+        points.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in points {
+            let _ = nix::mount::umount(m);
+        }
+    }
+}
+
+fn node_page_sizes() -> Vec<u64> {
+    nodelet::stats::machine::read_hugepages(Path::new("/sys/kernel/mm/hugepages"))
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size() {
+    let sizes = node_page_sizes();
+    let n = Nodelet::prepare_with("hugepages", "");
+    let agent = start_with_2mi_pages(&n).await;
     n.write_manifest(
         "huge.yaml",
         &format!(
@@ -139,4 +199,58 @@ async fn a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size() {
             "host without the hugetlb cgroup controller: pod cgroup hugetlb files not checked"
         );
     }
+}
+
+/// `emptyDir.medium: HugePages`: a hugetlbfs of the one page size the pod requests, mounted
+/// with the kubelet's `pagesize=` option; without a hugepages request the volume is refused with
+/// the kubelet's error and the pod does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hugepages_empty_dir_is_a_hugetlbfs_of_the_requested_page_size() {
+    let n = Nodelet::prepare_with("hugepages_dir", "");
+    let _unmount = Unmount(n.dir.path().to_path_buf());
+    n.write_manifest(
+        "hp.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hp\nspec:\n  volumes:\n  - name: hp\n    emptyDir: {{medium: HugePages}}\n  - name: sized\n    emptyDir: {{medium: HugePages-2Mi}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    resources:\n      limits: {{hugepages-2Mi: 2Mi, memory: 64Mi, cpu: 100m}}\n    volumeMounts:\n    - {{name: hp, mountPath: /hp}}\n    - {{name: sized, mountPath: /sized}}\n"
+        ),
+    );
+    n.write_manifest(
+        "none.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: none\nspec:\n  volumes:\n  - name: hp\n    emptyDir: {{medium: HugePages}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    resources:\n      limits: {{memory: 64Mi, cpu: 100m}}\n    volumeMounts:\n    - {{name: hp, mountPath: /hp}}\n"
+        ),
+    );
+    let agent = start_with_2mi_pages(&n).await;
+    let pod = n.wait_pod("hp", T, "hp running", all_running).await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    for volume in ["hp", "sized"] {
+        let suffix = format!("{uid}/volumes/kubernetes.io~empty-dir/{volume}");
+        let line = mountinfo
+            .lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .nth(4)
+                    .is_some_and(|m| m.ends_with(&suffix))
+            })
+            .unwrap_or_else(|| panic!("no mount of {suffix}:\n{mountinfo}"));
+        // The kernel shows the page size it took from `pagesize=2Mi` as `pagesize=2M`.
+        assert!(
+            line.contains(" - hugetlbfs ") && line.contains("pagesize=2M"),
+            "{volume}: a hugetlbfs of 2 MiB pages: {line}"
+        );
+    }
+    // In process there is no log to read: the refusal shows in the container's waiting
+    // message.
+    let want = "medium HugePages: hugePages storage requested, but there is no resource request for huge pages";
+    let none = n
+        .wait_pod("none", T, "none refused", |p| {
+            serde_json::to_string(&p.status).is_ok_and(|s| s.contains(want))
+        })
+        .await;
+    assert!(
+        !all_running(&none),
+        "a pod whose HugePages emptyDir cannot be set up must not run"
+    );
+    agent.cancel_token().cancel();
 }

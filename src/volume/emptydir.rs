@@ -177,7 +177,10 @@ mod tests {
         assert_eq!(tmpfs_options(None), None);
         assert_eq!(Medium::parse(None), Some(Medium::Disk));
         assert_eq!(Medium::parse(Some("Memory")), Some(Medium::Memory));
-        assert_eq!(Medium::parse(Some("HugePages-2Mi")), Some(Medium::HugePages));
+        assert_eq!(
+            Medium::parse(Some("HugePages-2Mi")),
+            Some(Medium::HugePages)
+        );
         assert_eq!(Medium::parse(Some("HugePages")), Some(Medium::HugePages));
         assert_eq!(Medium::parse(Some("Hugepages")), None);
         assert_eq!(Medium::parse(Some("Disk")), None);
