@@ -199,6 +199,7 @@ async fn a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size() {
             "host without the hugetlb cgroup controller: pod cgroup hugetlb files not checked"
         );
     }
+    agent.cancel_token().cancel();
 }
 
 /// `emptyDir.medium: HugePages`: a hugetlbfs of the one page size the pod requests, mounted

@@ -74,7 +74,9 @@ fn resource_names_give_page_sizes() {
 fn container_limits_table() {
     let node = [MI2, GI1];
     // (limits, requests, node sizes, want)
-    let cases: Vec<(&[(&str, &str)], &[(&str, &str)], &[u64], Vec<(String, u64)>)> = vec![
+    type List<'a> = &'a [(&'a str, &'a str)];
+    type Case<'a> = (List<'a>, List<'a>, &'a [u64], Vec<(String, u64)>);
+    let cases: Vec<Case> = vec![
         // Nothing asked: every node size limited to 0.
         (&[], &[], &node, named(&[("2MB", 0), ("1GB", 0)])),
         (
