@@ -173,6 +173,7 @@ impl NodeFacts {
             },
             node_allocatable_memory: self.allocatable_memory(),
             page_size: 4096,
+            hugepage_sizes: Vec::new(),
             cgroup_v2: true,
         }
     }

@@ -208,6 +208,18 @@ pub(super) fn node_predicates(
                 (capacity - reserve.memory_reserved(capacity)).max(0)
             },
             pods: cfg.max_pods,
+            // As the Node's allocatable lists them (`node::status`): every reserved page.
+            hugepages: node
+                .machine
+                .hugepages
+                .iter()
+                .map(|(size, count)| {
+                    (
+                        *size,
+                        i64::try_from(size.saturating_mul(*count)).unwrap_or(i64::MAX),
+                    )
+                })
+                .collect(),
             labels,
         },
         node_name: cfg.node_name.clone(),

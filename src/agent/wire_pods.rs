@@ -97,7 +97,7 @@ pub(super) fn wire(
         settings: Arc::new(sync_settings(
             cfg,
             rt,
-            runtime.pod_cgroup,
+            runtime.pod_cgroup.clone(),
             runtime.node_cgroups.clone(),
             crate::node::status::allocatable(
                 &runtime.node.machine,

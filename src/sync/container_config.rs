@@ -70,6 +70,9 @@ pub struct ContainerContext<'a> {
     pub memory_qos: crate::config::memory_qos::MemoryQos,
     pub memory_qos_allocatable: i64,
     pub page_size: i64,
+    /// The node's hugepage sizes in bytes (`MachineInfo::hugepages`): every one gets a CRI
+    /// `hugepage_limits` entry, 0 where the container asks none.
+    pub hugepage_sizes: &'a [u64],
 }
 
 const ETC_HOSTS: &str = "/etc/hosts";
@@ -411,6 +414,11 @@ fn container_resources(
     }
     let mut resources = linux_resources(requests.cpu_milli, cpu_limit, memory_limit);
     resources.oom_score_adj = oom_score_adj(ctx.qos_class, pod, container, ctx.memory_capacity);
+    resources.hugepage_limits =
+        crate::podspec::hugepages::container_hugepage_limits(container, ctx.hugepage_sizes)
+            .into_iter()
+            .map(|(page_size, limit)| api::HugepageLimit { page_size, limit })
+            .collect();
     if ctx.cgroup_v2 {
         // Memory QoS through the runtime (`memory.high`, reset to `max` when it is off;
         // `memory.min`/`memory.low` by reservation policy), as the kubelet sets them.
@@ -930,6 +938,7 @@ mod tests {
             memory_qos: crate::config::memory_qos::MemoryQos::OFF,
             memory_qos_allocatable: 8 << 30,
             page_size: 4096,
+            hugepage_sizes: &[],
         }
     }
 
@@ -1122,6 +1131,50 @@ mod tests {
         for (k, v) in want_annotations {
             assert_eq!(cfg.annotations[k], v, "{k}");
         }
+    }
+
+    #[test]
+    fn hugepage_limits_reach_the_runtime_for_every_node_size() {
+        let volumes = BTreeMap::new();
+        let sizes = [2u64 << 20, 1 << 30];
+        let context = ContainerContext {
+            hugepage_sizes: &sizes,
+            ..ctx(&volumes)
+        };
+        let limits = |c: &Container| {
+            let p = pod_with(vec![c.clone()]);
+            built(&p, c, ContainerKind::Regular, &context)
+                .unwrap()
+                .linux
+                .unwrap()
+                .resources
+                .unwrap()
+                .hugepage_limits
+                .into_iter()
+                .map(|h| (h.page_size, h.limit))
+                .collect::<Vec<_>>()
+        };
+        let asks = resourced("app", "", "memory=64Mi,hugepages-2Mi=4Mi");
+        assert_eq!(
+            limits(&asks),
+            vec![("2MB".to_string(), 4 << 20), ("1GB".to_string(), 0)]
+        );
+        // A container that asks none may use none.
+        let none = resourced("app", "", "memory=64Mi");
+        assert_eq!(
+            limits(&none),
+            vec![("2MB".to_string(), 0), ("1GB".to_string(), 0)]
+        );
+        // A node without hugepages sends no entry.
+        let p = pod_with(vec![asks.clone()]);
+        let cfg = built(&p, &asks, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+        assert!(cfg
+            .linux
+            .unwrap()
+            .resources
+            .unwrap()
+            .hugepage_limits
+            .is_empty());
     }
 
     #[test]
