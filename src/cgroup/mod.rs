@@ -16,6 +16,7 @@ pub mod manager;
 pub mod memory_qos;
 pub mod node;
 pub mod oom;
+pub mod swap;
 pub mod systemd;
 
 use k8s_openapi::api::core::v1::Pod;

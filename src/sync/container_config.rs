@@ -73,6 +73,8 @@ pub struct ContainerContext<'a> {
     /// The node's hugepage sizes in bytes (`MachineInfo::hugepages`): every one gets a CRI
     /// `hugepage_limits` entry, 0 where the container asks none.
     pub hugepage_sizes: &'a [u64],
+    /// The node's swap facts and `memorySwap.swapBehavior` (`cgroup::swap`).
+    pub swap: crate::cgroup::swap::SwapNode,
 }
 
 const ETC_HOSTS: &str = "/etc/hosts";
@@ -436,6 +438,18 @@ fn container_resources(
             unified.insert("memory.oom.group".to_string(), "1".to_string());
         }
         resources.unified = unified;
+    }
+    // Swap, as the kubelet: `memory.swap.max` on cgroup v2, memory + swap = the memory limit
+    // on cgroup v1, nothing without the swap controller.
+    use crate::cgroup::swap::{container_swap, SwapSetting, SWAP_MAX};
+    match container_swap(pod, container, ctx.qos_class, memory_limit, &ctx.swap) {
+        SwapSetting::Unset => {}
+        SwapSetting::MemorySwapLimit(bytes) => resources.memory_swap_limit_in_bytes = bytes,
+        SwapSetting::SwapMax(bytes) => {
+            resources
+                .unified
+                .insert(SWAP_MAX.to_string(), bytes.to_string());
+        }
     }
     resources
 }
@@ -939,6 +953,7 @@ mod tests {
             memory_qos_allocatable: 8 << 30,
             page_size: 4096,
             hugepage_sizes: &[],
+            swap: crate::cgroup::swap::SwapNode::default(),
         }
     }
 
@@ -1175,6 +1190,66 @@ mod tests {
             .unwrap()
             .hugepage_limits
             .is_empty());
+    }
+
+    /// The swap decision (`cgroup::swap`) lands where the runtime reads it: `unified` on
+    /// cgroup v2, `memory_swap_limit_in_bytes` on v1, nothing without the controller.
+    #[test]
+    fn swap_reaches_the_runtime() {
+        use crate::cgroup::swap::{SwapBehavior, SwapNode};
+        let volumes = BTreeMap::new();
+        let c = resourced("app", "memory=1Gi", "memory=2Gi");
+        let p = pod_with(vec![c.clone()]);
+        let swap = SwapNode {
+            behavior: SwapBehavior::LimitedSwap,
+            cgroup_v2: true,
+            controller: true,
+            memory_capacity: 8 << 30,
+            swap_capacity: 2 << 30,
+        };
+        let resources = |cgroup_v2: bool, swap: SwapNode| {
+            let context = ContainerContext {
+                qos_class: crate::podspec::qos::qos_class(&p),
+                cgroup_v2,
+                swap,
+                ..ctx(&volumes)
+            };
+            built(&p, &c, ContainerKind::Regular, &context)
+                .unwrap()
+                .linux
+                .unwrap()
+                .resources
+                .unwrap()
+        };
+        let v2 = resources(true, swap);
+        assert_eq!(v2.unified["memory.swap.max"], (256u64 << 20).to_string());
+        assert_eq!(v2.memory_swap_limit_in_bytes, 0);
+        let v2_no_swap = resources(
+            true,
+            SwapNode {
+                behavior: SwapBehavior::NoSwap,
+                ..swap
+            },
+        );
+        assert_eq!(v2_no_swap.unified["memory.swap.max"], "0");
+        let v1 = resources(
+            false,
+            SwapNode {
+                cgroup_v2: false,
+                ..swap
+            },
+        );
+        assert!(v1.unified.is_empty(), "{:?}", v1.unified);
+        assert_eq!(v1.memory_swap_limit_in_bytes, 2 << 30);
+        let none = resources(
+            true,
+            SwapNode {
+                controller: false,
+                ..swap
+            },
+        );
+        assert!(!none.unified.contains_key("memory.swap.max"));
+        assert_eq!(none.memory_swap_limit_in_bytes, 0);
     }
 
     #[test]

@@ -426,6 +426,13 @@ impl ContainerStarter {
             memory_qos_allocatable: self.settings.pod_cgroup.node_allocatable_memory,
             page_size: self.settings.pod_cgroup.page_size,
             hugepage_sizes: &hugepage_sizes,
+            swap: crate::cgroup::swap::SwapNode {
+                behavior: self.settings.swap_behavior,
+                cgroup_v2: self.settings.cgroup_v2,
+                controller: self.settings.swap_controller,
+                memory_capacity: self.node.memory_capacity(),
+                swap_capacity: self.node.machine.swap_capacity,
+            },
         };
         let env_objects =
             super::env_objects::gather_env_objects(pod, container, self.objects.as_ref()).await;
