@@ -1352,6 +1352,25 @@ fn run(cmd: &str, args: &[&str]) {
     );
 }
 
+/// A container's OCI spec as containerd keeps it (`ctr containers info`).
+fn oci_spec(node: &Guest, id: &str) -> serde_json::Value {
+    let out = std::process::Command::new("ctr")
+        .args(["--address", &node.containerd_sock, "--namespace", "k8s.io"])
+        .args(["containers", "info", id])
+        .output()
+        .expect("run ctr");
+    assert!(
+        out.status.success(),
+        "ctr containers info {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("ctr containers info: JSON");
+    info.get("Spec")
+        .cloned()
+        .unwrap_or_else(|| panic!("no Spec in {info}"))
+}
+
 /// What `LimitedSwap` gives a Burstable container (`calcSwapForBurstablePods`): its memory
 /// request's share of the node's memory, of the node's swap, in the kubelet's float64 and
 /// truncated — written out here, not taken from nodelet.
@@ -1469,21 +1488,34 @@ async fn limited_swap_and_hugepages_in_cluster_mode(node: &Guest) {
             .get(bare_id(&ids[0]))
             .unwrap_or_else(|| panic!("{name}: container {} has no task", ids[0]));
         let dir = Path::new("/sys/fs/cgroup").join(node.cgroup_of(*pid));
-        let want = if name == "swap-burstable" {
-            burstable_swap.to_string()
+        let sent = if name == "swap-burstable" {
+            burstable_swap
         } else {
-            "0".to_string()
+            0
         };
+        // nodelet sends the kubelet's number (the OCI spec containerd built from the CRI
+        // config shows it); the kernel keeps whole pages, so the file reads it rounded down.
+        let spec = oci_spec(node, bare_id(&ids[0]));
+        let unified = spec
+            .pointer("/linux/resources/unified/memory.swap.max")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        assert_eq!(
+            unified,
+            Some(sent.to_string()),
+            "{name} ({}): OCI spec linux.resources.unified[memory.swap.max]; LimitedSwap gives \
+             Burstable API pods 256Mi / {mem_total} × {swap_total}, everything else 0",
+            qos.class()
+        );
         let got = read_cgroup(&dir, "memory.swap.max");
         println!(
-            "vm scenario: {name} container memory.swap.max {got} ({})",
+            "vm scenario: {name} container memory.swap.max {got}, sent {sent} ({})",
             dir.display()
         );
         assert_eq!(
             got,
-            want,
-            "{name} ({}) container memory.swap.max: LimitedSwap gives Burstable API pods \
-             256Mi / {mem_total} × {swap_total}, everything else 0",
+            (sent / 4096 * 4096).to_string(),
+            "{name} ({}) container memory.swap.max: {sent} in whole pages",
             qos.class()
         );
         // Hugepages: the pod's hugepages-2Mi limit on its pod cgroup and its container, 0 for

@@ -63,6 +63,16 @@ fn node(behavior: SwapBehavior, cgroup_v2: bool, controller: bool) -> SwapNode {
 }
 
 use SwapBehavior::{LimitedSwap, NoSwap};
+
+/// (name, how the pod is marked, its containers' (requests, limits), the node, what the first
+/// container gets)
+type Case<'a> = (
+    &'a str,
+    Kind,
+    &'a [(&'a str, &'a str)],
+    SwapNode,
+    SwapSetting,
+);
 use SwapSetting::{MemorySwapLimit, SwapMax, Unset};
 
 /// Every branch of `configureContainerSwapResources` / `GetContainerSwapBehavior` /
@@ -72,7 +82,7 @@ fn container_swap_table() {
     let burstable: &[(&str, &str)] = &[("memory=1Gi", "memory=2Gi")];
     let v2_limited = node(LimitedSwap, true, true);
     #[rustfmt::skip]
-    let cases: &[(&str, Kind, &[(&str, &str)], SwapNode, SwapSetting)] = &[
+    let cases: &[Case] = &[
         // No swap controller: nothing, whatever the behaviour or hierarchy.
         ("no controller, v2", Kind::Api, burstable, node(LimitedSwap, true, false), Unset),
         ("no controller, v1", Kind::Api, burstable, node(NoSwap, false, false), Unset),
