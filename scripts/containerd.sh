@@ -55,6 +55,12 @@ disabled_plugins = [
   stream_server_port = "0"
   # Network namespaces under our own state dir, so stop can find and remove exactly ours.
   netns_mounts_under_state_dir = true
+  # Apply the containers' CRI hugepage limits (containerd defaults to dropping them,
+  # disable_hugetlb_controller = true, and leaves hugepages to the pod cgroup), so the test VM
+  # shows nodelet's container limits in hugetlb.<size>.max; a host without the hugetlb
+  # controller (this sandbox's cgroup v1) still runs containers, the limits left out.
+  disable_hugetlb_controller = false
+  tolerate_missing_hugetlb_controller = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

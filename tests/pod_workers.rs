@@ -606,7 +606,7 @@ async fn a_pod_cgroup_that_cannot_be_made_keeps_the_pod_from_starting() {
         },
     ));
     node.start().await.unwrap();
-    let settings = *node.settings();
+    let settings = node.settings().clone();
     let h = harness_with_cgroups(
         (Duration::from_secs(10), Duration::from_secs(300)),
         |_| {},

@@ -43,6 +43,7 @@ async fn node_checks(node: Guest) {
     let orphan = stopping_nodelet_leaves_the_pods_alone(&node, &pods).await;
     restarting_containerd_leaves_nodelet_running_and_connected(&node, &mut pods, &orphan).await;
     memory_qos_off_resets_protection_and_the_orphan_is_swept(&node, &pods, &facts, &orphan).await;
+    limited_swap_and_hugepages_in_cluster_mode(&node).await;
 }
 
 /// nodelet's cgroup settings in the scenarios: pod pid limits, Memory QoS with throttling and
@@ -173,6 +174,7 @@ impl NodeFacts {
             },
             node_allocatable_memory: self.allocatable_memory(),
             page_size: 4096,
+            hugepage_sizes: Vec::new(),
             cgroup_v2: true,
         }
     }
@@ -592,6 +594,16 @@ fn cgroup_value_mismatches(
                         dir.display()
                     ));
                 }
+            }
+            // NoSwap (the default): every container gets `memory.swap.max` 0 through the
+            // CRI `unified` map.
+            let swap = read_cgroup(&dir, "memory.swap.max");
+            if swap != "0" {
+                wrong.push(format!(
+                    "{} container memory.swap.max ({}): reads {swap}; want 0 (memorySwap NoSwap)",
+                    pod.name,
+                    dir.display()
+                ));
             }
             let group = read_cgroup(&dir, "memory.oom.group");
             let want = oom_group(node.driver);
@@ -1310,6 +1322,239 @@ async fn memory_qos_off_resets_protection_and_the_orphan_is_swept(
             "0",
             "{tier:?} {file}"
         );
+    }
+}
+
+/// `/proc/meminfo`'s `key` in bytes (its `kB` values × 1024; page counts as they are).
+fn meminfo(key: &str) -> i64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .map(|v| v.trim())
+        .and_then(|v| match v.strip_suffix("kB") {
+            Some(kib) => kib.trim().parse::<i64>().ok().map(|k| k * 1024),
+            None => v.parse().ok(),
+        })
+        .unwrap_or_else(|| panic!("no {key} in /proc/meminfo:\n{text}"))
+}
+
+/// Runs `cmd ARGS` in the guest; fails the scenario with its output unless it succeeds.
+fn run(cmd: &str, args: &[&str]) {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A container's OCI spec as containerd keeps it (`ctr containers info`).
+fn oci_spec(node: &Guest, id: &str) -> serde_json::Value {
+    let out = std::process::Command::new("ctr")
+        .args(["--address", &node.containerd_sock, "--namespace", "k8s.io"])
+        .args(["containers", "info", id])
+        .output()
+        .expect("run ctr");
+    assert!(
+        out.status.success(),
+        "ctr containers info {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("ctr containers info: JSON");
+    info.get("Spec")
+        .cloned()
+        .unwrap_or_else(|| panic!("no Spec in {info}"))
+}
+
+/// What `LimitedSwap` gives a Burstable container (`calcSwapForBurstablePods`): its memory
+/// request's share of the node's memory, of the node's swap, in the kubelet's float64 and
+/// truncated — written out here, not taken from nodelet.
+fn kubelet_burstable_swap(request: i64, mem_total: i64, swap_total: i64) -> i64 {
+    (request as f64 / mem_total as f64 * swap_total as f64) as i64
+}
+
+/// The last step: the guest gets swap (a zram device) and 2 MiB hugepages, nodelet restarts
+/// joined to the API server fixture (run in the guest, as tests/vm_eviction.rs does) with
+/// `failSwapOn: false` and `memorySwap.swapBehavior: LimitedSwap`. An API Burstable pod's
+/// container gets the kubelet's share of swap in `memory.swap.max`, API Guaranteed and
+/// BestEffort containers and a static (critical) Burstable one get 0; the Burstable pod's
+/// `hugepages-2Mi` limit is its pod cgroup's and its container's `hugetlb.2MB.max`; the
+/// Node's `status.nodeInfo.swap.capacity` is `SwapTotal`.
+async fn limited_swap_and_hugepages_in_cluster_mode(node: &Guest) {
+    let _step = node.step("LimitedSwap and hugepages, in cluster mode on a node with swap");
+    // Hugepages: reserved now, read by nodelet at its start below.
+    std::fs::write("/proc/sys/vm/nr_hugepages", "16").expect("reserve hugepages");
+    let pages = meminfo("HugePages_Total");
+    assert!(
+        pages >= 2,
+        "the guest reserved {pages} hugepages, want 2 or more"
+    );
+    // Swap on a zram device (the guest's root is an overlay on 9p: no swap file there).
+    run("modprobe", &["zram", "num_devices=1"]);
+    std::fs::write("/sys/block/zram0/disksize", "512M").expect("zram0 disksize");
+    run("mkswap", &["/dev/zram0"]);
+    run("swapon", &["/dev/zram0"]);
+    let (mem_total, swap_total) = (meminfo("MemTotal"), meminfo("SwapTotal"));
+    assert!(swap_total > 0, "no SwapTotal after swapon");
+    println!("vm scenario: MemTotal {mem_total}, SwapTotal {swap_total}, {pages} hugepages of 2Mi");
+
+    let fixture = apiserver_fixture::Fixture::start(None)
+        .await
+        .expect("start the API server fixture");
+    let kubeconfig = "/etc/nodelet/kubeconfig";
+    std::fs::write(
+        kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fixture\n  cluster:\n    server: {}\n\
+             users:\n- name: nodelet\n  user: {{}}\ncontexts:\n- name: fixture\n  context:\n    \
+             cluster: fixture\n    user: nodelet\ncurrent-context: fixture\n",
+            fixture.url()
+        ),
+    )
+    .expect("write kubeconfig");
+    node.systemctl(&["stop", "nodelet.service"]);
+    node.start_nodelet(&format!(
+        "{CGROUP_SETTINGS_MEMORY_QOS_OFF}{}kubeconfig: {kubeconfig}\nnodeStatusUpdateFrequency: 2s\n\
+         failSwapOn: false\nmemorySwap: {{swapBehavior: LimitedSwap}}\n",
+        oom_setting(node.driver)
+    ));
+
+    // (name, QoS, resources, created through the API (else a static pod))
+    let pods: [(&str, Qos, &str, bool); 4] = [
+        (
+            "swap-burstable",
+            Qos::Burstable,
+            "{requests: {cpu: 100m, memory: 256Mi, hugepages-2Mi: 4Mi}, limits: {memory: 512Mi, hugepages-2Mi: 4Mi}}",
+            true,
+        ),
+        (
+            "swap-guaranteed",
+            Qos::Guaranteed,
+            "{limits: {cpu: 100m, memory: 64Mi}}",
+            true,
+        ),
+        ("swap-besteffort", Qos::BestEffort, "{}", true),
+        (
+            "swap-static",
+            Qos::Burstable,
+            "{requests: {cpu: 100m, memory: 256Mi}, limits: {memory: 512Mi}}",
+            false,
+        ),
+    ];
+    for (name, _, resources, api) in pods {
+        let yaml = testbox_pod(node, name, "Always", resources, &["serve"]);
+        if api {
+            let mut pod: Pod = serde_yaml::from_str(&yaml).expect("pod yaml");
+            pod.metadata.namespace = Some("default".into());
+            pod.spec.as_mut().expect("spec").node_name = Some(node.node.clone());
+            fixture.create(&pod).expect("create pod");
+        } else {
+            node.write_manifest(&format!("{name}.yaml"), &yaml);
+        }
+    }
+    let burstable_swap = kubelet_burstable_swap(256 * MI, mem_total, swap_total);
+    for (name, qos, _, api) in pods {
+        let deadline = std::time::Instant::now() + vm::T;
+        let pod = loop {
+            let pod = if api {
+                fixture
+                    .get::<Pod>(Some("default"), name)
+                    .ok()
+                    .flatten()
+                    .filter(all_running)
+            } else {
+                node.pod(name).await.filter(all_running)
+            };
+            if let Some(pod) = pod {
+                break pod;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} not running after {:?}\n--- nodelet journal ---\n{}",
+                vm::T,
+                node.journal(60)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        assert_eq!(qos_class(&pod), qos.class(), "{name}: status.qosClass");
+        let ids = running_ids(&pod);
+        let tasks = node.tasks();
+        let (pid, _) = tasks
+            .get(bare_id(&ids[0]))
+            .unwrap_or_else(|| panic!("{name}: container {} has no task", ids[0]));
+        let dir = Path::new("/sys/fs/cgroup").join(node.cgroup_of(*pid));
+        let sent = if name == "swap-burstable" {
+            burstable_swap
+        } else {
+            0
+        };
+        // nodelet sends the kubelet's number (the OCI spec containerd built from the CRI
+        // config shows it); the kernel keeps whole pages, so the file reads it rounded down.
+        let spec = oci_spec(node, bare_id(&ids[0]));
+        let unified = spec
+            .pointer("/linux/resources/unified/memory.swap.max")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        assert_eq!(
+            unified,
+            Some(sent.to_string()),
+            "{name} ({}): OCI spec linux.resources.unified[memory.swap.max]; LimitedSwap gives \
+             Burstable API pods 256Mi / {mem_total} × {swap_total}, everything else 0",
+            qos.class()
+        );
+        let got = read_cgroup(&dir, "memory.swap.max");
+        println!(
+            "vm scenario: {name} container memory.swap.max {got}, sent {sent} ({})",
+            dir.display()
+        );
+        assert_eq!(
+            got,
+            (sent / 4096 * 4096).to_string(),
+            "{name} ({}) container memory.swap.max: {sent} in whole pages",
+            qos.class()
+        );
+        // Hugepages: the pod's hugepages-2Mi limit on its pod cgroup and its container, 0 for
+        // a pod that asks none.
+        let uid = pod.metadata.uid.clone().expect("uid");
+        let want = if name == "swap-burstable" {
+            "4194304"
+        } else {
+            "0"
+        };
+        for (what, cgroup) in [
+            ("pod", node.pod_cgroup(qos, &uid)),
+            ("container", dir.clone()),
+        ] {
+            let got = read_cgroup(&cgroup, "hugetlb.2MB.max");
+            assert_eq!(
+                got,
+                want,
+                "{name} {what} cgroup hugetlb.2MB.max ({})",
+                cgroup.display()
+            );
+        }
+    }
+    // NodeSwap GA: the Node reports the swap capacity.
+    let deadline = std::time::Instant::now() + vm::T;
+    loop {
+        let capacity = fixture
+            .get::<k8s_openapi::api::core::v1::Node>(None, &node.node)
+            .ok()
+            .flatten()
+            .and_then(|n| n.status?.node_info?.swap?.capacity);
+        if capacity == Some(swap_total) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Node status.nodeInfo.swap.capacity {capacity:?}, want {swap_total}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

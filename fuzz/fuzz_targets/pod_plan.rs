@@ -115,6 +115,8 @@ fn settings() -> SyncSettings {
         crash_loop_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
         cgroup_v2: true,
         single_process_oom_kill: false,
+        swap_behavior: nodelet::config::swap::SwapBehavior::NoSwap,
+        swap_controller: false,
         seccomp_default: false,
         runtime_features: Default::default(),
         ready_to_start_condition: true,

@@ -55,6 +55,12 @@ pub(super) async fn setup(
         node_allocatable_memory: allocatable::allocatable(capacity, reserved).memory,
         page_size,
         cgroup_v2,
+        hugepage_sizes: node
+            .machine
+            .hugepages
+            .iter()
+            .map(|(size, _)| *size)
+            .collect(),
     };
     if !cfg.cgroups_per_qos {
         return Ok((settings, None));
@@ -82,7 +88,7 @@ pub(super) async fn setup(
         manager,
         NodeCgroupConfig {
             cgroup_root: cfg.cgroup_root.clone(),
-            pod: settings,
+            pod: settings.clone(),
             capacity,
             reserved,
             enforce_pods: cfg.enforces_pods_allocatable(),

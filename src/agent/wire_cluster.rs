@@ -214,6 +214,18 @@ pub(super) fn node_predicates(
             },
             pods: cfg
                 .max_pods_on(u32::try_from(node.cpu_capacity_milli() / 1000).unwrap_or(u32::MAX)),
+            // As the Node's allocatable lists them (`node::status`): every reserved page.
+            hugepages: node
+                .machine
+                .hugepages
+                .iter()
+                .map(|(size, count)| {
+                    (
+                        *size,
+                        i64::try_from(size.saturating_mul(*count)).unwrap_or(i64::MAX),
+                    )
+                })
+                .collect(),
             labels,
         },
         node_name: cfg.node_name.clone(),

@@ -100,12 +100,13 @@ pub(super) fn wire(
         settings: Arc::new(sync_settings(
             cfg,
             rt,
-            runtime.pod_cgroup,
+            runtime.pod_cgroup.clone(),
             runtime.node_cgroups.clone(),
             crate::node::status::allocatable(
                 &runtime.node.machine,
                 &super::settings::allocatable_reservation(cfg),
             ),
+            runtime.swap_controller,
         )),
         clock,
         events: recorder.clone(),
@@ -183,6 +184,7 @@ fn sync_settings(
     pod_cgroup: PodCgroupSettings,
     cgroups: Option<Arc<NodeCgroups>>,
     node_allocatable: crate::podspec::resources::NodeAllocatable,
+    swap_controller: bool,
 ) -> SyncSettings {
     SyncSettings {
         root_dir: cfg.root_dir.clone(),
@@ -197,6 +199,8 @@ fn sync_settings(
         crash_loop_backoff: cfg.crash_loop_back_off_delays(),
         cgroup_v2: pod_cgroup.cgroup_v2,
         single_process_oom_kill: cfg.single_process_oom_kill,
+        swap_behavior: cfg.swap_behavior,
+        swap_controller,
         seccomp_default: cfg.seccomp_default,
         runtime_features: crate::cri::features::RuntimeFeatureSet::new(
             &rt.runtime_handlers,

@@ -21,6 +21,8 @@ pub(super) struct RuntimeWing {
     pub pod_cgroup: PodCgroupSettings,
     /// The node's cgroup tree (`None`: the runtime places the pods' cgroups).
     pub node_cgroups: Option<Arc<NodeCgroups>>,
+    /// The kernel's swap controller is there (`cgroup::swap::controller_available`).
+    pub swap_controller: bool,
 }
 
 /// Connects to the runtime unless `runtime` is given, creates `rootDir` and `podLogsDir`,
@@ -49,11 +51,22 @@ pub(super) async fn wire(
     if let Some(node_cgroups) = &node_cgroups {
         cgroups::sweep_orphans(node_cgroups, rt.runtime.as_ref()).await;
     }
+    let swap_controller =
+        crate::cgroup::swap::controller_available(&paths.cgroup, &paths.proc, pod_cgroup.cgroup_v2);
+    if node.machine.swap_capacity > 0 {
+        tracing::info!(
+            swap_capacity = node.machine.swap_capacity,
+            swap_controller,
+            behavior = cfg.swap_behavior.as_str(),
+            "swap is on (failSwapOn false): containers swap as memorySwap.swapBehavior says"
+        );
+    }
     Ok(RuntimeWing {
         rt,
         node,
         pod_cgroup,
         node_cgroups,
+        swap_controller,
     })
 }
 

@@ -22,15 +22,45 @@ pub struct CgroupWrite {
     /// The controller: on v1 the hierarchy's directory under the mount point; on v2 the
     /// controller that must be enabled in the parent's `cgroup.subtree_control`.
     pub controller: &'static str,
-    pub file: &'static str,
+    pub file: String,
     pub value: String,
+    /// A file the kernel may lack (hugetlb's `.rsvd` limits before Linux 5.7, hugetlb files
+    /// where the controller is not enabled): skipped when absent, as libcontainer skips them.
+    pub optional: bool,
 }
 
-fn write(controller: &'static str, file: &'static str, value: String) -> CgroupWrite {
+fn write(controller: &'static str, file: impl Into<String>, value: String) -> CgroupWrite {
     CgroupWrite {
         controller,
-        file,
+        file: file.into(),
         value,
+        optional: false,
+    }
+}
+
+/// The hugetlb limits (libcontainer's `HugeTlbGroup.Set` / fs2 `setHugeTlb`): each page size's
+/// limit, and the same value as its reservation limit where the kernel has one. `suffix` is the
+/// version's file suffix (`limit_in_bytes` on v1, `max` on v2).
+fn hugetlb_writes(cfg: &ResourceConfig, suffix: &str, writes: &mut Vec<CgroupWrite>) {
+    for (size, limit) in &cfg.hugetlb_limits {
+        // A host without the hugetlb controller enabled lacks the files: the container's
+        // limits still reach the runtime through the CRI.
+        writes.push(CgroupWrite {
+            optional: true,
+            ..write(
+                "hugetlb",
+                format!("hugetlb.{size}.{suffix}"),
+                limit.to_string(),
+            )
+        });
+        writes.push(CgroupWrite {
+            optional: true,
+            ..write(
+                "hugetlb",
+                format!("hugetlb.{size}.rsvd.{suffix}"),
+                limit.to_string(),
+            )
+        });
     }
 }
 
@@ -68,7 +98,15 @@ fn v1_writes(cfg: &ResourceConfig) -> Vec<CgroupWrite> {
     if let Some(pids) = cfg.pids_limit {
         writes.push(write("pids", "pids.max", pids_value(pids)));
     }
+    hugetlb_writes(cfg, "limit_in_bytes", &mut writes);
     // memory.min/low/high do not exist on v1.
+    writes
+}
+
+/// The cgroup v2 hugetlb files alone, for the systemd driver (systemd has no property for them).
+pub fn hugetlb_v2_writes(cfg: &ResourceConfig) -> Vec<CgroupWrite> {
+    let mut writes = Vec::new();
+    hugetlb_writes(cfg, "max", &mut writes);
     writes
 }
 
@@ -117,6 +155,7 @@ fn v2_writes(cfg: &ResourceConfig) -> Vec<CgroupWrite> {
     if let Some(pids) = cfg.pids_limit {
         writes.push(write("pids", "pids.max", pids_value(pids)));
     }
+    hugetlb_writes(cfg, "max", &mut writes);
     writes
 }
 
@@ -169,7 +208,7 @@ impl CgroupfsManager {
             }
             Version::V1 => {
                 // The cgroup exists in the hierarchies the kubelet checks, even without values.
-                for controller in ["cpu", "memory", "pids"] {
+                for controller in ["cpu", "memory", "pids", "hugetlb"] {
                     if self.mount.join(controller).is_dir() {
                         create_dir(&self.path_dir(controller, &relative))?;
                     }
@@ -184,7 +223,11 @@ impl CgroupfsManager {
                 );
                 continue;
             }
-            let file = self.path_dir(w.controller, &relative).join(w.file);
+            let file = self.path_dir(w.controller, &relative).join(&w.file);
+            if w.optional && !file.exists() {
+                tracing::debug!(path = %file.display(), "optional cgroup file absent; skipped");
+                continue;
+            }
             std::fs::write(&file, &w.value).map_err(|source| CgroupError::Io {
                 path: file,
                 action: "writing",
@@ -508,11 +551,15 @@ mod tests {
             memory_high: Some(MemoryHigh::Max),
             ..cfg(2, None, None, None)
         };
+        let hugetlb = ResourceConfig {
+            hugetlb_limits: vec![("2MB".into(), 4 << 20), ("1GB".into(), 0)],
+            ..cfg(256, None, None, None)
+        };
         let cases: Vec<(&str, Version, ResourceConfig, Vec<&str>)> = vec![
             (
                 "guaranteed v1",
                 Version::V1,
-                guaranteed,
+                guaranteed.clone(),
                 vec![
                     "cpu/cpu.shares=512",
                     "cpu/cpu.cfs_period_us=100000",
@@ -523,7 +570,7 @@ mod tests {
             (
                 "guaranteed v2",
                 Version::V2,
-                guaranteed,
+                guaranteed.clone(),
                 vec![
                     "cpu/cpu.weight=59",
                     "cpu/cpu.max=50000 100000",
@@ -533,7 +580,7 @@ mod tests {
             (
                 "burstable without limits v1",
                 Version::V1,
-                burstable_no_limits,
+                burstable_no_limits.clone(),
                 vec!["cpu/cpu.shares=256"],
             ),
             (
@@ -545,7 +592,7 @@ mod tests {
             (
                 "cpu limits not enforced v1",
                 Version::V1,
-                unenforced,
+                unenforced.clone(),
                 vec![
                     "cpu/cpu.shares=1024",
                     "cpu/cpu.cfs_period_us=100000",
@@ -556,7 +603,7 @@ mod tests {
             (
                 "cpu limits not enforced v2",
                 Version::V2,
-                unenforced,
+                unenforced.clone(),
                 vec![
                     "cpu/cpu.weight=100",
                     "cpu/cpu.max=max 100000",
@@ -566,7 +613,7 @@ mod tests {
             (
                 "memory qos and pids v2",
                 Version::V2,
-                memory_qos,
+                memory_qos.clone(),
                 vec![
                     "cpu/cpu.weight=35",
                     "memory/memory.min=0",
@@ -579,7 +626,7 @@ mod tests {
             (
                 "memory qos values do not exist on v1; pids do",
                 Version::V1,
-                memory_qos,
+                memory_qos.clone(),
                 vec![
                     "cpu/cpu.shares=256",
                     "memory/memory.limit_in_bytes=1073741824",
@@ -589,7 +636,7 @@ mod tests {
             (
                 "reset v2",
                 Version::V2,
-                reset,
+                reset.clone(),
                 vec![
                     "cpu/cpu.weight=1",
                     "memory/memory.min=0",
@@ -598,10 +645,73 @@ mod tests {
                     "pids/pids.max=max",
                 ],
             ),
+            (
+                "hugetlb v1",
+                Version::V1,
+                hugetlb.clone(),
+                vec![
+                    "cpu/cpu.shares=256",
+                    "hugetlb/hugetlb.2MB.limit_in_bytes=4194304",
+                    "hugetlb/hugetlb.2MB.rsvd.limit_in_bytes=4194304",
+                    "hugetlb/hugetlb.1GB.limit_in_bytes=0",
+                    "hugetlb/hugetlb.1GB.rsvd.limit_in_bytes=0",
+                ],
+            ),
+            (
+                "hugetlb v2",
+                Version::V2,
+                hugetlb.clone(),
+                vec![
+                    "cpu/cpu.weight=35",
+                    "hugetlb/hugetlb.2MB.max=4194304",
+                    "hugetlb/hugetlb.2MB.rsvd.max=4194304",
+                    "hugetlb/hugetlb.1GB.max=0",
+                    "hugetlb/hugetlb.1GB.rsvd.max=0",
+                ],
+            ),
         ];
         for (name, version, c, want) in cases {
             assert_eq!(rendered(cgroup_writes(version, &c)), want, "{name}");
         }
+    }
+
+    #[test]
+    fn hugetlb_files_are_written_where_the_kernel_has_them() {
+        let mount = tempfile::tempdir().unwrap();
+        for h in ["cpu", "hugetlb"] {
+            std::fs::create_dir(mount.path().join(h)).unwrap();
+        }
+        // The kernel makes the files when it makes the cgroup; here: the limits, and the
+        // reservation limit only for 2MB (a kernel before 5.7 has none).
+        let dir = mount.path().join("hugetlb/kubepods/pod1");
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [
+            "hugetlb.2MB.limit_in_bytes",
+            "hugetlb.2MB.rsvd.limit_in_bytes",
+            "hugetlb.1GB.limit_in_bytes",
+        ] {
+            std::fs::write(dir.join(f), "9223372036854771712").unwrap();
+        }
+        let c = ResourceConfig {
+            hugetlb_limits: vec![("2MB".into(), 4 << 20), ("1GB".into(), 0)],
+            ..cfg(256, None, None, None)
+        };
+        let cgroups = CgroupfsManager::new(mount.path(), Version::V1);
+        cgroups.ensure_path("/kubepods/pod1", &c).unwrap();
+        assert_eq!(read(&dir.join("hugetlb.2MB.limit_in_bytes")), "4194304");
+        assert_eq!(
+            read(&dir.join("hugetlb.2MB.rsvd.limit_in_bytes")),
+            "4194304"
+        );
+        assert_eq!(read(&dir.join("hugetlb.1GB.limit_in_bytes")), "0");
+        assert!(!dir.join("hugetlb.1GB.rsvd.limit_in_bytes").exists());
+        // No hugetlb hierarchy mounted: nothing written, no error.
+        let bare = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bare.path().join("cpu")).unwrap();
+        CgroupfsManager::new(bare.path(), Version::V1)
+            .ensure_path("/kubepods/pod1", &c)
+            .unwrap();
+        assert!(!bare.path().join("hugetlb").exists());
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod manager;
 pub mod memory_qos;
 pub mod node;
 pub mod oom;
+pub mod swap;
 pub mod systemd;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -61,7 +62,7 @@ pub fn milli_cpu_to_quota(milli: i64, period: u64) -> i64 {
 /// What to set on one cgroup, driver- and version-independent (the kubelet's
 /// `ResourceConfig`). `None` fields are left as they are: unlimited or inherited for a cgroup
 /// nodelet creates, untouched for one that exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ResourceConfig {
     pub cpu_shares: Option<u64>,
     /// Microseconds per `cpu_period`; -1 when cpu limits are not enforced.
@@ -77,6 +78,9 @@ pub struct ResourceConfig {
     pub memory_low: Option<i64>,
     /// cgroup v2 only: `memory.high`.
     pub memory_high: Option<MemoryHigh>,
+    /// `hugetlb.<page size>.max` (v2) / `.limit_in_bytes` (v1) in bytes, by page-size string
+    /// ("2MB"); empty leaves them alone.
+    pub hugetlb_limits: Vec<(String, u64)>,
 }
 
 /// A `memory.high` value.
@@ -124,7 +128,7 @@ pub fn pod_resource_config(pod: &Pod, enforce_cpu_limits: bool, cpu_period: u64)
 }
 
 /// Node-wide settings that shape every pod cgroup.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodCgroupSettings {
     /// `cpuCFSQuota`.
     pub enforce_cpu_limits: bool,
@@ -140,6 +144,9 @@ pub struct PodCgroupSettings {
     pub page_size: i64,
     /// Whether the node runs cgroup v2: Memory QoS values are only written there.
     pub cgroup_v2: bool,
+    /// The node's hugepage sizes in bytes: each gets a hugetlb limit on every pod cgroup, 0 where
+    /// the pod requests none (the kubelet's cgroup manager, `toResources`).
+    pub hugepage_sizes: Vec<u64>,
 }
 
 impl Default for PodCgroupSettings {
@@ -152,6 +159,7 @@ impl Default for PodCgroupSettings {
             node_allocatable_memory: 0,
             page_size: 4096,
             cgroup_v2: false,
+            hugepage_sizes: Vec::new(),
         }
     }
 }
@@ -164,6 +172,9 @@ pub fn pod_cgroup_config(pod: &Pod, settings: &PodCgroupSettings) -> ResourceCon
     if settings.pod_pids_limit > 0 {
         cfg.pids_limit = Some(settings.pod_pids_limit);
     }
+    // Every QoS class: a pod that requests no hugepages must not use any.
+    cfg.hugetlb_limits =
+        crate::podspec::hugepages::pod_hugetlb_limits(pod, &settings.hugepage_sizes);
     if settings.cgroup_v2 {
         let r = pod_resources_with_overhead(pod);
         let (min, low, high) = memory_qos::pod_values(
@@ -377,6 +388,35 @@ mod tests {
         assert_eq!(v1.pids_limit, Some(512));
         let unlimited = pod_cgroup_config(&p, &PodCgroupSettings::default());
         assert_eq!(unlimited.pids_limit, None);
+    }
+
+    #[test]
+    fn pod_cgroup_config_limits_hugetlb_for_every_node_size() {
+        let settings = PodCgroupSettings {
+            hugepage_sizes: vec![2 << 20, 1 << 30],
+            ..Default::default()
+        };
+        let asks = pod(
+            vec![
+                container("a", "", "memory=64Mi,hugepages-2Mi=4Mi"),
+                container("b", "", "memory=64Mi,hugepages-2Mi=2Mi"),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            pod_cgroup_config(&asks, &settings).hugetlb_limits,
+            vec![("2MB".to_string(), 6 << 20), ("1GB".to_string(), 0)]
+        );
+        // A pod without hugepages (any QoS class) may use none.
+        let none = pod(vec![container("a", "", "")], vec![]);
+        assert_eq!(
+            pod_cgroup_config(&none, &settings).hugetlb_limits,
+            vec![("2MB".to_string(), 0), ("1GB".to_string(), 0)]
+        );
+        // A node without hugepage sizes writes nothing for a pod that asks none.
+        assert!(pod_cgroup_config(&none, &PodCgroupSettings::default())
+            .hugetlb_limits
+            .is_empty());
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl PodShare {
 }
 
 /// What the QoS tiers get for a set of active pods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierConfigs {
     /// Only the Memory QoS protection of `kubepods` (its limits come from node allocatable).
     pub kubepods: ResourceConfig,
@@ -292,7 +292,7 @@ impl NodeCgroups {
             self.config.pod.memory_qos,
             self.config.pod.cgroup_v2,
         );
-        if state.applied == Some(configs) {
+        if state.applied.as_ref() == Some(&configs) {
             return Ok(());
         }
         let [kubepods, burstable, besteffort] = self.tiers();

@@ -206,6 +206,32 @@ impl SystemdManager {
     }
 }
 
+/// The hugetlb limits, written into the slice's directory: systemd has no unit property for
+/// hugetlb, so libcontainer's systemd manager writes them with its cgroupfs manager after
+/// `SetUnitProperties`, as this does. A file the kernel lacks is skipped (see
+/// [`super::fs::CgroupWrite::optional`]).
+fn write_hugetlb(dir: &Path, cfg: &ResourceConfig) -> Result<()> {
+    if cfg.hugetlb_limits.is_empty() {
+        return Ok(());
+    }
+    if !dir.is_dir() {
+        tracing::debug!(dir = %dir.display(), "slice cgroup not realized yet; hugetlb limits not written");
+        return Ok(());
+    }
+    for w in super::fs::hugetlb_v2_writes(cfg) {
+        let file = dir.join(&w.file);
+        if w.optional && !file.exists() {
+            continue;
+        }
+        std::fs::write(&file, &w.value).map_err(|source| CgroupError::Io {
+            path: file,
+            action: "writing",
+            source,
+        })?;
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl CgroupManager for SystemdManager {
     fn driver(&self) -> Driver {
@@ -232,7 +258,9 @@ impl CgroupManager for SystemdManager {
                 self.bus.set_unit_properties(&unit, &props).await?;
             }
         }
-        self.write_exact_cpu_max(&self.cgroup_dir(cgroup), cfg)
+        let dir = self.cgroup_dir(cgroup);
+        self.write_exact_cpu_max(&dir, cfg)?;
+        write_hugetlb(&dir, cfg)
     }
 
     async fn destroy(&self, cgroup: &CgroupName) -> Result<()> {
@@ -380,6 +408,8 @@ mod tests {
             memory_min: Some(64 << 20),
             memory_low: Some(0),
             memory_high: Some(MemoryHigh::Max),
+            // systemd has no hugetlb property: these go to the files.
+            hugetlb_limits: vec![("2MB".into(), 0)],
         };
         assert_eq!(
             resource_properties(&guaranteed),
@@ -534,6 +564,26 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(files, ["cpu.max"]);
+
+        // Hugetlb limits have no unit property: they go to the slice's files, where the kernel
+        // has them (here 2MB with its reservation file, 1GB without).
+        for f in ["hugetlb.2MB.max", "hugetlb.2MB.rsvd.max", "hugetlb.1GB.max"] {
+            std::fs::write(dir.join(f), "max").unwrap();
+        }
+        let huge = ResourceConfig {
+            hugetlb_limits: vec![("2MB".into(), 4 << 20), ("1GB".into(), 0)],
+            ..cfg.clone()
+        };
+        manager.ensure(&pod, &huge).await.unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        assert_eq!(read("hugetlb.2MB.max"), "4194304");
+        assert_eq!(read("hugetlb.2MB.rsvd.max"), "4194304");
+        assert_eq!(read("hugetlb.1GB.max"), "0");
+        assert!(!dir.join("hugetlb.1GB.rsvd.max").exists());
+        let Call::Set(_, props) = bus.calls().pop().unwrap() else {
+            panic!()
+        };
+        assert_eq!(props, resource_properties(&cfg), "no property for hugetlb");
     }
 
     #[tokio::test]

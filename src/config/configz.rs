@@ -104,7 +104,7 @@ pub fn configz(cfg: &Config) -> Value {
         "singleProcessOOMKill": cfg.single_process_oom_kill,
         "seccompDefault": cfg.seccomp_default,
         "failSwapOn": cfg.fail_swap_on,
-        "memorySwap": {"swapBehavior": "NoSwap"},
+        "memorySwap": {"swapBehavior": cfg.swap_behavior.as_str()},
         "allowedUnsafeSysctls": cfg.allowed_unsafe_sysctls,
         "podPidsLimit": cfg.pod_pids_limit,
         "kubeReserved": reserved(&cfg.kube_reserved),

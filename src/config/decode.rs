@@ -21,6 +21,7 @@ use super::{
 use crate::config::memory_qos::ReservationPolicy;
 use crate::config::reserved::Reserved;
 use crate::config::shutdown::GracePeriodByPriority;
+use crate::config::swap::SwapBehavior;
 
 /// Top-level fields nodelet implements (kubelet fields, then nodelet's own).
 pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
@@ -239,6 +240,8 @@ pub(super) struct Decoded {
     pub single_process_oom_kill: Option<bool>,
     pub seccomp_default: Option<bool>,
     pub fail_swap_on: Option<bool>,
+    /// `memorySwap.swapBehavior`.
+    pub swap_behavior: Option<SwapBehavior>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub pod_pids_limit: Option<i64>,
     pub kube_reserved: Option<Reserved>,
@@ -1651,8 +1654,7 @@ impl Decoded {
         (self.errors.len() == errors).then_some(periods)
     }
 
-    /// `memorySwap`: only `swapBehavior` `NoSwap` (or empty, its default) is implemented; since
-    /// nodelet starts only on a node without swap (`failSwapOn`), no container can swap.
+    /// `memorySwap`: `swapBehavior` `NoSwap` (or empty, its default) or `LimitedSwap`.
     fn memory_swap(&mut self, path: &str, value: &Value) {
         let Some(map) = self.mapping(path, value) else {
             return;
@@ -1668,12 +1670,9 @@ impl Decoded {
                 continue;
             }
             match self.string(&field_path, value).as_deref() {
-                None | Some("") | Some("NoSwap") => {}
-                Some("LimitedSwap") => self.invalid(
-                    &field_path,
-                    value,
-                    "LimitedSwap is not implemented by nodelet: it runs only on nodes without swap (failSwapOn); use NoSwap",
-                ),
+                None => {}
+                Some("") | Some("NoSwap") => self.swap_behavior = Some(SwapBehavior::NoSwap),
+                Some("LimitedSwap") => self.swap_behavior = Some(SwapBehavior::LimitedSwap),
                 Some(_) => self.unsupported(&field_path, value, &["LimitedSwap", "NoSwap"]),
             }
         }

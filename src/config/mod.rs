@@ -78,6 +78,8 @@ pub struct Config {
     pub seccomp_default: bool,
     /// `failSwapOn` (default true): refuse to start on a node with swap on (`config::swap`).
     pub fail_swap_on: bool,
+    /// `memorySwap.swapBehavior` (default `NoSwap`): what containers may swap (`cgroup::swap`).
+    pub swap_behavior: swap::SwapBehavior,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) pods may set beyond the safe
     /// set, each checked at load to be namespaced (`podspec::sysctl`).
     pub allowed_unsafe_sysctls: Vec<String>,
@@ -521,6 +523,7 @@ impl Config {
             single_process_oom_kill: false,
             seccomp_default: false,
             fail_swap_on: true,
+            swap_behavior: swap::SwapBehavior::NoSwap,
             allowed_unsafe_sysctls: Vec::new(),
             pod_pids_limit: -1,
             kube_reserved: Default::default(),

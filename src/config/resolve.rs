@@ -235,6 +235,7 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         .unwrap_or(defaults.single_process_oom_kill);
     config.seccomp_default = decoded.seccomp_default.unwrap_or(defaults.seccomp_default);
     config.fail_swap_on = decoded.fail_swap_on.unwrap_or(defaults.fail_swap_on);
+    config.swap_behavior = decoded.swap_behavior.unwrap_or(defaults.swap_behavior);
     config.allowed_unsafe_sysctls = decoded.allowed_unsafe_sysctls.unwrap_or_default();
     config.pod_pids_limit = decoded.pod_pids_limit.unwrap_or(defaults.pod_pids_limit);
     config.kube_reserved = decoded.kube_reserved.unwrap_or_default();

@@ -32,6 +32,8 @@ pub struct NodeCapacity {
     pub cpu_milli: i64,
     pub memory: i64,
     pub pods: u32,
+    /// Allocatable hugepages in bytes by page size (`hugepages-<size>` on the Node).
+    pub hugepages: BTreeMap<u64, i64>,
     pub labels: BTreeMap<String, String>,
 }
 
@@ -185,7 +187,7 @@ pub enum Verdict {
 enum Failure {
     /// `InsufficientResourceError`: `requested` more of `resource` than is free.
     Insufficient {
-        resource: &'static str,
+        resource: String,
         requested: i64,
         used: i64,
         capacity: i64,
@@ -221,29 +223,49 @@ fn request_of(pod: &Pod, resource: &str) -> i64 {
         "pods" => 1,
         "cpu" => r.cpu_request_milli,
         "memory" => r.memory_request,
-        _ => 0,
+        // Hugepages have no overhead; requests equal limits (API rule).
+        name => crate::podspec::hugepages::page_size_of_resource(name)
+            .and_then(|size| {
+                crate::podspec::hugepages::pod_hugepages(pod)
+                    .get(&size)
+                    .copied()
+            })
+            .unwrap_or(0),
     }
 }
 
+/// `hugepages-<size>` as the Node lists it ("2Mi", "1Gi").
+fn hugepages_resource_name(size: u64) -> String {
+    const UNITS: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let (mut v, mut idx) = (size, 0);
+    while v != 0 && v % 1024 == 0 && idx < UNITS.len() - 1 {
+        v /= 1024;
+        idx += 1;
+    }
+    format!("hugepages-{v}{}", UNITS[idx])
+}
+
 /// What is still missing after `pods` would be gone.
-fn remaining(needs: &[(&'static str, i64)], pods: &[&Pod]) -> Vec<(&'static str, i64)> {
+fn remaining(needs: &[(String, i64)], pods: &[&Pod]) -> Vec<(String, i64)> {
     needs
         .iter()
-        .filter_map(|&(resource, quantity)| {
+        .filter_map(|(resource, quantity)| {
+            let quantity = *quantity;
             let left = pods
                 .iter()
                 .fold(quantity, |q, p| q.saturating_sub(request_of(p, resource)));
-            (left > 0).then_some((resource, left))
+            (left > 0).then(|| (resource.clone(), left))
         })
         .collect()
 }
 
 /// How far a pod's requests are from covering `needs`: the squared share of each need it
 /// leaves, summed (0 covers all).
-fn distance(needs: &[(&'static str, i64)], pod: &Pod) -> f64 {
+fn distance(needs: &[(String, i64)], pod: &Pod) -> f64 {
     needs
         .iter()
-        .map(|&(resource, quantity)| {
+        .map(|(resource, quantity)| {
+            let quantity = *quantity;
             let left = quantity.saturating_sub(request_of(pod, resource)).max(0);
             (left as f64 / quantity as f64).powi(2)
         })
@@ -266,7 +288,7 @@ fn smaller_request(a: &Pod, b: &Pod) -> bool {
 fn preempt_by_distance(
     pods: &[&Pod],
     mut candidates: Vec<usize>,
-    mut needs: Vec<(&'static str, i64)>,
+    mut needs: Vec<(String, i64)>,
 ) -> Option<Vec<usize>> {
     let mut chosen = Vec::new();
     while !needs.is_empty() {
@@ -308,7 +330,7 @@ fn preemptable(preemptor: &Pod, preemptee: &Pod) -> bool {
 pub fn pods_to_preempt(
     preemptor: &Pod,
     active: &[&Pod],
-    needs: &[(&'static str, i64)],
+    needs: &[(String, i64)],
 ) -> Result<Vec<usize>, String> {
     let mut by_class: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
     for (i, p) in active.iter().enumerate() {
@@ -324,7 +346,7 @@ pub fn pods_to_preempt(
     let class = |rank: u8| by_class.get(&rank).cloned().unwrap_or_default();
     let (best_effort, burstable, guaranteed) = (class(0), class(1), class(2));
     let pods_of = |indices: &[usize]| indices.iter().map(|&i| active[i]).collect::<Vec<_>>();
-    let no_set = |needs: &[(&'static str, i64)]| {
+    let no_set = |needs: &[(String, i64)]| {
         let list: String = needs
             .iter()
             .map(|(r, q)| format!("(res: {r}, q: {q}), "))
@@ -447,7 +469,7 @@ pub fn decide(
     let Some(first) = failures.first() else {
         return Verdict::Admit;
     };
-    let needs: Option<Vec<(&'static str, i64)>> = failures
+    let needs: Option<Vec<(String, i64)>> = failures
         .iter()
         .map(|f| match f {
             Failure::Insufficient {
@@ -456,7 +478,7 @@ pub fn decide(
                 used,
                 capacity,
             } => Some((
-                *resource,
+                resource.clone(),
                 requested.saturating_sub(capacity.saturating_sub(*used)),
             )),
             Failure::Predicate(_) => None,
@@ -523,7 +545,7 @@ fn failures(
     let used_pods = i64::try_from(active.len()).unwrap_or(i64::MAX);
     if used_pods.saturating_add(1) > i64::from(node.pods) {
         failures.push(Failure::Insufficient {
-            resource: "pods",
+            resource: "pods".into(),
             requested: 1,
             used: used_pods,
             capacity: i64::from(node.pods),
@@ -543,7 +565,7 @@ fn failures(
         && used_cpu.saturating_add(wanted.cpu_request_milli) > node.cpu_milli
     {
         failures.push(Failure::Insufficient {
-            resource: "cpu",
+            resource: "cpu".into(),
             requested: wanted.cpu_request_milli,
             used: used_cpu,
             capacity: node.cpu_milli,
@@ -552,11 +574,35 @@ fn failures(
     if wanted.memory_request > 0 && used_memory.saturating_add(wanted.memory_request) > node.memory
     {
         failures.push(Failure::Insufficient {
-            resource: "memory",
+            resource: "memory".into(),
             requested: wanted.memory_request,
             used: used_memory,
             capacity: node.memory,
         });
+    }
+    // Hugepages as the scheduler's `fitsRequest` counts scalar resources: every size the pod
+    // requests against the node's allocatable less what the active pods request; a size the
+    // node lacks has none.
+    let wanted_hugepages = crate::podspec::hugepages::pod_hugepages(pod);
+    for (size, requested) in wanted_hugepages.iter().filter(|(_, v)| **v > 0) {
+        let used = active
+            .iter()
+            .map(|p| {
+                crate::podspec::hugepages::pod_hugepages(p)
+                    .get(size)
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .fold(0, i64::saturating_add);
+        let capacity = node.hugepages.get(size).copied().unwrap_or(0);
+        if used.saturating_add(*requested) > capacity {
+            failures.push(Failure::Insufficient {
+                resource: hugepages_resource_name(*size),
+                requested: *requested,
+                used,
+                capacity,
+            });
+        }
     }
     if !matches_node(pod, &node.labels, node_name) {
         failures.push(Failure::Predicate(Rejection::new(
@@ -600,6 +646,7 @@ mod tests {
             cpu_milli: 2000,
             memory: 4 << 30,
             pods: 3,
+            hugepages: [(2 << 20, 8 << 20)].into(),
             labels: [
                 ("kubernetes.io/hostname".to_string(), "n1".to_string()),
                 ("kubernetes.io/os".to_string(), "linux".to_string()),
@@ -815,6 +862,69 @@ mod tests {
             let got = admit(&p, &refs, &node(), "n1").err().map(|r| r.reason);
             assert_eq!(got.as_deref(), want, "case: {name}");
         }
+    }
+
+    #[test]
+    fn hugepages_are_admitted_against_the_nodes_allocatable() {
+        let huge = |size: &str, v: &str| {
+            with(pod(None, Some("64Mi")), |s| {
+                let r = s.containers[0].resources.as_mut().unwrap();
+                for list in [&mut r.requests, &mut r.limits] {
+                    list.get_or_insert_with(Default::default)
+                        .insert(format!("hugepages-{size}"), Quantity(v.into()));
+                }
+            })
+        };
+        // The node has 8Mi of 2Mi pages and no 1Gi pages.
+        let cases: Vec<(&str, Pod, Vec<Pod>, Option<&str>)> = vec![
+            ("fits", huge("2Mi", "8Mi"), vec![], None),
+            (
+                "above allocatable",
+                huge("2Mi", "10Mi"),
+                vec![],
+                Some("OutOfhugepages-2Mi"),
+            ),
+            (
+                "the active pods hold some",
+                huge("2Mi", "6Mi"),
+                vec![huge("2Mi", "4Mi")],
+                Some("OutOfhugepages-2Mi"),
+            ),
+            (
+                "a size the node lacks",
+                huge("1Gi", "1Gi"),
+                vec![],
+                Some("OutOfhugepages-1Gi"),
+            ),
+            (
+                "none asked",
+                pod(None, Some("64Mi")),
+                vec![huge("2Mi", "8Mi")],
+                None,
+            ),
+        ];
+        for (name, p, active, want) in cases {
+            let refs: Vec<&Pod> = active.iter().collect();
+            let got = admit(&p, &refs, &node(), "n1").err().map(|r| r.reason);
+            assert_eq!(got.as_deref(), want, "case: {name}");
+        }
+        let r = admit(&huge("2Mi", "10Mi"), &[], &node(), "n1").unwrap_err();
+        assert_eq!(
+            r.message,
+            "Node didn't have enough resource: hugepages-2Mi, requested: 10485760, used: 0, capacity: 8388608"
+        );
+        // A critical pod short of hugepages preempts the pod that holds them.
+        let holder = huge("2Mi", "8Mi");
+        assert_eq!(
+            decide(
+                &critical(huge("2Mi", "4Mi")),
+                &[&holder],
+                &node(),
+                "n1",
+                &[]
+            ),
+            Verdict::Preempt(vec![0])
+        );
     }
 
     #[test]
@@ -1045,6 +1155,8 @@ mod tests {
         ];
         let preemptor = critical(pod(None, None));
         for (name, active, needs, want) in cases {
+            let needs: Vec<(String, i64)> =
+                needs.into_iter().map(|(r, q)| (r.to_string(), q)).collect();
             let refs: Vec<&Pod> = active.iter().collect();
             assert_eq!(
                 pods_to_preempt(&preemptor, &refs, &needs),

@@ -107,7 +107,7 @@ const NO_RESIZE: &str = "in-place resize is not implemented: a resources change 
 const NO_DRA: &str = "dynamic resource allocation (DRA) is not implemented";
 const NO_ATOMIC_USER: &str =
     "file owners of projected files (AtomicWriteVolumeUserFields, alpha) are not implemented";
-const NO_RESOURCE: &str = "only cpu, memory and ephemeral-storage are managed on this node (no hugepages, no device plugins)";
+const NO_RESOURCE: &str = "only cpu, memory, ephemeral-storage and hugepages-<size> are managed on this node (no device plugins, no extended resources)";
 const NO_POD_RESOURCE: &str = "only cpu and memory are managed at pod level";
 
 macro_rules! volume_refused {
@@ -242,8 +242,8 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.{containers,initContainers}[].readinessProbe", &["tests/probes.rs::failing_readiness_keeps_the_pod_not_ready_without_restarts_until_healthy"]),
     refused("spec.{containers,initContainers}[].resizePolicy", NO_RESIZE, "  containers:\n  - name: c\n    image: busybox\n    resizePolicy:\n    - resourceName: memory\n      restartPolicy: RestartContainer\n"),
     refused("spec.{containers,initContainers}[].resources.claims", NO_DRA, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      claims:\n      - name: gpu\n"),
-    partly("spec.{containers,initContainers}[].resources.limits", "cpu, memory and ephemeral-storage", &["src/sync/container_config.rs::resources_table", "src/eviction/local_storage.rs::violations_in_the_kubelets_order_with_its_messages"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      limits:\n        example.com/gpu: \"1\"\n"),
-    partly("spec.{containers,initContainers}[].resources.requests", "cpu, memory and ephemeral-storage", &["src/podspec/resources.rs::requests_default_to_limits_per_resource", "src/pod/admission.rs::table"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests:\n        hugepages-2Mi: 4Mi\n"),
+    partly("spec.{containers,initContainers}[].resources.limits", "cpu, memory, ephemeral-storage and hugepages-<size>", &["src/sync/container_config.rs::resources_table", "src/eviction/local_storage.rs::violations_in_the_kubelets_order_with_its_messages"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      limits:\n        example.com/gpu: \"1\"\n"),
+    partly("spec.{containers,initContainers}[].resources.requests", "cpu, memory, ephemeral-storage and hugepages-<size>", &["src/podspec/resources.rs::requests_default_to_limits_per_resource", "src/pod/admission.rs::table", "src/pod/admission.rs::hugepages_are_admitted_against_the_nodes_allocatable", "tests/hugepages.rs::a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests:\n        example.com/gpu: \"1\"\n"),
     honoured("spec.{containers,initContainers}[].restartPolicy", &["tests/sidecars.rs::init_and_sidecars_start_in_order_and_the_pod_succeeds_with_its_main_container"]),
     honoured("spec.{containers,initContainers}[].restartPolicyRules", &["tests/lifecycle.rs::restart_policy_rules_restart_only_on_exit_code_42", "src/sync/actions.rs::restart_all_containers_rule_triggers_once_on_its_exit_code"]),
     honoured("spec.{containers,initContainers}[].securityContext", &["src/sync/container_config.rs::security_context_table", "tests/security_context.rs::security_context_fields_hold_inside_the_container"]),
@@ -266,7 +266,7 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.volumes[].downwardAPI", &["src/volume/projection.rs::downward_api_payload_table", "src/volume/api.rs::downward_api_volume_follows_label_changes"]),
     refused("spec.volumes[].downwardAPI.defaultUser", NO_ATOMIC_USER, "  volumes:\n  - name: v\n    downwardAPI: {defaultUser: 1000}\n"),
     refused("spec.volumes[].downwardAPI.items[].user", NO_ATOMIC_USER, "  volumes:\n  - name: v\n    downwardAPI:\n      items: [{path: n, user: 1000, fieldRef: {fieldPath: metadata.name}}]\n"),
-    partly("spec.volumes[].emptyDir", "the disk and Memory media", &["src/volume/mod.rs::empty_dirs_are_created_and_cleanup_removes_them", "src/volume/mod.rs::memory_empty_dir_mounts_tmpfs_or_names_the_volume", "tests/eviction.rs::an_empty_dir_over_its_size_limit_is_evicted_and_one_below_is_not"], "hugepage-backed emptyDir volumes are not implemented", "  volumes:\n  - name: v\n    emptyDir: {medium: HugePages}\n"),
+    honoured("spec.volumes[].emptyDir", &["src/volume/mod.rs::empty_dirs_are_created_and_cleanup_removes_them", "src/volume/mod.rs::memory_empty_dir_mounts_tmpfs_or_names_the_volume", "tests/eviction.rs::an_empty_dir_over_its_size_limit_is_evicted_and_one_below_is_not", "tests/hugepages.rs::a_hugepages_empty_dir_is_a_hugetlbfs_of_the_requested_page_size"]),
     honoured("spec.volumes[].hostPath", &["src/volume/mod.rs::host_path_type_table"]),
     honoured("spec.volumes[].projected", &["src/volume/projection.rs::volume_payload_table", "tests/api_volumes.rs::kube_api_access_volume_from_the_api_server"]),
     refused("spec.volumes[].projected.defaultUser", NO_ATOMIC_USER, "  volumes:\n  - name: v\n    projected: {defaultUser: 1000, sources: []}\n"),
@@ -429,7 +429,7 @@ pub fn refusals(pod: &Pod) -> Vec<Refusal> {
         refuse(&mut out, format!("spec.resourceClaims[{i}]"), &claim.name);
     }
     if let Some(r) = &spec.resources {
-        resources(&mut out, "spec.resources", r, &["cpu", "memory"]);
+        resources(&mut out, "spec.resources", r, &["cpu", "memory"], false);
     }
     if let Some(sc) = &spec.security_context {
         if let Some(policy) = sc
@@ -458,13 +458,22 @@ pub fn refusals(pod: &Pod) -> Vec<Refusal> {
     out
 }
 
-fn resources(out: &mut Vec<Refusal>, path: &str, r: &ResourceRequirements, managed: &[&str]) {
+/// `managed`: the resource names nodelet manages there; `hugepages`: whether `hugepages-<size>`
+/// names are managed too (container level).
+fn resources(
+    out: &mut Vec<Refusal>,
+    path: &str,
+    r: &ResourceRequirements,
+    managed: &[&str],
+    hugepages: bool,
+) {
     for (i, claim) in r.claims.iter().flatten().enumerate() {
         refuse(out, format!("{path}.claims[{i}]"), &claim.name);
     }
     for (field, list) in [("limits", &r.limits), ("requests", &r.requests)] {
         for (name, Quantity(q)) in list.iter().flatten() {
-            if !managed.contains(&name.as_str()) {
+            let huge = hugepages && super::hugepages::page_size_of_resource(name).is_some();
+            if !managed.contains(&name.as_str()) && !huge {
                 refuse(
                     out,
                     format!("{path}.{field}[{name}]"),
@@ -500,6 +509,7 @@ fn container(out: &mut Vec<Refusal>, path: &str, c: &Container) {
             &format!("{path}.resources"),
             r,
             &["cpu", "memory", "ephemeral-storage"],
+            true,
         );
     }
     for (i, d) in c.volume_devices.iter().flatten().enumerate() {
@@ -540,7 +550,7 @@ fn volume(out: &mut Vec<Refusal>, path: &str, v: &Volume) {
         .empty_dir
         .as_ref()
         .and_then(|e| e.medium.as_deref())
-        .filter(|m| !matches!(*m, "" | "Memory"))
+        .filter(|m| !matches!(*m, "" | "Memory") && !super::hugepages::is_hugepages_medium(m))
     {
         refuse(out, format!("{path}.emptyDir.medium"), medium);
     }

@@ -70,6 +70,11 @@ pub struct ContainerContext<'a> {
     pub memory_qos: crate::config::memory_qos::MemoryQos,
     pub memory_qos_allocatable: i64,
     pub page_size: i64,
+    /// The node's hugepage sizes in bytes (`MachineInfo::hugepages`): every one gets a CRI
+    /// `hugepage_limits` entry, 0 where the container asks none.
+    pub hugepage_sizes: &'a [u64],
+    /// The node's swap facts and `memorySwap.swapBehavior` (`cgroup::swap`).
+    pub swap: crate::cgroup::swap::SwapNode,
 }
 
 const ETC_HOSTS: &str = "/etc/hosts";
@@ -411,6 +416,11 @@ fn container_resources(
     }
     let mut resources = linux_resources(requests.cpu_milli, cpu_limit, memory_limit);
     resources.oom_score_adj = oom_score_adj(ctx.qos_class, pod, container, ctx.memory_capacity);
+    resources.hugepage_limits =
+        crate::podspec::hugepages::container_hugepage_limits(container, ctx.hugepage_sizes)
+            .into_iter()
+            .map(|(page_size, limit)| api::HugepageLimit { page_size, limit })
+            .collect();
     if ctx.cgroup_v2 {
         // Memory QoS through the runtime (`memory.high`, reset to `max` when it is off;
         // `memory.min`/`memory.low` by reservation policy), as the kubelet sets them.
@@ -428,6 +438,18 @@ fn container_resources(
             unified.insert("memory.oom.group".to_string(), "1".to_string());
         }
         resources.unified = unified;
+    }
+    // Swap, as the kubelet: `memory.swap.max` on cgroup v2, memory + swap = the memory limit
+    // on cgroup v1, nothing without the swap controller.
+    use crate::cgroup::swap::{container_swap, SwapSetting, SWAP_MAX};
+    match container_swap(pod, container, ctx.qos_class, memory_limit, &ctx.swap) {
+        SwapSetting::Unset => {}
+        SwapSetting::MemorySwapLimit(bytes) => resources.memory_swap_limit_in_bytes = bytes,
+        SwapSetting::SwapMax(bytes) => {
+            resources
+                .unified
+                .insert(SWAP_MAX.to_string(), bytes.to_string());
+        }
     }
     resources
 }
@@ -930,6 +952,8 @@ mod tests {
             memory_qos: crate::config::memory_qos::MemoryQos::OFF,
             memory_qos_allocatable: 8 << 30,
             page_size: 4096,
+            hugepage_sizes: &[],
+            swap: crate::cgroup::swap::SwapNode::default(),
         }
     }
 
@@ -1122,6 +1146,110 @@ mod tests {
         for (k, v) in want_annotations {
             assert_eq!(cfg.annotations[k], v, "{k}");
         }
+    }
+
+    #[test]
+    fn hugepage_limits_reach_the_runtime_for_every_node_size() {
+        let volumes = BTreeMap::new();
+        let sizes = [2u64 << 20, 1 << 30];
+        let context = ContainerContext {
+            hugepage_sizes: &sizes,
+            ..ctx(&volumes)
+        };
+        let limits = |c: &Container| {
+            let p = pod_with(vec![c.clone()]);
+            built(&p, c, ContainerKind::Regular, &context)
+                .unwrap()
+                .linux
+                .unwrap()
+                .resources
+                .unwrap()
+                .hugepage_limits
+                .into_iter()
+                .map(|h| (h.page_size, h.limit))
+                .collect::<Vec<_>>()
+        };
+        let asks = resourced("app", "", "memory=64Mi,hugepages-2Mi=4Mi");
+        assert_eq!(
+            limits(&asks),
+            vec![("2MB".to_string(), 4 << 20), ("1GB".to_string(), 0)]
+        );
+        // A container that asks none may use none.
+        let none = resourced("app", "", "memory=64Mi");
+        assert_eq!(
+            limits(&none),
+            vec![("2MB".to_string(), 0), ("1GB".to_string(), 0)]
+        );
+        // A node without hugepages sends no entry.
+        let p = pod_with(vec![asks.clone()]);
+        let cfg = built(&p, &asks, ContainerKind::Regular, &ctx(&volumes)).unwrap();
+        assert!(cfg
+            .linux
+            .unwrap()
+            .resources
+            .unwrap()
+            .hugepage_limits
+            .is_empty());
+    }
+
+    /// The swap decision (`cgroup::swap`) lands where the runtime reads it: `unified` on
+    /// cgroup v2, `memory_swap_limit_in_bytes` on v1, nothing without the controller.
+    #[test]
+    fn swap_reaches_the_runtime() {
+        use crate::cgroup::swap::{SwapBehavior, SwapNode};
+        let volumes = BTreeMap::new();
+        let c = resourced("app", "memory=1Gi", "memory=2Gi");
+        let p = pod_with(vec![c.clone()]);
+        let swap = SwapNode {
+            behavior: SwapBehavior::LimitedSwap,
+            cgroup_v2: true,
+            controller: true,
+            memory_capacity: 8 << 30,
+            swap_capacity: 2 << 30,
+        };
+        let resources = |cgroup_v2: bool, swap: SwapNode| {
+            let context = ContainerContext {
+                qos_class: crate::podspec::qos::qos_class(&p),
+                cgroup_v2,
+                swap,
+                ..ctx(&volumes)
+            };
+            built(&p, &c, ContainerKind::Regular, &context)
+                .unwrap()
+                .linux
+                .unwrap()
+                .resources
+                .unwrap()
+        };
+        let v2 = resources(true, swap);
+        assert_eq!(v2.unified["memory.swap.max"], (256u64 << 20).to_string());
+        assert_eq!(v2.memory_swap_limit_in_bytes, 0);
+        let v2_no_swap = resources(
+            true,
+            SwapNode {
+                behavior: SwapBehavior::NoSwap,
+                ..swap
+            },
+        );
+        assert_eq!(v2_no_swap.unified["memory.swap.max"], "0");
+        let v1 = resources(
+            false,
+            SwapNode {
+                cgroup_v2: false,
+                ..swap
+            },
+        );
+        assert!(v1.unified.is_empty(), "{:?}", v1.unified);
+        assert_eq!(v1.memory_swap_limit_in_bytes, 2 << 30);
+        let none = resources(
+            true,
+            SwapNode {
+                controller: false,
+                ..swap
+            },
+        );
+        assert!(!none.unified.contains_key("memory.swap.max"));
+        assert_eq!(none.memory_swap_limit_in_bytes, 0);
     }
 
     #[test]

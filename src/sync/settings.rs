@@ -25,6 +25,11 @@ pub struct SyncSettings {
     pub cgroup_v2: bool,
     /// `singleProcessOOMKill`: leave `memory.oom.group` alone (cgroup v2).
     pub single_process_oom_kill: bool,
+    /// `memorySwap.swapBehavior`.
+    pub swap_behavior: crate::config::swap::SwapBehavior,
+    /// The kernel's swap controller is there (`cgroup::swap::controller_available`): without
+    /// it, containers' resources say nothing about swap.
+    pub swap_controller: bool,
     /// `seccompDefault`: RuntimeDefault for containers whose pod names no seccomp profile.
     pub seccomp_default: bool,
     /// What the runtime's `Status` declared it supports (recursive read-only mounts per

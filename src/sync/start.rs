@@ -396,6 +396,13 @@ impl ContainerStarter {
                     .and_then(|s| s.runtime_class_name.as_deref()),
             )
             .unwrap_or_default();
+        let hugepage_sizes: Vec<u64> = self
+            .node
+            .machine
+            .hugepages
+            .iter()
+            .map(|(size, _)| *size)
+            .collect();
         let ctx = ContainerContext {
             pod_ips: env.pod_ips,
             host_ips: &self.node.host_ips,
@@ -418,6 +425,14 @@ impl ContainerStarter {
             memory_qos: self.settings.pod_cgroup.memory_qos,
             memory_qos_allocatable: self.settings.pod_cgroup.node_allocatable_memory,
             page_size: self.settings.pod_cgroup.page_size,
+            hugepage_sizes: &hugepage_sizes,
+            swap: crate::cgroup::swap::SwapNode {
+                behavior: self.settings.swap_behavior,
+                cgroup_v2: self.settings.cgroup_v2,
+                controller: self.settings.swap_controller,
+                memory_capacity: self.node.memory_capacity(),
+                swap_capacity: self.node.machine.swap_capacity,
+            },
         };
         let env_objects =
             super::env_objects::gather_env_objects(pod, container, self.objects.as_ref()).await;

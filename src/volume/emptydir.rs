@@ -24,17 +24,32 @@ pub enum Medium {
     Disk,
     /// `Memory`: a tmpfs, counted against the pod's memory.
     Memory,
+    /// `HugePages` or `HugePages-<size>`: a hugetlbfs of the page size the pod requests.
+    HugePages,
 }
 
 impl Medium {
-    /// `None` for media nodelet does not support (`HugePages`, `HugePages-<size>`).
+    /// `None` for a medium the API does not define.
     pub fn parse(value: Option<&str>) -> Option<Medium> {
         match value.unwrap_or_default() {
             "" => Some(Medium::Disk),
             "Memory" => Some(Medium::Memory),
+            m if crate::podspec::hugepages::is_hugepages_medium(m) => Some(Medium::HugePages),
             _ => None,
         }
     }
+}
+
+/// Mounts a hugetlbfs at `path` with `option` (`pagesize=2Mi`), as the kubelet's
+/// `setupHugepages` does (source `nodev`; needs CAP_SYS_ADMIN).
+pub fn mount_hugetlbfs(path: &Path, option: &str) -> nix::Result<()> {
+    nix::mount::mount(
+        Some("nodev"),
+        path,
+        Some("hugetlbfs"),
+        nix::mount::MsFlags::empty(),
+        Some(option),
+    )
 }
 
 /// The tmpfs size for a memory-backed emptyDir (`calculateEmptyDirMemorySize`): the node's
@@ -162,7 +177,13 @@ mod tests {
         assert_eq!(tmpfs_options(None), None);
         assert_eq!(Medium::parse(None), Some(Medium::Disk));
         assert_eq!(Medium::parse(Some("Memory")), Some(Medium::Memory));
-        assert_eq!(Medium::parse(Some("HugePages-2Mi")), None);
+        assert_eq!(
+            Medium::parse(Some("HugePages-2Mi")),
+            Some(Medium::HugePages)
+        );
+        assert_eq!(Medium::parse(Some("HugePages")), Some(Medium::HugePages));
+        assert_eq!(Medium::parse(Some("Hugepages")), None);
+        assert_eq!(Medium::parse(Some("Disk")), None);
     }
 
     #[test]

@@ -72,6 +72,24 @@ pub enum VolumeError {
         #[source]
         source: nix::Error,
     },
+    /// A hugepages emptyDir whose page size the pod's requests do not settle (the kubelet's
+    /// `getPageSizeMountOption` errors).
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {error}")]
+    HugePagesMedium {
+        volume: String,
+        #[source]
+        error: crate::podspec::hugepages::HugepagesError,
+    },
+    /// Mounting a hugepages emptyDir failed (EPERM without CAP_SYS_ADMIN, a page size the
+    /// kernel lacks).
+    #[error("MountVolume.SetUp failed for volume {volume:?} : mount hugetlbfs ({option}) at {}: {source}", path.display())]
+    Hugetlbfs {
+        volume: String,
+        path: PathBuf,
+        option: String,
+        #[source]
+        source: nix::Error,
+    },
     /// A configMap, secret, downwardAPI or projected volume could not be set up or refreshed:
     /// the kubelet's `FailedMount` event text.
     #[error("MountVolume.SetUp failed for volume {volume:?} : {message}")]
@@ -229,6 +247,21 @@ pub fn prepare_pod_volumes_with(
                         .value(),
                 ),
             };
+            // Decided before anything is created: a pod whose requests do not name one page
+            // size gets the kubelet's error.
+            let hugepages_option = match medium {
+                Medium::HugePages => Some(
+                    crate::podspec::hugepages::page_size_mount_option(
+                        empty.medium.as_deref().unwrap_or_default(),
+                        pod,
+                    )
+                    .map_err(|error| VolumeError::HugePagesMedium {
+                        volume: volume.name.clone(),
+                        error,
+                    })?,
+                ),
+                Medium::Disk | Medium::Memory => None,
+            };
             let path = emptydir::empty_dir_path(&dir, &volume.name);
             setup_empty_dir(
                 pod,
@@ -238,6 +271,7 @@ pub fn prepare_pod_volumes_with(
                 size_limit,
                 node_allocatable_memory,
                 mountinfo,
+                hugepages_option.as_deref(),
             )?;
             path
         } else if let Some(host) = &volume.host_path {
@@ -274,6 +308,7 @@ pub fn prepare_pod_volumes_with(
     Ok(paths)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn setup_empty_dir(
     pod: &Pod,
     volume: &str,
@@ -282,6 +317,7 @@ fn setup_empty_dir(
     size_limit: Option<i64>,
     node_allocatable_memory: Option<i64>,
     mountinfo: &Path,
+    hugepages_option: Option<&str>,
 ) -> Result<(), VolumeError> {
     let set_up = |source| VolumeError::SetUp {
         volume: volume.to_string(),
@@ -289,15 +325,22 @@ fn setup_empty_dir(
         source,
     };
     emptydir::setup_dir(path).map_err(set_up)?;
-    if medium != Medium::Disk {
-        mount_memory_medium(
+    match (medium, hugepages_option) {
+        (Medium::Disk, _) => {}
+        (Medium::Memory, _) => mount_memory_medium(
             pod,
             volume,
             path,
             size_limit,
             node_allocatable_memory,
             mountinfo,
-        )?;
+        )?,
+        (Medium::HugePages, Some(option)) => {
+            mount_hugepages_medium(volume, path, option, mountinfo)?
+        }
+        (Medium::HugePages, None) => {
+            unreachable!("the caller decides the page size of every hugepages emptyDir")
+        }
     }
     let fs_group = pod
         .spec
@@ -342,6 +385,32 @@ fn mount_memory_medium(
     })?;
     // A fresh tmpfs root is 01777; give it the mode of an on-disk emptyDir.
     fs::set_permissions(&canonical, fs::Permissions::from_mode(0o777)).map_err(set_up)
+}
+
+/// A hugepages emptyDir: a hugetlbfs on the directory, unless one is there already (the
+/// kubelet's `setupHugepages`; like it, the mount's root keeps hugetlbfs' own mode).
+fn mount_hugepages_medium(
+    volume: &str,
+    path: &Path,
+    option: &str,
+    mountinfo: &Path,
+) -> Result<(), VolumeError> {
+    let set_up = |source| VolumeError::SetUp {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    let table = fs::read_to_string(mountinfo).map_err(io_err(mountinfo))?;
+    let canonical = fs::canonicalize(path).map_err(set_up)?;
+    if mounts::is_mount_point(&table, &canonical) {
+        return Ok(());
+    }
+    emptydir::mount_hugetlbfs(&canonical, option).map_err(|source| VolumeError::Hugetlbfs {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        option: option.to_string(),
+        source,
+    })
 }
 
 /// Writes the pod's managed hosts file (`ensureHostsFile`) and returns its path, for the
@@ -824,8 +893,13 @@ mod tests {
                 "volume \"share\": nfs volumes are not supported yet",
             ),
             (
+                // No container requests hugepages: the kubelet's error, before any mount.
                 empty_dir("huge", Some("HugePages"), None),
-                "volume \"huge\": emptyDir medium \"HugePages\" volumes are not supported yet",
+                "MountVolume.SetUp failed for volume \"huge\" : medium HugePages: hugePages storage requested, but there is no resource request for huge pages",
+            ),
+            (
+                empty_dir("huge", Some("Hugepages"), None),
+                "volume \"huge\": emptyDir medium \"Hugepages\" volumes are not supported yet",
             ),
             (
                 empty_dir("bad", None, Some("lots")),

@@ -135,7 +135,7 @@ fn refusals_name_the_field_the_value_and_the_reason() {
     let cases: &[(&str, &[&str])] = &[
         (PLAIN, &[]),
         (
-            "  containers:\n  - name: c\n    image: busybox\n    resizePolicy:\n    - {resourceName: cpu, restartPolicy: NotRequired}\n    resources:\n      limits: {cpu: \"1\", memory: 1Gi, ephemeral-storage: 1Gi}\n  volumes:\n  - name: e\n    emptyDir: {medium: Memory}\n  - name: h\n    hostPath: {path: /tmp}\n  hostUsers: true\n  securityContext:\n    seLinuxChangePolicy: Recursive\n",
+            "  containers:\n  - name: c\n    image: busybox\n    resizePolicy:\n    - {resourceName: cpu, restartPolicy: NotRequired}\n    resources:\n      limits: {cpu: \"1\", memory: 1Gi, ephemeral-storage: 1Gi, hugepages-2Mi: 4Mi}\n  volumes:\n  - name: e\n    emptyDir: {medium: Memory}\n  - name: huge\n    emptyDir: {medium: HugePages-2Mi}\n  - name: h\n    hostPath: {path: /tmp}\n  hostUsers: true\n  securityContext:\n    seLinuxChangePolicy: Recursive\n",
             &[],
         ),
         (
@@ -145,7 +145,7 @@ fn refusals_name_the_field_the_value_and_the_reason() {
         (
             "  containers:\n  - name: c\n    image: busybox\n  initContainers:\n  - name: i\n    image: busybox\n    resources:\n      requests: {example.com/gpu: \"1\"}\n  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: data}\n",
             &[
-                "spec.initContainers[0].resources.requests[example.com/gpu]: Unsupported value: example.com/gpu: 1: only cpu, memory and ephemeral-storage are managed on this node (no hugepages, no device plugins)",
+                "spec.initContainers[0].resources.requests[example.com/gpu]: Unsupported value: example.com/gpu: 1: only cpu, memory, ephemeral-storage and hugepages-<size> are managed on this node (no device plugins, no extended resources)",
                 "spec.volumes[0].persistentVolumeClaim: Unsupported value: data: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)",
             ],
         ),
