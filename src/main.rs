@@ -593,6 +593,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         MALLOC_TRIM_PERIOD,
         cancel.clone(),
     ));
+    if cfg.make_iptables_util_chains {
+        tokio::spawn(nodelet::node::iptables::keep_util_chains(
+            std::sync::Arc::new(nodelet::node::iptables::HostIptables),
+            nodelet::node::iptables::CANARY_PERIOD,
+            cancel.clone(),
+        ));
+    }
     tokio::spawn({
         let cancel = cancel.clone();
         async move {

@@ -430,3 +430,79 @@ fn validate_prints_no_ignored_line_and_refuses_what_it_cannot_honour() {
         "{all}"
     );
 }
+
+fn iptables(args: &[&str]) -> bool {
+    std::process::Command::new("iptables")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("iptables is installed (scripts/install-deps.sh)")
+        .success()
+}
+
+fn hint_chain_present() -> bool {
+    iptables(&["-w", "-t", "mangle", "-S", "KUBE-IPTABLES-HINT"])
+}
+
+/// `makeIPTablesUtilChains` on the host's iptables: `false` leaves iptables alone (the run's own
+/// log says nothing of it: other nodelets on this host may make the chains meanwhile), the
+/// default puts the kubelet's hint chain and the localnet rule of `KUBE-FIREWALL` in place.
+#[test]
+fn run_keeps_the_kubelets_iptables_chains_unless_told_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("nodelet.log");
+    let off = run_with(dir.path(), "makeIPTablesUtilChains: false\n").unwrap();
+    // Well past the start (it waits for the runtime).
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    stop(off);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("iptables"),
+        "makeIPTablesUtilChains: false touched iptables:\n{text}"
+    );
+    // Start from a node without the hint chain (another nodelet run may have made it).
+    iptables(&["-w", "-t", "mangle", "-X", "KUBE-IPTABLES-HINT"]);
+    let on = run_with(dir.path(), "").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let initialized = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("initialized iptables rules")
+    };
+    while !initialized() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let localnet_rule = iptables(&[
+        "-w",
+        "-t",
+        "filter",
+        "-C",
+        "KUBE-FIREWALL",
+        "-m",
+        "comment",
+        "--comment",
+        "block incoming localnet connections",
+        "--dst",
+        "127.0.0.0/8",
+        "!",
+        "--src",
+        "127.0.0.0/8",
+        "-m",
+        "conntrack",
+        "!",
+        "--ctstate",
+        "RELATED,ESTABLISHED,DNAT",
+        "-j",
+        "DROP",
+    ]);
+    let input_jump = iptables(&["-w", "-t", "filter", "-C", "INPUT", "-j", "KUBE-FIREWALL"]);
+    stop(on);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("initialized iptables rules"), "{text}");
+    assert!(hint_chain_present(), "no KUBE-IPTABLES-HINT after 30 s");
+    assert!(
+        localnet_rule && input_jump,
+        "KUBE-FIREWALL: rule {localnet_rule}, INPUT jump {input_jump}"
+    );
+}

@@ -94,6 +94,7 @@ pub fn stats(cfg: &Config, cgroup_mount: &Path, proc_root: &Path) -> StatsSettin
         cgroup_driver: cfg.cgroup_driver,
         cgroup_root: cfg.cgroup_root.clone(),
         cgroups_per_qos: cfg.cgroups_per_qos,
+        volume_stats_period: cfg.volume_stats_agg_period,
     }
 }
 

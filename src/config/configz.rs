@@ -195,6 +195,8 @@ pub fn configz(cfg: &Config) -> Value {
         "eventRecordQPS": cfg.event_record_qps,
         "eventBurst": cfg.event_burst,
         "protectKernelDefaults": cfg.protect_kernel_defaults,
+        "volumeStatsAggPeriod": d(cfg.volume_stats_agg_period),
+        "makeIPTablesUtilChains": cfg.make_iptables_util_chains,
     });
     let fields = k.as_object_mut().expect("a json! object");
     for more in [rest, process] {

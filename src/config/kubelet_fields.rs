@@ -148,11 +148,6 @@ pub const FIXED_FIELDS: &[FixedField] = &[
         "nodelet always accounts and limits local ephemeral storage",
     ),
     fixed(
-        "makeIPTablesUtilChains",
-        Accepts::Bool(false),
-        "nodelet does not create the KUBE-IPTABLES-HINT chain (kube-proxy then detects the iptables mode from the existing rules)",
-    ),
-    fixed(
         "memoryManagerPolicy",
         Accepts::Strings(&["None"]),
         NO_MEMORY_MANAGER,
@@ -225,11 +220,6 @@ pub const FIXED_FIELDS: &[FixedField] = &[
         "volumePluginDir",
         Accepts::Strings(&["/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"]),
         "nodelet loads no FlexVolume drivers (pods with flexVolume volumes are refused)",
-    ),
-    fixed(
-        "volumeStatsAggPeriod",
-        Accepts::Duration(std::time::Duration::from_secs(60)),
-        "nodelet walks a pod's volumes at most once a minute (stats::volumes)",
     ),
 ];
 

@@ -170,6 +170,12 @@ pub struct Config {
     /// `protectKernelDefaults`: refuse to start when the kernel tunables differ from the
     /// kubelet's values, instead of setting them (`config::kernel_tunables`).
     pub protect_kernel_defaults: bool,
+    /// `volumeStatsAggPeriod` (default 1m; `0s` is the default): how long a pod's volume usage
+    /// (Summary API, ephemeral-storage eviction) is served before its volumes are walked again.
+    pub volume_stats_agg_period: Duration,
+    /// `makeIPTablesUtilChains` (default true): keep the kubelet's `KUBE-IPTABLES-HINT` and
+    /// `KUBE-FIREWALL` chains (`node::iptables`).
+    pub make_iptables_util_chains: bool,
     pub crash_loop_back_off: CrashLoopBackOff,
     /// `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`,
     /// `shutdownGracePeriodByPodPriority`: graceful node shutdown (off when all are unset).
@@ -573,6 +579,8 @@ impl Config {
             event_burst: 100,
             provider_id: String::new(),
             protect_kernel_defaults: false,
+            volume_stats_agg_period: Duration::from_secs(60),
+            make_iptables_util_chains: true,
             crash_loop_back_off: CrashLoopBackOff {
                 max_container_restart_period: DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
             },

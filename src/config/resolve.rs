@@ -357,6 +357,11 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
         .unwrap_or(defaults.event_burst);
     config.provider_id = decoded.provider_id.unwrap_or_default();
     config.protect_kernel_defaults = decoded.protect_kernel_defaults.unwrap_or(false);
+    config.make_iptables_util_chains = decoded.make_iptables_util_chains.unwrap_or(true);
+    config.volume_stats_agg_period = decoded
+        .volume_stats_agg_period
+        .filter(|d| !d.is_zero())
+        .unwrap_or(defaults.volume_stats_agg_period);
 
     config.crash_loop_back_off.max_container_restart_period = if config
         .feature_enabled(KUBELET_CRASH_LOOP_BACK_OFF_MAX)

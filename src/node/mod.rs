@@ -7,6 +7,7 @@
 //!   [`updater`], the loop that patches it) and the Lease heartbeat ([`lease`]), run together
 //!   by [`NodeAgent`] (which `crate::agent` starts). Machine facts come from `stats::machine`.
 
+pub mod iptables;
 pub mod lease;
 pub mod register;
 pub mod status;

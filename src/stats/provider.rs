@@ -66,6 +66,9 @@ pub struct StatsSettings {
     pub cgroup_driver: Driver,
     pub cgroup_root: String,
     pub cgroups_per_qos: bool,
+    /// `volumeStatsAggPeriod`: how long a pod's volume usage is served before its volumes are
+    /// walked again.
+    pub volume_stats_period: std::time::Duration,
 }
 
 /// What to gather.
@@ -194,6 +197,7 @@ impl SummaryProvider {
         pods: PodsFn,
         clock: Clock,
     ) -> SummaryProvider {
+        let volumes = Arc::new(VolumeCache::new(settings.volume_stats_period));
         SummaryProvider {
             reader: CgroupReader::detect(&settings.cgroup_mount),
             settings,
@@ -203,7 +207,7 @@ impl SummaryProvider {
             clock,
             rates: CpuRates::new(),
             cgroups: Mutex::new(HashMap::new()),
-            volumes: Arc::new(VolumeCache::default()),
+            volumes,
             machine: None,
         }
     }

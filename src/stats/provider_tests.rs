@@ -310,6 +310,7 @@ async fn setup(cgroups_per_qos: bool) -> Setup {
         cgroup_driver: Driver::Systemd,
         cgroup_root: "/".into(),
         cgroups_per_qos,
+        volume_stats_period: crate::stats::volumes::VOLUME_STATS_PERIOD,
     };
     let rt = runtime(clock).await;
     let pods = Arc::new(|| vec![Arc::new(pod())]);

@@ -1,8 +1,8 @@
 //! Pod volume usage: `du` of every `<rootDir>/pods/<uid>/volumes/<plugin>/<volume>`.
 //!
 //! A walk costs as much as the volume has files, so, like the kubelet (which recomputes volume
-//! stats in the background every `volumeStatsAggPeriod`, 1 minute), nodelet walks a pod's
-//! volumes at most once per [`VOLUME_STATS_PERIOD`] and serves the cached numbers in between.
+//! stats in the background every `volumeStatsAggPeriod`, 1 minute by default), nodelet walks a
+//! pod's volumes at most once per that period and serves the cached numbers in between.
 //!
 //! Which volumes count towards the pod's ephemeral storage follows the kubelet's
 //! `isVolumeEphemeral`: emptyDir on the node's disk (not `medium: Memory`), configMap (and
@@ -18,7 +18,8 @@ use tokio::time::Instant;
 
 use super::node::{filesystem_usage, FsUsage};
 
-/// How long a pod's volume numbers are served before they are walked again.
+/// `volumeStatsAggPeriod`'s default: how long a pod's volume numbers are served before they are
+/// walked again.
 pub const VOLUME_STATS_PERIOD: Duration = Duration::from_secs(60);
 
 /// One volume's usage.
@@ -117,13 +118,29 @@ pub fn read_pod_volumes(pod_dir: &Path, ephemeral: Option<&HashSet<String>>) -> 
 }
 
 /// The last walk of each pod's volumes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct VolumeCache {
     entries: Mutex<HashMap<String, (Instant, Vec<VolumeUsage>)>>,
+    /// `volumeStatsAggPeriod`.
+    period: Duration,
+}
+
+impl Default for VolumeCache {
+    fn default() -> Self {
+        VolumeCache::new(VOLUME_STATS_PERIOD)
+    }
 }
 
 impl VolumeCache {
-    /// The pod's volumes, walked again when the last walk is [`VOLUME_STATS_PERIOD`] old.
+    /// A cache that walks a pod's volumes again once its last walk is `period` old.
+    pub fn new(period: Duration) -> VolumeCache {
+        VolumeCache {
+            entries: Mutex::new(HashMap::new()),
+            period,
+        }
+    }
+
+    /// The pod's volumes, walked again when the last walk is the cache's period old.
     pub fn get(
         &self,
         uid: &str,
@@ -132,7 +149,7 @@ impl VolumeCache {
     ) -> Vec<VolumeUsage> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, volumes)) = entries.get(uid) {
-            if now.saturating_duration_since(*at) < VOLUME_STATS_PERIOD {
+            if now.saturating_duration_since(*at) < self.period {
                 return volumes.clone();
             }
         }
@@ -240,5 +257,14 @@ mod tests {
         cache.retain(&HashSet::new());
         cache.get("u1", Instant::now(), walk);
         assert_eq!(walks.get(), 3, "forgotten pods are walked afresh");
+        // volumeStatsAggPeriod: 10s.
+        let cache = VolumeCache::new(Duration::from_secs(10));
+        cache.get("u2", Instant::now(), walk);
+        tokio::time::advance(Duration::from_secs(9)).await;
+        cache.get("u2", Instant::now(), walk);
+        assert_eq!(walks.get(), 4);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        cache.get("u2", Instant::now(), walk);
+        assert_eq!(walks.get(), 5);
     }
 }

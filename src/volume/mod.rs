@@ -358,6 +358,22 @@ fn setup_empty_dir(
     Ok(())
 }
 
+/// The directory of a medium-backed emptyDir to mount a filesystem on, as the mount table
+/// names it; `None` when something is mounted there already (set up before a restart).
+fn unmounted_medium_dir(
+    volume: &str,
+    path: &Path,
+    mountinfo: &Path,
+) -> Result<Option<PathBuf>, VolumeError> {
+    let table = fs::read_to_string(mountinfo).map_err(io_err(mountinfo))?;
+    let canonical = fs::canonicalize(path).map_err(|source| VolumeError::SetUp {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((!mounts::is_mount_point(&table, &canonical)).then_some(canonical))
+}
+
 /// A memory-backed emptyDir: a tmpfs on the directory, unless one is there already.
 fn mount_memory_medium(
     pod: &Pod,
@@ -372,11 +388,9 @@ fn mount_memory_medium(
         path: path.to_path_buf(),
         source,
     };
-    let table = fs::read_to_string(mountinfo).map_err(io_err(mountinfo))?;
-    let canonical = fs::canonicalize(path).map_err(set_up)?;
-    if mounts::is_mount_point(&table, &canonical) {
+    let Some(canonical) = unmounted_medium_dir(volume, path, mountinfo)? else {
         return Ok(());
-    }
+    };
     let size = emptydir::tmpfs_size(pod, size_limit, node_allocatable_memory);
     emptydir::mount_tmpfs(&canonical, size).map_err(|source| VolumeError::Tmpfs {
         volume: volume.to_string(),
@@ -395,16 +409,9 @@ fn mount_hugepages_medium(
     option: &str,
     mountinfo: &Path,
 ) -> Result<(), VolumeError> {
-    let set_up = |source| VolumeError::SetUp {
-        volume: volume.to_string(),
-        path: path.to_path_buf(),
-        source,
-    };
-    let table = fs::read_to_string(mountinfo).map_err(io_err(mountinfo))?;
-    let canonical = fs::canonicalize(path).map_err(set_up)?;
-    if mounts::is_mount_point(&table, &canonical) {
+    let Some(canonical) = unmounted_medium_dir(volume, path, mountinfo)? else {
         return Ok(());
-    }
+    };
     emptydir::mount_hugetlbfs(&canonical, option).map_err(|source| VolumeError::Hugetlbfs {
         volume: volume.to_string(),
         path: path.to_path_buf(),
