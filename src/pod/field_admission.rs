@@ -5,16 +5,17 @@
 //! `ContainerCreating` for a volume or sandbox that cannot come.
 
 use crate::lifecycle::admission::{AdmitResult, PodAdmitAttributes, PodAdmitHandler, Rejection};
-use crate::podspec::field_support::refusals;
+use crate::podspec::field_support::{refusals_on, NodeSupport};
 use k8s_openapi::api::core::v1::Pod;
 
 /// The admission reason (the kubelet's style: `SupplementalGroupsPolicyNotSupported`,
 /// `PodOSNotSupported`).
 pub const POD_FIELD_NOT_SUPPORTED: &str = "PodFieldNotSupported";
 
-/// Pure: the verdict for `pod`; every refused value is named, separated by `; `.
-pub fn admit_pod_fields(pod: &Pod) -> AdmitResult {
-    let refused = refusals(pod);
+/// Pure: the verdict for `pod` on a node with `node`'s support; every refused value is named,
+/// separated by `; `.
+pub fn admit_pod_fields(pod: &Pod, node: NodeSupport) -> AdmitResult {
+    let refused = refusals_on(pod, node);
     if refused.is_empty() {
         return Ok(());
     }
@@ -28,11 +29,25 @@ pub fn admit_pod_fields(pod: &Pod) -> AdmitResult {
 
 /// The handler the pod manager asks for API and static pods alike.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PodFieldsAdmitHandler;
+pub struct PodFieldsAdmitHandler {
+    pub node: NodeSupport,
+}
+
+impl PodFieldsAdmitHandler {
+    /// What the node under `root` supports: SELinux when its `sys/fs/selinux/enforce` exists
+    /// (selinuxfs mounted, as go-selinux's `GetEnabled` finds it).
+    pub fn detect(root: &std::path::Path) -> PodFieldsAdmitHandler {
+        PodFieldsAdmitHandler {
+            node: NodeSupport {
+                selinux: root.join("sys/fs/selinux/enforce").exists(),
+            },
+        }
+    }
+}
 
 impl PodAdmitHandler for PodFieldsAdmitHandler {
     fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> AdmitResult {
-        admit_pod_fields(attrs.pod)
+        admit_pod_fields(attrs.pod, self.node)
     }
 }
 
@@ -68,7 +83,12 @@ mod tests {
                 Support::Refused { sample, .. } | Support::Partly { sample, .. } => sample,
                 Support::Warned { sample, .. } => {
                     let pod = defaulted(sample);
-                    assert_eq!(admit_pod_fields(&pod), Ok(()), "{}: only warned", e.path);
+                    assert_eq!(
+                        admit_pod_fields(&pod, NodeSupport::default()),
+                        Ok(()),
+                        "{}: only warned",
+                        e.path
+                    );
                     continue;
                 }
                 _ => continue,
@@ -78,7 +98,7 @@ mod tests {
                 pod: &pod,
                 other_pods: &[],
             };
-            let rejection = PodFieldsAdmitHandler
+            let rejection = PodFieldsAdmitHandler::default()
                 .admit(&attrs)
                 .expect_err(&format!("{}: sample admitted:\n{sample}", e.path));
             assert_eq!(rejection.reason, POD_FIELD_NOT_SUPPORTED, "{}", e.path);
@@ -105,7 +125,11 @@ mod tests {
         ];
         for spec in pods {
             let pod = defaulted(spec);
-            assert_eq!(admit_pod_fields(&pod), Ok(()), "{spec}");
+            assert_eq!(
+                admit_pod_fields(&pod, NodeSupport::default()),
+                Ok(()),
+                "{spec}"
+            );
         }
     }
 
@@ -114,7 +138,7 @@ mod tests {
         let pod = defaulted(
             "  hostUsers: false\n  volumes:\n  - name: v\n    nfs: {server: s, path: /x}\n",
         );
-        let rejection = admit_pod_fields(&pod).expect_err("refused");
+        let rejection = admit_pod_fields(&pod, NodeSupport::default()).expect_err("refused");
         assert_eq!(
             rejection.message,
             "spec.hostUsers: Unsupported value: false: a pod user namespace (hostUsers: false) needs ID-mapped mounts, not implemented yet; spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)"

@@ -695,6 +695,24 @@ pub fn volume_always_read_only(pod: &Pod, name: &str) -> bool {
         .is_some()
 }
 
+/// Whether the runtime relabels the volume `name` for the container's SELinux label: the
+/// kubelet's volume plugins that are `Managed` with `SELinuxRelabel` (emptyDir, configMap,
+/// secret, downwardAPI, projected) do; hostPath does not. On a node without SELinux the
+/// runtime's relabel does nothing (go-selinux's `Relabel` returns at once), as under the kubelet.
+fn volume_relabels(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .find(|v| v.name == name)
+        .is_some_and(|v| {
+            v.empty_dir.is_some()
+                || v.config_map.is_some()
+                || v.secret.is_some()
+                || v.downward_api.is_some()
+                || v.projected.is_some()
+        })
+}
+
 /// A mount's `readonly` (`mount.ReadOnly || mustMountRO`): the manifest's `readOnly`, or the
 /// volume's kind ([`volume_always_read_only`]); for subPath mounts of the volume too.
 fn mount_read_only(pod: &Pod, mount: &VolumeMount) -> bool {
@@ -756,13 +774,18 @@ fn make_mounts(
             readonly: mount_read_only(pod, m),
             propagation: mount_propagation(m.mount_propagation.as_deref(), &field)?,
             recursive_read_only: recursive_read_only(m, &field, ctx.recursive_read_only)?,
+            selinux_relabel: volume_relabels(pod, &m.name),
             ..Default::default()
         });
     }
+    // The managed /etc/hosts and the termination-message file are relabelled too (the
+    // kubelet's `makeHostsMount`; the message file where SELinux is enabled, which is where the
+    // runtime's relabel does anything).
     if let (true, Some(hosts)) = (mount_etc_hosts, ctx.etc_hosts) {
         mounts.push(api::Mount {
             container_path: ETC_HOSTS.to_string(),
             host_path: hosts.to_string_lossy().into_owned(),
+            selinux_relabel: true,
             ..Default::default()
         });
     }
@@ -771,6 +794,7 @@ fn make_mounts(
         mounts.push(api::Mount {
             container_path: message_path.to_string(),
             host_path: file.to_string_lossy().into_owned(),
+            selinux_relabel: true,
             ..Default::default()
         });
     }
@@ -1485,6 +1509,54 @@ mod tests {
             mount_path: path.into(),
             ..Default::default()
         }
+    }
+
+    /// The runtime relabels what the kubelet asks it to: the managed volume kinds, /etc/hosts
+    /// and the termination-message file, not a hostPath.
+    #[test]
+    fn mounts_ask_the_runtime_to_relabel_as_the_kubelet() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = dir.path().join("etc-hosts");
+        let term = dir.path().join("term");
+        let names = ["scratch", "settings", "host"];
+        let volumes: BTreeMap<String, PathBuf> = names
+            .iter()
+            .map(|n| (n.to_string(), dir.path().join(n)))
+            .collect();
+        let mut c = resourced("app", "", "");
+        c.volume_mounts = Some(names.iter().map(|n| mount(n, &format!("/{n}"))).collect());
+        let mut p = pod_with(vec![c.clone()]);
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [],
+            "volumes": [
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "settings", "configMap": {"name": "cfg"}},
+                {"name": "host", "hostPath": {"path": "/srv"}},
+            ],
+        }))
+        .unwrap();
+        p.spec.as_mut().unwrap().volumes = spec.volumes;
+        let context = ContainerContext {
+            etc_hosts: Some(&hosts),
+            termination_message: Some(&term),
+            ..ctx(&volumes)
+        };
+        let got: Vec<(String, bool)> = built(&p, &c, ContainerKind::Regular, &context)
+            .unwrap()
+            .mounts
+            .into_iter()
+            .map(|m| (m.container_path, m.selinux_relabel))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/scratch".to_string(), true),
+                ("/settings".to_string(), true),
+                ("/host".to_string(), false),
+                ("/etc/hosts".to_string(), true),
+                ("/dev/termination-log".to_string(), true),
+            ]
+        );
     }
 
     #[test]

@@ -213,3 +213,24 @@ fn ephemeral_containers_added_to_a_running_pod_are_named() {
     assert!(update_refusals(None, &pod(PLAIN)).is_empty());
     assert!(refusals(&debugged).is_empty(), "never rejected for them");
 }
+
+/// `seLinuxOptions` asking for a label is refused on a node without SELinux, pod and container
+/// level alike, and passes where the node has it; an empty `seLinuxOptions` asks for nothing.
+#[test]
+fn selinux_labels_are_refused_only_where_the_node_has_no_selinux() {
+    use super::{refusals_on, NodeSupport};
+    let spec = "  securityContext:\n    seLinuxOptions: {level: \"s0:c1,c2\"}\n  containers:\n  - name: c\n    image: busybox\n    securityContext:\n      seLinuxOptions: {type: spc_t, user: system_u}\n  - name: d\n    image: busybox\n    securityContext:\n      seLinuxOptions: {}\n";
+    let without: Vec<String> = refusals_on(&pod(spec), NodeSupport { selinux: false })
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let reason = "this node has no SELinux (no /sys/fs/selinux), so the label cannot be applied to the processes or the volumes";
+    assert_eq!(
+        without,
+        vec![
+            format!("spec.securityContext.seLinuxOptions: Unsupported value: level=s0:c1,c2: {reason}"),
+            format!("spec.containers[0].securityContext.seLinuxOptions: Unsupported value: user=system_u,type=spc_t: {reason}"),
+        ]
+    );
+    assert!(refusals_on(&pod(spec), NodeSupport { selinux: true }).is_empty());
+}
