@@ -266,3 +266,163 @@ async fn ready_to_start_condition_follows_its_feature_gate() {
         .await;
     assert_eq!(condition(&p), None, "{:?}", p.status);
 }
+
+/// The runtime's major version from the CRI's Version answer (`1.6.20~ds1`, `v2.1.9`).
+async fn containerd_major() -> u32 {
+    use nodelet::cri::Runtime;
+    let version = runtime().version().await.expect("CRI Version");
+    version
+        .runtime_version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("runtime version {:?}", version.runtime_version))
+}
+
+/// The cgroup driver comes from the runtime's `RuntimeConfig` when it has one (containerd 2.x:
+/// the configuration says `systemd`, the runtime `cgroupfs`, the runtime wins and the log says
+/// so; the container lands in a cgroupfs-style path); containerd 1.6 has no `RuntimeConfig`
+/// and the configured driver stands, with the kubelet's line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cgroup_driver_comes_from_the_runtime_when_it_says() {
+    use nodelet::cri::{Runtime, StatsRuntime};
+    let major = containerd_major().await;
+    // The test containerd on this host runs runc with cgroupfs (SystemdCgroup = false).
+    let configured = if major >= 2 { "systemd" } else { "cgroupfs" };
+    let n = Nodelet::start_with("driver", &format!("cgroupDriver: {configured}\n"));
+    n.write_manifest(
+        "d.yaml",
+        &pod_yaml(
+            "d",
+            &format!(
+                "  containers:\n  - name: c\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [sleep, \"3600\"]\n"
+            ),
+        ),
+    );
+    let pod = n.wait_pod("d", T, "Running", all_running).await;
+    let logs = n.logs();
+    if major >= 2 {
+        let line = logs
+            .lines()
+            .find(|l| l.contains("Using cgroup driver setting received from the CRI runtime"))
+            .unwrap_or_else(|| panic!("no line on the runtime's driver:\n{}", tail(&logs, 40)));
+        assert!(
+            line.contains("cgroup_driver=cgroupfs") && line.contains("configured=systemd"),
+            "{line}"
+        );
+        let id = container_status(&pod, "c")
+            .and_then(|s| s.container_id.clone())
+            .expect("container ID");
+        let id = id.rsplit("://").next().unwrap().to_string();
+        let info = runtime().container_info(&id).await.expect("verbose status");
+        let path = nodelet::stats::container_cgroup::cgroups_path_from_info(&info)
+            .expect("cgroupsPath in the verbose status");
+        assert!(
+            path.starts_with("/kubepods") && !path.contains(".slice"),
+            "a cgroupfs path, not a systemd slice: {path}"
+        );
+    } else {
+        assert!(
+            logs.contains("CRI implementation should be updated to support RuntimeConfig"),
+            "no fallback line:\n{}",
+            tail(&logs, 40)
+        );
+        assert!(!logs.contains("Using cgroup driver setting received from the CRI runtime"));
+    }
+    // Alive and well: the runtime still has the pod's container running.
+    let (_, containers) = n.runtime_objects().await;
+    assert!(containers
+        .iter()
+        .any(|c| c.state == nodelet::cri::api::ContainerState::ContainerRunning as i32));
+    let _ = runtime().version().await.expect("runtime still answers");
+}
+
+/// A crash-looping container's exits reach `/pods` with the runtime's exit code and time, and a
+/// container once reported terminated is never reported running again: the status taken from
+/// containerd's exit event runs ahead of the CRI, never against it. Watched every few
+/// milliseconds over several exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_reaches_the_status_and_is_never_taken_back() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let n = Nodelet::start_with(
+        "exitseen",
+        "crashLoopBackOff:\n  maxContainerRestartPeriod: 1s\n",
+    );
+    n.write_manifest(
+        "e.yaml",
+        &pod_yaml(
+            "e",
+            &format!(
+                "  containers:\n  - name: c\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [exit, --code, \"3\", --after, 400ms]\n"
+            ),
+        ),
+    );
+    // Per container ID: whether it was seen terminated, and any running sighting after that.
+    let mut terminated_ids: BTreeMap<String, (i32, String)> = BTreeMap::new();
+    let mut running_ids: BTreeSet<String> = BTreeSet::new();
+    let mut taken_back = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while terminated_ids.len() < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} exits seen in 120 s\n{}",
+            terminated_ids.len(),
+            tail(&n.logs(), 40)
+        );
+        if let Some(pod) = n.pod("e").await {
+            if let Some(s) = container_status(&pod, "c") {
+                let id = s.container_id.clone().unwrap_or_default();
+                let state = s.state.clone().unwrap_or_default();
+                if let Some(t) = state.terminated {
+                    let finished = t.finished_at.map(|f| f.0.to_string()).unwrap_or_default();
+                    terminated_ids.insert(id.clone(), (t.exit_code, finished));
+                } else if state.running.is_some() && !id.is_empty() {
+                    if terminated_ids.contains_key(&id) {
+                        taken_back.push(id.clone());
+                    }
+                    running_ids.insert(id);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert!(
+        taken_back.is_empty(),
+        "terminated, then running again: {taken_back:?}"
+    );
+    // The reported exits are the runtime's own: code 3, finishedAt as the CRI has it.
+    let rt = runtime();
+    for (id, (code, finished)) in &terminated_ids {
+        assert_eq!(*code, 3, "{id}");
+        let bare = id.rsplit("://").next().unwrap();
+        // The status may run ahead of the CRI (that is the point): wait for it to agree.
+        let mut agreed = None;
+        for _ in 0..200 {
+            match nodelet::cri::Runtime::container_status(rt.as_ref(), bare).await {
+                Ok(s) if s.finished_at > 0 => {
+                    agreed = Some(s);
+                    break;
+                }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                // Removed by the container GC meanwhile: nothing left to compare with.
+                Err(_) => break,
+            }
+        }
+        if let Some(status) = agreed {
+            assert_eq!(status.exit_code, 3, "{id}: the CRI's exit code");
+            let cri = jiff::Timestamp::from_nanosecond(i128::from(status.finished_at)).unwrap();
+            assert_eq!(
+                *finished,
+                jiff::Timestamp::from_second(cri.as_second())
+                    .unwrap()
+                    .to_string(),
+                "{id}: finishedAt as the CRI reports it"
+            );
+        }
+    }
+    assert!(
+        running_ids.len() >= 3,
+        "restarts seen running: {running_ids:?}"
+    );
+}

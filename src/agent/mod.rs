@@ -53,6 +53,7 @@ use crate::config::Config;
 use crate::cri::containerd::{ContainerdTasks, TaskSignaller};
 use crate::cri::health::RuntimeHealth;
 use crate::cri::remote::RemoteRuntime;
+use crate::cri::runtime_config::{self, CgroupDriverAnswer};
 use crate::cri::{api, HousekeepingRuntime, ImageService, Runtime, StatsRuntime, StreamingRuntime};
 use crate::events::{node_ref, EventRecorder, EventType};
 use crate::eviction::manager::PressureView;
@@ -103,6 +104,10 @@ pub enum StartError {
     CredentialProviders(#[from] crate::images::provider::ProviderError),
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(String),
+    /// The runtime's `RuntimeConfig` failed (after the kubelet's retries) or named a driver
+    /// nodelet does not know.
+    #[error("getting the cgroup driver from the runtime's RuntimeConfig: {0}")]
+    RuntimeCgroupDriver(String),
 }
 
 /// containerd's native event service, which tells the PLEG of task starts and exits at once.
@@ -135,6 +140,9 @@ pub struct RuntimeServices {
     pub runtime_handlers: Vec<api::RuntimeHandler>,
     /// The runtime-wide features its `Status` stated at start (`None`: none).
     pub runtime_features: Option<api::RuntimeFeatures>,
+    /// What the runtime's `RuntimeConfig` said of the cgroup driver at start; it wins over the
+    /// configured `cgroupDriver` when it says anything.
+    pub cgroup_driver: CgroupDriverAnswer,
 }
 
 impl RuntimeServices {
@@ -178,6 +186,10 @@ impl RuntimeServices {
                 None
             }
         };
+        let cgroup_driver = tokio::select! {
+            answer = ask_cgroup_driver(&remote) => answer?,
+            _ = cancel.cancelled() => return Err(StartError::Cancelled),
+        };
         let remote = Arc::new(remote);
         Ok(RuntimeServices {
             runtime: remote.clone(),
@@ -193,8 +205,58 @@ impl RuntimeServices {
             version,
             runtime_handlers,
             runtime_features,
+            cgroup_driver,
         })
     }
+}
+
+/// The runtime's `RuntimeConfig`, asked as the kubelet asks it: an error other than
+/// `Unimplemented` (a runtime still starting) is retried [`runtime_config::ATTEMPTS`] times,
+/// [`runtime_config::RETRY_DELAY`] apart, and then stops the start.
+async fn ask_cgroup_driver(remote: &RemoteRuntime) -> Result<CgroupDriverAnswer, StartError> {
+    let mut last = String::new();
+    for attempt in 1..=runtime_config::ATTEMPTS {
+        let result = remote.runtime_config().await.map_err(|e| match e {
+            crate::cri::Error::Call { status, .. } => status,
+            other => tonic::Status::unknown(other.to_string()),
+        });
+        match runtime_config::answer_of(result) {
+            Ok(answer) => return Ok(answer),
+            Err(status) => {
+                tracing::error!(attempt, code = ?status.code(), message = status.message(), "RuntimeConfig from runtime service failed");
+                last = format!(
+                    "rpc error: code = {:?} desc = {}",
+                    status.code(),
+                    status.message()
+                );
+            }
+        }
+        if attempt < runtime_config::ATTEMPTS {
+            tokio::time::sleep(runtime_config::RETRY_DELAY).await;
+        }
+    }
+    Err(StartError::RuntimeCgroupDriver(last))
+}
+
+/// `cfg` with the cgroup driver the runtime decides (the configured one only as the fallback),
+/// logged as the kubelet logs it.
+fn with_runtime_cgroup_driver(
+    mut cfg: Config,
+    answer: CgroupDriverAnswer,
+) -> Result<Config, StartError> {
+    let (driver, source) = runtime_config::effective_cgroup_driver(cfg.cgroup_driver, answer)
+        .map_err(StartError::RuntimeCgroupDriver)?;
+    match (source, answer) {
+        (runtime_config::DriverSource::Runtime, _) => {
+            tracing::info!(cgroup_driver = %driver, configured = %cfg.cgroup_driver, "{}", runtime_config::FROM_RUNTIME_MESSAGE);
+        }
+        (_, CgroupDriverAnswer::Unimplemented) => {
+            tracing::info!(cgroup_driver = %driver, "{}", runtime_config::FALLBACK_MESSAGE);
+        }
+        _ => {}
+    }
+    cfg.cgroup_driver = driver;
+    Ok(cfg)
 }
 
 async fn wait_for_runtime(runtime: &RemoteRuntime, endpoint: &str) -> api::VersionResponse {
@@ -353,8 +415,12 @@ impl NodeletBuilder {
             cancel,
         } = self;
         tracing::info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "starting nodelet");
-        let runtime =
-            wire_runtime::wire(&cfg, runtime, node, &paths, cgroup_setup, &cancel).await?;
+        let runtime = match runtime {
+            Some(rt) => rt,
+            None => RuntimeServices::connect(&cfg, &cancel).await?,
+        };
+        let cfg = with_runtime_cgroup_driver(cfg, runtime.cgroup_driver)?;
+        let runtime = wire_runtime::wire(&cfg, runtime, node, &paths, cgroup_setup).await?;
         // The local event log (the API server's, in cluster mode).
         let recorder = EventRecorder::new(clock, "kubelet", &cfg.node_name);
         let cluster =

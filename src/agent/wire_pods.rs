@@ -59,6 +59,7 @@ pub(super) fn wire(
 ) -> Result<PodsWing, StartError> {
     let rt = &runtime.rt;
     let status = StatusManager::new();
+    let exits = crate::cri::exits::ObservedExits::new();
     // Probe result changes wake the pod's worker through the same channel as runtime events.
     let (pleg_tx, pleg_events) = mpsc::channel(1024);
     let probes = ProbeManager::in_tasks(
@@ -113,6 +114,7 @@ pub(super) fn wire(
         probes: probes.clone(),
         objects: cluster.objects.clone(),
         tasks: rt.tasks.clone(),
+        exits: exits.clone(),
     });
     let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
 
@@ -121,6 +123,7 @@ pub(super) fn wire(
         cfg.node_name.clone(),
         cfg.pleg_relist_period,
         pleg_tx,
+        exits,
     );
     tasks.spawn(pleg.clone().run_relist(cancel.clone()));
     let runtime_health = RuntimeHealth::new(rt.runtime.clone());

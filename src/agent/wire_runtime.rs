@@ -5,8 +5,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use super::{cgroups, CgroupSetup, HostPaths, RuntimeServices, StartError};
 use crate::cgroup::node::NodeCgroups;
 use crate::cgroup::PodCgroupSettings;
@@ -25,20 +23,15 @@ pub(super) struct RuntimeWing {
     pub swap_controller: bool,
 }
 
-/// Connects to the runtime unless `runtime` is given, creates `rootDir` and `podLogsDir`,
-/// detects the node's facts unless `node` is given, and sets up the cgroups as `setup` says.
+/// Over the connected runtime: creates `rootDir` and `podLogsDir`, detects the node's facts
+/// unless `node` is given, and sets up the cgroups as `setup` says.
 pub(super) async fn wire(
     cfg: &Config,
-    runtime: Option<RuntimeServices>,
+    rt: RuntimeServices,
     node: Option<NodeInfo>,
     paths: &HostPaths,
     setup: CgroupSetup,
-    cancel: &CancellationToken,
 ) -> Result<RuntimeWing, StartError> {
-    let rt = match runtime {
-        Some(rt) => rt,
-        None => RuntimeServices::connect(cfg, cancel).await?,
-    };
     create_dir("rootDir", &cfg.root_dir)?;
     create_dir("podLogsDir", &cfg.pod_logs_dir)?;
     let node = Arc::new(node.unwrap_or_else(|| {

@@ -3,6 +3,7 @@
 //! fake for component tests, and the runtime-side view of one pod (`PodRuntime`).
 
 pub mod containerd;
+pub mod exits;
 /// The in-memory runtime for component tests (feature `test-util`).
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
@@ -11,6 +12,7 @@ pub mod health;
 pub mod labels;
 pub mod model;
 pub mod remote;
+pub mod runtime_config;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -78,6 +78,13 @@ impl RemoteRuntime {
         request.set_timeout(self.timeout.saturating_add(extra));
         request
     }
+
+    /// `RuntimeConfig` (asked once at start, as the kubelet does).
+    pub async fn runtime_config(&self) -> Result<api::RuntimeConfigResponse> {
+        let mut c = self.runtime.clone();
+        let req = self.request(api::RuntimeConfigRequest {}, Duration::ZERO);
+        observe("runtime_config", "", c.runtime_config(req)).await
+    }
 }
 
 /// Runs one CRI call inside a span, recording its duration and errors.

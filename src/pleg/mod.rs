@@ -18,6 +18,7 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cri::exits::ObservedExits;
 use crate::cri::{api, labels, model, Runtime};
 use crate::metrics::{metrics, EventLabels};
 
@@ -107,6 +108,8 @@ pub struct Pleg {
     relist_period: Duration,
     tx: mpsc::Sender<PodLifecycleEvent>,
     state: Mutex<PlegState>,
+    /// Exits and OOM kills as containerd's events report them, for the pods' statuses.
+    exits: ObservedExits,
 }
 
 #[derive(Default)]
@@ -123,6 +126,7 @@ impl Pleg {
         node_name: String,
         relist_period: Duration,
         tx: mpsc::Sender<PodLifecycleEvent>,
+        exits: ObservedExits,
     ) -> Arc<Self> {
         Arc::new(Pleg {
             runtime,
@@ -130,6 +134,7 @@ impl Pleg {
             relist_period,
             tx,
             state: Mutex::default(),
+            exits,
         })
     }
 
@@ -213,6 +218,9 @@ impl Pleg {
             events
         };
         for e in events {
+            if e.kind == EventKind::ContainerRemoved {
+                self.exits.removed(&e.id);
+            }
             self.send(e, "relist");
         }
         metrics()
@@ -282,39 +290,54 @@ impl Pleg {
     }
 
     async fn handle_envelope(self: Arc<Self>, topic: String, event: prost_types::Any) {
-        let (id, kind, exec) = match topic.as_str() {
+        let (id, kind, exit) = match topic.as_str() {
             "/tasks/start" => {
                 match containerd_client::events::TaskStart::decode(event.value.as_slice()) {
-                    Ok(e) => (e.container_id, EventKind::ContainerStarted, false),
+                    Ok(e) => (e.container_id, EventKind::ContainerStarted, None),
                     Err(_) => return,
                 }
             }
             "/tasks/exit" => {
                 match containerd_client::events::TaskExit::decode(event.value.as_slice()) {
                     // An exec'd process (probe, hook) exiting is not a container state change.
+                    Ok(e) if !e.id.is_empty() && e.id != e.container_id => return,
                     Ok(e) => {
-                        let exec = !e.id.is_empty() && e.id != e.container_id;
-                        (e.container_id, EventKind::ContainerDied, exec)
+                        let exit = exit_of(&e);
+                        (e.container_id, EventKind::ContainerDied, Some(exit))
                     }
                     Err(_) => return,
                 }
             }
             "/tasks/oom" => {
                 match containerd_client::events::TaskOom::decode(event.value.as_slice()) {
-                    Ok(e) => (e.container_id, EventKind::ContainerOom, false),
+                    Ok(e) => (e.container_id, EventKind::ContainerOom, None),
                     Err(_) => return,
                 }
             }
             _ => return,
         };
-        if exec {
-            return;
-        }
         let Some(pod_uid) = self.pod_of(&id).await else {
             return;
         };
-        if kind == EventKind::ContainerDied {
-            self.await_cri_exit(&id).await;
+        match (kind, exit) {
+            (EventKind::ContainerOom, _) => self.exits.oom_killed(&id),
+            (EventKind::ContainerDied, Some((code, at))) => {
+                // The status shows the exit from the event on; the worker is woken now for
+                // that, and again once the CRI agrees, for what needs its agreement (a
+                // restart, the pod's end).
+                self.exits.exited(&id, code, at);
+                tracing::debug!(pod.uid = %pod_uid, id = %id, code, "containerd exit event");
+                self.send(
+                    PodLifecycleEvent {
+                        pod_uid: pod_uid.clone(),
+                        id: id.clone(),
+                        kind,
+                    },
+                    "containerd",
+                );
+                self.await_cri_exit(&id).await;
+            }
+            _ => {}
         }
         tracing::debug!(pod.uid = %pod_uid, id = %id, ?kind, "containerd event");
         self.send(PodLifecycleEvent { pod_uid, id, kind }, "containerd");
@@ -397,6 +420,17 @@ impl Pleg {
             }
         }
     }
+}
+
+/// The exit status and time a `/tasks/exit` event carries; a missing or out-of-range time reads
+/// as now (the event is published at the exit), a status beyond `i32` saturates.
+fn exit_of(e: &containerd_client::events::TaskExit) -> (i32, jiff::Timestamp) {
+    let at = e
+        .exited_at
+        .as_ref()
+        .and_then(|t| jiff::Timestamp::new(t.seconds, t.nanos).ok())
+        .unwrap_or_else(jiff::Timestamp::now);
+    (i32::try_from(e.exit_status).unwrap_or(i32::MAX), at)
 }
 
 #[cfg(test)]
@@ -523,7 +557,13 @@ mod tests {
         );
         let (tx, _rx) = mpsc::channel(16);
         let runtime = Arc::new(crate::cri::fake::FakeRuntime::default());
-        let pleg = Pleg::new(runtime, "node1".into(), Duration::from_secs(1), tx);
+        let pleg = Pleg::new(
+            runtime,
+            "node1".into(),
+            Duration::from_secs(1),
+            tx,
+            ObservedExits::new(),
+        );
         let cancel = CancellationToken::new();
         let events = tokio::spawn(pleg.run_events(
             format!("unix://{}", socket.display()),
@@ -546,7 +586,13 @@ mod tests {
         let fake = Arc::new(FakeRuntime::default());
         fake.add_image("img");
         let (tx, mut rx) = mpsc::channel(16);
-        let pleg = Pleg::new(fake.clone(), "node1".into(), Duration::from_secs(1), tx);
+        let pleg = Pleg::new(
+            fake.clone(),
+            "node1".into(),
+            Duration::from_secs(1),
+            tx,
+            ObservedExits::new(),
+        );
         let labels: std::collections::HashMap<String, String> = [
             (labels::POD_UID.to_string(), "uid1".to_string()),
             (labels::NODE_NAME.to_string(), "node1".to_string()),
@@ -596,5 +642,116 @@ mod tests {
         assert!(rx.try_recv().is_err());
         assert!(pleg.healthy());
         assert_eq!(pleg.runtime_pods(), vec!["uid1".to_string()]);
+    }
+
+    /// containerd's exit event reaches the status at once (recorded, the worker woken) while
+    /// the CRI still says running; the worker is woken again when the CRI agrees.
+    #[tokio::test]
+    async fn an_exit_event_is_recorded_and_wakes_the_worker_before_the_cri_agrees() {
+        use crate::cri::fake::FakeRuntime;
+        let fake = Arc::new(FakeRuntime::default());
+        fake.add_image("img");
+        let labels: std::collections::HashMap<String, String> = [
+            (labels::POD_UID.to_string(), "uid1".to_string()),
+            (labels::NODE_NAME.to_string(), "node1".to_string()),
+        ]
+        .into();
+        let sandbox = fake
+            .run_pod_sandbox(
+                api::PodSandboxConfig {
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+                "",
+            )
+            .await
+            .unwrap();
+        let id = fake
+            .create_container(
+                &sandbox,
+                api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: "app".into(),
+                        attempt: 0,
+                    }),
+                    image: Some(api::ImageSpec {
+                        image: "img".into(),
+                        ..Default::default()
+                    }),
+                    labels,
+                    ..Default::default()
+                },
+                api::PodSandboxConfig::default(),
+            )
+            .await
+            .unwrap();
+        fake.start_container(&id).await.unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let exits = ObservedExits::new();
+        let pleg = Pleg::new(
+            fake.clone(),
+            "node1".into(),
+            Duration::from_secs(1),
+            tx,
+            exits.clone(),
+        );
+        let exit = containerd_client::events::TaskExit {
+            container_id: id.clone(),
+            id: id.clone(),
+            pid: 42,
+            exit_status: 3,
+            exited_at: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 5,
+            }),
+        };
+        let handled = tokio::spawn(pleg.clone().handle_envelope(
+            "/tasks/exit".into(),
+            prost_types::Any {
+                type_url: String::new(),
+                value: exit.encode_to_vec(),
+            },
+        ));
+        // Woken while the CRI still says running, with the event's exit recorded.
+        let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("woken before the CRI agrees")
+            .unwrap();
+        assert_eq!(
+            (first.pod_uid.as_str(), first.kind),
+            ("uid1", EventKind::ContainerDied)
+        );
+        assert_eq!(
+            exits.get(&id).and_then(|r| r.exit),
+            Some((3, jiff::Timestamp::new(1_700_000_000, 5).unwrap()))
+        );
+        assert_eq!(
+            fake.container_status(&id).await.unwrap().state,
+            api::ContainerState::ContainerRunning as i32
+        );
+        // The CRI catches up: the second wake-up.
+        fake.exit_container("app", 3);
+        let second = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("woken again once the CRI agrees")
+            .unwrap();
+        assert_eq!(second.kind, EventKind::ContainerDied);
+        handled.await.unwrap();
+
+        // An exec'd process's exit is not the container's.
+        let exec_exit = containerd_client::events::TaskExit {
+            id: "exec-1".into(),
+            ..exit
+        };
+        pleg.clone()
+            .handle_envelope(
+                "/tasks/exit".into(),
+                prost_types::Any {
+                    type_url: String::new(),
+                    value: exec_exit.encode_to_vec(),
+                },
+            )
+            .await;
+        assert!(rx.try_recv().is_err());
     }
 }

@@ -26,6 +26,7 @@ use super::stop::{ContainerStopper, Kill, KillGrace};
 use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::cri::containerd::TaskSignaller;
+use crate::cri::exits::ObservedExits;
 use crate::cri::{self, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::events::{EventRecorder, EventType};
 use crate::metrics::metrics;
@@ -90,6 +91,9 @@ pub struct SyncerParts {
     pub probes: ProbeManager,
     /// ConfigMaps and Secrets for volumes and env (the API server's, cached; none standalone).
     pub objects: Arc<dyn ObjectSource>,
+    /// Exits the runtime's events reported before the CRI did: laid over the runtime's view
+    /// for every status published (never for the actions).
+    pub exits: ObservedExits,
 }
 
 /// One pod's sync and termination, over the parts that do the work.
@@ -106,6 +110,7 @@ pub struct PodSyncer {
     sandboxes: PodSandboxes,
     starter: ContainerStarter,
     stopper: ContainerStopper,
+    exits: ObservedExits,
 }
 
 impl PodSyncer {
@@ -133,6 +138,7 @@ impl PodSyncer {
                 stopper: stopper.clone(),
             },
             stopper,
+            exits: parts.exits,
             runtime: parts.runtime,
             status: parts.status,
             node: parts.node,
@@ -306,6 +312,7 @@ impl PodSyncer {
         }
         let readiness = self.probes.readiness(uid);
         let startup = self.probes.startup(uid);
+        let runtime = &self.exits.overlay(runtime);
         let status = generate_pod_status(&StatusInputs {
             pod,
             runtime,

@@ -134,6 +134,7 @@ pub async fn harness_with_cgroups(
         },
         runtime_handlers: Vec::new(),
         runtime_features: None,
+        cgroup_driver: nodelet::cri::runtime_config::CgroupDriverAnswer::NotAsked,
     };
     let mut cfg = config(dir.path(), crash_loop_backoff);
     edit(&mut cfg);
