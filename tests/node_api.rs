@@ -53,7 +53,6 @@ fn facts() -> NodeFacts {
         },
         internal_ip: Some("10.0.0.7".parse().unwrap()),
         container_runtime_version: "containerd://1.6.20".into(),
-        runtime_features: None,
     }
 }
 

@@ -51,6 +51,7 @@ use crate::clock::Clock;
 use crate::cluster;
 use crate::config::Config;
 use crate::cri::containerd::{ContainerdTasks, TaskSignaller};
+use crate::cri::features::RuntimeFeaturesView;
 use crate::cri::health::RuntimeHealth;
 use crate::cri::remote::RemoteRuntime;
 use crate::cri::runtime_config::{self, CgroupDriverAnswer};
@@ -59,7 +60,7 @@ use crate::events::{node_ref, EventRecorder, EventType};
 use crate::eviction::manager::PressureView;
 use crate::gc::images::ImageGc;
 use crate::lifecycle::shutdown::ShutdownView;
-use crate::node::{NodeAgent, NodeFacts, RuntimeHandlers};
+use crate::node::{NodeAgent, NodeFacts};
 use crate::objects::ObjectSource;
 use crate::pleg::Pleg;
 use crate::pod::manager::StaticAdmission;
@@ -136,10 +137,10 @@ pub struct RuntimeServices {
     pub containerd_events: Option<ContainerdEvents>,
     /// The runtime's Version answer (its name goes into every `containerID`).
     pub version: api::VersionResponse,
-    /// The handlers the runtime's `Status` listed at start (node `status.runtimeHandlers`).
-    pub runtime_handlers: Vec<api::RuntimeHandler>,
-    /// The runtime-wide features its `Status` stated at start (`None`: none).
-    pub runtime_features: Option<api::RuntimeFeatures>,
+    /// The handlers and runtime-wide features the runtime's `Status` states, read at start
+    /// and every 5 s after (node `status.runtimeHandlers` and `status.features`, admission,
+    /// recursive read-only mounts).
+    pub runtime_features: RuntimeFeaturesView,
     /// What the runtime's `RuntimeConfig` said of the cgroup driver at start; it wins over the
     /// configured `cgroupDriver` when it says anything.
     pub cgroup_driver: CgroupDriverAnswer,
@@ -171,21 +172,16 @@ impl RuntimeServices {
                 None
             }
         };
-        // A runtime that cannot say leaves the node without runtimeHandlers; the pods still run.
-        let runtime_handlers = match remote.runtime_handlers().await {
-            Ok(handlers) => handlers,
+        // A runtime that cannot say leaves the node without runtimeHandlers and features; the
+        // pods still run.
+        let runtime_features = match remote.runtime_feature_set().await {
+            Ok(set) => set,
             Err(e) => {
-                tracing::warn!(error = %e, "the runtime's Status lists no runtime handlers");
-                Vec::new()
+                tracing::warn!(error = %e, "the runtime's Status states no handlers or features");
+                Default::default()
             }
         };
-        let runtime_features = match remote.runtime_features().await {
-            Ok(features) => features,
-            Err(e) => {
-                tracing::warn!(error = %e, "the runtime's Status states no features");
-                None
-            }
-        };
+        let runtime_features = RuntimeFeaturesView::new(runtime_features);
         let cgroup_driver = tokio::select! {
             answer = ask_cgroup_driver(&remote) => answer?,
             _ = cancel.cancelled() => return Err(StartError::Cancelled),
@@ -203,7 +199,6 @@ impl RuntimeServices {
                 namespace: cfg.containerd_namespace.clone(),
             }),
             version,
-            runtime_handlers,
             runtime_features,
             cgroup_driver,
         })
@@ -475,11 +470,7 @@ impl NodeletBuilder {
             handlers.push(Arc::new(sysctls));
             handlers.push(Arc::new(
                 crate::pod::runtime_features::RuntimeFeaturesAdmitHandler {
-                    supplemental_groups_policy: runtime
-                        .rt
-                        .runtime_features
-                        .as_ref()
-                        .is_some_and(|f| f.supplemental_groups_policy),
+                    features: runtime.rt.runtime_features.clone(),
                 },
             ));
             handlers.push(predicates);
@@ -519,12 +510,11 @@ impl NodeletBuilder {
                 "Updated Node Allocatable limit across pods",
             );
         }
-        // What the runtime's Status listed at start, read again every 5 s as the kubelet does.
-        let runtime_handlers = RuntimeHandlers::new(&runtime.rt.runtime_handlers);
+        // What the runtime's Status stated at start, read again every 5 s as the kubelet does.
         if let Some(housekeeping) = &runtime.rt.housekeeping {
-            tasks.spawn(crate::node::refresh_runtime_handlers(
+            tasks.spawn(crate::cri::features::refresh(
                 housekeeping.clone(),
-                runtime_handlers.clone(),
+                runtime.rt.runtime_features.clone(),
                 cancel.clone(),
             ));
         }
@@ -537,7 +527,6 @@ impl NodeletBuilder {
             pressure: &pressure.pressure,
             shutdown: &pressure.shutdown,
             taints: &node_taints,
-            runtime_handlers,
             clock,
         };
         wire_cluster::spawn_node_agent(
@@ -604,7 +593,6 @@ struct NodeViews<'a> {
     pressure: &'a PressureView,
     shutdown: &'a ShutdownView,
     taints: &'a crate::node::updater::NodeTaints,
-    runtime_handlers: RuntimeHandlers,
     clock: Clock,
 }
 
@@ -615,17 +603,14 @@ impl NodeViews<'_> {
         let pressure = self.pressure.clone();
         NodeAgent::new(
             settings::node(self.cfg),
-            NodeFacts {
-                runtime_features: self.runtime.runtime_features,
-                ..NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version)
-            },
+            NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
             node_health(self.pleg, self.runtime_health),
             Arc::new(move || pressure.pressure()),
             self.clock,
         )
         .with_shutdown(self.shutdown.clone())
         .with_taints(self.taints.clone())
-        .with_runtime_handlers(self.runtime_handlers.clone())
+        .with_runtime_features(self.runtime.runtime_features.clone())
     }
 }
 

@@ -205,10 +205,7 @@ fn sync_settings(
         swap_behavior: cfg.swap_behavior,
         swap_controller,
         seccomp_default: cfg.seccomp_default,
-        runtime_features: crate::cri::features::RuntimeFeatureSet::new(
-            &rt.runtime_handlers,
-            rt.runtime_features.as_ref(),
-        ),
+        runtime_features: rt.runtime_features.clone(),
         ready_to_start_condition: cfg.feature_enabled(
             crate::config::kubelet_fields::POD_READY_TO_START_CONTAINERS_CONDITION,
         ),

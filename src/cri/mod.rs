@@ -171,13 +171,9 @@ pub trait HousekeepingRuntime: Send + Sync + 'static {
     /// The `info` map of a verbose `Status` (containerd: `config` is its CRI configuration as
     /// JSON, `sandboxImage` among it).
     async fn runtime_info(&self) -> Result<std::collections::HashMap<String, String>>;
-    /// The handlers a `Status` answer lists (`runtime_handlers`, with their features); none
+    /// The handlers and runtime-wide features a (non-verbose) `Status` answer states; none
     /// from a runtime that does not report them (containerd 1.6).
-    /// The runtime-wide features of the runtime's `Status` (`None`: it states none).
-    async fn runtime_features(&self) -> Result<Option<api::RuntimeFeatures>> {
-        Ok(None)
-    }
-    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>>;
+    async fn runtime_feature_set(&self) -> Result<features::RuntimeFeatureSet>;
     /// `ReopenContainerLog`: the runtime closes the container's log file and opens its path
     /// again (creating a new file there).
     async fn reopen_container_log(&self, container_id: &str) -> Result<()>;

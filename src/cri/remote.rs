@@ -480,16 +480,14 @@ impl HousekeepingRuntime for RemoteRuntime {
         Ok(observe("status", "", c.status(req)).await?.info)
     }
 
-    async fn runtime_features(&self) -> Result<Option<api::RuntimeFeatures>> {
+    async fn runtime_feature_set(&self) -> Result<super::features::RuntimeFeatureSet> {
         let mut c = self.runtime.clone();
         let req = self.request(api::StatusRequest { verbose: false }, Duration::ZERO);
-        Ok(observe("status", "", c.status(req)).await?.features)
-    }
-
-    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>> {
-        let mut c = self.runtime.clone();
-        let req = self.request(api::StatusRequest { verbose: false }, Duration::ZERO);
-        Ok(observe("status", "", c.status(req)).await?.runtime_handlers)
+        let status = observe("status", "", c.status(req)).await?;
+        Ok(super::features::RuntimeFeatureSet::new(
+            &status.runtime_handlers,
+            status.features.as_ref(),
+        ))
     }
 
     async fn reopen_container_log(&self, container_id: &str) -> Result<()> {

@@ -510,8 +510,8 @@ mod tests {
         async fn reopen_container_log(&self, _: &str) -> cri::Result<()> {
             Ok(())
         }
-        async fn runtime_handlers(&self) -> cri::Result<Vec<cri::api::RuntimeHandler>> {
-            Ok(Vec::new())
+        async fn runtime_feature_set(&self) -> cri::Result<cri::features::RuntimeFeatureSet> {
+            Ok(Default::default())
         }
     }
 

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::cluster::ApiServerVersion;
+use crate::cri::features::RuntimeFeaturesView;
 use crate::cri::ImageService;
 use crate::events::EventRecorder;
 use crate::lifecycle::pressure::Pressure;
@@ -158,59 +159,6 @@ pub struct NodeFacts {
     pub internal_ip: Option<IpAddr>,
     /// `containerd://1.6.20`: the CRI Version call's `runtime_name://runtime_version`.
     pub container_runtime_version: String,
-    /// The runtime-wide features its `Status` stated when nodelet connected (`None`: it
-    /// states none, as containerd 1.6), the same admission decides with: `status.features`.
-    pub runtime_features: Option<crate::cri::api::RuntimeFeatures>,
-}
-
-/// How often the runtime's handlers are read again (the kubelet's `updateRuntimeUp` period):
-/// a runtime restarted with another configuration lists others.
-pub const RUNTIME_HANDLERS_PERIOD: Duration = Duration::from_secs(5);
-
-/// The runtime's handlers as last read, for `status.runtimeHandlers` (the kubelet's
-/// `runtimeState.runtimeHandlers`), shared with [`refresh_runtime_handlers`].
-#[derive(Debug, Clone, Default)]
-pub struct RuntimeHandlers(
-    Arc<std::sync::RwLock<Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler>>>,
-);
-
-impl RuntimeHandlers {
-    /// A view holding what the runtime's `Status` listed (`handlers`).
-    pub fn new(handlers: &[crate::cri::api::RuntimeHandler]) -> RuntimeHandlers {
-        let view = RuntimeHandlers::default();
-        view.set(handlers);
-        view
-    }
-
-    pub fn set(&self, handlers: &[crate::cri::api::RuntimeHandler]) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) =
-            status::node_runtime_handlers(handlers);
-    }
-
-    pub fn get(&self) -> Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-/// Reads the runtime's handlers into `view` every [`RUNTIME_HANDLERS_PERIOD`] until cancelled;
-/// a failed read keeps the last list (the kubelet keeps its runtime state on an error).
-pub async fn refresh_runtime_handlers(
-    runtime: Arc<dyn crate::cri::HousekeepingRuntime>,
-    view: RuntimeHandlers,
-    cancel: CancellationToken,
-) {
-    let mut ticker = tokio::time::interval(RUNTIME_HANDLERS_PERIOD);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        match runtime.runtime_handlers().await {
-            Ok(handlers) => view.set(&handlers),
-            Err(e) => tracing::debug!(error = %e, "reading the runtime's handlers"),
-        }
-    }
 }
 
 impl NodeFacts {
@@ -226,7 +174,6 @@ impl NodeFacts {
             machine: info.machine.clone(),
             internal_ip: node_ip.or_else(|| info.host_ips.first().and_then(|ip| ip.parse().ok())),
             container_runtime_version: container_runtime_version(runtime),
-            runtime_features: None,
         }
     }
 }
@@ -284,7 +231,7 @@ pub struct NodeAgent {
     taints: Option<updater::NodeTaints>,
     server: ApiServerVersion,
     shutdown: ShutdownView,
-    runtime_handlers: RuntimeHandlers,
+    runtime_features: RuntimeFeaturesView,
 }
 
 impl NodeAgent {
@@ -307,7 +254,7 @@ impl NodeAgent {
             taints: None,
             server: ApiServerVersion::new(),
             shutdown: ShutdownView::none(),
-            runtime_handlers: RuntimeHandlers::default(),
+            runtime_features: RuntimeFeaturesView::default(),
         }
     }
 
@@ -318,9 +265,10 @@ impl NodeAgent {
         self
     }
 
-    /// Reports the runtime's handlers as `view` holds them (`status.runtimeHandlers`).
-    pub fn with_runtime_handlers(mut self, view: RuntimeHandlers) -> Self {
-        self.runtime_handlers = view;
+    /// Reports the runtime's handlers and features as `view` holds them
+    /// (`status.runtimeHandlers`, `status.features`): the same view admission decides with.
+    pub fn with_runtime_features(mut self, view: RuntimeFeaturesView) -> Self {
+        self.runtime_features = view;
         self
     }
 
@@ -359,11 +307,12 @@ impl NodeAgent {
         let health = self.health.clone();
         let pressure = self.pressure.clone();
         let shutdown = self.shutdown.clone();
-        let runtime_handlers = self.runtime_handlers.clone();
+        let runtime_features = self.runtime_features.clone();
         let clock = self.clock;
         let kubelet_version = status::kubelet_version();
         Arc::new(
             move |previous: Option<&NodeStatus>, images: Option<&[ContainerImage]>| {
+                let runtime = runtime_features.get();
                 let inputs = NodeStatusInputs {
                     hostname: &settings.node_name,
                     internal_ip: facts.internal_ip,
@@ -381,8 +330,8 @@ impl NodeAgent {
                     health: health(),
                     shutting_down: shutdown.is_shutting_down(),
                     images,
-                    runtime_handlers: &runtime_handlers.get(),
-                    runtime_features: facts.runtime_features.as_ref(),
+                    runtime_handlers: &status::node_runtime_handlers(runtime.handlers()),
+                    runtime_features: runtime.features(),
                 };
                 build_node_status(previous, &inputs, clock.now())
             },
@@ -512,74 +461,5 @@ mod tests {
         );
         assert_eq!(info.cpu_capacity_milli(), 3000);
         assert_eq!(info.memory_capacity(), 5 << 30);
-    }
-}
-
-#[cfg(test)]
-mod runtime_handlers_tests {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-
-    use super::*;
-    use crate::cri::api::RuntimeHandler;
-
-    /// A runtime whose `Status` lists what the test put there last, or fails.
-    struct Listing(Mutex<Option<Vec<RuntimeHandler>>>);
-
-    #[async_trait::async_trait]
-    impl crate::cri::HousekeepingRuntime for Listing {
-        async fn runtime_info(&self) -> crate::cri::Result<HashMap<String, String>> {
-            Ok(HashMap::new())
-        }
-        async fn reopen_container_log(&self, _: &str) -> crate::cri::Result<()> {
-            Ok(())
-        }
-        async fn runtime_handlers(&self) -> crate::cri::Result<Vec<RuntimeHandler>> {
-            self.0
-                .lock()
-                .unwrap()
-                .clone()
-                .ok_or_else(|| crate::cri::Error::Call {
-                    op: "status",
-                    target: String::new(),
-                    status: tonic::Status::unavailable("down"),
-                })
-        }
-    }
-
-    fn handler(name: &str) -> RuntimeHandler {
-        RuntimeHandler {
-            name: name.into(),
-            features: None,
-        }
-    }
-
-    fn names(view: &RuntimeHandlers) -> Vec<String> {
-        view.get().into_iter().filter_map(|h| h.name).collect()
-    }
-
-    /// The list follows the runtime every 5 s; a failed read keeps the last one.
-    #[tokio::test(start_paused = true)]
-    async fn handlers_are_read_again_and_kept_through_a_failure() {
-        let runtime = Arc::new(Listing(Mutex::new(Some(vec![handler("runc")]))));
-        let view = RuntimeHandlers::new(&[]);
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn(refresh_runtime_handlers(
-            runtime.clone(),
-            view.clone(),
-            cancel.clone(),
-        ));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(names(&view), ["runc"]);
-        *runtime.0.lock().unwrap() = Some(vec![handler(""), handler("runc-alt")]);
-        tokio::time::sleep(Duration::from_millis(4_000)).await;
-        assert_eq!(names(&view), ["runc"], "not before the period");
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
-        assert_eq!(names(&view), ["", "runc-alt"]);
-        *runtime.0.lock().unwrap() = None;
-        tokio::time::sleep(RUNTIME_HANDLERS_PERIOD).await;
-        assert_eq!(names(&view), ["", "runc-alt"], "kept through a failed read");
-        cancel.cancel();
-        task.await.unwrap();
     }
 }

@@ -30,14 +30,15 @@ pub fn admit_supplemental_groups_policy(pod: &Pod, supported: bool) -> AdmitResu
 }
 
 /// The handler, with what the runtime's `Status` stated when nodelet connected.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RuntimeFeaturesAdmitHandler {
-    pub supplemental_groups_policy: bool,
+    /// What the runtime's `Status` states, as last read.
+    pub features: crate::cri::features::RuntimeFeaturesView,
 }
 
 impl PodAdmitHandler for RuntimeFeaturesAdmitHandler {
     fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> AdmitResult {
-        admit_supplemental_groups_policy(attrs.pod, self.supplemental_groups_policy)
+        admit_supplemental_groups_policy(attrs.pod, self.features.supplemental_groups_policy())
     }
 }
 

@@ -34,7 +34,7 @@ pub struct SyncSettings {
     pub seccomp_default: bool,
     /// What the runtime's `Status` declared it supports (recursive read-only mounts per
     /// handler, `supplementalGroupsPolicy`).
-    pub runtime_features: crate::cri::features::RuntimeFeatureSet,
+    pub runtime_features: crate::cri::features::RuntimeFeaturesView,
     /// The `PodReadyToStartContainersCondition` gate: publish that condition.
     pub ready_to_start_condition: bool,
     /// The node's cgroup tree (`cgroupsPerQOS`): pod cgroups with their limits, QoS tiers;

@@ -132,8 +132,7 @@ pub async fn harness_with_cgroups(
             runtime_version: "0.0.0".into(),
             runtime_api_version: "v1".into(),
         },
-        runtime_handlers: Vec::new(),
-        runtime_features: None,
+        runtime_features: Default::default(),
         cgroup_driver: nodelet::cri::runtime_config::CgroupDriverAnswer::NotAsked,
     };
     let mut cfg = config(dir.path(), crash_loop_backoff);
