@@ -20,7 +20,10 @@
 # images and nodelet with the `dist` profile (fat LTO, one codegen unit: the packaged build,
 # Cargo.toml), and starts a containerd of its own (socket, state, CNI bridge and subnet apart
 # from the test one: NODELET_BENCH_* below, or the NODELET_TEST_* variables when they are set),
-# which it stops again at the end if it started it. Everything a part starts
+# which it stops again at the end if it started it; beside it, Debian 12's containerd 1.6 on a
+# second instance (same names with -1.6), and the parts `start` and `reaction` run on both in
+# the same run (the tables' runtime column; NODELET_BENCH_COMPAT=0: the current one only).
+# Everything a part starts
 # (nodelet processes, pods, the VM) is removed when the part ends or the script is interrupted.
 # Not part of the test command: the numbers depend on the machine and its load.
 set -euo pipefail
@@ -45,7 +48,15 @@ case " $* " in
 esac
 
 STARTED_CONTAINERD=0
+STARTED_COMPAT=0
 BENCH_PID=
+# The second runtime of the run: Debian 12's containerd 1.6 on an instance of its own, for the
+# parts measured on every runtime (start, reaction); NODELET_BENCH_COMPAT=0 leaves it out.
+compat_instance=(
+	NODELET_TEST_CONTAINERD=1.6 NODELET_TEST_VAR="$NODELET_TEST_VAR-1.6"
+	NODELET_TEST_RUN="$NODELET_TEST_RUN-1.6" NODELET_TEST_BRIDGE="${NODELET_TEST_BRIDGE:0:12}c16"
+	NODELET_TEST_SUBNET=10.199.0.0/16 NODELET_TEST_CNI_NETWORK="$NODELET_TEST_CNI_NETWORK-1.6"
+)
 cleanup() {
 	local status=$?
 	if [ -n "$BENCH_PID" ]; then
@@ -56,6 +67,9 @@ cleanup() {
 	fi
 	if [ "$STARTED_CONTAINERD" = 1 ]; then
 		scripts/containerd.sh stop >&2 || true
+	fi
+	if [ "$STARTED_COMPAT" = 1 ]; then
+		env "${compat_instance[@]}" scripts/containerd.sh stop >&2 || true
 	fi
 	exit "$status"
 }
@@ -69,6 +83,15 @@ scripts/images.sh build >&2
 scripts/containerd.sh start >&2
 scripts/images.sh import >&2
 eval "$(scripts/containerd.sh env)"
+NODELET_BENCH_RUNTIMES="=$NODELET_TEST_CRI"
+if [ "${NODELET_BENCH_COMPAT:-1}" != 0 ]; then
+	env "${compat_instance[@]}" bash -c '. scripts/lib.sh; ctd_responsive' || STARTED_COMPAT=1
+	env "${compat_instance[@]}" scripts/containerd.sh start >&2
+	env "${compat_instance[@]}" scripts/images.sh import >&2
+	NODELET_BENCH_RUNTIMES="$NODELET_BENCH_RUNTIMES,=$(env "${compat_instance[@]}" scripts/containerd.sh env |
+		sed -n 's/^export NODELET_TEST_CRI=//p')"
+fi
+export NODELET_BENCH_RUNTIMES
 
 echo "bench.sh: containerd $CTD_SOCK, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 nice -n 5 cargo bench --locked --profile dist --bench node_bench --no-run >&2

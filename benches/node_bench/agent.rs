@@ -21,7 +21,39 @@ pub const TESTBOX: &str = "localhost/testbox:1";
 pub const PAUSE: &str = "localhost/pause:1";
 
 /// The benchmark's CRI endpoint; exits with instructions when it is not set up.
+/// The runtime the parts run against now: chosen by `main` for each runtime of the run
+/// ([`runtimes`]); unset, `NODELET_TEST_CRI`.
+static SELECTED: std::sync::RwLock<Option<(String, String)>> = std::sync::RwLock::new(None);
+
+/// The runtimes of this run, `(label, endpoint)`, from `NODELET_BENCH_RUNTIMES`
+/// (`label=unix:///…` separated by commas; scripts/bench.sh sets it to containerd 2.x and 1.6),
+/// else the one of `NODELET_TEST_CRI`, labelled by its CRI Version answer later.
+pub fn runtimes() -> Vec<(String, String)> {
+    let listed: Vec<(String, String)> = std::env::var("NODELET_BENCH_RUNTIMES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|item| {
+            let (label, endpoint) = item.trim().split_once('=')?;
+            Some((label.to_string(), endpoint.to_string()))
+        })
+        .collect();
+    if listed.is_empty() {
+        vec![(String::new(), endpoint())]
+    } else {
+        listed
+    }
+}
+
+/// Makes the parts run against `endpoint` (labelled `label` in the tables).
+pub fn select_runtime(label: &str, endpoint: &str) {
+    *SELECTED.write().unwrap_or_else(|e| e.into_inner()) =
+        Some((label.to_string(), endpoint.to_string()));
+}
+
 pub fn endpoint() -> String {
+    if let Some((_, e)) = SELECTED.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        return e.clone();
+    }
     match std::env::var("NODELET_TEST_CRI") {
         Ok(e) if Path::new(e.trim_start_matches("unix://")).exists() => e,
         _ => {

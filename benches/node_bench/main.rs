@@ -28,6 +28,8 @@ use std::time::Duration;
 use report::Section;
 
 const PARTS: &[&str] = &["start", "reaction", "footprint", "api", "eviction"];
+/// The parts measured on every runtime of the run (`NODELET_BENCH_RUNTIMES`).
+const RUNTIME_PARTS: &[&str] = &["start", "reaction"];
 
 /// The knobs of a run (defaults are the minimums).
 pub struct Options {
@@ -172,22 +174,54 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let mut printed = Vec::new();
+    let runtimes: Vec<(String, String)> = agent::runtimes()
+        .into_iter()
+        .map(|(label, endpoint)| {
+            agent::select_runtime(&label, &endpoint);
+            (runtime.block_on(sys::runtime_label(&label)), endpoint)
+        })
+        .collect();
+    sys::set_runtime_labels(runtimes.iter().map(|(l, _)| l.clone()).collect());
     for part in &parts {
-        eprintln!(
-            "== {part}: started {} (load average {:.1})",
-            sys::now_utc(),
-            sys::load_now()
-        );
-        let section = runtime.block_on(async {
-            match part.as_str() {
-                "start" => start::run(&opts).await,
-                "reaction" => reaction::run(&opts).await,
-                "footprint" => footprint::run(&opts).await,
-                "api" => api::run(&opts).await,
-                "eviction" => eviction::run(&opts).await,
-                _ => unreachable!("parts are checked by parse"),
+        // The parts about nodelet's own reaction to the runtime run on every runtime of the
+        // run; the heavy ones (footprint, api, eviction's VM) on the first (the current one).
+        let on: &[(String, String)] = if RUNTIME_PARTS.contains(&part.as_str()) {
+            &runtimes
+        } else {
+            &runtimes[..1]
+        };
+        let mut merged: Option<Section> = None;
+        for (label, endpoint) in on {
+            agent::select_runtime(label, endpoint);
+            eprintln!(
+                "== {part} on {label}: started {} (load average {:.1})",
+                sys::now_utc(),
+                sys::load_now()
+            );
+            let mut section = runtime.block_on(async {
+                match part.as_str() {
+                    "start" => start::run(&opts).await,
+                    "reaction" => reaction::run(&opts).await,
+                    "footprint" => footprint::run(&opts).await,
+                    "api" => api::run(&opts).await,
+                    "eviction" => eviction::run(&opts).await,
+                    _ => unreachable!("parts are checked by parse"),
+                }
+            });
+            for row in &mut section.rows {
+                if row.runtime.is_empty() {
+                    row.runtime.clone_from(label);
+                }
             }
-        });
+            merged = Some(match merged {
+                None => section,
+                Some(mut m) => {
+                    m.rows.extend(section.rows);
+                    m
+                }
+            });
+        }
+        let section = merged.expect("at least one runtime");
         print!("{}", section.text());
         if opts.write {
             write_doc(&section, &command);

@@ -140,8 +140,38 @@ async fn follow_exits(socket: PathBuf, rt: Arc<RemoteRuntime>, seen: ExitSeen) {
     }
 }
 
+/// When the CRI's own event stream (`GetContainerEvents`, `CONTAINER_STOPPED_EVENT`) told this
+/// process of each container's stop, by container ID.
+type CriEventSeen = Arc<Mutex<HashMap<String, Timestamp>>>;
+
+/// Follows the CRI's `GetContainerEvents`; returns at once (`false`) when the runtime has no
+/// such call (containerd 1.6).
+async fn follow_cri_events(endpoint: String, seen: CriEventSeen) -> bool {
+    use nodelet::cri::api::runtime_service_client::RuntimeServiceClient;
+    let Ok(channel) = nodelet::cri::remote::unix_channel(&endpoint) else {
+        return false;
+    };
+    let Ok(response) = RuntimeServiceClient::new(channel)
+        .get_container_events(api::GetEventsRequest {})
+        .await
+    else {
+        return false;
+    };
+    let mut stream = response.into_inner();
+    while let Ok(Some(event)) = stream.message().await {
+        if event.container_event_type == api::ContainerEventType::ContainerStoppedEvent as i32 {
+            seen.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(event.container_id)
+                .or_insert_with(Timestamp::now);
+        }
+    }
+    true
+}
+
 /// Exit → terminated in `/pods`, over at least `count` exits of 10 crash-looping pods; and
-/// exit → containerd's event, for the same exits.
+/// exit → containerd's event, exit → the CRI's status and exit → the CRI's own event, for the
+/// same exits.
 async fn exits(count: usize) -> ExitTimes {
     let a = Agent::start("exits", FAST_BACKOFF).await;
     let rt = agent::runtime();
@@ -150,6 +180,11 @@ async fn exits(count: usize) -> ExitTimes {
         crate::sys::containerd_socket(&agent::endpoint()),
         rt.clone(),
         seen_by_containerd.clone(),
+    ));
+    let seen_by_cri_events: CriEventSeen = Arc::default();
+    let cri_follower = tokio::spawn(follow_cri_events(
+        agent::endpoint(),
+        seen_by_cri_events.clone(),
     ));
     let pods = 10;
     for i in 0..pods {
@@ -190,6 +225,7 @@ async fn exits(count: usize) -> ExitTimes {
                 // Only exits of instances seen running: the transition happened while watched.
                 if seen_running.contains(&id) && done.insert(id.clone()) {
                     let (rt, events) = (rt.clone(), seen_by_containerd.clone());
+                    let cri_events = seen_by_cri_events.clone();
                     lookups.push(tokio::spawn(async move {
                         let id = bare_id(&id);
                         let status = rt.container_status(id).await.ok()?;
@@ -207,7 +243,12 @@ async fn exits(count: usize) -> ExitTimes {
                                     cri.map(|c| ms_between(finished, c)),
                                 )
                             });
-                        Some((ms_between(finished, now), bare))
+                        let cri_event = cri_events
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get(id)
+                            .map(|t| ms_between(finished, *t));
+                        Some((ms_between(finished, now), bare, cri_event))
                     }));
                 }
             }
@@ -216,24 +257,40 @@ async fn exits(count: usize) -> ExitTimes {
         tokio::time::sleep(POLL).await;
     }
     let (mut ours, mut events, mut cri) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cri_events = Vec::new();
     for l in lookups {
-        if let Ok(Some((v, bare))) = l.await {
+        if let Ok(Some((v, bare, cri_event))) = l.await {
             ours.push(v);
             if let Some((event, seen)) = bare {
                 events.push(event);
                 cri.extend(seen);
             }
+            cri_events.extend(cri_event);
         }
     }
     follower.abort();
+    // Finished already when the runtime has no GetContainerEvents.
+    let cri_stream = if cri_follower.is_finished() {
+        cri_follower.await.unwrap_or(false)
+    } else {
+        cri_follower.abort();
+        true
+    };
     eprintln!(
-        "reaction: exits measured {} (containerd's event seen for {}, the CRI's status for {})",
+        "reaction: exits measured {} (containerd's event seen for {}, the CRI's status for {}, \
+         the CRI's event for {})",
         ours.len(),
         events.len(),
-        cri.len()
+        cri.len(),
+        cri_events.len()
     );
     a.remove_all(T).await;
-    ExitTimes { ours, events, cri }
+    ExitTimes {
+        ours,
+        events,
+        cri,
+        cri_events: cri_stream.then_some(cri_events),
+    }
 }
 
 /// Milliseconds from each exit to: nodelet's `/pods`, containerd's event, the CRI's status.
@@ -241,6 +298,8 @@ struct ExitTimes {
     ours: Vec<f64>,
     events: Vec<f64>,
     cri: Vec<f64>,
+    /// `None`: the runtime has no `GetContainerEvents` (containerd 1.6).
+    cri_events: Option<Vec<f64>>,
 }
 
 /// A hostPath directory for one pod's health and event files.
@@ -484,21 +543,45 @@ pub async fn run(opts: &Options) -> Section {
             ),
             ms_str(&exit),
         )
-        // The floor for any CRI client: what ContainerStatus says, polled from the event on.
+        // The runtime's own notification: containerd's exit event, in the same run.
         .baseline(
             format!(
-                "exit → the CRI's ContainerStatus says exited: {}",
-                cri.as_ref().map_or("—".into(), ms_str)
+                "exit → containerd's `/tasks/exit` event reaches a client: {}",
+                event.as_ref().map_or("—".into(), ms_str)
             ),
-            cri.as_ref().map(|c| exit.p99 / c.p99),
+            event.as_ref().map(|e| exit.p99 / e.p99),
         )
-        .goal("p99 ≤ 50 ms", Verdict::at_most(exit.p99, 50.0))
+        .goal(
+            "p99 ≤ 2× the event's p99 and ≤ 50 ms",
+            Verdict::at_most(
+                exit.p99,
+                event.as_ref().map_or(50.0, |e| (2.0 * e.p99).min(50.0)),
+            ),
+        )
         .load(&load),
     );
     rows.push(
         Row::new(
-            "… the same exits → containerd's `/tasks/exit` event reaches a client, ms",
-            event.as_ref().map_or("—".into(), ms_str),
+            "… the same exits → the CRI's ContainerStatus says exited (polled every 2 ms from the event on), ms",
+            cri.as_ref().map_or("—".into(), ms_str),
+        )
+        .load(&load),
+    );
+    let cri_events = times
+        .cri_events
+        .as_deref()
+        .map(|v| (v.len(), Summary::of(v)));
+    rows.push(
+        Row::new(
+            "… the same exits → the CRI's `GetContainerEvents` CONTAINER_STOPPED_EVENT reaches a client, ms",
+            match &cri_events {
+                None => "— (the runtime has no GetContainerEvents)".to_string(),
+                Some((n, summary)) => format!(
+                    "{} (an event for {n} of {} exits)",
+                    summary.as_ref().map_or("—".into(), ms_str),
+                    exit.n
+                ),
+            },
         )
         .load(&load),
     );
@@ -598,10 +681,14 @@ pub async fn run(opts: &Options) -> Section {
              (`crashLoopBackOff.maxContainerRestartPeriod: 1s`); `/pods` is polled every 5 ms and \
              each container instance seen running and then terminated (in `state` or \
              `lastState`) is timed from the runtime's exact `finishedAt` (CRI ContainerStatus, \
-             nanoseconds; the API field has whole seconds) to the poll that showed it. The \
-             baseline follows containerd's `/tasks/exit` events in the same run (as nodelet's \
-             PLEG does) and from each event on polls the CRI's ContainerStatus every 2 ms until \
-             it says exited: no CRI client can report the exit earlier."
+             nanoseconds; the API field has whole seconds) to the poll that showed it. nodelet \
+             reports the exit from containerd's `/tasks/exit` event (exit code and time from the \
+             shim) and waits for the CRI only for what needs its agreement (the restart). The \
+             baseline follows containerd's `/tasks/exit` events in the same run; beside it, from \
+             each event on, the CRI's ContainerStatus polled every 2 ms until it says exited, and \
+             the CRI's own `GetContainerEvents` stream (containerd 2.x; 1.6 has none), which \
+             nodelet does not use: its stop event comes when the CRI has recorded the exit, \
+             after the task event."
                 .into(),
             "Probes and deletion: testbox (`serve --healthy-file --event-file`) appends every \
              answer and signal with a nanosecond timestamp to a file on a hostPath volume; the \

@@ -101,6 +101,8 @@ pub struct Row {
     pub verdict: Verdict,
     /// The 1-minute load average when the measurement began and ended.
     pub load: String,
+    /// The runtime the figure was measured on (`containerd 2.1.9`).
+    pub runtime: String,
 }
 
 impl Row {
@@ -113,6 +115,7 @@ impl Row {
             goal: String::new(),
             verdict: Verdict::None,
             load: String::new(),
+            runtime: String::new(),
         }
     }
 
@@ -170,13 +173,14 @@ impl Section {
             self.measured, self.part
         );
         s.push_str(
-            "| figure | nodelet | bare containerd, same run | ratio | goal | | load avg |\n",
+            "| runtime | figure | nodelet | bare containerd, same run | ratio | goal | | load avg |\n",
         );
-        s.push_str("|---|---|---|---|---|---|---|\n");
+        s.push_str("|---|---|---|---|---|---|---|---|\n");
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                cell(&r.runtime),
                 cell(&r.figure),
                 cell(&r.nodelet),
                 cell(&r.baseline),
@@ -196,7 +200,7 @@ impl Section {
     pub fn text(&self) -> String {
         let mut s = format!("== {} ({})\n", self.title, self.measured);
         for r in &self.rows {
-            let mut line = format!("  {:<58} {}", r.figure, r.nodelet);
+            let mut line = format!("  [{}] {:<58} {}", r.runtime, r.figure, r.nodelet);
             if !r.baseline.is_empty() {
                 let _ = write!(line, "  | bare {} ({})", r.baseline, r.ratio);
             }

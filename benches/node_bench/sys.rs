@@ -223,9 +223,35 @@ fn first_line(program: &str, args: &[&str]) -> String {
 }
 
 /// nodelet's commit (with `-dirty` for uncommitted changes), containerd's and runc's versions.
+/// `label`, or else the runtime's own name and version from its CRI Version answer
+/// (`containerd 2.1.9`), for the tables' runtime column.
+pub async fn runtime_label(label: &str) -> String {
+    use nodelet::cri::Runtime;
+    if !label.is_empty() {
+        return label.to_string();
+    }
+    match crate::agent::runtime().version().await {
+        Ok(v) => format!(
+            "{} {}",
+            v.runtime_name,
+            v.runtime_version.trim_start_matches('v')
+        ),
+        Err(_) => "containerd".into(),
+    }
+}
+
+/// The runtimes of the run as their CRI Version answers name them (set by `main` once).
+static RUNTIME_LABELS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+pub fn set_runtime_labels(labels: Vec<String>) {
+    let _ = RUNTIME_LABELS.set(labels);
+}
+
 pub fn versions() -> String {
-    let containerd = first_line("containerd", &["--version"]);
-    let containerd = containerd.split_whitespace().nth(2).unwrap_or("?");
+    let containerd = RUNTIME_LABELS
+        .get()
+        .map(|l| l.join(" and "))
+        .unwrap_or_else(|| "containerd ?".into());
     let runc = first_line("runc", &["--version"]);
     let runc = runc.split_whitespace().nth(2).unwrap_or("?");
     let build = if cfg!(debug_assertions) {
@@ -237,7 +263,7 @@ pub fn versions() -> String {
         Ok(path) if !path.is_empty() => format!("nodelet binary {path} (NODELET_BENCH_NODELET)"),
         _ => format!("nodelet {} ({build})", commit()),
     };
-    format!("{nodelet}, containerd {containerd}, runc {runc}")
+    format!("{nodelet}, {containerd}, runc {runc}")
 }
 
 /// The commit measured, read once when the run starts: the parts rewrite
