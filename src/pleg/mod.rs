@@ -248,10 +248,11 @@ impl Pleg {
         }
     }
 
-    /// The pod UID an object belongs to, from the last relist or by asking the runtime.
-    async fn pod_of(&self, id: &str) -> Option<String> {
+    /// The pod UID an object belongs to and whether it is a sandbox, from the last relist or by
+    /// asking the runtime.
+    async fn pod_of(&self, id: &str) -> Option<(String, bool)> {
         if let Some(seen) = self.lock().seen.get(id) {
-            return Some(seen.pod_uid.clone());
+            return Some((seen.pod_uid.clone(), seen.sandbox));
         }
         let owned = |l: &std::collections::HashMap<String, String>| {
             (l.get(labels::NODE_NAME) == Some(&self.node_name))
@@ -259,10 +260,10 @@ impl Pleg {
                 .flatten()
         };
         if let Ok(status) = self.runtime.container_status(id).await {
-            return owned(&status.labels);
+            return owned(&status.labels).map(|uid| (uid, false));
         }
         if let Ok(status) = self.runtime.pod_sandbox_status(id).await {
-            return owned(&status.labels);
+            return owned(&status.labels).map(|uid| (uid, true));
         }
         None
     }
@@ -316,10 +317,12 @@ impl Pleg {
             }
             _ => return,
         };
-        let Some(pod_uid) = self.pod_of(&id).await else {
+        let Some((pod_uid, sandbox)) = self.pod_of(&id).await else {
             return;
         };
         match (kind, exit) {
+            // A sandbox's pause process is not a container with a status of its own.
+            _ if sandbox => {}
             (EventKind::ContainerOom, _) => self.exits.oom_killed(&id),
             (EventKind::ContainerDied, Some((code, at))) => {
                 // The status shows the exit from the event on; the worker is woken now for
@@ -753,5 +756,24 @@ mod tests {
             )
             .await;
         assert!(rx.try_recv().is_err());
+
+        // The sandbox's pause process exiting wakes the worker but leaves no record: the
+        // sandbox has no container status to show it.
+        let pause_exit = containerd_client::events::TaskExit {
+            container_id: sandbox.clone(),
+            id: sandbox.clone(),
+            ..Default::default()
+        };
+        pleg.clone()
+            .handle_envelope(
+                "/tasks/exit".into(),
+                prost_types::Any {
+                    type_url: String::new(),
+                    value: pause_exit.encode_to_vec(),
+                },
+            )
+            .await;
+        assert_eq!(rx.try_recv().unwrap().pod_uid, "uid1");
+        assert_eq!(exits.get(&sandbox), None);
     }
 }
