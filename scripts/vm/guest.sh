@@ -64,6 +64,15 @@ case "$(systemctl show -p ExecStart --value containerd.service)" in
 esac
 "$REPO_DIR/scripts/containerd.sh" prepare
 systemctl start containerd.service
+# containerd 2.x reports ready (sd_notify) as it starts serving; under emulation on a loaded host
+# one `ctr version` (images.sh's check, 5 s) did not get an answer right after (CI-like load,
+# 2026-12-03). Give it a minute before importing.
+waited=0
+until ctd_responsive; do
+	waited=$((waited + 1))
+	[ "$waited" -lt 12 ] || { echo "containerd does not answer on $CTD_SOCK after systemctl start" >&2 && exit 1; }
+	sleep 1
+done
 "$REPO_DIR/scripts/images.sh" import
 say "images: $PAUSE_IMAGE $TESTBOX_IMAGE imported"
 

@@ -4,7 +4,7 @@
 # boots it (9p, read-only, under a tmpfs overlay) with its own kernel and modules.
 #
 #   root.sh path      build the root unless it is cached; print its directory
-#   root.sh key       print the cache key (the package list's and this script's content)
+#   root.sh key       print the cache key (of the suite, the package list and the recipe)
 #   root.sh versions  print the versions of the root's node packages (once built)
 #   root.sh cache-dir print the cache directory
 #
