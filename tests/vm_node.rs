@@ -1804,3 +1804,19 @@ fn tasks_are_read_from_their_text() {
         .into()
     );
 }
+
+/// The runtime version the 1.6-only allowances are keyed on, from `ctr version` as containerd
+/// 1.6 (Debian 12) and 2.1 (sid) print it.
+#[test]
+fn the_containerd_version_is_the_servers() {
+    let v16 = "Client:\n  Version:  1.6.20~ds1\n  Revision:  1.6.20~ds1-1+b1\n  Go version:  go1.19.8\n\n\
+               Server:\n  Version:  1.6.20~ds1\n  Revision:  1.6.20~ds1-1+b1\n  UUID: 0c1f\n";
+    let v21 = "Client:\n  Version:  2.1.9+unknown\n  Revision: \n  Go version: go1.27.1\n\n\
+               Server:\n  Version:  2.1.9+unknown\n  Revision: \n  UUID: f811b590\n";
+    let client_only = "Client:\n  Version:  2.1.9+unknown\n";
+    assert_eq!(vm::server_version(v16).as_deref(), Some("1.6.20"));
+    assert_eq!(vm::server_version(v21).as_deref(), Some("2.1.9"));
+    assert_eq!(vm::server_version(client_only), None);
+    assert!(vm::server_version(v16).unwrap().starts_with("1.6."));
+    assert!(!vm::server_version(v21).unwrap().starts_with("1.6."));
+}
