@@ -9,10 +9,13 @@
 #   python3                                        images/build-image.py
 #   curl                                           poking test servers by hand
 #   dbus-daemon                                    a private bus for the systemd cgroup driver's D-Bus test
-#   qemu-system-x86, linux-image-amd64             the cgroup v2 test VM (scripts/vm.sh): qemu and
-#                                                  the Debian kernel it boots, with its modules
-#   cpio, dbus, systemd                            the VM's initramfs; the guest's system bus and
-#                                                  PID 1 (the guest runs this machine's /)
+#   qemu-system-x86, mmdebstrap, cpio              the cgroup v2 test VM (scripts/vm.sh): qemu, the
+#                                                  builder of its node root (Debian's newest suite,
+#                                                  with its own kernel: scripts/vm/root.sh), the
+#                                                  initramfs
+#   binutils                                       objcopy/objdump for nodelet's Debian package
+#                                                  (scripts/package-deb.sh; dpkg-deb is dpkg's)
+#   dbus, systemd                                  the system bus and systemd of the D-Bus tests
 #   docker-registry, skopeo, apache2-utils, openssl  the private TLS registry of the pull tests
 #                                                  (scripts/registry.sh): the registry, pushing
 #                                                  the OCI archives, htpasswd (bcrypt), the test CA
@@ -27,7 +30,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PACKAGES=(
 	containerd runc containernetworking-plugins protobuf-compiler busybox-static
 	iproute2 iptables gcc libc6-dev python3 curl dbus-daemon
-	qemu-system-x86 linux-image-amd64 cpio dbus systemd
+	qemu-system-x86 mmdebstrap cpio binutils dbus systemd
 	docker-registry skopeo apache2-utils openssl
 	chromium chromium-driver
 )

@@ -77,6 +77,12 @@ fi
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# The VM's node root (scripts/vm/root.sh: cached in /var/cache/nodelet-vm; a first build takes
+# about two minutes of mmdebstrap), built beside the cargo build; the vm lane's first scenario
+# waits on its lock, and builds it itself (failing loudly) if this did not.
+scripts/vm/root.sh path >"$lanes_dir/vm-root.log" 2>&1 &
+background+=($!)
+
 cargo build --workspace --locked --all-targets
 cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
 	python3 scripts/test-binaries.py "$repo" >"$lanes_dir/binaries"

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The cgroup v2 test VM: qemu under software emulation (-accel tcg) with Debian's kernel, this
-# machine's / as a read-only 9p root under a tmpfs overlay, and systemd as PID 1. In the guest,
-# containerd runs as a systemd service, the project's images are imported, nodelet's unit is
-# installed from systemd/nodelet.service, and then COMMAND runs as the scenario.
+# The cgroup v2 test VM: a current Debian node (a root of Debian's newest suite built by
+# scripts/vm/root.sh: its systemd, containerd, runc and kernel) booted by qemu under software
+# emulation (-accel tcg) with the root's own kernel and modules, the root as a read-only 9p
+# mount under a tmpfs overlay, and systemd as PID 1. The repository (and the target directory)
+# are visible in the guest at the same paths (9p, under overlays of their own). In the guest,
+# containerd runs as a systemd service, the project's images are imported, nodelet is installed
+# from its Debian package (scripts/package-deb.sh, `dpkg -i`), and then COMMAND runs as the
+# scenario.
 #
 #   vm.sh run [OPTIONS] -- COMMAND [ARG...]
 #                      boot, run COMMAND in the guest (as root, in the repository), stream the
@@ -11,20 +15,22 @@
 #   vm.sh shell [OPTIONS]
 #                      the same guest, with an interactive shell on the console instead
 #                      (leave it with `exit`; Ctrl-A x kills qemu)
-#   vm.sh initramfs    build the initramfs (when its inputs changed) and print its path
-#   vm.sh check        exit 0 when qemu, the kernel and its modules are there, else name what is missing
+#   vm.sh initramfs    build the root and the initramfs (when their inputs changed), print its path
+#   vm.sh check        exit 0 when qemu, mmdebstrap (or a built root) and the initramfs tools are
+#                      there, else name what is missing
 #
 # OPTIONS
 #   --name NAME        run directory <vm dir>/runs/NAME (settings, console.log); default "manual"
 #   --driver D         systemd (containerd SystemdCgroup = true) or cgroupfs; default systemd
-#   --nodelet PATH     the nodelet binary to install; default <target>/debug/nodelet
+#   --nodelet PATH     the nodelet binary to package and install; default <target>/debug/nodelet
 #   --env NAME=VALUE   extra environment for COMMAND (repeatable)
 #   --timeout SECONDS  kill the VM after this long; the scenario gets 60 s less; default 900
 #   --memory MIB       guest memory; default 2048
 #   --cpus N           guest CPUs; default 2
 #
 # Paths: <target> is $CARGO_TARGET_DIR or target/; <vm dir> is $NODELET_VM_DIR or <target>/vm.
-# The kernel is the newest /boot/vmlinuz-V with /lib/modules/V (override: NODELET_VM_KERNEL=V).
+# The node root: scripts/vm/root.sh (cached in /var/cache/nodelet-vm, or $NODELET_VM_CACHE); its
+# kernel is its newest /boot/vmlinuz-V with /lib/modules/V.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,6 +39,7 @@ TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-$REPO_DIR/target}")"
 VM_DIR="$(realpath -m "${NODELET_VM_DIR:-$TARGET_DIR/vm}")"
 QEMU=qemu-system-x86_64
 INIT_SCRIPT="$REPO_DIR/scripts/vm/init"
+ROOT_SCRIPT="$REPO_DIR/scripts/vm/root.sh"
 GUEST_SCRIPT="$REPO_DIR/scripts/vm/guest.sh"
 # What the initramfs must load to reach the 9p root and build the overlay; their dependencies
 # come from modules.dep.
@@ -40,36 +47,35 @@ INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p overlay)
 RESULT_MARKER="NODELET-VM-RESULT:"
 
 usage() {
-	sed -n '2,27s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,33s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
-# The kernel version to boot: newest with both an image and modules.
+# The node root (built by scripts/vm/root.sh unless cached); sets NODE_ROOT.
+node_root() {
+	NODE_ROOT="$("$ROOT_SCRIPT" path)" || die "cannot build the VM's node root (scripts/vm/root.sh)"
+	[ -x "$NODE_ROOT/lib/systemd/systemd" ] || die "$NODE_ROOT has no /lib/systemd/systemd"
+}
+
+# The kernel version of the node root to boot: its newest with both an image and modules.
 kernel_version() {
-	if [ -n "${NODELET_VM_KERNEL:-}" ]; then
-		echo "$NODELET_VM_KERNEL"
-		return 0
-	fi
 	local image version
-	for image in /boot/vmlinuz-*; do
+	for image in "$NODE_ROOT"/boot/vmlinuz-*; do
 		[ -e "$image" ] || continue
-		version="${image#/boot/vmlinuz-}"
-		[ -f "/lib/modules/$version/modules.dep" ] && echo "$version"
+		version="${image#"$NODE_ROOT"/boot/vmlinuz-}"
+		[ -f "$NODE_ROOT/lib/modules/$version/modules.dep" ] && echo "$version"
 	done | sort -V | tail -n1
 }
 
 # Everything the VM needs on the host; prints what is missing and fails.
 check_host() {
-	local missing=() version
+	local missing=()
 	command -v "$QEMU" >/dev/null || missing+=("$QEMU (Debian package qemu-system-x86)")
-	version="$(kernel_version)"
-	if [ -z "$version" ]; then
-		missing+=("a kernel: /boot/vmlinuz-V with /lib/modules/V (Debian package linux-image-amd64)")
-	else
-		[ -r "/boot/vmlinuz-$version" ] || missing+=("/boot/vmlinuz-$version")
-		[ -f "/lib/modules/$version/modules.dep" ] || missing+=("/lib/modules/$version")
+	if [ ! -f "$("$ROOT_SCRIPT" cache-dir)/root-$("$ROOT_SCRIPT" key)/.nodelet-vm-root" ]; then
+		command -v mmdebstrap >/dev/null || missing+=("mmdebstrap (Debian package mmdebstrap), to build the node root")
 	fi
-	[ -x /lib/systemd/systemd ] || missing+=("/lib/systemd/systemd (Debian package systemd)")
+	command -v dpkg-deb >/dev/null || missing+=("dpkg-deb (Debian package dpkg), for nodelet's package")
+	command -v objcopy >/dev/null || missing+=("objcopy (Debian package binutils), for nodelet's package")
 	[ -x "$GUEST_SCRIPT" ] || missing+=("$GUEST_SCRIPT (executable)")
 	command -v cpio >/dev/null || missing+=("cpio")
 	busybox_static >/dev/null || missing+=("a static busybox (Debian package busybox-static)")
@@ -84,7 +90,7 @@ check_host() {
 # last one in modules.dep is loaded first, as modprobe does), then the module; built-in ones
 # are left out.
 module_load_order() {
-	local version="$1" dir="/lib/modules/$1" name line deps seen=" " i
+	local version="$1" dir="$NODE_ROOT/lib/modules/$1" name line deps seen=" " i
 	for name in "${INITRAMFS_MODULES[@]}"; do
 		if grep -qE "/$name\.ko(\.[a-z]+)?$" "$dir/modules.builtin" 2>/dev/null; then
 			continue
@@ -99,16 +105,17 @@ module_load_order() {
 	done
 }
 
-# Builds <vm dir>/initramfs-V.cpio.gz unless one built from the same inputs is there; prints
-# its path. Concurrent runs wait for each other (one lock).
+# Builds <vm dir>/initramfs-V.cpio.gz (the node root's kernel V and its modules) unless one built
+# from the same inputs is there; prints its path. Concurrent runs wait for each other (one lock).
 build_initramfs() {
 	local version="$1" out="$VM_DIR/initramfs-$1.cpio.gz" busybox modules=() module stamp
+	local moddir="$NODE_ROOT/lib/modules/$1"
 	busybox="$(busybox_static)" || die "no static busybox (run scripts/install-deps.sh)"
 	mapfile -t modules < <(module_load_order "$version")
 	stamp="$(
 		{
 			sha256sum "$INIT_SCRIPT" "$busybox"
-			for module in "${modules[@]}"; do sha256sum "/lib/modules/$version/$module"; done
+			for module in "${modules[@]}"; do sha256sum "$moddir/$module"; done
 		} | sha256sum | cut -d' ' -f1
 	)"
 	mkdir -p "$VM_DIR"
@@ -128,7 +135,7 @@ build_initramfs() {
 	mknod -m 0600 "$stage/dev/console" c 5 1
 	: >"$stage/modules/order"
 	for module in "${modules[@]}"; do
-		local file="${module##*/}" src="/lib/modules/$version/$module"
+		local file="${module##*/}" src="$moddir/$module"
 		case "$file" in
 		*.ko.xz) xz -dc "$src" >"$stage/modules/${file%.xz}" && file="${file%.xz}" ;;
 		*.ko.zst) zstd -qdc "$src" >"$stage/modules/${file%.zst}" && file="${file%.zst}" ;;
@@ -184,13 +191,19 @@ parse_options() {
 write_run_dir() { # interactive
 	RUN_DIR="$VM_DIR/runs/$NAME"
 	mkdir -p "$RUN_DIR"
+	# nodelet goes in as operators install it: its Debian package, built here from the binary
+	# under test (uncompressed: it is read once, over 9p).
+	rm -rf "$RUN_DIR/deb"
+	DEB="$("$REPO_DIR/scripts/package-deb.sh" --binary "$NODELET" --out "$RUN_DIR/deb" --compression none)" ||
+		die "building nodelet's Debian package (scripts/package-deb.sh) failed"
 	{
 		printf 'NODELET_VM_NAME=%q\n' "$NAME"
 		printf 'NODELET_VM_DRIVER=%q\n' "$DRIVER"
-		printf 'NODELET_VM_NODELET=%q\n' "$NODELET"
+		printf 'NODELET_VM_DEB=%q\n' "$RUN_DIR/deb/$(basename "$DEB")"
 		printf 'NODELET_VM_IMAGES=%q\n' "$IMAGES_TARGET_DIR"
 		printf 'NODELET_VM_GUEST_TIMEOUT=%q\n' "$((TIMEOUT - 60))"
 		printf 'NODELET_VM_INTERACTIVE=%q\n' "$1"
+		printf 'NODELET_VM_ROOT=%q\n' "$NODE_ROOT"
 	} >"$RUN_DIR/env.tmp"
 	mv -f "$RUN_DIR/env.tmp" "$RUN_DIR/env"
 	printf '%s\n' "${EXTRA_ENV[@]}" >"$RUN_DIR/command.env"
@@ -198,8 +211,29 @@ write_run_dir() { # interactive
 	rm -f "$RUN_DIR/console.log" "$RUN_DIR/qemu.pid"
 }
 
+# The host directories the guest sees at the same paths (each over 9p, under a tmpfs overlay):
+# the repository (scripts, the test binaries), and the target, VM and images directories when
+# they are not below it. Printed one per line, outermost first.
+shared_dirs() {
+	local dir kept=() k inside
+	for dir in "$REPO_DIR" "$TARGET_DIR" "$VM_DIR" "$(realpath -m "$IMAGES_TARGET_DIR")"; do
+		inside=0
+		for k in "${kept[@]}"; do
+			case "$dir/" in "$k"/*) inside=1 ;; esac
+		done
+		[ "$inside" = 1 ] || kept+=("$dir")
+	done
+	printf '%s\n' "${kept[@]}"
+}
+
 qemu_args() {
-	local version="$1" initramfs="$2"
+	local version="$1" initramfs="$2" dir shares=() virtfs=() i=0
+	while IFS= read -r dir; do
+		[[ "$dir" =~ ^/[A-Za-z0-9_./+-]*$ ]] || die "$dir: the guest can share only paths of letters, digits and _ . / + -"
+		shares+=("share$i=$dir")
+		virtfs+=(-virtfs "local,path=$dir,mount_tag=share$i,security_model=passthrough,readonly=on,multidevs=remap")
+		i=$((i + 1))
+	done < <(shared_dirs)
 	local append=(
 		console=ttyS0 quiet panic=-1 psi=1
 		# The kernel's boot-time check that the timer interrupt arrives through the IO-APIC
@@ -209,15 +243,23 @@ qemu_args() {
 		systemd.unified_cgroup_hierarchy=1
 		systemd.unit=nodelet-vm-scenario.service
 		systemd.show_status=error
+		# systemd 257+ queries the console's terminal (escape sequences on the serial line, mixed
+		# into the scenario's first and last lines); a dumb terminal is not queried.
+		systemd.tty.term.console=dumb systemd.tty.term.ttyS0=dumb
 		"nodelet_vm.repo=$REPO_DIR" "nodelet_vm.run=$RUN_DIR"
+		"nodelet_vm.shares=$(
+			IFS=,
+			echo "${shares[*]}"
+		)"
 	)
 	# shellcheck disable=SC2054 # qemu's options are comma-separated
 	QEMU_ARGS=(
 		-accel tcg,thread=multi -smp "$CPUS" -m "$MEMORY"
 		-nographic -no-reboot -nic none
-		-kernel "/boot/vmlinuz-$version" -initrd "$initramfs"
+		-kernel "$NODE_ROOT/boot/vmlinuz-$version" -initrd "$initramfs"
 		-append "${append[*]}"
-		-virtfs local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,multidevs=remap
+		-virtfs "local,path=$NODE_ROOT,mount_tag=noderoot,security_model=passthrough,readonly=on,multidevs=remap"
+		"${virtfs[@]}"
 		-pidfile "$RUN_DIR/qemu.pid"
 	)
 }
@@ -240,12 +282,14 @@ cmd_run() {
 	require_root
 	check_host || exit 1
 	local version initramfs
+	node_root
 	version="$(kernel_version)"
+	[ -n "$version" ] || die "$NODE_ROOT has no /boot/vmlinuz-V with /lib/modules/V"
 	initramfs="$(build_initramfs "$version")"
 	write_run_dir 0
 	qemu_args "$version" "$initramfs"
 	trap stop_qemu EXIT
-	log "booting $NAME (driver $DRIVER, kernel $version); console: $RUN_DIR/console.log"
+	log "booting $NAME (driver $DRIVER, node root $NODE_ROOT, kernel $version); console: $RUN_DIR/console.log"
 	local started=$SECONDS status=0
 	# The guest's tty writes \r\n; sed -u keeps the stream line by line and unbuffered.
 	timeout --foreground -k 10 "$TIMEOUT" "$QEMU" "${QEMU_ARGS[@]}" </dev/null 2>&1 |
@@ -265,7 +309,9 @@ cmd_shell() {
 	require_root
 	check_host || exit 1
 	local version initramfs
+	node_root
 	version="$(kernel_version)"
+	[ -n "$version" ] || die "$NODE_ROOT has no /boot/vmlinuz-V with /lib/modules/V"
 	initramfs="$(build_initramfs "$version")"
 	COMMAND=(/bin/bash -i)
 	write_run_dir 1
@@ -280,6 +326,7 @@ shell) shift && cmd_shell "$@" ;;
 initramfs)
 	require_root
 	check_host || exit 1
+	node_root
 	build_initramfs "$(kernel_version)"
 	;;
 check) check_host ;;

@@ -6,8 +6,8 @@
 //! are terminated, so the long periods do not make the run longer; they are room for
 //! containerd under emulation on a loaded host, where one StopPodSandbox took 60 s (a run with
 //! 90 s / 30 s saw the regular group's period run out before its pods' sandboxes stopped, so
-//! their final statuses, written after the sandbox stop as the kubelet's, came too late). Checked: logind's `InhibitDelayMaxUSec` raised through nodelet's
-//! drop-in, nodelet's delay lock in `systemd-inhibit --list`; then `systemctl poweroff`: while
+//! their final statuses, written after the sandbox stop as the kubelet's, came too late). Checked: logind's `InhibitDelayMaxUSec` at the 30 s of nodelet's
+//! package's drop-in, then raised to 180 s through the drop-in nodelet writes, nodelet's delay lock in `systemd-inhibit --list`; then `systemctl poweroff`: while
 //! logind holds the shutdown for the lock, the guest reads nodelet's local API every 100 ms
 //! and sees the regular pods end first (each Failed, `Terminated`, the kubelet's message,
 //! `DisruptionTarget`) while `critical` still runs, and `critical` after them. The scenario
@@ -122,19 +122,23 @@ async fn shutdown_checks(node: Guest) {
             "systemctl",
             &["start", "dbus.service", "systemd-logind.service"],
         );
-        println!(
-            "vm shutdown: logind before nodelet: {}",
-            run(
-                "busctl",
-                &[
-                    "get-property",
-                    "org.freedesktop.login1",
-                    "/org/freedesktop/login1",
-                    "org.freedesktop.login1.Manager",
-                    "InhibitDelayMaxUSec"
-                ]
-            )
-            .trim()
+        let before = run(
+            "busctl",
+            &[
+                "get-property",
+                "org.freedesktop.login1",
+                "/org/freedesktop/login1",
+                "org.freedesktop.login1.Manager",
+                "InhibitDelayMaxUSec",
+            ],
+        );
+        println!("vm shutdown: logind before nodelet: {}", before.trim());
+        // nodelet's package (installed by guest.sh) ships a logind drop-in of 30 s in
+        // /usr/lib/systemd/logind.conf.d; logind's own default is 5 s.
+        assert_eq!(
+            before.trim(),
+            "t 30000000",
+            "logind's delay from the package's drop-in"
         );
     }
     {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs inside the test VM as its scenario unit (systemd is PID 1; stdout is the serial console,
 # which scripts/vm.sh streams to the host). Sets the node up as a user would: containerd as a
-# systemd service with the run's cgroup driver, the project's images imported, nodelet's unit
-# installed from systemd/nodelet.service (its binary linked to /usr/local/bin/nodelet); then runs
-# the run's command. Its last line is "NODELET-VM-RESULT: <exit status>"; before it, on failure,
+# systemd service with the run's cgroup driver, the project's images imported, nodelet installed
+# from its Debian package (`dpkg -i`, built by scripts/vm.sh with scripts/package-deb.sh); then
+# runs the run's command. Its last line is "NODELET-VM-RESULT: <exit status>"; before it, on failure,
 # the journal of nodelet and containerd.
 #
 #   guest.sh RUN_DIR     RUN_DIR/env (settings), RUN_DIR/command (NUL-separated argv),
@@ -31,7 +31,11 @@ trap finish EXIT
 # systemd stops the scenario with SIGTERM when it overruns its TimeoutStartSec.
 trap 'say "stopped by SIGTERM (scenario timeout?)"; exit 143' TERM
 
-say "systemd $(systemctl --version | awk 'NR==1 {print $2}') is PID 1 ($(cat /proc/1/comm)); kernel $(uname -r)"
+# The node's versions, as the guest itself reports them (docs/testing.md quotes this line).
+runc_version="$(runc --version 2>/dev/null | awk 'NR==1 {print $3}')"
+containerd_version="$(containerd --version 2>/dev/null | awk '{print $3}')"
+say "node: $(. /etc/os-release && echo "$PRETTY_NAME"); kernel $(uname -r); systemd $(systemctl --version | awk 'NR==1 {print $2}'); containerd ${containerd_version:-?}; runc ${runc_version:-?}"
+say "systemd is PID 1 ($(cat /proc/1/comm))"
 say "cgroup: $(stat -fc %T /sys/fs/cgroup), controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 
 # Everything of this run on one tmpfs: overlayfs snapshots cannot live on the overlay root, and
@@ -60,17 +64,26 @@ case "$(systemctl show -p ExecStart --value containerd.service)" in
 esac
 "$REPO_DIR/scripts/containerd.sh" prepare
 systemctl start containerd.service
+# containerd 2.x reports ready (sd_notify) as it starts serving; under emulation on a loaded host
+# one `ctr version` (images.sh's check, 5 s) did not get an answer right after (CI-like load,
+# 2026-12-03). Give it a minute before importing.
+waited=0
+until ctd_responsive; do
+	waited=$((waited + 1))
+	[ "$waited" -lt 12 ] || { echo "containerd does not answer on $CTD_SOCK after systemctl start" >&2 && exit 1; }
+	sleep 1
+done
 "$REPO_DIR/scripts/images.sh" import
 say "images: $PAUSE_IMAGE $TESTBOX_IMAGE imported"
 
-# nodelet's unit is the repository's; the scenario writes /etc/nodelet/config.yaml and starts it
-# with systemctl.
-ln -sf "$NODELET_VM_NODELET" /usr/local/bin/nodelet
-mkdir -p /etc/nodelet
-say "nodelet: $(/usr/local/bin/nodelet version 2>&1 | head -n1), $(systemctl show -p FragmentPath --value nodelet.service)"
+# nodelet as operators install it: its package (binary, unit, example configuration, logind
+# drop-in). The scenario writes /etc/nodelet/config.yaml and starts the unit with systemctl.
+dpkg -i "$NODELET_VM_DEB" >/dev/null || { echo "dpkg -i $NODELET_VM_DEB failed" >&2 && exit 1; }
+say "nodelet: $(dpkg-query -W -f='${Package} ${Version} (${Status})' nodelet) from ${NODELET_VM_DEB##*/}; $(nodelet version 2>&1 | head -n1); $(systemctl show -p FragmentPath --value nodelet.service)"
 
 eval "$("$REPO_DIR/scripts/containerd.sh" env)"
 export NODELET_VM_GUEST=1 NODELET_VM_SCENARIO="$NODELET_VM_NAME" NODELET_VM_DRIVER NODELET_VM_STATE="$VM_STATE"
+export NODELET_VM_CONTAINERD_VERSION="$containerd_version" NODELET_VM_RUNC_VERSION="$runc_version" NODELET_VM_DEB
 export HOME=/root
 while IFS= read -r entry; do
 	[ -n "$entry" ] && export "${entry?}"

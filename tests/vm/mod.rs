@@ -1,8 +1,8 @@
 //! The cgroup v2 test VM (`scripts/vm.sh`) from Rust; see docs/testing.md, "The VM test bed".
 //!
 //! A VM scenario is one `#[test]` that runs twice. On the host, [`scenario`] boots a VM for the
-//! scenario's cgroup driver (systemd as PID 1, containerd as `containerd.service`, nodelet's unit
-//! installed from `systemd/nodelet.service`) and runs this very test binary inside it, filtered
+//! scenario's cgroup driver (a current Debian node built by `scripts/vm/root.sh`: systemd as PID
+//! 1, containerd as `containerd.service`, nodelet installed from its Debian package) and runs this very test binary inside it, filtered
 //! to the same test (`--exact NAME`). In the guest (`NODELET_VM_GUEST=1`), the same test runs the
 //! scenario's checks against the node through a [`Guest`]. The host streams the guest's console
 //! to stderr as it comes and fails, with the guest's journal of nodelet and containerd, unless the
@@ -691,6 +691,25 @@ impl Guest {
         }
     }
 
+    /// The version the running containerd reports (`ctr version`, the server's), e.g. `2.1.9`
+    /// (a distribution suffix such as `+unknown` cut off).
+    pub fn containerd_version(&self) -> String {
+        let out = Command::new("ctr")
+            .args(["--address", &self.containerd_sock, "version"])
+            .output()
+            .expect("run ctr version");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "ctr version: {text}");
+        server_version(&text)
+            .unwrap_or_else(|| panic!("no server version in `ctr version`: {text}"))
+    }
+
+    /// Whether the guest's containerd is of the 1.6 line (whose known losses some checks
+    /// allow for, each saying which); the current node runs 2.x.
+    pub fn containerd_1_6(&self) -> bool {
+        self.containerd_version().starts_with("1.6.")
+    }
+
     /// containerd's tasks in the CRI namespace (`ctr tasks ls`): container id → (pid, status).
     pub fn tasks(&self) -> BTreeMap<String, (u32, String)> {
         let out = Command::new("ctr")
@@ -764,6 +783,17 @@ impl Drop for Step {
             self.started.elapsed().as_secs_f64()
         );
     }
+}
+
+/// The server's version in `ctr version` output, without a `+...` or `~...` suffix.
+pub fn server_version(text: &str) -> Option<String> {
+    let server = text.split("Server:").nth(1)?;
+    let line = server
+        .lines()
+        .find(|l| l.trim_start().starts_with("Version:"))?;
+    let version = line.trim_start().strip_prefix("Version:")?.trim();
+    let version = version.split(['+', '~']).next()?.trim_start_matches('v');
+    (!version.is_empty()).then(|| version.to_string())
 }
 
 /// `ctr tasks ls` output (`TASK PID STATUS` columns) as id → (pid, status).
