@@ -228,7 +228,19 @@ async fn exits(count: usize) -> ExitTimes {
                     let cri_events = seen_by_cri_events.clone();
                     lookups.push(tokio::spawn(async move {
                         let id = bare_id(&id);
-                        let status = rt.container_status(id).await.ok()?;
+                        // nodelet may show the exit before the CRI has recorded it (that is
+                        // the point): the runtime's exact finishedAt is read once it has.
+                        let mut status = rt.container_status(id).await.ok()?;
+                        for _ in 0..2000 {
+                            if status.finished_at > 0 {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            status = rt.container_status(id).await.ok()?;
+                        }
+                        if status.finished_at <= 0 {
+                            return None;
+                        }
                         let finished =
                             Timestamp::from_nanosecond(i128::from(status.finished_at)).ok()?;
                         // Give the CRI poll of this exit its time to finish.
