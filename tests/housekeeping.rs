@@ -40,6 +40,12 @@ fn containerd_sock() -> String {
     cri_endpoint().trim_start_matches("unix://").to_string()
 }
 
+/// The `ctr` of the test containerd's own version (`NODELET_TEST_CTR`, from
+/// `scripts/containerd.sh env`; containerd 2.x's is not the system's), else the one on PATH.
+fn ctr() -> String {
+    std::env::var("NODELET_TEST_CTR").unwrap_or_else(|_| "ctr".to_string())
+}
+
 /// Builds a one-file OCI image with the project's image builder and imports it with `ctr`.
 fn import_image(dir: &Path, name: &str) {
     let content = dir.join(format!("{}.txt", name.replace(['/', ':'], "_")));
@@ -63,7 +69,7 @@ fn import_image(dir: &Path, name: &str) {
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let imported = Command::new("ctr")
+    let imported = Command::new(ctr())
         .args(["-a", &containerd_sock(), "-n", "k8s.io", "images", "import"])
         .arg(&tar)
         .output()
