@@ -109,7 +109,17 @@ async fn image_gc_removes_unused_images_and_keeps_used_and_pause() {
     import_image(n.dir.path(), &old);
     import_image(n.dir.path(), &new);
     let rt = runtime();
-    let before = image_names(rt.as_ref()).await;
+    // containerd 2.x's CRI learns of an image `ctr` imported from containerd's image event, a
+    // moment after the import returned (1.6 listed it at once): wait for both names.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let names = image_names(rt.as_ref()).await;
+        if (names.contains(&old) && names.contains(&new)) || tokio::time::Instant::now() > deadline
+        {
+            break names;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(before.contains(&old) && before.contains(&new), "{before:?}");
 
     // The nodelet's own image GC, through the same CRI client type the binary uses.
