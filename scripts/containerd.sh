@@ -288,6 +288,28 @@ remove_stale_containers() {
 	return "$removed"
 }
 
+# The root holds the metadata of the containerd line that last ran on it (a stamp file; a root
+# without one is 1.6's, from before 2.x was the default). containerd 2.x migrates 1.6's
+# metadata, which 1.6 then cannot be trusted to read: when the line changes, the root starts
+# afresh (images are imported again by scripts/images.sh import). Only while stopped.
+match_root_to_version() {
+	ctd_resolve || die "no containerd (NODELET_TEST_CONTAINERD=$NODELET_TEST_CONTAINERD)"
+	local stamp="$CTD_ROOT/.nodelet-containerd-line" line had
+	line="${CTD_VERSION%%.*}"
+	[ "$line" = 1 ] || line=2
+	had="$(cat "$stamp" 2>/dev/null || true)"
+	if [ -z "$had" ] && [ -d "$CTD_ROOT/io.containerd.metadata.v1.bolt" ]; then
+		had=1
+	fi
+	if [ -n "$had" ] && [ "$had" != "$line" ]; then
+		log "the root $CTD_ROOT was containerd $had.x's; containerd $CTD_VERSION starts with a fresh one"
+		unmount_all
+		rm -rf --one-file-system "$CTD_ROOT"
+	fi
+	mkdir -p "$CTD_ROOT"
+	echo "$line" >"$stamp"
+}
+
 cmd_start() {
 	require_root
 	mkdir -p "$NODELET_TEST_VAR"
@@ -306,6 +328,7 @@ cmd_start() {
 		log "cleaning up after a containerd that is gone"
 		do_stop
 	fi
+	match_root_to_version
 	launch
 	# Records of containers whose tasks died with a previous instance: the CRI loads them at
 	# start-up, so remove them and start once more to give tests a clean slate.

@@ -222,10 +222,17 @@ fn first_line(program: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-/// nodelet's commit (with `-dirty` for uncommitted changes), containerd's and runc's versions.
+/// nodelet's commit (with `-dirty` for uncommitted changes), containerd's and runc's versions
+/// (containerd's from `NODELET_TEST_CONTAINERD_VERSION` when the instance's environment is set).
 pub fn versions() -> String {
-    let containerd = first_line("containerd", &["--version"]);
-    let containerd = containerd.split_whitespace().nth(2).unwrap_or("?");
+    // The instance's own containerd (scripts/containerd.sh env): 2.x is not the one on PATH.
+    let containerd = std::env::var("NODELET_TEST_CONTAINERD_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            let line = first_line("containerd", &["--version"]);
+            line.split_whitespace().nth(2).unwrap_or("?").to_string()
+        });
     let runc = first_line("runc", &["--version"]);
     let runc = runc.split_whitespace().nth(2).unwrap_or("?");
     let build = if cfg!(debug_assertions) {
