@@ -108,7 +108,7 @@ sleep "$WINDOW"
 TICKS1=$(cpu_ticks)
 HZ=$(getconf CLK_TCK)
 
-echo "nodelet $(git describe --always --dirty) dist profile, $(nproc) cores, containerd $(containerd --version | awk '{print $3}')"
+echo "nodelet $(git describe --always --dirty) dist profile, $(nproc) cores, $(scripts/containerd.sh version)"
 echo "RSS idle (no pods):              $(mib "$IDLE")"
 echo "RSS with $PODS pods (steady):       $(mib "$(kib VmRSS)")"
 echo "peak RSS (VmHWM):                $(mib "$(kib VmHWM)")"

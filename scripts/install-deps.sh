@@ -21,6 +21,9 @@
 #                                                  the OCI archives, htpasswd (bcrypt), the test CA
 #   chromium, chromium-driver                      the status page's browser test (tests/status_page.rs):
 #                                                  headless Chromium driven through chromedriver
+# plus containerd 2.x from Debian's newest suite, the runtime the integration tests run on, fetched
+# into a cache outside the clone without touching the system's packages
+# (scripts/containerd-current.sh; Debian 12's containerd 1.6 above is the compatibility lane's),
 # and the toolchain's rustfmt and clippy components (rustup's minimal profile leaves them out),
 # for the test command's `cargo fmt --check` and `cargo clippy` (scripts/test.sh).
 set -euo pipefail
@@ -46,6 +49,9 @@ if command -v rustup >/dev/null 2>&1; then
 		fi
 	done
 fi
+
+"$(dirname "${BASH_SOURCE[0]}")/containerd-current.sh" fetch >/dev/null ||
+	die "cannot fetch containerd 2.x (scripts/containerd-current.sh fetch)"
 
 missing=()
 for package in "${PACKAGES[@]}"; do

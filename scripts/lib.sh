@@ -17,6 +17,16 @@ NODELET_TEST_SYSTEMD_CGROUP="${NODELET_TEST_SYSTEMD_CGROUP:-false}"
 # This sandbox lacks CAP_SYS_RESOURCE (see containerd.sh); the VM runs with it and sets false.
 NODELET_TEST_RESTRICT_OOM_SCORE_ADJ="${NODELET_TEST_RESTRICT_OOM_SCORE_ADJ:-true}"
 
+# Which containerd the instance runs (scripts/containerd.sh renders its config for that binary's
+# version: config version 3 for 2.x, version 2 for 1.x):
+#   2       containerd 2.x (the default): the `containerd` on PATH when it is 2.x or later (a
+#           current node, such as the test VM's root), else the one scripts/containerd-current.sh
+#           fetched from Debian's newest suite into $NODELET_TEST_CONTAINERD_CACHE
+#   1.6     Debian 12's containerd 1.6 (the system package, on PATH): the compatibility lane
+#   system  whatever `containerd` is on PATH, any version
+NODELET_TEST_CONTAINERD="${NODELET_TEST_CONTAINERD:-2}"
+NODELET_TEST_CONTAINERD_CACHE="${NODELET_TEST_CONTAINERD_CACHE:-/var/cache/nodelet-test}"
+
 CTD_ROOT="$NODELET_TEST_VAR/containerd"
 CTD_STATE="$NODELET_TEST_RUN/containerd"
 CTD_SOCK="$NODELET_TEST_RUN/containerd.sock"
@@ -56,11 +66,69 @@ require_root() {
 	[ "$(id -u)" = 0 ] || die "must run as root (containerd, mounts, network)"
 }
 
+# The version (e.g. 2.1.9, 1.6.20) of a containerd binary, from `containerd --version`.
+containerd_version_of() { # binary
+	"$1" --version 2>/dev/null | awk '{v = $3; sub(/^v/, "", v); sub(/[+~-].*/, "", v); print v; exit}'
+}
+
+# Resolves the containerd of NODELET_TEST_CONTAINERD once: sets CTD_BIN_DIR (its directory, put
+# first on containerd's PATH so it starts its own shim), CTD_BIN, CTR_BIN (the ctr of the same
+# version) and CTD_VERSION. Fails, with a message, when there is none.
+ctd_resolve() {
+	[ -z "${CTD_BIN:-}" ] || return 0
+	local path_bin dir version
+	path_bin="$(command -v containerd || true)"
+	case "$NODELET_TEST_CONTAINERD" in
+	2)
+		version="$([ -z "$path_bin" ] || containerd_version_of "$path_bin")"
+		if [ -n "$version" ] && [ "${version%%.*}" -ge 2 ]; then
+			dir="$(dirname "$path_bin")"
+		else
+			dir="$("$REPO_DIR/scripts/containerd-current.sh" path || true)"
+			[ -n "$dir" ] || {
+				log "no containerd 2.x: none on PATH, none in $NODELET_TEST_CONTAINERD_CACHE (run scripts/containerd-current.sh fetch, or scripts/install-deps.sh)"
+				return 1
+			}
+		fi
+		;;
+	1.6 | system)
+		[ -n "$path_bin" ] || {
+			log "no containerd on PATH (run scripts/install-deps.sh)"
+			return 1
+		}
+		dir="$(dirname "$path_bin")"
+		;;
+	*)
+		log "NODELET_TEST_CONTAINERD=$NODELET_TEST_CONTAINERD: want 2, 1.6 or system"
+		return 1
+		;;
+	esac
+	version="$(containerd_version_of "$dir/containerd")"
+	if [ "$NODELET_TEST_CONTAINERD" = 1.6 ] && [ "${version%.*}" != 1.6 ]; then
+		log "NODELET_TEST_CONTAINERD=1.6, but $dir/containerd is containerd ${version:-of no known version}"
+		return 1
+	fi
+	[ -x "$dir/ctr" ] || {
+		log "no ctr beside $dir/containerd"
+		return 1
+	}
+	CTD_BIN_DIR="$dir"
+	CTD_BIN="$dir/containerd"
+	CTR_BIN="$dir/ctr"
+	CTD_VERSION="$version"
+}
+
+# The `runc --version` line of the runc containerd's shims find on PATH.
+runc_version() { runc --version 2>/dev/null | awk 'NR == 1 {print $3}'; }
+
+# ctr (the version of the instance's containerd) against our containerd socket.
+ctr_any() { ctd_resolve && "$CTR_BIN" --address "$CTD_SOCK" "$@"; }
+
 # ctr against the project-local containerd, in the CRI's namespace.
-ctr_local() { ctr --address "$CTD_SOCK" --namespace "$K8S_NAMESPACE" "$@"; }
+ctr_local() { ctr_any --namespace "$K8S_NAMESPACE" "$@"; }
 
 # True when our containerd answers on its socket.
-ctd_responsive() { timeout 5 ctr --address "$CTD_SOCK" version >/dev/null 2>&1; }
+ctd_responsive() { ctd_resolve && timeout 5 "$CTR_BIN" --address "$CTD_SOCK" version >/dev/null 2>&1; }
 
 # The full argv of a process, NUL separators turned into spaces; empty if it is gone.
 proc_cmdline() { { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null || true; }

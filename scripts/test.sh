@@ -10,9 +10,12 @@
 # The test binaries run in three lanes at once, each one binary after another (within a binary
 # its tests run in parallel, as under `cargo test`): the VM scenarios (each boots its own qemu
 # guest); the fault tests (they stop their containerd, so they get an instance of their own),
-# then the fuzz targets' build and short run; and all the rest against the shared test
-# containerd. Every binary's wall time is printed at the end; the lanes' output is in
-# target/test-lanes/.
+# then the containerd 1.6 compatibility subset (lifecycle, probes, security context, cluster mode on
+# Debian 12's containerd 1.6, an instance of its own), then the fuzz targets' build and short
+# run; and all the rest against the shared test containerd. The integration tests run on
+# containerd 2.x from Debian's newest suite (scripts/containerd-current.sh) with Debian 12's runc.
+# The exact containerd and runc of each lane are printed at the start and with every binary's
+# wall time at the end; the lanes' output is in target/test-lanes/.
 #
 # Arguments are test-name filters: then `cargo test --workspace` runs with them, one binary after
 # another against the shared containerd, and the fuzz run is left out.
@@ -24,6 +27,8 @@ repo="$PWD"
 # containerd, runc, CNI plugins, protoc (for containerd-client's build), busybox, gcc, qemu, ...
 scripts/install-deps.sh
 eval "$(scripts/test-env.sh up)"
+main_runtime="$(scripts/containerd.sh version)"
+echo "test.sh: integration tests on $main_runtime"
 
 if [ $# -gt 0 ]; then
 	[ "${NODELET_TEST_KEEP:-0}" = 1 ] || trap 'scripts/test-env.sh down' EXIT
@@ -43,6 +48,24 @@ faults_instance=(
 	NODELET_TEST_CNI_NETWORK=nodelet-faults
 )
 faults_env="$(env "${faults_instance[@]}" scripts/test-env.sh up --no-registry)"
+# The containerd 1.6 compatibility subset's: Debian 12's containerd, its own instance too.
+ctd16_instance=(
+	NODELET_TEST_CONTAINERD=1.6
+	NODELET_TEST_VAR=/var/lib/nodelet-test-ctd16 NODELET_TEST_RUN=/run/nodelet-test-ctd16
+	NODELET_TEST_BRIDGE=nodelet2 NODELET_TEST_SUBNET=10.92.0.0/16
+	NODELET_TEST_CNI_NETWORK=nodelet-ctd16
+)
+ctd16_env="$(env "${ctd16_instance[@]}" scripts/test-env.sh up --no-registry)"
+faults_runtime="$(env "${faults_instance[@]}" scripts/containerd.sh version)"
+ctd16_runtime="$(env "${ctd16_instance[@]}" scripts/containerd.sh version)"
+runtimes() {
+	echo "test.sh: the runtime of each lane:"
+	echo "  main    $main_runtime"
+	echo "  faults  $faults_runtime"
+	echo "  ctd16   $ctd16_runtime"
+	echo "  vm      the guest's own containerd and runc (printed in the vm lane's log)"
+}
+runtimes
 
 lanes_dir=target/test-lanes
 rm -rf "$lanes_dir"
@@ -66,6 +89,7 @@ stop_background() {
 down() {
 	scripts/test-env.sh down || true
 	env "${faults_instance[@]}" scripts/test-env.sh down || true
+	env "${ctd16_instance[@]}" scripts/test-env.sh down || true
 }
 if [ "${NODELET_TEST_KEEP:-0}" != 1 ]; then
 	trap 'stop_background; down' EXIT
@@ -87,40 +111,46 @@ cargo build --workspace --locked --all-targets
 cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
 	python3 scripts/test-binaries.py "$repo" >"$lanes_dir/binaries"
 
-# run_lane LANE: the lane's binaries one after another, each from its package's directory as
-# `cargo test` runs it; a failed binary does not stop the lane. Appends "lane name seconds
-# status" to $lanes_dir/times and reports each end on the terminal (fd 3).
+# run_lane LANE [RUNTIME]: the lane's binaries one after another, each from its package's
+# directory as `cargo test` runs it; a failed binary does not stop the lane. Appends "lane name
+# seconds status runtime" to $lanes_dir/times (RUNTIME: containerd's version, e.g. 2.1.9; "-"
+# when the lane has none of its own) and reports each end on the terminal (fd 3).
 exec 3>&1
 run_lane() {
-	local lane="$1" failed=0 l dir name exe start status
+	local lane="$1" runtime="${2:--}" failed=0 l dir name exe start status
 	while read -r l dir name exe; do
 		[ "$l" = "$lane" ] || continue
 		echo "     Running $name ($exe)"
 		start=$SECONDS
 		status=0
 		(cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" </dev/null) || status=$?
-		echo "$lane $name $((SECONDS - start)) $status" >>"$lanes_dir/times"
+		echo "$lane $name $((SECONDS - start)) $status containerd-$runtime" >>"$lanes_dir/times"
 		if [ "$status" -eq 0 ]; then
-			echo "test.sh: [$lane] $name ok in $((SECONDS - start)) s" >&3
+			echo "test.sh: [$lane] $name ok in $((SECONDS - start)) s (containerd $runtime)" >&3
 		else
-			echo "test.sh: [$lane] $name FAILED (exit $status) after $((SECONDS - start)) s" >&3
+			echo "test.sh: [$lane] $name FAILED (exit $status) after $((SECONDS - start)) s (containerd $runtime)" >&3
 			failed=1
 		fi
 	done <"$lanes_dir/binaries"
 	return "$failed"
 }
 
-run_lane vm >"$lanes_dir/vm.log" 2>&1 &
+run_lane vm guest >"$lanes_dir/vm.log" 2>&1 &
 vm_lane=$!
 background+=("$vm_lane")
 # The fuzz targets' instrumented build shares nothing with the test build, so it comes after the
-# fault tests, the shortest lane, and runs beside the other two.
+# fault tests and the containerd 1.6 subset, and runs beside the other two lanes.
 (
 	failed=0
 	(
 		eval "$faults_env"
 		export "${faults_instance[@]}"
-		run_lane faults
+		run_lane faults "$NODELET_TEST_CONTAINERD_VERSION"
+	) || failed=1
+	(
+		eval "$ctd16_env"
+		export "${ctd16_instance[@]}"
+		run_lane ctd16 "$NODELET_TEST_CONTAINERD_VERSION"
 	) || failed=1
 	start=$SECONDS
 	echo "     Running scripts/fuzz.sh 5 (output: $lanes_dir/fuzz.log)"
@@ -129,11 +159,11 @@ background+=("$vm_lane")
 	# three VM scenarios timed out on a host that ran everything twice as slowly as usual).
 	if nice -n 15 scripts/fuzz.sh 5 >"$lanes_dir/fuzz.log" 2>&1; then
 		tail -n 12 "$lanes_dir/fuzz.log"
-		echo "faults fuzz-targets $((SECONDS - start)) 0" >>"$lanes_dir/times"
+		echo "faults fuzz-targets $((SECONDS - start)) 0 -" >>"$lanes_dir/times"
 		echo "test.sh: [faults] fuzz targets (build, 5 s each) ok in $((SECONDS - start)) s" >&3
 	else
 		tail -n 80 "$lanes_dir/fuzz.log"
-		echo "faults fuzz-targets $((SECONDS - start)) 1" >>"$lanes_dir/times"
+		echo "faults fuzz-targets $((SECONDS - start)) 1 -" >>"$lanes_dir/times"
 		echo "test.sh: [faults] fuzz targets FAILED after $((SECONDS - start)) s" >&3
 		failed=1
 	fi
@@ -142,10 +172,10 @@ background+=("$vm_lane")
 	echo "     Running cargo fmt and cargo clippy on fuzz/"
 	if cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check &&
 		nice -n 15 cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings; then
-		echo "faults fuzz-lints $((SECONDS - start)) 0" >>"$lanes_dir/times"
+		echo "faults fuzz-lints $((SECONDS - start)) 0 -" >>"$lanes_dir/times"
 		echo "test.sh: [faults] fuzz crate fmt and clippy ok in $((SECONDS - start)) s" >&3
 	else
-		echo "faults fuzz-lints $((SECONDS - start)) 1" >>"$lanes_dir/times"
+		echo "faults fuzz-lints $((SECONDS - start)) 1 -" >>"$lanes_dir/times"
 		echo "test.sh: [faults] fuzz crate fmt or clippy FAILED after $((SECONDS - start)) s" >&3
 		failed=1
 	fi
@@ -158,10 +188,10 @@ background+=("$faults_lane")
 (
 	failed=0
 	if ! cargo test --workspace --locked --doc; then
-		echo "main doc-tests 0 1" >>"$lanes_dir/times"
+		echo "main doc-tests 0 1 -" >>"$lanes_dir/times"
 		failed=1
 	fi
-	run_lane main || failed=1
+	run_lane main "$NODELET_TEST_CONTAINERD_VERSION" || failed=1
 	exit "$failed"
 ) &
 main_lane=$!
@@ -183,8 +213,10 @@ done
 background=()
 
 echo
-echo "test.sh: wall time of each test binary (seconds; lane, name, exit status):"
-sort -k3,3nr "$lanes_dir/times" | awk '{printf "  %-7s %-45s %5s s  %s\n", $1, $2, $3, ($4 == 0 ? "ok" : "FAILED")}'
+echo "test.sh: wall time of each test binary (seconds; lane, name, exit status, the runtime it ran on):"
+sort -k3,3nr "$lanes_dir/times" |
+	awk '{printf "  %-7s %-45s %5s s  %-6s  %s\n", $1, $2, $3, ($4 == 0 ? "ok" : "FAILED"), $5}'
+runtimes
 if [ "$lane_status" -ne 0 ]; then
 	echo "test.sh: FAILED:" >&2
 	awk '$4 != 0 {print "  " $2 " (lane " $1 ")"}' "$lanes_dir/times" >&2

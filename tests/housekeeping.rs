@@ -40,6 +40,12 @@ fn containerd_sock() -> String {
     cri_endpoint().trim_start_matches("unix://").to_string()
 }
 
+/// The `ctr` of the test containerd's own version (`NODELET_TEST_CTR`, from
+/// `scripts/containerd.sh env`; containerd 2.x's is not the system's), else the one on PATH.
+fn ctr() -> String {
+    std::env::var("NODELET_TEST_CTR").unwrap_or_else(|_| "ctr".to_string())
+}
+
 /// Builds a one-file OCI image with the project's image builder and imports it with `ctr`.
 fn import_image(dir: &Path, name: &str) {
     let content = dir.join(format!("{}.txt", name.replace(['/', ':'], "_")));
@@ -63,7 +69,7 @@ fn import_image(dir: &Path, name: &str) {
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let imported = Command::new("ctr")
+    let imported = Command::new(ctr())
         .args(["-a", &containerd_sock(), "-n", "k8s.io", "images", "import"])
         .arg(&tar)
         .output()
@@ -103,7 +109,17 @@ async fn image_gc_removes_unused_images_and_keeps_used_and_pause() {
     import_image(n.dir.path(), &old);
     import_image(n.dir.path(), &new);
     let rt = runtime();
-    let before = image_names(rt.as_ref()).await;
+    // containerd 2.x's CRI learns of an image `ctr` imported from containerd's image event, a
+    // moment after the import returned (1.6 listed it at once): wait for both names.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let names = image_names(rt.as_ref()).await;
+        if (names.contains(&old) && names.contains(&new)) || tokio::time::Instant::now() > deadline
+        {
+            break names;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(before.contains(&old) && before.contains(&new), "{before:?}");
 
     // The nodelet's own image GC, through the same CRI client type the binary uses.

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::*;
+use nodelet::cri::{HousekeepingRuntime, StatsRuntime};
 use nodelet_testkit::pod::container_status;
 
 const T: Duration = Duration::from_secs(180);
@@ -493,54 +494,118 @@ stat -c 'mem_file=%g' /mem/f"#;
     assert_eq!(get(&r, "mem_file"), "2000", "{r:?}");
 }
 
-/// What containerd 1.6 does not declare (its CRI `Status` has no runtime features and no
-/// handler features) is refused before it could be dropped: `supplementalGroupsPolicy: Strict`
-/// at admission with the kubelet's reason, `recursiveReadOnly: Enabled` at container creation
-/// with the kubelet's message; `IfPossible` runs with a plain read-only mount.
+/// The runtime's CRI `Status` decides, as for the kubelet. containerd 1.6 declares nothing (no
+/// runtime features, no handler features): what it would silently drop is refused —
+/// `supplementalGroupsPolicy: Strict` at admission with the kubelet's reason,
+/// `recursiveReadOnly: Enabled` at container creation with the kubelet's message. containerd 2.x
+/// declares both (its runc handlers' recursive read-only mounts because runc, 1.1.5 here, lists
+/// `rro`): the Strict pod runs with the groups it names, the Enabled container gets an `rro`
+/// mount in its OCI spec. `IfPossible` runs on both (plain read-only where not declared). The
+/// declaration itself is checked against the instance's containerd version, so neither branch
+/// passes on the wrong runtime.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn features_the_runtime_does_not_declare_are_refused() {
+async fn features_are_used_where_the_runtime_declares_them_and_refused_where_not() {
+    let rt = runtime();
+    let sgp = rt
+        .runtime_features()
+        .await
+        .expect("CRI Status")
+        .is_some_and(|f| f.supplemental_groups_policy);
+    let handlers = rt.runtime_handlers().await.expect("CRI Status");
+    let rro = handlers
+        .iter()
+        .find(|h| h.name.is_empty())
+        .and_then(|h| h.features)
+        .is_some_and(|f| f.recursive_read_only_mounts);
+    let version = std::env::var("NODELET_TEST_CONTAINERD_VERSION")
+        .expect("NODELET_TEST_CONTAINERD_VERSION (scripts/containerd.sh env)");
+    let current = !version.starts_with("1.");
+    assert_eq!(
+        (sgp, rro),
+        (current, current),
+        "containerd {version} declares supplementalGroupsPolicy {sgp}, recursive read-only {rro} (handlers {handlers:?})"
+    );
+
     let n = Nodelet::start("runtime-features");
     n.write_manifest(
         "strict.yaml",
         &one_shot_pod(
             "strict",
-            "{runAsUser: 1000, supplementalGroupsPolicy: Strict}",
-            "echo ran",
+            "{runAsUser: 1000, supplementalGroups: [2000], supplementalGroupsPolicy: Strict}",
+            "",
         ),
     );
-    let (reason, message) = wait_rejected(&n, "strict").await;
-    assert_eq!(
-        (reason.as_str(), message.as_str()),
-        (
-            "SupplementalGroupsPolicyNotSupported",
-            "Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node"
-        )
-    );
-    let rro = |name: &str, mode: &str| {
+    if sgp {
+        let pod = n
+            .wait_pod("strict", T, "its container terminated", |p| {
+                all_terminated(p, 1)
+            })
+            .await;
+        let r = report(&n, &pod, "main");
+        assert_eq!(get(&r, "uid"), "1000", "{r:?}");
+        assert!(group_set(get(&r, "groups")).contains(&2000), "{r:?}");
+    } else {
+        let (reason, message) = wait_rejected(&n, "strict").await;
+        assert_eq!(
+            (reason.as_str(), message.as_str()),
+            (
+                "SupplementalGroupsPolicyNotSupported",
+                "Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node"
+            )
+        );
+    }
+    let rro_pod = |name: &str, mode: &str| {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n\
              \x20 volumes:\n  - name: data\n    emptyDir: {{}}\n  containers:\n{}    volumeMounts:\n    - {{name: data, mountPath: /data, readOnly: true, recursiveReadOnly: {mode}}}\n",
             container("main", "", "")
         )
     };
-    n.write_manifest("enabled.yaml", &rro("enabled", "Enabled"));
-    n.write_manifest("ifpossible.yaml", &rro("ifpossible", "IfPossible"));
-    let enabled = n
-        .wait_pod("enabled", T, "CreateContainerConfigError", |p| {
-            container_status(p, "main")
-                .and_then(|c| c.state.as_ref())
-                .and_then(|s| s.waiting.as_ref())
-                .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
-        })
-        .await;
-    let waiting = container_status(&enabled, "main")
-        .and_then(|c| c.state.clone())
-        .and_then(|s| s.waiting)
-        .expect("waiting");
-    assert_eq!(
-        waiting.message.as_deref(),
-        Some("failed to resolve recursive read-only mode: volume \"data\" requested recursive read-only mode, but it is not supported by the runtime")
-    );
+    n.write_manifest("enabled.yaml", &rro_pod("enabled", "Enabled"));
+    n.write_manifest("ifpossible.yaml", &rro_pod("ifpossible", "IfPossible"));
+    if rro {
+        let pod = n
+            .wait_pod("enabled", T, "its container terminated", |p| {
+                all_terminated(p, 1)
+            })
+            .await;
+        let id = container_status(&pod, "main")
+            .and_then(|c| c.container_id.as_deref())
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .expect("container id")
+            .to_string();
+        let info = rt.container_info(&id).await.expect("verbose status");
+        let info: serde_json::Value =
+            serde_json::from_str(info.get("info").expect("containerd's info")).unwrap();
+        let options = info["runtimeSpec"]["mounts"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["destination"] == "/data"))
+            .map(|m| m["options"].clone())
+            .unwrap_or_else(|| panic!("no /data mount in the OCI spec: {info}"));
+        assert!(
+            options
+                .as_array()
+                .is_some_and(|o| o.iter().any(|o| o == "rro")),
+            "/data options {options}"
+        );
+    } else {
+        let enabled = n
+            .wait_pod("enabled", T, "CreateContainerConfigError", |p| {
+                container_status(p, "main")
+                    .and_then(|c| c.state.as_ref())
+                    .and_then(|s| s.waiting.as_ref())
+                    .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
+            })
+            .await;
+        let waiting = container_status(&enabled, "main")
+            .and_then(|c| c.state.clone())
+            .and_then(|s| s.waiting)
+            .expect("waiting");
+        assert_eq!(
+            waiting.message.as_deref(),
+            Some("failed to resolve recursive read-only mode: volume \"data\" requested recursive read-only mode, but it is not supported by the runtime")
+        );
+    }
     n.wait_pod("ifpossible", T, "its container terminated", |p| {
         all_terminated(p, 1)
     })

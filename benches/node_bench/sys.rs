@@ -222,7 +222,6 @@ fn first_line(program: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-/// nodelet's commit (with `-dirty` for uncommitted changes), containerd's and runc's versions.
 /// `label`, or else the runtime's own name and version from its CRI Version answer
 /// (`containerd 2.1.9`), for the tables' runtime column.
 pub async fn runtime_label(label: &str) -> String {
@@ -247,6 +246,7 @@ pub fn set_runtime_labels(labels: Vec<String>) {
     let _ = RUNTIME_LABELS.set(labels);
 }
 
+/// nodelet's commit (with `-dirty` for uncommitted changes), the runtimes' and runc's versions.
 pub fn versions() -> String {
     let containerd = RUNTIME_LABELS
         .get()

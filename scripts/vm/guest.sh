@@ -46,6 +46,9 @@ mount -t tmpfs -o mode=0755 tmpfs "$VM_STATE"
 export NODELET_TEST_VAR="$VM_STATE/containerd-test" NODELET_TEST_RUN=/run/nodelet-test
 export NODELET_TEST_IMAGES_TARGET="$NODELET_VM_IMAGES"
 export NODELET_TEST_RESTRICT_OOM_SCORE_ADJ=false
+# The guest's containerd is its root's own, on PATH (containerd.service runs /usr/bin/containerd):
+# scripts/containerd.sh configures that one, whatever its version (config 3 for 2.x).
+export NODELET_TEST_CONTAINERD=system
 if [ "$NODELET_VM_DRIVER" = systemd ]; then
 	export NODELET_TEST_SYSTEMD_CGROUP=true
 else
