@@ -506,12 +506,9 @@ stat -c 'mem_file=%g' /mem/f"#;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn features_are_used_where_the_runtime_declares_them_and_refused_where_not() {
     let rt = runtime();
-    let sgp = rt
-        .runtime_features()
-        .await
-        .expect("CRI Status")
-        .is_some_and(|f| f.supplemental_groups_policy);
-    let handlers = rt.runtime_handlers().await.expect("CRI Status");
+    let declared = rt.runtime_feature_set().await.expect("CRI Status");
+    let sgp = declared.supplemental_groups_policy();
+    let handlers = declared.handlers();
     let rro = handlers
         .iter()
         .find(|h| h.name.is_empty())
