@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use jiff::Timestamp;
 
-use super::model::{ContainerState, PodRuntime};
+use super::labels;
+use super::model::{ContainerState, PodRuntime, RuntimeContainer};
 
 /// The CRI's reasons for an exited container (containerd's `exitReason` values).
 pub const REASON_COMPLETED: &str = "Completed";
@@ -50,10 +51,23 @@ pub fn exit_reason(exit_code: i32, oom: bool) -> &'static str {
     }
 }
 
+/// Whether an exit of `code` leaves `container`'s termination message to its log
+/// (`terminationMessagePolicy: FallbackToLogsOnError` and a non-zero code): the runtime drains
+/// the container's output before it records the exit, so such an exit waits for the CRI, or
+/// the message could miss the last lines.
+fn message_from_log(container: &RuntimeContainer, code: i32) -> bool {
+    code != 0
+        && container
+            .annotations
+            .get(labels::CONTAINER_TERMINATION_MESSAGE_POLICY)
+            .is_some_and(|p| p == "FallbackToLogsOnError")
+}
+
 /// `runtime` as the status must show it, given the runtime's events: a container the CRI still
 /// reports running whose exit the event announced is exited, with the event's code, time and
-/// reason; an exited container the event saw OOM-killed has the reason `OOMKilled`.
-/// Nothing else changes (the instances, their order, their IDs).
+/// reason (unless its termination message is to come from its log: that exit waits for the
+/// CRI); an exited container the event saw OOM-killed has the reason `OOMKilled`.
+/// Nothing else changes (the instances, their order, their IDs, the messages).
 pub fn apply(runtime: &PodRuntime, records: &HashMap<String, ExitRecord>) -> PodRuntime {
     let mut out = runtime.clone();
     for c in &mut out.containers {
@@ -61,6 +75,8 @@ pub fn apply(runtime: &PodRuntime, records: &HashMap<String, ExitRecord>) -> Pod
             continue;
         };
         match (c.state, record.exit) {
+            (ContainerState::Running | ContainerState::Created, Some((code, _)))
+                if message_from_log(c, code) => {}
             (ContainerState::Running | ContainerState::Created, Some((code, at))) => {
                 c.state = ContainerState::Exited;
                 c.exit_code = code;
@@ -312,6 +328,38 @@ mod tests {
                 137,
                 REASON_OOM_KILLED,
                 Some(150),
+            ),
+            (
+                "message from the log: waits for the CRI",
+                RuntimeContainer {
+                    annotations: [(
+                        labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_string(),
+                        "FallbackToLogsOnError".to_string(),
+                    )]
+                    .into(),
+                    ..container("a", Running, 0, "")
+                },
+                Some(record(Some((1, 200)), false)),
+                Running,
+                0,
+                "",
+                None,
+            ),
+            (
+                "message from the log policy, exit 0: the file's message only",
+                RuntimeContainer {
+                    annotations: [(
+                        labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_string(),
+                        "FallbackToLogsOnError".to_string(),
+                    )]
+                    .into(),
+                    ..container("a", Running, 0, "")
+                },
+                Some(record(Some((0, 204)), false)),
+                Exited,
+                0,
+                REASON_COMPLETED,
+                Some(204),
             ),
             (
                 "unknown state is left alone",

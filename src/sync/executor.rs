@@ -259,7 +259,15 @@ impl PodSyncer {
             root_dir: self.settings.root_dir.clone(),
             runtime: self.runtime.clone(),
         };
-        super::termination::fill_messages(&mut pod, &sources).await;
+        // The messages are read for the containers the status will show exited: those the CRI
+        // reports exited and those whose exit only containerd's event has reported so far (the
+        // file is written before the exit); they ride on the CRI's view, which the status's
+        // overlay (`publish_status_with`) turns into the exit.
+        let mut observed = self.exits.overlay(&pod);
+        super::termination::fill_messages(&mut observed, &sources).await;
+        for (container, seen) in pod.containers.iter_mut().zip(observed.containers) {
+            container.message = seen.message;
+        }
         Ok(pod)
     }
 
