@@ -583,6 +583,50 @@ mod tests {
             .unwrap();
     }
 
+    /// The labels of pod `uid1` on `node1`, as nodelet puts them on its sandboxes and containers.
+    fn uid1_labels() -> std::collections::HashMap<String, String> {
+        [
+            (labels::POD_UID.to_string(), "uid1".to_string()),
+            (labels::NODE_NAME.to_string(), "node1".to_string()),
+        ]
+        .into()
+    }
+
+    /// A sandbox of pod `uid1` in `fake`.
+    async fn uid1_sandbox(fake: &crate::cri::fake::FakeRuntime) -> String {
+        fake.run_pod_sandbox(
+            api::PodSandboxConfig {
+                labels: uid1_labels(),
+                ..Default::default()
+            },
+            "",
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Container `app` (image `img`) of pod `uid1` in `sandbox`, created, not started.
+    async fn app_container(fake: &crate::cri::fake::FakeRuntime, sandbox: &str) -> String {
+        fake.create_container(
+            sandbox,
+            api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata {
+                    name: "app".into(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: "img".into(),
+                    ..Default::default()
+                }),
+                labels: uid1_labels(),
+                ..Default::default()
+            },
+            api::PodSandboxConfig::default(),
+        )
+        .await
+        .unwrap()
+    }
+
     #[tokio::test]
     async fn relist_reports_fake_runtime_changes() {
         use crate::cri::fake::FakeRuntime;
@@ -596,42 +640,10 @@ mod tests {
             tx,
             ObservedExits::new(),
         );
-        let labels: std::collections::HashMap<String, String> = [
-            (labels::POD_UID.to_string(), "uid1".to_string()),
-            (labels::NODE_NAME.to_string(), "node1".to_string()),
-        ]
-        .into();
-        let sandbox = fake
-            .run_pod_sandbox(
-                api::PodSandboxConfig {
-                    labels: labels.clone(),
-                    ..Default::default()
-                },
-                "",
-            )
-            .await
-            .unwrap();
+        let sandbox = uid1_sandbox(&fake).await;
         pleg.relist().await.unwrap();
         assert_eq!(rx.try_recv().unwrap().kind, EventKind::SandboxChanged);
-        let id = fake
-            .create_container(
-                &sandbox,
-                api::ContainerConfig {
-                    metadata: Some(api::ContainerMetadata {
-                        name: "app".into(),
-                        attempt: 0,
-                    }),
-                    image: Some(api::ImageSpec {
-                        image: "img".into(),
-                        ..Default::default()
-                    }),
-                    labels,
-                    ..Default::default()
-                },
-                api::PodSandboxConfig::default(),
-            )
-            .await
-            .unwrap();
+        let id = app_container(&fake, &sandbox).await;
         fake.start_container(&id).await.unwrap();
         pleg.relist().await.unwrap();
         let e = rx.try_recv().unwrap();
@@ -654,40 +666,8 @@ mod tests {
         use crate::cri::fake::FakeRuntime;
         let fake = Arc::new(FakeRuntime::default());
         fake.add_image("img");
-        let labels: std::collections::HashMap<String, String> = [
-            (labels::POD_UID.to_string(), "uid1".to_string()),
-            (labels::NODE_NAME.to_string(), "node1".to_string()),
-        ]
-        .into();
-        let sandbox = fake
-            .run_pod_sandbox(
-                api::PodSandboxConfig {
-                    labels: labels.clone(),
-                    ..Default::default()
-                },
-                "",
-            )
-            .await
-            .unwrap();
-        let id = fake
-            .create_container(
-                &sandbox,
-                api::ContainerConfig {
-                    metadata: Some(api::ContainerMetadata {
-                        name: "app".into(),
-                        attempt: 0,
-                    }),
-                    image: Some(api::ImageSpec {
-                        image: "img".into(),
-                        ..Default::default()
-                    }),
-                    labels,
-                    ..Default::default()
-                },
-                api::PodSandboxConfig::default(),
-            )
-            .await
-            .unwrap();
+        let sandbox = uid1_sandbox(&fake).await;
+        let id = app_container(&fake, &sandbox).await;
         fake.start_container(&id).await.unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let exits = ObservedExits::new();
