@@ -259,15 +259,7 @@ impl PodSyncer {
             root_dir: self.settings.root_dir.clone(),
             runtime: self.runtime.clone(),
         };
-        // The messages are read for the containers the status will show exited: those the CRI
-        // reports exited and those whose exit only containerd's event has reported so far (the
-        // file is written before the exit); they ride on the CRI's view, which the status's
-        // overlay (`publish_status_with`) turns into the exit.
-        let mut observed = self.exits.overlay(&pod);
-        super::termination::fill_messages(&mut observed, &sources).await;
-        for (container, seen) in pod.containers.iter_mut().zip(observed.containers) {
-            container.message = seen.message;
-        }
+        super::termination::fill_messages(&mut pod, &sources).await;
         Ok(pod)
     }
 
@@ -320,7 +312,16 @@ impl PodSyncer {
         }
         let readiness = self.probes.readiness(uid);
         let startup = self.probes.startup(uid);
-        let runtime = &self.exits.overlay(runtime);
+        // Exits containerd's event has announced and the CRI not yet are shown, with their
+        // messages read here, from the same records: an event that lands between the
+        // inspection and this point cannot show an exit without its message.
+        let mut shown = self.exits.overlay(runtime);
+        let sources = super::termination::HostSources {
+            root_dir: self.settings.root_dir.clone(),
+            runtime: self.runtime.clone(),
+        };
+        super::termination::fill_event_exit_messages(runtime, &mut shown, &sources);
+        let runtime = &shown;
         let status = generate_pod_status(&StatusInputs {
             pod,
             runtime,

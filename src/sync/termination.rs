@@ -158,20 +158,23 @@ pub trait MessageSources: Send + Sync {
     async fn log_tail(&self, container_id: &str, log_path: &Path) -> io::Result<Vec<u8>>;
 }
 
+fn read_file(plan: &Plan, sources: &dyn MessageSources) -> FileRead {
+    match &plan.file {
+        None => FileRead::NoFile,
+        Some(path) => match sources.read_file(path) {
+            Ok(data) => FileRead::Read(data),
+            Err(e) => FileRead::Failed(e),
+        },
+    }
+}
+
 /// Sets the message of every exited container instance of `pod` as the kubelet does.
 pub async fn fill_messages(pod: &mut PodRuntime, sources: &dyn MessageSources) {
     for container in &mut pod.containers {
         let Some(plan) = plan(container) else {
             continue;
         };
-        let read = match &plan.file {
-            None => FileRead::NoFile,
-            Some(path) => match sources.read_file(path) {
-                Ok(data) => FileRead::Read(data),
-                Err(e) => FileRead::Failed(e),
-            },
-        };
-        let (mut message, check_logs) = file_message(&plan, read);
+        let (mut message, check_logs) = file_message(&plan, read_file(&plan, sources));
         if check_logs {
             let read = if container.log_path.is_empty() {
                 Err(io::Error::new(io::ErrorKind::NotFound, "no log path"))
@@ -182,6 +185,29 @@ pub async fn fill_messages(pod: &mut PodRuntime, sources: &dyn MessageSources) {
             };
             message = log_message(read);
         }
+        container.message = enrich(&container.message, &message);
+    }
+}
+
+/// Sets the message of each container that `shown` has exited and the CRI's view `cri` (the
+/// same instances, in the same order) does not yet: an exit known only from the runtime's event
+/// (`cri::exits`). Its message is read where that exit is shown, so a status never shows an
+/// exit without the message its file holds (the file is written before the process exits).
+/// Only the file: an exit whose message would come from the log is not shown before the CRI
+/// reports it (`cri::exits::apply`), as the runtime drains the log first.
+pub fn fill_event_exit_messages(
+    cri: &PodRuntime,
+    shown: &mut PodRuntime,
+    sources: &dyn MessageSources,
+) {
+    for (container, seen) in shown.containers.iter_mut().zip(&cri.containers) {
+        if seen.state == ContainerState::Exited || container.id != seen.id {
+            continue;
+        }
+        let Some(plan) = plan(container) else {
+            continue;
+        };
+        let (message, _) = file_message(&plan, read_file(&plan, sources));
         container.message = enrich(&container.message, &message);
     }
 }
@@ -364,6 +390,42 @@ mod tests {
         }
         fill_messages(&mut pod, &fake).await;
         assert!(pod.containers.iter().all(|c| c.message.is_empty()));
+        assert_eq!(*fake.log_reads.lock().unwrap(), 0);
+    }
+
+    /// An exit shown from the runtime's event gets its file's message where it is shown; the
+    /// containers the CRI already reports exited (their message was read with the CRI's view)
+    /// and those still running are not read again.
+    #[test]
+    fn an_exit_shown_from_the_event_carries_its_files_message() {
+        let fake = Fake {
+            files: BTreeMap::from([("/a", Ok(&b"from a"[..])), ("/b", Ok(&b"from b"[..]))]),
+            log: Ok(b"log"),
+            log_reads: Mutex::new(0),
+        };
+        let container = |id: &str, state, file| RuntimeContainer {
+            id: id.into(),
+            state,
+            ..exited(4, "File", Some(file))
+        };
+        let mut cri = PodRuntime::empty("u");
+        cri.containers = vec![
+            container("a", ContainerState::Running, "/a"),
+            RuntimeContainer {
+                message: "read with the CRI's view".into(),
+                ..container("b", ContainerState::Exited, "/b")
+            },
+            container("c", ContainerState::Running, "/a"),
+        ];
+        let mut shown = cri.clone();
+        shown.containers[0].state = ContainerState::Exited;
+        fill_event_exit_messages(&cri, &mut shown, &fake);
+        let messages: Vec<&str> = shown
+            .containers
+            .iter()
+            .map(|c| c.message.as_str())
+            .collect();
+        assert_eq!(messages, ["from a", "read with the CRI's view", ""]);
         assert_eq!(*fake.log_reads.lock().unwrap(), 0);
     }
 
