@@ -357,11 +357,22 @@ const ROOT_MAXKEYS: &str = "/proc/sys/kernel/keys/root_maxkeys";
 #[test]
 fn run_sets_its_limits_and_the_kernel_tunables_as_the_kubelet() {
     let dir = tempfile::tempdir().unwrap();
-    // A tunable off the kubelet's value: `protectKernelDefaults: true` refuses to start.
-    std::fs::write(ROOT_MAXKEYS, "999999").unwrap();
-    let refused = run_with(dir.path(), "protectKernelDefaults: true\n")
-        .map(stop)
-        .expect_err("protectKernelDefaults: true must refuse differing tunables");
+    // A tunable off the kubelet's value: `protectKernelDefaults: true` refuses to start. The
+    // tunable is the host's: a nodelet another test lane starts at the same moment writes the
+    // kubelet's value back between this write and the check (seen in CI), so a start is tried
+    // again; one that never refuses fails.
+    let mut refused = None;
+    for _ in 0..5 {
+        std::fs::write(ROOT_MAXKEYS, "999999").unwrap();
+        match run_with(dir.path(), "protectKernelDefaults: true\n").map(stop) {
+            Err(text) => {
+                refused = Some(text);
+                break;
+            }
+            Ok(()) => std::thread::sleep(std::time::Duration::from_secs(1)),
+        }
+    }
+    let refused = refused.expect("protectKernelDefaults: true must refuse differing tunables");
     assert!(
         refused.contains("invalid kernel flag: kernel/keys/root_maxkeys, expected value: 1000000, actual value: 999999"),
         "{refused}"
