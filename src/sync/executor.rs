@@ -246,6 +246,15 @@ impl PodSyncer {
         }
     }
 
+    /// Where this node reads termination messages: the files under the root dir, the logs
+    /// through the runtime.
+    fn message_sources(&self) -> super::termination::HostSources {
+        super::termination::HostSources {
+            root_dir: self.settings.root_dir.clone(),
+            runtime: self.runtime.clone(),
+        }
+    }
+
     /// What the runtime holds of the pod, with the termination messages of its exited
     /// containers read as the kubelet's runtime manager adds them to the statuses.
     pub async fn inspect(&self, uid: &str) -> Result<PodRuntime> {
@@ -255,10 +264,7 @@ impl PodSyncer {
                 uid: uid.to_string(),
                 source,
             })?;
-        let sources = super::termination::HostSources {
-            root_dir: self.settings.root_dir.clone(),
-            runtime: self.runtime.clone(),
-        };
+        let sources = self.message_sources();
         super::termination::fill_messages(&mut pod, &sources).await;
         Ok(pod)
     }
@@ -316,10 +322,7 @@ impl PodSyncer {
         // messages read here, from the same records: an event that lands between the
         // inspection and this point cannot show an exit without its message.
         let mut shown = self.exits.overlay(runtime);
-        let sources = super::termination::HostSources {
-            root_dir: self.settings.root_dir.clone(),
-            runtime: self.runtime.clone(),
-        };
+        let sources = self.message_sources();
         super::termination::fill_event_exit_messages(runtime, &mut shown, &sources);
         let runtime = &shown;
         let status = generate_pod_status(&StatusInputs {
