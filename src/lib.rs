@@ -36,4 +36,5 @@ pub mod source;
 pub mod stats;
 pub mod status;
 pub mod sync;
+pub mod userns;
 pub mod volume;

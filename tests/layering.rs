@@ -39,6 +39,7 @@ const ROWS: &[(u8, &[&str])] = &[
             "query",
             "redact",
             "allocator",
+            "userns",
         ],
     ),
 ];

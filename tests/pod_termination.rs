@@ -752,7 +752,10 @@ async fn a_static_pod_with_a_refused_field_is_rejected_at_admission_with_an_even
         events: h.events.0.clone(),
     });
     let mut refused = (*pod("u1", "Always", &["a"], "localhost/app:1")).clone();
-    refused.spec.as_mut().unwrap().host_users = Some(false);
+    refused.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(
+        serde_json::json!({"name": "v", "nfs": {"server": "s", "path": "/x"}}),
+    )
+    .unwrap()]);
     let plain = pod("p1", "Always", &["b"], "localhost/app:1");
     manager.apply(SourceSnapshot {
         source: nodelet::source::FILE_SOURCE,
@@ -765,7 +768,7 @@ async fn a_static_pod_with_a_refused_field_is_rejected_at_admission_with_an_even
         .await;
     let status = h.status.status("u1").unwrap();
     assert_eq!(status.reason.as_deref(), Some("PodFieldNotSupported"));
-    let message = "spec.hostUsers: Unsupported value: false: a pod user namespace (hostUsers: false) needs ID-mapped mounts, not implemented yet";
+    let message = "spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)";
     assert_eq!(
         status.message.as_deref(),
         Some(format!("Pod was rejected: {message}").as_str())

@@ -109,6 +109,10 @@ pub enum StartError {
     /// nodelet does not know.
     #[error("getting the cgroup driver from the runtime's RuntimeConfig: {0}")]
     RuntimeCgroupDriver(String),
+    /// The kubelet's IDs (`/etc/subuid`, `/etc/subgid`) do not fit `idsPerPod` and `maxPods`,
+    /// or a pod's mapping file cannot be taken back (the kubelet does not start either).
+    #[error("user namespaces: {0}")]
+    UserNamespaces(crate::userns::UsernsError),
 }
 
 /// containerd's native event service, which tells the PLEG of task starts and exits at once.
@@ -443,6 +447,7 @@ impl NodeletBuilder {
             snapshots,
             pleg_events,
             pod_store,
+            userns: _,
         } = pods;
         // The node's taints: its registration taints until the status loop reads the Node.
         let node_taints = Arc::new(tokio::sync::watch::channel(cfg.register_with_taints.clone()).0);
@@ -471,6 +476,9 @@ impl NodeletBuilder {
             handlers.push(Arc::new(
                 crate::pod::runtime_features::RuntimeFeaturesAdmitHandler {
                     features: runtime.rt.runtime_features.clone(),
+                    user_namespaces_gate: cfg.feature_enabled(
+                        crate::config::kubelet_fields::USER_NAMESPACES_SUPPORT,
+                    ),
                 },
             ));
             handlers.push(predicates);

@@ -45,6 +45,8 @@ pub(super) struct PodsWing {
     pub pleg_events: mpsc::Receiver<PodLifecycleEvent>,
     /// The API pods' reflector (cluster mode).
     pub pod_store: Option<Store<Pod>>,
+    /// The pods' user-namespace ranges, freed with their directories by container GC.
+    pub userns: Option<Arc<crate::userns::UsernsManager>>,
 }
 
 /// Builds the pods wing and starts its PLEG, runtime health and pod sources in `tasks`.
@@ -108,6 +110,7 @@ pub(super) fn wire(
                 &super::settings::allocatable_reservation(cfg),
             ),
             runtime.swap_controller,
+            runtime.userns.clone(),
         )),
         clock,
         events: recorder.clone(),
@@ -177,6 +180,7 @@ pub(super) fn wire(
         snapshots,
         pleg_events,
         pod_store,
+        userns: runtime.userns.clone(),
     })
 }
 
@@ -188,6 +192,7 @@ fn sync_settings(
     cgroups: Option<Arc<NodeCgroups>>,
     node_allocatable: crate::podspec::resources::NodeAllocatable,
     swap_controller: bool,
+    userns: Option<Arc<crate::userns::UsernsManager>>,
 ) -> SyncSettings {
     SyncSettings {
         root_dir: cfg.root_dir.clone(),
@@ -212,6 +217,9 @@ fn sync_settings(
         cgroups,
         pod_cgroup,
         node_allocatable,
+        user_namespaces_gate: cfg
+            .feature_enabled(crate::config::kubelet_fields::USER_NAMESPACES_SUPPORT),
+        userns,
     }
 }
 

@@ -58,6 +58,7 @@ pub(super) struct Housekeeping {
     eviction: Option<EvictionManager>,
     /// Where a failed container GC run is told (`ContainerGCFailed` on the node).
     events: EventRecorder,
+    userns: Option<Arc<crate::userns::UsernsManager>>,
 }
 
 /// Builds the pressure wing; starts the eviction manager's wake-ups and the node shutdown
@@ -110,7 +111,7 @@ pub(super) fn wire(
             }) as Arc<dyn SummarySource>
         });
     let eviction = eviction_summary.map(|summary| {
-        let mut reclaim_gc = container_gc(cfg, &cri, &pods.workers, clock);
+        let mut reclaim_gc = container_gc(cfg, &cri, &pods.workers, clock, pods.userns.clone());
         reclaim_gc.policy.max_per_pod_container = 0;
         EvictionManager::new(
             settings::eviction(cfg),
@@ -168,6 +169,7 @@ pub(super) fn wire(
             image_gc,
             eviction,
             events: recorder.clone(),
+            userns: pods.userns.clone(),
         },
     }
 }
@@ -207,8 +209,15 @@ fn summary_provider(
 }
 
 /// Container GC over the CRI with the kubelet's default policy.
-fn container_gc(cfg: &Config, cri: &Arc<CriGc>, workers: &PodWorkers, clock: Clock) -> ContainerGc {
+fn container_gc(
+    cfg: &Config,
+    cri: &Arc<CriGc>,
+    workers: &PodWorkers,
+    clock: Clock,
+    userns: Option<Arc<crate::userns::UsernsManager>>,
+) -> ContainerGc {
     ContainerGc {
+        userns,
         runtime: cri.clone(),
         live: Arc::new(workers.clone()),
         policy: Default::default(),
@@ -238,8 +247,9 @@ pub(super) fn spawn_housekeeping(
         image_gc,
         eviction,
         events,
+        userns,
     } = parts;
-    let container_gc = container_gc(cfg, &cri, workers, clock);
+    let container_gc = container_gc(cfg, &cri, workers, clock, userns);
     let node_name = cfg.node_name.clone();
     let mut ready = ready.clone();
     let (gc, gc_cancel, gc_tasks) = (image_gc, cancel.clone(), tasks.clone());

@@ -21,6 +21,9 @@ pub(super) struct RuntimeWing {
     pub node_cgroups: Option<Arc<NodeCgroups>>,
     /// The kernel's swap controller is there (`cgroup::swap::controller_available`).
     pub swap_controller: bool,
+    /// The pods' user-namespace ranges (`UserNamespacesSupport` on), taken back from the pod
+    /// directories; `None` with the gate off.
+    pub userns: Option<Arc<crate::userns::UsernsManager>>,
 }
 
 /// Over the connected runtime: creates `rootDir` and `podLogsDir`, detects the node's facts
@@ -54,12 +57,37 @@ pub(super) async fn wire(
             "swap is on (failSwapOn false): containers swap as memorySwap.swapBehavior says"
         );
     }
+    let userns = if cfg.feature_enabled(crate::config::kubelet_fields::USER_NAMESPACES_SUPPORT) {
+        let userns_paths = crate::userns::UsernsPaths {
+            subuid: paths.root.join("etc/subuid"),
+            subgid: paths.root.join("etc/subgid"),
+            pods_dir: cfg.root_dir.join("pods"),
+        };
+        let manager = crate::userns::UsernsManager::load(
+            &userns_paths,
+            cfg.user_namespaces_ids_per_pod,
+            cfg.max_pods,
+        )
+        .map_err(StartError::UserNamespaces)?;
+        let layout = manager.layout();
+        tracing::info!(
+            first_id = layout.first,
+            slots = layout.count,
+            ids_per_pod = layout.ids_per_pod,
+            pods_with_a_range = manager.pods().len(),
+            "user namespaces for hostUsers: false pods"
+        );
+        Some(Arc::new(manager))
+    } else {
+        None
+    };
     Ok(RuntimeWing {
         rt,
         node,
         pod_cgroup,
         node_cgroups,
         swap_controller,
+        userns,
     })
 }
 

@@ -150,6 +150,9 @@ pub fn configz(cfg: &Config) -> Value {
         "crashLoopBackOff": {
             "maxContainerRestartPeriod": d(cfg.crash_loop_back_off.max_container_restart_period),
         },
+        "userNamespaces": {
+            "idsPerPod": cfg.user_namespaces_ids_per_pod,
+        },
         "shutdownGracePeriod": d(cfg.shutdown.grace_period),
         "shutdownGracePeriodCriticalPods": d(cfg.shutdown.grace_period_critical_pods),
         "registerNode": cfg.register_node,

@@ -69,6 +69,7 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "volumeStatsAggPeriod",
     "makeIPTablesUtilChains",
     "crashLoopBackOff",
+    "userNamespaces",
     "rootDir",
     "nodeName",
     "nodeIP",
@@ -152,6 +153,7 @@ const AUTHORIZATION_WEBHOOK_FIELDS: &[&str] = &["cacheAuthorizedTTL", "cacheUnau
 
 const IMPLEMENTED_LOGGING_FIELDS: &[&str] = &["format", "verbosity"];
 const CRASH_LOOP_BACK_OFF_FIELDS: &[&str] = &["maxContainerRestartPeriod"];
+const USER_NAMESPACES_FIELDS: &[&str] = &["idsPerPod"];
 const POD_CLEANUP_FIELDS: &[&str] = &["enabled", "retention", "barePods"];
 const SHUTDOWN_BY_PRIORITY_FIELDS: &[&str] = &["priority", "shutdownGracePeriodSeconds"];
 const TOP_LEVEL_FIELDS: &[&[&str]] = &[IMPLEMENTED_FIELDS];
@@ -211,6 +213,8 @@ pub(super) struct Decoded {
     pub volume_stats_agg_period: Option<Duration>,
     pub make_iptables_util_chains: Option<bool>,
     pub max_container_restart_period: Option<Duration>,
+    /// `userNamespaces.idsPerPod`, validated as the kubelet's `validateKubeletOSConfiguration`.
+    pub user_namespaces_ids_per_pod: Option<u32>,
     pub root_dir: Option<String>,
     pub node_name: Option<String>,
     pub node_ip: Option<IpAddr>,
@@ -365,6 +369,7 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
                 d.kube_api_burst = d.int32(name, value, 0, "must not be a negative number")
             }
             "crashLoopBackOff" => d.crash_loop_back_off(name, value),
+            "userNamespaces" => d.user_namespaces(name, value),
             "shutdownGracePeriod" => d.shutdown_grace_period = d.duration(name, value),
             "shutdownGracePeriodCriticalPods" => {
                 d.shutdown_grace_period_critical_pods = d.duration(name, value)
@@ -1709,6 +1714,42 @@ impl Decoded {
                 continue;
             }
             self.max_container_restart_period = Some(period);
+        }
+    }
+}
+
+impl Decoded {
+    /// `userNamespaces`: `idsPerPod` at least 65536, a multiple of it, at most 2^32-1 (the
+    /// kubelet's messages).
+    fn user_namespaces(&mut self, path: &str, value: &Value) {
+        let Some(map) = self.mapping(path, value) else {
+            return;
+        };
+        for (key, value) in map {
+            let Some(name) = key.as_str() else {
+                self.unknown_field(&format!("{path}.{}", render(key)), &[USER_NAMESPACES_FIELDS]);
+                continue;
+            };
+            let field_path = format!("{path}.{name}");
+            if name != "idsPerPod" {
+                self.unknown_field(&field_path, &[USER_NAMESPACES_FIELDS]);
+                continue;
+            }
+            let Some(ids) = self.int(&field_path, value) else {
+                continue;
+            };
+            let unit = i64::from(crate::userns::UNIT);
+            let reason = if ids < unit {
+                format!("must not be less than {unit}")
+            } else if ids % unit != 0 {
+                format!("must be a multiple of {unit}")
+            } else if ids > i64::from(u32::MAX) {
+                format!("must not be more than {}", u32::MAX)
+            } else {
+                self.user_namespaces_ids_per_pod = u32::try_from(ids).ok();
+                continue;
+            };
+            self.invalid(&field_path, value, reason);
         }
     }
 }

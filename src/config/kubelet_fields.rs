@@ -212,11 +212,6 @@ pub const FIXED_FIELDS: &[FixedField] = &[
         "nodelet exports no OpenTelemetry traces",
     ),
     fixed(
-        "userNamespaces",
-        Accepts::Empty,
-        "nodelet refuses pods with hostUsers: false, so it maps no user namespaces",
-    ),
-    fixed(
         "volumePluginDir",
         Accepts::Strings(&["/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"]),
         "nodelet loads no FlexVolume drivers (pods with flexVolume volumes are refused)",
@@ -362,6 +357,7 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
         "the RestartAllContainers restart rule is always honoured",
     ),
     gate("SidecarContainers", true, GateStage::Ga),
+    gate("UserNamespacesSupport", true, GateStage::Beta),
 ];
 
 pub const MEMORY_QOS: &str = "MemoryQoS";
@@ -370,6 +366,7 @@ pub const POD_READY_TO_START_CONTAINERS_CONDITION: &str = "PodReadyToStartContai
 pub const GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY: &str = "GracefulNodeShutdownBasedOnPodPriority";
 pub const KUBELET_CRASH_LOOP_BACK_OFF_MAX: &str = "KubeletCrashLoopBackOffMax";
 pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLoopBackOffDecay";
+pub const USER_NAMESPACES_SUPPORT: &str = "UserNamespacesSupport";
 
 pub fn feature_gate(name: &str) -> Option<&'static FeatureGate> {
     FEATURE_GATES.iter().find(|g| g.name == name)

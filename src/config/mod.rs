@@ -177,6 +177,9 @@ pub struct Config {
     /// `KUBE-FIREWALL` chains (`node::iptables`).
     pub make_iptables_util_chains: bool,
     pub crash_loop_back_off: CrashLoopBackOff,
+    /// `userNamespaces.idsPerPod` (default 65536): the host IDs each `hostUsers: false` pod
+    /// gets (`userns`); only with the `UserNamespacesSupport` gate on.
+    pub user_namespaces_ids_per_pod: u32,
     /// `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`,
     /// `shutdownGracePeriodByPodPriority`: graceful node shutdown (off when all are unset).
     pub shutdown: Shutdown,
@@ -584,6 +587,7 @@ impl Config {
             crash_loop_back_off: CrashLoopBackOff {
                 max_container_restart_period: DEFAULT_MAX_CONTAINER_RESTART_PERIOD,
             },
+            user_namespaces_ids_per_pod: crate::userns::DEFAULT_IDS_PER_POD,
             shutdown: Shutdown::default(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
             node_name: env.hostname.trim().to_lowercase(),

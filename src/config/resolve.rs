@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::decode::{is_dns1123_subdomain, Decoded};
 use super::kubelet_fields::{
     GRACEFUL_NODE_SHUTDOWN, GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY, KUBELET_CRASH_LOOP_BACK_OFF_MAX,
-    MEMORY_QOS, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY,
+    MEMORY_QOS, REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY, USER_NAMESPACES_SUPPORT,
 };
 use super::{
     Authentication, Authorization, AuthorizationMode, Config, Environment, FieldError,
@@ -390,6 +390,21 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
             DEFAULT_MAX_CONTAINER_RESTART_PERIOD
         }
     };
+
+    // `idsPerPod` only means something with the gate on (the kubelet makes no user-namespace
+    // manager without it): set with the gate off it is refused, not ignored.
+    if let Some(ids) = decoded.user_namespaces_ids_per_pod {
+        if config.feature_enabled(USER_NAMESPACES_SUPPORT) {
+            config.user_namespaces_ids_per_pod = ids;
+        } else {
+            errors.push(FieldError {
+                path: "userNamespaces.idsPerPod".to_string(),
+                kind: FieldErrorKind::Forbidden,
+                value: None,
+                detail: format!("may only be set when feature gate {USER_NAMESPACES_SUPPORT} is enabled"),
+            });
+        }
+    }
 
     config.shutdown = resolve_shutdown(
         super::Shutdown {

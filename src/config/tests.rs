@@ -291,6 +291,13 @@ fn each_field_happy_path() {
                 ])
             },
         ),
+        ("userNamespaces: {idsPerPod: 131072}", |c| {
+            c.user_namespaces_ids_per_pod = 131072
+        }),
+        ("userNamespaces: {}", |_| {}),
+        ("featureGates: {UserNamespacesSupport: false}", |c| {
+            c.feature_gates = BTreeMap::from([("UserNamespacesSupport".to_string(), false)])
+        }),
         ("logging: {format: json, verbosity: 4}", |c| {
             c.logging = Logging {
                 format: LogFormat::Json,
@@ -460,6 +467,12 @@ fn field_errors_name_the_path_and_the_value() {
         // feature gate rules
         ("featureGates: {SidecarContainers: false}", &["featureGates.SidecarContainers: Forbidden: cannot set feature gate SidecarContainers to false, feature is locked to true"]),
         ("featureGates: {KubeletCrashLoopBackOffMax: false}\ncrashLoopBackOff: {maxContainerRestartPeriod: 100s}", &["crashLoopBackOff.maxContainerRestartPeriod: Forbidden: may only be set when feature gate KubeletCrashLoopBackOffMax is enabled"]),
+        ("featureGates: {UserNamespacesSupport: false}\nuserNamespaces: {idsPerPod: 65536}", &["userNamespaces.idsPerPod: Forbidden: may only be set when feature gate UserNamespacesSupport is enabled"]),
+        ("userNamespaces: {idsPerPod: 1000}", &["userNamespaces.idsPerPod: Invalid value: 1000: must not be less than 65536"]),
+        ("userNamespaces: {idsPerPod: 100000}", &["userNamespaces.idsPerPod: Invalid value: 100000: must be a multiple of 65536"]),
+        ("userNamespaces: {idsPerPod: 4295032832}", &["userNamespaces.idsPerPod: Invalid value: 4295032832: must not be more than 4294967295"]),
+        ("userNamespaces: {idsPerPod: many}", &["userNamespaces.idsPerPod: Invalid value: \"many\": expected an integer"]),
+        ("userNamespaces: {idPerPod: 65536}", &["userNamespaces.idPerPod: Unknown field"]),
         // unknown fields
         ("fooBar: 1", &["fooBar: Unknown field"]),
         ("MaxPods: 3", &["MaxPods: Unknown field: did you mean \"maxPods\"?"]),

@@ -59,6 +59,17 @@ impl RuntimeFeatureSet {
     pub fn supplemental_groups_policy(&self) -> bool {
         self.features.is_some_and(|f| f.supplemental_groups_policy)
     }
+
+    /// Whether runtime handler `handler` runs pods in user namespaces of their own, volumes
+    /// included (`RuntimeHandlerFeatures.user_namespaces`; the kubelet's
+    /// `HandlerSupportsUserNamespaces`: an unknown handler does not).
+    pub fn user_namespaces(&self, handler: &str) -> bool {
+        self.handlers
+            .iter()
+            .find(|h| h.name == handler)
+            .and_then(|h| h.features)
+            .is_some_and(|f| f.user_namespaces)
+    }
 }
 
 /// The runtime's declared features as last read, shared by the node status, admission and the
@@ -86,6 +97,14 @@ impl RuntimeFeaturesView {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .recursive_read_only(handler)
+    }
+
+    /// [`RuntimeFeatureSet::user_namespaces`] of the set as last read.
+    pub fn user_namespaces(&self, handler: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .user_namespaces(handler)
     }
 
     /// [`RuntimeFeatureSet::supplemental_groups_policy`] of the set as last read.
@@ -139,6 +158,13 @@ mod tests {
                 handler("", Some(true)),
                 handler("kata", Some(false)),
                 handler("old", None),
+                api::RuntimeHandler {
+                    name: "userns".into(),
+                    features: Some(api::RuntimeHandlerFeatures {
+                        recursive_read_only_mounts: false,
+                        user_namespaces: true,
+                    }),
+                },
             ],
             Some(&api::RuntimeFeatures {
                 supplemental_groups_policy: true,
@@ -154,6 +180,16 @@ mod tests {
             assert_eq!(set.recursive_read_only(name), want, "{name:?}");
         }
         assert!(set.supplemental_groups_policy());
+        let userns = [
+            ("", false),
+            ("kata", false),
+            ("old", false),
+            ("userns", true),
+            ("missing", false),
+        ];
+        for (name, want) in userns {
+            assert_eq!(set.user_namespaces(name), want, "user namespaces {name:?}");
+        }
         // containerd 1.6: no handlers, no features.
         let silent = RuntimeFeatureSet::new(&[], None);
         assert!(!silent.recursive_read_only(""));

@@ -206,6 +206,8 @@ pub struct ContainerGc {
     pub pods_dir: PathBuf,
     /// `rootDir`, for `volume::cleanup_pod_dir` (which unmounts the pod's tmpfs volumes).
     pub root_dir: PathBuf,
+    /// The pods' user-namespace ranges: a removed pod directory frees its pod's range.
+    pub userns: Option<Arc<crate::userns::UsernsManager>>,
 }
 
 fn list_dir(dir: &Path, uid: impl Fn(&str) -> Option<String>) -> Vec<(String, Option<String>)> {
@@ -321,6 +323,9 @@ impl ContainerGc {
                 Ok(()) => {
                     tracing::info!(pod.uid = %uid, "removed the directory of a pod that is gone");
                     report.pod_dirs += 1;
+                    if let Some(userns) = &self.userns {
+                        userns.release(uid);
+                    }
                 }
                 Err(e) => tracing::warn!(pod.uid = %uid, error = %e, "removing a pod directory"),
             }
@@ -677,6 +682,7 @@ mod run_tests {
             pod_logs_dir: dir.path().join("logs"),
             pods_dir: dir.path().join("pods"),
             root_dir: dir.path().to_path_buf(),
+            userns: None,
         };
         let events = EventRecorder::new(clock, "kubelet", "node1");
         let cancel = CancellationToken::new();

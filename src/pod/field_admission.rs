@@ -136,12 +136,12 @@ mod tests {
     #[test]
     fn the_message_names_every_refused_value() {
         let pod = defaulted(
-            "  hostUsers: false\n  volumes:\n  - name: v\n    nfs: {server: s, path: /x}\n",
+            "  volumes:\n  - name: v\n    nfs: {server: s, path: /x}\n  - name: w\n    flocker: {datasetName: d}\n",
         );
         let rejection = admit_pod_fields(&pod, NodeSupport::default()).expect_err("refused");
         assert_eq!(
             rejection.message,
-            "spec.hostUsers: Unsupported value: false: a pod user namespace (hostUsers: false) needs ID-mapped mounts, not implemented yet; spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)"
+            "spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes); spec.volumes[1].flocker: Unsupported value: w: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)"
         );
     }
 }

@@ -189,7 +189,7 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.hostIPC", &["src/sync/sandbox_config.rs::sandbox_config_fields"]),
     honoured("spec.hostNetwork", &["src/sync/sandbox_config.rs::host_network_sandbox_has_no_hostname", "src/volume/hosts.rs::host_network_copies_the_node_file"]),
     honoured("spec.hostPID", &["src/sync/sandbox_config.rs::sandbox_config_fields"]),
-    partly("spec.hostUsers", "true (the default): the node's user namespace", &["src/sync/sandbox_config.rs::sandbox_config_fields"], "a pod user namespace (hostUsers: false) needs ID-mapped mounts, not implemented yet", "  hostUsers: false\n"),
+    honoured("spec.hostUsers", &["src/sync/sandbox_config.rs::host_users_false_gets_the_pods_own_user_namespace", "src/userns/tests.rs::decide_table", "src/userns/tests.rs::manager_persists_ranges_and_takes_them_back_after_a_restart", "src/pod/runtime_features.rs::host_users_false_needs_the_gate_and_a_handler_that_declares_user_namespaces", "tests/user_namespaces.rs::host_users_false_runs_in_a_user_namespace_of_its_own"]),
     honoured("spec.hostname", &["src/podspec/hostname.rs::hostname_table"]),
     honoured("spec.hostnameOverride", &["src/podspec/hostname.rs::hostname_table"]),
     honoured("spec.imagePullSecrets", &["src/images/mod.rs::pull_secrets_are_matched_to_the_image_and_missing_ones_reported", "tests/registry_pulls.rs::pull_secrets_pull_private_images_in_cluster_mode"]),
@@ -487,9 +487,6 @@ pub fn refusals_on(pod: &Pod, node: NodeSupport) -> Vec<Refusal> {
                 }
             }
         }
-    }
-    if spec.host_users == Some(false) {
-        refuse(&mut out, "spec.hostUsers".into(), false);
     }
     for (i, claim) in spec.resource_claims.iter().flatten().enumerate() {
         refuse(&mut out, format!("spec.resourceClaims[{i}]"), &claim.name);

@@ -272,6 +272,46 @@ impl PodSyncer {
     /// The kubelet's Warning for a sandbox that could not be made, so `kubectl describe` says
     /// why the pod stays `ContainerCreating`: `FailedCreatePodContainer` when its cgroup could
     /// not be set up, `FailedCreatePodSandBox` otherwise.
+    /// The pod's own user namespace (`hostUsers: false`), with its range from `userns`, or
+    /// `None` for the node's (`GetOrCreateUserNamespaceMappings`). A new sandbox also needs the
+    /// gate and a runtime handler that declares user namespaces; a running one already has both.
+    fn pod_user_namespace(
+        &self,
+        pod: &Pod,
+        new_sandbox: bool,
+    ) -> std::result::Result<Option<crate::cri::api::UserNamespace>, String> {
+        let host_users = pod.spec.as_ref().and_then(|s| s.host_users);
+        if host_users.is_none() {
+            return Ok(None);
+        }
+        let handler = self
+            .objects
+            .runtime_handler(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.as_deref()),
+            )
+            .unwrap_or_default();
+        let supports = !new_sandbox || self.settings.runtime_features.user_namespaces(&handler);
+        match crate::userns::decide(
+            host_users,
+            self.settings.user_namespaces_gate,
+            &handler,
+            supports,
+        )? {
+            crate::userns::Decision::Node => Ok(None),
+            crate::userns::Decision::Pod => {
+                let manager = self.settings.userns.as_ref().ok_or_else(|| {
+                    "create user namespace: nodelet has no user-namespace ranges".to_string()
+                })?;
+                let mapping = manager
+                    .get_or_create(pod_uid(pod))
+                    .map_err(|e| format!("create user namespace: {e}"))?;
+                Ok(Some(super::sandbox_config::pod_user_namespace(mapping)))
+            }
+        }
+    }
+
     fn sandbox_failed(&self, pod: &Pod, error: &Error) {
         let (reason, message) = match error {
             Error::PodCgroup { message, .. } => (
@@ -544,7 +584,7 @@ impl PodSyncer {
         } else {
             runtime.sandbox().map_or(0, |s| s.attempt)
         };
-        let sandbox_cfg = match plan.sandbox_config(attempt) {
+        let mut sandbox_cfg = match plan.sandbox_config(attempt) {
             Ok(config) => config,
             Err(message) => {
                 let e = Error::Sandbox {
@@ -557,6 +597,20 @@ impl PodSyncer {
                 return Err(e);
             }
         };
+        match self.pod_user_namespace(pod, actions.create_sandbox) {
+            Ok(Some(ns)) => super::sandbox_config::set_user_namespace(&mut sandbox_cfg, ns),
+            Ok(None) => {}
+            Err(message) => {
+                let e = Error::Sandbox {
+                    uid: uid.clone(),
+                    message,
+                };
+                if actions.create_sandbox {
+                    self.sandbox_failed(pod, &e);
+                }
+                return Err(e);
+            }
+        }
         if actions.create_sandbox && actions.attempt > 0 {
             self.events.pod(
                 pod,

@@ -130,8 +130,15 @@ impl PodSandboxes {
             )?;
         }
         self.remove_pod_cgroup(pod).await;
-        if let Err(e) = volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
-            tracing::warn!(error = %e, "cleaning up pod directory");
+        match volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
+            // The range is free once the directory with its mapping file is gone; a directory
+            // that stays keeps it until the orphan-directory cleanup removes it.
+            Ok(()) => {
+                if let Some(userns) = &self.settings.userns {
+                    userns.release(&uid);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cleaning up pod directory"),
         }
         if let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) {
             let logs = pod_log_dir(&self.settings.pod_logs_dir, ns, name, &uid);

@@ -44,18 +44,18 @@ use crate::podspec::host_network;
 
 /// The pod's namespaces (`NamespacesForPod`): the node's network/PID/IPC namespaces when asked
 /// for; otherwise the pod's, except PID, which is per container unless `shareProcessNamespace`.
-/// Pods run in the node's user namespace; `hostUsers: false` needs ID-mapped user namespaces,
-/// which nodelet does not set up yet.
+/// The user namespace is the node's; a `hostUsers: false` pod's is its own, with the mappings
+/// the executor fills in from `userns` ([`set_user_namespace`]) — without them the runtime
+/// refuses the config, so a pod never runs in the node's user namespace by mistake.
 pub fn namespace_options(pod: &Pod) -> Result<api::NamespaceOption, ConfigError> {
     use api::NamespaceMode as M;
     let spec = pod.spec.as_ref();
     let flag = |f: Option<bool>| f == Some(true);
-    if spec.and_then(|s| s.host_users) == Some(false) {
-        return Err(ConfigError::unsupported(
-            "spec.hostUsers".to_string(),
-            "a pod user namespace (hostUsers: false)".to_string(),
-        ));
-    }
+    let userns_mode = if spec.and_then(|s| s.host_users) == Some(false) {
+        M::Pod
+    } else {
+        M::Node
+    };
     let pid = if flag(spec.and_then(|s| s.host_pid)) {
         M::Node
     } else if flag(spec.and_then(|s| s.share_process_namespace)) {
@@ -73,10 +73,52 @@ pub fn namespace_options(pod: &Pod) -> Result<api::NamespaceOption, ConfigError>
         } as i32,
         target_id: String::new(),
         userns_options: Some(api::UserNamespace {
-            mode: M::Node as i32,
+            mode: userns_mode as i32,
             ..Default::default()
         }),
     })
+}
+
+/// The CRI user namespace of a pod with the range `m` (`GetOrCreateUserNamespaceMappings`):
+/// mode POD, container IDs from 0 mapped to the range, users and groups alike.
+pub fn pod_user_namespace(m: crate::userns::Mapping) -> api::UserNamespace {
+    let ids = vec![api::IdMapping {
+        host_id: m.host_id,
+        container_id: 0,
+        length: m.length,
+    }];
+    api::UserNamespace {
+        mode: api::NamespaceMode::Pod as i32,
+        uids: ids.clone(),
+        gids: ids,
+    }
+}
+
+/// Puts `ns` into the sandbox config's namespace options.
+pub fn set_user_namespace(config: &mut api::PodSandboxConfig, ns: api::UserNamespace) {
+    let options = config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default);
+    options.userns_options = Some(ns);
+}
+
+/// The sandbox's user namespace when it is the pod's own: every container of the pod joins it
+/// with the same mappings (the kubelet passes the sandbox's to each container).
+pub fn sandbox_user_namespace(config: &api::PodSandboxConfig) -> Option<&api::UserNamespace> {
+    config
+        .linux
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .namespace_options
+        .as_ref()?
+        .userns_options
+        .as_ref()
+        .filter(|u| u.mode == api::NamespaceMode::Pod as i32)
 }
 
 /// A resolv.conf as the kubelet reads it (`parseResolvConf`): nameservers accumulate, the last
@@ -924,7 +966,30 @@ mod tests {
     }
 
     #[test]
-    fn host_users_false_is_not_supported_yet() {
+    fn host_users_false_gets_the_pods_own_user_namespace() {
+        use api::NamespaceMode as M;
+        let mode = |host_users: Option<bool>| {
+            let p = pod(
+                "p",
+                PodSpec {
+                    host_users,
+                    ..Default::default()
+                },
+            );
+            let cfg = sandbox_config(&p, 0, &ctx(&[], None)).unwrap();
+            let ns = namespace_options(&p).unwrap();
+            assert_eq!(
+                cfg.linux.unwrap().security_context.unwrap().namespace_options,
+                Some(ns.clone())
+            );
+            ns.userns_options.unwrap()
+        };
+        assert_eq!(mode(None).mode, M::Node as i32);
+        assert_eq!(mode(Some(true)).mode, M::Node as i32);
+        // Mode POD without mappings until the executor puts the pod's range in.
+        let own = mode(Some(false));
+        assert_eq!((own.mode, own.uids.len()), (M::Pod as i32, 0));
+
         let p = pod(
             "p",
             PodSpec {
@@ -932,11 +997,21 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_eq!(
-            sandbox_config(&p, 0, &ctx(&[], None))
-                .unwrap_err()
-                .to_string(),
-            "spec.hostUsers: a pod user namespace (hostUsers: false) is not supported yet"
-        );
+        let mut cfg = sandbox_config(&p, 0, &ctx(&[], None)).unwrap();
+        let ns = pod_user_namespace(crate::userns::Mapping {
+            host_id: 131072,
+            length: 65536,
+        });
+        let want = api::IdMapping {
+            host_id: 131072,
+            container_id: 0,
+            length: 65536,
+        };
+        assert_eq!((ns.uids.as_slice(), ns.gids.as_slice()), (&[want][..], &[want][..]));
+        set_user_namespace(&mut cfg, ns.clone());
+        assert_eq!(sandbox_user_namespace(&cfg), Some(&ns));
+        // A node-namespace sandbox gives containers nothing to join.
+        let node = sandbox_config(&pod("p", PodSpec::default()), 0, &ctx(&[], None)).unwrap();
+        assert_eq!(sandbox_user_namespace(&node), None);
     }
 }

@@ -46,4 +46,8 @@ pub struct SyncSettings {
     /// The Node's `status.allocatable` (`node::status::allocatable`): the Downward API's
     /// `limits.*` of a container without a limit (and without a pod-level one).
     pub node_allocatable: crate::podspec::resources::NodeAllocatable,
+    /// The `UserNamespacesSupport` gate.
+    pub user_namespaces_gate: bool,
+    /// The pods' user-namespace ranges (`None` with the gate off).
+    pub userns: Option<Arc<crate::userns::UsernsManager>>,
 }

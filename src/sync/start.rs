@@ -453,6 +453,17 @@ impl ContainerStarter {
             .map_err(config_error)
             .map_err(no_retry)?;
         let mut config = built.config;
+        // A pod of its own user namespace: each container joins it with the sandbox's mappings.
+        if let Some(ns) = super::sandbox_config::sandbox_user_namespace(env.sandbox_config) {
+            if let Some(options) = config
+                .linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|s| s.namespace_options.as_mut())
+            {
+                options.userns_options = Some(ns.clone());
+            }
+        }
         // subPaths are opened beneath their volumes and bind-mounted under the pod directory;
         // the runtime gets those pinned mounts, detached again once StartContainer returned.
         let pinned = volume::subpath::prepare_sub_paths(
