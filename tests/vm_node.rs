@@ -44,6 +44,7 @@ async fn node_checks(node: Guest) {
     let orphan = stopping_nodelet_leaves_the_pods_alone(&node, &pods).await;
     restarting_containerd_leaves_nodelet_running_and_connected(&node, &mut pods, &orphan).await;
     memory_qos_off_resets_protection_and_the_orphan_is_swept(&node, &pods, &facts, &orphan).await;
+    host_users_false_pods_get_the_kubelet_entrys_ranges(&node).await;
     limited_swap_and_hugepages_in_cluster_mode(&node).await;
 }
 
@@ -1514,6 +1515,135 @@ fn kubelet_burstable_swap(request: i64, mem_total: i64, swap_total: i64) -> i64 
 /// BestEffort containers and a static (critical) Burstable one get 0; the Burstable pod's
 /// `hugepages-2Mi` limit is its pod cgroup's and its container's `hugetlb.2MB.max`; the
 /// Node's `status.nodeInfo.swap.capacity` is `SwapTotal`.
+/// The `kubelet` entry nodelet takes its user-namespace IDs from (the seed's example shape:
+/// maxPods × 65536 IDs), starting above the default range's first ID so the test sees it read.
+const KUBELET_SUBIDS: &str = "kubelet:131072:7208960\n";
+
+fn userns_pod(name: &str) -> String {
+    let script = r#"echo "uid=$(id -u)"; echo written > /data/f; echo "write=$?"; echo "labels=$(cat /podinfo/labels | tr '\n' ' ')"; echo "done=1"; sleep 3600"#;
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{app: userns}}\nspec:\n  hostUsers: false\n  terminationGracePeriodSeconds: 2\n\
+         \x20 volumes:\n  - name: data\n    emptyDir: {{}}\n  - name: podinfo\n    downwardAPI:\n      items:\n      - {{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}\n\
+         \x20 containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {script:?}]\n\
+         \x20   volumeMounts:\n    - {{name: data, mountPath: /data}}\n    - {{name: podinfo, mountPath: /podinfo}}\n"
+    )
+}
+
+/// What the host sees of a running `hostUsers: false` pod and what it printed: (first host ID
+/// of its range, container id, pod directory).
+async fn check_userns_pod(node: &Guest, name: &str) -> (u64, String, PathBuf) {
+    let pod = node
+        .wait_pod(name, "its container running", all_running)
+        .await;
+    let m = &pod.metadata;
+    let uid = m.uid.clone().unwrap_or_default();
+    let log = node
+        .state
+        .join("pods")
+        .join(format!("default_{}_{uid}", m.name.as_deref().unwrap_or_default()))
+        .join("main/0.log");
+    node.wait_for("the container's report", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("done=1"))
+    })
+    .await;
+    let report: BTreeMap<String, String> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect();
+    let id = bare_id(
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.container_id.as_deref())
+            .expect("container id"),
+    )
+    .to_string();
+    let pid = node.tasks().get(&id).map(|(pid, _)| *pid).expect("the container's task");
+    let uid_map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).expect("uid_map");
+    let fields: Vec<u64> = uid_map
+        .split_whitespace()
+        .map(|f| f.parse().expect("uid_map number"))
+        .collect();
+    assert_eq!(fields.len(), 3, "{name}: uid_map {uid_map:?}");
+    let start = fields[1];
+    assert_eq!((fields[0], fields[2]), (0, 65536), "{name}: uid_map {uid_map:?}");
+    assert!(start >= 131072 && start < 131072 + 7208960, "{name}: uid_map {uid_map:?} outside the kubelet entry");
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/gid_map")).expect("gid_map"),
+        uid_map,
+        "{name}: gid_map"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(format!("/proc/{pid}")).expect("/proc/pid").uid();
+    assert_eq!(u64::from(owner), start, "{name}: the process's owner on the host");
+    assert_eq!(report.get("uid").map(String::as_str), Some("0"), "{name}: {report:?}");
+    assert_eq!(report.get("write").map(String::as_str), Some("0"), "{name}: emptyDir write {report:?}");
+    assert_eq!(report.get("labels").map(String::as_str), Some("app=\"userns\""), "{name}: {report:?}");
+    let pod_dir = node.state.join("nodelet/pods").join(&uid);
+    assert_eq!(
+        std::fs::read_to_string(pod_dir.join("volumes/kubernetes.io~empty-dir/data/f")).ok().as_deref(),
+        Some("written\n"),
+        "{name}: the emptyDir file on the node"
+    );
+    let file = std::fs::read_to_string(pod_dir.join("userns")).expect("the pod's userns file");
+    assert!(
+        file.contains(&format!("\"hostId\":{start},\"containerId\":0,\"length\":65536")),
+        "{name}: {file}"
+    );
+    println!("vm scenario: {name}: uid_map {}, emptyDir written, owner {owner}", uid_map.trim());
+    (start, id, pod_dir)
+}
+
+/// `hostUsers: false` on the current node (containerd 2.1.9 over runc 1.3.6, which offers
+/// ID-mapped mounts): with a `kubelet` entry in /etc/subuid and /etc/subgid, a pod's process
+/// has `uid_map` `0 131072 65536`, is owned on the node by 131072 and is root inside, writes
+/// its emptyDir and reads nodelet's downwardAPI file; a restart of nodelet keeps the range (the
+/// running container stays, a new pod gets the next range), and a removed pod's range is given
+/// again.
+async fn host_users_false_pods_get_the_kubelet_entrys_ranges(node: &Guest) {
+    let _step = node.step("hostUsers: false pods in user namespaces of their own");
+    use nodelet::cri::HousekeepingRuntime;
+    let declared = common::runtime()
+        .runtime_feature_set()
+        .await
+        .expect("CRI Status");
+    assert!(
+        declared.user_namespaces(""),
+        "containerd {} declares no user namespaces: {:?}",
+        node.containerd_version(),
+        declared.handlers()
+    );
+    std::fs::write("/etc/subuid", KUBELET_SUBIDS).expect("/etc/subuid");
+    std::fs::write("/etc/subgid", KUBELET_SUBIDS).expect("/etc/subgid");
+    node.systemctl(&["restart", "nodelet.service"]);
+    node.write_manifest("userns-a.yaml", &userns_pod("userns-a"));
+    let (a, container, a_dir) = check_userns_pod(node, "userns-a").await;
+    assert_eq!(a, 131072, "the first pod gets the entry's first range");
+
+    node.systemctl(&["restart", "nodelet.service"]);
+    node.write_manifest("userns-b.yaml", &userns_pod("userns-b"));
+    let (b, _, _) = check_userns_pod(node, "userns-b").await;
+    assert_eq!(b, 131072 + 65536, "after the restart the first range is still taken");
+    let (a_again, container_again, _) = check_userns_pod(node, "userns-a").await;
+    assert_eq!((a_again, container_again), (a, container), "the restart kept the first pod");
+
+    node.remove_manifest("userns-a.yaml");
+    node.wait_gone("userns-a").await;
+    node.wait_for("the removed pod's directory gone", || !a_dir.exists())
+        .await;
+    node.write_manifest("userns-c.yaml", &userns_pod("userns-c"));
+    let (c, _, _) = check_userns_pod(node, "userns-c").await;
+    assert_eq!(c, 131072, "the freed range goes to the next pod");
+    for name in ["userns-b", "userns-c"] {
+        node.remove_manifest(&format!("{name}.yaml"));
+        node.wait_gone(name).await;
+    }
+}
+
 async fn limited_swap_and_hugepages_in_cluster_mode(node: &Guest) {
     let _step = node.step("LimitedSwap and hugepages, in cluster mode on a node with swap");
     // Hugepages: reserved now, read by nodelet at its start below.
