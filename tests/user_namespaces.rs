@@ -162,6 +162,18 @@ async fn check_pod(n: &Nodelet, name: &str) -> (u64, String) {
     (start, id)
 }
 
+/// The Warning event of the rejection, as `nodelet events` lists it.
+fn assert_rejection_event(n: &Nodelet) {
+    let (ok, out, err) = n.cli(&["events", "--server", &n.base_url()]);
+    assert!(ok, "nodelet events: {err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("UserNamespacesNotSupported"))
+        .unwrap_or_else(|| panic!("no UserNamespacesNotSupported event:\n{out}"));
+    assert!(line.contains("Warning"), "{line}");
+    assert!(line.to_lowercase().contains("hostusers"), "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_users_false_runs_in_a_user_namespace_of_its_own() {
     let rt = runtime();
@@ -196,7 +208,11 @@ async fn host_users_false_runs_in_a_user_namespace_of_its_own() {
             )
         );
         let (sandboxes, _) = n.runtime_objects().await;
-        assert!(sandboxes.is_empty(), "a rejected pod got a sandbox: {sandboxes:?}");
+        assert!(
+            sandboxes.is_empty(),
+            "a rejected pod got a sandbox: {sandboxes:?}"
+        );
+        assert_rejection_event(&n);
         return;
     }
 
@@ -207,9 +223,16 @@ async fn host_users_false_runs_in_a_user_namespace_of_its_own() {
     n.restart();
     n.write_manifest("second.yaml", &manifest("second"));
     let (second, _) = check_pod(&n, "second").await;
-    assert_ne!(first, second, "the restarted nodelet gave the first pod's range again");
+    assert_ne!(
+        first, second,
+        "the restarted nodelet gave the first pod's range again"
+    );
     let p = n.wait_pod("own", T, "still running", running).await;
-    assert_eq!(host_pid(&p).await.0, container, "the first pod's container was replaced");
+    assert_eq!(
+        host_pid(&p).await.0,
+        container,
+        "the first pod's container was replaced"
+    );
     assert_eq!(file_range(&n, &p), first);
 
     // A removed pod's range is free again: the lowest slot goes to the next pod.
@@ -234,7 +257,10 @@ async fn host_users_false_runs_in_a_user_namespace_of_its_own() {
 /// sandbox creation does, whatever the runtime declares.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gate_off_rejects_host_users() {
-    let n = Nodelet::start_with("userns-gate", "featureGates: {UserNamespacesSupport: false}\n");
+    let n = Nodelet::start_with(
+        "userns-gate",
+        "featureGates: {UserNamespacesSupport: false}\n",
+    );
     n.write_manifest("own.yaml", &manifest("own"));
     let pod = n
         .wait_pod("own", T, "rejected at admission", |p| {
@@ -251,4 +277,5 @@ async fn the_gate_off_rejects_host_users() {
             Some("Pod was rejected: the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers")
         )
     );
+    assert_rejection_event(&n);
 }

@@ -1540,7 +1540,10 @@ async fn check_userns_pod(node: &Guest, name: &str) -> (u64, String, PathBuf) {
     let log = node
         .state
         .join("pods")
-        .join(format!("default_{}_{uid}", m.name.as_deref().unwrap_or_default()))
+        .join(format!(
+            "default_{}_{uid}",
+            m.name.as_deref().unwrap_or_default()
+        ))
         .join("main/0.log");
     node.wait_for("the container's report", || {
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("done=1"))
@@ -1562,7 +1565,11 @@ async fn check_userns_pod(node: &Guest, name: &str) -> (u64, String, PathBuf) {
             .expect("container id"),
     )
     .to_string();
-    let pid = node.tasks().get(&id).map(|(pid, _)| *pid).expect("the container's task");
+    let pid = node
+        .tasks()
+        .get(&id)
+        .map(|(pid, _)| *pid)
+        .expect("the container's task");
     let uid_map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).expect("uid_map");
     let fields: Vec<u64> = uid_map
         .split_whitespace()
@@ -1570,31 +1577,63 @@ async fn check_userns_pod(node: &Guest, name: &str) -> (u64, String, PathBuf) {
         .collect();
     assert_eq!(fields.len(), 3, "{name}: uid_map {uid_map:?}");
     let start = fields[1];
-    assert_eq!((fields[0], fields[2]), (0, 65536), "{name}: uid_map {uid_map:?}");
-    assert!(start >= 131072 && start < 131072 + 7208960, "{name}: uid_map {uid_map:?} outside the kubelet entry");
+    assert_eq!(
+        (fields[0], fields[2]),
+        (0, 65536),
+        "{name}: uid_map {uid_map:?}"
+    );
+    assert!(
+        start >= 131072 && start < 131072 + 7208960,
+        "{name}: uid_map {uid_map:?} outside the kubelet entry"
+    );
     assert_eq!(
         std::fs::read_to_string(format!("/proc/{pid}/gid_map")).expect("gid_map"),
         uid_map,
         "{name}: gid_map"
     );
     use std::os::unix::fs::MetadataExt;
-    let owner = std::fs::metadata(format!("/proc/{pid}")).expect("/proc/pid").uid();
-    assert_eq!(u64::from(owner), start, "{name}: the process's owner on the host");
-    assert_eq!(report.get("uid").map(String::as_str), Some("0"), "{name}: {report:?}");
-    assert_eq!(report.get("write").map(String::as_str), Some("0"), "{name}: emptyDir write {report:?}");
-    assert_eq!(report.get("labels").map(String::as_str), Some("app=\"userns\""), "{name}: {report:?}");
+    let owner = std::fs::metadata(format!("/proc/{pid}"))
+        .expect("/proc/pid")
+        .uid();
+    assert_eq!(
+        u64::from(owner),
+        start,
+        "{name}: the process's owner on the host"
+    );
+    assert_eq!(
+        report.get("uid").map(String::as_str),
+        Some("0"),
+        "{name}: {report:?}"
+    );
+    assert_eq!(
+        report.get("write").map(String::as_str),
+        Some("0"),
+        "{name}: emptyDir write {report:?}"
+    );
+    assert_eq!(
+        report.get("labels").map(String::as_str),
+        Some("app=\"userns\""),
+        "{name}: {report:?}"
+    );
     let pod_dir = node.state.join("nodelet/pods").join(&uid);
     assert_eq!(
-        std::fs::read_to_string(pod_dir.join("volumes/kubernetes.io~empty-dir/data/f")).ok().as_deref(),
+        std::fs::read_to_string(pod_dir.join("volumes/kubernetes.io~empty-dir/data/f"))
+            .ok()
+            .as_deref(),
         Some("written\n"),
         "{name}: the emptyDir file on the node"
     );
     let file = std::fs::read_to_string(pod_dir.join("userns")).expect("the pod's userns file");
     assert!(
-        file.contains(&format!("\"hostId\":{start},\"containerId\":0,\"length\":65536")),
+        file.contains(&format!(
+            "\"hostId\":{start},\"containerId\":0,\"length\":65536"
+        )),
         "{name}: {file}"
     );
-    println!("vm scenario: {name}: uid_map {}, emptyDir written, owner {owner}", uid_map.trim());
+    println!(
+        "vm scenario: {name}: uid_map {}, emptyDir written, owner {owner}",
+        uid_map.trim()
+    );
     (start, id, pod_dir)
 }
 
@@ -1627,9 +1666,17 @@ async fn host_users_false_pods_get_the_kubelet_entrys_ranges(node: &Guest) {
     node.systemctl(&["restart", "nodelet.service"]);
     node.write_manifest("userns-b.yaml", &userns_pod("userns-b"));
     let (b, _, _) = check_userns_pod(node, "userns-b").await;
-    assert_eq!(b, 131072 + 65536, "after the restart the first range is still taken");
+    assert_eq!(
+        b,
+        131072 + 65536,
+        "after the restart the first range is still taken"
+    );
     let (a_again, container_again, _) = check_userns_pod(node, "userns-a").await;
-    assert_eq!((a_again, container_again), (a, container), "the restart kept the first pod");
+    assert_eq!(
+        (a_again, container_again),
+        (a, container),
+        "the restart kept the first pod"
+    );
 
     node.remove_manifest("userns-a.yaml");
     node.wait_gone("userns-a").await;

@@ -476,9 +476,8 @@ impl NodeletBuilder {
             handlers.push(Arc::new(
                 crate::pod::runtime_features::RuntimeFeaturesAdmitHandler {
                     features: runtime.rt.runtime_features.clone(),
-                    user_namespaces_gate: cfg.feature_enabled(
-                        crate::config::kubelet_fields::USER_NAMESPACES_SUPPORT,
-                    ),
+                    user_namespaces_gate: cfg
+                        .feature_enabled(crate::config::kubelet_fields::USER_NAMESPACES_SUPPORT),
                 },
             ));
             handlers.push(predicates);

@@ -1727,7 +1727,10 @@ impl Decoded {
         };
         for (key, value) in map {
             let Some(name) = key.as_str() else {
-                self.unknown_field(&format!("{path}.{}", render(key)), &[USER_NAMESPACES_FIELDS]);
+                self.unknown_field(
+                    &format!("{path}.{}", render(key)),
+                    &[USER_NAMESPACES_FIELDS],
+                );
                 continue;
             };
             let field_path = format!("{path}.{name}");

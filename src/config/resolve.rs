@@ -401,7 +401,9 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
                 path: "userNamespaces.idsPerPod".to_string(),
                 kind: FieldErrorKind::Forbidden,
                 value: None,
-                detail: format!("may only be set when feature gate {USER_NAMESPACES_SUPPORT} is enabled"),
+                detail: format!(
+                    "may only be set when feature gate {USER_NAMESPACES_SUPPORT} is enabled"
+                ),
             });
         }
     }

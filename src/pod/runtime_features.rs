@@ -102,8 +102,10 @@ mod tests {
                 message.to_string(),
             ))
         };
-        let unsupported = "can't set `spec.hostUsers: false`, runtime does not support user namespaces";
-        let gate_off = "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers";
+        let unsupported =
+            "can't set `spec.hostUsers: false`, runtime does not support user namespaces";
+        let gate_off =
+            "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers";
         let cases = [
             (None, None, true, false, Ok(())),
             (None, None, false, false, Ok(())),

@@ -273,12 +273,18 @@ mod tests {
     #[test]
     fn a_spec_without_a_sandbox_config_says_why() {
         let mut pod = guaranteed("500m", "128Mi");
-        pod.spec.as_mut().unwrap().security_context = Some(k8s_openapi::api::core::v1::PodSecurityContext {
-            supplemental_groups_policy: Some("Loose".into()),
-            ..Default::default()
-        });
+        pod.spec.as_mut().unwrap().security_context =
+            Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                supplemental_groups_policy: Some("Loose".into()),
+                ..Default::default()
+            });
         let plan = PodPlan::derive(&pod, &settings(true), "node-1", None);
-        let err = plan.sandbox_config(0).expect_err("supplementalGroupsPolicy: Loose");
-        assert!(err.contains("spec.securityContext.supplementalGroupsPolicy"), "{err}");
+        let err = plan
+            .sandbox_config(0)
+            .expect_err("supplementalGroupsPolicy: Loose");
+        assert!(
+            err.contains("spec.securityContext.supplementalGroupsPolicy"),
+            "{err}"
+        );
     }
 }

@@ -979,7 +979,11 @@ mod tests {
             let cfg = sandbox_config(&p, 0, &ctx(&[], None)).unwrap();
             let ns = namespace_options(&p).unwrap();
             assert_eq!(
-                cfg.linux.unwrap().security_context.unwrap().namespace_options,
+                cfg.linux
+                    .unwrap()
+                    .security_context
+                    .unwrap()
+                    .namespace_options,
                 Some(ns.clone())
             );
             ns.userns_options.unwrap()
@@ -1007,7 +1011,10 @@ mod tests {
             container_id: 0,
             length: 65536,
         };
-        assert_eq!((ns.uids.as_slice(), ns.gids.as_slice()), (&[want][..], &[want][..]));
+        assert_eq!(
+            (ns.uids.as_slice(), ns.gids.as_slice()),
+            (&[want][..], &[want][..])
+        );
         set_user_namespace(&mut cfg, ns.clone());
         assert_eq!(sandbox_user_namespace(&cfg), Some(&ns));
         // A node-namespace sandbox gives containers nothing to join.

@@ -95,7 +95,11 @@ pub struct Mapping {
 
 /// The `kubelet` entry of a subordinate-ID file (`name:start:count` lines): `None` when there is
 /// none; more than one entry is refused (the kubelet's `getsubids` parsing takes exactly one).
-pub fn parse_subid(file: &str, contents: &str, user: &str) -> Result<Option<(u32, u32)>, UsernsError> {
+pub fn parse_subid(
+    file: &str,
+    contents: &str,
+    user: &str,
+) -> Result<Option<(u32, u32)>, UsernsError> {
     let mut found = None;
     for (i, line) in contents.lines().enumerate() {
         let line = line.trim();
@@ -162,7 +166,12 @@ pub struct Layout {
 impl Layout {
     /// The kubelet's checks (`MakeUserNsManager`) of the kubelet's range against `idsPerPod` and
     /// `maxPods`.
-    pub fn new(first: u32, length: u32, ids_per_pod: u32, max_pods: u32) -> Result<Layout, UsernsError> {
+    pub fn new(
+        first: u32,
+        length: u32,
+        ids_per_pod: u32,
+        max_pods: u32,
+    ) -> Result<Layout, UsernsError> {
         if ids_per_pod == 0 || ids_per_pod % UNIT != 0 {
             return Err(UsernsError::LengthNotUnit(ids_per_pod));
         }
@@ -318,7 +327,9 @@ pub fn parse_mapping_file(content: &[u8]) -> Result<Mapping, UsernsError> {
     let file: MappingFile =
         serde_json::from_slice(content).map_err(|e| UsernsError::InvalidFile(e.to_string()))?;
     if file.uid_mappings.len() != 1 {
-        return Err(UsernsError::InvalidMapping("no more than one mapping allowed."));
+        return Err(UsernsError::InvalidMapping(
+            "no more than one mapping allowed.",
+        ));
     }
     if file.gid_mappings.len() != file.uid_mappings.len() {
         return Err(UsernsError::InvalidMapping(
@@ -426,7 +437,11 @@ impl UsernsManager {
     /// Reads the kubelet's IDs, checks them against `ids_per_pod` and `max_pods`, and takes back
     /// the range of every pod directory that has a mapping file (the kubelet's start: a file it
     /// cannot take is an error).
-    pub fn load(paths: &UsernsPaths, ids_per_pod: u32, max_pods: u32) -> Result<UsernsManager, UsernsError> {
+    pub fn load(
+        paths: &UsernsPaths,
+        ids_per_pod: u32,
+        max_pods: u32,
+    ) -> Result<UsernsManager, UsernsError> {
         let subuid = read_optional(&paths.subuid)?;
         let subgid = read_optional(&paths.subgid)?;
         let (first, length) = kubelet_range(
@@ -477,7 +492,12 @@ impl UsernsManager {
 
     fn pod_dir_fd(&self, uid: &str) -> Result<Option<OwnedFd>, UsernsError> {
         check_uid(uid)?;
-        let pods = match openat(nix::fcntl::AT_FDCWD, &self.pods_dir, DIR_FLAGS, Mode::empty()) {
+        let pods = match openat(
+            nix::fcntl::AT_FDCWD,
+            &self.pods_dir,
+            DIR_FLAGS,
+            Mode::empty(),
+        ) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => return Ok(None),
             Err(e) => return Err(io(&self.pods_dir)(e)),
@@ -547,8 +567,11 @@ impl UsernsManager {
         use std::io::Write;
         file.write_all(mapping_file(m).as_bytes())
             .and_then(|()| file.sync_all())
-            .map_err(|e| io(&pod_dir.join(tmp))(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
-        renameat(dir.as_fd(), tmp, dir.as_fd(), MAPPING_FILE).map_err(io(&pod_dir.join(MAPPING_FILE)))?;
+            .map_err(|e| {
+                io(&pod_dir.join(tmp))(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+            })?;
+        renameat(dir.as_fd(), tmp, dir.as_fd(), MAPPING_FILE)
+            .map_err(io(&pod_dir.join(MAPPING_FILE)))?;
         fsync(dir.as_fd()).map_err(io(&pod_dir))
     }
 

@@ -8,7 +8,10 @@ fn subid_entries_table() {
         ("kubelet:65536:2147483648\n", Ok(Some((65536, 2147483648)))),
         ("kubelet:65536:4294967296\n", Err("line 1")),
         ("kubelet:65536:65536\n", Ok(Some((65536, 65536)))),
-        ("# c\nroot:1:2\nkubelet:131072:655360\n", Ok(Some((131072, 655360)))),
+        (
+            "# c\nroot:1:2\nkubelet:131072:655360\n",
+            Ok(Some((131072, 655360))),
+        ),
         ("kubeletx:65536:65536\n", Ok(None)),
         ("kubelet:65536\n", Err("line 1")),
         ("kubelet:a:65536\n", Err("line 1")),
@@ -36,9 +39,21 @@ fn kubelet_range_table() {
         (None, None, Ok((DEFAULT_FIRST_ID, DEFAULT_LENGTH))),
         (Some(""), Some("root:1:1\n"), Ok((65536, 4294901760))),
         (Some(entry), Some(entry), Ok((65536, 6553600))),
-        (Some(entry), None, Err(UsernsError::Mismatch("kubelet".into()))),
-        (None, Some(entry), Err(UsernsError::Mismatch("kubelet".into()))),
-        (Some(entry), Some(other), Err(UsernsError::Mismatch("kubelet".into()))),
+        (
+            Some(entry),
+            None,
+            Err(UsernsError::Mismatch("kubelet".into())),
+        ),
+        (
+            None,
+            Some(entry),
+            Err(UsernsError::Mismatch("kubelet".into())),
+        ),
+        (
+            Some(entry),
+            Some(other),
+            Err(UsernsError::Mismatch("kubelet".into())),
+        ),
     ];
     for (uid, gid, want) in cases {
         assert_eq!(
@@ -48,8 +63,7 @@ fn kubelet_range_table() {
         );
     }
     assert_eq!(
-        kubelet_range(("u", None), ("g", None))
-            .map(|(f, l)| u64::from(f) + u64::from(l)),
+        kubelet_range(("u", None), ("g", None)).map(|(f, l)| u64::from(f) + u64::from(l)),
         Ok(1u64 << 32),
         "the default range runs to the last ID"
     );
@@ -64,15 +78,42 @@ fn layout_rules_table() {
     };
     let cases: &[((u32, u32, u32, u32), Result<Layout, UsernsError>)] = &[
         ((65536, 65536 * 110, 65536, 110), Ok(l(65536, 110, 65536))),
-        ((65536, DEFAULT_LENGTH, 65536, 110), Ok(l(65536, 65535, 65536))),
-        ((131072, 131072 * 200, 131072, 110), Ok(l(131072, 200, 131072))),
-        ((65536, 65536 * 110, 1000, 110), Err(UsernsError::LengthNotUnit(1000))),
-        ((65536, 65536 * 110, 0, 110), Err(UsernsError::LengthNotUnit(0))),
-        ((100000, 65536 * 110, 65536, 110), Err(UsernsError::FirstNotMultiple(100000, 65536))),
-        ((0, 65536 * 110, 65536, 110), Err(UsernsError::FirstTooLow(0, 65536))),
-        ((65536, 65536 * 110 + 1, 65536, 110), Err(UsernsError::LengthNotMultiple(65536 * 110 + 1, 65536))),
-        ((65536, 65536 * 109, 65536, 110), Err(UsernsError::TooFewIds(110))),
-        ((65536, 65536 * 110, 131072, 55), Err(UsernsError::FirstNotMultiple(65536, 131072))),
+        (
+            (65536, DEFAULT_LENGTH, 65536, 110),
+            Ok(l(65536, 65535, 65536)),
+        ),
+        (
+            (131072, 131072 * 200, 131072, 110),
+            Ok(l(131072, 200, 131072)),
+        ),
+        (
+            (65536, 65536 * 110, 1000, 110),
+            Err(UsernsError::LengthNotUnit(1000)),
+        ),
+        (
+            (65536, 65536 * 110, 0, 110),
+            Err(UsernsError::LengthNotUnit(0)),
+        ),
+        (
+            (100000, 65536 * 110, 65536, 110),
+            Err(UsernsError::FirstNotMultiple(100000, 65536)),
+        ),
+        (
+            (0, 65536 * 110, 65536, 110),
+            Err(UsernsError::FirstTooLow(0, 65536)),
+        ),
+        (
+            (65536, 65536 * 110 + 1, 65536, 110),
+            Err(UsernsError::LengthNotMultiple(65536 * 110 + 1, 65536)),
+        ),
+        (
+            (65536, 65536 * 109, 65536, 110),
+            Err(UsernsError::TooFewIds(110)),
+        ),
+        (
+            (65536, 65536 * 110, 131072, 55),
+            Err(UsernsError::FirstNotMultiple(65536, 131072)),
+        ),
     ];
     for ((first, length, ids, max), want) in cases {
         assert_eq!(
@@ -112,7 +153,14 @@ fn allocator_gives_the_lowest_free_slot_and_takes_recorded_ones() {
         ("y", m(0), Err(UsernsError::OutOfRange(0))),
         ("y", m(65536 * 4), Err(UsernsError::OutOfRange(65536 * 4))),
         ("y", m(65537), Err(UsernsError::WrongOffset(65537))),
-        ("y", Mapping { host_id: 65536, length: 1 }, Err(UsernsError::WrongLength(1))),
+        (
+            "y",
+            Mapping {
+                host_id: 65536,
+                length: 1,
+            },
+            Err(UsernsError::WrongLength(1)),
+        ),
     ];
     for (pod, mapping, want) in cases {
         assert_eq!(&a.record(pod, *mapping), want, "{pod} {mapping:?}");
@@ -152,7 +200,8 @@ fn mapping_file_round_trips_in_the_kubelets_shape() {
 
 #[test]
 fn decide_table() {
-    let gate_off = "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers";
+    let gate_off =
+        "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers";
     let cases: &[(Option<bool>, bool, &str, bool, Result<Decision, &str>)] = &[
         (None, true, "", false, Ok(Decision::Node)),
         (None, false, "", false, Ok(Decision::Node)),
@@ -245,7 +294,10 @@ fn manager_refuses_what_the_kubelet_refuses() {
     .unwrap();
     assert!(matches!(
         UsernsManager::load(&p, 65536, 110),
-        Err(UsernsError::Io { source: Errno::ELOOP, .. })
+        Err(UsernsError::Io {
+            source: Errno::ELOOP,
+            ..
+        })
     ));
     std::fs::remove_file(p.pods_dir.join("bad").join(MAPPING_FILE)).unwrap();
     // Too few IDs for maxPods.
