@@ -1583,7 +1583,7 @@ async fn check_userns_pod(node: &Guest, name: &str) -> (u64, String, PathBuf) {
         "{name}: uid_map {uid_map:?}"
     );
     assert!(
-        start >= 131072 && start < 131072 + 7208960,
+        (131072..131072 + 7208960).contains(&start),
         "{name}: uid_map {uid_map:?} outside the kubelet entry"
     );
     assert_eq!(
@@ -1862,6 +1862,87 @@ async fn limited_swap_and_hugepages_in_cluster_mode(node: &Guest) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    host_users_false_api_pod_reads_its_config_map_and_secret(node, &fixture).await;
+}
+
+/// In cluster mode, a `hostUsers: false` pod of the API reads the files nodelet wrote for its
+/// configMap and secret volumes (the secret's on tmpfs) as root of its own user namespace.
+async fn host_users_false_api_pod_reads_its_config_map_and_secret(
+    node: &Guest,
+    fixture: &apiserver_fixture::Fixture,
+) {
+    let _step = node.step("a hostUsers: false API pod reads its configMap and secret");
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let cm: ConfigMap = serde_yaml::from_str(
+        "metadata: {name: userns-settings, namespace: default}\ndata: {greeting: hello}\n",
+    )
+    .expect("configmap");
+    fixture.create(&cm).expect("create configmap");
+    let secret: Secret = serde_yaml::from_str(
+        "metadata: {name: userns-token, namespace: default}\ndata: {token: czNjcmV0}\n",
+    )
+    .expect("secret");
+    fixture.create(&secret).expect("create secret");
+    let script = r#"echo "uid=$(id -u)"; echo "greeting=$(cat /config/greeting)"; echo "token=$(cat /secret/token)"; echo "done=1"; sleep 3600"#;
+    let yaml = format!(
+        "metadata: {{name: userns-api, namespace: default}}\nspec:\n  hostUsers: false\n  nodeName: {}\n  terminationGracePeriodSeconds: 2\n\
+         \x20 volumes:\n  - {{name: config, configMap: {{name: userns-settings}}}}\n  - {{name: secret, secret: {{secretName: userns-token}}}}\n\
+         \x20 containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {script:?}]\n\
+         \x20   volumeMounts:\n    - {{name: config, mountPath: /config}}\n    - {{name: secret, mountPath: /secret}}\n",
+        node.node
+    );
+    let pod: Pod = serde_yaml::from_str(&yaml).expect("pod yaml");
+    fixture.create(&pod).expect("create pod");
+    let deadline = std::time::Instant::now() + vm::T;
+    let pod = loop {
+        if let Some(pod) = fixture
+            .get::<Pod>(Some("default"), "userns-api")
+            .ok()
+            .flatten()
+            .filter(all_running)
+        {
+            break pod;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "userns-api not running after {:?}\n--- nodelet journal ---\n{}",
+            vm::T,
+            node.journal(60)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let log = node
+        .state
+        .join("pods")
+        .join(format!("default_userns-api_{uid}"))
+        .join("main/0.log");
+    node.wait_for("userns-api's report", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("done=1"))
+    })
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    for want in ["uid=0", "greeting=hello", "token=s3cret"] {
+        assert!(text.contains(want), "userns-api printed no {want}: {text}");
+    }
+    let ids = running_ids(&pod);
+    let (pid, _) = *node
+        .tasks()
+        .get(bare_id(&ids[0]))
+        .expect("userns-api's task");
+    let uid_map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).expect("uid_map");
+    let fields: Vec<u64> = uid_map
+        .split_whitespace()
+        .map(|f| f.parse().expect("uid_map number"))
+        .collect();
+    assert!(
+        fields.len() == 3 && fields[0] == 0 && fields[1] >= 131072 && fields[2] == 65536,
+        "userns-api: uid_map {uid_map:?}"
+    );
+    println!(
+        "vm scenario: userns-api: uid_map {}, configMap and secret read",
+        uid_map.trim()
+    );
 }
 
 // Host-side tables for the helpers the scenarios rely on.

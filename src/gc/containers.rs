@@ -330,6 +330,17 @@ impl ContainerGc {
                 Err(e) => tracing::warn!(pod.uid = %uid, error = %e, "removing a pod directory"),
             }
         }
+        // User-namespace ranges of pods whose directories went another way.
+        if let Some(userns) = &self.userns {
+            let keep: HashSet<String> = live.union(&in_runtime).cloned().collect();
+            let released = userns.release_orphans(&keep);
+            if released > 0 {
+                tracing::info!(
+                    released,
+                    "freed the user-namespace ranges of pods that are gone"
+                );
+            }
+        }
         Ok(report)
     }
 

@@ -605,13 +605,15 @@ impl UsernsManager {
         }
     }
 
-    /// Frees the range of every pod that has neither a directory nor a place in `keep`
-    /// (`CleanupOrphanedPodUsernsAllocations`, after the orphan-directory cleanup).
-    pub fn release_orphans(&self, keep: &BTreeSet<String>) -> usize {
-        let held = self.pods();
+    /// Frees the range of every pod whose directory is gone and that is not in `keep` (the pods
+    /// the node runs or still has runtime objects of): the kubelet's
+    /// `CleanupOrphanedPodUsernsAllocations`, which container GC runs after its orphan-directory
+    /// cleanup. Unlike the kubelet, a pod whose directory stays keeps its range: the directory's
+    /// file still names it, and giving it out again would clash when nodelet next starts.
+    pub fn release_orphans(&self, keep: &std::collections::HashSet<String>) -> usize {
         let mut released = 0;
-        for uid in held {
-            if keep.contains(&uid) && self.pods_dir.join(&uid).is_dir() {
+        for uid in self.pods() {
+            if keep.contains(&uid) || self.pods_dir.join(&uid).is_dir() {
                 continue;
             }
             self.release(&uid);

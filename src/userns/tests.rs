@@ -1,8 +1,23 @@
 use super::*;
 
+type SubIdCase = (&'static str, Result<Option<(u32, u32)>, &'static str>);
+type RangeCase = (
+    Option<&'static str>,
+    Option<&'static str>,
+    Result<(u32, u32), UsernsError>,
+);
+type LayoutCase = ((u32, u32, u32, u32), Result<Layout, UsernsError>);
+type DecideCase = (
+    Option<bool>,
+    bool,
+    &'static str,
+    bool,
+    Result<Decision, &'static str>,
+);
+
 #[test]
 fn subid_entries_table() {
-    let cases: &[(&str, Result<Option<(u32, u32)>, &str>)] = &[
+    let cases: &[SubIdCase] = &[
         ("", Ok(None)),
         ("root:100000:65536\n", Ok(None)),
         ("kubelet:65536:2147483648\n", Ok(Some((65536, 2147483648)))),
@@ -35,7 +50,7 @@ fn subid_entries_table() {
 fn kubelet_range_table() {
     let entry = "kubelet:65536:6553600\n";
     let other = "kubelet:131072:6553600\n";
-    let cases: &[(Option<&str>, Option<&str>, Result<(u32, u32), UsernsError>)] = &[
+    let cases: &[RangeCase] = &[
         (None, None, Ok((DEFAULT_FIRST_ID, DEFAULT_LENGTH))),
         (Some(""), Some("root:1:1\n"), Ok((65536, 4294901760))),
         (Some(entry), Some(entry), Ok((65536, 6553600))),
@@ -76,7 +91,7 @@ fn layout_rules_table() {
         count,
         ids_per_pod: ids,
     };
-    let cases: &[((u32, u32, u32, u32), Result<Layout, UsernsError>)] = &[
+    let cases: &[LayoutCase] = &[
         ((65536, 65536 * 110, 65536, 110), Ok(l(65536, 110, 65536))),
         (
             (65536, DEFAULT_LENGTH, 65536, 110),
@@ -180,7 +195,7 @@ fn mapping_file_round_trips_in_the_kubelets_shape() {
     let one = r#"{"hostId":65536,"containerId":0,"length":65536}"#;
     let cases: &[(String, &str)] = &[
         ("nonsense".into(), "invalid user namespace mappings file"),
-        (format!(r#"{{"uidMappings":[],"gidMappings":[]}}"#), "no more than one"),
+        (r#"{"uidMappings":[],"gidMappings":[]}"#.into(), "no more than one"),
         (format!(r#"{{"uidMappings":[{one},{one}],"gidMappings":[{one}]}}"#), "no more than one"),
         (format!(r#"{{"uidMappings":[{one}],"gidMappings":[]}}"#), "should be identical"),
         (
@@ -202,7 +217,7 @@ fn mapping_file_round_trips_in_the_kubelets_shape() {
 fn decide_table() {
     let gate_off =
         "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers";
-    let cases: &[(Option<bool>, bool, &str, bool, Result<Decision, &str>)] = &[
+    let cases: &[DecideCase] = &[
         (None, true, "", false, Ok(Decision::Node)),
         (None, false, "", false, Ok(Decision::Node)),
         (Some(true), true, "", false, Ok(Decision::Node)),
@@ -263,11 +278,14 @@ fn manager_persists_ranges_and_takes_them_back_after_a_restart() {
     assert!(!file.exists());
     assert_eq!(mgr.get_or_create("pod-d").unwrap().host_id, 131072);
 
-    // Orphans: a pod the node no longer knows, and one whose directory is gone.
+    // Orphans: a range whose pod is neither kept nor has a directory goes; a kept pod's stays
+    // (even without a directory), and so does one whose directory is still there.
+    assert_eq!(mgr.pods(), vec!["pod-b", "pod-c", "pod-d"]);
     std::fs::remove_dir_all(p.pods_dir.join("pod-c")).unwrap();
-    let keep: BTreeSet<String> = ["pod-b".to_string(), "pod-c".to_string()].into();
-    assert_eq!(mgr.release_orphans(&keep), 2);
-    assert_eq!(mgr.pods(), vec!["pod-b"]);
+    std::fs::remove_dir_all(p.pods_dir.join("pod-d")).unwrap();
+    let keep: std::collections::HashSet<String> = ["pod-d".to_string()].into();
+    assert_eq!(mgr.release_orphans(&keep), 1);
+    assert_eq!(mgr.pods(), vec!["pod-b", "pod-d"]);
 }
 
 #[test]
