@@ -603,7 +603,14 @@ pub fn update_ephemeral_containers(old: &Value, requested: &Value) -> Result<Val
             errors.push(FieldError::required(format!("{path}.image"), ""));
         }
         for field in EPHEMERAL_FORBIDDEN {
-            if c.get(*field).is_some_and(|v| !v.is_null()) {
+            // Go's zero value passes (`resources: {}`, as kubectl sends it).
+            let set = c.get(*field).is_some_and(|v| match v {
+                Value::Null => false,
+                Value::Object(m) => !m.is_empty(),
+                Value::Array(a) => !a.is_empty(),
+                _ => true,
+            });
+            if set {
                 errors.push(FieldError::forbidden(
                     format!("{path}.{field}"),
                     "cannot be set for an Ephemeral Container",
@@ -924,9 +931,12 @@ mod tests {
     fn ephemeral_container_updates() {
         let old = json!({"spec": {"containers": [{"name": "main", "image": "x"}],
             "ephemeralContainers": [{"name": "d1", "image": "b"}]}});
+        // As stored: defaulted when it was added.
         let mut defaulted = old.clone();
-        let kept = update_ephemeral_containers(&defaulted, &old).unwrap();
-        defaulted = kept;
+        for c in defaulted["spec"]["ephemeralContainers"].as_array_mut().unwrap() {
+            default_container(c.as_object_mut().unwrap(), false);
+        }
+        assert_eq!(update_ephemeral_containers(&defaulted, &defaulted), Ok(defaulted.clone()));
         let with = |extra: Value| {
             let mut p = defaulted.clone();
             p["spec"]["ephemeralContainers"].as_array_mut().unwrap().push(extra);
@@ -957,6 +967,7 @@ mod tests {
             ),
             (with(json!({"name": "main", "image": "b"})), vec!["spec.ephemeralContainers[1].name: Duplicate value: \"main\""]),
             (with(json!({"name": "d2"})), vec!["spec.ephemeralContainers[1].image: Required value"]),
+            (with(json!({"name": "d2", "image": "b", "resources": {}})), vec![]),
             (
                 with(json!({"name": "d2", "image": "b", "ports": [{"containerPort": 80}], "readinessProbe": {}})),
                 vec![
