@@ -2261,9 +2261,65 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         kubectl(&api, &args)
     };
 
-    // 1. `kubectl debug -i`: ps in the target's PID namespace sees `/testbox serve`.
-    let (ok, out, err) = debug(&["-i"], &["ps", "-o", "pid,args"]);
-    assert!(ok, "kubectl debug -i: {out}{err}");
+    // 1. `kubectl debug -i`: kubectl attaches (through the kubelet API's attach by container
+    //    name) once it sees the container running; the line its stdin sends reaches the
+    //    container, which only then runs ps in the target's PID namespace: it sees
+    //    `/testbox serve` as pid 1. (Waiting for the line keeps ps from running before kubectl
+    //    is attached, when its output would go to the log only.)
+    let mut child = kubectl_command(
+        &api,
+        &[
+            "debug",
+            "chatty",
+            "-i",
+            "--image",
+            TESTBOX,
+            "--image-pull-policy=Never",
+            "--profile=general",
+            "--target=main",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"; ps -o pid,args",
+        ],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("kubectl debug -i");
+    // The line goes once kubectl has had time to attach: containerd starts copying an
+    // attach's stdin before it adds its stdout, so output the line causes at once could miss it.
+    wait_api("the debugger running", &n, || {
+        let p = api_pod(&fixture, "chatty")?;
+        let name = p
+            .spec
+            .as_ref()?
+            .ephemeral_containers
+            .as_ref()?
+            .first()?
+            .name
+            .clone();
+        ephemeral_state(&p, &name)?.running
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"hello through attach\n").unwrap();
+    }
+    let done = child.wait_with_output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&done.stdout).into_owned(),
+        String::from_utf8_lossy(&done.stderr).into_owned(),
+    );
+    assert!(
+        done.status.success()
+            && out.contains("got hello through attach")
+            && !err.contains("falling back to streaming logs"),
+        "kubectl debug -i attached: stdout {out:?} stderr {err:?}"
+    );
     assert!(
         out.lines()
             .any(|l| l.split_whitespace().next() == Some("1") && l.contains("/testbox serve")),
@@ -2293,10 +2349,16 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         .ephemeral_container_statuses
         .clone()
         .unwrap();
-    assert!(!status[0].ready && status[0].restart_count == 0, "{status:?}");
+    assert!(
+        !status[0].ready && status[0].restart_count == 0,
+        "{status:?}"
+    );
     assert_eq!(api_phase(&done.0), "Running", "the pod runs on");
     let (ok, logs, err) = kubectl(&api, &["logs", "chatty", "-c", &name]);
-    assert!(ok && logs.contains("/testbox serve"), "kubectl logs -c {name}: {logs:?} {err}");
+    assert!(
+        ok && logs.contains("/testbox serve"),
+        "kubectl logs -c {name}: {logs:?} {err}"
+    );
 
     // 2. Without -i kubectl returns at once: running, then terminated with its exit code 3,
     //    and never started again.
@@ -2327,16 +2389,25 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         ephemeral_state(&api_pod(&fixture, "chatty")?, "idle")?.running
     })
     .await;
-    let (ok, out, err) = kubectl(&api, &["exec", "chatty", "-c", "idle", "--", "ps", "-o", "args"]);
-    assert!(ok && out.contains("/testbox serve") && out.contains("sleep 600"), "{out}{err}");
+    let (ok, out, err) = kubectl(
+        &api,
+        &["exec", "chatty", "-c", "idle", "--", "ps", "-o", "args"],
+    );
+    assert!(
+        ok && out.contains("/testbox serve") && out.contains("sleep 600"),
+        "{out}{err}"
+    );
 
     // 3. With a terminal: `kubectl debug -it` under `script` (a real pty for kubectl).
     let tty_cmd = format!(
-        "KUBECONFIG=/dev/null kubectl --server {api} debug chatty -it --image {TESTBOX} --image-pull-policy=Never --profile=general --target=main --container=tty -- sh -c 'tty; ps -o pid,args'"
+        "KUBECONFIG=/dev/null kubectl --server {api} debug chatty -it --image {TESTBOX} --image-pull-policy=Never --profile=general --target=main --container=tty -- sh -c 'read line; tty; ps -o pid,args'"
     );
-    let out = std::process::Command::new("script")
-        .args(["-qec", &tty_cmd, "/dev/null"])
-        .stdin(std::process::Stdio::null())
+    // The line typed into kubectl's terminal reaches the container's once attached.
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("(sleep 5; echo go; sleep 3) | script -qec \"{tty_cmd}\" /dev/null"),
+        ])
         .output()
         .expect("run script");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -2410,7 +2481,9 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
                 e["reason"] == "PodFieldNotSupported"
                     && e["type"] == "Warning"
                     && e["involvedObject"]["fieldPath"] == "spec.ephemeralContainers{refused}"
-                    && e["message"].as_str().is_some_and(|m| m.contains("bindMountOptions"))
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("bindMountOptions"))
             })
             .filter(|_| ok)
             .cloned()
@@ -2435,4 +2508,26 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         ],
     );
     assert!(!ok && err.contains("may not be changed"), "{err}");
+
+    // They end with the pod: a graceful delete stops the running ephemeral container too.
+    use nodelet::cri::{api as cri_api, Runtime};
+    let uid = p.metadata.uid.clone().unwrap();
+    let (ok, _, err) = kubectl(&api, &["delete", "pod", "chatty", "--wait=false"]);
+    assert!(ok, "{err}");
+    wait_api("chatty gone", &n, || {
+        api_pod(&fixture, "chatty").is_none().then_some(())
+    })
+    .await;
+    let left = runtime()
+        .list_containers(Some(cri_api::ContainerFilter {
+            label_selector: [("io.kubernetes.pod.uid".to_string(), uid)].into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(
+        left.iter()
+            .all(|c| c.state != cri_api::ContainerState::ContainerRunning as i32),
+        "{left:#?}"
+    );
 }

@@ -1657,7 +1657,11 @@ fn ephemeral_container_statuses_follow_the_runtime() {
             "running".to_string()
         } else {
             let t = st.terminated.unwrap();
-            format!("terminated {} {}", t.exit_code, t.reason.unwrap_or_default())
+            format!(
+                "terminated {} {}",
+                t.exit_code,
+                t.reason.unwrap_or_default()
+            )
         }
     };
     // (case, ephemeral names, runtime instances, start failures, want name → state)
@@ -1669,15 +1673,30 @@ fn ephemeral_container_statuses_follow_the_runtime() {
         Vec<(&'a str, &'a str)>,
     );
     let cases: Vec<Case> = vec![
-        ("new", vec!["dbg"], vec![], vec![], vec![("dbg", "waiting ContainerCreating")]),
+        (
+            "new",
+            vec!["dbg"],
+            vec![],
+            vec![],
+            vec![("dbg", "waiting ContainerCreating")],
+        ),
         (
             "refused or failing to start",
             vec!["dbg", "bad"],
             vec![],
             vec![("bad", "CreateContainerConfigError")],
-            vec![("bad", "waiting CreateContainerConfigError"), ("dbg", "waiting ContainerCreating")],
+            vec![
+                ("bad", "waiting CreateContainerConfigError"),
+                ("dbg", "waiting ContainerCreating"),
+            ],
         ),
-        ("running", vec!["dbg"], vec![running("dbg", "e1", 300, 0)], vec![], vec![("dbg", "running")]),
+        (
+            "running",
+            vec!["dbg"],
+            vec![running("dbg", "e1", 300, 0)],
+            vec![],
+            vec![("dbg", "running")],
+        ),
         (
             "exited, a later failure does not cover it",
             vec!["dbg"],
@@ -1698,7 +1717,11 @@ fn ephemeral_container_statuses_follow_the_runtime() {
         all.extend(instances);
         let mut f = Fixture::new(debugged(&names), runtime(ready_sandbox(), all));
         for (name, reason) in failures {
-            f = f.failure(name, reason, "spec.ephemeralContainers[0].x: Unsupported value: y");
+            f = f.failure(
+                name,
+                reason,
+                "spec.ephemeralContainers[0].x: Unsupported value: y",
+            );
         }
         let statuses = f.statuses(ContainerKind::Ephemeral);
         let got: Vec<(String, String)> = statuses
@@ -1716,7 +1739,10 @@ fn ephemeral_container_statuses_follow_the_runtime() {
         }
         let pod_status = f.status();
         assert_eq!(
-            pod_status.ephemeral_container_statuses.as_ref().map(Vec::len),
+            pod_status
+                .ephemeral_container_statuses
+                .as_ref()
+                .map(Vec::len),
             Some(names.len()),
             "{case}"
         );

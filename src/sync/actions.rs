@@ -13,8 +13,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
-use crate::podspec::restart::restart_all_containers_on_exit;
 use crate::podspec::field_support::ephemeral_refusals;
+use crate::podspec::restart::restart_all_containers_on_exit;
 use crate::podspec::{
     ephemeral_containers, host_network, init_containers, is_sidecar,
     regular_containers as containers, restart_policy as pod_restart_policy,
@@ -726,33 +726,75 @@ mod tests {
         let ready = || vec![sandbox("s1", 0, true, 1)];
         let deleted = {
             let mut p = debugged(&[], &["d1"], &[]);
-            p.metadata.deletion_timestamp = Some(
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts(50)),
-            );
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts(50)));
             p
         };
         // (case, pod, sandboxes, containers, want)
-        type Case<'a> = (&'a str, Pod, Vec<RuntimeSandbox>, Vec<RuntimeContainer>, Vec<usize>);
+        type Case<'a> = (
+            &'a str,
+            Pod,
+            Vec<RuntimeSandbox>,
+            Vec<RuntimeContainer>,
+            Vec<usize>,
+        );
         let cases: Vec<Case> = vec![
-            ("none in the spec", debugged(&[], &[], &[]), ready(), vec![ctr("a", "c1", Running, 0, 2)], vec![]),
-            ("a new one starts", debugged(&[], &["d1"], &[]), ready(), vec![ctr("a", "c1", Running, 0, 2)], vec![0]),
+            (
+                "none in the spec",
+                debugged(&[], &[], &[]),
+                ready(),
+                vec![ctr("a", "c1", Running, 0, 2)],
+                vec![],
+            ),
+            (
+                "a new one starts",
+                debugged(&[], &["d1"], &[]),
+                ready(),
+                vec![ctr("a", "c1", Running, 0, 2)],
+                vec![0],
+            ),
             (
                 "only the ones never started, in spec order",
                 debugged(&[], &["d1", "d2", "d3"], &[]),
                 ready(),
-                vec![ctr("a", "c1", Running, 0, 2), ctr("d2", "c2", Running, 0, 3)],
+                vec![
+                    ctr("a", "c1", Running, 0, 2),
+                    ctr("d2", "c2", Running, 0, 3),
+                ],
                 vec![0, 2],
             ),
             (
                 "an exited one is never restarted (exit 0 or not)",
                 debugged(&[], &["d1", "d2"], &[]),
                 ready(),
-                vec![ctr("a", "c1", Running, 0, 2), ctr("d1", "c2", Exited, 0, 3), ctr("d2", "c3", Exited, 1, 3)],
+                vec![
+                    ctr("a", "c1", Running, 0, 2),
+                    ctr("d1", "c2", Exited, 0, 3),
+                    ctr("d2", "c3", Exited, 1, 3),
+                ],
                 vec![],
             ),
-            ("no sandbox: nothing", debugged(&[], &["d1"], &[]), vec![], vec![], vec![]),
-            ("sandbox not ready: nothing", debugged(&[], &["d1"], &[]), vec![sandbox("s1", 0, false, 1)], vec![], vec![]),
-            ("the pod is being deleted: nothing", deleted, ready(), vec![ctr("a", "c1", Running, 0, 2)], vec![]),
+            (
+                "no sandbox: nothing",
+                debugged(&[], &["d1"], &[]),
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "sandbox not ready: nothing",
+                debugged(&[], &["d1"], &[]),
+                vec![sandbox("s1", 0, false, 1)],
+                vec![],
+                vec![],
+            ),
+            (
+                "the pod is being deleted: nothing",
+                deleted,
+                ready(),
+                vec![ctr("a", "c1", Running, 0, 2)],
+                vec![],
+            ),
             (
                 "a refused field: not started",
                 debugged(&[], &["d1", "d2"], &["d1"]),
@@ -785,9 +827,15 @@ mod tests {
                 phase_terminal: false,
             });
             if !actions.create_sandbox {
-                assert_eq!(actions.ephemeral_containers_to_start, want, "{case}: actions");
+                assert_eq!(
+                    actions.ephemeral_containers_to_start, want,
+                    "{case}: actions"
+                );
             } else {
-                assert!(actions.ephemeral_containers_to_start.is_empty(), "{case}: a new sandbox first");
+                assert!(
+                    actions.ephemeral_containers_to_start.is_empty(),
+                    "{case}: a new sandbox first"
+                );
             }
         }
     }

@@ -1506,10 +1506,38 @@ mod tests {
         let c = crate::podspec::ephemeral_as_container(&debug);
         // (case, hostPID, shareProcessNamespace, target, want pid mode, want target id)
         let cases = [
-            ("target", None, None, Some("c-app"), api::NamespaceMode::Target, "c-app"),
-            ("no target", None, None, None, api::NamespaceMode::Container, ""),
-            ("hostPID", Some(true), None, Some("c-app"), api::NamespaceMode::Node, ""),
-            ("shared", None, Some(true), Some("c-app"), api::NamespaceMode::Pod, ""),
+            (
+                "target",
+                None,
+                None,
+                Some("c-app"),
+                api::NamespaceMode::Target,
+                "c-app",
+            ),
+            (
+                "no target",
+                None,
+                None,
+                None,
+                api::NamespaceMode::Container,
+                "",
+            ),
+            (
+                "hostPID",
+                Some(true),
+                None,
+                Some("c-app"),
+                api::NamespaceMode::Node,
+                "",
+            ),
+            (
+                "shared",
+                None,
+                Some(true),
+                Some("c-app"),
+                api::NamespaceMode::Pod,
+                "",
+            ),
         ];
         for (case, host_pid, share, target, mode, id) in cases {
             let mut p = pod_with(vec![resourced("app", "", "")]);

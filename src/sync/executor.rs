@@ -33,8 +33,8 @@ use crate::metrics::metrics;
 use crate::objects::ObjectSource;
 use crate::podspec::field_support::ephemeral_refusals;
 use crate::podspec::{
-    ephemeral_as_container, ephemeral_containers, init_containers as spec_init_containers,
-    pod_uid, regular_containers as spec_containers, ContainerKind,
+    ephemeral_as_container, ephemeral_containers, init_containers as spec_init_containers, pod_uid,
+    regular_containers as spec_containers, ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::stats::machine::NodeInfo;

@@ -194,7 +194,10 @@ fn ephemeral_refusals_name_the_ephemeral_containers_field() {
         "{PLAIN}  ephemeralContainers:\n  - name: debug-1\n    image: busybox\n    targetContainerName: c\n  - name: debug-2\n    image: busybox\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      bindMountOptions: [noexec]\n    env:\n    - name: A\n      valueFrom:\n        fileKeyRef: {{volumeName: v, path: a.env, key: A}}\n    securityContext:\n      seLinuxOptions: {{type: spc_t}}\n"
     ));
     assert!(ephemeral_refusals(&debugged, 0).is_empty());
-    assert!(ephemeral_refusals(&debugged, 7).is_empty(), "no such container");
+    assert!(
+        ephemeral_refusals(&debugged, 7).is_empty(),
+        "no such container"
+    );
     let got: Vec<String> = ephemeral_refusals(&debugged, 1)
         .iter()
         .map(|r| format!("{}: {}", r.field, r.value))
@@ -208,7 +211,10 @@ fn ephemeral_refusals_name_the_ephemeral_containers_field() {
         ]
     );
     for r in ephemeral_refusals(&debugged, 1) {
-        assert_ne!(r.reason, "not supported by nodelet", "{r}: the table's reason");
+        assert_ne!(
+            r.reason, "not supported by nodelet",
+            "{r}: the table's reason"
+        );
     }
     let with_selinux = NodeSupport { selinux: true };
     assert_eq!(ephemeral_refusals_on(&debugged, 1, with_selinux).len(), 2);

@@ -530,7 +530,10 @@ const EPHEMERAL_FORBIDDEN: &[&str] = &[
 /// need a name unique across all containers of the pod and an image, may not set what an
 /// ephemeral container cannot have, and a `targetContainerName` must name a container of the
 /// pod.
-pub fn update_ephemeral_containers(old: &Value, requested: &Value) -> Result<Value, Vec<FieldError>> {
+pub fn update_ephemeral_containers(
+    old: &Value,
+    requested: &Value,
+) -> Result<Value, Vec<FieldError>> {
     let host_network = old
         .pointer("/spec/hostNetwork")
         .and_then(Value::as_bool)
@@ -548,7 +551,12 @@ pub fn update_ephemeral_containers(old: &Value, requested: &Value) -> Result<Val
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let name_of = |c: &Value| c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    let name_of = |c: &Value| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let mut errors = Vec::new();
     for o in &old_list {
         let name = name_of(o);
@@ -599,7 +607,11 @@ pub fn update_ephemeral_containers(old: &Value, requested: &Value) -> Result<Val
         if old_list.iter().any(|o| name_of(o) == name) {
             continue;
         }
-        if c.get("image").and_then(Value::as_str).unwrap_or("").is_empty() {
+        if c.get("image")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
             errors.push(FieldError::required(format!("{path}.image"), ""));
         }
         for field in EPHEMERAL_FORBIDDEN {
@@ -933,28 +945,47 @@ mod tests {
             "ephemeralContainers": [{"name": "d1", "image": "b"}]}});
         // As stored: defaulted when it was added.
         let mut defaulted = old.clone();
-        for c in defaulted["spec"]["ephemeralContainers"].as_array_mut().unwrap() {
+        for c in defaulted["spec"]["ephemeralContainers"]
+            .as_array_mut()
+            .unwrap()
+        {
             default_container(c.as_object_mut().unwrap(), false);
         }
-        assert_eq!(update_ephemeral_containers(&defaulted, &defaulted), Ok(defaulted.clone()));
+        assert_eq!(
+            update_ephemeral_containers(&defaulted, &defaulted),
+            Ok(defaulted.clone())
+        );
         let with = |extra: Value| {
             let mut p = defaulted.clone();
-            p["spec"]["ephemeralContainers"].as_array_mut().unwrap().push(extra);
+            p["spec"]["ephemeralContainers"]
+                .as_array_mut()
+                .unwrap()
+                .push(extra);
             p
         };
         let errors_of = |requested: &Value| -> Vec<String> {
             match update_ephemeral_containers(&defaulted, requested) {
                 Ok(_) => vec![],
-                Err(e) => e.iter().map(|e| format!("{}: {}", e.field, e.message)).collect(),
+                Err(e) => e
+                    .iter()
+                    .map(|e| format!("{}: {}", e.field, e.message))
+                    .collect(),
             }
         };
         // an addition, with its defaults, and nothing else taken from the request
-        let mut added = with(json!({"name": "d2", "image": "b", "targetContainerName": "main", "stdin": true}));
+        let mut added =
+            with(json!({"name": "d2", "image": "b", "targetContainerName": "main", "stdin": true}));
         added["spec"]["containers"][0]["image"] = json!("changed");
         let new = update_ephemeral_containers(&defaulted, &added).unwrap();
         assert_eq!(new["spec"]["containers"][0]["image"], "x");
-        assert_eq!(new["spec"]["ephemeralContainers"][1]["terminationMessagePath"], "/dev/termination-log");
-        assert_eq!(new["spec"]["ephemeralContainers"][1]["targetContainerName"], "main");
+        assert_eq!(
+            new["spec"]["ephemeralContainers"][1]["terminationMessagePath"],
+            "/dev/termination-log"
+        );
+        assert_eq!(
+            new["spec"]["ephemeralContainers"][1]["targetContainerName"],
+            "main"
+        );
         let cases: Vec<(Value, Vec<&str>)> = vec![
             (json!({"spec": {}}), vec!["spec.ephemeralContainers: Forbidden: existing ephemeral containers \"d1\" may not be removed"]),
             (

@@ -713,7 +713,12 @@ fn ephemeral_containers(
 ) -> Result<Response, ApiError> {
     let store = &app.store;
     let requested = match *method {
-        Method::GET => return Ok(json_response(StatusCode::OK, &store.get(rt, Some(ns), name)?)),
+        Method::GET => {
+            return Ok(json_response(
+                StatusCode::OK,
+                &store.get(rt, Some(ns), name)?,
+            ))
+        }
         Method::PUT => parse_json_body(rt, headers, body)?,
         Method::PATCH => {
             let content_type = headers
@@ -777,7 +782,15 @@ fn handle(
             ))
         }
         (method, Some(name)) if target.subresource.as_deref() == Some("ephemeralcontainers") => {
-            ephemeral_containers(app, rt, ns.unwrap_or("default"), name, &method, headers, body)
+            ephemeral_containers(
+                app,
+                rt,
+                ns.unwrap_or("default"),
+                name,
+                &method,
+                headers,
+                body,
+            )
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
             let request = parse_json_body(rt, headers, body)?;
