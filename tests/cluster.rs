@@ -2304,12 +2304,15 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // Stdin stays open until kubectl is done: containerd detaches an attach's output when its
+    // stdin ends (stdinOnce unset), as it would for a user who closed the terminal.
+    let mut stdin = child.stdin.take().unwrap();
     {
         use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(b"hello through attach\n").unwrap();
     }
     let done = child.wait_with_output().unwrap();
+    drop(stdin);
     let (out, err) = (
         String::from_utf8_lossy(&done.stdout).into_owned(),
         String::from_utf8_lossy(&done.stderr).into_owned(),
@@ -2318,7 +2321,8 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         done.status.success()
             && out.contains("got hello through attach")
             && !err.contains("falling back to streaming logs"),
-        "kubectl debug -i attached: stdout {out:?} stderr {err:?}"
+        "kubectl debug -i attached ({:?}): stdout {out:?} stderr {err:?}",
+        done.status
     );
     assert!(
         out.lines()
