@@ -179,7 +179,7 @@ const FIELDS: &[FieldEntry] = &[
     // Added to a running pod through the `ephemeralcontainers` subresource (kubectl debug) and
     // started once into its sandbox; the fields below that an ephemeral container shares with a
     // container are honoured as for containers (refused ones: `ephemeral_refusals`).
-    honoured("spec.ephemeralContainers", &["src/sync/actions.rs::ephemeral_containers_to_start_table", "src/status/generate_tests.rs::ephemeral_container_statuses_follow_the_runtime", "tests/cluster.rs::kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace"]),
+    honoured("spec.ephemeralContainers", &["src/sync/actions.rs::ephemeral_containers_to_start_table", "src/source/validation/tests.rs::pod_level_rules", "src/status/generate_tests.rs::ephemeral_container_statuses_follow_the_runtime", "tests/cluster.rs::kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace"]),
     honoured("spec.ephemeralContainers[].targetContainerName", &["src/sync/container_config.rs::ephemeral_container_targets_the_pid_namespace_of_its_target", "tests/cluster.rs::kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace"]),
     not_node_work("spec.ephemeralContainers[].lifecycle", EPHEMERAL_FORBIDS),
     not_node_work("spec.ephemeralContainers[].livenessProbe", EPHEMERAL_FORBIDS),
