@@ -2220,3 +2220,318 @@ async fn downward_api_limits_without_a_container_limit_are_the_nodes_allocatable
         );
     }
 }
+
+/// The state of the named ephemeral container in the pod's `status.ephemeralContainerStatuses`.
+fn ephemeral_state(p: &Pod, name: &str) -> Option<k8s_openapi::api::core::v1::ContainerState> {
+    p.status
+        .as_ref()?
+        .ephemeral_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == name)?
+        .state
+        .clone()
+}
+
+/// `kubectl debug POD --target=main`: kubectl adds an ephemeral container through the
+/// fixture's `pods/NAME/ephemeralcontainers` subresource (a strategic merge patch), nodelet
+/// starts it in the running pod's sandbox with the target's PID namespace, so `ps` shows the
+/// main container's processes; kubectl attaches (or falls back to the logs) and prints them.
+/// `ephemeralContainerStatuses` follows it: running, then terminated with its exit code, never
+/// restarted; `kubectl logs -c` reads it; with a TTY (`-it` under `script`) it runs too. One
+/// added (by a raw PUT of the subresource) with a field nodelet refuses is not started: a
+/// Warning event and its waiting status name the field and value, and the pod runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
+    let (fixture, n, _, _certs) = joined_with_kubelet_api("kubectl-debug").await;
+    let api = fixture.url();
+    let debug = |extra: &[&str], command: &[&str]| {
+        let mut args = vec![
+            "debug",
+            "chatty",
+            "--image",
+            TESTBOX,
+            "--image-pull-policy=Never",
+            "--profile=general",
+            "--target=main",
+        ];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(command);
+        kubectl(&api, &args)
+    };
+
+    // 1. `kubectl debug -i`: kubectl attaches (through the kubelet API's attach by container
+    //    name) once it sees the container running; the line its stdin sends reaches the
+    //    container, which only then runs ps in the target's PID namespace: it sees
+    //    `/testbox serve` as pid 1. (Waiting for the line keeps ps from running before kubectl
+    //    is attached, when its output would go to the log only.)
+    let mut child = kubectl_command(
+        &api,
+        &[
+            "debug",
+            "chatty",
+            "-i",
+            "--image",
+            TESTBOX,
+            "--image-pull-policy=Never",
+            "--profile=general",
+            "--target=main",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"; ps -o pid,args",
+        ],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("kubectl debug -i");
+    // The line goes once kubectl has had time to attach: containerd starts copying an
+    // attach's stdin before it adds its stdout, so output the line causes at once could miss it.
+    wait_api("the debugger running", &n, || {
+        let p = api_pod(&fixture, "chatty")?;
+        let name = p
+            .spec
+            .as_ref()?
+            .ephemeral_containers
+            .as_ref()?
+            .first()?
+            .name
+            .clone();
+        ephemeral_state(&p, &name)?.running
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Stdin stays open until kubectl is done: containerd detaches an attach's output when its
+    // stdin ends (stdinOnce unset), as it would for a user who closed the terminal.
+    let mut stdin = child.stdin.take().unwrap();
+    {
+        use std::io::Write;
+        stdin.write_all(b"hello through attach\n").unwrap();
+    }
+    let done = child.wait_with_output().unwrap();
+    drop(stdin);
+    let (out, err) = (
+        String::from_utf8_lossy(&done.stdout).into_owned(),
+        String::from_utf8_lossy(&done.stderr).into_owned(),
+    );
+    assert!(
+        done.status.success()
+            && out.contains("got hello through attach")
+            && !err.contains("falling back to streaming logs"),
+        "kubectl debug -i attached ({:?}): stdout {out:?} stderr {err:?}",
+        done.status
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().next() == Some("1") && l.contains("/testbox serve")),
+        "ps shows the main container's process as pid 1: stdout {out:?} stderr {err:?}"
+    );
+    let pod = api_pod(&fixture, "chatty").unwrap();
+    let spec = pod.spec.clone().unwrap();
+    let eph = spec.ephemeral_containers.clone().unwrap_or_default();
+    assert_eq!(eph.len(), 1, "{eph:#?}");
+    let name = eph[0].name.clone();
+    assert!(name.starts_with("debugger-"), "{name}");
+    assert_eq!(eph[0].target_container_name.as_deref(), Some("main"));
+    assert_eq!(eph[0].stdin, Some(true));
+    let done = wait_api("the debugger terminated with exit code 0", &n, || {
+        let p = api_pod(&fixture, "chatty")?;
+        let t = ephemeral_state(&p, &name)?.terminated?;
+        Some((p, t))
+    })
+    .await;
+    assert_eq!(done.1.exit_code, 0, "{:?}", done.1);
+    assert!(done.1.container_id.is_some());
+    let status = done
+        .0
+        .status
+        .as_ref()
+        .unwrap()
+        .ephemeral_container_statuses
+        .clone()
+        .unwrap();
+    assert!(
+        !status[0].ready && status[0].restart_count == 0,
+        "{status:?}"
+    );
+    assert_eq!(api_phase(&done.0), "Running", "the pod runs on");
+    let (ok, logs, err) = kubectl(&api, &["logs", "chatty", "-c", &name]);
+    assert!(
+        ok && logs.contains("/testbox serve"),
+        "kubectl logs -c {name}: {logs:?} {err}"
+    );
+
+    // 2. Without -i kubectl returns at once: running, then terminated with its exit code 3,
+    //    and never started again.
+    let (ok, out, err) = debug(
+        &["--container=sleeper"],
+        &["sh", "-c", "sleep 3; echo done sleeping; exit 3"],
+    );
+    assert!(ok, "kubectl debug: {out}{err}");
+    wait_api("sleeper running", &n, || {
+        ephemeral_state(&api_pod(&fixture, "chatty")?, "sleeper")?.running
+    })
+    .await;
+    let ended = wait_api("sleeper terminated", &n, || {
+        ephemeral_state(&api_pod(&fixture, "chatty")?, "sleeper")?.terminated
+    })
+    .await;
+    assert_eq!(ended.exit_code, 3, "{ended:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = api_pod(&fixture, "chatty").unwrap();
+    let again = ephemeral_state(&p, "sleeper").unwrap().terminated.unwrap();
+    assert_eq!(again.container_id, ended.container_id, "not restarted");
+    let (ok, logs, _) = kubectl(&api, &["logs", "chatty", "-c", "sleeper"]);
+    assert!(ok && logs.contains("done sleeping"), "{logs:?}");
+    // exec by name reaches a running ephemeral container.
+    let (ok, out, err) = debug(&["--container=idle"], &["sleep", "600"]);
+    assert!(ok, "kubectl debug: {out}{err}");
+    wait_api("idle running", &n, || {
+        ephemeral_state(&api_pod(&fixture, "chatty")?, "idle")?.running
+    })
+    .await;
+    let (ok, out, err) = kubectl(
+        &api,
+        &["exec", "chatty", "-c", "idle", "--", "ps", "-o", "args"],
+    );
+    assert!(
+        ok && out.contains("/testbox serve") && out.contains("sleep 600"),
+        "{out}{err}"
+    );
+
+    // 3. With a terminal: `kubectl debug -it` under `script` (a real pty for kubectl).
+    let tty_cmd = format!(
+        "KUBECONFIG=/dev/null kubectl --server {api} debug chatty -it --image {TESTBOX} --image-pull-policy=Never --profile=general --target=main --container=tty -- sh -c 'read line; tty; ps -o pid,args'"
+    );
+    // The line typed into kubectl's terminal reaches the container's once attached.
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("(sleep 5; echo go; sleep 3) | script -qec \"{tty_cmd}\" /dev/null"),
+        ])
+        .output()
+        .expect("run script");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("/testbox serve"),
+        "kubectl debug -it: {text:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = wait_api("tty terminated", &n, || {
+        let p = api_pod(&fixture, "chatty")?;
+        ephemeral_state(&p, "tty")?.terminated.map(|_| p)
+    })
+    .await;
+    let tty = p
+        .spec
+        .unwrap()
+        .ephemeral_containers
+        .unwrap()
+        .into_iter()
+        .find(|e| e.name == "tty")
+        .unwrap();
+    assert_eq!((tty.tty, tty.stdin), (Some(true), Some(true)));
+    let (_, logs, _) = kubectl(&api, &["logs", "chatty", "-c", "tty"]);
+    assert!(logs.contains("/dev/pts/"), "a terminal inside: {logs:?}");
+
+    // 4. A refused field: never started, said by an event and the waiting status.
+    let (ok, json, err) = kubectl(&api, &["get", "pod", "chatty", "-o", "json"]);
+    assert!(ok, "{err}");
+    let mut pod: serde_json::Value = serde_json::from_str(&json).unwrap();
+    pod["spec"]["ephemeralContainers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "name": "refused",
+            "image": TESTBOX,
+            "imagePullPolicy": "Never",
+            "command": ["sleep", "600"],
+            "volumeMounts": [{"name": "kube-api-access", "mountPath": "/x", "bindMountOptions": ["noexec"]}],
+        }));
+    let file = n.dir.path().join("refused.json");
+    std::fs::write(&file, pod.to_string()).unwrap();
+    let (ok, out, err) = kubectl(
+        &api,
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/default/pods/chatty/ephemeralcontainers",
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "PUT ephemeralcontainers: {out}{err}");
+    let waiting = wait_api("refused waiting with its reason", &n, || {
+        let w = ephemeral_state(&api_pod(&fixture, "chatty")?, "refused")?.waiting?;
+        (w.reason.as_deref() == Some("CreateContainerConfigError")).then_some(w)
+    })
+    .await;
+    let message = waiting.message.unwrap_or_default();
+    assert!(
+        message.contains("spec.ephemeralContainers[4].volumeMounts[0].bindMountOptions")
+            && message.contains("noexec"),
+        "{message}"
+    );
+    wait_api("the PodFieldNotSupported event", &n, || {
+        let (ok, out, _) = kubectl(&api, &["get", "events", "-n", "default", "-o", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&out).ok()?;
+        json["items"]
+            .as_array()?
+            .iter()
+            .find(|e| {
+                e["reason"] == "PodFieldNotSupported"
+                    && e["type"] == "Warning"
+                    && e["involvedObject"]["fieldPath"] == "spec.ephemeralContainers{refused}"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("bindMountOptions"))
+            })
+            .filter(|_| ok)
+            .cloned()
+    })
+    .await;
+    let p = api_pod(&fixture, "chatty").unwrap();
+    assert_eq!(api_phase(&p), "Running", "the pod runs on");
+    let main = p.status.unwrap().container_statuses.unwrap();
+    assert!(main[0].ready && main[0].restart_count == 0, "{main:?}");
+
+    // The fixture refuses what the API server refuses: a change to an existing one.
+    let (ok, _, err) = kubectl(
+        &api,
+        &[
+            "patch",
+            "pod",
+            "chatty",
+            "--subresource=ephemeralcontainers",
+            "--type=json",
+            "-p",
+            "[{\"op\":\"replace\",\"path\":\"/spec/ephemeralContainers/0/image\",\"value\":\"other\"}]",
+        ],
+    );
+    assert!(!ok && err.contains("may not be changed"), "{err}");
+
+    // They end with the pod: a graceful delete stops the running ephemeral container too.
+    use nodelet::cri::{api as cri_api, Runtime};
+    let uid = p.metadata.uid.clone().unwrap();
+    let (ok, _, err) = kubectl(&api, &["delete", "pod", "chatty", "--wait=false"]);
+    assert!(ok, "{err}");
+    wait_api("chatty gone", &n, || {
+        api_pod(&fixture, "chatty").is_none().then_some(())
+    })
+    .await;
+    let left = runtime()
+        .list_containers(Some(cri_api::ContainerFilter {
+            label_selector: [("io.kubernetes.pod.uid".to_string(), uid)].into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(
+        left.iter()
+            .all(|c| c.state != cri_api::ContainerState::ContainerRunning as i32),
+        "{left:#?}"
+    );
+}

@@ -133,11 +133,13 @@ pub fn container_ref(pod: &Pod, container: &str, kind: ContainerKind) -> ObjectR
 }
 
 /// The `fieldPath` that names a container: `spec.containers{app}`, or
-/// `spec.initContainers{name}` for init containers and sidecars (the kubelet's `fieldPath`).
+/// `spec.initContainers{name}` for init containers and sidecars, `spec.ephemeralContainers{name}`
+/// for ephemeral ones (the kubelet's `fieldPath`).
 pub fn container_field_path(container: &str, kind: ContainerKind) -> String {
     let list = match kind {
         ContainerKind::Init => "initContainers",
         ContainerKind::Regular => "containers",
+        ContainerKind::Ephemeral => "ephemeralContainers",
     };
     format!("spec.{list}{{{container}}}")
 }

@@ -112,25 +112,6 @@ pub struct Admission {
     pub handlers: Vec<Arc<dyn PodAdmitHandler>>,
 }
 
-/// What an update of a running pod adds that nodelet refuses (ephemeral containers): a Warning
-/// event each, `PodFieldNotSupported`, as the admission rejection words it; the pod runs on.
-fn refuse_update(before: Option<&Pod>, pod: &Pod, events: &EventRecorder) {
-    for refusal in crate::podspec::field_support::update_refusals(before, pod) {
-        tracing::warn!(
-            pod.uid = pod_uid(pod),
-            pod.name = pod.metadata.name.as_deref().unwrap_or_default(),
-            %refusal,
-            "pod update refused"
-        );
-        events.record(
-            &pod_ref(pod),
-            EventType::Warning,
-            crate::pod::field_admission::POD_FIELD_NOT_SUPPORTED,
-            refusal.to_string(),
-        );
-    }
-}
-
 /// Pure: the first handler's rejection of `pod` among `other_pods`, or `Ok` when all admit it.
 fn admit_by(
     handlers: &[Arc<dyn PodAdmitHandler>],
@@ -345,18 +326,12 @@ impl PodManager {
             {
                 continue;
             }
-            if let Some(admission) = self.admission.as_ref().filter(|_| from_api) {
-                refuse_update(None, &pod, &admission.events);
-            }
             self.dispatch(pod);
         }
         // A rejected pod's worker keeps it terminated; a deletion still reaches it, so its
         // final DELETE can go out.
         for uid in &diff.updated {
             if let Some(pod) = new.get(uid) {
-                if let Some(admission) = &self.admission {
-                    refuse_update(old.get(uid).map(|p| p.as_ref()), pod, &admission.events);
-                }
                 self.dispatch(pod.clone());
             }
         }

@@ -133,7 +133,8 @@ impl ConfigError {
     }
 }
 
-/// `spec.containers[i]` or `spec.initContainers[i]` for the named container, for error paths.
+/// `spec.containers[i]`, `spec.initContainers[i]` or `spec.ephemeralContainers[i]` for the
+/// named container, for error paths.
 pub fn container_field_path(pod: &Pod, name: &str) -> String {
     let spec = pod.spec.as_ref();
     if let Some(i) = spec
@@ -141,6 +142,12 @@ pub fn container_field_path(pod: &Pod, name: &str) -> String {
         .and_then(|c| c.iter().position(|c| c.name == name))
     {
         return format!("spec.initContainers[{i}]");
+    }
+    if let Some(i) = spec
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .and_then(|c| c.iter().position(|c| c.name == name))
+    {
+        return format!("spec.ephemeralContainers[{i}]");
     }
     match spec.and_then(|s| s.containers.iter().position(|c| c.name == name)) {
         Some(i) => format!("spec.containers[{i}]"),

@@ -8,9 +8,11 @@
 //!   scheduler's or a controller's field, or one for Windows nodes).
 //! * [`Support::Refused`]: a pod that sets it is rejected at admission ([`refusals`]).
 //! * [`Support::Partly`]: some values honoured (with tests), the others refused.
-//! * [`Support::Warned`]: not acted on, and said so: a Warning event names it
-//!   ([`update_refusals`]); for what only ever reaches a running pod, which a rejection would
-//!   kill at nodelet's next restart (ephemeral containers).
+//!
+//! Ephemeral containers only ever reach a running pod (`kubectl debug`), which a rejection
+//! would kill at nodelet's next restart: a refused field of one ([`ephemeral_refusals`], the
+//! same checks as for containers) keeps that ephemeral container from starting, with a Warning
+//! event and its waiting status naming the field and value; the pod runs on.
 //!
 //! An entry covers its path and everything below it (`spec.affinity` covers
 //! `spec.affinity.nodeAffinity...`); the most specific entry wins. `{containers,initContainers}`
@@ -25,6 +27,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+/// The reason of a rejection (and of the Warning event for a refused ephemeral container)
+/// for a field nodelet refuses.
+pub const POD_FIELD_NOT_SUPPORTED: &str = "PodFieldNotSupported";
+
 /// What nodelet does with one field (and the fields below it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Support {
@@ -35,12 +41,6 @@ pub enum Support {
     /// A pod that sets it is rejected at admission. `sample`: the lines of a pod's `spec:`
     /// (indented by two) that set it, which the admission decision must reject naming it.
     Refused {
-        reason: &'static str,
-        sample: &'static str,
-    },
-    /// Not acted on; a Warning event (`PodFieldNotSupported`) names it and the pod runs on.
-    /// `sample` as for [`Support::Refused`], run through [`update_refusals`].
-    Warned {
         reason: &'static str,
         sample: &'static str,
     },
@@ -110,6 +110,7 @@ const NO_ATOMIC_USER: &str =
 const NO_RESOURCE: &str = "only cpu, memory, ephemeral-storage and hugepages-<size> are managed on this node (no device plugins, no extended resources)";
 const NO_SELINUX: &str = "this node has no SELinux (no /sys/fs/selinux), so the label cannot be applied to the processes or the volumes";
 const NO_POD_RESOURCE: &str = "only cpu and memory are managed at pod level";
+const EPHEMERAL_FORBIDS: &str = "the API server (its validation forbids it in an ephemeral container; nodelet starts one without it, as the kubelet)";
 
 macro_rules! volume_refused {
     ($($name:literal),* $(,)?) => {
@@ -175,15 +176,20 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.dnsConfig", &["src/sync/sandbox_config.rs::dns_config_merges_into_every_policy"]),
     honoured("spec.dnsPolicy", &["src/sync/sandbox_config.rs::dns_policy_table"]),
     honoured("spec.enableServiceLinks", &["src/podspec/env.rs::service_links_table"]),
-    // The API server lets ephemeral containers only into a running pod (kubectl debug), which
-    // nodelet re-admits when it restarts: rejecting would kill it, so a Warning event says it.
-    FieldEntry {
-        path: "spec.ephemeralContainers",
-        support: Support::Warned {
-            reason: "ephemeral containers are not run by nodelet yet (the pod runs on without them)",
-            sample: "  ephemeralContainers:\n  - name: debug\n    image: busybox\n",
-        },
-    },
+    // Added to a running pod through the `ephemeralcontainers` subresource (kubectl debug) and
+    // started once into its sandbox; the fields below that an ephemeral container shares with a
+    // container are honoured as for containers (refused ones: `ephemeral_refusals`).
+    honoured("spec.ephemeralContainers", &["src/sync/actions.rs::ephemeral_containers_to_start_table", "src/source/validation/tests.rs::pod_level_rules", "src/status/generate_tests.rs::ephemeral_container_statuses_follow_the_runtime", "tests/cluster.rs::kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace"]),
+    honoured("spec.ephemeralContainers[].targetContainerName", &["src/sync/container_config.rs::ephemeral_container_targets_the_pid_namespace_of_its_target", "tests/cluster.rs::kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace"]),
+    not_node_work("spec.ephemeralContainers[].lifecycle", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].livenessProbe", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].ports", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].readinessProbe", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].resizePolicy", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].resources", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].restartPolicy", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].restartPolicyRules", EPHEMERAL_FORBIDS),
+    not_node_work("spec.ephemeralContainers[].startupProbe", EPHEMERAL_FORBIDS),
     not_node_work("spec.evictionResponders", "the eviction API and its responders"),
     honoured("spec.hostAliases", &["src/volume/hosts.rs::managed_hosts_table"]),
     honoured("spec.hostIPC", &["src/sync/sandbox_config.rs::sandbox_config_fields"]),
@@ -233,7 +239,7 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.{containers,initContainers}[].args", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     honoured("spec.{containers,initContainers}[].command", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     honoured("spec.{containers,initContainers}[].env", &["src/podspec/env.rs::environment_table", "src/podspec/env.rs::api_object_environment_table"]),
-    refused("spec.{containers,initContainers}[].env[].valueFrom.fileKeyRef", "environment variables from files (EnvFiles, alpha) are not implemented", "  containers:\n  - name: c\n    image: busybox\n    env:\n    - name: A\n      valueFrom:\n        fileKeyRef: {volumeName: v, path: a.env, key: A}\n"),
+    refused("spec.{containers,initContainers,ephemeralContainers}[].env[].valueFrom.fileKeyRef", "environment variables from files (EnvFiles, alpha) are not implemented", "  containers:\n  - name: c\n    image: busybox\n    env:\n    - name: A\n      valueFrom:\n        fileKeyRef: {volumeName: v, path: a.env, key: A}\n"),
     honoured("spec.{containers,initContainers}[].envFrom", &["src/podspec/env.rs::api_object_environment_table"]),
     honoured("spec.{containers,initContainers}[].image", &["tests/static_pods.rs::two_containers_run_and_answer_on_the_pod_ip"]),
     honoured("spec.{containers,initContainers}[].imagePullPolicy", &["tests/static_pods.rs::absent_image_with_never_pull_is_err_image_never_pull", "tests/registry_pulls.rs::always_runs_the_newly_pushed_digest_on_the_next_start"]),
@@ -248,18 +254,18 @@ const FIELDS: &[FieldEntry] = &[
     partly("spec.{containers,initContainers}[].resources.requests", "cpu, memory, ephemeral-storage and hugepages-<size>", &["src/podspec/resources.rs::requests_default_to_limits_per_resource", "src/pod/admission.rs::table", "src/pod/admission.rs::hugepages_are_admitted_against_the_nodes_allocatable", "tests/hugepages.rs::a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests:\n        example.com/gpu: \"1\"\n"),
     honoured("spec.{containers,initContainers}[].restartPolicy", &["tests/sidecars.rs::init_and_sidecars_start_in_order_and_the_pod_succeeds_with_its_main_container"]),
     honoured("spec.{containers,initContainers}[].restartPolicyRules", &["tests/lifecycle.rs::restart_policy_rules_restart_only_on_exit_code_42", "src/sync/actions.rs::restart_all_containers_rule_triggers_once_on_its_exit_code"]),
-    partly("spec.{containers,initContainers}[].securityContext.seLinuxOptions", "on a node with SELinux: the label goes to the runtime, and volumes are relabelled", &["src/sync/container_config.rs::security_context_table", "src/podspec/field_support/tests.rs::selinux_labels_are_refused_only_where_the_node_has_no_selinux"], NO_SELINUX, "  containers:\n  - name: c\n    image: busybox\n    securityContext:\n      seLinuxOptions: {type: spc_t}\n"),
+    partly("spec.{containers,initContainers,ephemeralContainers}[].securityContext.seLinuxOptions", "on a node with SELinux: the label goes to the runtime, and volumes are relabelled", &["src/sync/container_config.rs::security_context_table", "src/podspec/field_support/tests.rs::selinux_labels_are_refused_only_where_the_node_has_no_selinux"], NO_SELINUX, "  containers:\n  - name: c\n    image: busybox\n    securityContext:\n      seLinuxOptions: {type: spc_t}\n"),
     honoured("spec.{containers,initContainers}[].securityContext", &["src/sync/container_config.rs::security_context_table", "tests/security_context.rs::security_context_fields_hold_inside_the_container"]),
-    not_node_work("spec.{containers,initContainers}[].securityContext.windowsOptions", "Windows nodes (a Linux kubelet ignores it)"),
+    not_node_work("spec.{containers,initContainers,ephemeralContainers}[].securityContext.windowsOptions", "Windows nodes (a Linux kubelet ignores it)"),
     honoured("spec.{containers,initContainers}[].startupProbe", &["tests/probes.rs::startup_probe_holds_back_liveness"]),
     honoured("spec.{containers,initContainers}[].stdin", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     honoured("spec.{containers,initContainers}[].stdinOnce", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     honoured("spec.{containers,initContainers}[].terminationMessagePath", &["src/sync/termination.rs::the_message_comes_from_the_file_else_the_log_tail_as_the_kubelet_decides", "src/volume/mod.rs::termination_message_files_are_unique_and_writable"]),
     honoured("spec.{containers,initContainers}[].terminationMessagePolicy", &["src/sync/termination.rs::the_message_comes_from_the_file_else_the_log_tail_as_the_kubelet_decides"]),
     honoured("spec.{containers,initContainers}[].tty", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
-    refused("spec.{containers,initContainers}[].volumeDevices", "raw block volumes need a PersistentVolumeClaim, which nodelet cannot mount yet", "  containers:\n  - name: c\n    image: busybox\n    volumeDevices:\n    - name: v\n      devicePath: /dev/xvda\n"),
+    refused("spec.{containers,initContainers,ephemeralContainers}[].volumeDevices", "raw block volumes need a PersistentVolumeClaim, which nodelet cannot mount yet", "  containers:\n  - name: c\n    image: busybox\n    volumeDevices:\n    - name: v\n      devicePath: /dev/xvda\n"),
     honoured("spec.{containers,initContainers}[].volumeMounts", &["src/sync/container_config.rs::mounts_table", "src/volume/subpath/tests.rs::sub_path_components_table"]),
-    refused("spec.{containers,initContainers}[].volumeMounts[].bindMountOptions", "bind mount options (VolumeBindMountOptions, alpha) are not implemented", "  containers:\n  - name: c\n    image: busybox\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      bindMountOptions: [noexec]\n"),
+    refused("spec.{containers,initContainers,ephemeralContainers}[].volumeMounts[].bindMountOptions", "bind mount options (VolumeBindMountOptions, alpha) are not implemented", "  containers:\n  - name: c\n    image: busybox\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      bindMountOptions: [noexec]\n"),
     honoured("spec.{containers,initContainers}[].workingDir", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     // ------------------------------------------------------------- volumes
     honoured("spec.volumes[].name", &["src/volume/mod.rs::pod_dir_layout"]),
@@ -385,11 +391,7 @@ fn reason_of(path: &str) -> &'static str {
         .or_else(|| entry_for(&VOLUME_TYPES_REFUSED, &generic))
         .map(|e| e.support)
     {
-        Some(
-            Support::Refused { reason, .. }
-            | Support::Partly { reason, .. }
-            | Support::Warned { reason, .. },
-        ) => reason,
+        Some(Support::Refused { reason, .. } | Support::Partly { reason, .. }) => reason,
         _ => "not supported by nodelet",
     }
 }
@@ -684,29 +686,37 @@ fn volume(out: &mut Vec<Refusal>, path: &str, v: &Volume) {
     }
 }
 
-/// Pure: what `new` sets, beyond what `old` (the pod as last seen, `None` for a pod new to
-/// nodelet) set, that nodelet does not act on without rejecting the pod for it: the ephemeral
-/// containers `kubectl debug` adds through the `ephemeralcontainers` subresource. The pod
-/// manager records a Warning event for each, so the user learns why it never starts.
-pub fn update_refusals(old: Option<&Pod>, new: &Pod) -> Vec<Refusal> {
-    let before: Vec<&str> = old
-        .and_then(|p| p.spec.as_ref())
-        .into_iter()
-        .flat_map(|s| s.ephemeral_containers.iter().flatten())
-        .map(|c| c.name.as_str())
-        .collect();
+/// Pure: what the ephemeral container at `index` of `spec.ephemeralContainers` sets that
+/// nodelet refuses, by the checks containers get at admission (field paths
+/// `spec.ephemeralContainers[i]...`). Not part of [`refusals_on`]: an ephemeral container only
+/// reaches a running pod, which must not be rejected for it (at nodelet's next restart that
+/// would kill the pod); a refused one is not started, and says why instead.
+pub fn ephemeral_refusals_on(pod: &Pod, index: usize, node: NodeSupport) -> Vec<Refusal> {
     let mut out = Vec::new();
-    for (i, c) in new
-        .spec
-        .iter()
-        .flat_map(|s| s.ephemeral_containers.iter().flatten())
-        .enumerate()
-    {
-        if !before.contains(&c.name.as_str()) {
-            refuse(&mut out, format!("spec.ephemeralContainers[{i}]"), &c.name);
+    let Some(e) = super::ephemeral_containers(pod).get(index) else {
+        return out;
+    };
+    let path = format!("spec.ephemeralContainers[{index}]");
+    if !node.selinux {
+        let options = e
+            .security_context
+            .as_ref()
+            .and_then(|sc| sc.se_linux_options.as_ref());
+        if let Some(label) = options.and_then(asks_for_a_label) {
+            refuse(
+                &mut out,
+                format!("{path}.securityContext.seLinuxOptions"),
+                label,
+            );
         }
     }
+    container(&mut out, &path, &super::ephemeral_as_container(e));
     out
+}
+
+/// [`ephemeral_refusals_on`] a node without SELinux (this project's test hosts).
+pub fn ephemeral_refusals(pod: &Pod, index: usize) -> Vec<Refusal> {
+    ephemeral_refusals_on(pod, index, NodeSupport::default())
 }
 
 /// The refused fields as the Markdown list in `docs/features.md` (between its
@@ -717,10 +727,6 @@ pub fn refused_list_markdown() -> String {
     for e in fields() {
         match e.support {
             Support::Refused { reason, .. } => lines.push(format!("- `{}`: {reason}", e.path)),
-            Support::Warned { reason, .. } => lines.push(format!(
-                "- `{}` (not rejected: a Warning event each): {reason}",
-                e.path
-            )),
             Support::Partly {
                 honoured, reason, ..
             } => lines.push(format!(

@@ -30,7 +30,7 @@ pub mod sysctl;
 pub use error::{container_field_path, ConfigError};
 pub use phase::Phase;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 
 /// Which list of the pod spec a container belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,8 @@ pub enum ContainerKind {
     Init,
     /// `spec.containers` → `status.containerStatuses`.
     Regular,
+    /// `spec.ephemeralContainers` (`kubectl debug`) → `status.ephemeralContainerStatuses`.
+    Ephemeral,
 }
 
 impl ContainerKind {
@@ -47,6 +49,7 @@ impl ContainerKind {
         match self {
             ContainerKind::Init => "init",
             ContainerKind::Regular => "regular",
+            ContainerKind::Ephemeral => "ephemeral",
         }
     }
 }
@@ -94,6 +97,60 @@ pub fn init_containers(pod: &Pod) -> &[Container] {
         .as_ref()
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or(&[])
+}
+
+/// `spec.ephemeralContainers` (added to a running pod through the `ephemeralcontainers`
+/// subresource).
+pub fn ephemeral_containers(pod: &Pod) -> &[EphemeralContainer] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+/// An ephemeral container as the container it is started as (the kubelet's
+/// `v1.Container(ec.EphemeralContainerCommon)`), without what an ephemeral container never
+/// has (the API server forbids it, and the kubelet does not act on it for one): probes,
+/// ports, resources, resize policy, lifecycle hooks, restart policy and rules.
+pub fn ephemeral_as_container(e: &EphemeralContainer) -> Container {
+    Container {
+        name: e.name.clone(),
+        image: e.image.clone(),
+        image_pull_policy: e.image_pull_policy.clone(),
+        command: e.command.clone(),
+        args: e.args.clone(),
+        working_dir: e.working_dir.clone(),
+        env: e.env.clone(),
+        env_from: e.env_from.clone(),
+        volume_mounts: e.volume_mounts.clone(),
+        volume_devices: e.volume_devices.clone(),
+        security_context: e.security_context.clone(),
+        stdin: e.stdin,
+        stdin_once: e.stdin_once,
+        tty: e.tty,
+        termination_message_path: e.termination_message_path.clone(),
+        termination_message_policy: e.termination_message_policy.clone(),
+        ..Default::default()
+    }
+}
+
+/// The pod's ephemeral containers as containers ([`ephemeral_as_container`]), in spec order.
+pub fn ephemeral_as_containers(pod: &Pod) -> Vec<Container> {
+    ephemeral_containers(pod)
+        .iter()
+        .map(ephemeral_as_container)
+        .collect()
+}
+
+/// Which list `name` is in (init, regular or ephemeral); `Regular` for a name in none.
+pub fn container_kind(pod: &Pod, name: &str) -> ContainerKind {
+    if init_containers(pod).iter().any(|c| c.name == name) {
+        ContainerKind::Init
+    } else if ephemeral_containers(pod).iter().any(|c| c.name == name) {
+        ContainerKind::Ephemeral
+    } else {
+        ContainerKind::Regular
+    }
 }
 
 pub fn host_network(pod: &Pod) -> bool {

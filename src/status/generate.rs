@@ -104,14 +104,21 @@ fn old_status<'a>(inputs: &StatusInputs<'a>) -> Option<&'a PodStatus> {
 /// The kubelet's `convertToAPIContainerStatuses` for one container list, with `ready` and
 /// `started` set by the probe rules of [`StatusInputs`].
 ///
-/// Init container statuses come in spec order; regular ones sorted by name, as the kubelet
-/// sorts them (`SortedContainerStatuses`).
+/// Init container statuses come in spec order; regular and ephemeral ones sorted by name, as
+/// the kubelet sorts them (`SortedContainerStatuses`). Ephemeral ones are never ready and
+/// have no `started` (the prober does not touch them), and are never restarted: one waits
+/// with its start failure only while it has no instance.
 pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<ContainerStatus> {
     let pod = inputs.pod;
     let runtime = inputs.runtime;
-    let containers = match kind {
+    let ephemeral;
+    let containers: &[Container] = match kind {
         ContainerKind::Init => init_containers(pod),
         ContainerKind::Regular => regular_containers(pod),
+        ContainerKind::Ephemeral => {
+            ephemeral = crate::podspec::ephemeral_as_containers(pod);
+            &ephemeral
+        }
     };
     let has_init_containers = !init_containers(pod).is_empty();
     let default_reason = if has_init_containers {
@@ -123,6 +130,7 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
         .and_then(|s| match kind {
             ContainerKind::Init => s.init_container_statuses.as_ref(),
             ContainerKind::Regular => s.container_statuses.as_ref(),
+            ContainerKind::Ephemeral => s.ephemeral_container_statuses.as_ref(),
         })
         .into_iter()
         .flatten()
@@ -241,7 +249,12 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
                 continue;
             }
         }
-        if !should_container_be_restarted(c, pod, runtime) {
+        if kind == ContainerKind::Ephemeral {
+            // Started once: only one that never got an instance waits for a start.
+            if latest.is_some() {
+                continue;
+            }
+        } else if !should_container_be_restarted(c, pod, runtime) {
             continue;
         }
         let Some(failure) = inputs.start_failures.get(&c.name) else {
@@ -260,10 +273,16 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
     let total = regular_containers(pod).len() + init_containers(pod).len();
     let bytes_per_status = MAX_POD_TERMINATION_MESSAGE_LENGTH / total.max(1);
     for (c, status) in containers.iter().zip(statuses.iter_mut()) {
-        apply_probe_results(inputs, kind, c, status);
+        if kind == ContainerKind::Ephemeral {
+            // No probes, never ready: the kubelet's prober leaves ephemeral statuses alone.
+            status.ready = false;
+            status.started = None;
+        } else {
+            apply_probe_results(inputs, kind, c, status);
+        }
         truncate_messages(status, bytes_per_status);
     }
-    if kind == ContainerKind::Regular {
+    if kind != ContainerKind::Init {
         statuses.sort_by(|a, b| a.name.cmp(&b.name));
     }
     statuses
@@ -792,6 +811,7 @@ pub fn generate_pod_status(inputs: &StatusInputs) -> PodStatus {
 
     let init_statuses = container_statuses(inputs, ContainerKind::Init);
     let regular_statuses = container_statuses(inputs, ContainerKind::Regular);
+    let ephemeral_statuses = container_statuses(inputs, ContainerKind::Ephemeral);
     let all: Vec<ContainerStatus> = init_statuses
         .iter()
         .chain(&regular_statuses)
@@ -862,6 +882,8 @@ pub fn generate_pod_status(inputs: &StatusInputs) -> PodStatus {
         start_time: Some(start_time),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: (!regular_statuses.is_empty()).then_some(regular_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         observed_generation: pod.metadata.generation.filter(|g| *g != 0),
         ..Default::default()
     }

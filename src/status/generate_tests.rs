@@ -1625,3 +1625,132 @@ fn ready_to_start_condition_follows_its_gate() {
         "the other conditions stay"
     );
 }
+
+/// `status.ephemeralContainerStatuses`, as the kubelet reports them: each waits (the default
+/// reason, or its start failure while it has no instance), then running, then terminated with
+/// its exit code; never ready, never restarted (a failure after it ran is not shown over its
+/// end); sorted by name; absent without ephemeral containers; the pod's phase and conditions
+/// do not count them.
+#[test]
+fn ephemeral_container_statuses_follow_the_runtime() {
+    use k8s_openapi::api::core::v1::EphemeralContainer;
+    let debugged = |names: &[&str]| {
+        let mut p = pod("Always", vec![], vec![c("a")]);
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(
+            names
+                .iter()
+                .map(|n| EphemeralContainer {
+                    name: n.to_string(),
+                    image: Some(format!("{n}:spec")),
+                    target_container_name: Some("a".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        p
+    };
+    let state_of = |s: &ContainerStatus| {
+        let st = s.state.clone().unwrap();
+        if let Some(w) = st.waiting {
+            format!("waiting {}", w.reason.unwrap_or_default())
+        } else if st.running.is_some() {
+            "running".to_string()
+        } else {
+            let t = st.terminated.unwrap();
+            format!(
+                "terminated {} {}",
+                t.exit_code,
+                t.reason.unwrap_or_default()
+            )
+        }
+    };
+    // (case, ephemeral names, runtime instances, start failures, want name → state)
+    type Case<'a> = (
+        &'a str,
+        Vec<&'a str>,
+        Vec<RuntimeContainer>,
+        Vec<(&'a str, &'a str)>,
+        Vec<(&'a str, &'a str)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "new",
+            vec!["dbg"],
+            vec![],
+            vec![],
+            vec![("dbg", "waiting ContainerCreating")],
+        ),
+        (
+            "refused or failing to start",
+            vec!["dbg", "bad"],
+            vec![],
+            vec![("bad", "CreateContainerConfigError")],
+            vec![
+                ("bad", "waiting CreateContainerConfigError"),
+                ("dbg", "waiting ContainerCreating"),
+            ],
+        ),
+        (
+            "running",
+            vec!["dbg"],
+            vec![running("dbg", "e1", 300, 0)],
+            vec![],
+            vec![("dbg", "running")],
+        ),
+        (
+            "exited, a later failure does not cover it",
+            vec!["dbg"],
+            vec![exited("dbg", "e1", 300, 3, "", 0)],
+            vec![("dbg", "CreateContainerConfigError")],
+            vec![("dbg", "terminated 3 Error")],
+        ),
+        (
+            "sorted by name",
+            vec!["z", "b"],
+            vec![exited("z", "e1", 300, 0, "", 0), running("b", "e2", 301, 0)],
+            vec![],
+            vec![("b", "running"), ("z", "terminated 0 Completed")],
+        ),
+    ];
+    for (case, names, instances, failures, want) in cases {
+        let mut all = vec![running("a", "c1", 200, 0)];
+        all.extend(instances);
+        let mut f = Fixture::new(debugged(&names), runtime(ready_sandbox(), all));
+        for (name, reason) in failures {
+            f = f.failure(
+                name,
+                reason,
+                "spec.ephemeralContainers[0].x: Unsupported value: y",
+            );
+        }
+        let statuses = f.statuses(ContainerKind::Ephemeral);
+        let got: Vec<(String, String)> = statuses
+            .iter()
+            .map(|s| (s.name.clone(), state_of(s)))
+            .collect();
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.to_string()))
+            .collect();
+        assert_eq!(got, want, "{case}");
+        for s in &statuses {
+            assert!(!s.ready && s.started.is_none(), "{case}: {s:?}");
+            assert_eq!(s.restart_count, 0, "{case}");
+        }
+        let pod_status = f.status();
+        assert_eq!(
+            pod_status
+                .ephemeral_container_statuses
+                .as_ref()
+                .map(Vec::len),
+            Some(names.len()),
+            "{case}"
+        );
+        assert_eq!(pod_status.phase.as_deref(), Some("Running"), "{case}");
+    }
+    let plain = Fixture::new(
+        pod("Always", vec![], vec![c("a")]),
+        runtime(ready_sandbox(), vec![running("a", "c1", 200, 0)]),
+    );
+    assert_eq!(plain.status().ephemeral_container_statuses, None);
+}

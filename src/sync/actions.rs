@@ -13,10 +13,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cri::{ContainerState, PodRuntime, RuntimeContainer};
+use crate::podspec::field_support::ephemeral_refusals;
 use crate::podspec::restart::restart_all_containers_on_exit;
 use crate::podspec::{
-    host_network, init_containers, is_sidecar, regular_containers as containers,
-    restart_policy as pod_restart_policy,
+    ephemeral_containers, host_network, init_containers, is_sidecar,
+    regular_containers as containers, restart_policy as pod_restart_policy,
 };
 use crate::status::restart::should_container_be_restarted;
 use crate::status::StatusMutation;
@@ -115,6 +116,9 @@ pub struct PodActions {
     pub restart_all: Option<String>,
     /// Indices into `spec.containers`, in spec order.
     pub containers_to_start: Vec<usize>,
+    /// Indices into `spec.ephemeralContainers` to start, in spec order
+    /// ([`ephemeral_containers_to_start`]); started before the init and regular containers.
+    pub ephemeral_containers_to_start: Vec<usize>,
     pub containers_to_kill: Vec<ContainerToKill>,
     /// Exited container instances that no status needs any more (older than the previous one).
     pub containers_to_remove: Vec<String>,
@@ -131,6 +135,7 @@ impl PodActions {
             && self.init_containers_to_start.is_empty()
             && self.restart_all.is_none()
             && self.containers_to_start.is_empty()
+            && self.ephemeral_containers_to_start.is_empty()
             && self.containers_to_kill.is_empty()
             && self.containers_to_remove.is_empty()
             && self.sandboxes_to_remove.is_empty()
@@ -288,6 +293,25 @@ fn prunable_containers(runtime: &PodRuntime) -> Vec<String> {
     out
 }
 
+/// The ephemeral containers to start now (the kubelet's `EphemeralContainersToStart`), as
+/// indices into `spec.ephemeralContainers`: only into a running pod (its newest sandbox ready
+/// and fit to keep, the pod not being deleted), only those the runtime has no record of by
+/// name (an ephemeral container runs once: never restarted after it exits), and not those
+/// that set a field nodelet refuses (`field_support::ephemeral_refusals`: they wait with the
+/// refusal as their status). They may start before the pod is initialized, as the kubelet's.
+pub fn ephemeral_containers_to_start(pod: &Pod, runtime: &PodRuntime) -> Vec<usize> {
+    if pod.metadata.deletion_timestamp.is_some() || sandbox_change(pod, runtime).is_some() {
+        return Vec::new();
+    }
+    ephemeral_containers(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| runtime.latest(&e.name).is_none())
+        .filter(|(i, _)| ephemeral_refusals(pod, *i).is_empty())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// What to do with the pod now (the kubelet's `computePodActions`), including what the
 /// executor does when a start fails (`init_failure_continues`).
 pub fn compute_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
@@ -378,8 +402,13 @@ fn decide_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
         actions.containers_to_remove.clear();
         return actions;
     }
+    // Ephemeral containers may start even if initialization is not complete yet.
+    actions.ephemeral_containers_to_start = ephemeral_containers_to_start(pod, runtime);
 
     let initialized = compute_init_container_actions(inputs, &mut actions);
+    if actions.kill_pod {
+        actions.ephemeral_containers_to_start.clear();
+    }
     if actions.kill_pod || !initialized {
         // Initialization failed or is still in progress: regular containers wait.
         return actions;
@@ -445,8 +474,10 @@ fn decide_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
     }
     if keep == 0 && actions.containers_to_start.is_empty() {
         actions.kill_pod = true;
-        // Sidecars do not keep a pod alive whose regular containers are done for good.
+        // Sidecars do not keep a pod alive whose regular containers are done for good, nor
+        // do ephemeral containers.
         actions.init_containers_to_start.clear();
+        actions.ephemeral_containers_to_start.clear();
     }
     actions
 }
@@ -666,6 +697,171 @@ mod tests {
     }
 
     use ContainerState::*;
+
+    /// `pod("Always", ["a"], inits)` with ephemeral containers named `eph` (`refused` ones set
+    /// `volumeMounts[].bindMountOptions`, a field nodelet refuses).
+    fn debugged(inits: &[&str], eph: &[&str], refused: &[&str]) -> Pod {
+        use k8s_openapi::api::core::v1::{EphemeralContainer, VolumeMount};
+        let mut p = pod("Always", &["a"], inits);
+        let e = |n: &&str| EphemeralContainer {
+            name: n.to_string(),
+            image: Some("img".into()),
+            target_container_name: Some("a".into()),
+            volume_mounts: refused.contains(n).then(|| {
+                vec![VolumeMount {
+                    name: "v".into(),
+                    mount_path: "/v".into(),
+                    bind_mount_options: Some(vec!["noexec".into()]),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(eph.iter().map(e).collect());
+        p
+    }
+
+    #[test]
+    fn ephemeral_containers_to_start_table() {
+        let ready = || vec![sandbox("s1", 0, true, 1)];
+        let deleted = {
+            let mut p = debugged(&[], &["d1"], &[]);
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts(50)));
+            p
+        };
+        // (case, pod, sandboxes, containers, want)
+        type Case<'a> = (
+            &'a str,
+            Pod,
+            Vec<RuntimeSandbox>,
+            Vec<RuntimeContainer>,
+            Vec<usize>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "none in the spec",
+                debugged(&[], &[], &[]),
+                ready(),
+                vec![ctr("a", "c1", Running, 0, 2)],
+                vec![],
+            ),
+            (
+                "a new one starts",
+                debugged(&[], &["d1"], &[]),
+                ready(),
+                vec![ctr("a", "c1", Running, 0, 2)],
+                vec![0],
+            ),
+            (
+                "only the ones never started, in spec order",
+                debugged(&[], &["d1", "d2", "d3"], &[]),
+                ready(),
+                vec![
+                    ctr("a", "c1", Running, 0, 2),
+                    ctr("d2", "c2", Running, 0, 3),
+                ],
+                vec![0, 2],
+            ),
+            (
+                "an exited one is never restarted (exit 0 or not)",
+                debugged(&[], &["d1", "d2"], &[]),
+                ready(),
+                vec![
+                    ctr("a", "c1", Running, 0, 2),
+                    ctr("d1", "c2", Exited, 0, 3),
+                    ctr("d2", "c3", Exited, 1, 3),
+                ],
+                vec![],
+            ),
+            (
+                "no sandbox: nothing",
+                debugged(&[], &["d1"], &[]),
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "sandbox not ready: nothing",
+                debugged(&[], &["d1"], &[]),
+                vec![sandbox("s1", 0, false, 1)],
+                vec![],
+                vec![],
+            ),
+            (
+                "the pod is being deleted: nothing",
+                deleted,
+                ready(),
+                vec![ctr("a", "c1", Running, 0, 2)],
+                vec![],
+            ),
+            (
+                "a refused field: not started",
+                debugged(&[], &["d1", "d2"], &["d1"]),
+                ready(),
+                vec![ctr("a", "c1", Running, 0, 2)],
+                vec![1],
+            ),
+            (
+                "before initialization is done",
+                debugged(&["i1"], &["d1"], &[]),
+                ready(),
+                vec![ctr("i1", "c1", Running, 0, 2)],
+                vec![0],
+            ),
+        ];
+        for (case, p, sandboxes, containers, want) in cases {
+            let rt = runtime(sandboxes, containers);
+            assert_eq!(ephemeral_containers_to_start(&p, &rt), want, "{case}");
+            let names: Vec<String> = std::iter::once("a".to_string())
+                .chain(init_containers(&p).iter().map(|c| c.name.clone()))
+                .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let actions = compute_pod_actions(&ActionInputs {
+                pod: &p,
+                runtime: &rt,
+                spec_hashes: &hashes(&names),
+                probe_failures: &BTreeMap::new(),
+                startup: &BTreeMap::new(),
+                deadline_remaining: None,
+                phase_terminal: false,
+            });
+            if !actions.create_sandbox {
+                assert_eq!(
+                    actions.ephemeral_containers_to_start, want,
+                    "{case}: actions"
+                );
+            } else {
+                assert!(
+                    actions.ephemeral_containers_to_start.is_empty(),
+                    "{case}: a new sandbox first"
+                );
+            }
+        }
+    }
+
+    /// A pod whose regular containers are done for good is killed; its ephemeral containers
+    /// do not keep it alive, and none is started into it.
+    #[test]
+    fn ephemeral_containers_do_not_keep_a_finished_pod_alive() {
+        let mut p = debugged(&[], &["d1"], &[]);
+        p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+        let rt = runtime(
+            vec![sandbox("s1", 0, true, 1)],
+            vec![ctr("a", "c1", Exited, 0, 2)],
+        );
+        let actions = compute_pod_actions(&ActionInputs {
+            pod: &p,
+            runtime: &rt,
+            spec_hashes: &hashes(&["a"]),
+            probe_failures: &BTreeMap::new(),
+            startup: &BTreeMap::new(),
+            deadline_remaining: None,
+            phase_terminal: false,
+        });
+        assert!(actions.kill_pod);
+        assert!(actions.ephemeral_containers_to_start.is_empty());
+    }
 
     #[test]
     fn sandbox_change_reasons() {

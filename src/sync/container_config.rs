@@ -75,6 +75,10 @@ pub struct ContainerContext<'a> {
     pub hugepage_sizes: &'a [u64],
     /// The node's swap facts and `memorySwap.swapBehavior` (`cgroup::swap`).
     pub swap: crate::cgroup::swap::SwapNode,
+    /// The runtime ID of the running container an ephemeral container targets
+    /// (`targetContainerName`): its PID namespace is the target's (CRI `NamespaceMode.TARGET`)
+    /// where it would otherwise have one of its own. `None` for every other container.
+    pub pid_target: Option<&'a str>,
 }
 
 const ETC_HOSTS: &str = "/etc/hosts";
@@ -341,6 +345,23 @@ pub const DEFAULT_READONLY_PATHS: &[&str] = &[
     "/proc/sysrq-trigger",
 ];
 
+/// The container's namespaces: the pod's (`namespacesForPod`), with an ephemeral container's
+/// PID namespace set to its target's when the pod would give it one of its own (neither
+/// `hostPID` nor `shareProcessNamespace`), as the kubelet's `generateLinuxContainerConfig`.
+fn container_namespace_options(
+    pod: &Pod,
+    pid_target: Option<&str>,
+) -> Result<api::NamespaceOption, ConfigError> {
+    let mut ns = namespace_options(pod)?;
+    if let Some(target) = pid_target {
+        if ns.pid == api::NamespaceMode::Container as i32 {
+            ns.pid = api::NamespaceMode::Target as i32;
+            ns.target_id = target.to_string();
+        }
+    }
+    Ok(ns)
+}
+
 /// The container's Linux security context (`determineEffectiveSecurityContext`).
 fn linux_security_context(
     pod: &Pod,
@@ -358,7 +379,7 @@ fn linux_security_context(
             add_ambient_capabilities: Vec::new(),
         }),
         privileged: sc.privileged.unwrap_or(false),
-        namespace_options: Some(namespace_options(pod)?),
+        namespace_options: Some(container_namespace_options(pod, ctx.pid_target)?),
         selinux_options: sc.se_linux_options.as_ref().map(|o| api::SeLinuxOption {
             user: o.user.clone().unwrap_or_default(),
             role: o.role.clone().unwrap_or_default(),
@@ -976,6 +997,7 @@ mod tests {
             memory_qos: crate::config::memory_qos::MemoryQos::OFF,
             memory_qos_allocatable: 8 << 30,
             page_size: 4096,
+            pid_target: None,
             hugepage_sizes: &[],
             swap: crate::cgroup::swap::SwapNode::default(),
         }
@@ -1463,6 +1485,86 @@ mod tests {
             api::security_profile::ProfileType::Localhost as i32
         );
         assert_eq!(seccomp.localhost_ref, "/var/lib/nodelet/seccomp/audit.json");
+    }
+
+    /// An ephemeral container with a target shares the target's PID namespace (CRI TARGET with
+    /// the target's ID) where the pod gives containers their own; with `hostPID` or
+    /// `shareProcessNamespace` it keeps the pod's, as the kubelet. It is labelled ephemeral,
+    /// and its stdin/tty reach the runtime (for `kubectl debug -it` / attach).
+    #[test]
+    fn ephemeral_container_targets_the_pid_namespace_of_its_target() {
+        use k8s_openapi::api::core::v1::EphemeralContainer;
+        let volumes = BTreeMap::new();
+        let debug = EphemeralContainer {
+            name: "debugger".into(),
+            image: Some("busybox".into()),
+            target_container_name: Some("app".into()),
+            stdin: Some(true),
+            tty: Some(true),
+            ..Default::default()
+        };
+        let c = crate::podspec::ephemeral_as_container(&debug);
+        // (case, hostPID, shareProcessNamespace, target, want pid mode, want target id)
+        let cases = [
+            (
+                "target",
+                None,
+                None,
+                Some("c-app"),
+                api::NamespaceMode::Target,
+                "c-app",
+            ),
+            (
+                "no target",
+                None,
+                None,
+                None,
+                api::NamespaceMode::Container,
+                "",
+            ),
+            (
+                "hostPID",
+                Some(true),
+                None,
+                Some("c-app"),
+                api::NamespaceMode::Node,
+                "",
+            ),
+            (
+                "shared",
+                None,
+                Some(true),
+                Some("c-app"),
+                api::NamespaceMode::Pod,
+                "",
+            ),
+        ];
+        for (case, host_pid, share, target, mode, id) in cases {
+            let mut p = pod_with(vec![resourced("app", "", "")]);
+            let spec = p.spec.as_mut().unwrap();
+            spec.host_pid = host_pid;
+            spec.share_process_namespace = share;
+            spec.ephemeral_containers = Some(vec![debug.clone()]);
+            let context = ContainerContext {
+                pid_target: target,
+                ..ctx(&volumes)
+            };
+            let cfg = built(&p, &c, ContainerKind::Ephemeral, &context).unwrap();
+            let ns = cfg
+                .linux
+                .as_ref()
+                .unwrap()
+                .security_context
+                .as_ref()
+                .unwrap()
+                .namespace_options
+                .clone()
+                .unwrap();
+            assert_eq!((ns.pid, ns.target_id.as_str()), (mode as i32, id), "{case}");
+            assert_eq!(cfg.labels[labels::CONTAINER_TYPE], "ephemeral", "{case}");
+            assert!(cfg.stdin && cfg.tty && !cfg.stdin_once, "{case}");
+            assert_eq!(cfg.metadata.as_ref().unwrap().name, "debugger");
+        }
     }
 
     #[test]

@@ -31,9 +31,10 @@ use crate::cri::{self, ContainerState, ImageService, PodRuntime, Runtime};
 use crate::events::{EventRecorder, EventType};
 use crate::metrics::metrics;
 use crate::objects::ObjectSource;
+use crate::podspec::field_support::ephemeral_refusals;
 use crate::podspec::{
-    init_containers as spec_init_containers, pod_uid, regular_containers as spec_containers,
-    ContainerKind,
+    ephemeral_as_container, ephemeral_containers, init_containers as spec_init_containers, pod_uid,
+    regular_containers as spec_containers, ContainerKind,
 };
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::stats::machine::NodeInfo;
@@ -54,6 +55,11 @@ pub const FAILED_SYNC: &str = "FailedSync";
 pub const FAILED_CREATE_POD_CONTAINER: &str = "FailedCreatePodContainer";
 /// The kubelet's event when a new sandbox's status could not be read.
 pub const FAILED_STATUS_POD_SANDBOX: &str = "FailedPodSandBoxStatus";
+
+/// The waiting reason of an ephemeral container nodelet refuses to start (a field it cannot
+/// honour; the message names it and its value): the kubelet's reason for a container whose
+/// config cannot be made.
+pub const EPHEMERAL_REFUSED: &str = "CreateContainerConfigError";
 
 /// What one sync decided about the pod's life.
 #[derive(Debug, Clone, PartialEq)]
@@ -410,6 +416,7 @@ impl PodSyncer {
         }
         self.probes
             .sync_pod(pod, &self.running_for_probes(&plan, &runtime));
+        self.refuse_ephemeral(pod, &runtime, memory);
         let status = self.publish_status(pod, &runtime, memory, false);
         self.record_pod_started(&status, memory);
         let start_time = status.start_time.as_ref().map(|t| t.0);
@@ -470,6 +477,50 @@ impl PodSyncer {
             return Ok(SyncOutcome::Retry(retry));
         }
         Ok(SyncOutcome::Acted)
+    }
+
+    /// Ephemeral containers that set a field nodelet refuses are never started
+    /// (`actions::ephemeral_containers_to_start` leaves them out): each waits with the refusal
+    /// as its status (`CreateContainerConfigError`, the message naming the field and value),
+    /// said once by a Warning event (`PodFieldNotSupported`, as an admission rejection words
+    /// it). The pod runs on.
+    fn refuse_ephemeral(&self, pod: &Pod, runtime: &PodRuntime, memory: &mut PodMemory) {
+        for (i, e) in ephemeral_containers(pod).iter().enumerate() {
+            if runtime.latest(&e.name).is_some() {
+                continue;
+            }
+            let refused = ephemeral_refusals(pod, i);
+            if refused.is_empty() {
+                continue;
+            }
+            let message = refused
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            if memory
+                .start_failures
+                .get(&e.name)
+                .is_some_and(|f| f.message == message)
+            {
+                continue;
+            }
+            tracing::warn!(container = %e.name, %message, "ephemeral container refused");
+            self.events.container(
+                pod,
+                &e.name,
+                EventType::Warning,
+                crate::podspec::field_support::POD_FIELD_NOT_SUPPORTED,
+                message.clone(),
+            );
+            memory.start_failures.insert(
+                e.name.clone(),
+                StartFailure {
+                    reason: EPHEMERAL_REFUSED.into(),
+                    message,
+                },
+            );
+        }
     }
 
     fn record_pod_started(&self, status: &PodStatus, memory: &mut PodMemory) {
@@ -537,8 +588,9 @@ impl PodSyncer {
                 }
             }
         }
-        let wants_start =
-            !actions.init_containers_to_start.is_empty() || !actions.containers_to_start.is_empty();
+        let wants_start = !actions.init_containers_to_start.is_empty()
+            || !actions.containers_to_start.is_empty()
+            || !actions.ephemeral_containers_to_start.is_empty();
         if !actions.create_sandbox && !wants_start {
             return Ok(None);
         }
@@ -699,6 +751,19 @@ impl PodSyncer {
                 retry = Some(retry.map_or(after, |r: Duration| r.min(after)));
             }
         };
+        // Ephemeral containers first, as the kubelet: an init container that cannot start
+        // does not keep a debugging container out.
+        for idx in &actions.ephemeral_containers_to_start {
+            let Some(e) = ephemeral_containers(pod).get(*idx) else {
+                continue;
+            };
+            let c = ephemeral_as_container(e);
+            note(
+                self.starter
+                    .start_container(pod, &c, ContainerKind::Ephemeral, runtime, &env, memory)
+                    .await,
+            );
+        }
         for idx in &actions.init_containers_to_start {
             let Some(c) = spec_init_containers(pod).get(*idx) else {
                 continue;

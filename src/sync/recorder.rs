@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::events::{container_ref, pod_ref, EventRecorder, EventType};
-use crate::podspec::{init_containers, ContainerKind};
+use crate::podspec::container_kind;
 
 /// The node's event recorder, with the pod and container references filled in.
 #[derive(Clone)]
@@ -24,11 +24,7 @@ impl PodEvents {
         reason: &str,
         message: impl Into<String>,
     ) {
-        let kind = if init_containers(pod).iter().any(|c| c.name == container) {
-            ContainerKind::Init
-        } else {
-            ContainerKind::Regular
-        };
+        let kind = container_kind(pod, container);
         self.0
             .record(&container_ref(pod, container, kind), type_, reason, message);
     }

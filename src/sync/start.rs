@@ -265,6 +265,34 @@ impl ContainerStarter {
         }
     }
 
+    /// The kubelet's `getTargetID`: the runtime ID of the running container an ephemeral
+    /// container's `targetContainerName` names (`None` without one, or for any other kind of
+    /// container); an error, in the kubelet's words, when the target is not running.
+    fn ephemeral_target(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        kind: ContainerKind,
+        runtime: &PodRuntime,
+    ) -> std::result::Result<Option<String>, String> {
+        if kind != ContainerKind::Ephemeral {
+            return Ok(None);
+        }
+        let Some(target) = crate::podspec::ephemeral_containers(pod)
+            .iter()
+            .find(|e| e.name == container.name)
+            .and_then(|e| e.target_container_name.as_deref())
+            .filter(|t| !t.is_empty())
+        else {
+            return Ok(None);
+        };
+        runtime
+            .latest(target)
+            .filter(|c| c.state == ContainerState::Running)
+            .map(|c| Some(c.id.clone()))
+            .ok_or_else(|| format!("unable to find target container {target}"))
+    }
+
     pub async fn start_container(
         &self,
         pod: &Pod,
@@ -337,6 +365,18 @@ impl ContainerStarter {
         memory: &mut PodMemory,
     ) -> std::result::Result<String, (StartFailure, Option<Duration>)> {
         self.check_restart_backoff(pod, container, runtime, memory)?;
+        let pid_target = self
+            .ephemeral_target(pod, container, kind, runtime)
+            .map_err(|message| {
+                // Named by `start_container`'s Failed event, as the kubelet's.
+                (
+                    StartFailure {
+                        reason: "CreateContainerConfigError".into(),
+                        message,
+                    },
+                    None,
+                )
+            })?;
         let image = self
             .ensure_image(pod, container, env.sandbox_config, memory)
             .await?;
@@ -433,6 +473,7 @@ impl ContainerStarter {
                 memory_capacity: self.node.memory_capacity(),
                 swap_capacity: self.node.machine.swap_capacity,
             },
+            pid_target: pid_target.as_deref(),
         };
         let env_objects =
             super::env_objects::gather_env_objects(pod, container, self.objects.as_ref()).await;

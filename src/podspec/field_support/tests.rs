@@ -45,12 +45,14 @@ fn the_most_specific_entry_wins() {
     let support_of = |path: &str| entry_for(&entries, path).map(|e| e.path);
     let cases = [
         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchFields[].key", Some("spec.affinity")),
-        ("spec.initContainers[].securityContext.windowsOptions.hostProcess", Some("spec.{containers,initContainers}[].securityContext.windowsOptions")),
+        ("spec.initContainers[].securityContext.windowsOptions.hostProcess", Some("spec.{containers,initContainers,ephemeralContainers}[].securityContext.windowsOptions")),
         ("spec.containers[].securityContext.privileged", Some("spec.{containers,initContainers}[].securityContext")),
         ("spec.volumes[].projected.sources[].podCertificate.keyType", Some("spec.volumes[].projected.sources[].podCertificate")),
         ("spec.volumes[].projected.sources[].secret.name", Some("spec.volumes[].projected")),
         ("spec.hostNetworkish", None),
         ("spec.ephemeralContainers[].image", Some("spec.ephemeralContainers")),
+        ("spec.ephemeralContainers[].livenessProbe.exec.command", Some("spec.ephemeralContainers[].livenessProbe")),
+        ("spec.ephemeralContainers[].volumeMounts[].bindMountOptions", Some("spec.{containers,initContainers,ephemeralContainers}[].volumeMounts[].bindMountOptions")),
     ];
     for (path, want) in cases {
         assert_eq!(support_of(path), want, "{path}");
@@ -105,9 +107,7 @@ const PLAIN: &str = "  containers:\n  - name: c\n    image: busybox\n";
 fn every_refused_sample_is_refused_naming_its_field() {
     for e in fields() {
         let sample = match e.support {
-            Support::Refused { sample, .. }
-            | Support::Partly { sample, .. }
-            | Support::Warned { sample, .. } => sample,
+            Support::Refused { sample, .. } | Support::Partly { sample, .. } => sample,
             _ => continue,
         };
         let spec = if sample.contains("  containers:") {
@@ -115,10 +115,7 @@ fn every_refused_sample_is_refused_naming_its_field() {
         } else {
             format!("{PLAIN}{sample}")
         };
-        let got = match e.support {
-            Support::Warned { .. } => update_refusals(None, &pod(&spec)),
-            _ => refusals(&pod(&spec)),
-        };
+        let got = refusals(&pod(&spec));
         assert!(
             got.iter().any(|r| expand(e.path)
                 .iter()
@@ -188,29 +185,39 @@ fn the_features_doc_lists_the_refused_fields_of_the_table() {
     );
 }
 
+/// An ephemeral container's refused fields are named by the checks containers get, with its
+/// own index; the pod itself is never rejected for them (it runs on, the ephemeral container
+/// waits), and one that refuses nothing has no refusal.
 #[test]
-fn ephemeral_containers_added_to_a_running_pod_are_named() {
-    let running = pod(&format!(
-        "{PLAIN}  ephemeralContainers:\n  - name: debug-1\n    image: busybox\n"
-    ));
+fn ephemeral_refusals_name_the_ephemeral_containers_field() {
     let debugged = pod(&format!(
-        "{PLAIN}  ephemeralContainers:\n  - name: debug-1\n    image: busybox\n  - name: debug-2\n    image: busybox\n"
+        "{PLAIN}  ephemeralContainers:\n  - name: debug-1\n    image: busybox\n    targetContainerName: c\n  - name: debug-2\n    image: busybox\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      bindMountOptions: [noexec]\n    env:\n    - name: A\n      valueFrom:\n        fileKeyRef: {{volumeName: v, path: a.env, key: A}}\n    securityContext:\n      seLinuxOptions: {{type: spc_t}}\n"
     ));
-    let got: Vec<String> = update_refusals(Some(&running), &debugged)
+    assert!(ephemeral_refusals(&debugged, 0).is_empty());
+    assert!(
+        ephemeral_refusals(&debugged, 7).is_empty(),
+        "no such container"
+    );
+    let got: Vec<String> = ephemeral_refusals(&debugged, 1)
         .iter()
-        .map(ToString::to_string)
+        .map(|r| format!("{}: {}", r.field, r.value))
         .collect();
     assert_eq!(
         got,
-        ["spec.ephemeralContainers[1]: Unsupported value: debug-2: ephemeral containers are not run by nodelet yet (the pod runs on without them)"]
+        [
+            "spec.ephemeralContainers[1].securityContext.seLinuxOptions: type=spc_t",
+            "spec.ephemeralContainers[1].env[0].valueFrom.fileKeyRef: v/a.env",
+            "spec.ephemeralContainers[1].volumeMounts[0].bindMountOptions: noexec",
+        ]
     );
-    assert_eq!(
-        update_refusals(None, &debugged).len(),
-        2,
-        "a pod new to nodelet"
-    );
-    assert!(update_refusals(Some(&debugged), &debugged).is_empty());
-    assert!(update_refusals(None, &pod(PLAIN)).is_empty());
+    for r in ephemeral_refusals(&debugged, 1) {
+        assert_ne!(
+            r.reason, "not supported by nodelet",
+            "{r}: the table's reason"
+        );
+    }
+    let with_selinux = NodeSupport { selinux: true };
+    assert_eq!(ephemeral_refusals_on(&debugged, 1, with_selinux).len(), 2);
     assert!(refusals(&debugged).is_empty(), "never rejected for them");
 }
 

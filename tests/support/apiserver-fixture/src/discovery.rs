@@ -123,6 +123,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["get"],
             }));
             resources.push(json!({
+                "name": "pods/ephemeralcontainers",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            }));
+            resources.push(json!({
                 "name": "pods/binding",
                 "singularName": "",
                 "namespaced": true,
@@ -255,6 +262,7 @@ mod tests {
             "serviceaccounts",
             "serviceaccounts/token",
             "pods/log",
+            "pods/ephemeralcontainers",
         ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }

@@ -510,6 +510,149 @@ pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
     errors
 }
 
+/// Fields an ephemeral container may not set (`validateEphemeralContainers`): the API server
+/// answers `Forbidden: cannot be set for an Ephemeral Container`.
+const EPHEMERAL_FORBIDDEN: &[&str] = &[
+    "lifecycle",
+    "livenessProbe",
+    "ports",
+    "readinessProbe",
+    "resizePolicy",
+    "resources",
+    "restartPolicy",
+    "startupProbe",
+];
+
+/// The `ephemeralcontainers` subresource's update (`ephemeralContainersStrategy` and
+/// `ValidatePodEphemeralContainersUpdate`): of the requested pod only
+/// `spec.ephemeralContainers` is taken (defaulted as at creation), everything else stays the
+/// stored pod's. Existing ephemeral containers may be neither changed nor removed; new ones
+/// need a name unique across all containers of the pod and an image, may not set what an
+/// ephemeral container cannot have, and a `targetContainerName` must name a container of the
+/// pod.
+pub fn update_ephemeral_containers(
+    old: &Value,
+    requested: &Value,
+) -> Result<Value, Vec<FieldError>> {
+    let host_network = old
+        .pointer("/spec/hostNetwork")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let mut list: Vec<Value> = requested
+        .pointer("/spec/ephemeralContainers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for c in list.iter_mut().filter_map(Value::as_object_mut) {
+        default_container(c, host_network);
+    }
+    let old_list: Vec<Value> = old
+        .pointer("/spec/ephemeralContainers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let name_of = |c: &Value| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut errors = Vec::new();
+    for o in &old_list {
+        let name = name_of(o);
+        match list.iter().position(|n| name_of(n) == name) {
+            None => errors.push(FieldError::forbidden(
+                "spec.ephemeralContainers",
+                &format!("existing ephemeral containers {name:?} may not be removed"),
+            )),
+            Some(i) if list[i] != *o => errors.push(FieldError::forbidden(
+                format!("spec.ephemeralContainers[{i}]"),
+                &format!("existing ephemeral containers {name:?} may not be changed"),
+            )),
+            Some(_) => {}
+        }
+    }
+    let mut names: Vec<String> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|l| {
+            old.pointer(&format!("/spec/{l}"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|c| name_of(&c))
+        .collect();
+    let regular = names.clone();
+    for (i, c) in list.iter().enumerate() {
+        let path = format!("spec.ephemeralContainers[{i}]");
+        let name = name_of(c);
+        if name.is_empty() {
+            errors.push(FieldError::required(format!("{path}.name"), ""));
+        } else if names.contains(&name) {
+            errors.push(FieldError {
+                reason: "FieldValueDuplicate",
+                field: format!("{path}.name"),
+                message: format!("Duplicate value: {name:?}"),
+            });
+        } else {
+            if !is_dns1123_label(&name) {
+                errors.push(FieldError::invalid(
+                    format!("{path}.name"),
+                    &json!(name),
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+                ));
+            }
+            names.push(name.clone());
+        }
+        if old_list.iter().any(|o| name_of(o) == name) {
+            continue;
+        }
+        if c.get("image")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            errors.push(FieldError::required(format!("{path}.image"), ""));
+        }
+        for field in EPHEMERAL_FORBIDDEN {
+            // Go's zero value passes (`resources: {}`, as kubectl sends it).
+            let set = c.get(*field).is_some_and(|v| match v {
+                Value::Null => false,
+                Value::Object(m) => !m.is_empty(),
+                Value::Array(a) => !a.is_empty(),
+                _ => true,
+            });
+            if set {
+                errors.push(FieldError::forbidden(
+                    format!("{path}.{field}"),
+                    "cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+        if let Some(target) = c.get("targetContainerName").and_then(Value::as_str) {
+            if !target.is_empty() && !regular.iter().any(|n| n == target) {
+                errors.push(FieldError {
+                    reason: "FieldValueNotFound",
+                    field: format!("{path}.targetContainerName"),
+                    message: format!("Not found: {target:?}"),
+                });
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut new = old.clone();
+    if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+        if list.is_empty() {
+            spec.remove("ephemeralContainers");
+        } else {
+            spec.insert("ephemeralContainers".into(), Value::Array(list));
+        }
+    }
+    Ok(new)
+}
+
 /// `ValidatePodStatusUpdate`'s container-state rule: unless the restart policy allows it, a
 /// terminated container may not be reported as running or waiting again.
 pub fn validate_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
@@ -793,6 +936,82 @@ mod tests {
         ];
         for (new, want) in cases {
             assert_eq!(validate_update(&new, &old).len(), want, "{new}");
+        }
+    }
+
+    #[test]
+    fn ephemeral_container_updates() {
+        let old = json!({"spec": {"containers": [{"name": "main", "image": "x"}],
+            "ephemeralContainers": [{"name": "d1", "image": "b"}]}});
+        // As stored: defaulted when it was added.
+        let mut defaulted = old.clone();
+        for c in defaulted["spec"]["ephemeralContainers"]
+            .as_array_mut()
+            .unwrap()
+        {
+            default_container(c.as_object_mut().unwrap(), false);
+        }
+        assert_eq!(
+            update_ephemeral_containers(&defaulted, &defaulted),
+            Ok(defaulted.clone())
+        );
+        let with = |extra: Value| {
+            let mut p = defaulted.clone();
+            p["spec"]["ephemeralContainers"]
+                .as_array_mut()
+                .unwrap()
+                .push(extra);
+            p
+        };
+        let errors_of = |requested: &Value| -> Vec<String> {
+            match update_ephemeral_containers(&defaulted, requested) {
+                Ok(_) => vec![],
+                Err(e) => e
+                    .iter()
+                    .map(|e| format!("{}: {}", e.field, e.message))
+                    .collect(),
+            }
+        };
+        // an addition, with its defaults, and nothing else taken from the request
+        let mut added =
+            with(json!({"name": "d2", "image": "b", "targetContainerName": "main", "stdin": true}));
+        added["spec"]["containers"][0]["image"] = json!("changed");
+        let new = update_ephemeral_containers(&defaulted, &added).unwrap();
+        assert_eq!(new["spec"]["containers"][0]["image"], "x");
+        assert_eq!(
+            new["spec"]["ephemeralContainers"][1]["terminationMessagePath"],
+            "/dev/termination-log"
+        );
+        assert_eq!(
+            new["spec"]["ephemeralContainers"][1]["targetContainerName"],
+            "main"
+        );
+        let cases: Vec<(Value, Vec<&str>)> = vec![
+            (json!({"spec": {}}), vec!["spec.ephemeralContainers: Forbidden: existing ephemeral containers \"d1\" may not be removed"]),
+            (
+                {
+                    let mut p = defaulted.clone();
+                    p["spec"]["ephemeralContainers"][0]["image"] = json!("other");
+                    p
+                },
+                vec!["spec.ephemeralContainers[0]: Forbidden: existing ephemeral containers \"d1\" may not be changed"],
+            ),
+            (with(json!({"name": "main", "image": "b"})), vec!["spec.ephemeralContainers[1].name: Duplicate value: \"main\""]),
+            (with(json!({"name": "d2"})), vec!["spec.ephemeralContainers[1].image: Required value"]),
+            (with(json!({"name": "d2", "image": "b", "resources": {}})), vec![]),
+            (
+                with(json!({"name": "d2", "image": "b", "ports": [{"containerPort": 80}], "readinessProbe": {}})),
+                vec![
+                    "spec.ephemeralContainers[1].ports: Forbidden: cannot be set for an Ephemeral Container",
+                    "spec.ephemeralContainers[1].readinessProbe: Forbidden: cannot be set for an Ephemeral Container",
+                ],
+            ),
+            (with(json!({"name": "d2", "image": "b", "targetContainerName": "nope"})), vec!["spec.ephemeralContainers[1].targetContainerName: Not found: \"nope\""]),
+        ];
+        for (requested, want) in cases {
+            let got = errors_of(&requested);
+            let got: Vec<&str> = got.iter().map(String::as_str).collect();
+            assert_eq!(got, want, "{requested}");
         }
     }
 

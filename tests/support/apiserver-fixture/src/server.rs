@@ -699,6 +699,56 @@ fn sign_csr_if_approved(app: &Arc<AppState>, rt: &'static ResourceType, name: &s
     }
 }
 
+/// `pods/NAME/ephemeralcontainers` (what `kubectl debug` writes): GET gives the pod; PUT takes
+/// a pod, PATCH a JSON, merge or strategic merge patch of the served pod; of either only
+/// `spec.ephemeralContainers` is written (`Store::update_ephemeral_containers`).
+fn ephemeral_containers(
+    app: &Arc<AppState>,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let store = &app.store;
+    let requested = match *method {
+        Method::GET => {
+            return Ok(json_response(
+                StatusCode::OK,
+                &store.get(rt, Some(ns), name)?,
+            ))
+        }
+        Method::PUT => parse_json_body(rt, headers, body)?,
+        Method::PATCH => {
+            let content_type = headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let patch_type = PatchType::from_content_type(content_type)
+                .filter(|t| *t != PatchType::Apply)
+                .ok_or_else(|| {
+                    ApiError::unsupported_media_type(content_type, ApiError::PATCH_MEDIA_TYPES)
+                })?;
+            let patch_body: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let served = store.get(rt, Some(ns), name)?;
+            crate::patch::apply(patch_type, rt.kind, &served, &patch_body).map_err(|e| match e {
+                crate::patch::PatchError::Malformed(m) => ApiError::bad_request(m),
+                crate::patch::PatchError::Unapplicable(m) => ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: m,
+                    details: None,
+                },
+            })?
+        }
+        _ => return Err(ApiError::method_not_allowed()),
+    };
+    let written = store.update_ephemeral_containers(ns, name, &requested)?;
+    Ok(json_response(StatusCode::OK, &written.object))
+}
+
 fn handle(
     app: &Arc<AppState>,
     method: &Method,
@@ -730,6 +780,17 @@ fn handle(
                 json_response(StatusCode::CREATED, &written.object),
                 &written.warnings,
             ))
+        }
+        (method, Some(name)) if target.subresource.as_deref() == Some("ephemeralcontainers") => {
+            ephemeral_containers(
+                app,
+                rt,
+                ns.unwrap_or("default"),
+                name,
+                &method,
+                headers,
+                body,
+            )
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
             let request = parse_json_body(rt, headers, body)?;

@@ -1062,6 +1062,35 @@ impl Store {
         self.update_locked(&mut inner, rt, namespace, name, patched, status, opts)
     }
 
+    /// `pods/NAME/ephemeralcontainers`, PUT or PATCH: `requested` is the pod the client asks
+    /// for (the body, or the patch applied to the served pod); only its ephemeral containers
+    /// are taken, by the API server's rules (`pod::update_ephemeral_containers`). A pod being
+    /// deleted takes none.
+    pub fn update_ephemeral_containers(
+        &self,
+        namespace: &str,
+        name: &str,
+        requested: &Value,
+    ) -> Result<Written, ApiError> {
+        let pods = resource::find_by_plural("", "v1", "pods")
+            .ok_or_else(|| ApiError::internal("pods are not served"))?;
+        self.modify(pods, Some(namespace), name, |old| {
+            let new = pod::update_ephemeral_containers(old, requested)
+                .map_err(|errors| ApiError::invalid(pods, name, &errors))?;
+            if new != *old && old.pointer("/metadata/deletionTimestamp").is_some() {
+                return Err(ApiError::invalid(
+                    pods,
+                    name,
+                    &[FieldError::forbidden(
+                        "metadata.deletionTimestamp",
+                        "ephemeral containers cannot be added to a pod being deleted",
+                    )],
+                ));
+            }
+            Ok(new)
+        })
+    }
+
     /// `pods/binding`: what the scheduler does to put a pod on a node (spec.nodeName and the
     /// PodScheduled condition).
     pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, ApiError> {
