@@ -110,6 +110,7 @@ fn rc(
         annotations: BTreeMap::new(),
         log_path: String::new(),
         termination_message_file: None,
+        resources: None,
     }
 }
 

@@ -8,6 +8,7 @@
 //! runtime reports) imports nothing of `sync`.
 
 pub mod actions;
+pub mod allocation;
 pub mod container_config;
 pub mod env_objects;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod hooks;
 pub mod memory;
 pub mod plan;
 pub mod recorder;
+pub mod resize;
 pub mod sandbox;
 pub mod sandbox_config;
 pub mod settings;
