@@ -276,6 +276,7 @@ fn rich_pod_status() -> PodStatus {
         runtime_name: "containerd",
         restart_in_place: crate::status::RestartInPlace::Done,
         ready_to_start_condition: true,
+        resize: None,
     })
 }
 

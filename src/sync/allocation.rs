@@ -136,6 +136,17 @@ struct State {
     conditions: BTreeMap<String, ResizeConditions>,
     /// Pods whose resize is `Deferred`, to retry when room may have appeared.
     deferred: BTreeSet<String>,
+    /// The allocated requests (cpu millicores, memory bytes) of each active pod: what a resize
+    /// of another pod is weighed against.
+    active: BTreeMap<String, (i64, i64)>,
+}
+
+/// Wakes a pod's worker (set once the workers exist).
+pub type Waker = Arc<dyn Fn(&str) + Send + Sync>;
+
+fn requests_of(pod: &Pod) -> (i64, i64) {
+    let r = pod_requests(pod).plus(pod_overhead(pod).unwrap_or_default());
+    (r.cpu_milli.unwrap_or(0), r.memory.unwrap_or(0))
 }
 
 /// What the allocation manager did with a pod's resize this sync.
@@ -155,6 +166,7 @@ pub enum Handled {
 pub struct AllocationManager {
     dir: Option<PathBuf>,
     state: Arc<Mutex<State>>,
+    waker: Arc<std::sync::OnceLock<Waker>>,
 }
 
 impl AllocationManager {
@@ -170,6 +182,7 @@ impl AllocationManager {
                 actuated,
                 ..Default::default()
             })),
+            waker: Arc::default(),
         })
     }
 
@@ -178,6 +191,24 @@ impl AllocationManager {
         AllocationManager {
             dir: None,
             state: Arc::new(Mutex::new(State::default())),
+            waker: Arc::default(),
+        }
+    }
+
+    /// How deferred resizes are retried: the pod's worker is woken.
+    pub fn set_waker(&self, waker: Waker) {
+        let _ = self.waker.set(waker);
+    }
+
+    /// Wakes the worker of every pod whose resize is deferred (a pod left, or a resize was
+    /// applied: the kubelet's `RetryPendingResizes` triggers).
+    pub fn retry_deferred(&self) {
+        let uids = self.deferred();
+        if let Some(w) = self.waker.get() {
+            for uid in uids {
+                tracing::debug!(pod.uid = %uid, "retrying a deferred resize");
+                w(&uid);
+            }
         }
     }
 
@@ -218,36 +249,43 @@ impl AllocationManager {
     pub fn admit(&self, pod: &Pod) {
         let mut state = self.lock();
         let uid = pod_uid(pod).to_string();
-        if state.allocated.contains_key(&uid) {
+        if let Some(a) = state.allocated.get(&uid) {
+            let r = requests_of(&with_allocation(pod, a));
+            state.active.insert(uid, r);
             return;
         }
+        state.active.insert(uid.clone(), requests_of(pod));
         state.allocated.insert(uid, allocation_of(pod));
         self.save(&state);
     }
 
-    /// The summed allocated requests (cpu millicores, memory bytes) of every pod but `uid`.
-    fn others(state: &State, uid: &str, pods: &[Pod]) -> (i64, i64) {
-        let mut cpu = 0i64;
-        let mut memory = 0i64;
-        for p in pods.iter().filter(|p| pod_uid(p) != uid) {
-            let allocated = match state.allocated.get(pod_uid(p)) {
-                Some(a) => with_allocation(p, a),
-                None => p.clone(),
-            };
-            let r = pod_requests(&allocated).plus(pod_overhead(&allocated).unwrap_or_default());
-            cpu = cpu.saturating_add(r.cpu_milli.unwrap_or(0));
-            memory = memory.saturating_add(r.memory.unwrap_or(0));
+    /// The pod's containers will not run again: its requests stop counting against others'
+    /// resizes (its allocation stays until the pod is removed). Deferred resizes are retried.
+    pub fn release(&self, uid: &str) {
+        let had = self.lock().active.remove(uid).is_some();
+        if had {
+            self.retry_deferred();
         }
-        (cpu, memory)
+    }
+
+    /// The summed allocated requests (cpu millicores, memory bytes) of every active pod but
+    /// `uid`.
+    fn others(state: &State, uid: &str) -> (i64, i64) {
+        state
+            .active
+            .iter()
+            .filter(|(u, _)| u.as_str() != uid)
+            .fold((0i64, 0i64), |(c, m), (_, (rc, rm))| {
+                (c.saturating_add(*rc), m.saturating_add(*rm))
+            })
     }
 
     /// The kubelet's `handlePodResourcesResize`: decides the pod's desired resources against
     /// the node's allocatable and the other active pods' allocations, allocates them or records
-    /// why not. `active` are the node's active pods (this one may be among them).
+    /// why not, against the allocated requests of the other active pods.
     pub fn handle_resize(
         &self,
         pod: &Pod,
-        active: &[Pod],
         allocatable: NodeAllocatable,
         is_static: bool,
     ) -> Handled {
@@ -257,11 +295,15 @@ impl AllocationManager {
         let Some(allocated) = state.allocated.get(&uid).cloned() else {
             // Not admitted through the manager (standalone static pods, tests): its spec is
             // what it was admitted with.
+            state.active.insert(uid.clone(), requests_of(pod));
             state.allocated.insert(uid, allocation_of(pod));
             self.save(&state);
             return Handled::Unchanged;
         };
-        let (others_cpu_milli, others_memory) = Self::others(&state, &uid, active);
+        state
+            .active
+            .insert(uid.clone(), requests_of(&with_allocation(pod, &allocated)));
+        let (others_cpu_milli, others_memory) = Self::others(&state, &uid);
         let decision = decide(&ResizeInputs {
             desired: pod,
             allocated: &allocated,
@@ -280,6 +322,7 @@ impl AllocationManager {
             Decision::Allocate => {
                 state.deferred.remove(&uid);
                 state.allocated.insert(uid.clone(), allocation_of(pod));
+                state.active.insert(uid.clone(), requests_of(pod));
                 let c = state.conditions.entry(uid).or_default();
                 c.pending = None;
                 c.in_progress = Some((generation, None));
@@ -361,14 +404,20 @@ impl AllocationManager {
     /// The pod is gone: its allocation, actuation and conditions go. Returns the pods whose
     /// deferred resize may fit now.
     pub fn remove(&self, uid: &str) -> Vec<String> {
-        let mut state = self.lock();
-        let had = state.allocated.remove(uid).is_some() | state.actuated.remove(uid).is_some();
-        state.conditions.remove(uid);
-        state.deferred.remove(uid);
-        if had {
-            self.save(&state);
-        }
-        state.deferred.iter().cloned().collect()
+        let retry = {
+            let mut state = self.lock();
+            let had =
+                state.allocated.remove(uid).is_some() | state.actuated.remove(uid).is_some();
+            state.active.remove(uid);
+            state.conditions.remove(uid);
+            state.deferred.remove(uid);
+            if had {
+                self.save(&state);
+            }
+            state.deferred.iter().cloned().collect()
+        };
+        self.retry_deferred();
+        retry
     }
 
     /// Drops the state of every pod not in `keep` (after all sources reported).
@@ -471,7 +520,7 @@ mod tests {
         m.admit(&b);
         // b asks for 500m: 600m + 500m > 1000m → Deferred.
         let b2 = uid(pod(vec![container("c", "cpu=500m", "")], vec![]), "b");
-        let got = m.handle_resize(&b2, &[a.clone(), b2.clone()], node(), false);
+        let got = m.handle_resize(&b2, node(), false);
         assert_eq!(
             got,
             Handled::NewlyPending {
@@ -479,13 +528,17 @@ mod tests {
                 message: "Node didn't have enough resource: cpu, requested: 500, used: 600, capacity: 1000".into()
             }
         );
-        assert_eq!(m.handle_resize(&b2, &[a.clone(), b2.clone()], node(), false), Handled::StillPending);
+        assert_eq!(m.handle_resize(&b2, node(), false), Handled::StillPending);
         assert_eq!(m.deferred(), vec!["b".to_string()]);
         // The allocation, not the spec, is what b runs with and what others count.
         assert_eq!(m.allocated_pod(&b2), b);
-        // a leaves: b's resize is to be retried, and now fits.
-        assert_eq!(m.remove("a"), vec!["b".to_string()]);
-        assert_eq!(m.handle_resize(&b2, &[b2.clone()], node(), false), Handled::Allocated);
+        // a ends: b's resize is retried (its worker woken), and now fits.
+        let woken = Arc::new(Mutex::new(Vec::<String>::new()));
+        let w = woken.clone();
+        m.set_waker(Arc::new(move |uid: &str| w.lock().unwrap().push(uid.to_string())));
+        m.release("a");
+        assert_eq!(*woken.lock().unwrap(), vec!["b".to_string()]);
+        assert_eq!(m.handle_resize(&b2, node(), false), Handled::Allocated);
         assert!(m.deferred().is_empty());
         assert_eq!(m.conditions("b").pending, None);
         assert_eq!(m.conditions("b").in_progress, Some((1, None)));
