@@ -187,7 +187,7 @@ impl Fixture {
             terminal: false,
             restart_in_place: RestartInPlace::Never,
             ready_to_start_condition: true,
-            resize: self.resize.as_ref(),
+            resize: None,
         }
     }
 
@@ -231,7 +231,7 @@ impl Fixture {
             runtime_name: "containerd",
             restart_in_place: self.restart_in_place,
             ready_to_start_condition: self.ready_to_start_condition,
-            resize: None,
+            resize: self.resize.as_ref(),
         }
     }
 
@@ -1664,9 +1664,9 @@ fn resize_resources_and_conditions() {
     };
     let mut pod = pod("Always", vec![], vec![c("app")]);
     pod.metadata.generation = Some(3);
-    let running = running("app", "app-1", 100, 0);
+    let app = running("app", "app-1", 100, 0);
     // 1.6: no report → what was applied.
-    let mut f = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![running.clone()]));
+    let mut f = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![app.clone()]));
     f.resize = Some(view.clone());
     let status = generate_pod_status(&f.inputs());
     let c = &status.container_statuses.as_ref().unwrap()[0];
@@ -1680,7 +1680,7 @@ fn resize_resources_and_conditions() {
     assert_eq!(progress.reason.as_deref(), Some("Error"));
     assert_eq!(progress.observed_generation, Some(2));
     // A runtime that reports: its values (quota 50000/100000 = 500m), spelled as allocated.
-    let mut reported = running.clone();
+    let mut reported = app.clone();
     reported.resources = Some(crate::cri::api::LinuxContainerResources {
         cpu_period: 100_000,
         cpu_quota: 50_000,
@@ -1700,7 +1700,7 @@ fn resize_resources_and_conditions() {
     let status = generate_pod_status(&f.inputs());
     assert_eq!(status.container_statuses.as_ref().unwrap()[0].resources, None);
     // Without a view: no resources, no resize conditions (never the spec).
-    let f = Fixture::new(pod, runtime(ready_sandbox(), vec![running]));
+    let f = Fixture::new(pod, runtime(ready_sandbox(), vec![app]));
     let status = generate_pod_status(&f.inputs());
     assert_eq!(status.container_statuses.as_ref().unwrap()[0].resources, None);
     assert!(!status

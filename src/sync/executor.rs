@@ -677,12 +677,16 @@ impl PodSyncer {
                     let (Some((cg, planned)), Some(old)) = (cgroups, &old_config) else {
                         continue;
                     };
-                    let config = if *step == Step::PodCgroupExpand {
-                        expanded(old, &planned.config)
+                    // Grown first (when anything grows), the final values last (when
+                    // anything shrinks): a child's limit never exceeds its pod's (cgroup v1
+                    // refuses a container quota above the pod's).
+                    let grown = expanded(old, &planned.config);
+                    let (config, due) = if *step == Step::PodCgroupExpand {
+                        (grown.clone(), grown != *old)
                     } else {
-                        planned.config.clone()
+                        (planned.config.clone(), grown != planned.config)
                     };
-                    if *step == Step::PodCgroupFinal || config != planned.config {
+                    if due {
                         cg.ensure_pod_with(uid, planned.share, &planned.name, &config)
                             .await
                             .map_err(|e| format!("resizing the pod cgroup: {e}"))
