@@ -13,7 +13,13 @@ use nodelet::cri::StatsRuntime;
 
 /// A pod bound to `node`: one testbox container with Burstable resources (requests
 /// cpu 100m / memory 32Mi, limits `cpu_limit` / `memory_limit`) and `extra` in the container.
-fn resizable_pod(name: &str, node: &str, cpu_request: &str, cpu_limit: &str, extra: &str) -> String {
+fn resizable_pod(
+    name: &str,
+    node: &str,
+    cpu_request: &str,
+    cpu_limit: &str,
+    extra: &str,
+) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    resources:\n      requests: {{cpu: {cpu_request}, memory: 32Mi}}\n      limits: {{cpu: {cpu_limit}, memory: 64Mi}}\n{extra}"
     )
@@ -43,14 +49,30 @@ fn condition(p: &Pod, type_: &str) -> Option<PodCondition> {
         .cloned()
 }
 
-fn quantity(list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>, name: &str) -> Option<String> {
+fn quantity(
+    list: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+    name: &str,
+) -> Option<String> {
     list?.get(name).map(|q| q.0.clone())
 }
 
 fn resize(api: &str, name: &str, patch: &str) {
     let (ok, out, err) = kubectl(
         api,
-        &["patch", "pod", name, "--subresource", "resize", "--patch", patch],
+        &[
+            "patch",
+            "pod",
+            name,
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
     );
     assert!(ok, "kubectl patch --subresource resize: {out}{err}");
 }
@@ -79,14 +101,22 @@ async fn cgroup_file(container_id: &str, controller: &str, v1: &str, v2: &str) -
 /// The container's cpu quota in microseconds per 100 ms period (`None`: unlimited).
 async fn cpu_quota(container_id: &str) -> Option<i64> {
     let v = cgroup_file(container_id, "cpu", "cpu.cfs_quota_us", "cpu.max").await;
-    v.split_whitespace().next().and_then(|q| q.parse().ok()).filter(|q: &i64| *q > 0)
+    v.split_whitespace()
+        .next()
+        .and_then(|q| q.parse().ok())
+        .filter(|q: &i64| *q > 0)
 }
 
 async fn memory_limit(container_id: &str) -> i64 {
-    cgroup_file(container_id, "memory", "memory.limit_in_bytes", "memory.max")
-        .await
-        .parse()
-        .unwrap()
+    cgroup_file(
+        container_id,
+        "memory",
+        "memory.limit_in_bytes",
+        "memory.max",
+    )
+    .await
+    .parse()
+    .unwrap()
 }
 
 /// (a) A raised cpu limit reaches the running container's cgroup in place: no restart, the same
@@ -97,8 +127,16 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     let fixture = Fixture::start(None).await.unwrap();
     let api = fixture.url();
     let n = Nodelet::start_in_cluster("resize-cpu", &api, "");
-    kubectl_apply(&api, n.dir.path(), "cpu", &resizable_pod("cpu", &n.node, "100m", "200m", ""));
-    let before = wait_api("the pod running", &n, || running_main(&api_pod(&fixture, "cpu")?)).await;
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "cpu",
+        &resizable_pod("cpu", &n.node, "100m", "200m", ""),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "cpu")?)
+    })
+    .await;
     let id = before.container_id.clone().expect("container ID");
     assert_eq!(cpu_quota(&id).await, Some(20_000));
     assert_eq!(
@@ -106,7 +144,11 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
         Some("100m")
     );
 
-    resize(&api, "cpu", r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"500m"}}}]}}"#);
+    resize(
+        &api,
+        "cpu",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"500m"}}}]}}"#,
+    );
     let after = wait_api("the new cpu limit in the status", &n, || {
         let c = running_main(&api_pod(&fixture, "cpu")?)?;
         (quantity(c.resources.as_ref()?.limits.as_ref(), "cpu").as_deref() == Some("500m"))
@@ -114,17 +156,26 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     })
     .await;
     assert_eq!(cpu_quota(&id).await, Some(50_000), "the container's cgroup");
-    assert_eq!(after.container_id.as_deref(), Some(id.as_str()), "same container");
+    assert_eq!(
+        after.container_id.as_deref(),
+        Some(id.as_str()),
+        "same container"
+    );
     assert_eq!(after.restart_count, 0);
     // Done: no resize condition is left, and the status observed the new generation.
     let pod = wait_api("the resize conditions gone", &n, || {
         let p = api_pod(&fixture, "cpu")?;
-        (condition(&p, "PodResizeInProgress").is_none() && condition(&p, "PodResizePending").is_none())
-            .then_some(p)
+        (condition(&p, "PodResizeInProgress").is_none()
+            && condition(&p, "PodResizePending").is_none())
+        .then_some(p)
     })
     .await;
     assert_eq!(pod.metadata.generation, Some(2));
-    assert!(n.logs().contains("UpdateContainerResources"), "{}", nodelet_testkit::tail(&n.logs(), 40));
+    assert!(
+        n.logs().contains("UpdateContainerResources"),
+        "{}",
+        nodelet_testkit::tail(&n.logs(), 40)
+    );
 }
 
 /// (b) A memory change under `resizePolicy: RestartContainer` restarts that container, which
@@ -134,20 +185,37 @@ async fn memory_resize_under_restart_container_restarts_it() {
     let fixture = Fixture::start(None).await.unwrap();
     let api = fixture.url();
     let n = Nodelet::start_in_cluster("resize-mem", &api, "");
-    let policy = "    resizePolicy:\n    - {resourceName: memory, restartPolicy: RestartContainer}\n";
-    kubectl_apply(&api, n.dir.path(), "mem", &resizable_pod("mem", &n.node, "100m", "200m", policy));
-    let before = wait_api("the pod running", &n, || running_main(&api_pod(&fixture, "mem")?)).await;
+    let policy =
+        "    resizePolicy:\n    - {resourceName: memory, restartPolicy: RestartContainer}\n";
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "mem",
+        &resizable_pod("mem", &n.node, "100m", "200m", policy),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "mem")?)
+    })
+    .await;
     let old_id = before.container_id.clone().expect("container ID");
     assert_eq!(memory_limit(&old_id).await, 64 << 20);
 
-    resize(&api, "mem", r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"96Mi"}}}]}}"#);
+    resize(
+        &api,
+        "mem",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"96Mi"}}}]}}"#,
+    );
     let after = wait_api("the container restarted", &n, || {
         let c = running_main(&api_pod(&fixture, "mem")?)?;
         (c.restart_count == 1 && c.container_id.as_deref() != Some(old_id.as_str())).then_some(c)
     })
     .await;
     let new_id = after.container_id.clone().unwrap();
-    assert_eq!(memory_limit(&new_id).await, 96 << 20, "the new container's cgroup");
+    assert_eq!(
+        memory_limit(&new_id).await,
+        96 << 20,
+        "the new container's cgroup"
+    );
     wait_api("the new limit in the status", &n, || {
         let c = running_main(&api_pod(&fixture, "mem")?)?;
         (quantity(c.resources.as_ref()?.limits.as_ref(), "memory").as_deref() == Some("96Mi"))
@@ -163,11 +231,23 @@ async fn request_above_allocatable_is_infeasible_and_changes_nothing() {
     let fixture = Fixture::start(None).await.unwrap();
     let api = fixture.url();
     let n = Nodelet::start_in_cluster("resize-infeasible", &api, "");
-    kubectl_apply(&api, n.dir.path(), "big", &resizable_pod("big", &n.node, "100m", "200m", ""));
-    let before = wait_api("the pod running", &n, || running_main(&api_pod(&fixture, "big")?)).await;
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "big",
+        &resizable_pod("big", &n.node, "100m", "200m", ""),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "big")?)
+    })
+    .await;
     let id = before.container_id.clone().unwrap();
 
-    resize(&api, "big", r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"1000"},"limits":{"cpu":"1000"}}}]}}"#);
+    resize(
+        &api,
+        "big",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"1000"},"limits":{"cpu":"1000"}}}]}}"#,
+    );
     let pending = wait_api("PodResizePending", &n, || {
         condition(&api_pod(&fixture, "big")?, "PodResizePending")
     })
@@ -175,7 +255,8 @@ async fn request_above_allocatable_is_infeasible_and_changes_nothing() {
     assert_eq!(pending.reason.as_deref(), Some("Infeasible"));
     let message = pending.message.unwrap_or_default();
     assert!(
-        message.starts_with("Node didn't have enough capacity: cpu, requested: 1000000, capacity: "),
+        message
+            .starts_with("Node didn't have enough capacity: cpu, requested: 1000000, capacity: "),
         "{message}"
     );
     assert_eq!(pending.observed_generation, Some(2));
@@ -183,7 +264,10 @@ async fn request_above_allocatable_is_infeasible_and_changes_nothing() {
     let c = running_main(&pod).unwrap();
     assert_eq!(c.container_id.as_deref(), Some(id.as_str()));
     assert_eq!(c.restart_count, 0);
-    assert_eq!(quantity(c.allocated_resources.as_ref(), "cpu").as_deref(), Some("100m"));
+    assert_eq!(
+        quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("100m")
+    );
     assert_eq!(
         quantity(c.resources.as_ref().unwrap().limits.as_ref(), "cpu").as_deref(),
         Some("200m")
@@ -218,15 +302,31 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
     .await;
     let half = alloc / 2;
     let limit = format!("{alloc}m");
-    kubectl_apply(&api, n.dir.path(), "hog", &resizable_pod("hog", &n.node, &format!("{half}m"), &limit, ""));
-    kubectl_apply(&api, n.dir.path(), "grow", &resizable_pod("grow", &n.node, "100m", &limit, ""));
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "hog",
+        &resizable_pod("hog", &n.node, &format!("{half}m"), &limit, ""),
+    );
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "grow",
+        &resizable_pod("grow", &n.node, "100m", &limit, ""),
+    );
     wait_api("both pods running", &n, || {
         running_main(&api_pod(&fixture, "hog")?)?;
         running_main(&api_pod(&fixture, "grow")?)
     })
     .await;
     let want = half + 100;
-    resize(&api, "grow", &format!(r#"{{"spec":{{"containers":[{{"name":"main","resources":{{"requests":{{"cpu":"{want}m"}}}}}}]}}}}"#));
+    resize(
+        &api,
+        "grow",
+        &format!(
+            r#"{{"spec":{{"containers":[{{"name":"main","resources":{{"requests":{{"cpu":"{want}m"}}}}}}]}}}}"#
+        ),
+    );
     let pending = wait_api("PodResizePending Deferred", &n, || {
         condition(&api_pod(&fixture, "grow")?, "PodResizePending")
     })
@@ -234,13 +334,21 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
     assert_eq!(pending.reason.as_deref(), Some("Deferred"), "{pending:?}");
     let message = pending.message.unwrap_or_default();
     assert!(
-        message.starts_with(&format!("Node didn't have enough resource: cpu, requested: {want}, used: {half}")),
+        message.starts_with(&format!(
+            "Node didn't have enough resource: cpu, requested: {want}, used: {half}"
+        )),
         "{message}"
     );
     let c = running_main(&api_pod(&fixture, "grow").unwrap()).unwrap();
-    assert_eq!(quantity(c.allocated_resources.as_ref(), "cpu").as_deref(), Some("100m"));
+    assert_eq!(
+        quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("100m")
+    );
 
-    let (ok, _, err) = kubectl(&api, &["delete", "pod", "hog", "--grace-period=1", "--wait=false"]);
+    let (ok, _, err) = kubectl(
+        &api,
+        &["delete", "pod", "hog", "--grace-period=1", "--wait=false"],
+    );
     assert!(ok, "{err}");
     let c = wait_api("the deferred resize allocated", &n, || {
         let p = api_pod(&fixture, "grow")?;
@@ -252,7 +360,11 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
     .await;
     assert_eq!(c.restart_count, 0);
     let log = n.logs();
-    assert!(log.contains("retrying a deferred resize") || log.contains("pod resize allocated"), "{}", nodelet_testkit::tail(&log, 40));
+    assert!(
+        log.contains("retrying a deferred resize") || log.contains("pod resize allocated"),
+        "{}",
+        nodelet_testkit::tail(&log, 40)
+    );
 }
 
 /// (e) A restart of nodelet keeps the allocation: a pod whose spec now asks for more than the
@@ -263,10 +375,22 @@ async fn restart_keeps_the_allocation() {
     let fixture = Fixture::start(None).await.unwrap();
     let api = fixture.url();
     let mut n = Nodelet::start_in_cluster("resize-restart", &api, "");
-    kubectl_apply(&api, n.dir.path(), "kept", &resizable_pod("kept", &n.node, "100m", "200m", ""));
-    let before = wait_api("the pod running", &n, || running_main(&api_pod(&fixture, "kept")?)).await;
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "kept",
+        &resizable_pod("kept", &n.node, "100m", "200m", ""),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "kept")?)
+    })
+    .await;
     let id = before.container_id.clone().unwrap();
-    resize(&api, "kept", r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"1000"},"limits":{"cpu":"1000"}}}]}}"#);
+    resize(
+        &api,
+        "kept",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"1000"},"limits":{"cpu":"1000"}}}]}}"#,
+    );
     wait_api("PodResizePending", &n, || {
         condition(&api_pod(&fixture, "kept")?, "PodResizePending")
     })
@@ -297,6 +421,9 @@ async fn restart_keeps_the_allocation() {
     let c = running_main(&p).unwrap();
     assert_eq!(c.container_id.as_deref(), Some(id.as_str()));
     assert_eq!(c.restart_count, 0);
-    assert_eq!(quantity(c.allocated_resources.as_ref(), "cpu").as_deref(), Some("100m"));
+    assert_eq!(
+        quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("100m")
+    );
     assert_eq!(cpu_quota(&id).await, Some(20_000));
 }

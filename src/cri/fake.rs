@@ -734,7 +734,10 @@ impl Runtime for FakeRuntime {
             .containers
             .get_mut(container_id)
             .ok_or_else(|| Self::not_found("update_container_resources", container_id))?;
-        c.config.linux.get_or_insert_with(Default::default).resources = Some(linux);
+        c.config
+            .linux
+            .get_or_insert_with(Default::default)
+            .resources = Some(linux);
         Ok(())
     }
 

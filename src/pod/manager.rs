@@ -20,9 +20,9 @@ use crate::pleg::PodLifecycleEvent;
 use crate::podspec::{pod_uid, Phase};
 use crate::source::SourceSnapshot;
 use crate::status::StatusManager;
-use crate::sync::allocation::AllocationManager;
 use crate::status::StatusMutation;
 use crate::status::REJECTED_MESSAGE_PREFIX;
+use crate::sync::allocation::AllocationManager;
 
 /// The change from one desired set to the next, by UID.
 #[derive(Debug, Default, PartialEq)]
@@ -233,7 +233,11 @@ impl PodManager {
         ) {
             return true;
         }
-        if let Some(a) = self.allocation.as_ref().filter(|a| a.is_allocated(pod_uid(pod))) {
+        if let Some(a) = self
+            .allocation
+            .as_ref()
+            .filter(|a| a.is_allocated(pod_uid(pod)))
+        {
             // Admitted before nodelet restarted: it keeps its allocation and is not admitted
             // again (the kubelet's allocation checkpoint).
             a.admit(pod);

@@ -122,7 +122,10 @@ fn infeasible(message: impl Into<String>) -> Decision {
 }
 
 fn limit_of(r: &ResourceRequirements, name: &str) -> Option<String> {
-    r.limits.as_ref().and_then(|l| l.get(name)).map(|q| q.0.clone())
+    r.limits
+        .as_ref()
+        .and_then(|l| l.get(name))
+        .map(|q| q.0.clone())
 }
 
 /// Whether the resize of `desired` can be allocated: the kubelet's `handlePodResourcesResize`
@@ -185,11 +188,13 @@ pub fn decide(inputs: &ResizeInputs<'_>) -> Decision {
         };
         return infeasible(format!("Node didn't have enough capacity: {what}"));
     }
-    let deferred = |name: &str, requested: i64, used: i64, capacity: i64| Decision::Pending {
+    let deferred = |name: &str, requested: i64, used: i64, capacity: i64| {
+        Decision::Pending {
         reason: REASON_DEFERRED,
         message: format!(
             "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
         ),
+    }
     };
     if cpu > 0 && inputs.others_cpu_milli.saturating_add(cpu) > cap.cpu_milli {
         return deferred("cpu", cpu, inputs.others_cpu_milli, cap.cpu_milli);
@@ -350,12 +355,20 @@ mod tests {
             })
         };
         let mut side = before.clone();
-        side.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[1] =
-            sidecar("side", "cpu=100m", "cpu=300m");
+        side.spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .as_mut()
+            .unwrap()[1] = sidecar("side", "cpu=100m", "cpu=300m");
         assert_eq!(inputs(&side), Decision::Allocate);
         let mut init = before.clone();
-        init.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0] =
-            container("init", "cpu=100m", "cpu=300m");
+        init.spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .as_mut()
+            .unwrap()[0] = container("init", "cpu=100m", "cpu=300m");
         assert_eq!(
             inputs(&init),
             infeasible("resize of the non-restartable init container \"init\" is not supported")

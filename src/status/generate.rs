@@ -15,7 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::phase::{get_phase_with_initialized, is_terminal_phase};
 use super::restart::should_container_be_restarted;
-use super::{ResizeView, StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING};
+use super::{
+    ResizeView, StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING,
+};
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
 use crate::podspec::Phase;
 
@@ -421,7 +423,10 @@ fn reported_resources(
     }
     if r.memory_limit_in_bytes > 0 {
         let v = r.memory_limit_in_bytes;
-        limits.insert("memory".to_string(), spelled(known_q(kl, "memory"), v, false));
+        limits.insert(
+            "memory".to_string(),
+            spelled(known_q(kl, "memory"), v, false),
+        );
     }
     if r.cpu_shares > 2 {
         // Shares are milli × 1024 / 1000, rounded down: a known request that maps to the same

@@ -1659,8 +1659,15 @@ fn resize_resources_and_conditions() {
     let view = ResizeView {
         allocated: [("app".to_string(), allocated.clone())].into(),
         actuated: [("app".to_string(), ("app-1".to_string(), applied.clone()))].into(),
-        pending: Some(("Infeasible".into(), "Node didn't have enough capacity: cpu, requested: 9000, capacity: 2000".into(), 3)),
-        in_progress: Some((2, Some("attempting to set pod memory limit (1) below current usage (2)".into()))),
+        pending: Some((
+            "Infeasible".into(),
+            "Node didn't have enough capacity: cpu, requested: 9000, capacity: 2000".into(),
+            3,
+        )),
+        in_progress: Some((
+            2,
+            Some("attempting to set pod memory limit (1) below current usage (2)".into()),
+        )),
     };
     let mut pod = pod("Always", vec![], vec![c("app")]);
     pod.metadata.generation = Some(3);
@@ -1673,10 +1680,16 @@ fn resize_resources_and_conditions() {
     assert_eq!(c.resources.as_ref(), Some(&applied));
     assert_eq!(c.allocated_resources, allocated.requests);
     let conds = status.conditions.as_ref().unwrap();
-    let pending = conds.iter().find(|c| c.type_ == "PodResizePending").unwrap();
+    let pending = conds
+        .iter()
+        .find(|c| c.type_ == "PodResizePending")
+        .unwrap();
     assert_eq!(pending.reason.as_deref(), Some("Infeasible"));
     assert_eq!(pending.observed_generation, Some(3));
-    let progress = conds.iter().find(|c| c.type_ == "PodResizeInProgress").unwrap();
+    let progress = conds
+        .iter()
+        .find(|c| c.type_ == "PodResizeInProgress")
+        .unwrap();
     assert_eq!(progress.reason.as_deref(), Some("Error"));
     assert_eq!(progress.observed_generation, Some(2));
     // A runtime that reports: its values (quota 50000/100000 = 500m), spelled as allocated.
@@ -1698,11 +1711,17 @@ fn resize_resources_and_conditions() {
     let mut f = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![other]));
     f.resize = Some(view);
     let status = generate_pod_status(&f.inputs());
-    assert_eq!(status.container_statuses.as_ref().unwrap()[0].resources, None);
+    assert_eq!(
+        status.container_statuses.as_ref().unwrap()[0].resources,
+        None
+    );
     // Without a view: no resources, no resize conditions (never the spec).
     let f = Fixture::new(pod, runtime(ready_sandbox(), vec![app]));
     let status = generate_pod_status(&f.inputs());
-    assert_eq!(status.container_statuses.as_ref().unwrap()[0].resources, None);
+    assert_eq!(
+        status.container_statuses.as_ref().unwrap()[0].resources,
+        None
+    );
     assert!(!status
         .conditions
         .unwrap()

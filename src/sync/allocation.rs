@@ -19,7 +19,9 @@ use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use serde::{Deserialize, Serialize};
 
 use crate::podspec::pod_uid;
-use crate::podspec::resize::{allocation_of, decide, with_allocation, Decision, PodAllocation, ResizeInputs};
+use crate::podspec::resize::{
+    allocation_of, decide, with_allocation, Decision, PodAllocation, ResizeInputs,
+};
 use crate::podspec::resources::{pod_overhead, pod_requests, NodeAllocatable};
 
 pub const ALLOCATED_FILE: &str = "allocated_pods_state";
@@ -156,7 +158,10 @@ pub enum Handled {
     /// A new allocation was made (event `ResizeStarted`).
     Allocated,
     /// Newly pending (event `ResizeDeferred` / `ResizeInfeasible`, Warning).
-    NewlyPending { reason: &'static str, message: String },
+    NewlyPending {
+        reason: &'static str,
+        message: String,
+    },
     /// Still pending as before.
     StillPending,
 }
@@ -406,8 +411,7 @@ impl AllocationManager {
     pub fn remove(&self, uid: &str) -> Vec<String> {
         let retry = {
             let mut state = self.lock();
-            let had =
-                state.allocated.remove(uid).is_some() | state.actuated.remove(uid).is_some();
+            let had = state.allocated.remove(uid).is_some() | state.actuated.remove(uid).is_some();
             state.active.remove(uid);
             state.conditions.remove(uid);
             state.deferred.remove(uid);
@@ -461,7 +465,10 @@ mod tests {
 
     #[test]
     fn checkpoint_round_trip_and_checksum() {
-        let p = uid(pod(vec![container("c", "cpu=100m", "cpu=200m")], vec![]), "a");
+        let p = uid(
+            pod(vec![container("c", "cpu=100m", "cpu=200m")], vec![]),
+            "a",
+        );
         let data: BTreeMap<String, PodAllocation> = [("a".to_string(), allocation_of(&p))].into();
         let text = encode(&data);
         let back: BTreeMap<String, PodAllocation> = decode(&text).unwrap();
@@ -469,7 +476,10 @@ mod tests {
         let cases = [
             (text.replace("200m", "300m"), "checksum mismatch"),
             ("{".to_string(), "EOF"),
-            (r#"{"data":{},"checksum":"0"}"#.to_string(), "checksum mismatch"),
+            (
+                r#"{"data":{},"checksum":"0"}"#.to_string(),
+                "checksum mismatch",
+            ),
         ];
         for (bad, want) in cases {
             let err = decode::<BTreeMap<String, PodAllocation>>(&bad).unwrap_err();
@@ -480,7 +490,10 @@ mod tests {
     #[test]
     fn a_restart_keeps_allocation_and_actuation() {
         let dir = tempfile::tempdir().unwrap();
-        let p = uid(pod(vec![container("c", "cpu=100m", "cpu=200m")], vec![]), "a");
+        let p = uid(
+            pod(vec![container("c", "cpu=100m", "cpu=200m")], vec![]),
+            "a",
+        );
         let m = AllocationManager::load(dir.path()).unwrap();
         m.admit(&p);
         m.set_actuated_container(
@@ -492,7 +505,10 @@ mod tests {
             },
         );
         // The spec changes while nodelet is down: the allocation stands.
-        let resized = uid(pod(vec![container("c", "cpu=100m", "cpu=900m")], vec![]), "a");
+        let resized = uid(
+            pod(vec![container("c", "cpu=100m", "cpu=900m")], vec![]),
+            "a",
+        );
         let again = AllocationManager::load(dir.path()).unwrap();
         again.admit(&resized);
         assert_eq!(again.allocation("a"), Some(allocation_of(&p)));
@@ -504,7 +520,11 @@ mod tests {
         assert!(!third.is_allocated("a"));
         assert!(third.actuated("a").containers.is_empty());
         // A corrupt file is an error, not an empty state.
-        std::fs::write(dir.path().join(ALLOCATED_FILE), "{\"data\":{},\"checksum\":\"1\"}").unwrap();
+        std::fs::write(
+            dir.path().join(ALLOCATED_FILE),
+            "{\"data\":{},\"checksum\":\"1\"}",
+        )
+        .unwrap();
         assert!(matches!(
             AllocationManager::load(dir.path()),
             Err(Error::Corrupt { .. })
@@ -535,7 +555,9 @@ mod tests {
         // a ends: b's resize is retried (its worker woken), and now fits.
         let woken = Arc::new(Mutex::new(Vec::<String>::new()));
         let w = woken.clone();
-        m.set_waker(Arc::new(move |uid: &str| w.lock().unwrap().push(uid.to_string())));
+        m.set_waker(Arc::new(move |uid: &str| {
+            w.lock().unwrap().push(uid.to_string())
+        }));
         m.release("a");
         assert_eq!(*woken.lock().unwrap(), vec!["b".to_string()]);
         assert_eq!(m.handle_resize(&b2, node(), false), Handled::Allocated);

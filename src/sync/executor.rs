@@ -13,8 +13,8 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::actions::KillReason;
-use super::allocation::{ActuatedContainer, AllocationManager, Handled};
 use super::actions::{compute_pod_actions, ActionInputs, PodActions, PodEnd};
+use super::allocation::{ActuatedContainer, AllocationManager, Handled};
 pub use super::error::{removed, Error, Result};
 use super::grace::{Grace, StopReason};
 pub use super::memory::{PodMemory, RuntimeWrites, IMAGE_BACKOFF, SYNC_ERROR_RETRY};
@@ -63,7 +63,10 @@ pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
 
 /// The pod cgroup's values while a resize moves between two: the larger of each, so neither
 /// the containers' old nor their new limits exceed it.
-fn expanded(old: &crate::cgroup::ResourceConfig, new: &crate::cgroup::ResourceConfig) -> crate::cgroup::ResourceConfig {
+fn expanded(
+    old: &crate::cgroup::ResourceConfig,
+    new: &crate::cgroup::ResourceConfig,
+) -> crate::cgroup::ResourceConfig {
     let mut out = new.clone();
     out.cpu_shares = old.cpu_shares.max(new.cpu_shares);
     out.cpu_quota = match (old.cpu_quota, new.cpu_quota) {
@@ -508,7 +511,12 @@ impl PodSyncer {
             else {
                 continue;
             };
-            if actuated.containers.get(name).map(|a| a.container_id.as_str()) == Some(&latest.id) {
+            if actuated
+                .containers
+                .get(name)
+                .map(|a| a.container_id.as_str())
+                == Some(&latest.id)
+            {
                 continue;
             }
             self.allocation.set_actuated_container(

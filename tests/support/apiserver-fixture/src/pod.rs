@@ -535,7 +535,9 @@ pub fn apply_resize(old: &Value, proposed: &Value) -> Result<Value, Vec<FieldErr
     }
     let mut new = old.clone();
     for list in ["containers", "initContainers"] {
-        let Some(cs) = new.pointer_mut(&format!("/spec/{list}")).and_then(Value::as_array_mut)
+        let Some(cs) = new
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
         else {
             continue;
         };
@@ -883,7 +885,10 @@ mod resize_tests {
         let mut ok = old.clone();
         ok["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "500m"}});
         let new = apply_resize(&old, &ok).unwrap();
-        assert_eq!(new["spec"]["containers"][0]["resources"]["limits"]["cpu"], "500m");
+        assert_eq!(
+            new["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+            "500m"
+        );
         assert_eq!(new["metadata"]["generation"], 2);
         // The same resources: nothing changes, the generation stays.
         assert_eq!(apply_resize(&old, &old).unwrap(), old);

@@ -733,7 +733,8 @@ fn resize_pod(
         _ => return Err(ApiError::method_not_allowed()),
     };
     let written = store.modify(rt, ns, name, |old| {
-        crate::pod::apply_resize(old, &proposed).map_err(|errors| ApiError::invalid(rt, name, &errors))
+        crate::pod::apply_resize(old, &proposed)
+            .map_err(|errors| ApiError::invalid(rt, name, &errors))
     })?;
     Ok(json_response(StatusCode::OK, &written.object))
 }
@@ -753,9 +754,11 @@ fn handle(
     let status = target.subresource.is_some();
     let store = &app.store;
     let csr = rt.storage == "certificatesigningrequests";
-    if let (true, Some(name), Some("resize")) =
-        (rt.is_pod(), target.name.as_deref(), target.subresource.as_deref())
-    {
+    if let (true, Some(name), Some("resize")) = (
+        rt.is_pod(),
+        target.name.as_deref(),
+        target.subresource.as_deref(),
+    ) {
         return resize_pod(app, rt, ns, name, method, headers, body);
     }
     match (method.clone(), target.name.as_deref()) {
