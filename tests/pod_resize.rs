@@ -80,11 +80,29 @@ fn resize(api: &str, name: &str, patch: &str) {
 /// A container's cgroup file, found through the cgroupsPath of its verbose status (v1: the
 /// named controller's hierarchy; v2: the unified one).
 async fn cgroup_file(container_id: &str, controller: &str, v1: &str, v2: &str) -> String {
+    cgroup_file_at(container_id, false, controller, v1, v2).await
+}
+
+/// [`cgroup_file`] of the container's cgroup, or with `pod` of its parent (the pod cgroup).
+async fn cgroup_file_at(
+    container_id: &str,
+    pod: bool,
+    controller: &str,
+    v1: &str,
+    v2: &str,
+) -> String {
     let id = container_id.rsplit("://").next().unwrap().to_string();
     let info = runtime().container_info(&id).await.expect("verbose status");
     let path = nodelet::stats::container_cgroup::cgroups_path_from_info(&info)
         .expect("cgroupsPath in the verbose status");
     // A systemd cgroupsPath is "slice:prefix:name"; the tests run nodelet with cgroupfs.
+    let path = if pod {
+        path.rsplit_once('/')
+            .map(|(parent, _)| parent.to_string())
+            .unwrap()
+    } else {
+        path
+    };
     let relative = path.trim_start_matches('/');
     let v1_dir = Path::new("/sys/fs/cgroup").join(controller).join(relative);
     let file = if v1_dir.exists() {
@@ -100,7 +118,12 @@ async fn cgroup_file(container_id: &str, controller: &str, v1: &str, v2: &str) -
 
 /// The container's cpu quota in microseconds per 100 ms period (`None`: unlimited).
 async fn cpu_quota(container_id: &str) -> Option<i64> {
-    let v = cgroup_file(container_id, "cpu", "cpu.cfs_quota_us", "cpu.max").await;
+    cpu_quota_at(container_id, false).await
+}
+
+/// The cpu quota of the container's cgroup, or with `pod` of its pod's.
+async fn cpu_quota_at(container_id: &str, pod: bool) -> Option<i64> {
+    let v = cgroup_file_at(container_id, pod, "cpu", "cpu.cfs_quota_us", "cpu.max").await;
     v.split_whitespace()
         .next()
         .and_then(|q| q.parse().ok())
@@ -140,6 +163,11 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     let id = before.container_id.clone().expect("container ID");
     assert_eq!(cpu_quota(&id).await, Some(20_000));
     assert_eq!(
+        cpu_quota_at(&id, true).await,
+        Some(20_000),
+        "the pod cgroup"
+    );
+    assert_eq!(
         quantity(before.allocated_resources.as_ref(), "cpu").as_deref(),
         Some("100m")
     );
@@ -156,6 +184,11 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     })
     .await;
     assert_eq!(cpu_quota(&id).await, Some(50_000), "the container's cgroup");
+    assert_eq!(
+        cpu_quota_at(&id, true).await,
+        Some(50_000),
+        "the pod cgroup"
+    );
     assert_eq!(
         after.container_id.as_deref(),
         Some(id.as_str()),
