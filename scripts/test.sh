@@ -10,7 +10,7 @@
 # The test binaries run in three lanes at once, each one binary after another (within a binary
 # its tests run in parallel, as under `cargo test`): the VM scenarios (each boots its own qemu
 # guest); the fault tests (they stop their containerd, so they get an instance of their own),
-# then the containerd 1.6 compatibility subset (lifecycle, probes, security context, cluster mode on
+# then the containerd 1.6 compatibility subset (lifecycle, probes, security context, pod resize, cluster mode on
 # Debian 12's containerd 1.6, an instance of its own), then the fuzz targets' build and short
 # run; and all the rest against the shared test containerd. The integration tests run on
 # containerd 2.x from Debian's newest suite (scripts/containerd-current.sh) with Debian 12's runc.

@@ -103,6 +103,8 @@ pub enum StartError {
     Bind(#[from] BindError),
     #[error(transparent)]
     CredentialProviders(#[from] crate::images::provider::ProviderError),
+    #[error("in-place resize: {0}")]
+    Allocation(#[from] crate::sync::allocation::Error),
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(String),
     /// The runtime's `RuntimeConfig` failed (after the kubelet's retries) or named a driver

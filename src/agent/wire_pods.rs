@@ -94,6 +94,8 @@ pub(super) fn wire(
         )
         .with_pull_rate(cfg.registry_pull_qps, cfg.registry_burst),
     );
+    // The resources admitted and applied per pod, as the last run left them.
+    let allocation = crate::sync::allocation::AllocationManager::load(&cfg.root_dir)?;
     let syncer = PodSyncer::new(SyncerParts {
         runtime: rt.runtime.clone(),
         images: rt.images.clone(),
@@ -118,8 +120,16 @@ pub(super) fn wire(
         objects: cluster.objects.clone(),
         tasks: rt.tasks.clone(),
         exits: exits.clone(),
+        allocation: allocation.clone(),
     });
     let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
+    {
+        // A deferred resize is retried by a sync of its pod.
+        let workers = workers.clone();
+        allocation.set_waker(Arc::new(move |uid: &str| {
+            workers.wake(uid);
+        }));
+    }
 
     let pleg = Pleg::new(
         rt.runtime.clone(),
@@ -169,6 +179,7 @@ pub(super) fn wire(
         cfg.node_name.clone(),
         expected,
     );
+    let manager = manager.with_allocation(allocation);
     Ok(PodsWing {
         status,
         probes,

@@ -709,8 +709,36 @@ impl Runtime for FakeRuntime {
             labels: c.config.labels.clone(),
             annotations: c.config.annotations.clone(),
             log_path: c.config.log_path.clone(),
+            resources: c
+                .config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.clone())
+                .map(|linux| api::ContainerResources {
+                    linux: Some(linux),
+                    windows: None,
+                }),
             ..Default::default()
         })
+    }
+
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> Result<()> {
+        let mut st = self.lock();
+        let name = Self::container_name(&st, container_id);
+        self.record(&mut st, "update_container_resources", name, String::new())?;
+        let c = st
+            .containers
+            .get_mut(container_id)
+            .ok_or_else(|| Self::not_found("update_container_resources", container_id))?;
+        c.config
+            .linux
+            .get_or_insert_with(Default::default)
+            .resources = Some(linux);
+        Ok(())
     }
 
     async fn exec_sync(

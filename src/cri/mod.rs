@@ -129,6 +129,12 @@ pub trait Runtime: Send + Sync + 'static {
         filter: Option<api::ContainerFilter>,
     ) -> Result<Vec<api::Container>>;
     async fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus>;
+    /// UpdateContainerResources: a running container's new resources (in-place resize).
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> Result<()>;
     async fn exec_sync(
         &self,
         container_id: &str,

@@ -55,6 +55,9 @@ pub struct RuntimeContainer {
     /// The host side of the mount at the container's terminationMessagePath (from the
     /// annotation), as the kubelet's `getTerminationMessage` finds it in the status's mounts.
     pub termination_message_file: Option<std::path::PathBuf>,
+    /// The container's resources as the runtime reports them (`ContainerStatus.resources`;
+    /// containerd 1.6 reports none).
+    pub resources: Option<api::LinuxContainerResources>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -218,6 +221,7 @@ pub fn container_from_status(status: &api::ContainerStatus, sandbox_id: &str) ->
             .unwrap_or(0),
         log_path: status.log_path.clone(),
         termination_message_file: termination_message_mount(status, &annotations),
+        resources: status.resources.as_ref().and_then(|r| r.linux.clone()),
         labels,
         annotations,
     }

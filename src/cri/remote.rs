@@ -318,6 +318,29 @@ impl Runtime for RemoteRuntime {
             .ok_or_else(|| missing("container_status", container_id, "status"))
     }
 
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = self.request(
+            api::UpdateContainerResourcesRequest {
+                container_id: container_id.into(),
+                linux: Some(linux),
+                ..Default::default()
+            },
+            Duration::ZERO,
+        );
+        observe(
+            "update_container_resources",
+            container_id,
+            c.update_container_resources(req),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn exec_sync(
         &self,
         container_id: &str,

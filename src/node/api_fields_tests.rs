@@ -263,6 +263,22 @@ fn rich_pod_status() -> PodStatus {
     };
     let readiness = BTreeMap::from([("app-2".to_string(), true)]);
     let startup = BTreeMap::from([("app-2".to_string(), true)]);
+    // An allocation and what was applied to the running instance (in-place resize).
+    let requirements = k8s_openapi::api::core::v1::ResourceRequirements {
+        requests: Some(
+            [(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("100m".into()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let resize = crate::status::ResizeView {
+        allocated: [("app".to_string(), requirements.clone())].into(),
+        actuated: [("app".to_string(), ("app-2".to_string(), requirements))].into(),
+        ..Default::default()
+    };
     generate_pod_status(&StatusInputs {
         pod: &pod,
         runtime: &runtime,
@@ -276,6 +292,7 @@ fn rich_pod_status() -> PodStatus {
         runtime_name: "containerd",
         restart_in_place: crate::status::RestartInPlace::Done,
         ready_to_start_condition: true,
+        resize: Some(&resize),
     })
 }
 

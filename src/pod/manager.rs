@@ -22,6 +22,7 @@ use crate::source::SourceSnapshot;
 use crate::status::StatusManager;
 use crate::status::StatusMutation;
 use crate::status::REJECTED_MESSAGE_PREFIX;
+use crate::sync::allocation::AllocationManager;
 
 /// The change from one desired set to the next, by UID.
 #[derive(Debug, Default, PartialEq)]
@@ -92,6 +93,9 @@ pub struct PodManager {
     static_pods: watch::Sender<Vec<Pod>>,
     /// Every desired pod not rejected at admission, for the eviction manager.
     admitted: watch::Sender<Vec<Arc<Pod>>>,
+    /// The resources admitted per pod (in-place resize): admission counts the other pods'
+    /// allocations, a pod admitted before a restart is not admitted again.
+    allocation: Option<AllocationManager>,
 }
 
 /// What the pod manager needs to admit new static pods: the handlers to ask (the eviction
@@ -144,6 +148,7 @@ impl PodManager {
                 rejected: BTreeSet::new(),
                 static_pods: watch::channel(Vec::new()).0,
                 admitted: watch::channel(Vec::new()).0,
+                allocation: None,
             },
             ready_rx,
         )
@@ -152,6 +157,12 @@ impl PodManager {
     /// Admits pods from the API server before they run (cluster mode).
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = Some(admission);
+        self
+    }
+
+    /// Keeps pod allocations in `allocation` (admission, removal, deferred resizes).
+    pub fn with_allocation(mut self, allocation: AllocationManager) -> Self {
+        self.allocation = Some(allocation);
         self
     }
 
@@ -181,7 +192,11 @@ impl PodManager {
                 let pod_status = status.and_then(|s| s.status(uid));
                 !Phase::is_terminal_status(pod_status.as_ref())
             })
-            .map(|(_, p)| p.clone())
+            .map(|(_, p)| match &self.allocation {
+                // Admission counts what the pods were allocated, not what their specs ask.
+                Some(a) => Arc::new(a.allocated_pod(p)),
+                None => p.clone(),
+            })
             .collect()
     }
 
@@ -199,11 +214,26 @@ impl PodManager {
         ) {
             return true;
         }
+        if let Some(a) = self
+            .allocation
+            .as_ref()
+            .filter(|a| a.is_allocated(pod_uid(pod)))
+        {
+            // Admitted before nodelet restarted: it keeps its allocation and is not admitted
+            // again (the kubelet's allocation checkpoint).
+            a.admit(pod);
+            return true;
+        }
         let active = self.active_pods(desired);
         let refs: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
         let verdict = admit_by(&admission.handlers, pod, &refs);
         match verdict {
-            Ok(()) => true,
+            Ok(()) => {
+                if let Some(a) = &self.allocation {
+                    a.admit(pod);
+                }
+                true
+            }
             Err(rejection) => {
                 let events = admission.events.clone();
                 self.reject(pod, rejection, &events);
@@ -342,6 +372,17 @@ impl PodManager {
             .map(|(_, p)| p)
             .collect();
         self.admitted.send_replace(admitted);
+        if let Some(a) = &self.allocation {
+            // The kubelet's `RemovePod`, then its retry of pending resizes (`pods_removed`).
+            for uid in &diff.removed {
+                a.remove(uid);
+            }
+            if *self.ready.borrow() {
+                // `RemoveOrphanedPods`: state of pods no source has any more.
+                let keep: BTreeSet<String> = self.desired().into_keys().collect();
+                a.retain(&keep);
+            }
+        }
         for uid in &diff.removed {
             self.rejected.remove(uid);
             if let Some(pod) = deleted.get(uid).or_else(|| old.get(uid)) {

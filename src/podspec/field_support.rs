@@ -20,7 +20,7 @@
 //!
 //! [`refusals`] is the admission decision for refused values: pure, and it names the field
 //! path with its index and the value. A refusal only looks at values a user sets: the values
-//! the API server fills in by default (`resizePolicy: NotRequired`, `emptyDir.medium: ""`) pass.
+//! the API server fills in by default (`emptyDir.medium: ""`) pass.
 
 use std::collections::BTreeMap;
 
@@ -103,7 +103,6 @@ const fn partly(
 /// Why a volume type is refused: nodelet mounts no network or block storage and has no
 /// volume plugins (PVC, CSI, in-tree drivers) yet.
 const NO_VOLUME_PLUGIN: &str = "nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)";
-const NO_RESIZE: &str = "in-place resize is not implemented: a resources change after the start is not applied, so a restart policy for it cannot be kept (NotRequired, the default, passes)";
 const NO_DRA: &str = "dynamic resource allocation (DRA) is not implemented";
 const NO_ATOMIC_USER: &str =
     "file owners of projected files (AtomicWriteVolumeUserFields, alpha) are not implemented";
@@ -248,7 +247,7 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.{containers,initContainers}[].name", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     honoured("spec.{containers,initContainers}[].ports", &["src/sync/sandbox_config.rs::port_mappings_table", "src/pod/admission.rs::table"]),
     honoured("spec.{containers,initContainers}[].readinessProbe", &["tests/probes.rs::failing_readiness_keeps_the_pod_not_ready_without_restarts_until_healthy"]),
-    refused("spec.{containers,initContainers}[].resizePolicy", NO_RESIZE, "  containers:\n  - name: c\n    image: busybox\n    resizePolicy:\n    - resourceName: memory\n      restartPolicy: RestartContainer\n"),
+    honoured("spec.{containers,initContainers}[].resizePolicy", &["src/podspec/resize.rs::restart_policy_per_resource", "src/sync/resize.rs::table", "tests/pod_resize.rs::memory_resize_under_restart_container_restarts_it", "tests/pod_resize.rs::cpu_limit_raised_in_place_reaches_the_cgroup"]),
     refused("spec.{containers,initContainers}[].resources.claims", NO_DRA, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      claims:\n      - name: gpu\n"),
     partly("spec.{containers,initContainers}[].resources.limits", "cpu, memory, ephemeral-storage and hugepages-<size>", &["src/sync/container_config.rs::resources_table", "src/eviction/local_storage.rs::violations_in_the_kubelets_order_with_its_messages"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      limits:\n        example.com/gpu: \"1\"\n"),
     partly("spec.{containers,initContainers}[].resources.requests", "cpu, memory, ephemeral-storage and hugepages-<size>", &["src/podspec/resources.rs::requests_default_to_limits_per_resource", "src/pod/admission.rs::table", "src/pod/admission.rs::hugepages_are_admitted_against_the_nodes_allocatable", "tests/hugepages.rs::a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests:\n        example.com/gpu: \"1\"\n"),
@@ -556,15 +555,6 @@ fn container(out: &mut Vec<Refusal>, path: &str, c: &Container) {
                 out,
                 format!("{path}.env[{i}].valueFrom.fileKeyRef"),
                 format!("{}/{}", f.volume_name, f.path),
-            );
-        }
-    }
-    for (i, p) in c.resize_policy.iter().flatten().enumerate() {
-        if p.restart_policy != "NotRequired" {
-            refuse(
-                out,
-                format!("{path}.resizePolicy[{i}].restartPolicy"),
-                &p.restart_policy,
             );
         }
     }

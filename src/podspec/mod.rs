@@ -22,6 +22,7 @@ pub mod hugepages;
 pub mod phase;
 pub mod qos;
 pub mod references;
+pub mod resize;
 pub mod resources;
 pub mod restart;
 pub mod service_env;

@@ -97,6 +97,13 @@ impl Runtime for ScriptedRuntime {
     async fn stop_pod_sandbox(&self, _: &str) -> cri::Result<()> {
         unsupported("stop_pod_sandbox")
     }
+    async fn update_container_resources(
+        &self,
+        _: &str,
+        _: api::LinuxContainerResources,
+    ) -> cri::Result<()> {
+        unsupported("update_container_resources")
+    }
     async fn remove_pod_sandbox(&self, _: &str) -> cri::Result<()> {
         unsupported("remove_pod_sandbox")
     }

@@ -228,6 +228,8 @@ fn is_nodelet_condition(type_: &str) -> bool {
             | CONTAINERS_READY
             | POD_READY_TO_START_CONTAINERS
             | POD_RESTART_IN_PLACE
+            | super::generate::POD_RESIZE_PENDING
+            | super::generate::POD_RESIZE_IN_PROGRESS
     )
 }
 

@@ -15,7 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::phase::{get_phase_with_initialized, is_terminal_phase};
 use super::restart::should_container_be_restarted;
-use super::{StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING};
+use super::{
+    ResizeView, StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING,
+};
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
 use crate::podspec::Phase;
 
@@ -26,6 +28,8 @@ pub const INITIALIZED: &str = "Initialized";
 pub const CONTAINERS_READY: &str = "ContainersReady";
 pub const READY: &str = "Ready";
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const POD_RESIZE_PENDING: &str = "PodResizePending";
+pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
 /// `DisruptionTarget`'s reason when the node agent itself ended the pod (eviction, node
 /// shutdown, preemption).
 pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
@@ -211,12 +215,15 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
         if *count >= 2 {
             continue;
         }
-        let converted = convert_instance(
+        let mut converted = convert_instance(
             instance,
             old.get(instance.name.as_str()).copied(),
             &containers[i],
             inputs.runtime_name,
         );
+        if *count == 0 {
+            apply_resources(inputs.resize, instance, &mut converted);
+        }
         if *count == 0 {
             statuses[i] = converted;
         } else {
@@ -356,16 +363,121 @@ fn convert_instance(
         state: Some(state),
         last_state: Some(ContainerState::default()),
         volume_mounts: volume_mount_statuses(spec),
-        // InPlacePodVerticalScaling (GA): the allocated resources; the runtime's own view of a
-        // running container's limits is not in `RuntimeContainer`, so the spec stands for it.
-        resources: Some(spec.resources.clone().unwrap_or_default()),
-        allocated_resources: spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.clone())
-            .filter(|r| !r.is_empty()),
+        // InPlacePodVerticalScaling: filled by `apply_resources` from the runtime's report,
+        // what nodelet applied and the allocation, never from the spec.
+        resources: None,
+        allocated_resources: None,
         ..Default::default()
     }
+}
+
+/// `containerStatuses[].allocatedResources` (the allocated requests) and `.resources` of a
+/// running instance: the runtime's report (`ContainerStatus.resources`) where it gives one,
+/// else what nodelet applied to this instance; never the spec.
+fn apply_resources(
+    view: Option<&ResizeView>,
+    instance: &RuntimeContainer,
+    status: &mut ContainerStatus,
+) {
+    let Some(view) = view else { return };
+    let allocated = view.allocated.get(&instance.name);
+    status.allocated_resources = allocated
+        .and_then(|r| r.requests.clone())
+        .filter(|r| !r.is_empty());
+    if instance.state != RuntimeState::Running {
+        return;
+    }
+    let actuated = view
+        .actuated
+        .get(&instance.name)
+        .filter(|(id, _)| *id == instance.id)
+        .map(|(_, r)| r);
+    status.resources = match &instance.resources {
+        Some(reported) => Some(reported_resources(reported, actuated.or(allocated))),
+        None => actuated.cloned(),
+    };
+}
+
+/// The runtime's Linux resources as API requirements (the kubelet's
+/// `convertToAPIContainerStatuses`): the cpu limit from quota/period, the cpu request from the
+/// shares, the memory limit from its bytes; the memory request (which the runtime does not
+/// report) from what was applied. A value equal to `known`'s is shown in `known`'s spelling.
+fn reported_resources(
+    r: &crate::cri::api::LinuxContainerResources,
+    known: Option<&k8s_openapi::api::core::v1::ResourceRequirements>,
+) -> k8s_openapi::api::core::v1::ResourceRequirements {
+    use crate::quantity::Quantity as Q;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let known_q = |list: Option<&std::collections::BTreeMap<String, Quantity>>, name: &str| {
+        list.and_then(|l| l.get(name)).cloned()
+    };
+    let spelled = |known: Option<Quantity>, value: i64, milli: bool| -> Quantity {
+        if let Some(k) = known {
+            if let Ok(q) = Q::try_from(&k) {
+                let v = if milli { q.milli_value() } else { q.value() };
+                if v == value {
+                    return k;
+                }
+            }
+        }
+        Quantity(if milli {
+            if value % 1000 == 0 {
+                (value / 1000).to_string()
+            } else {
+                format!("{value}m")
+            }
+        } else {
+            memory_string(value)
+        })
+    };
+    let mut limits = std::collections::BTreeMap::new();
+    let mut requests = std::collections::BTreeMap::new();
+    let (kl, kr) = (
+        known.and_then(|k| k.limits.as_ref()),
+        known.and_then(|k| k.requests.as_ref()),
+    );
+    if r.cpu_quota > 0 && r.cpu_period > 0 {
+        let milli = r.cpu_quota * 1000 / r.cpu_period;
+        limits.insert("cpu".to_string(), spelled(known_q(kl, "cpu"), milli, true));
+    }
+    if r.memory_limit_in_bytes > 0 {
+        let v = r.memory_limit_in_bytes;
+        limits.insert(
+            "memory".to_string(),
+            spelled(known_q(kl, "memory"), v, false),
+        );
+    }
+    if r.cpu_shares > 2 {
+        // Shares are milli × 1024 / 1000, rounded down: a known request that maps to the same
+        // shares is shown as it was asked.
+        let from_shares = r.cpu_shares * 1000 / 1024;
+        let known_cpu = known_q(kr, "cpu").filter(|k| {
+            Q::try_from(k).is_ok_and(|q| q.milli_value() * 1024 / 1000 == r.cpu_shares)
+        });
+        let q = match known_cpu {
+            Some(k) => k,
+            None => spelled(None, from_shares, true),
+        };
+        requests.insert("cpu".to_string(), q);
+    }
+    if let Some(m) = known_q(kr, "memory") {
+        requests.insert("memory".to_string(), m);
+    }
+    k8s_openapi::api::core::v1::ResourceRequirements {
+        limits: Some(limits).filter(|l| !l.is_empty()),
+        requests: Some(requests).filter(|l| !l.is_empty()),
+        ..Default::default()
+    }
+}
+
+/// Bytes in the largest binary unit that divides them (`128Mi`), else plain bytes.
+fn memory_string(bytes: i64) -> String {
+    for (unit, shift) in [("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if bytes != 0 && bytes % (1i64 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 /// RecursiveReadOnlyMounts (GA): every mount is reported; read-only ones as `Disabled` because
@@ -447,7 +559,13 @@ fn truncate_messages(status: &mut ContainerStatus, max_bytes: usize) {
 fn is_kubelet_condition(type_: &str) -> bool {
     matches!(
         type_,
-        POD_SCHEDULED | READY | INITIALIZED | CONTAINERS_READY | POD_READY_TO_START_CONTAINERS
+        POD_SCHEDULED
+            | READY
+            | INITIALIZED
+            | CONTAINERS_READY
+            | POD_READY_TO_START_CONTAINERS
+            | POD_RESIZE_PENDING
+            | POD_RESIZE_IN_PROGRESS
     )
 }
 
@@ -724,6 +842,27 @@ fn pod_conditions(
     conditions.push(ready);
     conditions.push(containers_ready);
     conditions.push(condition(POD_SCHEDULED, true, None, None, generation));
+    if let Some(view) = inputs.resize {
+        // The kubelet's resize conditions: each carries the generation it was set for.
+        if let Some((reason, message, gen)) = &view.pending {
+            conditions.push(condition(
+                POD_RESIZE_PENDING,
+                true,
+                Some(reason),
+                Some(message.clone()),
+                Some(*gen).filter(|g| *g != 0),
+            ));
+        }
+        if let Some((gen, error)) = &view.in_progress {
+            conditions.push(condition(
+                POD_RESIZE_IN_PROGRESS,
+                true,
+                error.as_ref().map(|_| crate::podspec::resize::REASON_ERROR),
+                error.clone(),
+                Some(*gen).filter(|g| *g != 0),
+            ));
+        }
+    }
     if let Some(restarting) = inputs.restart_in_place.condition() {
         conditions.retain(|c| c.type_ != POD_RESTART_IN_PLACE);
         conditions.push(condition(

@@ -110,6 +110,7 @@ fn rc(
         annotations: BTreeMap::new(),
         log_path: String::new(),
         termination_message_file: None,
+        resources: None,
     }
 }
 
@@ -170,6 +171,7 @@ struct Fixture {
     terminal: bool,
     restart_in_place: RestartInPlace,
     ready_to_start_condition: bool,
+    resize: Option<crate::status::ResizeView>,
 }
 
 impl Fixture {
@@ -185,6 +187,7 @@ impl Fixture {
             terminal: false,
             restart_in_place: RestartInPlace::Never,
             ready_to_start_condition: true,
+            resize: None,
         }
     }
 
@@ -228,6 +231,7 @@ impl Fixture {
             runtime_name: "containerd",
             restart_in_place: self.restart_in_place,
             ready_to_start_condition: self.ready_to_start_condition,
+            resize: self.resize.as_ref(),
         }
     }
 
@@ -1753,4 +1757,103 @@ fn ephemeral_container_statuses_follow_the_runtime() {
         runtime(ready_sandbox(), vec![running("a", "c1", 200, 0)]),
     );
     assert_eq!(plain.status().ephemeral_container_statuses, None);
+}
+
+/// In-place resize in the status: `resources` of a running instance from the runtime's report
+/// where there is one, else from what nodelet applied to that instance (containerd 1.6 reports
+/// nothing), never from the spec; `allocatedResources` from the allocation; the resize
+/// conditions with their generation.
+#[test]
+fn resize_resources_and_conditions() {
+    use crate::status::ResizeView;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let list = |kv: &[(&str, &str)]| {
+        Some(
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    };
+    let applied = ResourceRequirements {
+        requests: list(&[("cpu", "100m"), ("memory", "64Mi")]),
+        limits: list(&[("cpu", "200m"), ("memory", "128Mi")]),
+        ..Default::default()
+    };
+    let allocated = ResourceRequirements {
+        requests: list(&[("cpu", "100m"), ("memory", "64Mi")]),
+        limits: list(&[("cpu", "500m"), ("memory", "128Mi")]),
+        ..Default::default()
+    };
+    let view = ResizeView {
+        allocated: [("app".to_string(), allocated.clone())].into(),
+        actuated: [("app".to_string(), ("app-1".to_string(), applied.clone()))].into(),
+        pending: Some((
+            "Infeasible".into(),
+            "Node didn't have enough capacity: cpu, requested: 9000, capacity: 2000".into(),
+            3,
+        )),
+        in_progress: Some((
+            2,
+            Some("attempting to set pod memory limit (1) below current usage (2)".into()),
+        )),
+    };
+    let mut pod = pod("Always", vec![], vec![c("app")]);
+    pod.metadata.generation = Some(3);
+    let app = running("app", "app-1", 100, 0);
+    // 1.6: no report → what was applied.
+    let mut f = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![app.clone()]));
+    f.resize = Some(view.clone());
+    let status = generate_pod_status(&f.inputs());
+    let c = &status.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(c.resources.as_ref(), Some(&applied));
+    assert_eq!(c.allocated_resources, allocated.requests);
+    let conds = status.conditions.as_ref().unwrap();
+    let pending = conds
+        .iter()
+        .find(|c| c.type_ == "PodResizePending")
+        .unwrap();
+    assert_eq!(pending.reason.as_deref(), Some("Infeasible"));
+    assert_eq!(pending.observed_generation, Some(3));
+    let progress = conds
+        .iter()
+        .find(|c| c.type_ == "PodResizeInProgress")
+        .unwrap();
+    assert_eq!(progress.reason.as_deref(), Some("Error"));
+    assert_eq!(progress.observed_generation, Some(2));
+    // A runtime that reports: its values (quota 50000/100000 = 500m), spelled as allocated.
+    let mut reported = app.clone();
+    reported.resources = Some(crate::cri::api::LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        cpu_shares: 102,
+        memory_limit_in_bytes: 128 << 20,
+        ..Default::default()
+    });
+    let mut f = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![reported]));
+    f.resize = Some(view.clone());
+    let status = generate_pod_status(&f.inputs());
+    let c = &status.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(c.resources.as_ref(), Some(&allocated));
+    // Another instance than the one applied to and no report: nothing is claimed.
+    let other = running("app", "app-2", 100, 1);
+    let mut f = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![other]));
+    f.resize = Some(view);
+    let status = generate_pod_status(&f.inputs());
+    assert_eq!(
+        status.container_statuses.as_ref().unwrap()[0].resources,
+        None
+    );
+    // Without a view: no resources, no resize conditions (never the spec).
+    let f = Fixture::new(pod, runtime(ready_sandbox(), vec![app]));
+    let status = generate_pod_status(&f.inputs());
+    assert_eq!(
+        status.container_statuses.as_ref().unwrap()[0].resources,
+        None
+    );
+    assert!(!status
+        .conditions
+        .unwrap()
+        .iter()
+        .any(|c| c.type_.starts_with("PodResize")));
 }

@@ -88,6 +88,23 @@ pub struct StatusInputs<'a> {
     /// The `PodReadyToStartContainersCondition` feature gate: whether the status carries the
     /// `PodReadyToStartContainers` condition.
     pub ready_to_start_condition: bool,
+    /// In-place resize: what is allocated and applied per container, and the resize
+    /// conditions. `None`: no `resources`/`allocatedResources` and no resize conditions.
+    pub resize: Option<&'a ResizeView>,
+}
+
+/// What the status shows of in-place resize (the allocation manager's view, in plain types).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResizeView {
+    /// The allocated resources by container name.
+    pub allocated: BTreeMap<String, k8s_openapi::api::core::v1::ResourceRequirements>,
+    /// What nodelet last applied, by container name: (container ID, resources). The status's
+    /// `resources` of a running instance when the runtime reports none (containerd 1.6).
+    pub actuated: BTreeMap<String, (String, k8s_openapi::api::core::v1::ResourceRequirements)>,
+    /// `PodResizePending`: reason, message, generation.
+    pub pending: Option<(String, String, i64)>,
+    /// `PodResizeInProgress`: generation, and the error message of a failed attempt.
+    pub in_progress: Option<(i64, Option<String>)>,
 }
 
 /// Where a pod is in a `RestartAllContainers` restart in place, which the executor keeps

@@ -29,6 +29,8 @@ pub enum KillReason {
     SpecChanged,
     /// The runtime does not know its state; killed before a restart to avoid two instances.
     UnknownState,
+    /// An in-place resize changed a resource whose `resizePolicy` is `RestartContainer`.
+    ResizeRestart,
     /// Its liveness probe failed.
     LivenessProbe,
     /// Its startup probe failed.
@@ -42,7 +44,9 @@ impl KillReason {
         match self {
             KillReason::LivenessProbe => StopReason::LivenessProbe,
             KillReason::StartupProbe => StopReason::StartupProbe,
-            KillReason::SpecChanged | KillReason::UnknownState => StopReason::Other,
+            KillReason::SpecChanged | KillReason::UnknownState | KillReason::ResizeRestart => {
+                StopReason::Other
+            }
         }
     }
 }
@@ -157,6 +161,8 @@ pub struct ActionInputs<'a> {
     pub deadline_remaining: Option<Duration>,
     /// The status just published has a terminal phase.
     pub phase_terminal: bool,
+    /// Running containers a resize restarts (`resizePolicy: RestartContainer`), by name.
+    pub resize_restarts: &'a std::collections::BTreeSet<String>,
 }
 
 /// Whether the pod ends now instead of being synced: a passed deadline fails a pod that is not
@@ -423,6 +429,10 @@ fn decide_pod_actions(inputs: &ActionInputs<'_>) -> PodActions {
                     // A changed spec restarts the container whatever the restart policy.
                     let m = format!("Container {} definition changed", container.name);
                     (KillReason::SpecChanged, m, true)
+                } else if inputs.resize_restarts.contains(&container.name) {
+                    // As the kubelet: the resize restarts it whatever the restart policy.
+                    let m = format!("Container {} resize requires restart", container.name);
+                    (KillReason::ResizeRestart, m, true)
                 } else if let Some(probe) = inputs.probe_failures.get(&c.id) {
                     let which = if *probe == KillReason::StartupProbe {
                         "startup"
@@ -553,6 +563,10 @@ fn compute_init_container_actions(inputs: &ActionInputs<'_>, actions: &mut PodAc
                 if spec_changed(container, status, inputs.spec_hashes) {
                     let m = format!("Init container {} definition changed", container.name);
                     kill(actions, status, KillReason::SpecChanged, m);
+                    to_start.push(i);
+                } else if inputs.resize_restarts.contains(&container.name) {
+                    let m = format!("Init container {} resize requires restart", container.name);
+                    kill(actions, status, KillReason::ResizeRestart, m);
                     to_start.push(i);
                 } else if probe_failure == Some(KillReason::LivenessProbe) {
                     let m = format!("Init container {} failed liveness probe", container.name);
@@ -825,6 +839,7 @@ mod tests {
                 startup: &BTreeMap::new(),
                 deadline_remaining: None,
                 phase_terminal: false,
+                resize_restarts: &Default::default(),
             });
             if !actions.create_sandbox {
                 assert_eq!(
@@ -858,6 +873,7 @@ mod tests {
             startup: &BTreeMap::new(),
             deadline_remaining: None,
             phase_terminal: false,
+            resize_restarts: &Default::default(),
         });
         assert!(actions.kill_pod);
         assert!(actions.ephemeral_containers_to_start.is_empty());
@@ -1301,6 +1317,7 @@ mod tests {
                 startup: &BTreeMap::new(),
                 deadline_remaining: None,
                 phase_terminal: false,
+                resize_restarts: &Default::default(),
             });
             assert_eq!(got, case.want, "case: {}", case.name);
         }
@@ -1323,6 +1340,7 @@ mod tests {
             startup: &BTreeMap::new(),
             deadline_remaining: None,
             phase_terminal: false,
+            resize_restarts: &Default::default(),
         });
         assert!(got.kill_pod);
         assert!(got.containers_to_start.is_empty());
@@ -1419,6 +1437,7 @@ mod sidecar_tests {
             startup: &startup,
             deadline_remaining: None,
             phase_terminal: false,
+            resize_restarts: &Default::default(),
         })
     }
 
@@ -1725,6 +1744,7 @@ mod pod_end_tests {
                 startup: &BTreeMap::new(),
                 deadline_remaining: deadline,
                 phase_terminal: terminal,
+                resize_restarts: &Default::default(),
             });
             assert_eq!(
                 got,

@@ -417,7 +417,7 @@ fn linux_security_context(
 
 /// The container's resources (`generateLinuxContainerResources`). Without a container limit,
 /// a pod-level limit bounds the container.
-fn container_resources(
+pub(crate) fn container_resources(
     pod: &Pod,
     container: &Container,
     ctx: &ContainerContext,

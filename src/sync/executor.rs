@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::actions::KillReason;
 use super::actions::{compute_pod_actions, ActionInputs, PodActions, PodEnd};
+use super::allocation::{ActuatedContainer, AllocationManager, Handled};
 pub use super::error::{removed, Error, Result};
 use super::grace::{Grace, StopReason};
 pub use super::memory::{PodMemory, RuntimeWrites, IMAGE_BACKOFF, SYNC_ERROR_RETRY};
@@ -60,6 +61,29 @@ pub const FAILED_STATUS_POD_SANDBOX: &str = "FailedPodSandBoxStatus";
 /// honour; the message names it and its value): the kubelet's reason for a container whose
 /// config cannot be made.
 pub const EPHEMERAL_REFUSED: &str = "CreateContainerConfigError";
+/// The kubelet's resize events.
+pub const RESIZE_STARTED: &str = "ResizeStarted";
+pub const RESIZE_DEFERRED: &str = "ResizeDeferred";
+pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
+
+/// The pod cgroup's values while a resize moves between two: the larger of each, so neither
+/// the containers' old nor their new limits exceed it.
+fn expanded(
+    old: &crate::cgroup::ResourceConfig,
+    new: &crate::cgroup::ResourceConfig,
+) -> crate::cgroup::ResourceConfig {
+    let mut out = new.clone();
+    out.cpu_shares = old.cpu_shares.max(new.cpu_shares);
+    out.cpu_quota = match (old.cpu_quota, new.cpu_quota) {
+        (Some(-1), _) | (_, Some(-1)) => Some(-1),
+        (a, b) => a.max(b),
+    };
+    out.memory_limit = match (old.memory_limit, new.memory_limit) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        _ => None,
+    };
+    out
+}
 
 /// What one sync decided about the pod's life.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +124,8 @@ pub struct SyncerParts {
     /// Exits the runtime's events reported before the CRI did: laid over the runtime's view
     /// for every status published (never for the actions).
     pub exits: ObservedExits,
+    /// What is allocated to each pod and what was applied (in-place resize).
+    pub allocation: AllocationManager,
 }
 
 /// One pod's sync and termination, over the parts that do the work.
@@ -117,6 +143,7 @@ pub struct PodSyncer {
     starter: ContainerStarter,
     stopper: ContainerStopper,
     exits: ObservedExits,
+    allocation: AllocationManager,
 }
 
 impl PodSyncer {
@@ -145,6 +172,7 @@ impl PodSyncer {
             },
             stopper,
             exits: parts.exits,
+            allocation: parts.allocation,
             runtime: parts.runtime,
             status: parts.status,
             node: parts.node,
@@ -371,6 +399,7 @@ impl PodSyncer {
         let sources = self.message_sources();
         super::termination::fill_event_exit_messages(runtime, &mut shown, &sources);
         let runtime = &shown;
+        let resize = self.resize_view(uid);
         let status = generate_pod_status(&StatusInputs {
             pod,
             runtime,
@@ -384,6 +413,7 @@ impl PodSyncer {
             runtime_name: &self.settings.runtime_name,
             restart_in_place: memory.restart_in_place,
             ready_to_start_condition: self.settings.ready_to_start_condition,
+            resize: Some(&resize),
         });
         let mut status = status;
         if let Some(m) = mutation {
@@ -394,17 +424,25 @@ impl PodSyncer {
     }
 
     /// One sync of a pod that should be running: publish its status, then act.
-    pub async fn sync(&self, pod: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
-        let uid = pod_uid(pod).to_string();
+    pub async fn sync(&self, desired: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
+        let uid = pod_uid(desired).to_string();
         // The kubelet's pod worker says so when it cannot read what the runtime holds.
         let runtime = self.inspect(&uid).await.inspect_err(|e| {
             self.events.pod(
-                pod,
+                desired,
                 EventType::Warning,
                 FAILED_SYNC,
                 format!("error determining status: {}", e.cause()),
             )
         })?;
+        // Instances created since the last sync got the allocation of that time: recorded
+        // before the allocation can change below.
+        self.note_new_instances(&uid, &runtime);
+        self.handle_resize(desired);
+        // From here on the pod is the one allocated: what runs, what the plan and the pod
+        // cgroup are derived from (the kubelet's `UpdatePodFromAllocation`).
+        let allocated = self.allocation.allocated_pod(desired);
+        let pod = &allocated;
         let plan = self.plan(pod, memory);
         if !memory.cgroup_configured && runtime.sandbox().is_some() {
             // Adopted after a restart: the pod's cgroup and its tier get today's settings.
@@ -413,7 +451,11 @@ impl PodSyncer {
                 .await
                 .inspect_err(|e| self.sandbox_failed(pod, e))?;
             memory.cgroup_configured = true;
+            if let Some(a) = self.allocation.allocation(&uid) {
+                self.allocation.set_actuated_pod_cgroup(&uid, a);
+            }
         }
+        let resize_restarts = self.actuate_resize(pod, &plan, &runtime).await;
         self.probes
             .sync_pod(pod, &self.running_for_probes(&plan, &runtime));
         self.refuse_ephemeral(pod, &runtime, memory);
@@ -429,6 +471,7 @@ impl PodSyncer {
             startup: &self.probes.startup(&uid),
             deadline_remaining: deadline,
             phase_terminal: is_terminal(&status),
+            resize_restarts: &resize_restarts,
         });
         match actions.end {
             Some(PodEnd::Fail(failure)) => {
@@ -521,6 +564,277 @@ impl PodSyncer {
                 },
             );
         }
+    }
+
+    /// The allocation manager's view for the status.
+    fn resize_view(&self, uid: &str) -> crate::status::ResizeView {
+        let conditions = self.allocation.conditions(uid);
+        crate::status::ResizeView {
+            allocated: self
+                .allocation
+                .allocation(uid)
+                .map(|a| a.containers)
+                .unwrap_or_default(),
+            actuated: self
+                .allocation
+                .actuated(uid)
+                .containers
+                .into_iter()
+                .map(|(name, a)| (name, (a.container_id, a.resources)))
+                .collect(),
+            pending: conditions.pending,
+            in_progress: conditions.in_progress,
+        }
+    }
+
+    /// Running instances nodelet has no record of applying anything to were created since
+    /// the last sync, from the allocation of that time: that is what they run with.
+    fn note_new_instances(&self, uid: &str, runtime: &PodRuntime) {
+        let Some(allocation) = self.allocation.allocation(uid) else {
+            return;
+        };
+        let actuated = self.allocation.actuated(uid);
+        for (name, resources) in &allocation.containers {
+            let Some(latest) = runtime
+                .latest(name)
+                .filter(|c| c.state == ContainerState::Running)
+            else {
+                continue;
+            };
+            if actuated
+                .containers
+                .get(name)
+                .map(|a| a.container_id.as_str())
+                == Some(&latest.id)
+            {
+                continue;
+            }
+            self.allocation.set_actuated_container(
+                uid,
+                name,
+                ActuatedContainer {
+                    container_id: latest.id.clone(),
+                    resources: resources.clone(),
+                },
+            );
+        }
+    }
+
+    /// The kubelet's `handlePodResourcesResize` for this pod, with its events.
+    fn handle_resize(&self, pod: &Pod) {
+        let is_static = crate::podspec::qos::is_static_pod(pod);
+        let generation = pod.metadata.generation.unwrap_or(0);
+        match self
+            .allocation
+            .handle_resize(pod, self.settings.node_allocatable, is_static)
+        {
+            Handled::Allocated => {
+                tracing::info!(generation, "pod resize allocated");
+                self.events.pod(
+                    pod,
+                    EventType::Normal,
+                    RESIZE_STARTED,
+                    format!("Pod resize started: generation {generation}"),
+                );
+            }
+            Handled::NewlyPending { reason, message } => {
+                tracing::info!(reason, message, generation, "pod resize pending");
+                let event = if reason == crate::podspec::resize::REASON_DEFERRED {
+                    RESIZE_DEFERRED
+                } else {
+                    RESIZE_INFEASIBLE
+                };
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    event,
+                    format!("Pod resize {reason}: {message}, generation {generation}"),
+                );
+            }
+            Handled::Unchanged | Handled::StillPending => {}
+        }
+    }
+
+    /// A cgroup's memory usage in bytes (v1 `memory.usage_in_bytes`, v2 `memory.current`).
+    fn memory_usage(dir: &std::path::Path) -> Option<i64> {
+        ["memory.usage_in_bytes", "memory.current"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Brings the running containers and the pod cgroup to the allocation (the kubelet's
+    /// `doPodResizeAction`); returns the containers a resize restarts.
+    async fn actuate_resize(
+        &self,
+        pod: &Pod,
+        plan: &PodPlan,
+        runtime: &PodRuntime,
+    ) -> std::collections::BTreeSet<String> {
+        use super::resize::{resize_actions, ContainerResize, ResizeActionInputs, Step};
+        use crate::podspec::resize::{restart_required, with_allocation};
+        let uid = pod_uid(pod);
+        let mut restarts = std::collections::BTreeSet::new();
+        if !runtime.sandbox().is_some_and(|s| s.ready) {
+            return restarts;
+        }
+        let Some(allocation) = self.allocation.allocation(uid) else {
+            return restarts;
+        };
+        let actuated = self.allocation.actuated(uid);
+        // The pod cgroup: its old and new values, when nodelet manages it.
+        let cgroups = self.settings.cgroups.as_ref().zip(plan.pod_cgroup.as_ref());
+        let mut pod_cgroup_due = match (&actuated.pod_cgroup, cgroups) {
+            (Some(old), Some(_)) => *old != allocation,
+            _ => false,
+        };
+        if actuated.pod_cgroup.is_none() || cgroups.is_none() {
+            // Written with this allocation when the sandbox was made or adopted (or not
+            // managed at all).
+            self.allocation
+                .set_actuated_pod_cgroup(uid, allocation.clone());
+        }
+        let old_config = match (&actuated.pod_cgroup, cgroups) {
+            (Some(old), Some((cg, _))) if pod_cgroup_due => {
+                Some(cg.pod_config(&with_allocation(pod, old)))
+            }
+            _ => None,
+        };
+        if old_config.is_none() {
+            pod_cgroup_due = false;
+        }
+        let memory_dir = cgroups.map(|(cg, planned)| cg.manager().dir(&planned.name, "memory"));
+        let (mut pod_memory_limit, mut pod_memory_usage) = (None, None);
+        if let (Some(old), Some((_, planned))) = (&old_config, cgroups) {
+            let new = planned.config.memory_limit;
+            if new.is_some_and(|n| old.memory_limit.is_none_or(|o| n < o)) {
+                pod_memory_limit = new;
+                pod_memory_usage = memory_dir.as_deref().and_then(Self::memory_usage);
+            }
+        }
+        let resizable: Vec<&k8s_openapi::api::core::v1::Container> = spec_init_containers(pod)
+            .iter()
+            .filter(|c| crate::podspec::is_sidecar(c))
+            .chain(spec_containers(pod))
+            .collect();
+        let mut ids = BTreeMap::new();
+        let mut inputs = Vec::new();
+        for c in &resizable {
+            let Some(latest) = runtime
+                .latest(&c.name)
+                .filter(|l| l.state == ContainerState::Running)
+            else {
+                continue;
+            };
+            let (Some(applied), Some(allocated)) = (
+                actuated
+                    .containers
+                    .get(&c.name)
+                    .filter(|a| a.container_id == latest.id),
+                allocation.containers.get(&c.name),
+            ) else {
+                continue;
+            };
+            ids.insert(c.name.clone(), (latest.id.clone(), *c));
+            inputs.push(ContainerResize {
+                name: &c.name,
+                allocated,
+                actuated: &applied.resources,
+                restart_on_cpu: restart_required(c, "cpu"),
+                restart_on_memory: restart_required(c, "memory"),
+                // The container's cgroup under the pod's (cgroupfs and systemd names).
+                memory_usage: memory_dir.as_ref().and_then(|d| {
+                    Self::memory_usage(&d.join(&latest.id)).or_else(|| {
+                        Self::memory_usage(&d.join(format!("cri-containerd-{}.scope", latest.id)))
+                    })
+                }),
+            });
+        }
+        let actions = resize_actions(&ResizeActionInputs {
+            containers: inputs,
+            pod_cgroup_due,
+            pod_memory_limit,
+            pod_memory_usage,
+        });
+        let generation = pod.metadata.generation.unwrap_or(0);
+        if let Some(error) = actions.error {
+            tracing::warn!(%error, "pod resize cannot be applied now");
+            self.allocation
+                .set_in_progress_error(uid, generation, Some(error));
+            return restarts;
+        }
+        if actions.is_empty() {
+            if self.allocation.clear_in_progress(uid) {
+                tracing::info!("pod resize completed");
+            }
+            return restarts;
+        }
+        for step in &actions.steps {
+            let done = match step {
+                Step::PodCgroupExpand | Step::PodCgroupFinal => {
+                    let (Some((cg, planned)), Some(old)) = (cgroups, &old_config) else {
+                        continue;
+                    };
+                    // Grown first (when anything grows), the final values last (when
+                    // anything shrinks): a child's limit never exceeds its pod's (cgroup v1
+                    // refuses a container quota above the pod's).
+                    let grown = expanded(old, &planned.config);
+                    let (config, due) = if *step == Step::PodCgroupExpand {
+                        (grown.clone(), grown != *old)
+                    } else {
+                        (planned.config.clone(), grown != planned.config)
+                    };
+                    if due {
+                        cg.ensure_pod_with(uid, planned.share, &planned.name, &config)
+                            .await
+                            .map_err(|e| format!("resizing the pod cgroup: {e}"))
+                    } else {
+                        Ok(())
+                    }
+                }
+                Step::UpdateContainer(name) => {
+                    let Some((id, container)) = ids.get(name) else {
+                        continue;
+                    };
+                    let linux = self.starter.linux_resources(pod, container, plan.qos_class);
+                    tracing::info!(container = %name, container.id = %id, ?linux, "UpdateContainerResources");
+                    match self.runtime.update_container_resources(id, linux).await {
+                        Ok(()) => {
+                            self.allocation.set_actuated_container(
+                                uid,
+                                name,
+                                ActuatedContainer {
+                                    container_id: id.clone(),
+                                    resources: allocation.containers[name].clone(),
+                                },
+                            );
+                            Ok(())
+                        }
+                        Err(e) => Err(format!("updating container {name:?}: {e}")),
+                    }
+                }
+            };
+            if let Err(error) = done {
+                tracing::warn!(%error, "pod resize failed");
+                self.allocation
+                    .set_in_progress_error(uid, generation, Some(error));
+                return restarts;
+            }
+        }
+        if pod_cgroup_due {
+            self.allocation
+                .set_actuated_pod_cgroup(uid, allocation.clone());
+        }
+        restarts.extend(actions.restart);
+        if restarts.is_empty() {
+            self.allocation.clear_in_progress(uid);
+            tracing::info!("pod resize applied");
+        } else {
+            self.allocation.set_in_progress_error(uid, generation, None);
+        }
+        // Another pod's deferred resize may fit now (the kubelet retries on this trigger).
+        self.allocation.retry_deferred();
+        restarts
     }
 
     fn record_pod_started(&self, status: &PodStatus, memory: &mut PodMemory) {
@@ -896,6 +1210,9 @@ impl PodSyncer {
         ran: bool,
     ) {
         let uid = pod_uid(pod).to_string();
+        // Its containers will not run again: its allocation stops counting against other
+        // pods' resizes, and those deferred are retried (the kubelet's `pod_terminated`).
+        self.allocation.release(&uid);
         let never_ran = !ran && runtime.sandboxes.is_empty() && runtime.containers.is_empty();
         match mutation {
             Some(m) if never_ran => {

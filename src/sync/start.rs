@@ -85,6 +85,58 @@ pub struct ContainerStarter {
 }
 
 impl ContainerStarter {
+    /// The Linux resources a running `container` of `pod` (the pod as allocated) gets from an
+    /// in-place resize: the same values CreateContainer would carry.
+    pub fn linux_resources(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        qos_class: crate::podspec::qos::QosClass,
+    ) -> crate::cri::api::LinuxContainerResources {
+        let hugepage_sizes: Vec<u64> = self
+            .node
+            .machine
+            .hugepages
+            .iter()
+            .map(|(size, _)| *size)
+            .collect();
+        let volumes = std::collections::BTreeMap::new();
+        let seccomp_root = self.settings.root_dir.join("seccomp");
+        let ctx = ContainerContext {
+            pod_ips: &[],
+            host_ips: &self.node.host_ips,
+            node_name: &self.node.name,
+            node_allocatable: self.settings.node_allocatable,
+            memory_capacity: self.node.memory_capacity(),
+            qos_class,
+            volumes: &volumes,
+            etc_hosts: None,
+            termination_message: None,
+            restart_count: 0,
+            attempt: 0,
+            pid_target: None,
+            cgroup_parent: "",
+            node_name_label: &self.node.name,
+            seccomp_profile_root: &seccomp_root,
+            seccomp_default: self.settings.seccomp_default,
+            recursive_read_only: false,
+            cgroup_v2: self.settings.cgroup_v2,
+            single_process_oom_kill: self.settings.single_process_oom_kill,
+            memory_qos: self.settings.pod_cgroup.memory_qos,
+            memory_qos_allocatable: self.settings.pod_cgroup.node_allocatable_memory,
+            page_size: self.settings.pod_cgroup.page_size,
+            hugepage_sizes: &hugepage_sizes,
+            swap: crate::cgroup::swap::SwapNode {
+                behavior: self.settings.swap_behavior,
+                cgroup_v2: self.settings.cgroup_v2,
+                controller: self.settings.swap_controller,
+                memory_capacity: self.node.memory_capacity(),
+                swap_capacity: self.node.machine.swap_capacity,
+            },
+        };
+        super::container_config::container_resources(pod, container, &ctx)
+    }
+
     /// The kubelet's `doBackOff`: a container whose newest exited instance finished less than
     /// its backoff ago waits (CrashLoopBackOff); otherwise the backoff advances and it starts.
     fn check_restart_backoff(

@@ -157,6 +157,16 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if rt.is_pod() {
+            // In-place resize (GA in 1.35): `kubectl patch --subresource resize`.
+            resources.push(json!({
+                "name": "pods/resize",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if rt.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", rt.plural),

@@ -96,9 +96,13 @@ pub fn parse(path: &str) -> Result<Target, PathError> {
     if let Some(sub) = &target.subresource {
         let served = match sub.as_str() {
             "status" => target.resource.status_subresource,
-            "binding" | "log" | "exec" | "attach" | "portforward" | "ephemeralcontainers" => {
-                target.resource.is_pod()
-            }
+            "binding"
+            | "log"
+            | "exec"
+            | "attach"
+            | "portforward"
+            | "ephemeralcontainers"
+            | "resize" => target.resource.is_pod(),
             "token" => target.resource.storage == "serviceaccounts",
             "approval" => target.resource.storage == "certificatesigningrequests",
             _ => false,

@@ -653,6 +653,59 @@ pub fn update_ephemeral_containers(
     Ok(new)
 }
 
+/// A write of the `resize` subresource (`kubectl patch --subresource resize`): only the
+/// containers' `resources` and `resizePolicy` are taken from `proposed`; anything else of the
+/// spec that differs is refused, as the API server's `ValidatePodResize` does. Returns the pod
+/// to store (its generation bumped when the resources changed).
+pub fn apply_resize(old: &Value, proposed: &Value) -> Result<Value, Vec<FieldError>> {
+    let strip = |pod: &Value| {
+        let mut spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+        for list in ["containers", "initContainers"] {
+            if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
+                for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                    c.remove("resources");
+                    c.remove("resizePolicy");
+                }
+            }
+        }
+        spec
+    };
+    if strip(old) != strip(proposed) {
+        return Err(vec![FieldError::forbidden(
+            "spec",
+            "only cpu and memory resources are mutable",
+        )]);
+    }
+    let mut new = old.clone();
+    for list in ["containers", "initContainers"] {
+        let Some(cs) = new
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for (i, c) in cs.iter_mut().enumerate() {
+            let Some(c) = c.as_object_mut() else { continue };
+            for field in ["resources", "resizePolicy"] {
+                match proposed.pointer(&format!("/spec/{list}/{i}/{field}")) {
+                    Some(v) => c.insert(field.into(), v.clone()),
+                    None => c.remove(field),
+                };
+            }
+        }
+    }
+    if new.get("spec") != old.get("spec") {
+        let g = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.insert("generation".into(), json!(g + 1));
+        }
+    }
+    Ok(new)
+}
+
 /// `ValidatePodStatusUpdate`'s container-state rule: unless the restart policy allows it, a
 /// terminated container may not be reported as running or waiting again.
 pub fn validate_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
@@ -1036,5 +1089,31 @@ mod tests {
             );
             assert_eq!(errors.len(), want, "{policy} {old_state} -> {new_state}");
         }
+    }
+}
+
+#[cfg(test)]
+mod resize_tests {
+    use super::*;
+
+    #[test]
+    fn resize_takes_only_resources_and_bumps_the_generation() {
+        let old = json!({"metadata": {"name": "p", "generation": 1}, "spec": {"containers": [
+            {"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "200m"}}}
+        ]}});
+        let mut ok = old.clone();
+        ok["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "500m"}});
+        let new = apply_resize(&old, &ok).unwrap();
+        assert_eq!(
+            new["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+            "500m"
+        );
+        assert_eq!(new["metadata"]["generation"], 2);
+        // The same resources: nothing changes, the generation stays.
+        assert_eq!(apply_resize(&old, &old).unwrap(), old);
+        let mut image = ok.clone();
+        image["spec"]["containers"][0]["image"] = json!("nginx");
+        let errors = apply_resize(&old, &image).unwrap_err();
+        assert_eq!(errors[0].field, "spec");
     }
 }

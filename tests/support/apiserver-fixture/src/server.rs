@@ -749,6 +749,46 @@ fn ephemeral_containers(
     Ok(json_response(StatusCode::OK, &written.object))
 }
 
+/// The pod `resize` subresource: GET gives the pod; PUT and PATCH (JSON, merge, strategic
+/// merge) may change only the containers' resources and resize policies.
+fn resize_pod(
+    app: &Arc<AppState>,
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let store = &app.store;
+    let served = store.get(rt, ns, name)?;
+    let proposed = match *method {
+        Method::GET => return Ok(json_response(StatusCode::OK, &served)),
+        Method::PUT => parse_json_body(rt, headers, body)?,
+        Method::PATCH => {
+            let content_type = headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let patch_type = PatchType::from_content_type(content_type)
+                .filter(|t| *t != PatchType::Apply)
+                .ok_or_else(|| {
+                    ApiError::unsupported_media_type(content_type, ApiError::PATCH_MEDIA_TYPES)
+                })?;
+            let patch_body: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            crate::patch::apply(patch_type, rt.kind, &served, &patch_body)
+                .map_err(|e| ApiError::bad_request(format!("{e:?}")))?
+        }
+        _ => return Err(ApiError::method_not_allowed()),
+    };
+    let written = store.modify(rt, ns, name, |old| {
+        crate::pod::apply_resize(old, &proposed)
+            .map_err(|errors| ApiError::invalid(rt, name, &errors))
+    })?;
+    Ok(json_response(StatusCode::OK, &written.object))
+}
+
 fn handle(
     app: &Arc<AppState>,
     method: &Method,
@@ -764,6 +804,13 @@ fn handle(
     let status = target.subresource.is_some();
     let store = &app.store;
     let csr = rt.storage == "certificatesigningrequests";
+    if let (true, Some(name), Some("resize")) = (
+        rt.is_pod(),
+        target.name.as_deref(),
+        target.subresource.as_deref(),
+    ) {
+        return resize_pod(app, rt, ns, name, method, headers, body);
+    }
     match (method.clone(), target.name.as_deref()) {
         (Method::PUT, Some(name)) if csr && target.subresource.as_deref() == Some("approval") => {
             approve_csr(app, rt, name, headers, body)

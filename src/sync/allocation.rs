@@ -1,0 +1,579 @@
+//! The allocation manager (the kubelet's `pkg/kubelet/allocation`): the resources admitted per
+//! pod (`allocated_pods_state`) and the resources nodelet last applied to the runtime and the
+//! pod cgroup (`actuated_pods_state`), each a checkpoint file under the root directory (JSON
+//! with a checksum, written atomically: a temporary file, fsync, rename) loaded at start, so a
+//! restart neither re-admits a pod nor forgets a resize it allocated or applied. It also holds
+//! each pod's resize conditions (`PodResizePending`, `PodResizeInProgress`) and the pods whose
+//! resize waits for room (`Deferred`), to retry when a pod leaves or another resize is applied.
+//!
+//! The runtime's report of a container's resources (`ContainerStatus.resources`) is not what
+//! decides whether an update is still due: containerd 1.6 never fills it. The actuated record
+//! does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use serde::{Deserialize, Serialize};
+
+use crate::podspec::pod_uid;
+use crate::podspec::resize::{
+    allocation_of, decide, with_allocation, Decision, PodAllocation, ResizeInputs,
+};
+use crate::podspec::resources::{pod_overhead, pod_requests, NodeAllocatable};
+
+pub const ALLOCATED_FILE: &str = "allocated_pods_state";
+pub const ACTUATED_FILE: &str = "actuated_pods_state";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("checkpoint {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("checkpoint {path} is corrupt: {message}")]
+    Corrupt { path: PathBuf, message: String },
+}
+
+/// What was last applied to one container: its ID (a new instance starts from the allocation
+/// it was created with) and the resources.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActuatedContainer {
+    pub container_id: String,
+    pub resources: ResourceRequirements,
+}
+
+/// What was last applied to one pod.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActuatedPod {
+    pub containers: BTreeMap<String, ActuatedContainer>,
+    /// The allocation the pod cgroup was last written from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cgroup: Option<PodAllocation>,
+}
+
+/// One checkpoint file's contents.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct File<T> {
+    data: T,
+    checksum: String,
+}
+
+fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// The checkpoint text for `data`.
+pub fn encode<T: Serialize>(data: &T) -> String {
+    let body = serde_json::to_string(data).unwrap_or_default();
+    let file = serde_json::json!({
+        "data": serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default(),
+        "checksum": format!("{:016x}", fnv64(body.as_bytes())),
+    });
+    file.to_string()
+}
+
+/// The data of a checkpoint text, or why it is not one (a bad checksum included).
+pub fn decode<T: Serialize + for<'de> Deserialize<'de>>(text: &str) -> Result<T, String> {
+    let file: File<T> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let body = serde_json::to_string(&file.data).map_err(|e| e.to_string())?;
+    let sum = format!("{:016x}", fnv64(body.as_bytes()));
+    if sum != file.checksum {
+        return Err(format!(
+            "checksum mismatch: recorded {}, computed {sum}",
+            file.checksum
+        ));
+    }
+    Ok(file.data)
+}
+
+fn load<T: Serialize + for<'de> Deserialize<'de> + Default>(path: &Path) -> Result<T, Error> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => decode(&text).map_err(|message| Error::Corrupt {
+            path: path.to_path_buf(),
+            message,
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+        Err(source) => Err(Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn store<T: Serialize>(path: &Path, data: &T) -> Result<(), Error> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(encode(data).as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// A pod's resize conditions, as the kubelet's status manager keeps them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResizeConditions {
+    /// `PodResizePending`: reason, message, the pod generation it was decided for.
+    pub pending: Option<(String, String, i64)>,
+    /// `PodResizeInProgress`: the generation being actuated and an error (reason `Error`) if
+    /// the last attempt failed.
+    pub in_progress: Option<(i64, Option<String>)>,
+}
+
+#[derive(Default)]
+struct State {
+    allocated: BTreeMap<String, PodAllocation>,
+    actuated: BTreeMap<String, ActuatedPod>,
+    conditions: BTreeMap<String, ResizeConditions>,
+    /// Pods whose resize is `Deferred`, to retry when room may have appeared.
+    deferred: BTreeSet<String>,
+    /// The allocated requests (cpu millicores, memory bytes) of each active pod: what a resize
+    /// of another pod is weighed against.
+    active: BTreeMap<String, (i64, i64)>,
+}
+
+/// Wakes a pod's worker (set once the workers exist).
+pub type Waker = Arc<dyn Fn(&str) + Send + Sync>;
+
+fn requests_of(pod: &Pod) -> (i64, i64) {
+    let r = pod_requests(pod).plus(pod_overhead(pod).unwrap_or_default());
+    (r.cpu_milli.unwrap_or(0), r.memory.unwrap_or(0))
+}
+
+/// What the allocation manager did with a pod's resize this sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    Unchanged,
+    /// A new allocation was made (event `ResizeStarted`).
+    Allocated,
+    /// Newly pending (event `ResizeDeferred` / `ResizeInfeasible`, Warning).
+    NewlyPending {
+        reason: &'static str,
+        message: String,
+    },
+    /// Still pending as before.
+    StillPending,
+}
+
+/// The allocation manager; clones share one state.
+#[derive(Clone)]
+pub struct AllocationManager {
+    dir: Option<PathBuf>,
+    state: Arc<Mutex<State>>,
+    waker: Arc<std::sync::OnceLock<Waker>>,
+}
+
+impl AllocationManager {
+    /// Loads the checkpoints under `dir`. A corrupt checkpoint is an error: a node that forgot
+    /// what it admitted must not guess.
+    pub fn load(dir: &Path) -> Result<Self, Error> {
+        let allocated = load(&dir.join(ALLOCATED_FILE))?;
+        let actuated = load(&dir.join(ACTUATED_FILE))?;
+        Ok(AllocationManager {
+            dir: Some(dir.to_path_buf()),
+            state: Arc::new(Mutex::new(State {
+                allocated,
+                actuated,
+                ..Default::default()
+            })),
+            waker: Arc::default(),
+        })
+    }
+
+    /// No files (tests).
+    pub fn in_memory() -> Self {
+        AllocationManager {
+            dir: None,
+            state: Arc::new(Mutex::new(State::default())),
+            waker: Arc::default(),
+        }
+    }
+
+    /// How deferred resizes are retried: the pod's worker is woken.
+    pub fn set_waker(&self, waker: Waker) {
+        let _ = self.waker.set(waker);
+    }
+
+    /// Wakes the worker of every pod whose resize is deferred (a pod left, or a resize was
+    /// applied: the kubelet's `RetryPendingResizes` triggers).
+    pub fn retry_deferred(&self) {
+        let uids = self.deferred();
+        if let Some(w) = self.waker.get() {
+            for uid in uids {
+                tracing::debug!(pod.uid = %uid, "retrying a deferred resize");
+                w(&uid);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn save(&self, state: &State) {
+        let Some(dir) = &self.dir else { return };
+        for result in [
+            store(&dir.join(ALLOCATED_FILE), &state.allocated),
+            store(&dir.join(ACTUATED_FILE), &state.actuated),
+        ] {
+            if let Err(e) = result {
+                tracing::error!(error = %e, "writing the allocation checkpoint");
+            }
+        }
+    }
+
+    pub fn allocation(&self, uid: &str) -> Option<PodAllocation> {
+        self.lock().allocated.get(uid).cloned()
+    }
+
+    pub fn is_allocated(&self, uid: &str) -> bool {
+        self.lock().allocated.contains_key(uid)
+    }
+
+    /// The pod as its allocation says (the spec's resources when it has none yet).
+    pub fn allocated_pod(&self, pod: &Pod) -> Pod {
+        match self.allocation(pod_uid(pod)) {
+            Some(a) => with_allocation(pod, &a),
+            None => pod.clone(),
+        }
+    }
+
+    /// Admission allocated the pod its spec's resources (the kubelet's `AddPod`); a pod that
+    /// has an allocation keeps it.
+    pub fn admit(&self, pod: &Pod) {
+        let mut state = self.lock();
+        let uid = pod_uid(pod).to_string();
+        if let Some(a) = state.allocated.get(&uid) {
+            let r = requests_of(&with_allocation(pod, a));
+            state.active.insert(uid, r);
+            return;
+        }
+        state.active.insert(uid.clone(), requests_of(pod));
+        state.allocated.insert(uid, allocation_of(pod));
+        self.save(&state);
+    }
+
+    /// The pod's containers will not run again: its requests stop counting against others'
+    /// resizes (its allocation stays until the pod is removed). Deferred resizes are retried.
+    pub fn release(&self, uid: &str) {
+        let had = self.lock().active.remove(uid).is_some();
+        if had {
+            self.retry_deferred();
+        }
+    }
+
+    /// The summed allocated requests (cpu millicores, memory bytes) of every active pod but
+    /// `uid`.
+    fn others(state: &State, uid: &str) -> (i64, i64) {
+        state
+            .active
+            .iter()
+            .filter(|(u, _)| u.as_str() != uid)
+            .fold((0i64, 0i64), |(c, m), (_, (rc, rm))| {
+                (c.saturating_add(*rc), m.saturating_add(*rm))
+            })
+    }
+
+    /// The kubelet's `handlePodResourcesResize`: decides the pod's desired resources against
+    /// the node's allocatable and the other active pods' allocations, allocates them or records
+    /// why not, against the allocated requests of the other active pods.
+    pub fn handle_resize(
+        &self,
+        pod: &Pod,
+        allocatable: NodeAllocatable,
+        is_static: bool,
+    ) -> Handled {
+        let uid = pod_uid(pod).to_string();
+        let generation = pod.metadata.generation.unwrap_or(0);
+        let mut state = self.lock();
+        let Some(allocated) = state.allocated.get(&uid).cloned() else {
+            // Not admitted through the manager (standalone static pods, tests): its spec is
+            // what it was admitted with.
+            state.active.insert(uid.clone(), requests_of(pod));
+            state.allocated.insert(uid, allocation_of(pod));
+            self.save(&state);
+            return Handled::Unchanged;
+        };
+        state
+            .active
+            .insert(uid.clone(), requests_of(&with_allocation(pod, &allocated)));
+        let (others_cpu_milli, others_memory) = Self::others(&state, &uid);
+        let decision = decide(&ResizeInputs {
+            desired: pod,
+            allocated: &allocated,
+            others_cpu_milli,
+            others_memory,
+            allocatable,
+            is_static,
+        });
+        match decision {
+            Decision::NoChange => {
+                state.deferred.remove(&uid);
+                let c = state.conditions.entry(uid).or_default();
+                c.pending = None;
+                Handled::Unchanged
+            }
+            Decision::Allocate => {
+                state.deferred.remove(&uid);
+                state.allocated.insert(uid.clone(), allocation_of(pod));
+                state.active.insert(uid.clone(), requests_of(pod));
+                let c = state.conditions.entry(uid).or_default();
+                c.pending = None;
+                c.in_progress = Some((generation, None));
+                self.save(&state);
+                Handled::Allocated
+            }
+            Decision::Pending { reason, message } => {
+                if reason == crate::podspec::resize::REASON_DEFERRED {
+                    state.deferred.insert(uid.clone());
+                } else {
+                    state.deferred.remove(&uid);
+                }
+                let c = state.conditions.entry(uid).or_default();
+                let new = Some((reason.to_string(), message.clone(), generation));
+                if c.pending == new {
+                    Handled::StillPending
+                } else {
+                    c.pending = new;
+                    Handled::NewlyPending { reason, message }
+                }
+            }
+        }
+    }
+
+    /// The pods with a `Deferred` resize: the ones to sync again when room may have appeared
+    /// (a pod left, another resize was applied).
+    pub fn deferred(&self) -> Vec<String> {
+        self.lock().deferred.iter().cloned().collect()
+    }
+
+    pub fn conditions(&self, uid: &str) -> ResizeConditions {
+        self.lock().conditions.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// The actuation failed (`PodResizeInProgress` reason `Error`) or went on.
+    pub fn set_in_progress_error(&self, uid: &str, generation: i64, error: Option<String>) {
+        let mut state = self.lock();
+        let c = state.conditions.entry(uid.to_string()).or_default();
+        let gen = c.in_progress.as_ref().map_or(generation, |(g, _)| *g);
+        c.in_progress = Some((gen, error));
+    }
+
+    /// Everything allocated is applied: `PodResizeInProgress` goes.
+    pub fn clear_in_progress(&self, uid: &str) -> bool {
+        let mut state = self.lock();
+        state
+            .conditions
+            .get_mut(uid)
+            .and_then(|c| c.in_progress.take())
+            .is_some()
+    }
+
+    pub fn actuated(&self, uid: &str) -> ActuatedPod {
+        self.lock().actuated.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// Records what was applied to a container.
+    pub fn set_actuated_container(&self, uid: &str, name: &str, actuated: ActuatedContainer) {
+        let mut state = self.lock();
+        let pod = state.actuated.entry(uid.to_string()).or_default();
+        if pod.containers.get(name) == Some(&actuated) {
+            return;
+        }
+        pod.containers.insert(name.to_string(), actuated);
+        self.save(&state);
+    }
+
+    /// Records the allocation the pod cgroup was written from.
+    pub fn set_actuated_pod_cgroup(&self, uid: &str, allocation: PodAllocation) {
+        let mut state = self.lock();
+        let pod = state.actuated.entry(uid.to_string()).or_default();
+        if pod.pod_cgroup.as_ref() == Some(&allocation) {
+            return;
+        }
+        pod.pod_cgroup = Some(allocation);
+        self.save(&state);
+    }
+
+    /// The pod is gone: its allocation, actuation and conditions go. Returns the pods whose
+    /// deferred resize may fit now.
+    pub fn remove(&self, uid: &str) -> Vec<String> {
+        let retry = {
+            let mut state = self.lock();
+            let had = state.allocated.remove(uid).is_some() | state.actuated.remove(uid).is_some();
+            state.active.remove(uid);
+            state.conditions.remove(uid);
+            state.deferred.remove(uid);
+            if had {
+                self.save(&state);
+            }
+            state.deferred.iter().cloned().collect()
+        };
+        self.retry_deferred();
+        retry
+    }
+
+    /// Drops the state of every pod not in `keep` (after all sources reported).
+    pub fn retain(&self, keep: &BTreeSet<String>) -> Vec<String> {
+        let gone: Vec<String> = {
+            let state = self.lock();
+            state
+                .allocated
+                .keys()
+                .chain(state.actuated.keys())
+                .filter(|u| !keep.contains(*u))
+                .cloned()
+                .collect()
+        };
+        let mut retry = Vec::new();
+        for uid in gone {
+            retry = self.remove(&uid);
+        }
+        retry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::podspec::resources::test_support::{container, pod};
+
+    fn uid(mut p: Pod, u: &str) -> Pod {
+        p.metadata.uid = Some(u.into());
+        p.metadata.generation = Some(1);
+        p
+    }
+
+    fn node() -> NodeAllocatable {
+        NodeAllocatable {
+            cpu_milli: 1000,
+            memory: 1 << 30,
+            ephemeral_storage: None,
+        }
+    }
+
+    #[test]
+    fn checkpoint_round_trip_and_checksum() {
+        let p = uid(
+            pod(vec![container("c", "cpu=100m", "cpu=200m")], vec![]),
+            "a",
+        );
+        let data: BTreeMap<String, PodAllocation> = [("a".to_string(), allocation_of(&p))].into();
+        let text = encode(&data);
+        let back: BTreeMap<String, PodAllocation> = decode(&text).unwrap();
+        assert_eq!(back, data);
+        let cases = [
+            (text.replace("200m", "300m"), "checksum mismatch"),
+            ("{".to_string(), "EOF"),
+            (
+                r#"{"data":{},"checksum":"0"}"#.to_string(),
+                "checksum mismatch",
+            ),
+        ];
+        for (bad, want) in cases {
+            let err = decode::<BTreeMap<String, PodAllocation>>(&bad).unwrap_err();
+            assert!(err.contains(want), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_restart_keeps_allocation_and_actuation() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = uid(
+            pod(vec![container("c", "cpu=100m", "cpu=200m")], vec![]),
+            "a",
+        );
+        let m = AllocationManager::load(dir.path()).unwrap();
+        m.admit(&p);
+        m.set_actuated_container(
+            "a",
+            "c",
+            ActuatedContainer {
+                container_id: "id1".into(),
+                resources: allocation_of(&p).containers["c"].clone(),
+            },
+        );
+        // The spec changes while nodelet is down: the allocation stands.
+        let resized = uid(
+            pod(vec![container("c", "cpu=100m", "cpu=900m")], vec![]),
+            "a",
+        );
+        let again = AllocationManager::load(dir.path()).unwrap();
+        again.admit(&resized);
+        assert_eq!(again.allocation("a"), Some(allocation_of(&p)));
+        assert_eq!(again.actuated("a").containers["c"].container_id, "id1");
+        assert_eq!(again.allocated_pod(&resized), p);
+        // Gone: both files forget it.
+        again.remove("a");
+        let third = AllocationManager::load(dir.path()).unwrap();
+        assert!(!third.is_allocated("a"));
+        assert!(third.actuated("a").containers.is_empty());
+        // A corrupt file is an error, not an empty state.
+        std::fs::write(
+            dir.path().join(ALLOCATED_FILE),
+            "{\"data\":{},\"checksum\":\"1\"}",
+        )
+        .unwrap();
+        assert!(matches!(
+            AllocationManager::load(dir.path()),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn admission_counts_allocations_and_deferred_resizes_are_retried() {
+        let m = AllocationManager::in_memory();
+        let a = uid(pod(vec![container("c", "cpu=600m", "")], vec![]), "a");
+        let b = uid(pod(vec![container("c", "cpu=300m", "")], vec![]), "b");
+        m.admit(&a);
+        m.admit(&b);
+        // b asks for 500m: 600m + 500m > 1000m → Deferred.
+        let b2 = uid(pod(vec![container("c", "cpu=500m", "")], vec![]), "b");
+        let got = m.handle_resize(&b2, node(), false);
+        assert_eq!(
+            got,
+            Handled::NewlyPending {
+                reason: "Deferred",
+                message: "Node didn't have enough resource: cpu, requested: 500, used: 600, capacity: 1000".into()
+            }
+        );
+        assert_eq!(m.handle_resize(&b2, node(), false), Handled::StillPending);
+        assert_eq!(m.deferred(), vec!["b".to_string()]);
+        // The allocation, not the spec, is what b runs with and what others count.
+        assert_eq!(m.allocated_pod(&b2), b);
+        // a ends: b's resize is retried (its worker woken), and now fits.
+        let woken = Arc::new(Mutex::new(Vec::<String>::new()));
+        let w = woken.clone();
+        m.set_waker(Arc::new(move |uid: &str| {
+            w.lock().unwrap().push(uid.to_string())
+        }));
+        m.release("a");
+        assert_eq!(*woken.lock().unwrap(), vec!["b".to_string()]);
+        assert_eq!(m.handle_resize(&b2, node(), false), Handled::Allocated);
+        assert!(m.deferred().is_empty());
+        assert_eq!(m.conditions("b").pending, None);
+        assert_eq!(m.conditions("b").in_progress, Some((1, None)));
+        assert!(m.clear_in_progress("b"));
+    }
+
+    #[test]
+    fn retain_drops_pods_that_are_gone() {
+        let m = AllocationManager::in_memory();
+        m.admit(&uid(pod(vec![container("c", "cpu=1m", "")], vec![]), "a"));
+        m.admit(&uid(pod(vec![container("c", "cpu=1m", "")], vec![]), "b"));
+        m.retain(&["b".to_string()].into());
+        assert!(!m.is_allocated("a"));
+        assert!(m.is_allocated("b"));
+    }
+}

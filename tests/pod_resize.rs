@@ -1,0 +1,462 @@
+//! In-place pod resize on a real containerd: nodelet joined to the project's API server
+//! fixture, resized with the real `kubectl patch --subresource resize`, the result read from the
+//! containers' cgroups and from the pod's status.
+
+mod common;
+
+use std::path::Path;
+
+use apiserver_fixture::Fixture;
+use common::*;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
+use nodelet::cri::StatsRuntime;
+
+/// A pod bound to `node`: one testbox container with Burstable resources (requests
+/// cpu 100m / memory 32Mi, limits `cpu_limit` / `memory_limit`) and `extra` in the container.
+fn resizable_pod(
+    name: &str,
+    node: &str,
+    cpu_request: &str,
+    cpu_limit: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    resources:\n      requests: {{cpu: {cpu_request}, memory: 32Mi}}\n      limits: {{cpu: {cpu_limit}, memory: 64Mi}}\n{extra}"
+    )
+}
+
+fn main_status(p: &Pod) -> Option<ContainerStatus> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "main")
+        .cloned()
+}
+
+fn running_main(p: &Pod) -> Option<ContainerStatus> {
+    main_status(p).filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+}
+
+fn condition(p: &Pod, type_: &str) -> Option<PodCondition> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+}
+
+fn quantity(
+    list: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+    name: &str,
+) -> Option<String> {
+    list?.get(name).map(|q| q.0.clone())
+}
+
+fn resize(api: &str, name: &str, patch: &str) {
+    let (ok, out, err) = kubectl(
+        api,
+        &[
+            "patch",
+            "pod",
+            name,
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+    );
+    assert!(ok, "kubectl patch --subresource resize: {out}{err}");
+}
+
+/// A container's cgroup file, found through the cgroupsPath of its verbose status (v1: the
+/// named controller's hierarchy; v2: the unified one).
+async fn cgroup_file(container_id: &str, controller: &str, v1: &str, v2: &str) -> String {
+    cgroup_file_at(container_id, false, controller, v1, v2).await
+}
+
+/// [`cgroup_file`] of the container's cgroup, or with `pod` of its parent (the pod cgroup).
+async fn cgroup_file_at(
+    container_id: &str,
+    pod: bool,
+    controller: &str,
+    v1: &str,
+    v2: &str,
+) -> String {
+    let id = container_id.rsplit("://").next().unwrap().to_string();
+    let info = runtime().container_info(&id).await.expect("verbose status");
+    let path = nodelet::stats::container_cgroup::cgroups_path_from_info(&info)
+        .expect("cgroupsPath in the verbose status");
+    // A systemd cgroupsPath is "slice:prefix:name"; the tests run nodelet with cgroupfs.
+    let path = if pod {
+        path.rsplit_once('/')
+            .map(|(parent, _)| parent.to_string())
+            .unwrap()
+    } else {
+        path
+    };
+    let relative = path.trim_start_matches('/');
+    let v1_dir = Path::new("/sys/fs/cgroup").join(controller).join(relative);
+    let file = if v1_dir.exists() {
+        v1_dir.join(v1)
+    } else {
+        Path::new("/sys/fs/cgroup").join(relative).join(v2)
+    };
+    std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        .trim()
+        .to_string()
+}
+
+/// The container's cpu quota in microseconds per 100 ms period (`None`: unlimited).
+async fn cpu_quota(container_id: &str) -> Option<i64> {
+    cpu_quota_at(container_id, false).await
+}
+
+/// The cpu quota of the container's cgroup, or with `pod` of its pod's.
+async fn cpu_quota_at(container_id: &str, pod: bool) -> Option<i64> {
+    let v = cgroup_file_at(container_id, pod, "cpu", "cpu.cfs_quota_us", "cpu.max").await;
+    v.split_whitespace()
+        .next()
+        .and_then(|q| q.parse().ok())
+        .filter(|q: &i64| *q > 0)
+}
+
+async fn memory_limit(container_id: &str) -> i64 {
+    cgroup_file(
+        container_id,
+        "memory",
+        "memory.limit_in_bytes",
+        "memory.max",
+    )
+    .await
+    .parse()
+    .unwrap()
+}
+
+/// (a) A raised cpu limit reaches the running container's cgroup in place: no restart, the same
+/// container, and `containerStatuses[].resources` shows it (from the runtime's report, or on
+/// containerd 1.6, which reports none, from what nodelet applied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("resize-cpu", &api, "");
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "cpu",
+        &resizable_pod("cpu", &n.node, "100m", "200m", ""),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "cpu")?)
+    })
+    .await;
+    let id = before.container_id.clone().expect("container ID");
+    assert_eq!(cpu_quota(&id).await, Some(20_000));
+    assert_eq!(
+        cpu_quota_at(&id, true).await,
+        Some(20_000),
+        "the pod cgroup"
+    );
+    assert_eq!(
+        quantity(before.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("100m")
+    );
+
+    resize(
+        &api,
+        "cpu",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"500m"}}}]}}"#,
+    );
+    let after = wait_api("the new cpu limit in the status", &n, || {
+        let c = running_main(&api_pod(&fixture, "cpu")?)?;
+        (quantity(c.resources.as_ref()?.limits.as_ref(), "cpu").as_deref() == Some("500m"))
+            .then_some(c)
+    })
+    .await;
+    assert_eq!(cpu_quota(&id).await, Some(50_000), "the container's cgroup");
+    assert_eq!(
+        cpu_quota_at(&id, true).await,
+        Some(50_000),
+        "the pod cgroup"
+    );
+    assert_eq!(
+        after.container_id.as_deref(),
+        Some(id.as_str()),
+        "same container"
+    );
+    assert_eq!(after.restart_count, 0);
+    // Done: no resize condition is left, and the status observed the new generation.
+    let pod = wait_api("the resize conditions gone", &n, || {
+        let p = api_pod(&fixture, "cpu")?;
+        (condition(&p, "PodResizeInProgress").is_none()
+            && condition(&p, "PodResizePending").is_none())
+        .then_some(p)
+    })
+    .await;
+    assert_eq!(pod.metadata.generation, Some(2));
+    assert!(
+        n.logs().contains("UpdateContainerResources"),
+        "{}",
+        nodelet_testkit::tail(&n.logs(), 40)
+    );
+}
+
+/// (b) A memory change under `resizePolicy: RestartContainer` restarts that container, which
+/// comes back with the new limit in its cgroup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_resize_under_restart_container_restarts_it() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("resize-mem", &api, "");
+    let policy =
+        "    resizePolicy:\n    - {resourceName: memory, restartPolicy: RestartContainer}\n";
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "mem",
+        &resizable_pod("mem", &n.node, "100m", "200m", policy),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "mem")?)
+    })
+    .await;
+    let old_id = before.container_id.clone().expect("container ID");
+    assert_eq!(memory_limit(&old_id).await, 64 << 20);
+
+    resize(
+        &api,
+        "mem",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"96Mi"}}}]}}"#,
+    );
+    let after = wait_api("the container restarted", &n, || {
+        let c = running_main(&api_pod(&fixture, "mem")?)?;
+        (c.restart_count == 1 && c.container_id.as_deref() != Some(old_id.as_str())).then_some(c)
+    })
+    .await;
+    let new_id = after.container_id.clone().unwrap();
+    assert_eq!(
+        memory_limit(&new_id).await,
+        96 << 20,
+        "the new container's cgroup"
+    );
+    wait_api("the new limit in the status", &n, || {
+        let c = running_main(&api_pod(&fixture, "mem")?)?;
+        (quantity(c.resources.as_ref()?.limits.as_ref(), "memory").as_deref() == Some("96Mi"))
+            .then_some(())
+    })
+    .await;
+}
+
+/// (c) A request above the node's allocatable is `PodResizePending`/`Infeasible` with the
+/// kubelet's message, and changes nothing: same container, same cgroup, same allocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_above_allocatable_is_infeasible_and_changes_nothing() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("resize-infeasible", &api, "");
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "big",
+        &resizable_pod("big", &n.node, "100m", "200m", ""),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "big")?)
+    })
+    .await;
+    let id = before.container_id.clone().unwrap();
+
+    resize(
+        &api,
+        "big",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"1000"},"limits":{"cpu":"1000"}}}]}}"#,
+    );
+    let pending = wait_api("PodResizePending", &n, || {
+        condition(&api_pod(&fixture, "big")?, "PodResizePending")
+    })
+    .await;
+    assert_eq!(pending.reason.as_deref(), Some("Infeasible"));
+    let message = pending.message.unwrap_or_default();
+    assert!(
+        message
+            .starts_with("Node didn't have enough capacity: cpu, requested: 1000000, capacity: "),
+        "{message}"
+    );
+    assert_eq!(pending.observed_generation, Some(2));
+    let pod = api_pod(&fixture, "big").unwrap();
+    let c = running_main(&pod).unwrap();
+    assert_eq!(c.container_id.as_deref(), Some(id.as_str()));
+    assert_eq!(c.restart_count, 0);
+    assert_eq!(
+        quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("100m")
+    );
+    assert_eq!(
+        quantity(c.resources.as_ref().unwrap().limits.as_ref(), "cpu").as_deref(),
+        Some("200m")
+    );
+    assert_eq!(cpu_quota(&id).await, Some(20_000));
+    assert!(condition(&pod, "PodResizeInProgress").is_none());
+}
+
+/// The node's allocatable cpu in millicores, as its status reports it.
+fn allocatable_cpu_milli(fixture: &Fixture, node: &str) -> Option<i64> {
+    let node = fixture
+        .get::<k8s_openapi::api::core::v1::Node>(None, node)
+        .ok()
+        .flatten()?;
+    let q = node.status?.allocatable?.get("cpu")?.0.clone();
+    match q.strip_suffix('m') {
+        Some(m) => m.parse().ok(),
+        None => q.parse::<i64>().ok().map(|c| c * 1000),
+    }
+}
+
+/// (d) A resize that fits the node but not beside another pod is `Deferred`, and is applied
+/// once that pod leaves (the deferred resize is retried when a pod goes, not after a period).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_resize_is_applied_once_another_pod_leaves() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("resize-deferred", &api, "");
+    let alloc = wait_api("the node's allocatable cpu", &n, || {
+        allocatable_cpu_milli(&fixture, &n.node)
+    })
+    .await;
+    let half = alloc / 2;
+    let limit = format!("{alloc}m");
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "hog",
+        &resizable_pod("hog", &n.node, &format!("{half}m"), &limit, ""),
+    );
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "grow",
+        &resizable_pod("grow", &n.node, "100m", &limit, ""),
+    );
+    wait_api("both pods running", &n, || {
+        running_main(&api_pod(&fixture, "hog")?)?;
+        running_main(&api_pod(&fixture, "grow")?)
+    })
+    .await;
+    let want = half + 100;
+    resize(
+        &api,
+        "grow",
+        &format!(
+            r#"{{"spec":{{"containers":[{{"name":"main","resources":{{"requests":{{"cpu":"{want}m"}}}}}}]}}}}"#
+        ),
+    );
+    let pending = wait_api("PodResizePending Deferred", &n, || {
+        condition(&api_pod(&fixture, "grow")?, "PodResizePending")
+    })
+    .await;
+    assert_eq!(pending.reason.as_deref(), Some("Deferred"), "{pending:?}");
+    let message = pending.message.unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "Node didn't have enough resource: cpu, requested: {want}, used: {half}"
+        )),
+        "{message}"
+    );
+    let c = running_main(&api_pod(&fixture, "grow").unwrap()).unwrap();
+    assert_eq!(
+        quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("100m")
+    );
+
+    let (ok, _, err) = kubectl(
+        &api,
+        &["delete", "pod", "hog", "--grace-period=1", "--wait=false"],
+    );
+    assert!(ok, "{err}");
+    let c = wait_api("the deferred resize allocated", &n, || {
+        let p = api_pod(&fixture, "grow")?;
+        let c = running_main(&p)?;
+        (condition(&p, "PodResizePending").is_none()
+            && quantity(c.allocated_resources.as_ref(), "cpu") == Some(format!("{want}m")))
+        .then_some(c)
+    })
+    .await;
+    assert_eq!(c.restart_count, 0);
+    let log = n.logs();
+    assert!(
+        log.contains("retrying a deferred resize") || log.contains("pod resize allocated"),
+        "{}",
+        nodelet_testkit::tail(&log, 40)
+    );
+}
+
+/// (e) A restart of nodelet keeps the allocation: a pod whose spec now asks for more than the
+/// node has (an infeasible resize) is not admitted again against its spec (it would be
+/// rejected, OutOfcpu), keeps running in the same container, and its `allocatedResources` stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_the_allocation() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let mut n = Nodelet::start_in_cluster("resize-restart", &api, "");
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "kept",
+        &resizable_pod("kept", &n.node, "100m", "200m", ""),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&fixture, "kept")?)
+    })
+    .await;
+    let id = before.container_id.clone().unwrap();
+    resize(
+        &api,
+        "kept",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"1000"},"limits":{"cpu":"1000"}}}]}}"#,
+    );
+    wait_api("PodResizePending", &n, || {
+        condition(&api_pod(&fixture, "kept")?, "PodResizePending")
+    })
+    .await;
+    let checkpoint =
+        std::fs::read_to_string(n.dir.path().join("root").join("allocated_pods_state"))
+            .expect("allocated_pods_state in the root directory");
+    assert!(checkpoint.contains("\"checksum\""), "{checkpoint}");
+
+    n.restart();
+    // Back: the same container, the allocation unchanged, the resize still infeasible.
+    wait_api("the condition again after the restart", &n, || {
+        let p = api_pod(&fixture, "kept")?;
+        let c = running_main(&p)?;
+        let pending = condition(&p, "PodResizePending")?;
+        (pending.reason.as_deref() == Some("Infeasible")).then_some(c)
+    })
+    .await;
+    // A few syncs later still the same.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let p = api_pod(&fixture, "kept").unwrap();
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running"),
+        "not re-admitted (OutOfcpu) against its spec: {:?}",
+        p.status
+    );
+    let c = running_main(&p).unwrap();
+    assert_eq!(c.container_id.as_deref(), Some(id.as_str()));
+    assert_eq!(c.restart_count, 0);
+    assert_eq!(
+        quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("100m")
+    );
+    assert_eq!(cpu_quota(&id).await, Some(20_000));
+}
