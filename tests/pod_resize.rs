@@ -204,6 +204,43 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     })
     .await;
     assert_eq!(pod.metadata.generation, Some(2));
+    // The kubelet's resize events, with its JSON summary of the allocated resources.
+    let summary = r#"{"containers":[{"name":"main","resources":{"limits":{"cpu":"500m","memory":"64Mi"},"requests":{"cpu":"100m","memory":"32Mi"}}}],"generation":2}"#;
+    let events = wait_api("ResizeStarted and ResizeCompleted events", &n, || {
+        let (ok, out, _) = kubectl(&api, &["get", "events", "-n", "default", "-o", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let events: Vec<(String, String)> = json["items"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["involvedObject"]["name"] == "cpu")
+            .filter_map(|e| {
+                Some((
+                    e["reason"].as_str()?.to_string(),
+                    e["message"].as_str()?.to_string(),
+                ))
+            })
+            .collect();
+        (ok && events.iter().any(|(r, _)| r == "ResizeCompleted")).then_some(events)
+    })
+    .await;
+    for (reason, prefix) in [
+        ("ResizeStarted", "Pod resize started"),
+        ("ResizeCompleted", "Pod resize completed"),
+    ] {
+        assert!(
+            events.contains(&(reason.to_string(), format!("{prefix}: {summary}"))),
+            "{reason}: {events:?}"
+        );
+    }
+    // After the pod cgroup, the runtime hears the sandbox's new resources (best effort: the
+    // call is made whether or not the runtime has it).
+    let calls = n
+        .metric(r#"nodelet_runtime_operations_duration_seconds_count{operation_type="update_pod_sandbox_resources"}"#)
+        .await;
+    assert!(
+        calls.is_some_and(|c| c >= 1.0),
+        "UpdatePodSandboxResources calls: {calls:?}"
+    );
     assert!(
         n.logs().contains("UpdateContainerResources"),
         "{}",

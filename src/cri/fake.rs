@@ -741,6 +741,33 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    async fn update_pod_sandbox_resources(
+        &self,
+        sandbox_id: &str,
+        overhead: api::LinuxContainerResources,
+        resources: api::LinuxContainerResources,
+    ) -> Result<()> {
+        let mut st = self.lock();
+        let detail = format!(
+            "cpu_quota={} memory_limit_in_bytes={}",
+            resources.cpu_quota, resources.memory_limit_in_bytes
+        );
+        self.record(
+            &mut st,
+            "update_pod_sandbox_resources",
+            sandbox_id.to_string(),
+            detail,
+        )?;
+        let sandbox = st
+            .sandboxes
+            .get_mut(sandbox_id)
+            .ok_or_else(|| Self::not_found("update_pod_sandbox_resources", sandbox_id))?;
+        let linux = sandbox.config.linux.get_or_insert_with(Default::default);
+        linux.overhead = Some(overhead);
+        linux.resources = Some(resources);
+        Ok(())
+    }
+
     async fn exec_sync(
         &self,
         container_id: &str,

@@ -82,6 +82,11 @@ impl Error {
         }
     }
 
+    /// True when the runtime does not have the call (an older CRI version).
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(self, Error::Call { status, .. } if status.code() == tonic::Code::Unimplemented)
+    }
+
     /// The runtime's own message without our context (used for container status reasons).
     pub fn runtime_message(&self) -> String {
         match self {
@@ -134,6 +139,15 @@ pub trait Runtime: Send + Sync + 'static {
         &self,
         container_id: &str,
         linux: api::LinuxContainerResources,
+    ) -> Result<()>;
+    /// UpdatePodSandboxResources: the sandbox's new overhead and summed resources, after an
+    /// in-place resize rewrote the pod cgroup (for the runtime's NRI plugins; best effort, and
+    /// runtimes before CRI v1.33 answer Unimplemented).
+    async fn update_pod_sandbox_resources(
+        &self,
+        sandbox_id: &str,
+        overhead: api::LinuxContainerResources,
+        resources: api::LinuxContainerResources,
     ) -> Result<()>;
     async fn exec_sync(
         &self,

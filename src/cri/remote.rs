@@ -341,6 +341,31 @@ impl Runtime for RemoteRuntime {
         Ok(())
     }
 
+    async fn update_pod_sandbox_resources(
+        &self,
+        sandbox_id: &str,
+        overhead: api::LinuxContainerResources,
+        resources: api::LinuxContainerResources,
+    ) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = self.request(
+            api::UpdatePodSandboxResourcesRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                overhead: Some(overhead),
+                resources: Some(resources),
+                ..Default::default()
+            },
+            Duration::ZERO,
+        );
+        observe(
+            "update_pod_sandbox_resources",
+            sandbox_id,
+            c.update_pod_sandbox_resources(req),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn exec_sync(
         &self,
         container_id: &str,

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
 use super::qos::qos_class;
@@ -203,6 +204,67 @@ pub fn decide(inputs: &ResizeInputs<'_>) -> Decision {
         return deferred("memory", memory, inputs.others_memory, cap.memory);
     }
     Decision::Allocate
+}
+
+/// The message of the kubelet's resize events (`ResizeStarted`, `ResizeCompleted`,
+/// `ResizeError`, `ResizeDeferred`, `ResizeInfeasible`; its `podResizeMessage`): `prefix: `
+/// and a JSON summary of the pod's init and regular containers' resources, the generation and,
+/// when there is one, the error — the same keys, in the same order, as the kubelet writes.
+pub fn event_message(pod: &Pod, generation: i64, error: &str, prefix: &str) -> String {
+    #[derive(Serialize)]
+    struct ContainerAllocation<'a> {
+        name: &'a str,
+        resources: ResourceSummary<'a>,
+    }
+    /// `ResourceRequirements` as Go marshals it: limits, requests, claims, each left out when
+    /// empty.
+    #[derive(Serialize)]
+    struct ResourceSummary<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        limits: Option<&'a BTreeMap<String, Quantity>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        requests: Option<&'a BTreeMap<String, Quantity>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        claims: Option<&'a Vec<k8s_openapi::api::core::v1::ResourceClaim>>,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Summary<'a> {
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        init_containers: Vec<ContainerAllocation<'a>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        containers: Vec<ContainerAllocation<'a>>,
+        generation: i64,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        error: &'a str,
+    }
+    fn summarize(list: &[Container]) -> Vec<ContainerAllocation<'_>> {
+        list.iter()
+            .map(|c| {
+                let r = c.resources.as_ref();
+                ContainerAllocation {
+                    name: &c.name,
+                    resources: ResourceSummary {
+                        limits: r.and_then(|r| r.limits.as_ref()).filter(|m| !m.is_empty()),
+                        requests: r
+                            .and_then(|r| r.requests.as_ref())
+                            .filter(|m| !m.is_empty()),
+                        claims: r.and_then(|r| r.claims.as_ref()).filter(|c| !c.is_empty()),
+                    },
+                }
+            })
+            .collect()
+    }
+    let summary = Summary {
+        init_containers: summarize(init_containers(pod)),
+        containers: summarize(regular_containers(pod)),
+        generation,
+        error,
+    };
+    match serde_json::to_string(&summary) {
+        Ok(json) => format!("{prefix}: {json}"),
+        Err(_) => prefix.to_string(),
+    }
 }
 
 /// A container's `resizePolicy` for `resource` (`cpu` or `memory`): `RestartContainer` or the
@@ -414,5 +476,41 @@ mod tests {
         }]);
         assert!(restart_required(&c, "memory"));
         assert!(!restart_required(&c, "cpu"));
+    }
+
+    /// The resize events' message, as the kubelet's `podResizeMessage` writes it: init
+    /// containers, containers (limits before requests, empty ones left out), the generation,
+    /// the error only when there is one.
+    #[test]
+    fn event_message_is_the_kubelets_json_summary() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "generation": 3},
+            "spec": {
+                "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "50m"}}}],
+                "containers": [
+                    {"name": "a", "image": "i", "resources": {
+                        "requests": {"memory": "32Mi", "cpu": "100m"},
+                        "limits": {"cpu": "500m"}}},
+                    {"name": "b", "image": "i"}
+                ]
+            }
+        }))
+        .unwrap();
+        let cases = [
+            (
+                "",
+                "Pod resize started",
+                r#"Pod resize started: {"initContainers":[{"name":"side","resources":{"requests":{"cpu":"50m"}}}],"containers":[{"name":"a","resources":{"limits":{"cpu":"500m"},"requests":{"cpu":"100m","memory":"32Mi"}}},{"name":"b","resources":{}}],"generation":3}"#,
+            ),
+            (
+                "Node didn't have enough capacity: cpu, requested: 9000, capacity: 2000",
+                "Pod resize Infeasible",
+                r#"Pod resize Infeasible: {"initContainers":[{"name":"side","resources":{"requests":{"cpu":"50m"}}}],"containers":[{"name":"a","resources":{"limits":{"cpu":"500m"},"requests":{"cpu":"100m","memory":"32Mi"}}},{"name":"b","resources":{}}],"generation":3,"error":"Node didn't have enough capacity: cpu, requested: 9000, capacity: 2000"}"#,
+            ),
+        ];
+        for (error, prefix, want) in cases {
+            assert_eq!(event_message(&p, 3, error, prefix), want, "{prefix}");
+        }
     }
 }

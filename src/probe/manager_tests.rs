@@ -104,6 +104,14 @@ impl Runtime for ScriptedRuntime {
     ) -> cri::Result<()> {
         unsupported("update_container_resources")
     }
+    async fn update_pod_sandbox_resources(
+        &self,
+        _: &str,
+        _: api::LinuxContainerResources,
+        _: api::LinuxContainerResources,
+    ) -> cri::Result<()> {
+        unsupported("update_pod_sandbox_resources")
+    }
     async fn remove_pod_sandbox(&self, _: &str) -> cri::Result<()> {
         unsupported("remove_pod_sandbox")
     }

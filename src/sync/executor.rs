@@ -65,6 +65,8 @@ pub const EPHEMERAL_REFUSED: &str = "CreateContainerConfigError";
 pub const RESIZE_STARTED: &str = "ResizeStarted";
 pub const RESIZE_DEFERRED: &str = "ResizeDeferred";
 pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
+pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
+pub const RESIZE_ERROR: &str = "ResizeError";
 
 /// The pod cgroup's values while a resize moves between two: the larger of each, so neither
 /// the containers' old nor their new limits exceed it.
@@ -620,6 +622,58 @@ impl PodSyncer {
         }
     }
 
+    /// The kubelet's `updatePodSandboxResources` after the pod cgroup was resized: the runtime
+    /// hears the sandbox's new resources (for its NRI plugins). Best effort, as the kubelet's:
+    /// a runtime without the call (CRI before v1.33, containerd 1.6) answers Unimplemented, and
+    /// no failure holds the resize back.
+    async fn sandbox_resources_changed(&self, sandbox_id: &str, pod: &Pod) {
+        let (overhead, resources) = super::sandbox_config::sandbox_resources(pod);
+        match self
+            .runtime
+            .update_pod_sandbox_resources(sandbox_id, overhead, resources)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.is_unimplemented() => {
+                tracing::debug!(error = %e, "the runtime has no UpdatePodSandboxResources");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "UpdatePodSandboxResources failed; the resize goes on")
+            }
+        }
+    }
+
+    /// A resize that could not be applied: `PodResizeInProgress` with reason `Error`, and a
+    /// `ResizeError` event when the error is new (each sync tries again; one event per error).
+    fn resize_failed(&self, pod: &Pod, uid: &str, generation: i64, error: String) {
+        let known = self.allocation.conditions(uid).in_progress;
+        if known.as_ref().and_then(|(_, e)| e.as_deref()) != Some(error.as_str()) {
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                RESIZE_ERROR,
+                crate::podspec::resize::event_message(pod, generation, &error, "Pod resize error"),
+            );
+        }
+        self.allocation
+            .set_in_progress_error(uid, generation, Some(error));
+    }
+
+    /// Everything allocated is applied: `PodResizeInProgress` goes, and a resize that was in
+    /// progress says so with `ResizeCompleted` (the kubelet's event when it clears the
+    /// condition).
+    fn resize_completed(&self, pod: &Pod, uid: &str, generation: i64) {
+        if self.allocation.clear_in_progress(uid) {
+            tracing::info!(generation, "pod resize completed");
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                RESIZE_COMPLETED,
+                crate::podspec::resize::event_message(pod, generation, "", "Pod resize completed"),
+            );
+        }
+    }
+
     /// The kubelet's `handlePodResourcesResize` for this pod, with its events.
     fn handle_resize(&self, pod: &Pod) {
         let is_static = crate::podspec::qos::is_static_pod(pod);
@@ -634,7 +688,12 @@ impl PodSyncer {
                     pod,
                     EventType::Normal,
                     RESIZE_STARTED,
-                    format!("Pod resize started: generation {generation}"),
+                    crate::podspec::resize::event_message(
+                        pod,
+                        generation,
+                        "",
+                        "Pod resize started",
+                    ),
                 );
             }
             Handled::NewlyPending { reason, message } => {
@@ -648,7 +707,12 @@ impl PodSyncer {
                     pod,
                     EventType::Warning,
                     event,
-                    format!("Pod resize {reason}: {message}, generation {generation}"),
+                    crate::podspec::resize::event_message(
+                        pod,
+                        generation,
+                        &message,
+                        &format!("Pod resize {reason}"),
+                    ),
                 );
             }
             Handled::Unchanged | Handled::StillPending => {}
@@ -759,14 +823,11 @@ impl PodSyncer {
         let generation = pod.metadata.generation.unwrap_or(0);
         if let Some(error) = actions.error {
             tracing::warn!(%error, "pod resize cannot be applied now");
-            self.allocation
-                .set_in_progress_error(uid, generation, Some(error));
+            self.resize_failed(pod, uid, generation, error);
             return restarts;
         }
         if actions.is_empty() {
-            if self.allocation.clear_in_progress(uid) {
-                tracing::info!("pod resize completed");
-            }
+            self.resize_completed(pod, uid, generation);
             return restarts;
         }
         for step in &actions.steps {
@@ -816,19 +877,20 @@ impl PodSyncer {
             };
             if let Err(error) = done {
                 tracing::warn!(%error, "pod resize failed");
-                self.allocation
-                    .set_in_progress_error(uid, generation, Some(error));
+                self.resize_failed(pod, uid, generation, error);
                 return restarts;
             }
         }
         if pod_cgroup_due {
             self.allocation
                 .set_actuated_pod_cgroup(uid, allocation.clone());
+            if let Some(sandbox) = runtime.sandbox() {
+                self.sandbox_resources_changed(&sandbox.id, pod).await;
+            }
         }
         restarts.extend(actions.restart);
         if restarts.is_empty() {
-            self.allocation.clear_in_progress(uid);
-            tracing::info!("pod resize applied");
+            self.resize_completed(pod, uid, generation);
         } else {
             self.allocation.set_in_progress_error(uid, generation, None);
         }

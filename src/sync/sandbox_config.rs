@@ -414,6 +414,29 @@ pub(crate) fn linux_resources(
     }
 }
 
+/// Sandbox resources (the kubelet's `applySandboxResources`, and what it sends with
+/// `UpdatePodSandboxResources` after a resize): the overhead, and the pod's summed requests and
+/// limits, for runtimes that size the sandbox (VM-based ones) or pass them to NRI plugins.
+pub fn sandbox_resources(
+    pod: &Pod,
+) -> (api::LinuxContainerResources, api::LinuxContainerResources) {
+    let requests = pod_requests(pod);
+    let (limits, _, _) = pod_limits(pod);
+    let resources = linux_resources(
+        requests.cpu_milli,
+        limits.cpu_milli.unwrap_or(0),
+        limits.memory.unwrap_or(0),
+    );
+    let overhead = match pod_overhead(pod) {
+        Some(o) => {
+            let cpu = o.cpu_milli.unwrap_or(0);
+            linux_resources(Some(cpu), cpu, o.memory.unwrap_or(0))
+        }
+        None => api::LinuxContainerResources::default(),
+    };
+    (overhead, resources)
+}
+
 fn sandbox_linux_config(
     pod: &Pod,
     ctx: &SandboxContext,
@@ -451,22 +474,7 @@ fn sandbox_linux_config(
         }
     }
 
-    // Sandbox resources (`applySandboxResources`): the pod's summed requests and limits, for
-    // runtimes that size the sandbox (VM-based ones); overhead separately.
-    let requests = pod_requests(pod);
-    let (limits, _, _) = pod_limits(pod);
-    let resources = linux_resources(
-        requests.cpu_milli,
-        limits.cpu_milli.unwrap_or(0),
-        limits.memory.unwrap_or(0),
-    );
-    let overhead = match pod_overhead(pod) {
-        Some(o) => {
-            let cpu = o.cpu_milli.unwrap_or(0);
-            linux_resources(Some(cpu), cpu, o.memory.unwrap_or(0))
-        }
-        None => api::LinuxContainerResources::default(),
-    };
+    let (overhead, resources) = sandbox_resources(pod);
 
     Ok(api::LinuxPodSandboxConfig {
         cgroup_parent: ctx.cgroup_parent.clone(),
