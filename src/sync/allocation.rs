@@ -136,11 +136,86 @@ struct State {
     allocated: BTreeMap<String, PodAllocation>,
     actuated: BTreeMap<String, ActuatedPod>,
     conditions: BTreeMap<String, ResizeConditions>,
-    /// Pods whose resize is `Deferred`, to retry when room may have appeared.
-    deferred: BTreeSet<String>,
+    /// Pods whose resize is `Deferred`, to retry when room may have appeared: the desired pod
+    /// and its place in the kubelet's retry order.
+    deferred: BTreeMap<String, DeferredResize>,
+    /// The next `DeferredResize::since` (the order in which resizes were deferred).
+    next_deferral: u64,
     /// The allocated requests (cpu millicores, memory bytes) of each active pod: what a resize
     /// of another pod is weighed against.
     active: BTreeMap<String, (i64, i64)>,
+}
+
+/// A resize waiting for room.
+#[derive(Debug, Clone)]
+struct DeferredResize {
+    /// The pod as desired (its spec's resources).
+    pod: Pod,
+    rank: ResizeRank,
+}
+
+/// A pending resize's place in the kubelet's retry order (`sortPendingResizes`): the higher
+/// pod priority first, then Guaranteed before Burstable, then the one deferred longest; a
+/// resize not yet deferred comes after all that were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ResizeRank {
+    priority: std::cmp::Reverse<i32>,
+    qos: u8,
+    since: u64,
+}
+
+impl ResizeRank {
+    pub fn of(pod: &Pod, since: u64) -> Self {
+        use crate::podspec::qos::{qos_class, QosClass};
+        ResizeRank {
+            priority: std::cmp::Reverse(pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)),
+            qos: match qos_class(pod) {
+                QosClass::Guaranteed => 0,
+                QosClass::Burstable => 1,
+                QosClass::BestEffort => 2,
+            },
+            since,
+        }
+    }
+}
+
+/// What the resize of a pod of `rank` is weighed against: the other active pods' allocated
+/// requests (`others`), plus what every deferred resize ahead of it in the kubelet's order
+/// would take, taken greedily in that order as the kubelet's `RetryPendingResizes` would
+/// (one that does not fit takes nothing). `ahead` lists each such resize as (its rank, the
+/// pod's current allocated requests, its desired requests, whether it fits given what the
+/// ones before it took — decided by `fits(others + taken so far)`).
+pub fn weighed_against<F>(
+    rank: ResizeRank,
+    others: (i64, i64),
+    ahead: &[(ResizeRank, (i64, i64), (i64, i64))],
+    mut fits: F,
+) -> (i64, i64)
+where
+    F: FnMut(usize, (i64, i64)) -> bool,
+{
+    let mut order: Vec<usize> = (0..ahead.len()).filter(|i| ahead[*i].0 < rank).collect();
+    order.sort_by_key(|i| ahead[*i].0);
+    let mut taken = (0i64, 0i64);
+    for i in order {
+        let (_, current, desired) = ahead[i];
+        let load = (
+            others.0.saturating_add(taken.0),
+            others.1.saturating_add(taken.1),
+        );
+        if fits(i, load) {
+            taken.0 = taken
+                .0
+                .saturating_add(desired.0.saturating_sub(current.0).max(0));
+            taken.1 = taken
+                .1
+                .saturating_add(desired.1.saturating_sub(current.1).max(0));
+        }
+    }
+    (
+        others.0.saturating_add(taken.0),
+        others.1.saturating_add(taken.1),
+    )
 }
 
 /// Wakes a pod's worker (set once the workers exist).
@@ -308,7 +383,43 @@ impl AllocationManager {
         state
             .active
             .insert(uid.clone(), requests_of(&with_allocation(pod, &allocated)));
-        let (others_cpu_milli, others_memory) = Self::others(&state, &uid);
+        let rank = state
+            .deferred
+            .get(&uid)
+            .map_or_else(|| ResizeRank::of(pod, u64::MAX), |d| d.rank);
+        // Deferred resizes ahead of this one in the kubelet's order have the first claim on
+        // the room (their workers were woken too; whichever syncs first, the order holds).
+        let ahead: Vec<(String, ResizeRank, (i64, i64), (i64, i64))> = state
+            .deferred
+            .iter()
+            .filter(|(u, _)| **u != uid)
+            .map(|(u, d)| {
+                let current = state.active.get(u).copied().unwrap_or((0, 0));
+                (u.clone(), d.rank, current, requests_of(&d.pod))
+            })
+            .collect();
+        let ranks: Vec<(ResizeRank, (i64, i64), (i64, i64))> =
+            ahead.iter().map(|(_, r, c, d)| (*r, *c, *d)).collect();
+        let others = Self::others(&state, &uid);
+        let (others_cpu_milli, others_memory) =
+            weighed_against(rank, others, &ranks, |i, (cpu, memory)| {
+                let (u, ..) = &ahead[i];
+                let (Some(d), Some(a)) = (state.deferred.get(u), state.allocated.get(u)) else {
+                    return false;
+                };
+                // The load given is every active pod's but `uid`'s; the ahead pod's own
+                // allocation is in it, and `decide` wants the others of that pod.
+                let own = state.active.get(u).copied().unwrap_or((0, 0));
+                let this = state.active.get(&uid).copied().unwrap_or((0, 0));
+                decide(&ResizeInputs {
+                    desired: &d.pod,
+                    allocated: a,
+                    others_cpu_milli: cpu.saturating_sub(own.0).saturating_add(this.0),
+                    others_memory: memory.saturating_sub(own.1).saturating_add(this.1),
+                    allocatable,
+                    is_static: false,
+                }) == Decision::Allocate
+            });
         let decision = decide(&ResizeInputs {
             desired: pod,
             allocated: &allocated,
@@ -336,7 +447,20 @@ impl AllocationManager {
             }
             Decision::Pending { reason, message } => {
                 if reason == crate::podspec::resize::REASON_DEFERRED {
-                    state.deferred.insert(uid.clone());
+                    let since = match state.deferred.get(&uid) {
+                        Some(d) => d.rank.since,
+                        None => {
+                            state.next_deferral += 1;
+                            state.next_deferral
+                        }
+                    };
+                    state.deferred.insert(
+                        uid.clone(),
+                        DeferredResize {
+                            pod: pod.clone(),
+                            rank: ResizeRank::of(pod, since),
+                        },
+                    );
                 } else {
                     state.deferred.remove(&uid);
                 }
@@ -355,7 +479,7 @@ impl AllocationManager {
     /// The pods with a `Deferred` resize: the ones to sync again when room may have appeared
     /// (a pod left, another resize was applied).
     pub fn deferred(&self) -> Vec<String> {
-        self.lock().deferred.iter().cloned().collect()
+        self.lock().deferred.keys().cloned().collect()
     }
 
     pub fn conditions(&self, uid: &str) -> ResizeConditions {
@@ -418,7 +542,7 @@ impl AllocationManager {
             if had {
                 self.save(&state);
             }
-            state.deferred.iter().cloned().collect()
+            state.deferred.keys().cloned().collect()
         };
         self.retry_deferred();
         retry
@@ -565,6 +689,143 @@ mod tests {
         assert_eq!(m.conditions("b").pending, None);
         assert_eq!(m.conditions("b").in_progress, Some((1, None)));
         assert!(m.clear_in_progress("b"));
+    }
+
+    /// The kubelet's order among pending resizes: when room appears for one of two deferred
+    /// resizes, the higher-priority pod gets it whichever worker syncs first; then priority
+    /// ties go to Guaranteed over Burstable, then to the one deferred first.
+    #[test]
+    fn room_goes_to_deferred_resizes_in_the_kubelets_order() {
+        let with_priority = |mut p: Pod, priority: i32| {
+            p.spec.as_mut().unwrap().priority = Some(priority);
+            p
+        };
+        let cpu = |name: &str, request: &str, priority: i32| {
+            with_priority(
+                uid(
+                    pod(vec![container("c", &format!("cpu={request}"), "")], vec![]),
+                    name,
+                ),
+                priority,
+            )
+        };
+        let m = AllocationManager::in_memory();
+        for p in [
+            cpu("keep", "500m", 0),
+            cpu("leaver", "300m", 0),
+            cpu("low", "100m", 0),
+            cpu("high", "100m", 1000),
+        ] {
+            m.admit(&p);
+        }
+        // Both ask for 400m (+300m each) with 0 free: both deferred, low first.
+        let (low2, high2) = (cpu("low", "400m", 0), cpu("high", "400m", 1000));
+        let deferred = |h: Handled| {
+            matches!(
+                h,
+                Handled::NewlyPending {
+                    reason: "Deferred",
+                    ..
+                } | Handled::StillPending
+            )
+        };
+        assert!(deferred(m.handle_resize(&low2, node(), false)));
+        assert!(deferred(m.handle_resize(&high2, node(), false)));
+        // leaver goes: 300m free, room for one of them. low syncs first and still waits (on
+        // its own it would fit: 500m + 100m + 400m), high's claim counted in the use.
+        m.release("leaver");
+        assert_eq!(m.handle_resize(&low2, node(), false), Handled::StillPending);
+        assert_eq!(
+            m.conditions("low")
+                .pending
+                .map(|(_, message, _)| message)
+                .as_deref(),
+            Some(
+                "Node didn't have enough resource: cpu, requested: 400, used: 900, capacity: 1000"
+            )
+        );
+        assert_eq!(m.handle_resize(&high2, node(), false), Handled::Allocated);
+        assert_eq!(m.deferred(), vec!["low".to_string()]);
+        // keep goes too: now low fits.
+        m.release("keep");
+        assert_eq!(m.handle_resize(&low2, node(), false), Handled::Allocated);
+        assert!(m.deferred().is_empty());
+    }
+
+    /// `weighed_against`: only the resizes ahead in rank count, greedily, and one that does not
+    /// fit takes nothing.
+    #[test]
+    fn weighed_against_table() {
+        let r = |priority: i32, qos: u8, since: u64| ResizeRank {
+            priority: std::cmp::Reverse(priority),
+            qos,
+            since,
+        };
+        let me = r(0, 1, 5);
+        // (case, ahead, which fit, want)
+        let cases: Vec<(
+            &str,
+            Vec<(ResizeRank, (i64, i64), (i64, i64))>,
+            Vec<bool>,
+            (i64, i64),
+        )> = vec![
+            ("none", vec![], vec![], (100, 10)),
+            (
+                "a higher priority takes its growth",
+                vec![(r(10, 2, 9), (50, 0), (80, 5))],
+                vec![true],
+                (130, 15),
+            ),
+            (
+                "a lower priority does not count",
+                vec![(r(-1, 0, 1), (50, 0), (80, 0))],
+                vec![true],
+                (100, 10),
+            ),
+            (
+                "Guaranteed before Burstable at equal priority",
+                vec![(r(0, 0, 9), (0, 0), (10, 0))],
+                vec![true],
+                (110, 10),
+            ),
+            (
+                "BestEffort after",
+                vec![(r(0, 2, 1), (0, 0), (10, 0))],
+                vec![true],
+                (100, 10),
+            ),
+            (
+                "deferred earlier at equal priority and QoS",
+                vec![(r(0, 1, 4), (0, 0), (10, 0))],
+                vec![true],
+                (110, 10),
+            ),
+            (
+                "deferred later",
+                vec![(r(0, 1, 6), (0, 0), (10, 0))],
+                vec![true],
+                (100, 10),
+            ),
+            (
+                "one that does not fit takes nothing",
+                vec![
+                    (r(5, 0, 1), (0, 0), (999, 0)),
+                    (r(4, 0, 1), (0, 0), (20, 0)),
+                ],
+                vec![false, true],
+                (120, 10),
+            ),
+            (
+                "a shrink takes nothing",
+                vec![(r(5, 0, 1), (50, 50), (10, 10))],
+                vec![true],
+                (100, 10),
+            ),
+        ];
+        for (case, ahead, fit, want) in cases {
+            let got = weighed_against(me, (100, 10), &ahead, |i, _| fit[i]);
+            assert_eq!(got, want, "{case}");
+        }
     }
 
     #[test]
