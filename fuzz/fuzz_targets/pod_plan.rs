@@ -118,6 +118,8 @@ fn settings() -> SyncSettings {
         swap_behavior: nodelet::config::swap::SwapBehavior::NoSwap,
         swap_controller: false,
         seccomp_default: false,
+        user_namespaces_gate: true,
+        userns: None,
         runtime_features: Default::default(),
         ready_to_start_condition: true,
         cgroups: None,
@@ -213,6 +215,7 @@ fn exercise(pod: &Pod, pick: u8) {
                     startup: &startup,
                     deadline_remaining: *deadline,
                     phase_terminal,
+                    resize_restarts: &Default::default(),
                 });
                 // What the executor does with them: each kill with its own grace period, the
                 // pod's stop with the pod's.

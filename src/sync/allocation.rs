@@ -154,6 +154,18 @@ struct DeferredResize {
     rank: ResizeRank,
 }
 
+/// Requested cpu millicores and memory bytes.
+pub type Requests = (i64, i64);
+
+/// A deferred resize ahead of another in the kubelet's order: its rank, the pod's allocated
+/// requests now, and its desired requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AheadResize {
+    pub rank: ResizeRank,
+    pub current: Requests,
+    pub desired: Requests,
+}
+
 /// A pending resize's place in the kubelet's retry order (`sortPendingResizes`): the higher
 /// pod priority first, then Guaranteed before Burstable, then the one deferred longest; a
 /// resize not yet deferred comes after all that were.
@@ -187,18 +199,20 @@ impl ResizeRank {
 /// ones before it took — decided by `fits(others + taken so far)`).
 pub fn weighed_against<F>(
     rank: ResizeRank,
-    others: (i64, i64),
-    ahead: &[(ResizeRank, (i64, i64), (i64, i64))],
+    others: Requests,
+    ahead: &[AheadResize],
     mut fits: F,
-) -> (i64, i64)
+) -> Requests
 where
-    F: FnMut(usize, (i64, i64)) -> bool,
+    F: FnMut(usize, Requests) -> bool,
 {
-    let mut order: Vec<usize> = (0..ahead.len()).filter(|i| ahead[*i].0 < rank).collect();
-    order.sort_by_key(|i| ahead[*i].0);
+    let mut order: Vec<usize> = (0..ahead.len()).filter(|i| ahead[*i].rank < rank).collect();
+    order.sort_by_key(|i| ahead[*i].rank);
     let mut taken = (0i64, 0i64);
     for i in order {
-        let (_, current, desired) = ahead[i];
+        let AheadResize {
+            current, desired, ..
+        } = ahead[i];
         let load = (
             others.0.saturating_add(taken.0),
             others.1.saturating_add(taken.1),
@@ -389,21 +403,26 @@ impl AllocationManager {
             .map_or_else(|| ResizeRank::of(pod, u64::MAX), |d| d.rank);
         // Deferred resizes ahead of this one in the kubelet's order have the first claim on
         // the room (their workers were woken too; whichever syncs first, the order holds).
-        let ahead: Vec<(String, ResizeRank, (i64, i64), (i64, i64))> = state
+        let (ahead_uids, ahead): (Vec<String>, Vec<AheadResize>) = state
             .deferred
             .iter()
             .filter(|(u, _)| **u != uid)
             .map(|(u, d)| {
                 let current = state.active.get(u).copied().unwrap_or((0, 0));
-                (u.clone(), d.rank, current, requests_of(&d.pod))
+                (
+                    u.clone(),
+                    AheadResize {
+                        rank: d.rank,
+                        current,
+                        desired: requests_of(&d.pod),
+                    },
+                )
             })
-            .collect();
-        let ranks: Vec<(ResizeRank, (i64, i64), (i64, i64))> =
-            ahead.iter().map(|(_, r, c, d)| (*r, *c, *d)).collect();
+            .unzip();
         let others = Self::others(&state, &uid);
         let (others_cpu_milli, others_memory) =
-            weighed_against(rank, others, &ranks, |i, (cpu, memory)| {
-                let (u, ..) = &ahead[i];
+            weighed_against(rank, others, &ahead, |i, (cpu, memory)| {
+                let u = &ahead_uids[i];
                 let (Some(d), Some(a)) = (state.deferred.get(u), state.allocated.get(u)) else {
                     return false;
                 };
@@ -763,61 +782,61 @@ mod tests {
         };
         let me = r(0, 1, 5);
         // (case, ahead, which fit, want)
-        let cases: Vec<(
-            &str,
-            Vec<(ResizeRank, (i64, i64), (i64, i64))>,
-            Vec<bool>,
-            (i64, i64),
-        )> = vec![
+        let a = |rank: ResizeRank, current: Requests, desired: Requests| AheadResize {
+            rank,
+            current,
+            desired,
+        };
+        let cases: Vec<(&str, Vec<AheadResize>, Vec<bool>, Requests)> = vec![
             ("none", vec![], vec![], (100, 10)),
             (
                 "a higher priority takes its growth",
-                vec![(r(10, 2, 9), (50, 0), (80, 5))],
+                vec![a(r(10, 2, 9), (50, 0), (80, 5))],
                 vec![true],
                 (130, 15),
             ),
             (
                 "a lower priority does not count",
-                vec![(r(-1, 0, 1), (50, 0), (80, 0))],
+                vec![a(r(-1, 0, 1), (50, 0), (80, 0))],
                 vec![true],
                 (100, 10),
             ),
             (
                 "Guaranteed before Burstable at equal priority",
-                vec![(r(0, 0, 9), (0, 0), (10, 0))],
+                vec![a(r(0, 0, 9), (0, 0), (10, 0))],
                 vec![true],
                 (110, 10),
             ),
             (
                 "BestEffort after",
-                vec![(r(0, 2, 1), (0, 0), (10, 0))],
+                vec![a(r(0, 2, 1), (0, 0), (10, 0))],
                 vec![true],
                 (100, 10),
             ),
             (
                 "deferred earlier at equal priority and QoS",
-                vec![(r(0, 1, 4), (0, 0), (10, 0))],
+                vec![a(r(0, 1, 4), (0, 0), (10, 0))],
                 vec![true],
                 (110, 10),
             ),
             (
                 "deferred later",
-                vec![(r(0, 1, 6), (0, 0), (10, 0))],
+                vec![a(r(0, 1, 6), (0, 0), (10, 0))],
                 vec![true],
                 (100, 10),
             ),
             (
                 "one that does not fit takes nothing",
                 vec![
-                    (r(5, 0, 1), (0, 0), (999, 0)),
-                    (r(4, 0, 1), (0, 0), (20, 0)),
+                    a(r(5, 0, 1), (0, 0), (999, 0)),
+                    a(r(4, 0, 1), (0, 0), (20, 0)),
                 ],
                 vec![false, true],
                 (120, 10),
             ),
             (
                 "a shrink takes nothing",
-                vec![(r(5, 0, 1), (50, 50), (10, 10))],
+                vec![a(r(5, 0, 1), (50, 50), (10, 10))],
                 vec![true],
                 (100, 10),
             ),
