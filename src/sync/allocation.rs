@@ -166,26 +166,28 @@ pub struct AheadResize {
     pub desired: Requests,
 }
 
-/// A pending resize's place in the kubelet's retry order (`sortPendingResizes`): the higher
-/// pod priority first, then Guaranteed before Burstable, then the one deferred longest; a
-/// resize not yet deferred comes after all that were.
+/// A pending resize's place in the kubelet's retry order (`sortPendingResizes`): one that
+/// does not grow the pod's requests first, then the higher pod priority, then Guaranteed before
+/// the other classes, then the one deferred longest; a resize not yet deferred comes after all
+/// that were.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ResizeRank {
+    grows: bool,
     priority: std::cmp::Reverse<i32>,
-    qos: u8,
+    not_guaranteed: bool,
     since: u64,
 }
 
 impl ResizeRank {
-    pub fn of(pod: &Pod, since: u64) -> Self {
+    /// `current`: the pod's allocated requests now; `since`: when it was deferred (`u64::MAX`
+    /// when it is not).
+    pub fn of(pod: &Pod, current: Requests, since: u64) -> Self {
         use crate::podspec::qos::{qos_class, QosClass};
+        let desired = requests_of(pod);
         ResizeRank {
+            grows: desired.0 > current.0 || desired.1 > current.1,
             priority: std::cmp::Reverse(pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)),
-            qos: match qos_class(pod) {
-                QosClass::Guaranteed => 0,
-                QosClass::Burstable => 1,
-                QosClass::BestEffort => 2,
-            },
+            not_guaranteed: qos_class(pod) != QosClass::Guaranteed,
             since,
         }
     }
@@ -397,10 +399,16 @@ impl AllocationManager {
         state
             .active
             .insert(uid.clone(), requests_of(&with_allocation(pod, &allocated)));
-        let rank = state
-            .deferred
-            .get(&uid)
-            .map_or_else(|| ResizeRank::of(pod, u64::MAX), |d| d.rank);
+        let rank = state.deferred.get(&uid).map_or_else(
+            || {
+                ResizeRank::of(
+                    pod,
+                    requests_of(&with_allocation(pod, &allocated)),
+                    u64::MAX,
+                )
+            },
+            |d| d.rank,
+        );
         // Deferred resizes ahead of this one in the kubelet's order have the first claim on
         // the room (their workers were woken too; whichever syncs first, the order holds).
         let (ahead_uids, ahead): (Vec<String>, Vec<AheadResize>) = state
@@ -477,7 +485,11 @@ impl AllocationManager {
                         uid.clone(),
                         DeferredResize {
                             pod: pod.clone(),
-                            rank: ResizeRank::of(pod, since),
+                            rank: ResizeRank::of(
+                                pod,
+                                requests_of(&with_allocation(pod, &allocated)),
+                                since,
+                            ),
                         },
                     );
                 } else {
@@ -776,8 +788,9 @@ mod tests {
     #[test]
     fn weighed_against_table() {
         let r = |priority: i32, qos: u8, since: u64| ResizeRank {
+            grows: true,
             priority: std::cmp::Reverse(priority),
-            qos,
+            not_guaranteed: qos != 0,
             since,
         };
         let me = r(0, 1, 5);
@@ -808,10 +821,10 @@ mod tests {
                 (110, 10),
             ),
             (
-                "BestEffort after",
+                "BestEffort with Burstable, deferred earlier",
                 vec![a(r(0, 2, 1), (0, 0), (10, 0))],
                 vec![true],
-                (100, 10),
+                (110, 10),
             ),
             (
                 "deferred earlier at equal priority and QoS",
@@ -841,6 +854,22 @@ mod tests {
                 (100, 10),
             ),
         ];
+        // A resize that does not grow the pod's requests goes before any that does, whatever
+        // its priority: nothing is ahead of it.
+        let shrink = ResizeRank {
+            grows: false,
+            ..r(-5, 1, u64::MAX)
+        };
+        assert!(shrink < r(1000, 0, 1));
+        assert_eq!(
+            weighed_against(
+                shrink,
+                (100, 10),
+                &[a(r(1000, 0, 1), (0, 0), (10, 0))],
+                |_, _| true
+            ),
+            (100, 10)
+        );
         for (case, ahead, fit, want) in cases {
             let got = weighed_against(me, (100, 10), &ahead, |i, _| fit[i]);
             assert_eq!(got, want, "{case}");
