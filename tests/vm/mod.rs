@@ -240,6 +240,20 @@ impl GuestReport {
     }
 }
 
+/// How many times a scenario's VM is booted when the guest's kernel dies before the scenario
+/// began. Under emulation on a loaded host the guest kernel once panicked 1.6 s into its boot
+/// (`Kernel panic - not syncing: Fatal exception in interrupt`, in the timer code), before
+/// systemd, containerd or nodelet ran: that says nothing about nodelet, so the boot is tried
+/// again. A guest that fails once the scenario began fails the test at once.
+const BOOT_ATTEMPTS: u32 = 2;
+
+/// Why one boot of a scenario's VM failed.
+struct BootFailure {
+    message: String,
+    /// The guest kernel panicked before the test binary started in the guest.
+    kernel_died_before_the_scenario: bool,
+}
+
 /// Host side: boots the VM for `name` and fails unless the guest reports a pass; returns the
 /// console's lines.
 fn boot(
@@ -248,6 +262,75 @@ fn boot(
     timeout: Duration,
     guest_env: &[(&str, String)],
 ) -> Vec<String> {
+    let mut attempt = 1;
+    loop {
+        match boot_once(name, driver, timeout, guest_env) {
+            Ok(lines) => return lines,
+            Err(f) if f.kernel_died_before_the_scenario && attempt < BOOT_ATTEMPTS => {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "[vm {name}] the guest kernel died before the scenario began; booting again\n{}",
+                    f.message
+                );
+                attempt += 1;
+            }
+            Err(f) => panic!("{}", f.message),
+        }
+    }
+}
+
+/// The guest reported no result, its kernel panicked, and the test binary never started in
+/// it (the harness prints `running 1 test` first).
+fn kernel_died_before_the_scenario(result: Option<i32>, console: &[String]) -> bool {
+    result.is_none()
+        && console
+            .iter()
+            .any(|l| l.contains("Kernel panic - not syncing"))
+        && !console.iter().any(|l| l.contains("running 1 test"))
+}
+
+#[test]
+fn a_boot_is_tried_again_only_when_the_kernel_died_before_the_scenario() {
+    let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let panic = "[    1.616542] Kernel panic - not syncing: Fatal exception in interrupt";
+    // (case, result, console, boot again)
+    let cases = [
+        (
+            "early kernel panic",
+            None,
+            lines(&["[ 0.1] Linux version", panic]),
+            true,
+        ),
+        (
+            "kernel panic once the scenario ran",
+            None,
+            lines(&["running 1 test", panic]),
+            false,
+        ),
+        (
+            "no result without a panic",
+            None,
+            lines(&["[ 0.1] Linux version"]),
+            false,
+        ),
+        ("a result", Some(101), lines(&[panic]), false),
+    ];
+    for (case, result, console, again) in cases {
+        assert_eq!(
+            kernel_died_before_the_scenario(result, &console),
+            again,
+            "{case}"
+        );
+    }
+}
+
+/// One boot of the scenario's VM: its console lines, or why it failed.
+fn boot_once(
+    name: &str,
+    driver: Driver,
+    timeout: Duration,
+    guest_env: &[(&str, String)],
+) -> Result<Vec<String>, BootFailure> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = repo.join("scripts/vm.sh");
     let exe = std::env::current_exe().expect("path of this test binary");
@@ -340,7 +423,9 @@ fn boot(
         } else {
             tail(&report.journal.join("\n"), 200)
         };
-        panic!(
+        let kernel_died_before_the_scenario =
+            kernel_died_before_the_scenario(report.result, &lines);
+        let message = format!(
             "VM scenario {name} (driver {}) failed after {:.0} s: {why}\n\
              --- guest journal: nodelet, containerd (last 200 lines) ---\n{journal}\n\
              --- console: last 20 lines (all of it in {}) ---\n{}\n\
@@ -355,8 +440,12 @@ fn boot(
                 report.panics.join("\n")
             }
         );
+        return Err(BootFailure {
+            message,
+            kernel_died_before_the_scenario,
+        });
     }
-    lines
+    Ok(lines)
 }
 
 /// The run directory scripts/vm.sh uses for `name` (console.log is there).
