@@ -14,6 +14,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod cri;
+pub mod csi;
 pub mod events;
 pub mod eviction;
 pub mod gc;

@@ -304,6 +304,7 @@ mod tests {
                 "coordination.k8s.io",
                 "events.k8s.io",
                 "node.k8s.io",
+                "storage.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
                 "metrics.k8s.io"

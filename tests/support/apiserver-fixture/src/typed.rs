@@ -63,6 +63,7 @@ fn is_map_field(path: &str) -> bool {
 pub fn check(rt: &ResourceType, obj: &Value) -> Result<Vec<String>, String> {
     use k8s_openapi::api::{
         coordination::v1 as coordination, core::v1 as core, events::v1 as events,
+        storage::v1 as storage,
     };
     let result = match (rt.group, rt.kind) {
         ("", "Pod") => roundtrip::<core::Pod>(obj),
@@ -81,6 +82,12 @@ pub fn check(rt: &ResourceType, obj: &Value) -> Result<Vec<String>, String> {
         ("node.k8s.io", "RuntimeClass") => {
             roundtrip::<k8s_openapi::api::node::v1::RuntimeClass>(obj)
         }
+        ("", "PersistentVolume") => roundtrip::<core::PersistentVolume>(obj),
+        ("", "PersistentVolumeClaim") => roundtrip::<core::PersistentVolumeClaim>(obj),
+        ("storage.k8s.io", "StorageClass") => roundtrip::<storage::StorageClass>(obj),
+        ("storage.k8s.io", "CSIDriver") => roundtrip::<storage::CSIDriver>(obj),
+        ("storage.k8s.io", "CSINode") => roundtrip::<storage::CSINode>(obj),
+        ("storage.k8s.io", "VolumeAttachment") => roundtrip::<storage::VolumeAttachment>(obj),
         _ => Ok(Vec::new()),
     };
     result.map_err(|e| {
