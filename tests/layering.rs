@@ -25,7 +25,7 @@ const ROWS: &[(u8, &[&str])] = &[
     (7, &["status", "volume", "pleg", "logs"]),
     (8, &["cgroup"]),
     (9, &["certificate", "objects"]),
-    (10, &["cluster", "cri"]),
+    (10, &["cluster", "cri", "csi"]),
     (11, &["source"]),
     (12, &["config"]),
     (13, &["podspec"]),
