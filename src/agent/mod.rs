@@ -480,6 +480,12 @@ impl NodeletBuilder {
                     features: runtime.rt.runtime_features.clone(),
                     user_namespaces_gate: cfg
                         .feature_enabled(crate::config::kubelet_fields::USER_NAMESPACES_SUPPORT),
+                    image_volume_gate: cfg
+                        .feature_enabled(crate::config::kubelet_fields::IMAGE_VOLUME),
+                    image_volumes: crate::pod::runtime_features::image_volume_support(
+                        &runtime.rt.version.runtime_name,
+                        &runtime.rt.version.runtime_version,
+                    ),
                 },
             ));
             handlers.push(predicates);

@@ -332,6 +332,7 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
         true,
         GateStage::Beta,
     ),
+    gate("ImageVolume", true, GateStage::Beta),
     gate("InPlacePodVerticalScaling", true, GateStage::Ga),
     gate("KubeletCrashLoopBackOffMax", true, GateStage::Beta),
     only(
@@ -367,6 +368,7 @@ pub const GRACEFUL_NODE_SHUTDOWN_BY_PRIORITY: &str = "GracefulNodeShutdownBasedO
 pub const KUBELET_CRASH_LOOP_BACK_OFF_MAX: &str = "KubeletCrashLoopBackOffMax";
 pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLoopBackOffDecay";
 pub const USER_NAMESPACES_SUPPORT: &str = "UserNamespacesSupport";
+pub const IMAGE_VOLUME: &str = "ImageVolume";
 
 pub fn feature_gate(name: &str) -> Option<&'static FeatureGate> {
     FEATURE_GATES.iter().find(|g| g.name == name)

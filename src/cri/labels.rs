@@ -32,3 +32,48 @@ pub const POD_DELETION_GRACE_PERIOD: &str = "io.kubernetes.pod.deletionGracePeri
 /// The container's preStop handler as JSON, so it can run after a restart without the spec
 /// (kubelet).
 pub const CONTAINER_PRESTOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
+
+/// nodelet's own container label: the images (IDs) the container's image volumes mount,
+/// comma-separated, so image GC counts them in use as long as the container exists, across
+/// restarts of nodelet.
+pub const IMAGE_VOLUMES: &str = "io.nodelet.image-volumes";
+
+/// The [`IMAGE_VOLUMES`] value for `images` (`None`: no image volumes, no label).
+pub fn image_volumes_label<'a>(images: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut list: Vec<&str> = images.into_iter().filter(|i| !i.is_empty()).collect();
+    list.sort_unstable();
+    list.dedup();
+    (!list.is_empty()).then(|| list.join(","))
+}
+
+/// The images an [`IMAGE_VOLUMES`] label value names.
+pub fn image_volumes_of(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|i| !i.is_empty())
+}
+
+#[cfg(test)]
+mod image_volume_label_tests {
+    use super::*;
+
+    #[test]
+    fn image_volumes_label_round_trip() {
+        let cases: &[(&[&str], Option<&str>)] = &[
+            (&[], None),
+            (&[""], None),
+            (&["sha256:b", "sha256:a", "sha256:b"], Some("sha256:a,sha256:b")),
+        ];
+        for (images, want) in cases {
+            let got = image_volumes_label(images.iter().copied());
+            assert_eq!(got.as_deref(), *want, "{images:?}");
+            if let Some(v) = got {
+                let mut back: Vec<&str> = image_volumes_of(&v).collect();
+                let mut sorted: Vec<&str> = images.iter().copied().filter(|i| !i.is_empty()).collect();
+                sorted.sort_unstable();
+                sorted.dedup();
+                back.sort_unstable();
+                assert_eq!(back, sorted);
+            }
+        }
+        assert_eq!(image_volumes_of(" a, ,b").collect::<Vec<_>>(), vec!["a", "b"]);
+    }
+}

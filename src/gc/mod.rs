@@ -90,7 +90,18 @@ impl ImageGcRuntime for CriGc {
             .map_err(runtime_error("listing containers"))?;
         let mut in_use: HashSet<String> = containers
             .into_iter()
-            .flat_map(|c| [c.image.map(|i| i.image).unwrap_or_default(), c.image_ref])
+            .flat_map(|c| {
+                // The images its image volumes mount are in use as long as it exists, as
+                // its own image is.
+                let volumes: Vec<String> = c
+                    .labels
+                    .get(labels::IMAGE_VOLUMES)
+                    .map(|v| labels::image_volumes_of(v).map(String::from).collect())
+                    .unwrap_or_default();
+                [c.image.map(|i| i.image).unwrap_or_default(), c.image_ref]
+                    .into_iter()
+                    .chain(volumes)
+            })
             .filter(|s| !s.is_empty())
             .collect();
         if let Some(h) = &self.housekeeping {
@@ -315,6 +326,57 @@ mod tests {
         assert_eq!(sandbox_image_from_info(&Default::default()), None);
         let broken = std::collections::HashMap::from([("config".to_string(), "{".to_string())]);
         assert_eq!(sandbox_image_from_info(&broken), None);
+    }
+
+    /// An image an image volume mounts is in use while a container that mounts it exists (the
+    /// container's label), beside the container's own image; an image nothing names is not.
+    #[tokio::test]
+    async fn image_volume_images_are_in_use() {
+        let fake = Arc::new(cri::fake::FakeRuntime::default());
+        fake.add_image("localhost/testbox:1");
+        let sandbox = fake
+            .run_pod_sandbox(api::PodSandboxConfig::default(), "")
+            .await
+            .unwrap();
+        let config = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata {
+                name: "c".into(),
+                attempt: 0,
+            }),
+            image: Some(api::ImageSpec {
+                image: "localhost/testbox:1".into(),
+                ..Default::default()
+            }),
+            labels: std::collections::HashMap::from([(
+                labels::IMAGE_VOLUMES.to_string(),
+                "sha256:vol1,sha256:vol2".to_string(),
+            )]),
+            ..Default::default()
+        };
+        fake.create_container(&sandbox, config, api::PodSandboxConfig::default())
+            .await
+            .unwrap();
+        let gc = CriGc {
+            runtime: fake.clone(),
+            images: fake.clone(),
+            stats: None,
+            housekeeping: None,
+            node_name: "n".into(),
+        };
+        let in_use = gc.images_in_use().await.unwrap();
+        for image in ["localhost/testbox:1", "sha256:vol1", "sha256:vol2"] {
+            assert!(in_use.contains(image), "{image} not in use: {in_use:?}");
+        }
+        let unused = api::Image {
+            id: "sha256:other".into(),
+            ..Default::default()
+        };
+        assert!(!images::image_in_use(&unused, &in_use));
+        let volume = api::Image {
+            id: "sha256:vol2".into(),
+            ..Default::default()
+        };
+        assert!(images::image_in_use(&volume, &in_use));
     }
 
     #[test]

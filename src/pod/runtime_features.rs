@@ -7,6 +7,15 @@
 //! not declare user namespaces (containerd 1.6 declares nothing), is rejected with
 //! `UserNamespacesNotSupported` and the kubelet's sandbox-creation message; a pod with a
 //! RuntimeClass has its handler checked when its sandbox is created (`sync::executor`).
+//!
+//! Image volumes (`spec.volumes[].image`) are mounted by the runtime (the CRI `Mount.image`),
+//! which only runtimes that know the field do: a runtime that does not (containerd before 2.1,
+//! CRI-O before 1.31) would start the container without the volume. Nothing in the CRI's
+//! `Status` declares the support, so it is judged from the runtime's `Version` answer
+//! ([`image_volume_support`]); a pod with an image volume where the runtime does not mount them,
+//! or with the `ImageVolume` gate off, is rejected (`PodFieldNotSupported`, naming the field
+//! and the reference), and so is a subPath of an image volume where the runtime does not know
+//! `Mount.image_sub_path` (it would mount the whole image).
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -48,6 +57,128 @@ pub fn admit_user_namespaces(pod: &Pod, gate: bool, default_handler_supports: bo
         .map_err(|message| Rejection::new(crate::userns::NOT_SUPPORTED_REASON, message))
 }
 
+/// What a runtime does with image volumes, from its `Version` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageVolumeSupport {
+    /// `<runtime_name> <runtime_version>`, for messages.
+    pub runtime: String,
+    /// It mounts `Mount.image` (containerd 2.1 and newer, CRI-O 1.31 and newer).
+    pub volumes: bool,
+    /// It mounts `Mount.image_sub_path` (containerd 2.2 and newer, CRI-O 1.33 and newer).
+    pub sub_path: bool,
+}
+
+/// `major.minor` of a runtime's version (`v2.1.9`, `2.1.9~ds1-1`, `1.6.20`).
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let v = version.trim().trim_start_matches('v');
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Pure: what the runtime `runtime_name` at `runtime_version` (the CRI `Version` answer) does
+/// with image volumes. An unknown runtime or version mounts none.
+pub fn image_volume_support(runtime_name: &str, runtime_version: &str) -> ImageVolumeSupport {
+    let (volumes_from, sub_path_from) = match runtime_name {
+        "containerd" => ((2, 1), (2, 2)),
+        "cri-o" => ((1, 31), (1, 33)),
+        _ => ((u32::MAX, 0), (u32::MAX, 0)),
+    };
+    let v = major_minor(runtime_version);
+    ImageVolumeSupport {
+        runtime: format!("{runtime_name} {runtime_version}"),
+        volumes: v.is_some_and(|v| v >= volumes_from),
+        sub_path: v.is_some_and(|v| v >= sub_path_from),
+    }
+}
+
+/// Pure: the verdict for `pod`'s image volumes with the `ImageVolume` gate at `gate` on a
+/// runtime that does what `support` says.
+pub fn admit_image_volumes(pod: &Pod, gate: bool, support: &ImageVolumeSupport) -> AdmitResult {
+    use crate::podspec::field_support::POD_FIELD_NOT_SUPPORTED;
+    use crate::podspec::image_volume;
+    // As `field_support`'s refusals word it: field path, value, why.
+    let refuse = |field: String, value: &str, reason: String| {
+        Err(Rejection::new(
+            POD_FIELD_NOT_SUPPORTED,
+            format!("{field}: Unsupported value: {value}: {reason}"),
+        ))
+    };
+    for (i, _, source) in image_volume::image_volumes(pod) {
+        let field = format!("spec.volumes[{i}].image");
+        let reference = image_volume::reference(source);
+        if !gate {
+            return refuse(
+                field,
+                reference,
+                "the feature gate \"ImageVolume\" is disabled on this node".into(),
+            );
+        }
+        if !support.volumes {
+            return refuse(
+                field,
+                reference,
+                format!(
+                    "the container runtime ({}) does not mount image volumes (the CRI's Mount.image: containerd 2.1 or CRI-O 1.31 and newer), it would start the containers without the volume",
+                    support.runtime
+                ),
+            );
+        }
+    }
+    if support.sub_path {
+        return Ok(());
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(());
+    };
+    let lists = [
+        ("containers", spec.containers.iter().collect::<Vec<_>>()),
+        (
+            "initContainers",
+            spec.init_containers.iter().flatten().collect(),
+        ),
+    ];
+    let ephemeral: Vec<_> = spec.ephemeral_containers.iter().flatten().collect();
+    let mut mounts: Vec<(String, &k8s_openapi::api::core::v1::VolumeMount)> = Vec::new();
+    for (list, containers) in &lists {
+        for (c, container) in containers.iter().enumerate() {
+            for (m, mount) in container.volume_mounts.iter().flatten().enumerate() {
+                mounts.push((format!("spec.{list}[{c}].volumeMounts[{m}]"), mount));
+            }
+        }
+    }
+    for (c, container) in ephemeral.iter().enumerate() {
+        for (m, mount) in container.volume_mounts.iter().flatten().enumerate() {
+            mounts.push((
+                format!("spec.ephemeralContainers[{c}].volumeMounts[{m}]"),
+                mount,
+            ));
+        }
+    }
+    for (field, mount) in mounts {
+        if image_volume::image_volume(pod, &mount.name).is_none() {
+            continue;
+        }
+        for (name, value) in [
+            ("subPath", mount.sub_path.as_deref()),
+            ("subPathExpr", mount.sub_path_expr.as_deref()),
+        ] {
+            if let Some(value) = value.filter(|v| !v.is_empty()) {
+                return refuse(
+                    format!("{field}.{name}"),
+                    value,
+                    format!(
+                        "the container runtime ({}) does not mount a subPath of an image volume (the CRI's Mount.image_sub_path: containerd 2.2 or CRI-O 1.33 and newer), it would mount the whole image",
+                        support.runtime
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The handler, with what the runtime's `Status` stated when nodelet connected.
 #[derive(Debug, Clone)]
 pub struct RuntimeFeaturesAdmitHandler {
@@ -55,6 +186,10 @@ pub struct RuntimeFeaturesAdmitHandler {
     pub features: crate::cri::features::RuntimeFeaturesView,
     /// The `UserNamespacesSupport` gate.
     pub user_namespaces_gate: bool,
+    /// The `ImageVolume` gate.
+    pub image_volume_gate: bool,
+    /// What the runtime does with image volumes (from its `Version` answer).
+    pub image_volumes: ImageVolumeSupport,
 }
 
 impl PodAdmitHandler for RuntimeFeaturesAdmitHandler {
@@ -64,7 +199,8 @@ impl PodAdmitHandler for RuntimeFeaturesAdmitHandler {
             attrs.pod,
             self.user_namespaces_gate,
             self.features.user_namespaces(""),
-        )
+        )?;
+        admit_image_volumes(attrs.pod, self.image_volume_gate, &self.image_volumes)
     }
 }
 
@@ -123,6 +259,81 @@ mod tests {
                 admit_user_namespaces(&pod(host_users, class), gate, supports),
                 want,
                 "hostUsers {host_users:?} class {class:?} gate={gate} supports={supports}"
+            );
+        }
+    }
+
+    #[test]
+    fn image_volume_support_from_the_runtime_version() {
+        let cases = [
+            ("containerd", "v2.1.9", true, false),
+            ("containerd", "2.1.9~ds1-1", true, false),
+            ("containerd", "v2.2.0", true, true),
+            ("containerd", "v3.0.1", true, true),
+            ("containerd", "v2.0.5", false, false),
+            ("containerd", "1.6.20~ds1-1+deb12u1", false, false),
+            ("containerd", "1.7.27", false, false),
+            ("containerd", "", false, false),
+            ("containerd", "devel", false, false),
+            ("cri-o", "1.31.0", true, false),
+            ("cri-o", "1.33.2", true, true),
+            ("cri-o", "1.30.4", false, false),
+            ("other", "9.9.9", false, false),
+        ];
+        for (name, version, volumes, sub_path) in cases {
+            let got = image_volume_support(name, version);
+            assert_eq!(
+                (got.volumes, got.sub_path),
+                (volumes, sub_path),
+                "{name} {version}"
+            );
+            assert_eq!(got.runtime, format!("{name} {version}"));
+        }
+    }
+
+    #[test]
+    fn image_volumes_need_the_gate_and_a_runtime_that_mounts_them() {
+        let pod = |mount_extra: &str| -> Pod {
+            serde_yaml::from_str(&format!(
+                "metadata: {{name: p}}\nspec:\n  volumes:\n  - {{name: e, emptyDir: {{}}}}\n  - {{name: data, image: {{reference: 'reg.io/data:1'}}}}\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {{name: e, mountPath: /e, subPath: x}}\n    - {{name: data, mountPath: /d{mount_extra}}}\n"
+            ))
+            .expect("pod")
+        };
+        let plain: Pod = serde_yaml::from_str(
+            "metadata: {name: p}\nspec:\n  containers: [{name: c, image: i}]\n",
+        )
+        .expect("pod");
+        let v21 = image_volume_support("containerd", "v2.1.9");
+        let v22 = image_volume_support("containerd", "v2.2.0");
+        let v16 = image_volume_support("containerd", "1.6.20");
+        let rejected = |message: &str| {
+            Err(Rejection::new(
+                "PodFieldNotSupported",
+                message.to_string(),
+            ))
+        };
+        let no_runtime = "spec.volumes[1].image: Unsupported value: reg.io/data:1: the container runtime (containerd 1.6.20) does not mount image volumes (the CRI's Mount.image: containerd 2.1 or CRI-O 1.31 and newer), it would start the containers without the volume";
+        let gate_off = "spec.volumes[1].image: Unsupported value: reg.io/data:1: the feature gate \"ImageVolume\" is disabled on this node";
+        let sub_path = "spec.containers[0].volumeMounts[1].subPath: Unsupported value: bin: the container runtime (containerd v2.1.9) does not mount a subPath of an image volume (the CRI's Mount.image_sub_path: containerd 2.2 or CRI-O 1.33 and newer), it would mount the whole image";
+        let sub_path_expr = "spec.containers[0].volumeMounts[1].subPathExpr: Unsupported value: $(X): the container runtime (containerd v2.1.9) does not mount a subPath of an image volume (the CRI's Mount.image_sub_path: containerd 2.2 or CRI-O 1.33 and newer), it would mount the whole image";
+        let cases = [
+            (plain.clone(), true, &v16, Ok(())),
+            (plain.clone(), false, &v16, Ok(())),
+            (pod(""), true, &v21, Ok(())),
+            (pod(""), true, &v22, Ok(())),
+            (pod(""), true, &v16, rejected(no_runtime)),
+            (pod(""), false, &v21, rejected(gate_off)),
+            (pod(", subPath: bin"), true, &v21, rejected(sub_path)),
+            (pod(", subPathExpr: $(X)"), true, &v21, rejected(sub_path_expr)),
+            (pod(", subPath: bin"), true, &v22, Ok(())),
+            // A subPath of another volume is not this check's.
+            (pod(", subPath: ''"), true, &v21, Ok(())),
+        ];
+        for (i, (pod, gate, support, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                admit_image_volumes(&pod, gate, support),
+                want,
+                "case {i}: gate={gate} {support:?}"
             );
         }
     }

@@ -102,7 +102,7 @@ const fn partly(
 
 /// Why a volume type is refused: nodelet mounts no network or block storage and has no
 /// volume plugins (PVC, CSI, in-tree drivers) yet.
-const NO_VOLUME_PLUGIN: &str = "nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)";
+const NO_VOLUME_PLUGIN: &str = "nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected and image volumes)";
 const NO_DRA: &str = "dynamic resource allocation (DRA) is not implemented";
 const NO_ATOMIC_USER: &str =
     "file owners of projected files (AtomicWriteVolumeUserFields, alpha) are not implemented";
@@ -121,7 +121,7 @@ macro_rules! volume_refused {
     };
 }
 
-const VOLUME_TYPES_REFUSED: [FieldEntry; 24] = volume_refused!(
+const VOLUME_TYPES_REFUSED: [FieldEntry; 23] = volume_refused!(
     "awsElasticBlockStore",
     "azureDisk",
     "azureFile",
@@ -135,7 +135,6 @@ const VOLUME_TYPES_REFUSED: [FieldEntry; 24] = volume_refused!(
     "gcePersistentDisk",
     "gitRepo",
     "glusterfs",
-    "image",
     "iscsi",
     "nfs",
     "persistentVolumeClaim",
@@ -276,6 +275,10 @@ const FIELDS: &[FieldEntry] = &[
     refused("spec.volumes[].downwardAPI.items[].user", NO_ATOMIC_USER, "  volumes:\n  - name: v\n    downwardAPI:\n      items: [{path: n, user: 1000, fieldRef: {fieldPath: metadata.name}}]\n"),
     honoured("spec.volumes[].emptyDir", &["src/volume/mod.rs::empty_dirs_are_created_and_cleanup_removes_them", "src/volume/mod.rs::memory_empty_dir_mounts_tmpfs_or_names_the_volume", "tests/eviction.rs::an_empty_dir_over_its_size_limit_is_evicted_and_one_below_is_not", "tests/hugepages.rs::a_hugepages_empty_dir_is_a_hugetlbfs_of_the_requested_page_size"]),
     honoured("spec.volumes[].hostPath", &["src/volume/mod.rs::host_path_type_table"]),
+    // Pulled with the pod's credentials and mounted read-only by the runtime; a runtime that
+    // does not mount them (containerd 1.6) or the ImageVolume gate off rejects the pod
+    // (`pod::runtime_features`), as does a subPath where the runtime lacks `image_sub_path`.
+    honoured("spec.volumes[].image", &["src/podspec/image_volume.rs::pull_policy_table", "src/sync/container_config.rs::image_volumes_are_mounted_read_only_from_the_pulled_image", "src/pod/runtime_features.rs::image_volumes_need_the_gate_and_a_runtime_that_mounts_them", "src/gc/mod.rs::image_volume_images_are_in_use", "tests/image_volumes.rs::an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only"]),
     honoured("spec.volumes[].projected", &["src/volume/projection.rs::volume_payload_table", "tests/api_volumes.rs::kube_api_access_volume_from_the_api_server"]),
     refused("spec.volumes[].projected.defaultUser", NO_ATOMIC_USER, "  volumes:\n  - name: v\n    projected: {defaultUser: 1000, sources: []}\n"),
     refused("spec.volumes[].projected.sources[].clusterTrustBundle", "clusterTrustBundle projections are not implemented", "  volumes:\n  - name: v\n    projected:\n      sources:\n      - clusterTrustBundle: {name: b, path: ca.pem}\n"),
@@ -589,6 +592,7 @@ const MOUNTED_VOLUME_TYPES: &[&str] = &[
     "secret",
     "downwardAPI",
     "projected",
+    "image",
 ];
 
 fn volume(out: &mut Vec<Refusal>, path: &str, v: &Volume) {

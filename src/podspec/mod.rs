@@ -19,6 +19,7 @@ pub mod field_support;
 pub mod field_walk;
 pub mod hostname;
 pub mod hugepages;
+pub mod image_volume;
 pub mod phase;
 pub mod qos;
 pub mod references;

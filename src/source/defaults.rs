@@ -159,6 +159,18 @@ fn default_volume(v: &mut Volume) {
     if let Some(hp) = v.host_path.as_mut() {
         hp.type_.get_or_insert_with(String::new);
     }
+    // SetDefaults_ImageVolumeSource: the pull policy from the reference's tag.
+    if let Some(img) = v.image.as_mut() {
+        if img.pull_policy.as_deref().is_none_or(str::is_empty) {
+            let reference = img.reference.as_deref().unwrap_or("");
+            let policy = if image_tag(reference) == Some("latest") {
+                "Always"
+            } else {
+                "IfNotPresent"
+            };
+            img.pull_policy = Some(policy.to_string());
+        }
+    }
     if let Some(s) = v.secret.as_mut() {
         s.default_mode.get_or_insert(DEFAULT_VOLUME_MODE);
     }
@@ -610,6 +622,37 @@ mod tests {
                 .as_deref(),
             Some("v1")
         );
+    }
+
+    /// `SetDefaults_ImageVolumeSource`: `Always` for `:latest` or no tag, `IfNotPresent`
+    /// otherwise; a given policy stays.
+    #[test]
+    fn image_volume_pull_policy_follows_the_tag() {
+        let cases = [
+            ("reg.io/data:1", None, "IfNotPresent"),
+            ("reg.io/data", None, "Always"),
+            ("reg.io/data:latest", None, "Always"),
+            ("reg.io/data@sha256:0000000000000000000000000000000000000000000000000000000000000000", None, "IfNotPresent"),
+            ("reg.io/data", Some("Never"), "Never"),
+        ];
+        for (reference, policy, want) in cases {
+            let mut pod = pod_with(container("nginx:1.27"));
+            pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+                name: "data".into(),
+                image: Some(k8s_openapi::api::core::v1::ImageVolumeSource {
+                    reference: Some(reference.into()),
+                    pull_policy: policy.map(str::to_string),
+                }),
+                ..Default::default()
+            }]);
+            let vols = defaulted(pod).spec.unwrap().volumes.unwrap();
+            assert_eq!(
+                vols[0].image.as_ref().unwrap().pull_policy.as_deref(),
+                Some(want),
+                "{reference} {policy:?}"
+            );
+            assert!(vols[0].empty_dir.is_none());
+        }
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub struct ContainerContext<'a> {
     pub qos_class: QosClass,
     /// Pod volume name → host path (from `volume::prepare_pod_volumes`).
     pub volumes: &'a BTreeMap<String, PathBuf>,
+    /// Image volume name → the pulled image to mount (`sync::start`'s image volume pulls): the
+    /// image volumes the container mounts.
+    pub image_volumes: &'a BTreeMap<String, api::ImageSpec>,
     /// Host file to mount at /etc/hosts (`volume::write_etc_hosts`).
     pub etc_hosts: Option<&'a Path>,
     /// Host file to mount at the container's terminationMessagePath
@@ -740,6 +743,37 @@ fn mount_read_only(pod: &Pod, mount: &VolumeMount) -> bool {
     mount.read_only.unwrap_or(false) || volume_always_read_only(pod, &mount.name)
 }
 
+/// The CRI mount of an image volume (the kubelet's `makeMounts`): the image the runtime
+/// mounts, always read-only whatever the volumeMount says, with the volumeMount's subPath
+/// (`subPathExpr` expanded) as `image_sub_path`. Admission has refused a subPath where the
+/// runtime does not know that field (`pod::runtime_features`).
+fn image_volume_mount(
+    m: &VolumeMount,
+    image: &api::ImageSpec,
+    field: &str,
+    envs: &[(String, String)],
+) -> Result<api::Mount, ConfigError> {
+    let sub_path = match m.sub_path_expr.as_deref().filter(|e| !e.is_empty()) {
+        Some(expr) => expand_sub_path_expr(expr, envs, field)?,
+        None => m.sub_path.clone().unwrap_or_default(),
+    };
+    if !sub_path.is_empty() {
+        validate_sub_path(&sub_path, &format!("{field}.subPath"))?;
+    }
+    let container_path = if m.mount_path.starts_with('/') {
+        m.mount_path.clone()
+    } else {
+        format!("/{}", m.mount_path)
+    };
+    Ok(api::Mount {
+        container_path,
+        image: Some(image.clone()),
+        readonly: true,
+        image_sub_path: sub_path,
+        ..Default::default()
+    })
+}
+
 /// The container's mounts (`makeMounts` + kuberuntime's `makeMounts`): its volumeMounts, then
 /// the managed /etc/hosts unless the container mounts something there itself, then the
 /// termination-message file.
@@ -758,6 +792,10 @@ fn make_mounts(
     for (i, m) in container.volume_mounts.iter().flatten().enumerate() {
         let field = format!("{base}.volumeMounts[{i}]");
         mount_etc_hosts &= m.mount_path != ETC_HOSTS;
+        if let Some(image) = ctx.image_volumes.get(&m.name) {
+            mounts.push(image_volume_mount(m, image, &field, envs)?);
+            continue;
+        }
         let Some(volume_path) = ctx.volumes.get(&m.name) else {
             return Err(ConfigError::MissingVolume {
                 field: format!("{field}.name"),
@@ -970,6 +1008,8 @@ mod tests {
         }
     }
 
+    static NO_IMAGE_VOLUMES: BTreeMap<String, api::ImageSpec> = BTreeMap::new();
+
     fn ctx<'a>(volumes: &'a BTreeMap<String, PathBuf>) -> ContainerContext<'a> {
         ContainerContext {
             pod_ips: &[],
@@ -983,6 +1023,7 @@ mod tests {
             memory_capacity: 10 << 30,
             qos_class: QosClass::BestEffort,
             volumes,
+            image_volumes: &NO_IMAGE_VOLUMES,
             etc_hosts: None,
             termination_message: None,
             restart_count: 2,
@@ -1659,6 +1700,99 @@ mod tests {
                 ("/dev/termination-log".to_string(), true),
             ]
         );
+    }
+
+    /// An image volume is mounted by the runtime from the pulled image (`Mount.image`, no host
+    /// path), always read-only whatever the volumeMount says, in the order of the
+    /// volumeMounts, with its subPath (expanded) as `image_sub_path`; a subPath that climbs
+    /// out is refused; an image volume that was not pulled is a missing volume.
+    #[test]
+    fn image_volumes_are_mounted_read_only_from_the_pulled_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let volumes = BTreeMap::from([("scratch".to_string(), dir.path().join("scratch"))]);
+        let spec = |image: &str| api::ImageSpec {
+            image: image.into(),
+            user_specified_image: "reg.io/data:1".into(),
+            ..Default::default()
+        };
+        let images = BTreeMap::from([
+            ("data".to_string(), spec("sha256:d")),
+            ("tools".to_string(), spec("sha256:t")),
+        ]);
+        let mut c = resourced("app", "", "");
+        c.env = Some(vec![EnvVar {
+            name: "SUB".into(),
+            value: Some("bin".into()),
+            value_from: None,
+        }]);
+        let vm = |name: &str, path: &str, ro: Option<bool>, sub: Option<&str>, expr: Option<&str>| {
+            VolumeMount {
+                name: name.into(),
+                mount_path: path.into(),
+                read_only: ro,
+                sub_path: sub.map(str::to_string),
+                sub_path_expr: expr.map(str::to_string),
+                ..Default::default()
+            }
+        };
+        c.volume_mounts = Some(vec![
+            vm("data", "/data", Some(false), None, None),
+            vm("scratch", "/scratch", None, None, None),
+            vm("tools", "tools", None, Some("usr/share"), None),
+            vm("data", "/bin-only", None, None, Some("$(SUB)")),
+        ]);
+        let mut p = pod_with(vec![c.clone()]);
+        let vols: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [],
+            "volumes": [
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "data", "image": {"reference": "reg.io/data:1"}},
+                {"name": "tools", "image": {"reference": "reg.io/tools:1"}},
+            ],
+        }))
+        .unwrap();
+        p.spec.as_mut().unwrap().volumes = vols.volumes;
+        let context = ContainerContext {
+            image_volumes: &images,
+            ..ctx(&volumes)
+        };
+        let mounts = built(&p, &c, ContainerKind::Regular, &context).unwrap().mounts;
+        let got: Vec<(String, String, Option<String>, bool, String)> = mounts
+            .iter()
+            .map(|m| {
+                (
+                    m.container_path.clone(),
+                    m.host_path.clone(),
+                    m.image.as_ref().map(|i| i.image.clone()),
+                    m.readonly,
+                    m.image_sub_path.clone(),
+                )
+            })
+            .collect();
+        let scratch = dir.path().join("scratch").to_string_lossy().into_owned();
+        assert_eq!(
+            got,
+            vec![
+                ("/data".into(), "".into(), Some("sha256:d".into()), true, "".into()),
+                ("/scratch".into(), scratch, None, false, "".into()),
+                ("/tools".into(), "".into(), Some("sha256:t".into()), true, "usr/share".into()),
+                ("/bin-only".into(), "".into(), Some("sha256:d".into()), true, "bin".into()),
+            ]
+        );
+        assert_eq!(
+            mounts[0].image.as_ref().map(|i| i.user_specified_image.as_str()),
+            Some("reg.io/data:1")
+        );
+        assert!(!mounts[0].selinux_relabel, "the kubelet's image plugin: SELinuxRelabel false");
+
+        // A subPath that climbs out of the image.
+        let mut bad = c.clone();
+        bad.volume_mounts = Some(vec![vm("data", "/d", None, Some("../etc"), None)]);
+        let err = built(&p, &bad, ContainerKind::Regular, &context).unwrap_err();
+        assert!(err.to_string().contains("must not contain '..'"), "{err}");
+        // Not pulled (no ImageSpec for it): nothing is mounted in its place.
+        let err = built(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
+        assert!(matches!(err, ConfigError::MissingVolume { .. }), "{err:?}");
     }
 
     #[test]

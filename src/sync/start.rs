@@ -57,13 +57,7 @@ fn image_pull_policy(container: &Container) -> &str {
     if let Some(p) = container.image_pull_policy.as_deref() {
         return p;
     }
-    let image = container.image.as_deref().unwrap_or_default();
-    let last = image.rsplit('/').next().unwrap_or(image);
-    if image.contains('@') || (last.contains(':') && !last.ends_with(":latest")) {
-        "IfNotPresent"
-    } else {
-        "Always"
-    }
+    crate::podspec::image_volume::default_pull_policy(container.image.as_deref().unwrap_or_default())
 }
 
 /// Starts containers: backoff, image, config, CreateContainer, StartContainer, postStart (a
@@ -110,6 +104,7 @@ impl ContainerStarter {
             memory_capacity: self.node.memory_capacity(),
             qos_class,
             volumes: &volumes,
+            image_volumes: &std::collections::BTreeMap::new(),
             etc_hosts: None,
             termination_message: None,
             restart_count: 0,
@@ -195,7 +190,69 @@ impl ContainerStarter {
         sandbox_config: &api::PodSandboxConfig,
         memory: &mut PodMemory,
     ) -> std::result::Result<api::Image, (StartFailure, Option<Duration>)> {
-        let image = container.image.as_deref().unwrap_or_default();
+        self.ensure_image_as(
+            pod,
+            container.image.as_deref().unwrap_or_default(),
+            image_pull_policy(container),
+            Some(&container.name),
+            sandbox_config,
+            memory,
+        )
+        .await
+    }
+
+    /// The images of the image volumes `container` mounts, pulled as the kubelet's
+    /// `getImageVolumes` pulls them (each by its `pullPolicy`, with the pod's pull secrets and
+    /// the credential providers, the events on the pod, the same per-image back-off), as
+    /// volume name → the CRI `ImageSpec` to mount. A volume whose image cannot be had fails
+    /// the container with the pull's reason (`ErrImagePull`, `ImagePullBackOff`,
+    /// `ErrImageNeverPull`), as the kubelet's `toKubeContainerImageVolumes`.
+    async fn ensure_image_volumes(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        sandbox_config: &api::PodSandboxConfig,
+        handler: &str,
+        memory: &mut PodMemory,
+    ) -> std::result::Result<BTreeMap<String, api::ImageSpec>, (StartFailure, Option<Duration>)>
+    {
+        let mut out = BTreeMap::new();
+        for (name, source) in crate::podspec::image_volume::mounted_by(pod, container) {
+            let reference = crate::podspec::image_volume::reference(source);
+            let image = self
+                .ensure_image_as(
+                    pod,
+                    reference,
+                    crate::podspec::image_volume::pull_policy(source),
+                    None,
+                    sandbox_config,
+                    memory,
+                )
+                .await?;
+            out.insert(
+                name.to_string(),
+                api::ImageSpec {
+                    image: image.id,
+                    user_specified_image: reference.to_string(),
+                    runtime_handler: handler.to_string(),
+                    ..Default::default()
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// [`Self::ensure_image`] for `image` with pull policy `policy`; the events go to the
+    /// container `container` names, or to the pod (image volumes).
+    async fn ensure_image_as(
+        &self,
+        pod: &Pod,
+        image: &str,
+        policy: &str,
+        container: Option<&str>,
+        sandbox_config: &api::PodSandboxConfig,
+        memory: &mut PodMemory,
+    ) -> std::result::Result<api::Image, (StartFailure, Option<Duration>)> {
         let inspect = || async {
             self.images
                 .image_status(image)
@@ -205,15 +262,15 @@ impl ContainerStarter {
                     message: format!("Failed to inspect image {image:?}: {}", e.runtime_message()),
                 })
         };
-        let event = |type_, reason: &str, message: String| {
-            self.events
-                .container(pod, &container.name, type_, reason, message);
+        let event = |type_, reason: &str, message: String| match container {
+            Some(name) => self.events.container(pod, name, type_, reason, message),
+            None => self.events.pod(pod, type_, reason, message),
         };
         let present = inspect()
             .await
             .inspect_err(|f| event(EventType::Warning, "InspectFailed", f.message.clone()))
             .map_err(|f| (f, None))?;
-        match (image_pull_policy(container), present) {
+        match (policy, present) {
             ("Never", None) => {
                 let message =
                     format!("Container image {image:?} is not present with pull policy of Never");
@@ -432,6 +489,19 @@ impl ContainerStarter {
         let image = self
             .ensure_image(pod, container, env.sandbox_config, memory)
             .await?;
+        // The handler the pod's sandbox runs under (its RuntimeClass's; the sandbox could not
+        // have been created had it not resolved), for the features it declared.
+        let handler = self
+            .objects
+            .runtime_handler(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.as_deref()),
+            )
+            .unwrap_or_default();
+        let image_volumes = self
+            .ensure_image_volumes(pod, container, env.sandbox_config, &handler, memory)
+            .await?;
         let no_retry = |f: StartFailure| (f, None);
         verify_run_as_non_root(
             pod,
@@ -478,16 +548,6 @@ impl ContainerStarter {
             .as_ref()
             .map(|l| l.cgroup_parent.clone())
             .unwrap_or_default();
-        // The handler the pod's sandbox runs under (its RuntimeClass's; the sandbox could not
-        // have been created had it not resolved), for the features it declared.
-        let handler = self
-            .objects
-            .runtime_handler(
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.runtime_class_name.as_deref()),
-            )
-            .unwrap_or_default();
         let hugepage_sizes: Vec<u64> = self
             .node
             .machine
@@ -503,6 +563,7 @@ impl ContainerStarter {
             memory_capacity: self.node.memory_capacity(),
             qos_class: env.qos_class,
             volumes: env.volumes,
+            image_volumes: &image_volumes,
             etc_hosts: env.etc_hosts,
             termination_message: termination_message.as_deref(),
             restart_count,
@@ -546,6 +607,15 @@ impl ContainerStarter {
             .map_err(config_error)
             .map_err(no_retry)?;
         let mut config = built.config;
+        // The images its image volumes mount, for image GC (`gc::CriGc::images_in_use`): the
+        // runtime lists the container with its labels whatever nodelet remembers.
+        if let Some(value) = crate::cri::labels::image_volumes_label(
+            image_volumes.values().map(|spec| spec.image.as_str()),
+        ) {
+            config
+                .labels
+                .insert(crate::cri::labels::IMAGE_VOLUMES.to_string(), value);
+        }
         // A pod of its own user namespace: each container joins it with the sandbox's mappings.
         if let Some(ns) = super::sandbox_config::sandbox_user_namespace(env.sandbox_config) {
             if let Some(options) = config

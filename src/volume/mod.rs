@@ -223,7 +223,8 @@ pub fn prepare_pod_volumes_with(
     {
         let field = format!("spec.volumes[{i}]");
         check_component(&format!("{field}.name"), &volume.name)?;
-        if projection::ApiVolumeKind::of(volume).is_some() {
+        // Image volumes are mounted by the runtime from their image (`sync::start`).
+        if projection::ApiVolumeKind::of(volume).is_some() || volume.image.is_some() {
             continue;
         }
         let path = if let Some(empty) = &volume.empty_dir {

@@ -347,26 +347,8 @@ pub(super) fn validate_volume_mounts(
         }
         let sub_path = s(&m.sub_path);
         let sub_path_expr = s(&m.sub_path_expr);
-        if ctx
-            .volumes
-            .get(m.name.as_str())
-            .is_some_and(|v| v.image.is_some())
-        {
-            if !sub_path.is_empty() {
-                errs.push(FieldError::invalid(
-                    &mpath.child("subPath"),
-                    sub_path,
-                    "not allowed in image volume sources",
-                ));
-            }
-            if !sub_path_expr.is_empty() {
-                errs.push(FieldError::invalid(
-                    &mpath.child("subPathExpr"),
-                    sub_path_expr,
-                    "not allowed in image volume sources",
-                ));
-            }
-        }
+        // subPath and subPathExpr of image volumes are allowed since v1.33 (the beta of
+        // ImageVolume); the runtime mounts them (`Mount.image_sub_path`).
         if !sub_path.is_empty() {
             validate_local_descending_path(sub_path, &mpath.child("subPath"), errs);
         }
