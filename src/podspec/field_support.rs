@@ -102,7 +102,7 @@ const fn partly(
 
 /// Why a volume type is refused: nodelet mounts no network or block storage and has no
 /// volume plugins (PVC, CSI, in-tree drivers) yet.
-const NO_VOLUME_PLUGIN: &str = "nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected and image volumes)";
+const NO_VOLUME_PLUGIN: &str = "nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)";
 const NO_DRA: &str = "dynamic resource allocation (DRA) is not implemented";
 const NO_ATOMIC_USER: &str =
     "file owners of projected files (AtomicWriteVolumeUserFields, alpha) are not implemented";

@@ -139,6 +139,11 @@ fn refusals_name_the_field_the_value_and_the_reason() {
             "  hostUsers: false\n  containers:\n  - name: c\n    image: busybox\n",
             &[],
         ),
+        // Image volumes are mounted (what the runtime does with them: `pod::runtime_features`).
+        (
+            "  containers:\n  - name: c\n    image: busybox\n    volumeMounts:\n    - {name: data, mountPath: /d, subPath: x}\n  volumes:\n  - name: data\n    image: {reference: 'reg.io/data:1', pullPolicy: IfNotPresent}\n",
+            &[],
+        ),
         (
             "  containers:\n  - name: c\n    image: busybox\n  initContainers:\n  - name: i\n    image: busybox\n    resources:\n      requests: {example.com/gpu: \"1\"}\n  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: data}\n",
             &[
