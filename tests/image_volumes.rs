@@ -9,7 +9,7 @@
 //! container exists (the container's `io.nodelet.image-volumes` label, read back through
 //! `CriGc::images_in_use` from the runtime); a pod whose volume image cannot be pulled (no
 //! credentials, `pullPolicy: Always`) keeps its container waiting in `ErrImagePull` /
-//! `ImagePullBackOff` with the registry's 401.
+//! `ImagePullBackOff` with the registry's refusal, and no container is created for it.
 //!
 //! On containerd 1.6 (the ctd16 lane), which does not know `Mount.image` and would start the
 //! container without the volume: the pod is rejected at admission (`PodFieldNotSupported`,
@@ -64,7 +64,10 @@ fn push_data_image(name: &str, content: &str) -> String {
     std::fs::write(&inner, "inner\n").unwrap();
     let archive = dir.path().join("image.tar");
     let out = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/images/build-image.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/images/build-image.py"
+        ))
         .args(["--name", &image, "--out"])
         .arg(&archive)
         .arg("--dir")
@@ -83,7 +86,13 @@ fn push_data_image(name: &str, content: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let out = Command::new("skopeo")
-        .args(["copy", "--quiet", "--dest-cert-dir", &cert_dir, "--dest-creds"])
+        .args([
+            "copy",
+            "--quiet",
+            "--dest-cert-dir",
+            &cert_dir,
+            "--dest-creds",
+        ])
         .arg(format!("{user}:{password}"))
         .arg(format!("oci-archive:{}", archive.display()))
         .arg(format!("docker://{image}"))
@@ -300,9 +309,9 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
     // Pulled with the pod's secret, the events on the pod itself (no container fieldPath).
     let events = pod_events(&fixture, "vol");
     assert!(
-        events
-            .iter()
-            .any(|(r, m, f)| r == "Pulling" && *m == format!("Pulling image {image:?}") && f.is_none()),
+        events.iter().any(|(r, m, f)| r == "Pulling"
+            && *m == format!("Pulling image {image:?}")
+            && f.is_none()),
         "{events:?}"
     );
     assert!(
@@ -343,35 +352,40 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
         present.id
     );
 
-    // No credentials and pullPolicy Always: the registry's 401 keeps the container waiting.
+    // No credentials and pullPolicy Always: the registry's refusal keeps the container waiting.
     kubectl_apply(
         &api,
         n.dir.path(),
         "nosecret",
         &pod_yaml("nosecret", &n.node, &image, "Always", ""),
     );
-    let pod = wait_api_pod(&fixture, &n, "nosecret", "waiting on the volume's image", |p| {
-        matches!(
-            waiting_reason(p, "main").as_deref(),
-            Some("ErrImagePull" | "ImagePullBackOff")
-        )
-    })
+    let pod = wait_api_pod(
+        &fixture,
+        &n,
+        "nosecret",
+        "waiting on the volume's image",
+        |p| {
+            matches!(
+                waiting_reason(p, "main").as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            )
+        },
+    )
     .await;
     let events = pod_events(&fixture, "nosecret");
     assert!(
         events.iter().any(|(r, m, _)| r == "Failed"
             && m.starts_with(&format!("Failed to pull image {image:?}"))
-            && m.contains("401")),
+            && m.contains("authorization failed")),
         "{events:?}\n{:?}",
         pod.status
     );
     assert!(
-        !n.runtime_objects()
-            .await
-            .1
-            .iter()
-            .any(|c| c.labels.get(nodelet::cri::labels::POD_NAME).map(String::as_str)
-                == Some("nosecret")),
+        !n.runtime_objects().await.1.iter().any(|c| c
+            .labels
+            .get(nodelet::cri::labels::POD_NAME)
+            .map(String::as_str)
+            == Some("nosecret")),
         "a container of nosecret was created without its volume"
     );
 

@@ -60,20 +60,27 @@ mod image_volume_label_tests {
         let cases: &[(&[&str], Option<&str>)] = &[
             (&[], None),
             (&[""], None),
-            (&["sha256:b", "sha256:a", "sha256:b"], Some("sha256:a,sha256:b")),
+            (
+                &["sha256:b", "sha256:a", "sha256:b"],
+                Some("sha256:a,sha256:b"),
+            ),
         ];
         for (images, want) in cases {
             let got = image_volumes_label(images.iter().copied());
             assert_eq!(got.as_deref(), *want, "{images:?}");
             if let Some(v) = got {
                 let mut back: Vec<&str> = image_volumes_of(&v).collect();
-                let mut sorted: Vec<&str> = images.iter().copied().filter(|i| !i.is_empty()).collect();
+                let mut sorted: Vec<&str> =
+                    images.iter().copied().filter(|i| !i.is_empty()).collect();
                 sorted.sort_unstable();
                 sorted.dedup();
                 back.sort_unstable();
                 assert_eq!(back, sorted);
             }
         }
-        assert_eq!(image_volumes_of(" a, ,b").collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(
+            image_volumes_of(" a, ,b").collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
     }
 }

@@ -306,12 +306,8 @@ mod tests {
         let v21 = image_volume_support("containerd", "v2.1.9");
         let v22 = image_volume_support("containerd", "v2.2.0");
         let v16 = image_volume_support("containerd", "1.6.20");
-        let rejected = |message: &str| {
-            Err(Rejection::new(
-                "PodFieldNotSupported",
-                message.to_string(),
-            ))
-        };
+        let rejected =
+            |message: &str| Err(Rejection::new("PodFieldNotSupported", message.to_string()));
         let no_runtime = "spec.volumes[1].image: Unsupported value: reg.io/data:1: the container runtime (containerd 1.6.20) does not mount image volumes (the CRI's Mount.image: containerd 2.1 or CRI-O 1.31 and newer), it would start the containers without the volume";
         let gate_off = "spec.volumes[1].image: Unsupported value: reg.io/data:1: the feature gate \"ImageVolume\" is disabled on this node";
         let sub_path = "spec.containers[0].volumeMounts[1].subPath: Unsupported value: bin: the container runtime (containerd v2.1.9) does not mount a subPath of an image volume (the CRI's Mount.image_sub_path: containerd 2.2 or CRI-O 1.33 and newer), it would mount the whole image";
@@ -324,7 +320,12 @@ mod tests {
             (pod(""), true, &v16, rejected(no_runtime)),
             (pod(""), false, &v21, rejected(gate_off)),
             (pod(", subPath: bin"), true, &v21, rejected(sub_path)),
-            (pod(", subPathExpr: $(X)"), true, &v21, rejected(sub_path_expr)),
+            (
+                pod(", subPathExpr: $(X)"),
+                true,
+                &v21,
+                rejected(sub_path_expr),
+            ),
             (pod(", subPath: bin"), true, &v22, Ok(())),
             // A subPath of another volume is not this check's.
             (pod(", subPath: ''"), true, &v21, Ok(())),

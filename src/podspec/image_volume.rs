@@ -27,7 +27,10 @@ pub fn image_volumes(pod: &Pod) -> Vec<(usize, &str, &ImageVolumeSource)> {
 }
 
 /// The image volumes `container` mounts, each once, in the order of its volumeMounts.
-pub fn mounted_by<'a>(pod: &'a Pod, container: &Container) -> Vec<(&'a str, &'a ImageVolumeSource)> {
+pub fn mounted_by<'a>(
+    pod: &'a Pod,
+    container: &Container,
+) -> Vec<(&'a str, &'a ImageVolumeSource)> {
     let mut out: Vec<(&str, &ImageVolumeSource)> = Vec::new();
     for m in container.volume_mounts.iter().flatten() {
         if out.iter().any(|(n, _)| *n == m.name) {
@@ -90,7 +93,10 @@ mod tests {
         let all: Vec<(usize, &str)> = image_volumes(&p).iter().map(|(i, n, _)| (*i, *n)).collect();
         assert_eq!(all, vec![(0, "a"), (2, "b")]);
         let names = |c: &Container| -> Vec<&str> {
-            mounted_by(&p, c).iter().map(|(n, _)| *n).collect::<Vec<_>>()
+            mounted_by(&p, c)
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
         };
         assert_eq!(names(&spec.containers[0]), vec!["b", "a"]);
         assert!(names(&spec.containers[1]).is_empty());

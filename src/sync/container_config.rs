@@ -1725,16 +1725,17 @@ mod tests {
             value: Some("bin".into()),
             value_from: None,
         }]);
-        let vm = |name: &str, path: &str, ro: Option<bool>, sub: Option<&str>, expr: Option<&str>| {
-            VolumeMount {
-                name: name.into(),
-                mount_path: path.into(),
-                read_only: ro,
-                sub_path: sub.map(str::to_string),
-                sub_path_expr: expr.map(str::to_string),
-                ..Default::default()
-            }
-        };
+        let vm =
+            |name: &str, path: &str, ro: Option<bool>, sub: Option<&str>, expr: Option<&str>| {
+                VolumeMount {
+                    name: name.into(),
+                    mount_path: path.into(),
+                    read_only: ro,
+                    sub_path: sub.map(str::to_string),
+                    sub_path_expr: expr.map(str::to_string),
+                    ..Default::default()
+                }
+            };
         c.volume_mounts = Some(vec![
             vm("data", "/data", Some(false), None, None),
             vm("scratch", "/scratch", None, None, None),
@@ -1756,7 +1757,9 @@ mod tests {
             image_volumes: &images,
             ..ctx(&volumes)
         };
-        let mounts = built(&p, &c, ContainerKind::Regular, &context).unwrap().mounts;
+        let mounts = built(&p, &c, ContainerKind::Regular, &context)
+            .unwrap()
+            .mounts;
         let got: Vec<(String, String, Option<String>, bool, String)> = mounts
             .iter()
             .map(|m| {
@@ -1773,17 +1776,41 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("/data".into(), "".into(), Some("sha256:d".into()), true, "".into()),
+                (
+                    "/data".into(),
+                    "".into(),
+                    Some("sha256:d".into()),
+                    true,
+                    "".into()
+                ),
                 ("/scratch".into(), scratch, None, false, "".into()),
-                ("/tools".into(), "".into(), Some("sha256:t".into()), true, "usr/share".into()),
-                ("/bin-only".into(), "".into(), Some("sha256:d".into()), true, "bin".into()),
+                (
+                    "/tools".into(),
+                    "".into(),
+                    Some("sha256:t".into()),
+                    true,
+                    "usr/share".into()
+                ),
+                (
+                    "/bin-only".into(),
+                    "".into(),
+                    Some("sha256:d".into()),
+                    true,
+                    "bin".into()
+                ),
             ]
         );
         assert_eq!(
-            mounts[0].image.as_ref().map(|i| i.user_specified_image.as_str()),
+            mounts[0]
+                .image
+                .as_ref()
+                .map(|i| i.user_specified_image.as_str()),
             Some("reg.io/data:1")
         );
-        assert!(!mounts[0].selinux_relabel, "the kubelet's image plugin: SELinuxRelabel false");
+        assert!(
+            !mounts[0].selinux_relabel,
+            "the kubelet's image plugin: SELinuxRelabel false"
+        );
 
         // A subPath that climbs out of the image.
         let mut bad = c.clone();

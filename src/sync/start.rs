@@ -57,7 +57,9 @@ fn image_pull_policy(container: &Container) -> &str {
     if let Some(p) = container.image_pull_policy.as_deref() {
         return p;
     }
-    crate::podspec::image_volume::default_pull_policy(container.image.as_deref().unwrap_or_default())
+    crate::podspec::image_volume::default_pull_policy(
+        container.image.as_deref().unwrap_or_default(),
+    )
 }
 
 /// Starts containers: backoff, image, config, CreateContainer, StartContainer, postStart (a
