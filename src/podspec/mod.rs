@@ -2,7 +2,7 @@
 //! (with the API defaults applied, so no module re-derives them differently), the container
 //! environment and Downward API values (`env`), the QoS class and which pods are static or
 //! critical (`qos`), effective requests and limits (`resources`), the ConfigMaps and Secrets it
-//! refers to (`references`), restart rules (`restart`), the service variables (`service_env`), the hostname (`hostname`), hugepage sizes, limits and the hugetlbfs page size (`hugepages`), field paths
+//! refers to (`references`), restart rules (`restart`), the service variables (`service_env`), the hostname (`hostname`), hugepage sizes, limits and the hugetlbfs page size (`hugepages`), image volumes and their pull policy (`image_volume`), field paths
 //! and errors in apimachinery's shape with the string-format checks pod validation uses
 //! (`field`), and the error a spec that cannot be turned into a runtime config gives, with its
 //! field path (`error`).
