@@ -44,7 +44,7 @@ const QUANTITY_REGEX_ERR: &str =
 /// Volume sources nodelet can provide to a static pod. Everything else is either an API object
 /// reference (rejected like the kubelet does) or a storage plugin nodelet does not implement.
 pub const SUPPORTED_STATIC_VOLUME_TYPES: &[&str] =
-    &["emptyDir", "hostPath", "downwardAPI", "projected"];
+    &["emptyDir", "hostPath", "downwardAPI", "projected", "image"];
 
 fn s(o: &Option<String>) -> &str {
     o.as_deref().unwrap_or("")

@@ -534,7 +534,7 @@ mod tests {
             ),
             (
                 format!("{C}  volumes:\n  - name: a\n    nfs: {{server: nas, path: /export}}\n"),
-                vec![format!("{v}[0].nfs: Forbidden: volume type not supported by nodelet for static pods (supported: emptyDir, hostPath, downwardAPI, projected)")],
+                vec![format!("{v}[0].nfs: Forbidden: volume type not supported by nodelet for static pods (supported: emptyDir, hostPath, downwardAPI, projected, image)")],
             ),
         ];
         for (spec, want) in cases {
