@@ -15,6 +15,10 @@
 //! container without the volume: the pod is rejected at admission (`PodFieldNotSupported`,
 //! naming the field, the reference and the runtime), and no sandbox is created.
 //!
+//! In standalone mode, on both: the `ImageVolume` gate off rejects a static pod with an image
+//! volume; a subPath of an image volume is rejected where the runtime does not know
+//! `Mount.image_sub_path` (containerd 2.1.9; on 1.6 the volume itself is refused).
+//!
 //! Fails (never skips) when the registry's environment is missing on containerd 2.x.
 
 mod common;
@@ -395,4 +399,69 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
     }
     drop(n);
     let _ = rt.remove_image(&image).await;
+}
+
+fn static_pod(name: &str, mount_extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 2\n\
+         \x20 volumes:\n  - name: data\n    image: {{reference: \"registry.invalid/data:1\"}}\n\
+         \x20 containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n\
+         \x20   volumeMounts:\n    - {{name: data, mountPath: /vol{mount_extra}}}\n"
+    )
+}
+
+async fn wait_rejected(n: &Nodelet, name: &str) -> (Option<String>, Option<String>) {
+    let pod = n
+        .wait_pod(name, T, "rejected at admission", |p| phase(p) == "Failed")
+        .await;
+    let status = pod.status.unwrap_or_default();
+    (status.reason, status.message)
+}
+
+/// Static pods: with the `ImageVolume` gate off any pod with an image volume is rejected; on a
+/// runtime that does not mount `Mount.image_sub_path` (containerd 2.1.9, and 1.6, which mounts
+/// no image volume at all) a subPath of an image volume is rejected instead of the whole image
+/// being mounted. Nothing is pulled and no sandbox is created for either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_off_and_a_sub_path_the_runtime_cannot_mount_are_refused() {
+    let served = runtime().version().await.expect("CRI Version");
+    let support = nodelet::pod::runtime_features::image_volume_support(
+        &served.runtime_name,
+        &served.runtime_version,
+    );
+    let runtime_name = format!("{} {}", served.runtime_name, served.runtime_version);
+
+    let n = Nodelet::start_with("imgvol-gate", "featureGates: {ImageVolume: false}\n");
+    n.write_manifest("gated.yaml", &static_pod("gated", ""));
+    let (reason, message) = wait_rejected(&n, "gated").await;
+    assert_eq!(
+        (reason.as_deref(), message.as_deref()),
+        (
+            Some("PodFieldNotSupported"),
+            Some("Pod was rejected: spec.volumes[0].image: Unsupported value: registry.invalid/data:1: the feature gate \"ImageVolume\" is disabled on this node")
+        )
+    );
+    drop(n);
+
+    let n = Nodelet::start("imgvol-subpath");
+    n.write_manifest("sub.yaml", &static_pod("sub", ", subPath: data/sub"));
+    let (reason, message) = wait_rejected(&n, "sub").await;
+    let want = if support.volumes {
+        assert!(
+            !support.sub_path,
+            "{runtime_name} mounts image subPaths: this test expects a runtime that does not"
+        );
+        format!("Pod was rejected: spec.containers[0].volumeMounts[0].subPath: Unsupported value: data/sub: the container runtime ({runtime_name}) does not mount a subPath of an image volume (the CRI's Mount.image_sub_path: containerd 2.2 or CRI-O 1.33 and newer), it would mount the whole image")
+    } else {
+        format!("Pod was rejected: spec.volumes[0].image: Unsupported value: registry.invalid/data:1: the container runtime ({runtime_name}) does not mount image volumes (the CRI's Mount.image: containerd 2.1 or CRI-O 1.31 and newer), it would start the containers without the volume")
+    };
+    assert_eq!(
+        (reason.as_deref(), message.as_deref()),
+        (Some("PodFieldNotSupported"), Some(want.as_str()))
+    );
+    let (sandboxes, _) = n.runtime_objects().await;
+    assert!(
+        sandboxes.is_empty(),
+        "a rejected pod got a sandbox: {sandboxes:?}"
+    );
 }
