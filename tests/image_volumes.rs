@@ -212,7 +212,7 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
     let version = std::env::var("NODELET_TEST_CONTAINERD_VERSION")
         .expect("NODELET_TEST_CONTAINERD_VERSION (scripts/containerd.sh env)");
     let served = runtime().version().await.expect("CRI Version");
-    let support = nodelet::pod::runtime_features::image_volume_support(
+    let support = nodelet::podspec::image_volume::image_volume_support(
         &served.runtime_name,
         &served.runtime_version,
     );
@@ -425,7 +425,7 @@ async fn wait_rejected(n: &Nodelet, name: &str) -> (Option<String>, Option<Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gate_off_and_a_sub_path_the_runtime_cannot_mount_are_refused() {
     let served = runtime().version().await.expect("CRI Version");
-    let support = nodelet::pod::runtime_features::image_volume_support(
+    let support = nodelet::podspec::image_volume::image_volume_support(
         &served.runtime_name,
         &served.runtime_version,
     );

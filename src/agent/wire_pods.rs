@@ -230,6 +230,10 @@ fn sync_settings(
         node_allocatable,
         user_namespaces_gate: cfg
             .feature_enabled(crate::config::kubelet_fields::USER_NAMESPACES_SUPPORT),
+        image_volumes: crate::podspec::image_volume::image_volume_support(
+            &rt.version.runtime_name,
+            &rt.version.runtime_version,
+        ),
         userns,
     }
 }

@@ -57,123 +57,44 @@ pub fn admit_user_namespaces(pod: &Pod, gate: bool, default_handler_supports: bo
         .map_err(|message| Rejection::new(crate::userns::NOT_SUPPORTED_REASON, message))
 }
 
-/// What a runtime does with image volumes, from its `Version` answer.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ImageVolumeSupport {
-    /// `<runtime_name> <runtime_version>`, for messages.
-    pub runtime: String,
-    /// It mounts `Mount.image` (containerd 2.1 and newer, CRI-O 1.31 and newer).
-    pub volumes: bool,
-    /// It mounts `Mount.image_sub_path` (containerd 2.2 and newer, CRI-O 1.33 and newer).
-    pub sub_path: bool,
-}
-
-/// `major.minor` of a runtime's version (`v2.1.9`, `2.1.9~ds1-1`, `1.6.20`).
-fn major_minor(version: &str) -> Option<(u32, u32)> {
-    let v = version.trim().trim_start_matches('v');
-    let mut parts = v.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
-/// Pure: what the runtime `runtime_name` at `runtime_version` (the CRI `Version` answer) does
-/// with image volumes. An unknown runtime or version mounts none.
-pub fn image_volume_support(runtime_name: &str, runtime_version: &str) -> ImageVolumeSupport {
-    let (volumes_from, sub_path_from) = match runtime_name {
-        "containerd" => ((2, 1), (2, 2)),
-        "cri-o" => ((1, 31), (1, 33)),
-        _ => ((u32::MAX, 0), (u32::MAX, 0)),
-    };
-    let v = major_minor(runtime_version);
-    ImageVolumeSupport {
-        runtime: format!("{runtime_name} {runtime_version}"),
-        volumes: v.is_some_and(|v| v >= volumes_from),
-        sub_path: v.is_some_and(|v| v >= sub_path_from),
-    }
-}
+pub use crate::podspec::image_volume::{image_volume_support, ImageVolumeSupport};
 
 /// Pure: the verdict for `pod`'s image volumes with the `ImageVolume` gate at `gate` on a
 /// runtime that does what `support` says.
 pub fn admit_image_volumes(pod: &Pod, gate: bool, support: &ImageVolumeSupport) -> AdmitResult {
     use crate::podspec::field_support::POD_FIELD_NOT_SUPPORTED;
     use crate::podspec::image_volume;
-    // As `field_support`'s refusals word it: field path, value, why.
-    let refuse = |field: String, value: &str, reason: String| {
-        Err(Rejection::new(
-            POD_FIELD_NOT_SUPPORTED,
-            format!("{field}: Unsupported value: {value}: {reason}"),
-        ))
+    let rejected = |refusal: image_volume::Refusal| {
+        Err(Rejection::new(POD_FIELD_NOT_SUPPORTED, refusal.to_string()))
     };
     for (i, _, source) in image_volume::image_volumes(pod) {
         let field = format!("spec.volumes[{i}].image");
-        let reference = image_volume::reference(source);
+        let value = image_volume::reference(source).to_string();
         if !gate {
-            return refuse(
+            return rejected(image_volume::Refusal {
                 field,
-                reference,
-                "the feature gate \"ImageVolume\" is disabled on this node".into(),
-            );
+                value,
+                reason: image_volume::GATE_OFF.to_string(),
+            });
         }
         if !support.volumes {
-            return refuse(
+            return rejected(image_volume::Refusal {
                 field,
-                reference,
-                format!(
-                    "the container runtime ({}) does not mount image volumes (the CRI's Mount.image: containerd 2.1 or CRI-O 1.31 and newer), it would start the containers without the volume",
-                    support.runtime
-                ),
-            );
+                value,
+                reason: image_volume::no_volumes_reason(support),
+            });
         }
     }
-    if support.sub_path {
-        return Ok(());
-    }
-    let Some(spec) = pod.spec.as_ref() else {
-        return Ok(());
-    };
-    let lists = [
-        ("containers", spec.containers.iter().collect::<Vec<_>>()),
-        (
-            "initContainers",
-            spec.init_containers.iter().flatten().collect(),
-        ),
-    ];
-    let ephemeral: Vec<_> = spec.ephemeral_containers.iter().flatten().collect();
-    let mut mounts: Vec<(String, &k8s_openapi::api::core::v1::VolumeMount)> = Vec::new();
-    for (list, containers) in &lists {
-        for (c, container) in containers.iter().enumerate() {
-            for (m, mount) in container.volume_mounts.iter().flatten().enumerate() {
-                mounts.push((format!("spec.{list}[{c}].volumeMounts[{m}]"), mount));
-            }
-        }
-    }
-    for (c, container) in ephemeral.iter().enumerate() {
-        for (m, mount) in container.volume_mounts.iter().flatten().enumerate() {
-            mounts.push((
-                format!("spec.ephemeralContainers[{c}].volumeMounts[{m}]"),
-                mount,
-            ));
-        }
-    }
-    for (field, mount) in mounts {
-        if image_volume::image_volume(pod, &mount.name).is_none() {
-            continue;
-        }
-        for (name, value) in [
-            ("subPath", mount.sub_path.as_deref()),
-            ("subPathExpr", mount.sub_path_expr.as_deref()),
-        ] {
-            if let Some(value) = value.filter(|v| !v.is_empty()) {
-                return refuse(
-                    format!("{field}.{name}"),
-                    value,
-                    format!(
-                        "the container runtime ({}) does not mount a subPath of an image volume (the CRI's Mount.image_sub_path: containerd 2.2 or CRI-O 1.33 and newer), it would mount the whole image",
-                        support.runtime
-                    ),
-                );
-            }
+    // Ephemeral containers are checked when they start (`sync::start`): a rejection here would
+    // kill their running pod at nodelet's next restart.
+    let spec = pod.spec.iter();
+    let containers = spec
+        .clone()
+        .flat_map(|s| s.containers.iter())
+        .chain(spec.flat_map(|s| s.init_containers.iter().flatten()));
+    for container in containers {
+        if let Err(refusal) = image_volume::check_container(pod, container, support) {
+            return rejected(refusal);
         }
     }
     Ok(())
@@ -260,34 +181,6 @@ mod tests {
                 want,
                 "hostUsers {host_users:?} class {class:?} gate={gate} supports={supports}"
             );
-        }
-    }
-
-    #[test]
-    fn image_volume_support_from_the_runtime_version() {
-        let cases = [
-            ("containerd", "v2.1.9", true, false),
-            ("containerd", "2.1.9~ds1-1", true, false),
-            ("containerd", "v2.2.0", true, true),
-            ("containerd", "v3.0.1", true, true),
-            ("containerd", "v2.0.5", false, false),
-            ("containerd", "1.6.20~ds1-1+deb12u1", false, false),
-            ("containerd", "1.7.27", false, false),
-            ("containerd", "", false, false),
-            ("containerd", "devel", false, false),
-            ("cri-o", "1.31.0", true, false),
-            ("cri-o", "1.33.2", true, true),
-            ("cri-o", "1.30.4", false, false),
-            ("other", "9.9.9", false, false),
-        ];
-        for (name, version, volumes, sub_path) in cases {
-            let got = image_volume_support(name, version);
-            assert_eq!(
-                (got.volumes, got.sub_path),
-                (volumes, sub_path),
-                "{name} {version}"
-            );
-            assert_eq!(got.runtime, format!("{name} {version}"));
         }
     }
 

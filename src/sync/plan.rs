@@ -187,6 +187,7 @@ mod tests {
                 ephemeral_storage: None,
             },
             user_namespaces_gate: true,
+            image_volumes: Default::default(),
             userns: None,
         }
     }

@@ -48,6 +48,9 @@ pub struct SyncSettings {
     pub node_allocatable: crate::podspec::resources::NodeAllocatable,
     /// The `UserNamespacesSupport` gate.
     pub user_namespaces_gate: bool,
+    /// What the runtime does with image volumes (from its `Version` answer): a container whose
+    /// image volume mounts it cannot honour is not created (`CreateContainerConfigError`).
+    pub image_volumes: crate::podspec::image_volume::ImageVolumeSupport,
     /// The pods' user-namespace ranges (`None` with the gate off).
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
 }

@@ -501,6 +501,18 @@ impl ContainerStarter {
                     .and_then(|s| s.runtime_class_name.as_deref()),
             )
             .unwrap_or_default();
+        // What the runtime cannot mount is never handed to it (an ephemeral container is
+        // checked only here; the pod's own containers were at admission too).
+        crate::podspec::image_volume::check_container(pod, container, &self.settings.image_volumes)
+            .map_err(|refusal| {
+                (
+                    StartFailure {
+                        reason: "CreateContainerConfigError".into(),
+                        message: refusal.to_string(),
+                    },
+                    None,
+                )
+            })?;
         let image_volumes = self
             .ensure_image_volumes(pod, container, env.sandbox_config, &handler, memory)
             .await?;
