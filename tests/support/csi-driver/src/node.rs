@@ -302,6 +302,27 @@ fn entry(method: &str) -> Map<String, Value> {
     entry
 }
 
+/// The journal line of a call about a volume: every field of the journal's schema, `null`
+/// where the request has no such field, so every volume line has the same keys.
+fn volume_entry(method: &str) -> Map<String, Value> {
+    let mut entry = entry(method);
+    for key in [
+        "volume_id",
+        "staging_target_path",
+        "target_path",
+        "readonly",
+        "volume_context",
+        "publish_context",
+        "secrets",
+        "fs_type",
+        "access_mode",
+        "block",
+    ] {
+        entry.insert(key.into(), Value::Null);
+    }
+    entry
+}
+
 // ---- the service ----------------------------------------------------------------------------
 
 pub struct NodeService {
@@ -594,13 +615,9 @@ impl NodeService {
         let capacity = self.capacity(id)?;
         let used = self.state.used_bytes(id).map_err(NodeError::from)?;
         let inodes = if used.is_some() {
-            nix::sys::statvfs::statvfs(&path).ok().map(|vfs| {
-                (
-                    u64::from(vfs.files()),
-                    u64::from(vfs.files_free()),
-                    u64::from(vfs.files_available()),
-                )
-            })
+            nix::sys::statvfs::statvfs(&path)
+                .ok()
+                .map(|vfs| (vfs.files(), vfs.files_free(), vfs.files_available()))
         } else {
             None
         };
@@ -674,7 +691,7 @@ impl Node for NodeService {
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
         let req = request.into_inner();
-        let mut e = entry("NodeStageVolume");
+        let mut e = volume_entry("NodeStageVolume");
         e.insert("volume_id".into(), json!(req.volume_id));
         e.insert("staging_target_path".into(), json!(req.staging_target_path));
         e.insert("volume_context".into(), map_value(&req.volume_context));
@@ -691,7 +708,7 @@ impl Node for NodeService {
         request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
         let req = request.into_inner();
-        let mut e = entry("NodeUnstageVolume");
+        let mut e = volume_entry("NodeUnstageVolume");
         e.insert("volume_id".into(), json!(req.volume_id));
         e.insert("staging_target_path".into(), json!(req.staging_target_path));
         let _serial = self.serial.lock().await;
@@ -704,7 +721,7 @@ impl Node for NodeService {
         request: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
         let req = request.into_inner();
-        let mut e = entry("NodePublishVolume");
+        let mut e = volume_entry("NodePublishVolume");
         e.insert("volume_id".into(), json!(req.volume_id));
         e.insert("staging_target_path".into(), json!(req.staging_target_path));
         e.insert("target_path".into(), json!(req.target_path));
@@ -723,7 +740,7 @@ impl Node for NodeService {
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let req = request.into_inner();
-        let mut e = entry("NodeUnpublishVolume");
+        let mut e = volume_entry("NodeUnpublishVolume");
         e.insert("volume_id".into(), json!(req.volume_id));
         e.insert("target_path".into(), json!(req.target_path));
         let _serial = self.serial.lock().await;
@@ -738,7 +755,7 @@ impl Node for NodeService {
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
         let req = request.into_inner();
-        let mut e = entry("NodeGetVolumeStats");
+        let mut e = volume_entry("NodeGetVolumeStats");
         e.insert("volume_id".into(), json!(req.volume_id));
         e.insert("volume_path".into(), json!(req.volume_path));
         e.insert("staging_target_path".into(), json!(req.staging_target_path));
@@ -752,7 +769,7 @@ impl Node for NodeService {
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
         let req = request.into_inner();
-        let mut e = entry("NodeExpandVolume");
+        let mut e = volume_entry("NodeExpandVolume");
         e.insert("volume_id".into(), json!(req.volume_id));
         e.insert("volume_path".into(), json!(req.volume_path));
         e.insert("staging_target_path".into(), json!(req.staging_target_path));

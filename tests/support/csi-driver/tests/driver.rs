@@ -478,6 +478,9 @@ async fn mount_volume_staged_once_published_twice_readonly_stats_expand_and_torn
     assert_eq!(stages[0]["access_mode"], "SINGLE_NODE_WRITER");
     assert_eq!(stages[0]["block"], false);
     assert_eq!(stages[0]["ok"], true);
+    assert!(stages[0]["error"].is_null());
+    let keys = stages[0].as_object().unwrap();
+    assert!(keys.contains_key("target_path") && stages[0]["target_path"].is_null());
     let publishes: Vec<&Value> = journal
         .iter()
         .filter(|e| e["method"] == "NodePublishVolume")
