@@ -1,12 +1,11 @@
-//! The generated CSI v1 and plugin registration v1 code (servers for the driver; the clients
-//! are generated too, for the crate's tests, and unused here).
+//! The generated CSI v1 and plugin registration v1 messages and servers (build.rs).
 
-#[allow(clippy::all, clippy::pedantic, dead_code, missing_docs)]
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod csi {
-    tonic::include_proto!("csi.v1");
+    include!(concat!(env!("OUT_DIR"), "/server/csi.v1.rs"));
 }
 
-#[allow(clippy::all, clippy::pedantic, dead_code, missing_docs)]
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod registration {
-    tonic::include_proto!("pluginregistration");
+    include!(concat!(env!("OUT_DIR"), "/server/pluginregistration.rs"));
 }

@@ -13,14 +13,15 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::Code;
 
+/// The clients build.rs generates for the tests.
 #[allow(clippy::all, clippy::pedantic, dead_code)]
 mod csi {
-    tonic::include_proto!("csi.v1");
+    include!(concat!(env!("OUT_DIR"), "/client/csi.v1.rs"));
 }
 
 #[allow(clippy::all, clippy::pedantic, dead_code)]
 mod registration {
-    tonic::include_proto!("pluginregistration");
+    include!(concat!(env!("OUT_DIR"), "/client/pluginregistration.rs"));
 }
 
 use csi::identity_client::IdentityClient;
