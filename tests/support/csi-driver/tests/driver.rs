@@ -130,11 +130,11 @@ impl Driver {
         NodeClient::new(unix_channel(&self.csi_socket).await)
     }
 
-    /// Sends SIGTERM and waits for the exit status.
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    /// Sends `signal` and waits for the exit status.
+    fn stop(&mut self, signal: nix::sys::signal::Signal) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();
         let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(pid, signal).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
@@ -315,7 +315,7 @@ async fn registration_identity_info_and_sigterm() {
     assert_eq!(journal[1]["plugin_registered"], false);
     assert_eq!(journal[1]["registration_error"], "version refused");
 
-    let status = driver.terminate();
+    let status = driver.stop(nix::sys::signal::Signal::SIGTERM);
     assert!(status.success(), "exit on SIGTERM: {status}");
     assert!(
         !driver.csi_socket.exists(),
@@ -607,6 +607,11 @@ async fn block_volume_is_a_loop_device_at_the_target() {
         .iter()
         .filter(|e| e["method"] == "NodeStageVolume")
         .all(|e| e["block"] == true));
+
+    let mut driver = driver;
+    let status = driver.stop(nix::sys::signal::Signal::SIGINT);
+    assert!(status.success(), "exit on SIGINT: {status}");
+    assert!(!driver.csi_socket.exists() && !driver.registration_socket.exists());
 }
 
 #[tokio::test]
