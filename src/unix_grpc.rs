@@ -45,12 +45,10 @@ pub fn unix_channel(endpoint: &str, connect_timeout: Duration) -> Result<Channel
 pub async fn connect_unix(path: &Path, timeout: Duration) -> Result<Channel, std::io::Error> {
     let path = path.to_path_buf();
     let endpoint = Endpoint::from_static("http://localhost");
-    let connect = endpoint.connect_with_connector(
-        tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }),
-    );
+    let connect = endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    }));
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(channel)) => Ok(channel),
         Ok(Err(e)) => Err(std::io::Error::other(e)),

@@ -231,13 +231,10 @@ impl CsiNode for RemoteCsiNode {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_endpoint_that_is_no_unix_socket_is_refused() {
+    #[tokio::test]
+    async fn an_endpoint_that_is_no_unix_socket_is_refused() {
         let err = RemoteCsiNode::connect("d", "tcp://127.0.0.1:9").unwrap_err();
-        assert!(
-            err.to_string().contains("tcp://127.0.0.1:9"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("tcp://127.0.0.1:9"), "{err}");
         assert!(RemoteCsiNode::connect("d", "unix:///run/d/csi.sock").is_ok());
     }
 
@@ -253,7 +250,11 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(err.code(), Some(tonic::Code::DeadlineExceeded));
-        assert!(err.to_string().starts_with("rpc error: code = DeadlineExceeded"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("rpc error: code = DeadlineExceeded"),
+            "{err}"
+        );
         let text = metrics().encode();
         assert!(
             text.contains(r#"nodelet_csi_operations_seconds_count{driver_name="deadline.example.com",method_name="/csi.v1.Node/NodeGetInfo",grpc_status_code="DeadlineExceeded",migrated="false"} 1"#),

@@ -125,8 +125,7 @@ impl PluginRegistration for GrpcPlugin {
         });
         request.set_timeout(NOTIFY_TIMEOUT);
         let mut client = self.client.clone();
-        match tokio::time::timeout(NOTIFY_TIMEOUT, client.notify_registration_status(request))
-            .await
+        match tokio::time::timeout(NOTIFY_TIMEOUT, client.notify_registration_status(request)).await
         {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(status)) => Err(registration_error(
@@ -335,7 +334,8 @@ impl PluginManager {
         let (driver, node_info) = match self.install(&accepted, &info.supported_versions).await {
             Ok(done) => done,
             Err(e) => {
-                let message = format!("RegisterPlugin error -- plugin registration failed with err: {e}");
+                let message =
+                    format!("RegisterPlugin error -- plugin registration failed with err: {e}");
                 tell(plugin.as_ref(), false, message.clone()).await;
                 return Err(message);
             }

@@ -73,7 +73,10 @@ pub fn new_csinode(node_name: &str, node_uid: &str) -> CSINode {
 /// Sets the migrated-plugins annotation to [`MIGRATED_PLUGINS`] (compared as a set, as the
 /// kubelet's `setMigrationAnnotation`); true if it changed.
 pub fn set_migration_annotation(csinode: &mut CSINode) -> bool {
-    let annotations = csinode.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let annotations = csinode
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
     let old: BTreeSet<&str> = annotations
         .get(MIGRATED_PLUGINS_ANNOTATION)
         .map(|v| v.split(',').filter(|s| !s.is_empty()).collect())
@@ -109,11 +112,12 @@ pub fn install_driver(csinode: &CSINode, driver: &DriverNodeInfo) -> Option<CSIN
     let entry = driver_entry(driver);
     let same = |d: &CSINodeDriver| {
         d.node_id == entry.node_id
-            && d.topology_keys
-                .iter()
-                .flatten()
-                .collect::<BTreeSet<_>>()
-                == entry.topology_keys.iter().flatten().collect::<BTreeSet<_>>()
+            && d.topology_keys.iter().flatten().collect::<BTreeSet<_>>()
+                == entry
+                    .topology_keys
+                    .iter()
+                    .flatten()
+                    .collect::<BTreeSet<_>>()
             && d.allocatable.as_ref().and_then(|a| a.count)
                 == entry.allocatable.as_ref().and_then(|a| a.count)
     };
@@ -153,11 +157,17 @@ fn node_id_map(node: &Node) -> Result<BTreeMap<String, String>, String> {
         return Ok(BTreeMap::new());
     };
     serde_json::from_str(value).map_err(|e| {
-        format!("failed to parse node's {NODE_ID_ANNOTATION:?} annotation value ({value:?}) err={e}")
+        format!(
+            "failed to parse node's {NODE_ID_ANNOTATION:?} annotation value ({value:?}) err={e}"
+        )
     })
 }
 
-fn metadata_patch(node: &Node, annotations: Map<String, Value>, labels: Map<String, Value>) -> Value {
+fn metadata_patch(
+    node: &Node,
+    annotations: Map<String, Value>,
+    labels: Map<String, Value>,
+) -> Value {
     let mut metadata = Map::new();
     // The resource version makes the patch fail with a conflict if the Node changed since it
     // was read (the node ID map was computed from what was read).
@@ -258,7 +268,11 @@ impl NodeInfoWriter for NoNodeInfo {
     async fn install(&self, _: &DriverNodeInfo) -> Result<(), PluginsError> {
         Ok(())
     }
-    async fn uninstall(&self, _: &DriverNodeInfo, _: &BTreeSet<String>) -> Result<(), PluginsError> {
+    async fn uninstall(
+        &self,
+        _: &DriverNodeInfo,
+        _: &BTreeSet<String>,
+    ) -> Result<(), PluginsError> {
         Ok(())
     }
 }
@@ -352,8 +366,11 @@ impl ApiNodeInfo {
     async fn patch_node(&self, patch: Value) -> Result<(), PluginsError> {
         self.call(
             || format!("patching node {:?}", self.node_name),
-            self.nodes
-                .patch(&self.node_name, &PatchParams::default(), &Patch::Merge(patch)),
+            self.nodes.patch(
+                &self.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            ),
         )
         .await
         .map(|_| ())
@@ -529,7 +546,8 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some("n1".into()),
                 resource_version: Some("7".into()),
-                annotations: annotation.map(|a| BTreeMap::from([(NODE_ID_ANNOTATION.to_string(), a.to_string())])),
+                annotations: annotation
+                    .map(|a| BTreeMap::from([(NODE_ID_ANNOTATION.to_string(), a.to_string())])),
                 labels: Some(
                     labels
                         .iter()
@@ -548,6 +566,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&c).unwrap(),
             json!({
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSINode",
                 "metadata": {
                     "name": "n1",
                     "annotations": {
@@ -579,7 +599,12 @@ mod tests {
 
     #[test]
     fn driver_entries_are_installed_and_uninstalled_as_the_kubelets() {
-        let d = driver("d.example.com", "node-a", 12, &[("topology.d.example.com/zone", "z1")]);
+        let d = driver(
+            "d.example.com",
+            "node-a",
+            12,
+            &[("topology.d.example.com/zone", "z1")],
+        );
         let entry = driver_entry(&d);
         assert_eq!(
             serde_json::to_value(&entry).unwrap(),
@@ -597,21 +622,47 @@ mod tests {
         assert_eq!(negative.allocatable, None);
 
         let cases = [
-            ("added", csinode(vec![other.clone()]), Some(vec![other.clone(), entry.clone()])),
-            ("already there", csinode(vec![entry.clone(), other.clone()]), None),
+            (
+                "added",
+                csinode(vec![other.clone()]),
+                Some(vec![other.clone(), entry.clone()]),
+            ),
+            (
+                "already there",
+                csinode(vec![entry.clone(), other.clone()]),
+                None,
+            ),
             (
                 "another node ID: replaced, last",
-                csinode(vec![driver_entry(&driver("d.example.com", "old", 12, &[("topology.d.example.com/zone", "z1")])), other.clone()]),
+                csinode(vec![
+                    driver_entry(&driver(
+                        "d.example.com",
+                        "old",
+                        12,
+                        &[("topology.d.example.com/zone", "z1")],
+                    )),
+                    other.clone(),
+                ]),
                 Some(vec![other.clone(), entry.clone()]),
             ),
             (
                 "another count",
-                csinode(vec![driver_entry(&driver("d.example.com", "node-a", 3, &[("topology.d.example.com/zone", "z1")]))]),
+                csinode(vec![driver_entry(&driver(
+                    "d.example.com",
+                    "node-a",
+                    3,
+                    &[("topology.d.example.com/zone", "z1")],
+                ))]),
                 Some(vec![entry.clone()]),
             ),
             (
                 "other topology keys",
-                csinode(vec![driver_entry(&driver("d.example.com", "node-a", 12, &[]))]),
+                csinode(vec![driver_entry(&driver(
+                    "d.example.com",
+                    "node-a",
+                    12,
+                    &[],
+                ))]),
                 Some(vec![entry.clone()]),
             ),
         ];
@@ -625,15 +676,27 @@ mod tests {
         assert_eq!(fixed.spec.drivers, vec![entry.clone()]);
 
         assert_eq!(
-            uninstall_driver(&csinode(vec![entry.clone(), other.clone()]), "d.example.com").map(|c| c.spec.drivers),
+            uninstall_driver(
+                &csinode(vec![entry.clone(), other.clone()]),
+                "d.example.com"
+            )
+            .map(|c| c.spec.drivers),
             Some(vec![other.clone()])
         );
-        assert_eq!(uninstall_driver(&csinode(vec![other.clone()]), "d.example.com"), None);
+        assert_eq!(
+            uninstall_driver(&csinode(vec![other.clone()]), "d.example.com"),
+            None
+        );
     }
 
     #[test]
     fn the_node_gets_the_node_id_annotation_and_topology_labels() {
-        let d = driver("d.example.com", "node-a", 0, &[("topology.d.example.com/zone", "z1")]);
+        let d = driver(
+            "d.example.com",
+            "node-a",
+            0,
+            &[("topology.d.example.com/zone", "z1")],
+        );
         let cases = [
             (
                 "a first driver",
@@ -682,7 +745,10 @@ mod tests {
         let cases = [
             (
                 "the last driver: the annotation goes",
-                node(Some("{\"d.example.com\":\"node-a\"}"), &[("topology.d.example.com/zone", "z1"), ("shared/rack", "r1")]),
+                node(
+                    Some("{\"d.example.com\":\"node-a\"}"),
+                    &[("topology.d.example.com/zone", "z1"), ("shared/rack", "r1")],
+                ),
                 &none,
                 Ok(Some(json!({"metadata": {"resourceVersion": "7",
                     "annotations": {NODE_ID_ANNOTATION: null},
@@ -690,7 +756,10 @@ mod tests {
             ),
             (
                 "another driver stays, and still reports a key",
-                node(Some("{\"d.example.com\":\"node-a\",\"z.example.com\":\"z\"}"), &[("topology.d.example.com/zone", "z1"), ("shared/rack", "r1")]),
+                node(
+                    Some("{\"d.example.com\":\"node-a\",\"z.example.com\":\"z\"}"),
+                    &[("topology.d.example.com/zone", "z1"), ("shared/rack", "r1")],
+                ),
                 &kept_shared,
                 Ok(Some(json!({"metadata": {"resourceVersion": "7",
                     "annotations": {NODE_ID_ANNOTATION: "{\"z.example.com\":\"z\"}"},
@@ -698,7 +767,13 @@ mod tests {
             ),
             (
                 "a label changed since: left alone",
-                node(Some("{\"d.example.com\":\"node-a\"}"), &[("topology.d.example.com/zone", "other"), ("shared/rack", "r1")]),
+                node(
+                    Some("{\"d.example.com\":\"node-a\"}"),
+                    &[
+                        ("topology.d.example.com/zone", "other"),
+                        ("shared/rack", "r1"),
+                    ],
+                ),
                 &none,
                 Ok(Some(json!({"metadata": {"resourceVersion": "7",
                     "annotations": {NODE_ID_ANNOTATION: null},

@@ -154,7 +154,10 @@ mod tests {
     }
 
     fn map(items: &[(&str, u64)]) -> BTreeMap<PathBuf, SocketId> {
-        items.iter().map(|(p, i)| (PathBuf::from(p), id(*i))).collect()
+        items
+            .iter()
+            .map(|(p, i)| (PathBuf::from(p), id(*i)))
+            .collect()
     }
 
     fn paths(items: &[&str]) -> Vec<PathBuf> {

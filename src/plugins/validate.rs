@@ -176,7 +176,9 @@ pub fn validate(
     };
     if name.is_empty() {
         // The kubelet would register a driver without a name; nodelet cannot name it anywhere.
-        return Err(refuse(format!("{CSI_LOG_PREFIX}the plugin's name is empty")));
+        return Err(refuse(format!(
+            "{CSI_LOG_PREFIX}the plugin's name is empty"
+        )));
     }
     if versions.is_empty() {
         return Err(refuse(format!(
@@ -224,7 +226,10 @@ mod tests {
             ("  v1.10.0", Ok("1.10.0")),
             ("1.03.0", Ok("1.3.0")),
             ("1", Err("illegal version string \"1\"")),
-            ("01.0", Err("illegal zero-prefixed version component \"01\" in \"01.0\"")),
+            (
+                "01.0",
+                Err("illegal zero-prefixed version component \"01\" in \"01.0\""),
+            ),
             ("x1.0", Err("could not parse \"x1.0\" as version")),
             ("", Err("could not parse \"\" as version")),
         ] {

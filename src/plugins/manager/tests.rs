@@ -10,7 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::csi::api;
 use crate::csi::api::node_server::{Node, NodeServer};
-use crate::csi::registration_api::registration_server::{Registration as RegistrationService, RegistrationServer};
+use crate::csi::registration_api::registration_server::{
+    Registration as RegistrationService, RegistrationServer,
+};
 use crate::csi::registration_api::RegistrationStatusResponse;
 
 const T: Duration = Duration::from_secs(20);
@@ -133,7 +135,10 @@ fn plugin(
     name: &str,
     endpoint: &str,
     versions: &[&str],
-) -> (oneshot::Sender<()>, mpsc::UnboundedReceiver<RegistrationStatus>) {
+) -> (
+    oneshot::Sender<()>,
+    mpsc::UnboundedReceiver<RegistrationStatus>,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     let fake = RegistrationFake {
         info: PluginInfo {
@@ -233,7 +238,10 @@ async fn drivers_register_are_refused_and_deregister_over_their_sockets() {
     assert!(driver.capabilities.stage_unstage);
     assert_eq!(driver.versions, vec!["1.0.0".to_string()]);
     // The store's client reaches the driver's socket.
-    assert_eq!(driver.client.node_get_info().await.unwrap().node_id, "node-a");
+    assert_eq!(
+        driver.client.node_get_info().await.unwrap().node_id,
+        "node-a"
+    );
     assert_eq!(
         node_info.log.lock().unwrap().clone(),
         vec![r#"install d.example.com node-a 7 {"topology.d.example.com/zone": "z1"}"#.to_string()]
@@ -306,7 +314,11 @@ async fn a_driver_whose_node_record_fails_is_told_and_retried() {
         async fn install(&self, _: &DriverNodeInfo) -> Result<(), PluginsError> {
             Err(PluginsError::Refused("the API server is away".into()))
         }
-        async fn uninstall(&self, _: &DriverNodeInfo, _: &BTreeSet<String>) -> Result<(), PluginsError> {
+        async fn uninstall(
+            &self,
+            _: &DriverNodeInfo,
+            _: &BTreeSet<String>,
+        ) -> Result<(), PluginsError> {
             Ok(())
         }
     }
@@ -339,7 +351,10 @@ async fn a_driver_whose_node_record_fails_is_told_and_retried() {
             s.error,
             "RegisterPlugin error -- plugin registration failed with err: the API server is away"
         );
-        assert!(store.names().is_empty(), "a failed registration is not in the store");
+        assert!(
+            store.names().is_empty(),
+            "a failed registration is not in the store"
+        );
     }
     cancel.cancel();
     tokio::time::timeout(T, running).await.unwrap().unwrap();
