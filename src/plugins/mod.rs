@@ -40,12 +40,6 @@ pub enum PluginsError {
     /// What the plugin or the Node says cannot be recorded (the kubelet's messages).
     #[error("{0}")]
     Refused(String),
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 impl PluginsError {

@@ -277,7 +277,7 @@ mod tests {
                 highest_version: v(version),
             })
         };
-        let cases: Vec<(&str, &str, &str, &str, Vec<&str>, Option<Version>, Result<Accepted, String>)> = vec![
+        let cases = vec![
             (
                 "a CSI driver",
                 CSI_PLUGIN,
