@@ -51,7 +51,27 @@ pub struct SignalLabels {
     pub eviction_signal: String,
 }
 
+/// The labels of the kubelet's `csi_operations_seconds` (`pkg/volume/util/metrics.go`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CsiOperationLabels {
+    pub driver_name: String,
+    /// The gRPC full method, `/csi.v1.Node/NodeGetInfo`.
+    pub method_name: String,
+    /// gRPC-Go's name of the status code: `OK`, `Unavailable`, `DeadlineExceeded`, ...
+    pub grpc_status_code: String,
+    /// `"false"`: nodelet migrates no in-tree plugin to CSI.
+    pub migrated: String,
+}
+
+/// The kubelet's buckets of `csi_operations_seconds`.
+pub const CSI_OPERATION_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
 pub struct Metrics {
+    /// CSI calls to the drivers, by driver, method and gRPC status (the kubelet's
+    /// `csi_operations_seconds`).
+    pub csi_operations_seconds: Family<CsiOperationLabels, Histogram>,
     pub runtime_operations_duration_seconds: Family<OperationLabels, Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabels, Counter>,
     pub pleg_events_total: Family<EventLabels, Counter>,
@@ -149,7 +169,17 @@ impl Metrics {
         let graceful_shutdown_start_time_seconds = Gauge::<f64, AtomicU64>::default();
         let graceful_shutdown_end_time_seconds = Gauge::<f64, AtomicU64>::default();
 
+        let csi_operations_seconds =
+            Family::<CsiOperationLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(CSI_OPERATION_BUCKETS)
+            });
+
         let mut registry = Registry::with_prefix("nodelet");
+        registry.register(
+            "csi_operations_seconds",
+            "Container Storage Interface operation duration with gRPC error code status total",
+            csi_operations_seconds.clone(),
+        );
         registry.register(
             "runtime_operations_duration_seconds",
             "Duration of CRI operations by operation type",
@@ -301,6 +331,7 @@ impl Metrics {
             graceful_shutdown_end_time_seconds.clone(),
         );
         Metrics {
+            csi_operations_seconds,
             graceful_shutdown_start_time_seconds,
             graceful_shutdown_end_time_seconds,
             evictions_total,

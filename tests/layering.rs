@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 const ROWS: &[(u8, &[&str])] = &[
     (1, &["agent"]),
     (2, &["server"]),
-    (3, &["pod", "gc", "eviction", "nodeshutdown", "node"]),
+    (
+        3,
+        &["pod", "gc", "eviction", "nodeshutdown", "node", "plugins"],
+    ),
     (4, &["lifecycle"]),
     (5, &["sync"]),
     (6, &["probe", "events", "stats", "images"]),
@@ -40,6 +43,7 @@ const ROWS: &[(u8, &[&str])] = &[
             "redact",
             "allocator",
             "userns",
+            "unix_grpc",
         ],
     ),
 ];

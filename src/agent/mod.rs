@@ -14,6 +14,9 @@
 //! - `wire_cluster`: in cluster mode, the credentials and clients, the object cache, then
 //!   admission of API pods, mirror pods, the pod status sync, the event sink and the node loops
 //!   (registration, node status, Lease);
+//! - `wire_plugins`: the plugin watcher registering CSI drivers from
+//!   `<rootDir>/plugins_registry` into the node's `CsiDrivers` store (and, in cluster mode,
+//!   onto the `CSINode` and the Node);
 //! - `wire_pods`: the PLEG (relist, and containerd's task events when the runtime offers
 //!   them), the pod sources (static pod directory; the API server's pods in cluster mode), the
 //!   pod manager and the pod workers, with the prober waking workers through the PLEG channel;
@@ -31,6 +34,7 @@ mod eviction;
 pub mod settings;
 mod wakeups;
 mod wire_cluster;
+mod wire_plugins;
 mod wire_pods;
 mod wire_pressure;
 mod wire_runtime;
@@ -56,6 +60,7 @@ use crate::cri::health::RuntimeHealth;
 use crate::cri::remote::RemoteRuntime;
 use crate::cri::runtime_config::{self, CgroupDriverAnswer};
 use crate::cri::{api, HousekeepingRuntime, ImageService, Runtime, StatsRuntime, StreamingRuntime};
+use crate::csi::CsiDrivers;
 use crate::events::{node_ref, EventRecorder, EventType};
 use crate::eviction::manager::PressureView;
 use crate::gc::images::ImageGc;
@@ -327,6 +332,7 @@ pub struct NodeletBuilder {
     paths: HostPaths,
     cgroups: CgroupSetup,
     objects: Option<Arc<dyn ObjectSource>>,
+    csi_drivers: CsiDrivers,
     cancel: CancellationToken,
 }
 
@@ -341,6 +347,7 @@ impl NodeletBuilder {
             paths: HostPaths::default(),
             cgroups: CgroupSetup::Host,
             objects: None,
+            csi_drivers: CsiDrivers::new(),
             cancel: CancellationToken::new(),
         }
     }
@@ -379,6 +386,13 @@ impl NodeletBuilder {
         self
     }
 
+    /// The store the plugin watcher registers CSI drivers into, instead of a new one (a test
+    /// that looks at the drivers, or a part built before the nodelet that reads them).
+    pub fn csi_drivers(mut self, store: CsiDrivers) -> Self {
+        self.csi_drivers = store;
+        self
+    }
+
     /// The root of the cancellation tree: cancelling it stops the nodelet (see
     /// [`Nodelet::shutdown`]), and stops [`NodeletBuilder::start`] while it waits for the runtime.
     pub fn cancel_token(mut self, cancel: CancellationToken) -> Self {
@@ -413,6 +427,7 @@ impl NodeletBuilder {
             paths,
             cgroups: cgroup_setup,
             objects,
+            csi_drivers,
             cancel,
         } = self;
         tracing::info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "starting nodelet");
@@ -426,6 +441,9 @@ impl NodeletBuilder {
         let recorder = EventRecorder::new(clock, "kubelet", &cfg.node_name);
         let cluster =
             wire_cluster::connect(&cfg, &runtime.node, objects, clock, tasks, &cancel).await?;
+        // The CSI drivers registered on this node: the plugin watcher fills the store, the
+        // volume manager reads it.
+        wire_plugins::spawn(&cfg, &cluster, &csi_drivers, tasks, &cancel)?;
         let pods = wire_pods::wire(&cfg, &runtime, &cluster, &recorder, clock, tasks, &cancel)?;
         let pressure = wire_pressure::wire(
             &cfg,
@@ -586,6 +604,7 @@ impl NodeletBuilder {
         .await?;
 
         Ok(Nodelet {
+            csi_drivers,
             image_gc,
             status,
             events: recorder,
@@ -651,6 +670,7 @@ fn node_health(pleg: &Arc<Pleg>, runtime: &RuntimeHealth) -> crate::node::Health
 
 /// A started nodelet: its parts that callers look at, and the handle that stops it.
 pub struct Nodelet {
+    csi_drivers: CsiDrivers,
     image_gc: Arc<ImageGc>,
     status: StatusManager,
     events: EventRecorder,
@@ -675,6 +695,11 @@ impl Nodelet {
     /// The pod workers, for tests that drive pods without a pod source.
     pub fn workers(&self) -> &PodWorkers {
         &self.workers
+    }
+
+    /// The CSI drivers registered on this node (the plugin watcher's store).
+    pub fn csi_drivers(&self) -> &CsiDrivers {
+        &self.csi_drivers
     }
 
     /// Image garbage collection, for node-level reclaim (`ImageGc::free_space`).

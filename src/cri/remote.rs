@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 use tracing::Instrument;
 
 use super::api::{
@@ -19,27 +17,19 @@ use crate::metrics::{metrics, Metrics};
 
 /// `unix:///run/containerd/containerd.sock` or a bare absolute path → the socket path.
 pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
-    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
-    if !path.starts_with('/') {
-        return Err(Error::Endpoint {
-            endpoint: endpoint.to_string(),
-            reason: "only unix sockets are supported (unix:///path/to.sock)".into(),
-        });
-    }
-    Ok(PathBuf::from(path))
+    crate::unix_grpc::socket_path(endpoint).map_err(endpoint_error)
 }
 
 /// A channel to a unix socket; it connects lazily and reconnects after the runtime restarts.
 pub fn unix_channel(endpoint: &str) -> Result<Channel> {
-    let path = socket_path(endpoint)?;
-    // The URI is required by tonic but unused: the connector always dials the socket.
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_timeout(Duration::from_secs(5))
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }));
-    Ok(channel)
+    crate::unix_grpc::unix_channel(endpoint, Duration::from_secs(5)).map_err(endpoint_error)
+}
+
+fn endpoint_error(e: crate::unix_grpc::EndpointError) -> Error {
+    Error::Endpoint {
+        endpoint: e.endpoint,
+        reason: "only unix sockets are supported (unix:///path/to.sock)".into(),
+    }
 }
 
 /// The CRI client nodelet uses in production.

@@ -16,6 +16,8 @@ pub mod api {
     tonic::include_proto!("csi.v1");
 }
 
+pub mod remote;
+
 /// Generated plugin registration API v1 (package `pluginregistration`).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod registration_api {
@@ -55,7 +57,7 @@ impl CsiError {
 }
 
 /// gRPC-Go's name of a status code, as the kubelet's messages carry it.
-fn go_code_name(code: tonic::Code) -> String {
+pub(crate) fn go_code_name(code: tonic::Code) -> String {
     match code {
         tonic::Code::Ok => "OK".to_string(),
         tonic::Code::Cancelled => "Canceled".to_string(),

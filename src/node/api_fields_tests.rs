@@ -100,6 +100,7 @@ const NODE_BASELINE: &[&str] = &[
     "nodeInfo.architecture",
     "images[].names[]",
     "images[].sizeBytes",
+    "volumesInUse[]",
 ];
 
 /// Every leaf of `value` as a path (`a.b`, `list[].c`); empty objects and lists carry no field.
@@ -343,6 +344,7 @@ fn every_generated_node_status_field_is_classified() {
         name: "runc".into(),
         features: None,
     }]);
+    let volumes = ["kubernetes.io/csi/csi.example.com^vol-1".to_string()];
     let inputs = NodeStatusInputs {
         hostname: "node-1",
         internal_ip: Some("10.0.0.5".parse().unwrap()),
@@ -360,6 +362,7 @@ fn every_generated_node_status_field_is_classified() {
         runtime_features: Some(&crate::cri::api::RuntimeFeatures {
             supplemental_groups_policy: true,
         }),
+        volumes_in_use: Some(&volumes),
     };
     let status = serde_json::to_value(build_node_status(None, &inputs, ts(2_000))).unwrap();
     assert!(

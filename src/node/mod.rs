@@ -232,7 +232,11 @@ pub struct NodeAgent {
     server: ApiServerVersion,
     shutdown: ShutdownView,
     runtime_features: RuntimeFeaturesView,
+    volumes_in_use: Option<VolumesInUseFn>,
 }
+
+/// The volume manager's `GetVolumesInUse` for the node status: `None` until it has synced.
+pub type VolumesInUseFn = Arc<dyn Fn() -> Option<Vec<String>> + Send + Sync>;
 
 impl NodeAgent {
     pub fn new(
@@ -255,7 +259,14 @@ impl NodeAgent {
             server: ApiServerVersion::new(),
             shutdown: ShutdownView::none(),
             runtime_features: RuntimeFeaturesView::default(),
+            volumes_in_use: None,
         }
+    }
+
+    /// Reports `status.volumesInUse` from the volume manager.
+    pub fn with_volumes_in_use(mut self, volumes_in_use: VolumesInUseFn) -> Self {
+        self.volumes_in_use = Some(volumes_in_use);
+        self
     }
 
     /// Reports `Ready=False` while the node shuts down, and updates the status at once when
@@ -308,11 +319,13 @@ impl NodeAgent {
         let pressure = self.pressure.clone();
         let shutdown = self.shutdown.clone();
         let runtime_features = self.runtime_features.clone();
+        let volumes_in_use = self.volumes_in_use.clone();
         let clock = self.clock;
         let kubelet_version = status::kubelet_version();
         Arc::new(
             move |previous: Option<&NodeStatus>, images: Option<&[ContainerImage]>| {
                 let runtime = runtime_features.get();
+                let volumes = volumes_in_use.as_ref().and_then(|f| f());
                 let inputs = NodeStatusInputs {
                     hostname: &settings.node_name,
                     internal_ip: facts.internal_ip,
@@ -332,6 +345,7 @@ impl NodeAgent {
                     images,
                     runtime_handlers: &status::node_runtime_handlers(runtime.handlers()),
                     runtime_features: runtime.features(),
+                    volumes_in_use: volumes.as_deref(),
                 };
                 build_node_status(previous, &inputs, clock.now())
             },

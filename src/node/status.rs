@@ -170,6 +170,11 @@ pub struct NodeStatusInputs<'a> {
     pub runtime_handlers: &'a [NodeRuntimeHandler],
     /// The runtime's `Status` features, for `status.features` (`None`: none stated).
     pub runtime_features: Option<&'a RuntimeFeatures>,
+    /// `status.volumesInUse`: the unique names of the attachable volumes pods on this node use
+    /// or should use (the volume manager's `GetVolumesInUse`, sorted); `None` until the volume
+    /// manager has synced its state once, which keeps what the API server has (the kubelet's
+    /// `VolumesInUse` setter).
+    pub volumes_in_use: Option<&'a [String]>,
 }
 
 /// The kubelet's `RuntimeHandlers` setter: each handler the runtime's `Status` lists, by name
@@ -221,6 +226,10 @@ pub fn build_node_status(
         status.features = Some(NodeFeatures {
             supplemental_groups_policy: Some(features.supplemental_groups_policy),
         });
+    }
+
+    if let Some(volumes) = inputs.volumes_in_use {
+        status.volumes_in_use = (!volumes.is_empty()).then(|| volumes.to_vec());
     }
 
     let conditions = status.conditions.get_or_insert_with(Vec::new);

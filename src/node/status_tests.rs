@@ -35,6 +35,7 @@ fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
         images: None,
         runtime_handlers: &[],
         runtime_features: None,
+        volumes_in_use: None,
     }
 }
 
@@ -1051,5 +1052,32 @@ fn features_from_the_runtimes_status() {
             want,
             "{stated:?}"
         );
+    }
+}
+
+/// `status.volumesInUse` is the volume manager's list once it has synced; before that the API
+/// server's list stands (the kubelet's `VolumesInUse` setter), and an empty list clears it.
+#[test]
+fn volumes_in_use_once_the_volume_manager_has_synced() {
+    let machine = machine();
+    let previous = NodeStatus {
+        volumes_in_use: Some(vec!["kubernetes.io/csi/old^h".into()]),
+        ..Default::default()
+    };
+    let now = ts("2026-01-01T00:00:00Z");
+    let listed = ["kubernetes.io/csi/csi.example.com^vol-1".to_string()];
+    let none: [String; 0] = [];
+    let cases: [(Option<&[String]>, Option<Vec<String>>); 3] = [
+        (None, previous.volumes_in_use.clone()),
+        (Some(&listed), Some(listed.to_vec())),
+        (Some(&none), None),
+    ];
+    for (reported, want) in cases {
+        let with = NodeStatusInputs {
+            volumes_in_use: reported,
+            ..inputs(&machine)
+        };
+        let status = build_node_status(Some(&previous), &with, now);
+        assert_eq!(status.volumes_in_use, want, "{reported:?}");
     }
 }
