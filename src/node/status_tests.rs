@@ -1067,7 +1067,9 @@ fn volumes_in_use_once_the_volume_manager_has_synced() {
     let now = ts("2026-01-01T00:00:00Z");
     let listed = ["kubernetes.io/csi/csi.example.com^vol-1".to_string()];
     let none: [String; 0] = [];
-    let cases: [(Option<&[String]>, Option<Vec<String>>); 3] = [
+    // (what the volume manager reports, the status wanted)
+    type Case<'a> = (Option<&'a [String]>, Option<Vec<String>>);
+    let cases: [Case; 3] = [
         (None, previous.volumes_in_use.clone()),
         (Some(&listed), Some(listed.to_vec())),
         (Some(&none), None),
