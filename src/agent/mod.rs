@@ -327,6 +327,7 @@ pub struct NodeletBuilder {
     paths: HostPaths,
     cgroups: CgroupSetup,
     objects: Option<Arc<dyn ObjectSource>>,
+    csi_drivers: crate::csi::CsiDrivers,
     cancel: CancellationToken,
 }
 
@@ -341,6 +342,7 @@ impl NodeletBuilder {
             paths: HostPaths::default(),
             cgroups: CgroupSetup::Host,
             objects: None,
+            csi_drivers: crate::csi::CsiDrivers::new(),
             cancel: CancellationToken::new(),
         }
     }
@@ -379,6 +381,13 @@ impl NodeletBuilder {
         self
     }
 
+    /// The CSI drivers registered on this node (the plugin watcher fills the store; the volume
+    /// manager calls the drivers in it). Default: an empty store of its own.
+    pub fn csi_drivers(mut self, drivers: crate::csi::CsiDrivers) -> Self {
+        self.csi_drivers = drivers;
+        self
+    }
+
     /// The root of the cancellation tree: cancelling it stops the nodelet (see
     /// [`Nodelet::shutdown`]), and stops [`NodeletBuilder::start`] while it waits for the runtime.
     pub fn cancel_token(mut self, cancel: CancellationToken) -> Self {
@@ -413,6 +422,7 @@ impl NodeletBuilder {
             paths,
             cgroups: cgroup_setup,
             objects,
+            csi_drivers,
             cancel,
         } = self;
         tracing::info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "starting nodelet");
@@ -426,7 +436,16 @@ impl NodeletBuilder {
         let recorder = EventRecorder::new(clock, "kubelet", &cfg.node_name);
         let cluster =
             wire_cluster::connect(&cfg, &runtime.node, objects, clock, tasks, &cancel).await?;
-        let pods = wire_pods::wire(&cfg, &runtime, &cluster, &recorder, clock, tasks, &cancel)?;
+        let pods = wire_pods::wire(
+            &cfg,
+            &runtime,
+            &cluster,
+            &csi_drivers,
+            &recorder,
+            clock,
+            tasks,
+            &cancel,
+        )?;
         let pressure = wire_pressure::wire(
             &cfg,
             &paths,
@@ -450,6 +469,7 @@ impl NodeletBuilder {
             pleg_events,
             pod_store,
             userns: _,
+            csi_volumes: _,
         } = pods;
         // The node's taints: its registration taints until the status loop reads the Node.
         let node_taints = Arc::new(tokio::sync::watch::channel(cfg.register_with_taints.clone()).0);

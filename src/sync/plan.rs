@@ -188,6 +188,7 @@ mod tests {
             },
             user_namespaces_gate: true,
             userns: None,
+            csi_volumes: None,
         }
     }
 

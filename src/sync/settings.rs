@@ -50,4 +50,6 @@ pub struct SyncSettings {
     pub user_namespaces_gate: bool,
     /// The pods' user-namespace ranges (`None` with the gate off).
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
+    /// The CSI volume manager (`None`: pods with PVC, ephemeral or inline CSI volumes wait).
+    pub csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
 }
