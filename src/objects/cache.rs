@@ -428,7 +428,10 @@ impl ObjectSource for ObjectCache {
         get_storage(api, super::StorageKind::PersistentVolume, name).await
     }
 
-    async fn csi_driver(&self, name: &str) -> Result<Option<k8s_openapi::api::storage::v1::CSIDriver>> {
+    async fn csi_driver(
+        &self,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::storage::v1::CSIDriver>> {
         let api = Api::all(self.client.clone());
         get_storage(api, super::StorageKind::CsiDriver, name).await
     }

@@ -100,7 +100,10 @@ pub enum ObjectError {
     },
     /// Standalone mode: a storage object (claim, volume, CSIDriver, VolumeAttachment) cannot
     /// be read without an API client.
-    #[error("couldn't get {resource} {}, no kubeClient defined", qualified(namespace, name))]
+    #[error(
+        "couldn't get {resource} {}, no kubeClient defined",
+        qualified(namespace, name)
+    )]
     NoApiClientStorage {
         resource: StorageKind,
         namespace: Option<String>,

@@ -102,11 +102,10 @@ pub fn mounted_volumes(root_dir: &Path, mountinfo: &Path) -> io::Result<Vec<Moun
         .published
         .iter()
         .map(|p| {
-            let target = paths::pod_volume_dir(root_dir, &p.pod_uid, &p.spec_name)
-                .join(paths::POD_MOUNT);
+            let target =
+                paths::pod_volume_dir(root_dir, &p.pod_uid, &p.spec_name).join(paths::POD_MOUNT);
             let staged = actual.staged.contains(&p.key).then(|| {
-                paths::global_dir(root_dir, &p.key.driver, &p.key.handle)
-                    .join(paths::GLOBAL_MOUNT)
+                paths::global_dir(root_dir, &p.key.driver, &p.key.handle).join(paths::GLOBAL_MOUNT)
             });
             MountedCsiVolume {
                 pod_uid: p.pod_uid.clone(),
@@ -306,7 +305,9 @@ impl CsiVolumes {
         pod.spec
             .iter()
             .flat_map(|s| s.volumes.iter().flatten())
-            .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || v.csi.is_some())
+            .any(|v| {
+                v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || v.csi.is_some()
+            })
     }
 
     /// The objects one volume needs, read in the kubelet's order (claim, its volume, the
@@ -412,7 +413,8 @@ impl CsiVolumes {
                         return Err(CsiVolumeError::Refused(Refusal {
                             field: format!("spec.volumes[{i}]"),
                             value: format!("{}/{}", spec.driver, spec.spec_name),
-                            reason: "the driver and volume names must each be one path component".into(),
+                            reason: "the driver and volume names must each be one path component"
+                                .into(),
                         }));
                     }
                     specs.push(*spec)
@@ -445,22 +447,33 @@ impl CsiVolumes {
                 } else {
                     unattached.push(spec.volume_name.clone());
                     messages.push(match (&va, status.and_then(|s| s.attach_error.as_ref())) {
-                        (Err(e), _) => format!("volume {:?}: reading VolumeAttachment {name}: {e}", spec.volume_name),
+                        (Err(e), _) => format!(
+                            "volume {:?}: reading VolumeAttachment {name}: {e}",
+                            spec.volume_name
+                        ),
                         (_, Some(err)) => format!(
                             "volume {:?}: AttachVolume.Attach failed: {}",
                             spec.volume_name,
                             err.message.clone().unwrap_or_default()
                         ),
-                        (Ok(None), None) => format!("volume {:?}: VolumeAttachment {name} not found", spec.volume_name),
-                        (Ok(Some(_)), None) => format!("volume {:?}: VolumeAttachment {name} is not attached yet", spec.volume_name),
+                        (Ok(None), None) => format!(
+                            "volume {:?}: VolumeAttachment {name} not found",
+                            spec.volume_name
+                        ),
+                        (Ok(Some(_)), None) => format!(
+                            "volume {:?}: VolumeAttachment {name} is not attached yet",
+                            spec.volume_name
+                        ),
                     });
                     continue;
                 }
             }
             let secrets = async {
                 Ok::<_, String>((
-                    self.secret_data("NodeStageSecretRef", &spec.stage_secret).await?,
-                    self.secret_data("NodePublishSecretRef", &spec.publish_secret).await?,
+                    self.secret_data("NodeStageSecretRef", &spec.stage_secret)
+                        .await?,
+                    self.secret_data("NodePublishSecretRef", &spec.publish_secret)
+                        .await?,
                 ))
             }
             .await;
@@ -473,13 +486,19 @@ impl CsiVolumes {
                     publish_secrets,
                 }),
                 Err(e) => {
-                    let m = format!("MountVolume.SetUp failed for volume {:?} : {e}", spec.volume_name);
+                    let m = format!(
+                        "MountVolume.SetUp failed for volume {:?} : {e}",
+                        spec.volume_name
+                    );
                     failures.push(m.clone());
                     messages.push(m);
                 }
             }
         }
-        let not_ready = |messages: Vec<String>, unattached: Vec<String>, failed: Vec<String>, failures: Vec<String>| {
+        let not_ready = |messages: Vec<String>,
+                         unattached: Vec<String>,
+                         failed: Vec<String>,
+                         failures: Vec<String>| {
             CsiVolumeError::NotReady {
                 unmounted: names.clone(),
                 unattached,
@@ -578,8 +597,14 @@ impl CsiVolumes {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-                let fail = |m: String| format!("MountVolume.MountDevice failed for volume {:?} : {m}", p.spec.volume_name);
-                paths::write_vol_data(&dir, &data).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+                let fail = |m: String| {
+                    format!(
+                        "MountVolume.MountDevice failed for volume {:?} : {m}",
+                        p.spec.volume_name
+                    )
+                };
+                paths::write_vol_data(&dir, &data)
+                    .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 fs::DirBuilder::new()
                     .recursive(true)
                     .mode(0o750)
@@ -613,7 +638,12 @@ impl CsiVolumes {
                     .iter()
                     .find(|p| &p.spec.spec_name == spec_name && p.spec.handle == key.handle)
                     .ok_or("publish of a volume the pod does not want")?;
-                let fail = |m: String| format!("MountVolume.SetUp failed for volume {:?} : {m}", p.spec.volume_name);
+                let fail = |m: String| {
+                    format!(
+                        "MountVolume.SetUp failed for volume {:?} : {m}",
+                        p.spec.volume_name
+                    )
+                };
                 let driver = &drivers[&key.driver];
                 let dir = paths::pod_volume_dir(&self.root_dir, pod_uid, spec_name);
                 let target = dir.join(paths::POD_MOUNT);
@@ -631,7 +661,8 @@ impl CsiVolumes {
                     data.insert(keys::ATTACHMENT_ID.to_string(), id.clone());
                 }
                 // The parent of the target; the driver makes the target itself.
-                paths::write_vol_data(&dir, &data).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+                paths::write_vol_data(&dir, &data)
+                    .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 let staging = driver.capabilities.stage_unstage.then(|| {
                     paths::global_dir(&self.root_dir, &key.driver, &key.handle)
                         .join(paths::GLOBAL_MOUNT)
@@ -667,10 +698,15 @@ impl CsiVolumes {
                 spec_name,
                 key,
             } => {
-                let fail = |m: String| format!("UnmountVolume.TearDown failed for volume {spec_name:?} (UniqueName: {:?}) pod {pod_uid:?} : {m}", paths::unique_volume_name(&key.driver, &key.handle));
+                let fail = |m: String| {
+                    format!("UnmountVolume.TearDown failed for volume {spec_name:?} (UniqueName: {:?}) pod {pod_uid:?} : {m}", paths::unique_volume_name(&key.driver, &key.handle))
+                };
                 let dir = paths::pod_volume_dir(&self.root_dir, pod_uid, spec_name);
                 let target = dir.join(paths::POD_MOUNT);
-                let driver = self.drivers.get(&key.driver).map_err(|e| fail(e.to_string()))?;
+                let driver = self
+                    .drivers
+                    .get(&key.driver)
+                    .map_err(|e| fail(e.to_string()))?;
                 driver
                     .client
                     .node_unpublish_volume(api::NodeUnpublishVolumeRequest {
@@ -680,16 +716,28 @@ impl CsiVolumes {
                     .await
                     .map_err(|e| fail(e.to_string()))?;
                 if self.is_mounted(&target).map_err(&fail)? {
-                    return Err(fail(format!("{} is still mounted after NodeUnpublishVolume", target.display())));
+                    return Err(fail(format!(
+                        "{} is still mounted after NodeUnpublishVolume",
+                        target.display()
+                    )));
                 }
-                paths::remove_empty_dir(&target).map_err(|e| fail(format!("{}: {e}", target.display())))?;
+                paths::remove_empty_dir(&target)
+                    .map_err(|e| fail(format!("{}: {e}", target.display())))?;
                 paths::remove_volume_dir(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))
             }
             Op::Unstage { key } => {
-                let fail = |m: String| format!("UnmountDevice failed for volume {:?} : {m}", paths::unique_volume_name(&key.driver, &key.handle));
+                let fail = |m: String| {
+                    format!(
+                        "UnmountDevice failed for volume {:?} : {m}",
+                        paths::unique_volume_name(&key.driver, &key.handle)
+                    )
+                };
                 let dir = paths::global_dir(&self.root_dir, &key.driver, &key.handle);
                 let staging = dir.join(paths::GLOBAL_MOUNT);
-                let driver = self.drivers.get(&key.driver).map_err(|e| fail(e.to_string()))?;
+                let driver = self
+                    .drivers
+                    .get(&key.driver)
+                    .map_err(|e| fail(e.to_string()))?;
                 if driver.capabilities.stage_unstage {
                     driver
                         .client
@@ -701,10 +749,15 @@ impl CsiVolumes {
                         .map_err(|e| fail(e.to_string()))?;
                 }
                 if self.is_mounted(&staging).map_err(&fail)? {
-                    return Err(fail(format!("{} is still mounted after NodeUnstageVolume", staging.display())));
+                    return Err(fail(format!(
+                        "{} is still mounted after NodeUnstageVolume",
+                        staging.display()
+                    )));
                 }
-                paths::remove_empty_dir(&staging).map_err(|e| fail(format!("{}: {e}", staging.display())))?;
-                paths::remove_volume_dir(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+                paths::remove_empty_dir(&staging)
+                    .map_err(|e| fail(format!("{}: {e}", staging.display())))?;
+                paths::remove_volume_dir(&dir)
+                    .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 // The driver's directory, once empty.
                 if let Some(parent) = dir.parent() {
                     let _ = fs::remove_dir(parent);

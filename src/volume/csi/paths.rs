@@ -48,7 +48,10 @@ pub fn sha256_hex(data: &str) -> String {
 /// The VolumeAttachment the attach/detach controller makes for a volume on a node
 /// (`getAttachmentName`): `csi-<sha256(volumeHandle + driver + nodeName)>`.
 pub fn attachment_name(handle: &str, driver: &str, node_name: &str) -> String {
-    format!("csi-{}", sha256_hex(&format!("{handle}{driver}{node_name}")))
+    format!(
+        "csi-{}",
+        sha256_hex(&format!("{handle}{driver}{node_name}"))
+    )
 }
 
 /// The handle of an inline (ephemeral) CSI volume (`makeVolumeHandle`):
@@ -102,7 +105,10 @@ pub type VolData = BTreeMap<String, String>;
 /// Writes `<dir>/vol_data.json` atomically (creating `dir`, 0750): a temporary file beside it,
 /// synced, renamed over it.
 pub fn write_vol_data(dir: &Path, data: &VolData) -> io::Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o750).create(dir)?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(dir)?;
     let body = serde_json::to_vec(data).map_err(io::Error::other)?;
     let tmp = dir.join(format!(".{VOL_DATA_FILE}.tmp"));
     let _ = fs::remove_file(&tmp);
@@ -155,7 +161,10 @@ pub fn read_vol_data(dir: &Path) -> io::Result<Option<VolData>> {
     let mut body = Vec::new();
     file.take(MAX_VOL_DATA + 1).read_to_end(&mut body)?;
     if body.len() as u64 > MAX_VOL_DATA {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "vol_data.json too large"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "vol_data.json too large",
+        ));
     }
     serde_json::from_slice(&body)
         .map(Some)
@@ -263,8 +272,7 @@ mod tests {
         // A symlink in the file's place is not followed.
         fs::remove_file(dir.join(VOL_DATA_FILE)).unwrap();
         fs::write(tmp.path().join("elsewhere"), "{}").unwrap();
-        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), dir.join(VOL_DATA_FILE))
-            .unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), dir.join(VOL_DATA_FILE)).unwrap();
         assert!(read_vol_data(&dir).is_err());
         // Nor a symlinked directory.
         let link = tmp.path().join("link");
@@ -272,7 +280,11 @@ mod tests {
         assert!(read_vol_data(&link).is_err());
         // Too large.
         fs::remove_file(dir.join(VOL_DATA_FILE)).unwrap();
-        fs::write(dir.join(VOL_DATA_FILE), vec![b' '; MAX_VOL_DATA as usize + 1]).unwrap();
+        fs::write(
+            dir.join(VOL_DATA_FILE),
+            vec![b' '; MAX_VOL_DATA as usize + 1],
+        )
+        .unwrap();
         assert!(read_vol_data(&dir).is_err());
         remove_volume_dir(&dir).unwrap();
         assert!(!dir.exists());

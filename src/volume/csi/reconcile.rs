@@ -182,7 +182,8 @@ mod tests {
             actual: Actual,
             ops: Vec<Op>,
         }
-        let cases = vec![
+        let cases =
+            vec![
             Case {
                 name: "first pod: stage then publish",
                 pod: Some("a"),
@@ -286,7 +287,12 @@ mod tests {
             },
         ];
         for c in cases {
-            assert_eq!(plan(c.pod, &c.want, &c.others, &c.actual), c.ops, "{}", c.name);
+            assert_eq!(
+                plan(c.pod, &c.want, &c.others, &c.actual),
+                c.ops,
+                "{}",
+                c.name
+            );
         }
     }
 }

@@ -297,13 +297,10 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
             volume_attributes: csi.volume_attributes.clone().unwrap_or_default(),
             access_mode: "ReadWriteOnce".to_string(),
             stage_secret: None,
-            publish_secret: csi
-                .node_publish_secret_ref
-                .as_ref()
-                .map(|r| SecretRef {
-                    namespace: namespace.to_string(),
-                    name: r.name.clone(),
-                }),
+            publish_secret: csi.node_publish_secret_ref.as_ref().map(|r| SecretRef {
+                namespace: namespace.to_string(),
+                name: r.name.clone(),
+            }),
             lifecycle: LifecycleMode::Ephemeral,
             attach_required: false,
             pod_info_on_mount: settings.pod_info_on_mount,
@@ -331,9 +328,12 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
         };
         if ephemeral {
             let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            let owned = claim.metadata.owner_references.iter().flatten().any(|o| {
-                o.controller == Some(true) && o.uid == pod_uid && !pod_uid.is_empty()
-            });
+            let owned = claim
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == pod_uid && !pod_uid.is_empty());
             if !owned {
                 return refuse(
                     source_field,
@@ -415,7 +415,12 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
                 ),
             );
         }
-        if let Some(r) = unsupported_driver_settings(&base, &source_field[base.len() + 1..], &claim_name, &settings) {
+        if let Some(r) = unsupported_driver_settings(
+            &base,
+            &source_field[base.len() + 1..],
+            &claim_name,
+            &settings,
+        ) {
             return r;
         }
         let secret = |r: &Option<k8s_openapi::api::core::v1::SecretReference>| {

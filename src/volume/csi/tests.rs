@@ -190,7 +190,14 @@ fn resolution_table() {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
     );
     let mut other_uid = good_pv();
-    other_uid.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some("x".into());
+    other_uid
+        .spec
+        .as_mut()
+        .unwrap()
+        .claim_ref
+        .as_mut()
+        .unwrap()
+        .uid = Some("x".into());
     let mut unbound_pv = good_pv();
     unbound_pv.spec.as_mut().unwrap().claim_ref = None;
     let mut nfs = good_pv();
@@ -280,16 +287,14 @@ fn resolution_table() {
     }
 
     // Ready: the PV's source, the CSIDriver's settings; no CSIDriver object means attach.
-    let ready = |driver: Option<Fetched<CSIDriver>>| {
-        match resolve(
-            &p,
-            0,
-            v,
-            &objects(Some(Ok(Some(bound()))), Some(Ok(Some(good_pv()))), driver),
-        ) {
-            Resolution::Ready(spec) => *spec,
-            other => panic!("not ready: {other:?}"),
-        }
+    let ready = |driver: Option<Fetched<CSIDriver>>| match resolve(
+        &p,
+        0,
+        v,
+        &objects(Some(Ok(Some(bound()))), Some(Ok(Some(good_pv()))), driver),
+    ) {
+        Resolution::Ready(spec) => *spec,
+        other => panic!("not ready: {other:?}"),
     };
     let spec = ready(Some(Ok(None)));
     assert_eq!(spec.spec_name, "pv-1");
@@ -301,7 +306,11 @@ fn resolution_table() {
     assert!(!spec.pod_info_on_mount);
     assert_eq!(spec.fs_group_policy, FsGroupPolicy::ReadWriteOnceWithFsType);
     assert_eq!(spec.lifecycle, LifecycleMode::Persistent);
-    let spec = ready(Some(Ok(Some(csi_driver(false, &["Persistent"], Some("File"))))));
+    let spec = ready(Some(Ok(Some(csi_driver(
+        false,
+        &["Persistent"],
+        Some("File"),
+    )))));
     assert!(!spec.attach_required);
     assert!(spec.pod_info_on_mount);
     assert_eq!(spec.fs_group_policy, FsGroupPolicy::File);
@@ -326,7 +335,11 @@ fn resolution_table() {
         &ro,
         0,
         ro_v,
-        &objects(Some(Ok(Some(bound()))), Some(Ok(Some(good_pv()))), Some(Ok(None))),
+        &objects(
+            Some(Ok(Some(bound()))),
+            Some(Ok(Some(good_pv()))),
+            Some(Ok(None)),
+        ),
     ) {
         Resolution::Ready(spec) => assert!(spec.read_only),
         other => panic!("{other:?}"),
@@ -357,12 +370,19 @@ fn fs_group_is_refused_where_the_policy_would_change_the_group() {
         }
     }
     // None leaves the group alone: the volume mounts.
-    assert!(matches!(resolve(&p, 0, &v, &with(Some("None"))), Resolution::Ready(_)));
+    assert!(matches!(
+        resolve(&p, 0, &v, &with(Some("None"))),
+        Resolution::Ready(_)
+    ));
 }
 
 #[test]
 fn inline_and_ephemeral_volumes_resolve_as_the_kubelets() {
-    let p = pod("web", "uid-1", vec![inline_volume("scratch"), ephemeral_volume("tmp")]);
+    let p = pod(
+        "web",
+        "uid-1",
+        vec![inline_volume("scratch"), ephemeral_volume("tmp")],
+    );
     let vols = p.spec.as_ref().unwrap().volumes.clone().unwrap();
     // Inline: only with Ephemeral among the CSIDriver's modes (none: Persistent only).
     for driver in [None, Some(csi_driver(false, &["Persistent"], None))] {
@@ -380,7 +400,11 @@ fn inline_and_ephemeral_volumes_resolve_as_the_kubelets() {
         );
     }
     let objs = VolumeObjects {
-        driver: Some(Ok(Some(csi_driver(true, &["Persistent", "Ephemeral"], None)))),
+        driver: Some(Ok(Some(csi_driver(
+            true,
+            &["Persistent", "Ephemeral"],
+            None,
+        )))),
         ..Default::default()
     };
     let Resolution::Ready(spec) = resolve(&p, 0, &vols[0], &objs) else {
@@ -424,7 +448,10 @@ fn inline_and_ephemeral_volumes_resolve_as_the_kubelets() {
         controller: Some(true),
         ..Default::default()
     }]);
-    assert!(matches!(resolve(&p, 1, &vols[1], &objs(&c)), Resolution::Ready(_)));
+    assert!(matches!(
+        resolve(&p, 1, &vols[1], &objs(&c)),
+        Resolution::Ready(_)
+    ));
 }
 
 // ------------------------------------------------------------------ a driver in memory
@@ -461,7 +488,10 @@ impl CsiNode for FakeDriver {
         Ok(api::NodeGetCapabilitiesResponse::default())
     }
     async fn node_stage_volume(&self, r: api::NodeStageVolumeRequest) -> Result<(), CsiError> {
-        assert!(Path::new(&r.staging_target_path).is_dir(), "staging dir made first");
+        assert!(
+            Path::new(&r.staging_target_path).is_dir(),
+            "staging dir made first"
+        );
         self.calls.lock().unwrap().push(Call::Stage(r));
         Ok(())
     }
@@ -471,7 +501,10 @@ impl CsiNode for FakeDriver {
     }
     async fn node_publish_volume(&self, r: api::NodePublishVolumeRequest) -> Result<(), CsiError> {
         let target = Path::new(&r.target_path);
-        assert!(target.parent().unwrap().is_dir(), "target's parent made first");
+        assert!(
+            target.parent().unwrap().is_dir(),
+            "target's parent made first"
+        );
         std::fs::create_dir_all(target).unwrap();
         self.calls.lock().unwrap().push(Call::Publish(r));
         Ok(())
@@ -551,7 +584,8 @@ impl Bed {
     }
     fn bind_claim(&self, claim_name: &str, pv_name: &str, handle: &str) {
         self.objects.set_claim(claim(claim_name, "Bound", pv_name));
-        self.objects.set_persistent_volume(pv(pv_name, claim_name, handle));
+        self.objects
+            .set_persistent_volume(pv(pv_name, claim_name, handle));
     }
 }
 
@@ -592,7 +626,9 @@ async fn two_pods_on_one_claim_stage_once_and_unstage_after_the_last() {
     let global = paths::global_dir(bed.root(), DRIVER, "h-1");
     let staging = global.join("globalmount");
     let calls = bed.driver.calls();
-    let Call::Stage(stage) = &calls[0] else { panic!() };
+    let Call::Stage(stage) = &calls[0] else {
+        panic!()
+    };
     assert_eq!(stage.volume_id, "h-1");
     assert_eq!(stage.staging_target_path, staging.to_string_lossy());
     let cap = stage.volume_capability.as_ref().unwrap();
@@ -603,23 +639,44 @@ async fn two_pods_on_one_claim_stage_once_and_unstage_after_the_last() {
     let Some(api::volume_capability::AccessType::Mount(m)) = &cap.access_type else {
         panic!()
     };
-    assert_eq!((m.fs_type.as_str(), m.mount_flags.clone()), ("ext4", vec!["noatime".to_string()]));
-    let Call::Publish(publish_a) = &calls[1] else { panic!() };
+    assert_eq!(
+        (m.fs_type.as_str(), m.mount_flags.clone()),
+        ("ext4", vec!["noatime".to_string()])
+    );
+    let Call::Publish(publish_a) = &calls[1] else {
+        panic!()
+    };
     assert_eq!(publish_a.target_path, target_a.to_string_lossy());
     assert_eq!(publish_a.staging_target_path, staging.to_string_lossy());
     assert!(!publish_a.readonly);
     assert_eq!(publish_a.volume_context["a"], "b");
     assert_eq!(publish_a.volume_context["csi.storage.k8s.io/pod.name"], "a");
-    assert_eq!(publish_a.volume_context["csi.storage.k8s.io/pod.namespace"], "ns");
-    assert_eq!(publish_a.volume_context["csi.storage.k8s.io/pod.uid"], "uid-a");
-    assert_eq!(publish_a.volume_context["csi.storage.k8s.io/serviceAccount.name"], "sa");
-    assert_eq!(publish_a.volume_context["csi.storage.k8s.io/ephemeral"], "false");
-    let Call::Publish(publish_b) = &calls[2] else { panic!() };
+    assert_eq!(
+        publish_a.volume_context["csi.storage.k8s.io/pod.namespace"],
+        "ns"
+    );
+    assert_eq!(
+        publish_a.volume_context["csi.storage.k8s.io/pod.uid"],
+        "uid-a"
+    );
+    assert_eq!(
+        publish_a.volume_context["csi.storage.k8s.io/serviceAccount.name"],
+        "sa"
+    );
+    assert_eq!(
+        publish_a.volume_context["csi.storage.k8s.io/ephemeral"],
+        "false"
+    );
+    let Call::Publish(publish_b) = &calls[2] else {
+        panic!()
+    };
     assert!(publish_b.readonly, "readOnly of the pod's claim source");
     assert_eq!(paths_b["data"], Path::new(&publish_b.target_path));
 
     // The kubelet's files.
-    let vol_data = paths::read_vol_data(target_a.parent().unwrap()).unwrap().unwrap();
+    let vol_data = paths::read_vol_data(target_a.parent().unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(vol_data["specVolumeID"], "pv-1");
     assert_eq!(vol_data["volumeHandle"], "h-1");
     assert_eq!(vol_data["driverName"], DRIVER);
@@ -632,7 +689,10 @@ async fn two_pods_on_one_claim_stage_once_and_unstage_after_the_last() {
     // The actual state, listed.
     let mounted = mounted_volumes(bed.root(), &bed.mountinfo).unwrap();
     assert_eq!(mounted.len(), 2);
-    assert_eq!(mounted[0].unique_name, format!("kubernetes.io/csi/{DRIVER}^h-1"));
+    assert_eq!(
+        mounted[0].unique_name,
+        format!("kubernetes.io/csi/{DRIVER}^h-1")
+    );
     assert_eq!(mounted[0].staging_path.as_deref(), Some(staging.as_path()));
 
     // The first pod goes: unpublished, still staged.
@@ -645,10 +705,17 @@ async fn two_pods_on_one_claim_stage_once_and_unstage_after_the_last() {
     csi.unmount_pod("uid-b").await.unwrap();
     assert_eq!(bed.driver.count(is_unpublish), 2);
     assert_eq!(bed.driver.count(is_unstage), 1);
-    assert!(matches!(bed.driver.calls().last(), Some(Call::Unstage(u)) if u.staging_target_path == staging.to_string_lossy()));
+    assert!(
+        matches!(bed.driver.calls().last(), Some(Call::Unstage(u)) if u.staging_target_path == staging.to_string_lossy())
+    );
     assert!(!global.exists());
-    assert!(!bed.root().join("pods/uid-b/volumes/kubernetes.io~csi").exists());
-    assert!(mounted_volumes(bed.root(), &bed.mountinfo).unwrap().is_empty());
+    assert!(!bed
+        .root()
+        .join("pods/uid-b/volumes/kubernetes.io~csi")
+        .exists());
+    assert!(mounted_volumes(bed.root(), &bed.mountinfo)
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -698,10 +765,15 @@ async fn attach_required_waits_for_the_volume_attachment() {
     let name = paths::attachment_name("h-1", DRIVER, "node-1");
     let e = csi.mount_pod(&p).await.unwrap_err().to_string();
     assert!(
-        e.starts_with("unmounted volumes=[data], unattached volumes=[data], failed to process volumes=[]: "),
+        e.starts_with(
+            "unmounted volumes=[data], unattached volumes=[data], failed to process volumes=[]: "
+        ),
         "{e}"
     );
-    assert!(e.contains(&format!("VolumeAttachment {name} not found")), "{e}");
+    assert!(
+        e.contains(&format!("VolumeAttachment {name} not found")),
+        "{e}"
+    );
     let mut va = VolumeAttachment {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -761,7 +833,11 @@ async fn secrets_reach_the_driver() {
     });
     bed.objects.set_persistent_volume(volume);
     let csi = bed.manager();
-    let p = pod("a", "uid-a", vec![pvc_volume("data", "data", false), inline_volume("scratch")]);
+    let p = pod(
+        "a",
+        "uid-a",
+        vec![pvc_volume("data", "data", false), inline_volume("scratch")],
+    );
     // A missing secret: the kubelet's FailedMount text, nothing called.
     let e = csi.mount_pod(&p).await.unwrap_err();
     let CsiVolumeError::NotReady { failures, .. } = &e else {
@@ -771,9 +847,12 @@ async fn secrets_reach_the_driver() {
         failures[0],
         "MountVolume.SetUp failed for volume \"data\" : fetching NodeStageSecretRef storage/stage failed: secrets \"stage\" not found"
     );
-    bed.objects.set_secret(secret("storage", "stage", "user", "s"));
-    bed.objects.set_secret(secret("storage", "publish", "token", "p"));
-    bed.objects.set_secret(secret("ns", "inline-secret", "k", "i"));
+    bed.objects
+        .set_secret(secret("storage", "stage", "user", "s"));
+    bed.objects
+        .set_secret(secret("storage", "publish", "token", "p"));
+    bed.objects
+        .set_secret(secret("ns", "inline-secret", "k", "i"));
     csi.mount_pod(&p).await.unwrap();
     let calls = bed.driver.calls();
     let stage = calls.iter().find_map(|c| match c {
@@ -798,8 +877,13 @@ async fn secrets_reach_the_driver() {
         .unwrap();
     assert_eq!(inline.secrets["k"], "i");
     assert_eq!(inline.volume_context["size"], "1Mi");
-    assert_eq!(inline.volume_context["csi.storage.k8s.io/ephemeral"], "true");
-    assert!(inline.target_path.ends_with("/pods/uid-a/volumes/kubernetes.io~csi/scratch/mount"));
+    assert_eq!(
+        inline.volume_context["csi.storage.k8s.io/ephemeral"],
+        "true"
+    );
+    assert!(inline
+        .target_path
+        .ends_with("/pods/uid-a/volumes/kubernetes.io~csi/scratch/mount"));
     let data = paths::read_vol_data(Path::new(&inline.target_path).parent().unwrap())
         .unwrap()
         .unwrap();
@@ -817,7 +901,10 @@ async fn refusals_reach_the_caller_before_any_driver_call() {
         .mount_pod(&pod("a", "uid-a", vec![inline_volume("scratch")]))
         .await
         .unwrap_err();
-    assert!(matches!(&e, CsiVolumeError::Refused(r) if r.field == "spec.volumes[0].csi.driver"), "{e}");
+    assert!(
+        matches!(&e, CsiVolumeError::Refused(r) if r.field == "spec.volumes[0].csi.driver"),
+        "{e}"
+    );
     // An ephemeral claim the pod does not own.
     bed.bind_claim("b-tmp", "pv-e", "h-e");
     let e = csi
@@ -844,7 +931,9 @@ async fn an_unregistered_driver_waits_with_the_kubelets_message() {
         .await
         .unwrap_err();
     assert!(
-        e.to_string().ends_with(&format!("driver name {DRIVER} not found in the list of registered CSI drivers")),
+        e.to_string().ends_with(&format!(
+            "driver name {DRIVER} not found in the list of registered CSI drivers"
+        )),
         "{e}"
     );
 }
@@ -863,14 +952,20 @@ async fn after_a_restart_a_gone_pods_volume_is_unpublished_once_its_driver_is_ba
             .await
             .unwrap();
         before
-            .mount_pod(&pod("b", "uid-b", vec![pvc_volume("other", "other", false)]))
+            .mount_pod(&pod(
+                "b",
+                "uid-b",
+                vec![pvc_volume("other", "other", false)],
+            ))
             .await
             .unwrap();
     }
     // nodelet restarts; the driver has not registered again yet, and the target is still
     // mounted (the mount table says so).
     bed.drivers.remove(DRIVER);
-    let target = bed.root().join("pods/uid-a/volumes/kubernetes.io~csi/pv-1/mount");
+    let target = bed
+        .root()
+        .join("pods/uid-a/volumes/kubernetes.io~csi/pv-1/mount");
     std::fs::write(
         &bed.mountinfo,
         format!("100 1 0:50 / {} rw - ext4 /dev/x rw\n", target.display()),
@@ -878,10 +973,17 @@ async fn after_a_restart_a_gone_pods_volume_is_unpublished_once_its_driver_is_ba
     .unwrap();
     let after = bed.manager();
     let e = after.unmount_pod("uid-a").await.unwrap_err();
-    assert!(e.to_string().contains("not found in the list of registered CSI drivers"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("not found in the list of registered CSI drivers"),
+        "{e}"
+    );
     // The pod directory stays: nodelet never unmounts a CSI target itself.
     let e = crate::volume::cleanup_pod_dir_with(bed.root(), "uid-a", &bed.mountinfo).unwrap_err();
-    assert!(matches!(e, crate::volume::VolumeError::StillMounted { .. }), "{e}");
+    assert!(
+        matches!(e, crate::volume::VolumeError::StillMounted { .. }),
+        "{e}"
+    );
     assert!(target.is_dir());
     // The driver is back and unmounts: the next pass unpublishes and unstages.
     bed.register(true);
@@ -901,7 +1003,9 @@ async fn after_a_restart_a_gone_pods_volume_is_unpublished_once_its_driver_is_ba
     crate::volume::cleanup_pod_dir_with(bed.root(), "uid-a", &bed.mountinfo).unwrap();
     assert!(!bed.root().join("pods/uid-a").exists());
     // The running pod's volume stays published and staged.
-    assert!(paths::global_dir(bed.root(), DRIVER, "h-2").join("globalmount").is_dir());
+    assert!(paths::global_dir(bed.root(), DRIVER, "h-2")
+        .join("globalmount")
+        .is_dir());
     assert_eq!(after.unstage_unused().await.unwrap(), 0);
 }
 
@@ -926,7 +1030,9 @@ async fn a_volume_staged_for_no_pod_is_unstaged() {
 
 #[test]
 fn standalone_pods_with_claims_wait_with_the_no_client_error() {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let root = tempfile::tempdir().unwrap();
     let csi = CsiVolumes::new(
         root.path().to_path_buf(),
