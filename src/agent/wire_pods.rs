@@ -53,6 +53,7 @@ pub(super) struct PodsWing {
 }
 
 /// Builds the pods wing and starts its PLEG, runtime health and pod sources in `tasks`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn wire(
     cfg: &Config,
     runtime: &RuntimeWing,
@@ -208,6 +209,7 @@ pub(super) fn wire(
 }
 
 /// What the executor needs of the configuration and the runtime.
+#[allow(clippy::too_many_arguments)]
 fn sync_settings(
     cfg: &Config,
     rt: &super::RuntimeServices,

@@ -146,6 +146,8 @@ impl FakeObjects {
         self.lock().storage_reads.clone()
     }
 
+    // The trait's own error type.
+    #[allow(clippy::result_large_err)]
     fn storage_read<T: Clone>(
         &self,
         kind: StorageKind,
