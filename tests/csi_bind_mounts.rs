@@ -185,9 +185,11 @@ fn writer_pod(uid: &str) -> Pod {
             ..Default::default()
         },
         spec: Some(PodSpec {
-            restart_policy: Some("Never".into()),
-            containers: vec![Container {
-                name: "main".into(),
+            restart_policy: Some("Always".into()),
+            // The init container writes the file and exits; the main container keeps the pod
+            // running (and the volume mounted) until the delete.
+            init_containers: Some(vec![Container {
+                name: "writer".into(),
                 image: Some(TESTBOX.into()),
                 image_pull_policy: Some("Never".into()),
                 args: Some(
@@ -204,6 +206,19 @@ fn writer_pod(uid: &str) -> Pod {
                 volume_mounts: Some(vec![VolumeMount {
                     name: "data".into(),
                     mount_path: "/data".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }]),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some(TESTBOX.into()),
+                image_pull_policy: Some("Never".into()),
+                args: Some(vec!["serve".into()]),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: "data".into(),
+                    mount_path: "/data".into(),
+                    read_only: Some(true),
                     ..Default::default()
                 }]),
                 ..Default::default()
@@ -285,7 +300,7 @@ async fn a_claim_is_bind_mounted_into_the_container_and_nothing_stays_mounted_af
     let pod = Arc::new(writer_pod(&uid));
     agent.workers().update(PodWork::Sync(pod.clone()));
 
-    let exited = |agent: &nodelet::agent::Nodelet| {
+    let running = |agent: &nodelet::agent::Nodelet| {
         agent.status().pods().iter().any(|p| {
             p.metadata.uid.as_deref() == Some(uid.as_str())
                 && p.status
@@ -293,11 +308,14 @@ async fn a_claim_is_bind_mounted_into_the_container_and_nothing_stays_mounted_af
                     .and_then(|s| s.container_statuses.as_ref())
                     .and_then(|c| c.first())
                     .and_then(|c| c.state.as_ref())
-                    .and_then(|s| s.terminated.as_ref())
+                    .and_then(|s| s.running.as_ref())
                     .is_some()
         })
     };
-    wait_for("the writer to exit", || exited(&agent)).await;
+    wait_for("the main container to run after the writer", || {
+        running(&agent)
+    })
+    .await;
     let status = serde_json::to_string(
         &agent
             .status()

@@ -234,3 +234,60 @@ async fn a_claim_waits_until_bound_then_is_staged_published_and_torn_down_with_t
     assert!(!root.join("plugins/kubernetes.io/csi").join(DRIVER).exists());
     h.cancel.cancel();
 }
+
+/// A pod that ran to completion has its CSI volumes unpublished and unstaged without being
+/// deleted, as the kubelet unmounts a terminated pod's volumes.
+#[tokio::test(start_paused = true)]
+async fn a_completed_pods_volume_is_unpublished_and_unstaged() {
+    let objects = Arc::new(FakeObjects::new());
+    objects.set_claim(claim("Bound", Some("pv-1")));
+    objects.set_persistent_volume(bound_volume());
+    objects.set_csi_driver(CSIDriver {
+        metadata: ObjectMeta {
+            name: Some(DRIVER.into()),
+            ..Default::default()
+        },
+        spec: CSIDriverSpec {
+            attach_required: Some(false),
+            ..Default::default()
+        },
+    });
+    let drivers = CsiDrivers::new();
+    let driver = Arc::new(Driver::default());
+    drivers.insert(RegisteredDriver {
+        name: DRIVER.into(),
+        endpoint: "unix:///fake".into(),
+        versions: vec!["1.0.0".into()],
+        node_id: "node1".into(),
+        max_volumes_per_node: 0,
+        topology: BTreeMap::new(),
+        capabilities: NodeCapabilities {
+            stage_unstage: true,
+            ..Default::default()
+        },
+        client: driver.clone(),
+    });
+    let (o, d) = (objects.clone(), drivers.clone());
+    let h = harness_with_builder(
+        (Duration::from_secs(10), Duration::from_secs(300)),
+        |_| {},
+        CgroupSetup::Given {
+            settings: Default::default(),
+            node: None,
+        },
+        move |b| b.objects(o).csi_drivers(d),
+    )
+    .await;
+    let mut p = (*pod_with_claim()).clone();
+    p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    h.workers.update(PodWork::Sync(Arc::new(p)));
+    h.wait_running(&["a"], "running").await;
+    assert_eq!(driver.calls().len(), 2, "staged and published");
+    h.fake.exit_container("a", 0);
+    h.workers.wake("csi1");
+    h.settle("unpublished and unstaged", |_| driver.calls().len() == 4)
+        .await;
+    assert_eq!(&driver.calls()[2..], ["unpublish vol-1", "unstage vol-1"]);
+    assert_eq!(h.phase("csi1"), "Succeeded");
+    h.cancel.cancel();
+}

@@ -1326,7 +1326,22 @@ impl PodSyncer {
             self.events
                 .pod(pod, EventType::Warning, FAILED_KILL_POD, message);
         }
-        self.inspect(&uid).await
+        let after = self.inspect(&uid).await?;
+        // The kubelet unmounts a terminated pod's volumes (`SyncTerminatedPod`): once no
+        // container runs, its CSI volumes are unpublished (and unstaged after the last pod).
+        // A failure is retried by the pod's removal and by container GC.
+        if let Some(csi) = &self.settings.csi_volumes {
+            if after
+                .containers
+                .iter()
+                .all(|c| c.state != ContainerState::Running)
+            {
+                if let Err(e) = csi.unmount_pod(&uid).await {
+                    tracing::warn!(error = %e, "unmounting the CSI volumes of a terminated pod");
+                }
+            }
+        }
+        Ok(after)
     }
 
     /// The second half: the final status (with `mutation` applied, once), then the probes and
