@@ -213,7 +213,7 @@ const FIELDS: &[FieldEntry] = &[
     not_node_work("spec.schedulingGates", "the scheduler"),
     not_node_work("spec.schedulingGroup", "the scheduler (gang scheduling)"),
     honoured("spec.securityContext", &["src/sync/sandbox_config.rs::sandbox_config_fields", "src/sync/container_config.rs::security_context_table"]),
-    honoured("spec.securityContext.fsGroup", &["src/volume/api.rs::fs_group_owns_the_volume_with_group_read", "tests/security_context.rs::fs_group_owns_empty_dir_volumes"]),
+    honoured("spec.securityContext.fsGroup", &["src/volume/api.rs::fs_group_owns_the_volume_with_group_read", "src/volume/csi/tests.rs::fs_group_reaches_the_published_volume_or_the_driver", "src/volume/csi/ownership.rs::ownership_reaches_every_file_and_follows_no_link", "tests/security_context.rs::fs_group_owns_empty_dir_volumes"]),
     // nodelet sets up every volume afresh, so OnRootMismatch and Always give the same owners.
     honoured("spec.securityContext.fsGroupChangePolicy", &["src/volume/api.rs::fs_group_mode_table", "src/volume/emptydir.rs::fs_group_gives_the_group_and_setgid_without_following_a_symlink"]),
     partly("spec.securityContext.seLinuxOptions", "on a node with SELinux: the label goes to the runtime with the sandbox and every container, and volumes are relabelled", &["src/sync/sandbox_config.rs::sandbox_config_fields", "src/sync/container_config.rs::mounts_ask_the_runtime_to_relabel_as_the_kubelet", "src/podspec/field_support/tests.rs::selinux_labels_are_refused_only_where_the_node_has_no_selinux"], NO_SELINUX, "  securityContext:\n    seLinuxOptions: {level: \"s0:c1,c2\"}\n"),
@@ -266,9 +266,8 @@ const FIELDS: &[FieldEntry] = &[
     // ------------------------------------------------------------- volumes
     honoured("spec.volumes[].name", &["src/volume/mod.rs::pod_dir_layout"]),
     // Through the CSI drivers registered on the node (`volume::csi`); a PersistentVolume of
-    // another source, a Block claim, a CSIDriver asking for tokens or republishing, and an
-    // fsGroup the driver's fsGroupPolicy would apply refuse the pod's containers at mount
-    // time (CreateContainerConfigError naming the field and value).
+    // another source, a Block claim, and a CSIDriver asking for tokens or republishing refuse
+    // the pod's containers at mount time (CreateContainerConfigError naming field and value).
     honoured("spec.volumes[].persistentVolumeClaim", &["tests/csi_bind_mounts.rs::a_claim_is_bind_mounted_into_the_container_and_nothing_stays_mounted_after_the_pod", "tests/csi_volumes.rs::a_claim_waits_until_bound_then_is_staged_published_and_torn_down_with_the_pod", "src/volume/csi/tests.rs::two_pods_on_one_claim_stage_once_and_unstage_after_the_last", "src/volume/csi/tests.rs::resolution_table", "src/volume/csi/tests.rs::an_unbound_claim_waits_with_the_kubelets_message", "src/volume/csi/tests.rs::attach_required_waits_for_the_volume_attachment", "src/volume/csi/tests.rs::after_a_restart_a_gone_pods_volume_is_unpublished_once_its_driver_is_back"]),
     honoured("spec.volumes[].csi", &["src/volume/csi/tests.rs::inline_and_ephemeral_volumes_resolve_as_the_kubelets", "src/volume/csi/tests.rs::secrets_reach_the_driver", "src/volume/csi/tests.rs::refusals_reach_the_caller_before_any_driver_call"]),
     honoured("spec.volumes[].ephemeral", &["src/volume/csi/tests.rs::inline_and_ephemeral_volumes_resolve_as_the_kubelets", "src/volume/csi/tests.rs::refusals_reach_the_caller_before_any_driver_call"]),

@@ -18,6 +18,7 @@
 //! nodelet never unmounts a CSI target itself: the driver does (a pod directory whose target
 //! is still mounted stays until the driver is back and the next pass unpublishes it).
 
+pub mod ownership;
 pub mod paths;
 pub mod reconcile;
 pub mod resolve;
@@ -196,13 +197,15 @@ pub fn csi_access_mode(mode: &str) -> api::volume_capability::access_mode::Mode 
     }
 }
 
-fn capability(spec: &CsiVolumeSpec) -> api::VolumeCapability {
+/// The volume capability; `mount_group`: the fsGroup for a driver with `VOLUME_MOUNT_GROUP`
+/// (it applies the group itself, at publish).
+fn capability(spec: &CsiVolumeSpec, mount_group: Option<u32>) -> api::VolumeCapability {
     api::VolumeCapability {
         access_type: Some(api::volume_capability::AccessType::Mount(
             api::volume_capability::MountVolume {
                 fs_type: spec.fs_type.clone(),
                 mount_flags: spec.mount_flags.clone(),
-                volume_mount_group: String::new(),
+                volume_mount_group: mount_group.map(|g| g.to_string()).unwrap_or_default(),
             },
         )),
         access_mode: Some(api::volume_capability::AccessMode {
@@ -614,7 +617,7 @@ impl CsiVolumes {
                     volume_id: key.handle.clone(),
                     publish_context: p.publish_context.clone(),
                     staging_target_path: staging.to_string_lossy().into_owned(),
-                    volume_capability: Some(capability(&p.spec)),
+                    volume_capability: Some(capability(&p.spec, None)),
                     secrets: p.stage_secrets.clone(),
                     volume_context: p
                         .spec
@@ -669,12 +672,19 @@ impl CsiVolumes {
                         .to_string_lossy()
                         .into_owned()
                 });
+                // A driver with VOLUME_MOUNT_GROUP mounts with the group; for the others nodelet
+                // changes the ownership after the publish (the kubelet's two ways).
+                let mount_group = p
+                    .spec
+                    .fs_group
+                    .filter(|_| driver.capabilities.volume_mount_group)
+                    .map(|(gid, _)| gid);
                 let request = api::NodePublishVolumeRequest {
                     volume_id: key.handle.clone(),
                     publish_context: p.publish_context.clone(),
                     staging_target_path: staging.unwrap_or_default(),
                     target_path: target.to_string_lossy().into_owned(),
-                    volume_capability: Some(capability(&p.spec)),
+                    volume_capability: Some(capability(&p.spec, mount_group)),
                     readonly: p.spec.read_only,
                     secrets: p.publish_secrets.clone(),
                     volume_context: publish_context_attributes(pod, &p.spec),
@@ -683,7 +693,19 @@ impl CsiVolumes {
                     .client
                     .node_publish_volume(request)
                     .await
-                    .map_err(|e| fail(e.to_string()))
+                    .map_err(|e| fail(e.to_string()))?;
+                if let (Some((gid, on_root_mismatch)), None) = (p.spec.fs_group, mount_group) {
+                    // As the kubelet: the mount stands; a failure is logged.
+                    if let Err(e) = ownership::set_volume_ownership(
+                        &target,
+                        gid,
+                        p.spec.read_only,
+                        on_root_mismatch,
+                    ) {
+                        tracing::warn!(volume = %p.spec.volume_name, error = %e, "applying fsGroup to a CSI volume");
+                    }
+                }
+                Ok(())
             }
             Op::Unpublish { .. } | Op::Unstage { .. } => self.run_teardown(op).await,
         }

@@ -68,6 +68,9 @@ pub struct CsiVolumeSpec {
     pub attach_required: bool,
     pub pod_info_on_mount: bool,
     pub fs_group_policy: FsGroupPolicy,
+    /// The pod's `fsGroup` where the driver's `fsGroupPolicy` applies it to this volume
+    /// ([`fs_group_applies`]), with `fsGroupChangePolicy: OnRootMismatch`.
+    pub fs_group: Option<(u32, bool)>,
 }
 
 /// Why a volume can never be mounted as the pod asks: the field, its value, the reason.
@@ -305,6 +308,7 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
             attach_required: false,
             pod_info_on_mount: settings.pod_info_on_mount,
             fs_group_policy: settings.fs_group_policy,
+            fs_group: None,
         }
     } else if let Some((claim_name, ephemeral)) = claim_of(pod, volume) {
         let source_field = if ephemeral {
@@ -454,20 +458,28 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
             attach_required: settings.attach_required,
             pod_info_on_mount: settings.pod_info_on_mount,
             fs_group_policy: settings.fs_group_policy,
+            fs_group: None,
         }
     } else {
         return Resolution::NotCsi;
     };
+    let mut spec = spec;
     if let Some(gid) = pod_fs_group(pod) {
         if fs_group_applies(&spec) {
-            return refuse(
-                "spec.securityContext.fsGroup".to_string(),
-                &gid.to_string(),
-                format!(
-                    "volume {:?} (driver {}, fsGroupPolicy {:?}) would have its group changed to the fsGroup, which nodelet does not do for CSI volumes yet",
-                    volume.name, spec.driver, spec.fs_group_policy
-                ),
-            );
+            let Ok(gid) = u32::try_from(gid) else {
+                return refuse(
+                    "spec.securityContext.fsGroup".to_string(),
+                    &gid.to_string(),
+                    "must be between 0 and 4294967295".to_string(),
+                );
+            };
+            let on_root_mismatch = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.fs_group_change_policy.as_deref())
+                == Some("OnRootMismatch");
+            spec.fs_group = Some((gid, on_root_mismatch));
         }
     }
     Resolution::Ready(Box::new(spec))

@@ -347,33 +347,41 @@ fn resolution_table() {
 }
 
 #[test]
-fn fs_group_is_refused_where_the_policy_would_change_the_group() {
+fn fs_group_follows_the_drivers_fs_group_policy() {
     let mut p = pod("web", "uid-1", vec![pvc_volume("data", "data", false)]);
     p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
         fs_group: Some(2000),
+        fs_group_change_policy: Some("OnRootMismatch".into()),
         ..Default::default()
     });
     let v = p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0].clone();
-    let with = |policy: Option<&str>| VolumeObjects {
-        claim: Some(Ok(Some(claim("data", "Bound", "pv-1")))),
-        volume: Some(Ok(Some(pv("pv-1", "data", "h")))),
-        driver: Some(Ok(Some(csi_driver(false, &["Persistent"], policy)))),
+    let with = |policy: Option<&str>, access: &str, fs_type: Option<&str>| {
+        let mut volume = pv("pv-1", "data", "h");
+        let spec = volume.spec.as_mut().unwrap();
+        spec.access_modes = Some(vec![access.to_string()]);
+        spec.csi.as_mut().unwrap().fs_type = fs_type.map(str::to_string);
+        VolumeObjects {
+            claim: Some(Ok(Some(claim("data", "Bound", "pv-1")))),
+            volume: Some(Ok(Some(volume))),
+            driver: Some(Ok(Some(csi_driver(false, &["Persistent"], policy)))),
+        }
     };
-    // RWO with an fsType (the default policy) and File change the group: refused, naming it.
-    for policy in [None, Some("File")] {
-        match resolve(&p, 0, &v, &with(policy)) {
-            Resolution::Refused(r) => {
-                assert_eq!(r.field, "spec.securityContext.fsGroup");
-                assert_eq!(r.value, "2000");
+    let applied = Some((2000, true));
+    for (policy, access, fs_type, want) in [
+        (None, "ReadWriteOnce", Some("ext4"), applied),
+        (None, "ReadWriteOncePod", Some("ext4"), applied),
+        (None, "ReadWriteMany", Some("ext4"), None),
+        (None, "ReadWriteOnce", None, None),
+        (Some("File"), "ReadWriteMany", None, applied),
+        (Some("None"), "ReadWriteOnce", Some("ext4"), None),
+    ] {
+        match resolve(&p, 0, &v, &with(policy, access, fs_type)) {
+            Resolution::Ready(spec) => {
+                assert_eq!(spec.fs_group, want, "{policy:?} {access} {fs_type:?}")
             }
             other => panic!("{policy:?}: {other:?}"),
         }
     }
-    // None leaves the group alone: the volume mounts.
-    assert!(matches!(
-        resolve(&p, 0, &v, &with(Some("None"))),
-        Resolution::Ready(_)
-    ));
 }
 
 #[test]
@@ -555,6 +563,12 @@ impl Bed {
         bed
     }
     fn register(&self, stage: bool) {
+        self.register_with(NodeCapabilities {
+            stage_unstage: stage,
+            ..Default::default()
+        });
+    }
+    fn register_with(&self, capabilities: NodeCapabilities) {
         self.drivers.insert(RegisteredDriver {
             name: DRIVER.into(),
             endpoint: "unix:///fake".into(),
@@ -562,10 +576,7 @@ impl Bed {
             node_id: "node-1".into(),
             max_volumes_per_node: 0,
             topology: BTreeMap::new(),
-            capabilities: NodeCapabilities {
-                stage_unstage: stage,
-                ..Default::default()
-            },
+            capabilities,
             client: self.driver.clone(),
         });
     }
@@ -1047,4 +1058,54 @@ fn standalone_pods_with_claims_wait_with_the_no_client_error() {
         e.to_string().ends_with("error processing PVC ns/data: failed to fetch PVC from API server: couldn't get persistentvolumeclaims ns/data, no kubeClient defined"),
         "{e}"
     );
+}
+
+#[tokio::test]
+async fn fs_group_reaches_the_published_volume_or_the_driver() {
+    use std::os::unix::fs::MetadataExt;
+    let bed = Bed::new(true);
+    bed.objects
+        .set_csi_driver(csi_driver(false, &["Persistent"], Some("File")));
+    bed.bind_claim("data", "pv-1", "h-1");
+    let with_group = |name: &str, uid: &str| {
+        let mut p = pod(name, uid, vec![pvc_volume("data", "data", false)]);
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            fs_group: Some(3000),
+            ..Default::default()
+        });
+        p
+    };
+    let csi = bed.manager();
+    let paths = csi.mount_pod(&with_group("a", "uid-a")).await.unwrap();
+    let meta = std::fs::metadata(&paths["data"]).unwrap();
+    assert_eq!(
+        meta.gid(),
+        3000,
+        "nodelet changed the group after the publish"
+    );
+    assert_eq!(meta.mode() & 0o2070, 0o2070);
+    // A driver with VOLUME_MOUNT_GROUP is given the group instead.
+    bed.register_with(NodeCapabilities {
+        stage_unstage: true,
+        volume_mount_group: true,
+        ..Default::default()
+    });
+    let paths = csi.mount_pod(&with_group("b", "uid-b")).await.unwrap();
+    let publish = bed
+        .driver
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Publish(p) => Some(p),
+            _ => None,
+        })
+        .last()
+        .unwrap();
+    let Some(api::volume_capability::AccessType::Mount(m)) =
+        publish.volume_capability.unwrap().access_type
+    else {
+        panic!()
+    };
+    assert_eq!(m.volume_mount_group, "3000");
+    assert_ne!(std::fs::metadata(&paths["data"]).unwrap().gid(), 3000);
 }
