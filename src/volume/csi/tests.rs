@@ -1095,11 +1095,11 @@ async fn fs_group_reaches_the_published_volume_or_the_driver() {
         .driver
         .calls()
         .into_iter()
-        .filter_map(|c| match c {
+        .rev()
+        .find_map(|c| match c {
             Call::Publish(p) => Some(p),
             _ => None,
         })
-        .last()
         .unwrap();
     let Some(api::volume_capability::AccessType::Mount(m)) =
         publish.volume_capability.unwrap().access_type
