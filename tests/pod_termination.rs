@@ -768,7 +768,7 @@ async fn a_static_pod_with_a_refused_field_is_rejected_at_admission_with_an_even
         .await;
     let status = h.status.status("u1").unwrap();
     assert_eq!(status.reason.as_deref(), Some("PodFieldNotSupported"));
-    let message = "spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)";
+    let message = "spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, and through CSI drivers persistentVolumeClaim, ephemeral and csi volumes)";
     assert_eq!(
         status.message.as_deref(),
         Some(format!("Pod was rejected: {message}").as_str())

@@ -444,7 +444,16 @@ impl NodeletBuilder {
         // The CSI drivers registered on this node: the plugin watcher fills the store, the
         // volume manager reads it.
         wire_plugins::spawn(&cfg, &cluster, &csi_drivers, tasks, &cancel)?;
-        let pods = wire_pods::wire(&cfg, &runtime, &cluster, &recorder, clock, tasks, &cancel)?;
+                let pods = wire_pods::wire(
+            &cfg,
+            &runtime,
+            &cluster,
+            &csi_drivers,
+            &recorder,
+            clock,
+            tasks,
+            &cancel,
+        )?;
         let pressure = wire_pressure::wire(
             &cfg,
             &paths,
@@ -468,6 +477,7 @@ impl NodeletBuilder {
             pleg_events,
             pod_store,
             userns: _,
+            csi_volumes: _,
         } = pods;
         // The node's taints: its registration taints until the status loop reads the Node.
         let node_taints = Arc::new(tokio::sync::watch::channel(cfg.register_with_taints.clone()).0);

@@ -47,13 +47,18 @@ pub(super) struct PodsWing {
     pub pod_store: Option<Store<Pod>>,
     /// The pods' user-namespace ranges, freed with their directories by container GC.
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
+    /// The CSI volume manager: pods' PVC, ephemeral and inline CSI volumes, torn down with
+    /// their pods and by container GC for pods that are gone.
+    pub csi_volumes: Arc<crate::volume::csi::CsiVolumes>,
 }
 
 /// Builds the pods wing and starts its PLEG, runtime health and pod sources in `tasks`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn wire(
     cfg: &Config,
     runtime: &RuntimeWing,
     cluster: &ClusterWing,
+    csi_drivers: &crate::csi::CsiDrivers,
     recorder: &EventRecorder,
     clock: Clock,
     tasks: &TaskTracker,
@@ -96,6 +101,12 @@ pub(super) fn wire(
     );
     // The resources admitted and applied per pod, as the last run left them.
     let allocation = crate::sync::allocation::AllocationManager::load(&cfg.root_dir)?;
+    let csi_volumes = Arc::new(crate::volume::csi::CsiVolumes::new(
+        cfg.root_dir.clone(),
+        cfg.node_name.clone(),
+        csi_drivers.clone(),
+        cluster.objects.clone(),
+    ));
     let syncer = PodSyncer::new(SyncerParts {
         runtime: rt.runtime.clone(),
         images: rt.images.clone(),
@@ -113,6 +124,7 @@ pub(super) fn wire(
             ),
             runtime.swap_controller,
             runtime.userns.clone(),
+            csi_volumes.clone(),
         )),
         clock,
         events: recorder.clone(),
@@ -192,10 +204,12 @@ pub(super) fn wire(
         pleg_events,
         pod_store,
         userns: runtime.userns.clone(),
+        csi_volumes,
     })
 }
 
 /// What the executor needs of the configuration and the runtime.
+#[allow(clippy::too_many_arguments)]
 fn sync_settings(
     cfg: &Config,
     rt: &super::RuntimeServices,
@@ -204,6 +218,7 @@ fn sync_settings(
     node_allocatable: crate::podspec::resources::NodeAllocatable,
     swap_controller: bool,
     userns: Option<Arc<crate::userns::UsernsManager>>,
+    csi_volumes: Arc<crate::volume::csi::CsiVolumes>,
 ) -> SyncSettings {
     SyncSettings {
         root_dir: cfg.root_dir.clone(),
@@ -235,6 +250,7 @@ fn sync_settings(
             &rt.version.runtime_version,
         ),
         userns,
+        csi_volumes: Some(csi_volumes),
     }
 }
 

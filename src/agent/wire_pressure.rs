@@ -59,6 +59,7 @@ pub(super) struct Housekeeping {
     /// Where a failed container GC run is told (`ContainerGCFailed` on the node).
     events: EventRecorder,
     userns: Option<Arc<crate::userns::UsernsManager>>,
+    csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
 }
 
 /// Builds the pressure wing; starts the eviction manager's wake-ups and the node shutdown
@@ -111,7 +112,14 @@ pub(super) fn wire(
             }) as Arc<dyn SummarySource>
         });
     let eviction = eviction_summary.map(|summary| {
-        let mut reclaim_gc = container_gc(cfg, &cri, &pods.workers, clock, pods.userns.clone());
+        let mut reclaim_gc = container_gc(
+            cfg,
+            &cri,
+            &pods.workers,
+            clock,
+            pods.userns.clone(),
+            Some(pods.csi_volumes.clone()),
+        );
         reclaim_gc.policy.max_per_pod_container = 0;
         EvictionManager::new(
             settings::eviction(cfg),
@@ -170,6 +178,7 @@ pub(super) fn wire(
             eviction,
             events: recorder.clone(),
             userns: pods.userns.clone(),
+            csi_volumes: Some(pods.csi_volumes.clone()),
         },
     }
 }
@@ -215,9 +224,11 @@ fn container_gc(
     workers: &PodWorkers,
     clock: Clock,
     userns: Option<Arc<crate::userns::UsernsManager>>,
+    csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
 ) -> ContainerGc {
     ContainerGc {
         userns,
+        csi_volumes,
         runtime: cri.clone(),
         live: Arc::new(workers.clone()),
         policy: Default::default(),
@@ -248,8 +259,9 @@ pub(super) fn spawn_housekeeping(
         eviction,
         events,
         userns,
+        csi_volumes,
     } = parts;
-    let container_gc = container_gc(cfg, &cri, workers, clock, userns);
+    let container_gc = container_gc(cfg, &cri, workers, clock, userns, csi_volumes);
     let node_name = cfg.node_name.clone();
     let mut ready = ready.clone();
     let (gc, gc_cancel, gc_tasks) = (image_gc, cancel.clone(), tasks.clone());

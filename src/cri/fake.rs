@@ -249,6 +249,24 @@ impl FakeRuntime {
     }
 
     /// IDs of containers with the given name, oldest first.
+    /// The mounts of the newest container named `name`: (container path, host path,
+    /// read-only).
+    pub fn container_mounts(&self, name: &str) -> Vec<(String, String, bool)> {
+        let st = self.lock();
+        st.containers
+            .values()
+            .filter(|c| c.config.metadata.as_ref().is_some_and(|m| m.name == name))
+            .max_by_key(|c| c.created_at)
+            .map(|c| {
+                c.config
+                    .mounts
+                    .iter()
+                    .map(|m| (m.container_path.clone(), m.host_path.clone(), m.readonly))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     pub fn container_ids(&self, name: &str) -> Vec<String> {
         let st = self.lock();
         let mut v: Vec<_> = st

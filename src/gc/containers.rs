@@ -208,6 +208,9 @@ pub struct ContainerGc {
     pub root_dir: PathBuf,
     /// The pods' user-namespace ranges: a removed pod directory frees its pod's range.
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
+    /// The CSI volume manager: a gone pod's CSI volumes are unpublished (and unstaged when no
+    /// other pod uses them) before its directory is removed.
+    pub csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
 }
 
 fn list_dir(dir: &Path, uid: impl Fn(&str) -> Option<String>) -> Vec<(String, Option<String>)> {
@@ -319,6 +322,13 @@ impl ContainerGc {
             }
         }
         for uid in orphaned_dirs(&pod_dirs, &live, &in_runtime) {
+            if let Some(csi) = &self.csi_volumes {
+                if let Err(e) = csi.unmount_pod(uid).await {
+                    // The directory stays until the driver has unpublished.
+                    tracing::warn!(pod.uid = %uid, error = %e, "unmounting the CSI volumes of a pod that is gone");
+                    continue;
+                }
+            }
             match crate::volume::cleanup_pod_dir(&self.root_dir, uid) {
                 Ok(()) => {
                     tracing::info!(pod.uid = %uid, "removed the directory of a pod that is gone");
@@ -328,6 +338,14 @@ impl ContainerGc {
                     }
                 }
                 Err(e) => tracing::warn!(pod.uid = %uid, error = %e, "removing a pod directory"),
+            }
+        }
+        // Volumes staged for no pod (one that went while nodelet was down).
+        if let Some(csi) = &self.csi_volumes {
+            match csi.unstage_unused().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(volumes = n, "unstaged CSI volumes no pod uses"),
+                Err(e) => tracing::warn!(error = %e, "unstaging CSI volumes no pod uses"),
             }
         }
         // User-namespace ranges of pods whose directories went another way.
@@ -694,6 +712,7 @@ mod run_tests {
             pods_dir: dir.path().join("pods"),
             root_dir: dir.path().to_path_buf(),
             userns: None,
+            csi_volumes: None,
         };
         let events = EventRecorder::new(clock, "kubelet", "node1");
         let cancel = CancellationToken::new();

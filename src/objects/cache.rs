@@ -410,6 +410,50 @@ impl ObjectSource for ObjectCache {
             None => RuntimeClassRead::NotSynced,
         })
     }
+
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        get_storage(api, super::StorageKind::PersistentVolumeClaim, name).await
+    }
+
+    async fn persistent_volume(
+        &self,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::PersistentVolume>> {
+        let api = Api::all(self.client.clone());
+        get_storage(api, super::StorageKind::PersistentVolume, name).await
+    }
+
+    async fn csi_driver(
+        &self,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::storage::v1::CSIDriver>> {
+        let api = Api::all(self.client.clone());
+        get_storage(api, super::StorageKind::CsiDriver, name).await
+    }
+
+    async fn volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::storage::v1::VolumeAttachment>> {
+        let api = Api::all(self.client.clone());
+        get_storage(api, super::StorageKind::VolumeAttachment, name).await
+    }
+}
+
+/// One GET of a storage object (the kubelet's volume manager reads claims and volumes this
+/// way, not through a watch).
+async fn get_storage<K>(api: Api<K>, kind: super::StorageKind, name: &str) -> Result<Option<K>>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    api.get_opt(name)
+        .await
+        .map_err(|e| ObjectError::storage_api(kind, name, e))
 }
 
 impl Debug for ObjectCache {

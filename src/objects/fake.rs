@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
-use super::{ObjectError, ObjectKind, ObjectSource, Result, TokenRequest};
+use super::{ObjectError, ObjectKind, ObjectSource, Result, StorageKind, TokenRequest};
 use crate::podspec::service_env::ServicesRead;
 
 type Key = (String, String);
@@ -24,6 +25,13 @@ struct Objects {
     services: ServicesRead,
     /// RuntimeClass name → handler.
     runtime_classes: BTreeMap<String, String>,
+    claims: BTreeMap<Key, PersistentVolumeClaim>,
+    volumes: BTreeMap<String, PersistentVolume>,
+    csi_drivers: BTreeMap<String, CSIDriver>,
+    attachments: BTreeMap<String, VolumeAttachment>,
+    /// Storage reads that fail: (kind, name) → message.
+    storage_failures: BTreeMap<(StorageKind, String), String>,
+    storage_reads: Vec<(StorageKind, String)>,
 }
 
 /// ConfigMaps and Secrets held in memory, keyed by their own namespace and name.
@@ -94,6 +102,68 @@ impl FakeObjects {
         self.lock()
             .failures
             .remove(&(kind, namespace.to_string(), name.to_string()));
+    }
+
+    /// Adds or replaces a PersistentVolumeClaim (namespace `default` when unset).
+    pub fn set_claim(&self, claim: PersistentVolumeClaim) {
+        let key = key_of(&claim.metadata);
+        self.lock().claims.insert(key, claim);
+    }
+
+    pub fn remove_claim(&self, namespace: &str, name: &str) {
+        self.lock()
+            .claims
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// Adds or replaces a PersistentVolume.
+    pub fn set_persistent_volume(&self, pv: PersistentVolume) {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        self.lock().volumes.insert(name, pv);
+    }
+
+    /// Adds or replaces a CSIDriver object.
+    pub fn set_csi_driver(&self, driver: CSIDriver) {
+        let name = driver.metadata.name.clone().unwrap_or_default();
+        self.lock().csi_drivers.insert(name, driver);
+    }
+
+    /// Adds or replaces a VolumeAttachment.
+    pub fn set_volume_attachment(&self, va: VolumeAttachment) {
+        let name = va.metadata.name.clone().unwrap_or_default();
+        self.lock().attachments.insert(name, va);
+    }
+
+    /// Makes reads of one storage object fail with `message`.
+    pub fn fail_storage(&self, kind: StorageKind, name: &str, message: &str) {
+        self.lock()
+            .storage_failures
+            .insert((kind, name.to_string()), message.to_string());
+    }
+
+    /// The storage objects read so far, in order.
+    pub fn storage_reads(&self) -> Vec<(StorageKind, String)> {
+        self.lock().storage_reads.clone()
+    }
+
+    // The trait's own error type.
+    #[allow(clippy::result_large_err)]
+    fn storage_read<T: Clone>(
+        &self,
+        kind: StorageKind,
+        name: &str,
+        pick: impl FnOnce(&Objects) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let mut objects = self.lock();
+        objects.storage_reads.push((kind, name.to_string()));
+        if let Some(message) = objects.storage_failures.get(&(kind, name.to_string())) {
+            return Err(ObjectError::InjectedStorage {
+                resource: kind,
+                name: name.to_string(),
+                message: message.clone(),
+            });
+        }
+        Ok(pick(&objects))
     }
 
     /// How many reads were served (for tests that check objects are fetched once).
@@ -191,6 +261,35 @@ impl ObjectSource for FakeObjects {
         let st = self.lock();
         super::lookup_runtime_handler(runtime_class_name, |name| {
             super::RuntimeClassRead::Synced(st.runtime_classes.get(name).cloned())
+        })
+    }
+
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>> {
+        let key = (namespace.to_string(), name.to_string());
+        self.storage_read(StorageKind::PersistentVolumeClaim, name, |o| {
+            o.claims.get(&key).cloned()
+        })
+    }
+
+    async fn persistent_volume(&self, name: &str) -> Result<Option<PersistentVolume>> {
+        self.storage_read(StorageKind::PersistentVolume, name, |o| {
+            o.volumes.get(name).cloned()
+        })
+    }
+
+    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>> {
+        self.storage_read(StorageKind::CsiDriver, name, |o| {
+            o.csi_drivers.get(name).cloned()
+        })
+    }
+
+    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>> {
+        self.storage_read(StorageKind::VolumeAttachment, name, |o| {
+            o.attachments.get(name).cloned()
         })
     }
 }

@@ -22,7 +22,8 @@ pub mod services;
 pub mod token;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
 pub use cache::ObjectCache;
 #[cfg(any(test, feature = "test-util"))]
@@ -97,6 +98,34 @@ pub enum ObjectError {
         #[source]
         source: kube::Error,
     },
+    /// Standalone mode: a storage object (claim, volume, CSIDriver, VolumeAttachment) cannot
+    /// be read without an API client.
+    #[error(
+        "couldn't get {resource} {}, no kubeClient defined",
+        qualified(namespace, name)
+    )]
+    NoApiClientStorage {
+        resource: StorageKind,
+        namespace: Option<String>,
+        name: String,
+    },
+    /// The API server answered a storage object's GET with an error; `message` is its Status
+    /// message (`persistentvolumeclaims "x" is forbidden: …`).
+    #[error("{message}")]
+    StorageApi {
+        resource: StorageKind,
+        name: String,
+        message: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A storage read failure injected by `FakeObjects`.
+    #[error("{message}")]
+    InjectedStorage {
+        resource: StorageKind,
+        name: String,
+        message: String,
+    },
     /// A failure injected by `FakeObjects`.
     #[error("{message}")]
     Injected {
@@ -145,6 +174,65 @@ impl ObjectError {
 
 pub type Result<T, E = ObjectError> = std::result::Result<T, E>;
 
+/// The storage objects the CSI volume manager reads (one GET per read, as the kubelet's
+/// volume manager does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StorageKind {
+    PersistentVolumeClaim,
+    PersistentVolume,
+    CsiDriver,
+    VolumeAttachment,
+}
+
+impl StorageKind {
+    /// The API resource, as the API server's messages name it (`persistentvolumeclaims`).
+    pub fn resource(self) -> &'static str {
+        match self {
+            StorageKind::PersistentVolumeClaim => "persistentvolumeclaims",
+            StorageKind::PersistentVolume => "persistentvolumes",
+            StorageKind::CsiDriver => "csidrivers.storage.k8s.io",
+            StorageKind::VolumeAttachment => "volumeattachments.storage.k8s.io",
+        }
+    }
+}
+
+impl std::fmt::Display for StorageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.resource())
+    }
+}
+
+fn qualified(namespace: &Option<String>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+fn no_client_storage(resource: StorageKind, namespace: Option<&str>, name: &str) -> ObjectError {
+    ObjectError::NoApiClientStorage {
+        resource,
+        namespace: namespace.map(str::to_string),
+        name: name.to_string(),
+    }
+}
+
+impl ObjectError {
+    /// A storage object's GET failed.
+    pub fn storage_api(resource: StorageKind, name: &str, source: kube::Error) -> ObjectError {
+        let message = match &source {
+            kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+            other => other.to_string(),
+        };
+        ObjectError::StorageApi {
+            resource,
+            name: name.to_string(),
+            message,
+            source,
+        }
+    }
+}
+
 /// Where ConfigMaps, Secrets and service account tokens come from. `Ok(None)` means the object
 /// does not exist.
 #[async_trait]
@@ -163,6 +251,31 @@ pub trait ObjectSource: Send + Sync {
         &self,
         runtime_class_name: Option<&str>,
     ) -> Result<String, RuntimeClassError>;
+    /// A PersistentVolumeClaim (the kubelet's populator GETs it for every sync of a pod that
+    /// uses it). Without an API server: the no-client error.
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>> {
+        Err(no_client_storage(
+            StorageKind::PersistentVolumeClaim,
+            Some(namespace),
+            name,
+        ))
+    }
+    /// A PersistentVolume.
+    async fn persistent_volume(&self, name: &str) -> Result<Option<PersistentVolume>> {
+        Err(no_client_storage(StorageKind::PersistentVolume, None, name))
+    }
+    /// A CSIDriver object (how the kubelet treats the driver's volumes).
+    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>> {
+        Err(no_client_storage(StorageKind::CsiDriver, None, name))
+    }
+    /// A VolumeAttachment (`csi-<sha256>`), for volumes whose driver needs attaching.
+    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>> {
+        Err(no_client_storage(StorageKind::VolumeAttachment, None, name))
+    }
 }
 
 /// Standalone nodelet: there is no API server to ask.
@@ -247,5 +360,20 @@ mod tests {
             e.to_string(),
             "failed to fetch token: cannot use TokenManager when kubelet is in standalone mode"
         );
+        let e = NoApiServer
+            .persistent_volume_claim("ns", "data")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "couldn't get persistentvolumeclaims ns/data, no kubeClient defined"
+        );
+        let e = NoApiServer.persistent_volume("pv-1").await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "couldn't get persistentvolumes pv-1, no kubeClient defined"
+        );
+        assert!(NoApiServer.csi_driver("d").await.is_err());
+        assert!(NoApiServer.volume_attachment("csi-1").await.is_err());
     }
 }

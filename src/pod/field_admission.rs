@@ -131,7 +131,7 @@ mod tests {
         let rejection = admit_pod_fields(&pod, NodeSupport::default()).expect_err("refused");
         assert_eq!(
             rejection.message,
-            "spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes); spec.volumes[1].flocker: Unsupported value: w: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)"
+            "spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, and through CSI drivers persistentVolumeClaim, ephemeral and csi volumes); spec.volumes[1].flocker: Unsupported value: w: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, and through CSI drivers persistentVolumeClaim, ephemeral and csi volumes)"
         );
     }
 }

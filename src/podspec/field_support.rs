@@ -100,9 +100,9 @@ const fn partly(
     }
 }
 
-/// Why a volume type is refused: nodelet mounts no network or block storage and has no
-/// volume plugins (PVC, CSI, in-tree drivers) yet.
-const NO_VOLUME_PLUGIN: &str = "nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)";
+/// Why a volume type is refused: nodelet has no in-tree volume plugins; storage comes
+/// through CSI drivers (PVC, ephemeral and inline CSI volumes).
+const NO_VOLUME_PLUGIN: &str = "nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, and through CSI drivers persistentVolumeClaim, ephemeral and csi volumes)";
 const NO_DRA: &str = "dynamic resource allocation (DRA) is not implemented";
 const NO_ATOMIC_USER: &str =
     "file owners of projected files (AtomicWriteVolumeUserFields, alpha) are not implemented";
@@ -121,14 +121,12 @@ macro_rules! volume_refused {
     };
 }
 
-const VOLUME_TYPES_REFUSED: [FieldEntry; 23] = volume_refused!(
+const VOLUME_TYPES_REFUSED: [FieldEntry; 20] = volume_refused!(
     "awsElasticBlockStore",
     "azureDisk",
     "azureFile",
     "cephfs",
     "cinder",
-    "csi",
-    "ephemeral",
     "fc",
     "flexVolume",
     "flocker",
@@ -137,7 +135,6 @@ const VOLUME_TYPES_REFUSED: [FieldEntry; 23] = volume_refused!(
     "glusterfs",
     "iscsi",
     "nfs",
-    "persistentVolumeClaim",
     "photonPersistentDisk",
     "portworxVolume",
     "quobyte",
@@ -215,7 +212,7 @@ const FIELDS: &[FieldEntry] = &[
     not_node_work("spec.schedulingGates", "the scheduler"),
     not_node_work("spec.schedulingGroup", "the scheduler (gang scheduling)"),
     honoured("spec.securityContext", &["src/sync/sandbox_config.rs::sandbox_config_fields", "src/sync/container_config.rs::security_context_table"]),
-    honoured("spec.securityContext.fsGroup", &["src/volume/api.rs::fs_group_owns_the_volume_with_group_read", "tests/security_context.rs::fs_group_owns_empty_dir_volumes"]),
+    honoured("spec.securityContext.fsGroup", &["src/volume/api.rs::fs_group_owns_the_volume_with_group_read", "src/volume/csi/tests.rs::fs_group_reaches_the_published_volume_or_the_driver", "src/volume/csi/ownership.rs::ownership_reaches_every_file_and_follows_no_link", "tests/security_context.rs::fs_group_owns_empty_dir_volumes"]),
     // nodelet sets up every volume afresh, so OnRootMismatch and Always give the same owners.
     honoured("spec.securityContext.fsGroupChangePolicy", &["src/volume/api.rs::fs_group_mode_table", "src/volume/emptydir.rs::fs_group_gives_the_group_and_setgid_without_following_a_symlink"]),
     partly("spec.securityContext.seLinuxOptions", "on a node with SELinux: the label goes to the runtime with the sandbox and every container, and volumes are relabelled", &["src/sync/sandbox_config.rs::sandbox_config_fields", "src/sync/container_config.rs::mounts_ask_the_runtime_to_relabel_as_the_kubelet", "src/podspec/field_support/tests.rs::selinux_labels_are_refused_only_where_the_node_has_no_selinux"], NO_SELINUX, "  securityContext:\n    seLinuxOptions: {level: \"s0:c1,c2\"}\n"),
@@ -261,12 +258,18 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.{containers,initContainers}[].terminationMessagePath", &["src/sync/termination.rs::the_message_comes_from_the_file_else_the_log_tail_as_the_kubelet_decides", "src/volume/mod.rs::termination_message_files_are_unique_and_writable"]),
     honoured("spec.{containers,initContainers}[].terminationMessagePolicy", &["src/sync/termination.rs::the_message_comes_from_the_file_else_the_log_tail_as_the_kubelet_decides"]),
     honoured("spec.{containers,initContainers}[].tty", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
-    refused("spec.{containers,initContainers,ephemeralContainers}[].volumeDevices", "raw block volumes need a PersistentVolumeClaim, which nodelet cannot mount yet", "  containers:\n  - name: c\n    image: busybox\n    volumeDevices:\n    - name: v\n      devicePath: /dev/xvda\n"),
+    refused("spec.{containers,initContainers,ephemeralContainers}[].volumeDevices", "raw block volumes (a PersistentVolumeClaim with volumeMode: Block) are not published by nodelet yet; Filesystem claims are", "  containers:\n  - name: c\n    image: busybox\n    volumeDevices:\n    - name: v\n      devicePath: /dev/xvda\n"),
     honoured("spec.{containers,initContainers}[].volumeMounts", &["src/sync/container_config.rs::mounts_table", "src/volume/subpath/tests.rs::sub_path_components_table"]),
     refused("spec.{containers,initContainers,ephemeralContainers}[].volumeMounts[].bindMountOptions", "bind mount options (VolumeBindMountOptions, alpha) are not implemented", "  containers:\n  - name: c\n    image: busybox\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      bindMountOptions: [noexec]\n"),
     honoured("spec.{containers,initContainers}[].workingDir", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     // ------------------------------------------------------------- volumes
     honoured("spec.volumes[].name", &["src/volume/mod.rs::pod_dir_layout"]),
+    // Through the CSI drivers registered on the node (`volume::csi`); a PersistentVolume of
+    // another source, a Block claim, and a CSIDriver asking for tokens or republishing refuse
+    // the pod's containers at mount time (CreateContainerConfigError naming field and value).
+    honoured("spec.volumes[].persistentVolumeClaim", &["tests/csi_bind_mounts.rs::a_claim_is_bind_mounted_into_the_container_and_nothing_stays_mounted_after_the_pod", "tests/csi_volumes.rs::a_claim_waits_until_bound_then_is_staged_published_and_torn_down_with_the_pod", "src/volume/csi/tests.rs::two_pods_on_one_claim_stage_once_and_unstage_after_the_last", "src/volume/csi/tests.rs::resolution_table", "src/volume/csi/tests.rs::an_unbound_claim_waits_with_the_kubelets_message", "src/volume/csi/tests.rs::attach_required_waits_for_the_volume_attachment", "src/volume/csi/tests.rs::after_a_restart_a_gone_pods_volume_is_unpublished_once_its_driver_is_back"]),
+    honoured("spec.volumes[].csi", &["src/volume/csi/tests.rs::inline_and_ephemeral_volumes_resolve_as_the_kubelets", "src/volume/csi/tests.rs::secrets_reach_the_driver", "src/volume/csi/tests.rs::refusals_reach_the_caller_before_any_driver_call"]),
+    honoured("spec.volumes[].ephemeral", &["src/volume/csi/tests.rs::inline_and_ephemeral_volumes_resolve_as_the_kubelets", "src/volume/csi/tests.rs::refusals_reach_the_caller_before_any_driver_call"]),
     honoured("spec.volumes[].configMap", &["src/volume/api.rs::config_map_volume_is_written_and_updated_in_place", "src/volume/projection.rs::config_map_payload_table"]),
     refused("spec.volumes[].configMap.defaultUser", NO_ATOMIC_USER, "  volumes:\n  - name: v\n    configMap: {name: cm, defaultUser: 1000}\n"),
     refused("spec.volumes[].configMap.items[].user", NO_ATOMIC_USER, "  volumes:\n  - name: v\n    configMap:\n      name: cm\n      items: [{key: a, path: a, user: 1000}]\n"),
@@ -593,6 +596,10 @@ const MOUNTED_VOLUME_TYPES: &[&str] = &[
     "downwardAPI",
     "projected",
     "image",
+    // Through the CSI volume manager (`volume::csi`).
+    "persistentVolumeClaim",
+    "ephemeral",
+    "csi",
 ];
 
 fn volume(out: &mut Vec<Refusal>, path: &str, v: &Volume) {

@@ -87,6 +87,14 @@ fn expanded(
     out
 }
 
+/// Why the pod's CSI volumes are not there for this sync.
+enum CsiWait {
+    /// Not yet: sync again later.
+    Retry,
+    /// Never: the containers' `CreateContainerConfigError`.
+    Refused(Error),
+}
+
 /// What one sync decided about the pod's life.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SyncOutcome {
@@ -262,6 +270,64 @@ impl PodSyncer {
                 .pod(pod, EventType::Warning, "FailedMount", e.to_string());
         }
         api
+    }
+
+    /// Mounts the pod's PVC, ephemeral and inline CSI volumes. Waiting (a claim not bound, a
+    /// volume not attached, a driver not registered, a failed driver call) is the kubelet's
+    /// `FailedMount` events and a retry, the containers in `ContainerCreating`; a volume that
+    /// can never be mounted is every container's `CreateContainerConfigError`.
+    async fn csi_volumes(
+        &self,
+        pod: &Pod,
+        memory: &mut PodMemory,
+    ) -> std::result::Result<BTreeMap<String, std::path::PathBuf>, CsiWait> {
+        use volume::csi::CsiVolumeError;
+        let Some(csi) = &self.settings.csi_volumes else {
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                "FailedMount",
+                "Unable to attach or mount volumes: no CSI volume manager on this node",
+            );
+            return Err(CsiWait::Retry);
+        };
+        match csi.mount_pod(pod).await {
+            Ok(paths) => Ok(paths),
+            Err(CsiVolumeError::Refused(r)) => {
+                let message = r.to_string();
+                self.events
+                    .pod(pod, EventType::Warning, "FailedMount", message.clone());
+                for c in spec_containers(pod) {
+                    memory.start_failures.insert(
+                        c.name.clone(),
+                        StartFailure {
+                            reason: "CreateContainerConfigError".into(),
+                            message: message.clone(),
+                        },
+                    );
+                }
+                Err(CsiWait::Refused(Error::Sandbox {
+                    uid: pod_uid(pod).to_string(),
+                    message,
+                }))
+            }
+            Err(e) => {
+                if let CsiVolumeError::NotReady { failures, .. } = &e {
+                    for f in failures {
+                        self.events
+                            .pod(pod, EventType::Warning, "FailedMount", f.clone());
+                    }
+                }
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    "FailedMount",
+                    format!("Unable to attach or mount volumes: {e}"),
+                );
+                tracing::info!(error = %e, "waiting for CSI volumes");
+                Err(CsiWait::Retry)
+            }
+        }
     }
 
     /// Fresh per-pod memory with this node's backoff settings.
@@ -998,6 +1064,13 @@ impl PodSyncer {
         };
 
         let mut volumes = volumes;
+        if volume::csi::CsiVolumes::has_csi_volumes(pod) {
+            match self.csi_volumes(pod, memory).await {
+                Ok(paths) => volumes.extend(paths),
+                Err(CsiWait::Retry) => return Ok(Some(SYNC_ERROR_RETRY)),
+                Err(CsiWait::Refused(e)) => return Err(e),
+            }
+        }
         if volume::has_api_volumes(pod) {
             let api = self.api_volumes(pod).await;
             if let Some(e) = api.unmounted() {
@@ -1253,7 +1326,22 @@ impl PodSyncer {
             self.events
                 .pod(pod, EventType::Warning, FAILED_KILL_POD, message);
         }
-        self.inspect(&uid).await
+        let after = self.inspect(&uid).await?;
+        // The kubelet unmounts a terminated pod's volumes (`SyncTerminatedPod`): once no
+        // container runs, its CSI volumes are unpublished (and unstaged after the last pod).
+        // A failure is retried by the pod's removal and by container GC.
+        if let Some(csi) = &self.settings.csi_volumes {
+            if after
+                .containers
+                .iter()
+                .all(|c| c.state != ContainerState::Running)
+            {
+                if let Err(e) = csi.unmount_pod(&uid).await {
+                    tracing::warn!(error = %e, "unmounting the CSI volumes of a terminated pod");
+                }
+            }
+        }
+        Ok(after)
     }
 
     /// The second half: the final status (with `mutation` applied, once), then the probes and

@@ -189,6 +189,7 @@ mod tests {
             user_namespaces_gate: true,
             image_volumes: Default::default(),
             userns: None,
+            csi_volumes: None,
         }
     }
 

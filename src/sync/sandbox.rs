@@ -130,6 +130,14 @@ impl PodSandboxes {
             )?;
         }
         self.remove_pod_cgroup(pod).await;
+        // CSI volumes first, through their drivers; while one cannot be unpublished (its
+        // driver is away) the directory stays, and container GC retries both.
+        if let Some(csi) = &self.settings.csi_volumes {
+            if let Err(e) = csi.unmount_pod(&uid).await {
+                tracing::warn!(error = %e, "unmounting the pod's CSI volumes");
+                return Ok(());
+            }
+        }
         match volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
             // The range is free once the directory with its mapping file is gone; a directory
             // that stays keeps it until the orphan-directory cleanup removes it.

@@ -53,4 +53,6 @@ pub struct SyncSettings {
     pub image_volumes: crate::podspec::image_volume::ImageVolumeSupport,
     /// The pods' user-namespace ranges (`None` with the gate off).
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
+    /// The CSI volume manager (`None`: pods with PVC, ephemeral or inline CSI volumes wait).
+    pub csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
 }

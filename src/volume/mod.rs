@@ -13,10 +13,12 @@
 //! <root>/pods/<uid>/volumes/kubernetes.io~projected/<volume>       (tmpfs)
 //! <root>/pods/<uid>/containers/<container>/<random>      termination-message files
 //! <root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>   subPath bind mounts
+//! <root>/pods/<uid>/volumes/kubernetes.io~csi/<spec>/mount        CSI targets ([`csi`])
 //! ```
 
 pub mod api;
 pub mod atomic_writer;
+pub mod csi;
 pub mod emptydir;
 pub mod hostpath;
 pub mod hosts;
@@ -225,6 +227,13 @@ pub fn prepare_pod_volumes_with(
         check_component(&format!("{field}.name"), &volume.name)?;
         // Image volumes are mounted by the runtime from their image (`sync::start`).
         if projection::ApiVolumeKind::of(volume).is_some() || volume.image.is_some() {
+            continue;
+        }
+        // Mounted by the CSI volume manager (`csi::CsiVolumes::mount_pod`).
+        if volume.persistent_volume_claim.is_some()
+            || volume.ephemeral.is_some()
+            || volume.csi.is_some()
+        {
             continue;
         }
         let path = if let Some(empty) = &volume.empty_dir {
@@ -588,7 +597,8 @@ pub fn read_termination_message(root_dir: &Path, path: &Path, max: u64) -> io::R
 }
 
 /// Removes the pod's directory once the pod is gone: unmounts the subPath bind mounts under
-/// `volume-subpaths` and the tmpfs volumes, then deletes everything without following symlinks
+/// `volume-subpaths` and the tmpfs volumes (never a CSI target: the driver unmounts those),
+/// then deletes everything without following symlinks
 /// or crossing a mount point. Anything else still mounted below the directory (which nodelet
 /// did not mount) stops the removal rather than deleting through it.
 pub fn cleanup_pod_dir(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
@@ -616,8 +626,11 @@ pub fn cleanup_pod_dir_with(
         source: e,
     })?;
     let volumes = dir.join("volumes");
+    // CSI targets are the driver's to unmount (`csi::CsiVolumes::unmount_pod`): one still
+    // mounted here keeps the directory (StillMounted below) until the driver has unpublished.
+    let csi_targets = volumes.join(csi::paths::CSI_POD_PLUGIN_DIR);
     for mount in mounts::mounts_under(&read()?, &dir) {
-        if mount.starts_with(&volumes) {
+        if mount.starts_with(&volumes) && !mount.starts_with(&csi_targets) {
             nix::mount::umount(&mount).map_err(|source| VolumeError::Unmount {
                 path: mount.clone(),
                 source,

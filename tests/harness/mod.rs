@@ -114,6 +114,16 @@ pub async fn harness_with_cgroups(
     edit: impl FnOnce(&mut nodelet::config::Config),
     cgroups: CgroupSetup,
 ) -> Harness {
+    harness_with_builder(crash_loop_backoff, edit, cgroups, |b| b).await
+}
+
+/// [`harness_with_cgroups`] with more builder calls (objects, CSI drivers).
+pub async fn harness_with_builder(
+    crash_loop_backoff: (Duration, Duration),
+    edit: impl FnOnce(&mut nodelet::config::Config),
+    cgroups: CgroupSetup,
+    builder: impl FnOnce(NodeletBuilder) -> NodeletBuilder,
+) -> Harness {
     let clock = Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap());
     let fake = Arc::new(FakeRuntime::new(clock));
     fake.add_image("localhost/app:1");
@@ -137,7 +147,7 @@ pub async fn harness_with_cgroups(
     };
     let mut cfg = config(dir.path(), crash_loop_backoff);
     edit(&mut cfg);
-    let nodelet = NodeletBuilder::new(cfg)
+    let nodelet = builder(NodeletBuilder::new(cfg))
         .runtime(runtime)
         .clock(clock)
         .node_info(NodeInfo {

@@ -145,10 +145,10 @@ fn refusals_name_the_field_the_value_and_the_reason() {
             &[],
         ),
         (
-            "  containers:\n  - name: c\n    image: busybox\n  initContainers:\n  - name: i\n    image: busybox\n    resources:\n      requests: {example.com/gpu: \"1\"}\n  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: data}\n",
+            "  containers:\n  - name: c\n    image: busybox\n  initContainers:\n  - name: i\n    image: busybox\n    resources:\n      requests: {example.com/gpu: \"1\"}\n  volumes:\n  - name: data\n    nfs: {server: s, path: /x}\n  - name: claim\n    persistentVolumeClaim: {claimName: data}\n",
             &[
                 "spec.initContainers[0].resources.requests[example.com/gpu]: Unsupported value: example.com/gpu: 1: only cpu, memory, ephemeral-storage and hugepages-<size> are managed on this node (no device plugins, no extended resources)",
-                "spec.volumes[0].persistentVolumeClaim: Unsupported value: data: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes)",
+                "spec.volumes[0].nfs: Unsupported value: data: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, and through CSI drivers persistentVolumeClaim, ephemeral and csi volumes)",
             ],
         ),
     ];
