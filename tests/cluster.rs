@@ -9,7 +9,6 @@ use apiserver_fixture::{Fixture, LoggedRequest};
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_testkit::pod::{phase, running_ids};
-use nodelet_testkit::port::free_port;
 use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
@@ -956,21 +955,6 @@ spec:
     .await;
 }
 
-/// A CA and the API server's kubelet client identity (PEM certificate + key) it signed, as
-/// `--kubelet-client-certificate`/`--kubelet-client-key` on a real cluster.
-fn kubelet_client_identity(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>) {
-    let ca = TestCa::new("kubernetes");
-    let ca_file = dir.join("ca.crt");
-    std::fs::write(&ca_file, ca.cert.pem()).unwrap();
-    let identity = ca.client_pem("kube-apiserver-kubelet-client", "kubeadm:cluster-admins");
-    // For a client (curl) of the test's own.
-    std::fs::write(dir.join(IDENTITY_PEM), &identity).unwrap();
-    (ca_file, identity.into_bytes())
-}
-
-/// The kubelet client identity's file (certificate and key) in the certificates' directory.
-const IDENTITY_PEM: &str = "kubelet-client.pem";
-
 /// `GET path` on the kubelet API with curl as the API server's kubelet client, the path sent
 /// as it is (no `..` removed, no escape decoded): (status, body).
 fn kubelet_api_get(certs: &std::path::Path, port: u16, path: &str) -> (String, String) {
@@ -1008,29 +992,8 @@ async fn joined_with_kubelet_api_config(
     options: apiserver_fixture::FixtureOptions,
     extra: &str,
 ) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
-    let certs = tempfile::tempdir().unwrap();
-    let (ca_file, identity) = kubelet_client_identity(certs.path());
-    let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
-        kubelet_client: apiserver_fixture::KubeletClientConfig {
-            identity_pem: Some(identity),
-            ca_pem: None,
-        },
-        ..options
-    })
-    .await
-    .unwrap();
+    let (fixture, n, kubelet_port, certs) = join_with_kubelet_api(test, options, extra).await;
     let api = fixture.url();
-    let kubelet_port = free_port();
-    let n = Nodelet::start_in_cluster(
-        test,
-        &api,
-        &format!(
-            // The API server reaches the kubelet API at the node's InternalIP (the address
-            // nodelet detects), as on a real node.
-            "address: 0.0.0.0\nport: {kubelet_port}\nauthentication:\n  x509:\n    clientCAFile: {}\n{extra}",
-            ca_file.display()
-        ),
-    );
     let pod = bound_pod("chatty", &n.node, "")
         .replace("args: [serve]", "args: [serve, --http, \"8080\"]");
     kubectl_apply(&api, n.dir.path(), "chatty", &pod);

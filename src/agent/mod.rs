@@ -444,7 +444,7 @@ impl NodeletBuilder {
         // The CSI drivers registered on this node: the plugin watcher fills the store, the
         // volume manager reads it.
         wire_plugins::spawn(&cfg, &cluster, &csi_drivers, tasks, &cancel)?;
-                let pods = wire_pods::wire(
+        let pods = wire_pods::wire(
             &cfg,
             &runtime,
             &cluster,
@@ -645,6 +645,7 @@ impl NodeViews<'_> {
     /// pressure wing's views, which the node status follows.
     fn agent(&self) -> NodeAgent {
         let pressure = self.pressure.clone();
+        let root_dir = self.cfg.root_dir.clone();
         NodeAgent::new(
             settings::node(self.cfg),
             NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
@@ -655,6 +656,12 @@ impl NodeViews<'_> {
         .with_shutdown(self.shutdown.clone())
         .with_taints(self.taints.clone())
         .with_runtime_features(self.runtime.runtime_features.clone())
+        // What the CSI volume manager's files say (`volume::csi::volumes_in_use`).
+        .with_volumes_in_use(Arc::new(move || {
+            crate::volume::csi::volumes_in_use(&root_dir)
+                .map_err(|e| tracing::warn!(error = %e, "listing the volumes in use"))
+                .ok()
+        }))
     }
 }
 

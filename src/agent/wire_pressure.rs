@@ -24,7 +24,6 @@ use crate::logs::rotation::{CriLogs, LogRotator, RotationPolicy};
 use crate::pod::workers::PodWorkers;
 use crate::stats::machine::NodeInfo;
 use crate::stats::SummarySource;
-use crate::status::StatusManager;
 
 /// What the pressure wing builds.
 pub(super) struct PressureWing {
@@ -89,7 +88,7 @@ pub(super) fn wire(
         recorder.clone(),
         cfg.node_name.clone(),
     ));
-    let summary = summary_provider(cfg, paths, rt, &pods.status, node, clock);
+    let summary = summary_provider(cfg, paths, rt, pods, node, clock, tasks, cancel);
     let history = summary.as_ref().map(|_| {
         Arc::new(crate::server::history::History::new(
             node.memory_capacity(),
@@ -194,26 +193,40 @@ fn admitted_pods(pods: &PodsWing) -> eviction::AdmittedPods {
 
 /// The Summary provider over the runtime's stats calls and the host's cgroups and `/proc`
 /// (`None` without a stats-capable runtime); `/stats/summary` and eviction read it.
+#[allow(clippy::too_many_arguments)]
 fn summary_provider(
     cfg: &Config,
     paths: &HostPaths,
     runtime: &RuntimeServices,
-    status: &StatusManager,
+    pods_wing: &PodsWing,
     node: &NodeInfo,
     clock: Clock,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
 ) -> Option<Arc<dyn SummarySource>> {
     let stats = runtime.stats.clone()?;
-    let status = status.clone();
-    let pods = Arc::new(move || status.pods());
+    let status = pods_wing.status.clone();
+    let pods: crate::stats::provider::PodsFn = Arc::new(move || status.pods());
+    let settings = settings::stats(cfg, &paths.cgroup, &paths.proc);
+    // CSI volumes' usage from their drivers, asked in a task of its own (gRPC, not files).
+    let csi = Arc::new(crate::stats::csi_volumes::CsiVolumeStats::new(
+        settings.volume_stats_period,
+        cfg.feature_enabled(crate::config::kubelet_fields::CSI_VOLUME_HEALTH),
+    ));
+    let volumes = &pods_wing.csi_volumes;
+    let sources = crate::stats::csi_volumes::CsiStatsSources {
+        root_dir: volumes.root_dir().to_path_buf(),
+        mountinfo: volumes.mountinfo().to_path_buf(),
+        pods: pods.clone(),
+        drivers: volumes.drivers().clone(),
+        objects: volumes.objects(),
+        clock,
+    };
+    tasks.spawn(csi.clone().run(sources, cancel.clone()));
     Some(Arc::new(
-        crate::stats::SummaryProvider::new(
-            settings::stats(cfg, &paths.cgroup, &paths.proc),
-            runtime.runtime.clone(),
-            stats,
-            pods,
-            clock,
-        )
-        .with_machine(node.machine.clone()),
+        crate::stats::SummaryProvider::new(settings, runtime.runtime.clone(), stats, pods, clock)
+            .with_machine(node.machine.clone())
+            .with_csi_volumes(csi),
     ))
 }
 

@@ -305,6 +305,7 @@ impl FeatureGate {
 /// Gates nodelet recognises. Any other name is refused: nodelet cannot tell whether the gate
 /// would change what it does.
 pub const FEATURE_GATES: &[FeatureGate] = &[
+    gate("CSIVolumeHealth", false, GateStage::Alpha),
     only(
         "ChangeContainerStatusOnKubeletRestart",
         false,
@@ -369,6 +370,7 @@ pub const KUBELET_CRASH_LOOP_BACK_OFF_MAX: &str = "KubeletCrashLoopBackOffMax";
 pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLoopBackOffDecay";
 pub const USER_NAMESPACES_SUPPORT: &str = "UserNamespacesSupport";
 pub const IMAGE_VOLUME: &str = "ImageVolume";
+pub const CSI_VOLUME_HEALTH: &str = "CSIVolumeHealth";
 
 pub fn feature_gate(name: &str) -> Option<&'static FeatureGate> {
     FEATURE_GATES.iter().find(|g| g.name == name)

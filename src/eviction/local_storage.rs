@@ -185,6 +185,8 @@ mod tests {
             .map(|(name, used)| VolumeStats {
                 fs: fs(*used),
                 name: name.to_string(),
+                pvc_ref: None,
+                volume_health_stats: None,
             })
             .collect();
         s.ephemeral_storage = pod_used.map(fs);

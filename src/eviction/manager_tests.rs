@@ -812,6 +812,8 @@ async fn local_storage_over_its_limits_goes_at_once_without_a_node_threshold() {
                 ..FsStats::empty(time())
             },
             name: "cache".into(),
+            pvc_ref: None,
+            volume_health_stats: None,
         }];
     }
     r.set(s);

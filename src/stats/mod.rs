@@ -21,6 +21,7 @@ pub mod cgroup;
 pub mod container_cgroup;
 pub mod convert;
 pub mod cpu_rate;
+pub mod csi_volumes;
 pub mod machine;
 pub mod node;
 pub mod provider;

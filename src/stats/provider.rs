@@ -156,6 +156,8 @@ pub struct SummaryProvider {
     volumes: Arc<VolumeCache>,
     /// The machine's facts, for cAdvisor's `machine_*` series (`None`: not served).
     machine: Option<MachineInfo>,
+    /// CSI volumes' usage as their drivers report it (`None`: no CSI volumes reported).
+    csi_volumes: Option<Arc<super::csi_volumes::CsiVolumeStats>>,
 }
 
 fn nanos_to_time(nanos: i64) -> Option<Time> {
@@ -209,7 +211,14 @@ impl SummaryProvider {
             cgroups: Mutex::new(HashMap::new()),
             volumes,
             machine: None,
+            csi_volumes: None,
         }
+    }
+
+    /// Reports the pods' CSI volumes from `stats` (refreshed by its own task).
+    pub fn with_csi_volumes(mut self, stats: Arc<super::csi_volumes::CsiVolumeStats>) -> Self {
+        self.csi_volumes = Some(stats);
+        self
     }
 
     /// The machine facts `/metrics/cadvisor` reports as `machine_*` (the node's one
@@ -712,13 +721,22 @@ impl SummaryProvider {
                     e.inodes_used = add_usage(e.inodes_used, Some(inodes));
                 }
             }
-            let volume_stats = volumes
+            let csi_volumes = self
+                .csi_volumes
+                .as_ref()
+                .map(|c| c.pod_volumes(&plan.pod_ref.uid))
+                .unwrap_or_default();
+            let mut volume_stats: Vec<VolumeStats> = volumes
                 .into_iter()
                 .map(|v| VolumeStats {
                     fs: usage_on_fs(&time, Some(v.bytes), Some(v.inodes), v.fs.as_ref()),
                     name: v.name,
+                    pvc_ref: None,
+                    volume_health_stats: None,
                 })
+                .chain(csi_volumes)
                 .collect();
+            volume_stats.sort_by(|a, b| a.name.cmp(&b.name));
             if pod_sample.is_none() {
                 let cpus: Vec<_> = containers.iter().filter_map(|c| c.cpu.as_ref()).collect();
                 let memories: Vec<_> = containers

@@ -228,6 +228,25 @@ pub struct VolumeStats {
     pub fs: FsStats,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// The claim a persistent (or generic ephemeral) volume came through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
+    /// The driver's volume condition (with the `CSIVolumeHealth` gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_health_stats: Option<VolumeHealthStats>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcReference {
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeHealthStats {
+    pub abnormal: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -348,6 +367,11 @@ mod tests {
                         ..FsStats::empty(t())
                     },
                     name: "data".into(),
+                    pvc_ref: Some(PvcReference {
+                        name: "data-web".into(),
+                        namespace: "shop".into(),
+                    }),
+                    volume_health_stats: None,
                 }],
                 ephemeral_storage: Some(FsStats {
                     used_bytes: Some(7),
@@ -391,7 +415,7 @@ mod tests {
                         "majorPageFaults": 0
                     }
                 }],
-                "volume": [{"time": "2026-01-02T03:04:05Z", "usedBytes": 4, "name": "data"}],
+                "volume": [{"time": "2026-01-02T03:04:05Z", "usedBytes": 4, "name": "data", "pvcRef": {"name": "data-web", "namespace": "shop"}}],
                 "ephemeral-storage": {"time": "2026-01-02T03:04:05Z", "usedBytes": 7},
                 "process_stats": {"process_count": 2}
             }]

@@ -18,6 +18,9 @@ use tokio::time::Instant;
 
 use super::node::{filesystem_usage, FsUsage};
 
+/// The pod directory's plugin directory of CSI volumes.
+const CSI_PLUGIN_DIR: &str = "kubernetes.io~csi";
+
 /// `volumeStatsAggPeriod`'s default: how long a pod's volume numbers are served before they are
 /// walked again.
 pub const VOLUME_STATS_PERIOD: Duration = Duration::from_secs(60);
@@ -89,6 +92,11 @@ pub fn read_pod_volumes(pod_dir: &Path, ephemeral: Option<&HashSet<String>>) -> 
     };
     for plugin in plugins.flatten() {
         let plugin_name = plugin.file_name().to_string_lossy().into_owned();
+        // A CSI volume is its driver's to measure (`NodeGetVolumeStats`, `super::csi_volumes`),
+        // never walked: it may be a network filesystem, or large.
+        if plugin_name == CSI_PLUGIN_DIR {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(plugin.path()) else {
             continue;
         };

@@ -634,3 +634,53 @@ pub async fn one_more_reconcile(n: &Nodelet) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A CA and the API server's kubelet client identity (PEM certificate + key) it signed, as
+/// `--kubelet-client-certificate`/`--kubelet-client-key` on a real cluster.
+pub fn kubelet_client_identity(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let ca = TestCa::new("kubernetes");
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, ca.cert.pem()).unwrap();
+    let identity = ca.client_pem("kube-apiserver-kubelet-client", "kubeadm:cluster-admins");
+    // For a client (curl) of the test's own.
+    std::fs::write(dir.join(IDENTITY_PEM), &identity).unwrap();
+    (ca_file, identity.into_bytes())
+}
+
+/// The kubelet client identity's file (certificate and key) in the certificates' directory.
+pub const IDENTITY_PEM: &str = "kubelet-client.pem";
+
+/// A fixture (set up by `options`) that proxies to node agents with its kubelet client
+/// certificate, and a nodelet joined to it serving the kubelet API (trusting that certificate's
+/// CA; `extra` appended to its configuration), so `kubectl logs`, `exec` and `get --raw
+/// /api/v1/nodes/<node>/proxy/…` reach it. Returns the kubelet API port and the certificates'
+/// directory.
+pub async fn join_with_kubelet_api(
+    test: &str,
+    options: apiserver_fixture::FixtureOptions,
+    extra: &str,
+) -> (apiserver_fixture::Fixture, Nodelet, u16, tempfile::TempDir) {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca_file, identity) = kubelet_client_identity(certs.path());
+    let fixture = apiserver_fixture::Fixture::start_with(apiserver_fixture::FixtureOptions {
+        kubelet_client: apiserver_fixture::KubeletClientConfig {
+            identity_pem: Some(identity),
+            ca_pem: None,
+        },
+        ..options
+    })
+    .await
+    .unwrap();
+    let kubelet_port = nodelet_testkit::port::free_port();
+    let n = Nodelet::start_in_cluster(
+        test,
+        &fixture.url(),
+        &format!(
+            // The API server reaches the kubelet API at the node's InternalIP (the address
+            // nodelet detects), as on a real node.
+            "address: 0.0.0.0\nport: {kubelet_port}\nauthentication:\n  x509:\n    clientCAFile: {}\n{extra}",
+            ca_file.display()
+        ),
+    );
+    (fixture, n, kubelet_port, certs)
+}

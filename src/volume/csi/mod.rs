@@ -166,6 +166,28 @@ fn scan_pod(root_dir: &Path, uid: &str) -> io::Result<Vec<Published>> {
     Ok(out)
 }
 
+/// `status.volumesInUse` (the kubelet's `GetVolumesInUse`): the unique names of the
+/// attachable volumes — those published with a VolumeAttachment (`attachmentID` in their
+/// `vol_data.json`) — in any pod's directory, sorted and without repeats.
+pub fn volumes_in_use(root_dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = BTreeSet::new();
+    for uid in dir_names(&root_dir.join("pods"))? {
+        let dir = paths::pod_plugin_dir(root_dir, &uid);
+        for spec_name in dir_names(&dir)? {
+            let Ok(Some(data)) = paths::read_vol_data(&dir.join(&spec_name)) else {
+                continue;
+            };
+            let attached = data
+                .get(keys::ATTACHMENT_ID)
+                .is_some_and(|id| !id.is_empty());
+            if let (true, Some(key)) = (attached, key_of(&data)) {
+                names.insert(paths::unique_volume_name(&key.driver, &key.handle));
+            }
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
 /// The actual state: every pod's published targets and every staged volume.
 fn scan_actual(root_dir: &Path) -> io::Result<Actual> {
     let mut actual = Actual::default();
@@ -295,6 +317,24 @@ impl CsiVolumes {
             mountinfo: PathBuf::from(MOUNTINFO),
             desired: tokio::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The drivers this manager mounts through.
+    pub fn drivers(&self) -> &CsiDrivers {
+        &self.drivers
+    }
+
+    /// Where the claims, PersistentVolumes and CSIDrivers are read.
+    pub fn objects(&self) -> Arc<dyn ObjectSource> {
+        self.objects.clone()
+    }
+
+    pub fn root_dir(&self) -> &Path {
+        &self.root_dir
+    }
+
+    pub fn mountinfo(&self) -> &Path {
+        &self.mountinfo
     }
 
     /// A different mount table (tests).

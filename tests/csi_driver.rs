@@ -1,0 +1,660 @@
+//! CSI volumes on a real containerd, end to end: nodelet joined to the API server fixture, the
+//! project's CSI node driver (`nodelet-test-csi`, a separate process registering through
+//! `<rootDir>/plugins_registry` as DaemonSet drivers do), and the real `kubectl`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use apiserver_fixture::Fixture;
+use common::*;
+use nodelet_testkit::tail;
+use serde_json::Value;
+
+const DRIVER: &str = "csi.nodelet.test";
+const CAPACITY: u64 = 1 << 30;
+
+/// The driver process, killed (SIGTERM, so it removes its sockets) when dropped.
+struct Driver {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Driver {
+    /// Starts `nodelet-test-csi` registering with the nodelet whose root directory is `root`.
+    fn start(root: &Path, dir: &Path, extra: &[&str]) -> Driver {
+        std::fs::create_dir_all(dir).unwrap();
+        let exe = driver_exe();
+        let log = std::fs::File::create(dir.join("driver.log")).unwrap();
+        let child = Command::new(&exe)
+            .args(["--driver-name", DRIVER, "--node-id"])
+            .arg("node-a")
+            .arg("--csi-socket")
+            .arg(dir.join("csi.sock"))
+            .arg("--registration-dir")
+            .arg(root.join("plugins_registry"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--journal")
+            .arg(dir.join("journal"))
+            .args([
+                "--max-volumes",
+                "7",
+                "--topology",
+                "topology.nodelet.test/zone=z1",
+            ])
+            .args(["--volume-capacity", &CAPACITY.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+        Driver {
+            child,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The RPCs the driver received, in order.
+    fn journal(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.join("journal"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// How many successful calls of `method` the driver received.
+    fn calls(&self, method: &str) -> usize {
+        self.journal()
+            .iter()
+            .filter(|c| c["method"] == method && c["ok"] == true)
+            .count()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("driver.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// The driver binary, built beside this test's binary by `cargo build --workspace`; a test
+/// without it fails loudly.
+fn driver_exe() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let path = dir.join("nodelet-test-csi");
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace (cargo build --workspace)",
+        path.display()
+    );
+    path
+}
+
+/// Mount points under `dir` per /proc/self/mountinfo.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = std::fs::canonicalize(dir)
+        .unwrap_or_else(|_| dir.to_path_buf())
+        .display()
+        .to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(String::from))
+        .filter(|m| m.starts_with(&prefix))
+        .collect()
+}
+
+fn kubectl_json(api: &str, args: &[&str]) -> Option<Value> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let (ok, out, _) = kubectl(api, &all);
+    ok.then(|| serde_json::from_str(&out).ok()).flatten()
+}
+
+fn create(api: &str, dir: &Path, name: &str, yaml: &str) {
+    kubectl_apply(api, dir, name, yaml);
+}
+
+/// A CSIDriver object for the test driver.
+fn csi_driver_yaml(attach_required: bool) -> String {
+    format!(
+        "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: {DRIVER}\nspec:\n  attachRequired: {attach_required}\n  podInfoOnMount: true\n  fsGroupPolicy: File\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
+    )
+}
+
+/// A PV of the test driver bound to claim `claim`, and the claim.
+fn pv_and_claim_yaml(pv: &str, claim: &str, handle: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: default, name: {claim}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n    volumeAttributes: {{color: blue}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
+    )
+}
+
+/// Marks the claim Bound, as the control plane's binder does.
+fn bind(api: &str, claim: &str) {
+    let (ok, out, err) = kubectl(
+        api,
+        &[
+            "patch",
+            "pvc",
+            claim,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":"1Gi"}}}"#,
+        ],
+    );
+    assert!(ok, "bind {claim}: {out}{err}");
+}
+
+fn pod_with_claim(name: &str, node: &str, claim: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: data\n    persistentVolumeClaim:\n      claimName: {claim}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    volumeMounts:\n    - name: data\n      mountPath: /data\n"
+    )
+}
+
+fn phase_of(fixture: &Fixture, name: &str) -> String {
+    api_pod(fixture, name)
+        .and_then(|p| p.status?.phase)
+        .unwrap_or_default()
+}
+
+async fn exec(fixture: &Fixture, name: &str, cmd: &str) -> (i32, String) {
+    use nodelet::cri::Runtime;
+    let pod = api_pod(fixture, name).unwrap();
+    let id = pod.status.unwrap().container_statuses.unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let r = runtime()
+        .exec_sync(
+            &id,
+            vec!["/bin/sh".into(), "-c".into(), cmd.into()],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    (
+        r.exit_code,
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&r.stdout),
+            String::from_utf8_lossy(&r.stderr)
+        ),
+    )
+}
+
+async fn delete_and_wait(fixture: &Fixture, n: &Nodelet, name: &str) {
+    let (ok, out, err) = kubectl(&fixture.url(), &["delete", "pod", name, "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    wait_api(&format!("{name} gone"), n, || {
+        api_pod(fixture, name).is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
+    let (fixture, n, _port, _certs) =
+        join_with_kubelet_api("csi-claim", Default::default(), "").await;
+    let api = fixture.url();
+    let root = n.dir.path().join("root");
+    let driver = Driver::start(&root, &n.dir.path().join("driver"), &[]);
+    let node = n.node.clone();
+
+    // Registration: the CSINode lists the driver with its node ID, topology key and count.
+    let csinode = wait_api("the driver in the CSINode", &n, || {
+        let j = kubectl_json(&api, &["get", "csinode", &node])?;
+        let d = j["spec"]["drivers"].as_array()?.first()?.clone();
+        (d["name"] == DRIVER).then_some(d)
+    })
+    .await;
+    assert_eq!(csinode["nodeID"], "node-a", "{csinode}");
+    assert_eq!(csinode["allocatable"]["count"], 7, "{csinode}");
+    assert_eq!(
+        csinode["topologyKeys"],
+        serde_json::json!(["topology.nodelet.test/zone"])
+    );
+    let node_json = kubectl_json(&api, &["get", "node", &node]).unwrap();
+    assert_eq!(
+        node_json["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"],
+        format!("{{\"{DRIVER}\":\"node-a\"}}"),
+        "{}",
+        driver.log()
+    );
+
+    create(&api, n.dir.path(), "csidriver", &csi_driver_yaml(false));
+    create(
+        &api,
+        n.dir.path(),
+        "pv",
+        &pv_and_claim_yaml("pv-data", "data", "vol-data"),
+    );
+    bind(&api, "data");
+
+    // Two pods on one claim: staged once, published twice; the file one writes the other reads.
+    for pod in ["writer", "reader"] {
+        create(&api, n.dir.path(), pod, &pod_with_claim(pod, &node, "data"));
+    }
+    for pod in ["writer", "reader"] {
+        wait_api(&format!("{pod} Running"), &n, || {
+            (phase_of(&fixture, pod) == "Running").then_some(())
+        })
+        .await;
+    }
+    let (code, out) = exec(&fixture, "writer", "echo kept > /data/f && cat /data/f").await;
+    assert_eq!((code, out.trim()), (0, "kept"));
+    let (code, out) = exec(&fixture, "reader", "cat /data/f").await;
+    assert_eq!((code, out.trim()), (0, "kept"));
+    assert_eq!(
+        driver.calls("NodeStageVolume"),
+        1,
+        "{:#?}",
+        driver.journal()
+    );
+    assert_eq!(
+        driver.calls("NodePublishVolume"),
+        2,
+        "{:#?}",
+        driver.journal()
+    );
+    let publish = driver
+        .journal()
+        .into_iter()
+        .find(|c| c["method"] == "NodePublishVolume")
+        .unwrap();
+    assert_eq!(publish["volume_context"]["color"], "blue", "{publish}");
+    assert_eq!(
+        publish["volume_context"]["csi.storage.k8s.io/pod.namespace"], "default",
+        "{publish}"
+    );
+
+    // volumesInUse in the node status; the driver's capacity in the Summary API.
+    let summary = wait_api("the volume's capacity in /stats/summary", &n, || {
+        let (ok, out, _) = kubectl(
+            &api,
+            &[
+                "get",
+                "--raw",
+                &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
+            ],
+        );
+        let j: Value = serde_json::from_str(&out).ok()?;
+        let pods = j["pods"].as_array()?;
+        let writer = pods.iter().find(|p| p["podRef"]["name"] == "writer")?;
+        let v = writer["volume"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == "data")?
+            .clone();
+        (ok && v["capacityBytes"].as_u64() == Some(CAPACITY)).then_some(v)
+    })
+    .await;
+    assert_eq!(summary["pvcRef"]["name"], "data", "{summary}");
+    assert_eq!(summary["pvcRef"]["namespace"], "default", "{summary}");
+
+    // The last pod out unstages; nothing stays mounted under the root directory.
+    delete_and_wait(&fixture, &n, "writer").await;
+    wait_api("writer unpublished", &n, || {
+        (driver.calls("NodeUnpublishVolume") == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        driver.calls("NodeUnstageVolume"),
+        0,
+        "{:#?}",
+        driver.journal()
+    );
+    delete_and_wait(&fixture, &n, "reader").await;
+    wait_api("the volume unstaged after the last pod", &n, || {
+        (driver.calls("NodeUnstageVolume") == 1).then_some(())
+    })
+    .await;
+    wait_api("nothing mounted under the root dir", &n, || {
+        mounts_under(&root).is_empty().then_some(())
+    })
+    .await;
+
+    // A new pod on the same claim reads what the first one wrote.
+    create(
+        &api,
+        n.dir.path(),
+        "again",
+        &pod_with_claim("again", &node, "data"),
+    );
+    wait_api("again Running", &n, || {
+        (phase_of(&fixture, "again") == "Running").then_some(())
+    })
+    .await;
+    let (code, out) = exec(&fixture, "again", "cat /data/f").await;
+    assert_eq!((code, out.trim()), (0, "kept"), "{}", tail(&n.logs(), 40));
+    delete_and_wait(&fixture, &n, "again").await;
+    wait_api("nothing mounted after the last pod", &n, || {
+        mounts_under(&root).is_empty().then_some(())
+    })
+    .await;
+
+    // The driver going away deregisters it.
+    drop(driver);
+    wait_api("the driver gone from the CSINode", &n, || {
+        let j = kubectl_json(&api, &["get", "csinode", &node])?;
+        j["spec"]["drivers"]
+            .as_array()
+            .is_none_or(|d| d.is_empty())
+            .then_some(())
+    })
+    .await;
+}
+
+/// The first scenario's start: fixture, nodelet, driver registered, CSIDriver object.
+async fn joined_with_driver(
+    test: &str,
+    attach_required: bool,
+) -> (Fixture, Nodelet, Driver, PathBuf) {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster(test, &api, "");
+    let root = n.dir.path().join("root");
+    let driver = Driver::start(&root, &n.dir.path().join("driver"), &[]);
+    let node = n.node.clone();
+    wait_api("the driver registered", &n, || {
+        let j = kubectl_json(&api, &["get", "csinode", &node])?;
+        (j["spec"]["drivers"][0]["name"] == DRIVER).then_some(())
+    })
+    .await;
+    create(
+        &api,
+        n.dir.path(),
+        "csidriver",
+        &csi_driver_yaml(attach_required),
+    );
+    (fixture, n, driver, root)
+}
+
+/// The kubelet's wait for an unbound claim: the pod stays `ContainerCreating` with a
+/// `FailedMount` event naming the claim, nothing is staged; bound, the pod runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
+    let (fixture, n, driver, root) = joined_with_driver("csi-unbound", false).await;
+    let api = fixture.url();
+    create(
+        &api,
+        n.dir.path(),
+        "pv",
+        &pv_and_claim_yaml("pv-late", "late", "vol-late"),
+    );
+    create(
+        &api,
+        n.dir.path(),
+        "pod",
+        &pod_with_claim("waiter", &n.node, "late"),
+    );
+    let event = wait_api("a FailedMount event for the unbound claim", &n, || {
+        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+        j["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["involvedObject"]["name"] == "waiter" && e["reason"] == "FailedMount")
+            .cloned()
+    })
+    .await;
+    let message = event["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains("default/late") && message.contains("not bound"),
+        "{message}"
+    );
+    let waiting = api_pod(&fixture, "waiter").and_then(|p| {
+        p.status?
+            .container_statuses?
+            .first()?
+            .state
+            .clone()?
+            .waiting?
+            .reason
+    });
+    assert_eq!(waiting.as_deref(), Some("ContainerCreating"));
+    assert_eq!(
+        driver.calls("NodeStageVolume"),
+        0,
+        "{:#?}",
+        driver.journal()
+    );
+    bind(&api, "late");
+    wait_api("waiter Running once bound", &n, || {
+        (phase_of(&fixture, "waiter") == "Running").then_some(())
+    })
+    .await;
+    delete_and_wait(&fixture, &n, "waiter").await;
+    wait_api("nothing mounted after the pod", &n, || {
+        mounts_under(&root).is_empty().then_some(())
+    })
+    .await;
+}
+
+/// A restart of nodelet while a pod runs keeps the volume mounted (no second stage or
+/// publish, the same container), and the mounts go with the pod afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
+    let (fixture, mut n, driver, root) = joined_with_driver("csi-restart", false).await;
+    let api = fixture.url();
+    create(
+        &api,
+        n.dir.path(),
+        "pv",
+        &pv_and_claim_yaml("pv-r", "r", "vol-r"),
+    );
+    bind(&api, "r");
+    create(
+        &api,
+        n.dir.path(),
+        "pod",
+        &pod_with_claim("keeper", &n.node, "r"),
+    );
+    wait_api("keeper Running", &n, || {
+        (phase_of(&fixture, "keeper") == "Running").then_some(())
+    })
+    .await;
+    let (code, _) = exec(&fixture, "keeper", "echo before > /data/f").await;
+    assert_eq!(code, 0);
+    let before = mounts_under(&root);
+    assert_eq!(before.len(), 2, "a global mount and a target: {before:?}");
+    let container = api_pod(&fixture, "keeper")
+        .unwrap()
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()[0]
+        .container_id
+        .clone();
+
+    n.restart();
+    wait_api("the driver registered again", &n, || {
+        let j = kubectl_json(&api, &["get", "csinode", &n.node])?;
+        (j["spec"]["drivers"][0]["name"] == DRIVER).then_some(())
+    })
+    .await;
+    // A positive sign the restarted nodelet synced the pod: a status written after the restart.
+    n.wait_more_syncs(2, Duration::from_secs(90)).await;
+    assert_eq!(mounts_under(&root), before, "{}", tail(&n.logs(), 40));
+    let (code, out) = exec(&fixture, "keeper", "cat /data/f").await;
+    assert_eq!((code, out.trim()), (0, "before"));
+    let now = api_pod(&fixture, "keeper")
+        .unwrap()
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()[0]
+        .container_id
+        .clone();
+    assert_eq!(now, container, "the same container");
+    assert_eq!(
+        driver.calls("NodeStageVolume"),
+        1,
+        "{:#?}",
+        driver.journal()
+    );
+    assert_eq!(
+        driver.calls("NodePublishVolume"),
+        1,
+        "{:#?}",
+        driver.journal()
+    );
+
+    delete_and_wait(&fixture, &n, "keeper").await;
+    wait_api("unpublished and unstaged after the restart", &n, || {
+        (driver.calls("NodeUnstageVolume") == 1 && mounts_under(&root).is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        driver.calls("NodeUnpublishVolume"),
+        1,
+        "{:#?}",
+        driver.journal()
+    );
+}
+
+/// An inline CSI volume (the CSIDriver allows `Ephemeral`): published without staging, with
+/// the pod's information, writable, and gone with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_csi_volume_is_published_for_the_pod_alone() {
+    let (fixture, n, driver, root) = joined_with_driver("csi-inline", false).await;
+    let api = fixture.url();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: inline\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: scratch\n    csi:\n      driver: {DRIVER}\n      volumeAttributes: {{size: small}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n",
+        node = n.node
+    );
+    create(&api, n.dir.path(), "inline", &yaml);
+    wait_api("inline Running", &n, || {
+        (phase_of(&fixture, "inline") == "Running").then_some(())
+    })
+    .await;
+    let (code, out) = exec(&fixture, "inline", "echo x > /scratch/f && cat /scratch/f").await;
+    assert_eq!((code, out.trim()), (0, "x"));
+    let publish = driver
+        .journal()
+        .into_iter()
+        .find(|c| c["method"] == "NodePublishVolume")
+        .unwrap();
+    assert_eq!(
+        publish["volume_context"]["csi.storage.k8s.io/ephemeral"], "true",
+        "{publish}"
+    );
+    assert_eq!(
+        publish["volume_context"]["csi.storage.k8s.io/pod.name"], "inline",
+        "{publish}"
+    );
+    assert_eq!(publish["volume_context"]["size"], "small", "{publish}");
+    assert!(
+        publish["volume_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("csi-")),
+        "{publish}"
+    );
+    assert_eq!(driver.calls("NodeStageVolume"), 0);
+    delete_and_wait(&fixture, &n, "inline").await;
+    wait_api("the inline volume unpublished", &n, || {
+        (driver.calls("NodeUnpublishVolume") == 1 && mounts_under(&root).is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// An attachable volume (the CSIDriver's `attachRequired`) waits for its VolumeAttachment,
+/// gets the attachment's metadata as publish context, and is listed in `volumesInUse`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
+    let (fixture, n, driver, _root) = joined_with_driver("csi-attach", true).await;
+    let api = fixture.url();
+    create(
+        &api,
+        n.dir.path(),
+        "pv",
+        &pv_and_claim_yaml("pv-a", "a", "vol-a"),
+    );
+    bind(&api, "a");
+    create(
+        &api,
+        n.dir.path(),
+        "pod",
+        &pod_with_claim("attached", &n.node, "a"),
+    );
+    // The attach/detach controller's VolumeAttachment, under the kubelet's name for it.
+    let name = {
+        use sha2::Digest;
+        format!(
+            "csi-{}",
+            hex::encode(sha2::Sha256::digest(format!("vol-a{DRIVER}{}", n.node)))
+        )
+    };
+    wait_api("a FailedMount while the volume is not attached", &n, || {
+        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+        j["items"]
+            .as_array()?
+            .iter()
+            .any(|e| e["involvedObject"]["name"] == "attached" && e["reason"] == "FailedMount")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(driver.calls("NodeStageVolume"), 0);
+    create(
+        &api,
+        n.dir.path(),
+        "va",
+        &format!("apiVersion: storage.k8s.io/v1\nkind: VolumeAttachment\nmetadata:\n  name: {name}\nspec:\n  attacher: {DRIVER}\n  nodeName: {node}\n  source: {{persistentVolumeName: pv-a}}\n", node = n.node),
+    );
+    let (ok, out, err) = kubectl(
+        &api,
+        &[
+            "patch",
+            "volumeattachment",
+            &name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"attached":true,"attachmentMetadata":{"lun":"3"}}}"#,
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    wait_api("attached Running", &n, || {
+        (phase_of(&fixture, "attached") == "Running").then_some(())
+    })
+    .await;
+    let stage = driver
+        .journal()
+        .into_iter()
+        .find(|c| c["method"] == "NodeStageVolume")
+        .unwrap();
+    assert_eq!(stage["publish_context"]["lun"], "3", "{stage}");
+    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-a");
+    wait_api("the volume in volumesInUse", &n, || {
+        let j = kubectl_json(&api, &["get", "node", &n.node])?;
+        j["status"]["volumesInUse"]
+            .as_array()?
+            .iter()
+            .any(|v| v == unique.as_str())
+            .then_some(())
+    })
+    .await;
+    delete_and_wait(&fixture, &n, "attached").await;
+    wait_api("volumesInUse empty after the pod", &n, || {
+        let j = kubectl_json(&api, &["get", "node", &n.node])?;
+        j["status"]["volumesInUse"]
+            .as_array()
+            .is_none_or(|v| v.is_empty())
+            .then_some(())
+    })
+    .await;
+}
