@@ -135,11 +135,22 @@ fn csi_driver_yaml(attach_required: bool) -> String {
     )
 }
 
-/// A PV of the test driver bound to claim `claim`, and the claim.
-fn pv_and_claim_yaml(pv: &str, claim: &str, handle: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: default, name: {claim}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n    volumeAttributes: {{color: blue}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
-    )
+/// Claim `claim` and a PV of the test driver (handle `handle`) bound to it, as a provisioner and
+/// the control plane's binder leave them: the PV's `claimRef` carries the claim's UID, the
+/// claim names the PV (its `Bound` phase is [`bind`]'s).
+fn create_claim_and_volume(api: &str, dir: &Path, pv: &str, claim: &str, handle: &str) {
+    let claim_yaml = format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
+    );
+    create(api, dir, &format!("claim-{claim}"), &claim_yaml);
+    let uid = kubectl_json(api, &["get", "pvc", claim]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pv_yaml = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: default, name: {claim}, uid: {uid}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n    volumeAttributes: {{color: blue}}\n"
+    );
+    create(api, dir, &format!("pv-{pv}"), &pv_yaml);
 }
 
 /// Marks the claim Bound, as the control plane's binder does.
@@ -238,12 +249,7 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
     );
 
     create(&api, n.dir.path(), "csidriver", &csi_driver_yaml(false));
-    create(
-        &api,
-        n.dir.path(),
-        "pv",
-        &pv_and_claim_yaml("pv-data", "data", "vol-data"),
-    );
+    create_claim_and_volume(&api, n.dir.path(), "pv-data", "data", "vol-data");
     bind(&api, "data");
 
     // Two pods on one claim: staged once, published twice; the file one writes the other reads.
@@ -391,12 +397,7 @@ async fn joined_with_driver(
 async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
     let (fixture, n, driver, root) = joined_with_driver("csi-unbound", false).await;
     let api = fixture.url();
-    create(
-        &api,
-        n.dir.path(),
-        "pv",
-        &pv_and_claim_yaml("pv-late", "late", "vol-late"),
-    );
+    create_claim_and_volume(&api, n.dir.path(), "pv-late", "late", "vol-late");
     create(
         &api,
         n.dir.path(),
@@ -451,12 +452,7 @@ async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
 async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     let (fixture, mut n, driver, root) = joined_with_driver("csi-restart", false).await;
     let api = fixture.url();
-    create(
-        &api,
-        n.dir.path(),
-        "pv",
-        &pv_and_claim_yaml("pv-r", "r", "vol-r"),
-    );
+    create_claim_and_volume(&api, n.dir.path(), "pv-r", "r", "vol-r");
     bind(&api, "r");
     create(
         &api,
@@ -470,7 +466,13 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     .await;
     let (code, _) = exec(&fixture, "keeper", "echo before > /data/f").await;
     assert_eq!(code, 0);
-    let before = mounts_under(&root);
+    let csi_mounts = |root: &Path| -> Vec<String> {
+        mounts_under(root)
+            .into_iter()
+            .filter(|m| m.contains("kubernetes.io/csi/") || m.contains("kubernetes.io~csi/"))
+            .collect()
+    };
+    let before = csi_mounts(&root);
     assert_eq!(before.len(), 2, "a global mount and a target: {before:?}");
     let container = api_pod(&fixture, "keeper")
         .unwrap()
@@ -489,7 +491,7 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     .await;
     // A positive sign the restarted nodelet synced the pod: a status written after the restart.
     n.wait_more_syncs(2, Duration::from_secs(90)).await;
-    assert_eq!(mounts_under(&root), before, "{}", tail(&n.logs(), 40));
+    assert_eq!(csi_mounts(&root), before, "{}", tail(&n.logs(), 40));
     let (code, out) = exec(&fixture, "keeper", "cat /data/f").await;
     assert_eq!((code, out.trim()), (0, "before"));
     let now = api_pod(&fixture, "keeper")
@@ -578,12 +580,7 @@ async fn an_inline_csi_volume_is_published_for_the_pod_alone() {
 async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
     let (fixture, n, driver, _root) = joined_with_driver("csi-attach", true).await;
     let api = fixture.url();
-    create(
-        &api,
-        n.dir.path(),
-        "pv",
-        &pv_and_claim_yaml("pv-a", "a", "vol-a"),
-    );
+    create_claim_and_volume(&api, n.dir.path(), "pv-a", "a", "vol-a");
     bind(&api, "a");
     create(
         &api,

@@ -208,6 +208,13 @@ fn scan_actual(root_dir: &Path) -> io::Result<Actual> {
     Ok(actual)
 }
 
+/// Whether the volume is staged (a global mount, `NodeStageVolume`): a persistent volume of a
+/// driver with `STAGE_UNSTAGE_VOLUME` — an inline volume never is (the kubelet's
+/// `CanDeviceMount` is false for inline ephemeral volumes).
+fn stages(driver: &RegisteredDriver, spec: &CsiVolumeSpec) -> bool {
+    driver.capabilities.stage_unstage && spec.lifecycle == resolve::LifecycleMode::Persistent
+}
+
 /// The CSI access mode of a Kubernetes one (`asCSIAccessModeV1`).
 pub fn csi_access_mode(mode: &str) -> api::volume_capability::access_mode::Mode {
     use api::volume_capability::access_mode::Mode;
@@ -582,7 +589,7 @@ impl CsiVolumes {
             .map(|p| Want {
                 spec_name: p.spec.spec_name.clone(),
                 key: VolumeKey::new(&p.spec.driver, &p.spec.handle),
-                stage: drivers[&p.spec.driver].capabilities.stage_unstage,
+                stage: stages(&drivers[&p.spec.driver], &p.spec),
             })
             .collect();
         let others: BTreeSet<VolumeKey> = desired
@@ -706,7 +713,7 @@ impl CsiVolumes {
                 // The parent of the target; the driver makes the target itself.
                 paths::write_vol_data(&dir, &data)
                     .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-                let staging = driver.capabilities.stage_unstage.then(|| {
+                let staging = stages(driver, &p.spec).then(|| {
                     paths::global_dir(&self.root_dir, &key.driver, &key.handle)
                         .join(paths::GLOBAL_MOUNT)
                         .to_string_lossy()
