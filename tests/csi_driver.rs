@@ -516,6 +516,59 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
         driver.journal()
     );
 
+    // The claim grown while the pod runs, as the resize controller leaves it (the volume
+    // larger, the claim's status asking the node): the node grows the filesystem and records
+    // the new capacity on the claim.
+    for (kind, name, subresource, patch) in [
+        (
+            "pv",
+            "pv-r",
+            None,
+            r#"{"spec":{"capacity":{"storage":"2Gi"}}}"#,
+        ),
+        (
+            "pvc",
+            "r",
+            Some("--subresource=status"),
+            r#"{"status":{"allocatedResourceStatuses":{"storage":"NodeResizePending"},"allocatedResources":{"storage":"2Gi"}}}"#,
+        ),
+    ] {
+        let mut args = vec!["patch", kind, name, "--type=merge", "-p", patch];
+        args.extend(subresource);
+        let (ok, out, err) = kubectl(&api, &args);
+        assert!(ok, "{out}{err}");
+    }
+    let grown = wait_api("the claim's capacity after NodeExpandVolume", &n, || {
+        let j = kubectl_json(&api, &["get", "pvc", "r"])?;
+        (j["status"]["capacity"]["storage"] == "2Gi").then_some(j)
+    })
+    .await;
+    assert!(
+        grown["status"]["allocatedResourceStatuses"]["storage"].is_null(),
+        "{grown}"
+    );
+    let expand = driver
+        .journal()
+        .into_iter()
+        .find(|c| c["method"] == "NodeExpandVolume" && c["ok"] == true)
+        .expect("a NodeExpandVolume call");
+    assert!(
+        expand.to_string().contains(&(2u64 << 30).to_string()),
+        "{expand}"
+    );
+    wait_api("the FileSystemResizeSuccessful event", &n, || {
+        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+        j["items"]
+            .as_array()?
+            .iter()
+            .any(|e| {
+                e["involvedObject"]["name"] == "keeper"
+                    && e["reason"] == "FileSystemResizeSuccessful"
+            })
+            .then_some(())
+    })
+    .await;
+
     delete_and_wait(&fixture, &n, "keeper").await;
     wait_api("unpublished and unstaged after the restart", &n, || {
         (driver.calls("NodeUnstageVolume") == 1 && mounts_under(&root).is_empty()).then_some(())

@@ -420,6 +420,24 @@ impl ObjectSource for ObjectCache {
         get_storage(api, super::StorageKind::PersistentVolumeClaim, name).await
     }
 
+    async fn patch_persistent_volume_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<()> {
+        let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), namespace);
+        api.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| ObjectError::storage_api(super::StorageKind::PersistentVolumeClaim, name, e))
+    }
+
     async fn persistent_volume(
         &self,
         name: &str,

@@ -32,6 +32,29 @@ struct Objects {
     /// Storage reads that fail: (kind, name) → message.
     storage_failures: BTreeMap<(StorageKind, String), String>,
     storage_reads: Vec<(StorageKind, String)>,
+    claim_status_patches: Vec<serde_json::Value>,
+}
+
+/// A JSON merge patch (RFC 7386) applied to `target`.
+fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let Value::Object(map) = target else {
+        return;
+    };
+    for (k, v) in patch {
+        if v.is_null() {
+            map.remove(k);
+        } else {
+            merge_patch(map.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
 }
 
 /// ConfigMaps and Secrets held in memory, keyed by their own namespace and name.
@@ -108,6 +131,19 @@ impl FakeObjects {
     pub fn set_claim(&self, claim: PersistentVolumeClaim) {
         let key = key_of(&claim.metadata);
         self.lock().claims.insert(key, claim);
+    }
+
+    /// The claim status patches written so far, in order.
+    pub fn claim_status_patches(&self) -> Vec<serde_json::Value> {
+        self.lock().claim_status_patches.clone()
+    }
+
+    /// The claim as it is now (after status patches).
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<PersistentVolumeClaim> {
+        self.lock()
+            .claims
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     pub fn remove_claim(&self, namespace: &str, name: &str) {
@@ -273,6 +309,31 @@ impl ObjectSource for FakeObjects {
         self.storage_read(StorageKind::PersistentVolumeClaim, name, |o| {
             o.claims.get(&key).cloned()
         })
+    }
+
+    async fn patch_persistent_volume_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<()> {
+        let mut o = self.lock();
+        let key = (namespace.to_string(), name.to_string());
+        let Some(claim) = o.claims.get(&key) else {
+            return Err(ObjectError::Injected {
+                kind: ObjectKind::Secret,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                message: format!("persistentvolumeclaims \"{name}\" not found"),
+            });
+        };
+        let mut value = serde_json::to_value(claim).unwrap_or_default();
+        merge_patch(&mut value, patch);
+        if let Ok(patched) = serde_json::from_value(value) {
+            o.claims.insert(key, patched);
+        }
+        o.claim_status_patches.push(patch.clone());
+        Ok(())
     }
 
     async fn persistent_volume(&self, name: &str) -> Result<Option<PersistentVolume>> {

@@ -264,6 +264,21 @@ pub trait ObjectSource: Send + Sync {
             name,
         ))
     }
+    /// Merge-patches a claim's `status` (the kubelet's node expansion marks and finishes a
+    /// resize there). Without an API server: the no-client error.
+    async fn patch_persistent_volume_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<()> {
+        let _ = patch;
+        Err(no_client_storage(
+            StorageKind::PersistentVolumeClaim,
+            Some(namespace),
+            name,
+        ))
+    }
     /// A PersistentVolume.
     async fn persistent_volume(&self, name: &str) -> Result<Option<PersistentVolume>> {
         Err(no_client_storage(StorageKind::PersistentVolume, None, name))

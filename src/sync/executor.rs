@@ -556,6 +556,22 @@ impl PodSyncer {
             if runtime.sandbox().is_some_and(|s| s.ready) && volume::has_api_volumes(pod) {
                 self.api_volumes(pod).await;
             }
+            // A claim grown while the pod runs: its filesystem grows on the node (online
+            // expansion, the kubelet's reconciler).
+            if let Some(csi) = &self.settings.csi_volumes {
+                if runtime.sandbox().is_some_and(|s| s.ready)
+                    && volume::csi::CsiVolumes::has_csi_volumes(pod)
+                {
+                    for e in csi.expand_pod(pod).await {
+                        let kind = if e.warning {
+                            EventType::Warning
+                        } else {
+                            EventType::Normal
+                        };
+                        self.events.pod(pod, kind, e.reason, e.message);
+                    }
+                }
+            }
             return Ok(SyncOutcome::Idle(deadline));
         }
         tracing::debug!(?actions, "pod actions");

@@ -18,6 +18,7 @@
 //! nodelet never unmounts a CSI target itself: the driver does (a pod directory whose target
 //! is still mounted stays until the driver is back and the next pass unpublishes it).
 
+pub mod expand;
 pub mod ownership;
 pub mod paths;
 pub mod reconcile;
