@@ -659,6 +659,24 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
     })
     .await;
     assert_eq!(driver.calls("NodeStageVolume"), 0);
+    // The attach/detach controller's two records: the Node's volumesAttached and the
+    // VolumeAttachment's status.
+    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-a");
+    let attached =
+        format!(r#"{{"status":{{"volumesAttached":[{{"name":"{unique}","devicePath":""}}]}}}}"#);
+    let (ok, out, err) = kubectl(
+        &api,
+        &[
+            "patch",
+            "node",
+            &n.node,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &attached,
+        ],
+    );
+    assert!(ok, "{out}{err}");
     create(
         &api,
         n.dir.path(),
@@ -688,7 +706,6 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
         .find(|c| c["method"] == "NodeStageVolume")
         .unwrap();
     assert_eq!(stage["publish_context"]["lun"], "3", "{stage}");
-    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-a");
     wait_api("the volume in volumesInUse", &n, || {
         let j = kubectl_json(&api, &["get", "node", &n.node])?;
         j["status"]["volumesInUse"]

@@ -454,6 +454,11 @@ impl ObjectSource for ObjectCache {
         get_storage(api, super::StorageKind::CsiDriver, name).await
     }
 
+    async fn node(&self, name: &str) -> Result<Option<k8s_openapi::api::core::v1::Node>> {
+        let api = Api::all(self.client.clone());
+        get_storage(api, super::StorageKind::Node, name).await
+    }
+
     async fn volume_attachment(
         &self,
         name: &str,

@@ -29,6 +29,7 @@ struct Objects {
     volumes: BTreeMap<String, PersistentVolume>,
     csi_drivers: BTreeMap<String, CSIDriver>,
     attachments: BTreeMap<String, VolumeAttachment>,
+    nodes: BTreeMap<String, k8s_openapi::api::core::v1::Node>,
     /// Storage reads that fail: (kind, name) → message.
     storage_failures: BTreeMap<(StorageKind, String), String>,
     storage_reads: Vec<(StorageKind, String)>,
@@ -162,6 +163,12 @@ impl FakeObjects {
     pub fn set_csi_driver(&self, driver: CSIDriver) {
         let name = driver.metadata.name.clone().unwrap_or_default();
         self.lock().csi_drivers.insert(name, driver);
+    }
+
+    /// Adds or replaces a Node.
+    pub fn set_node(&self, node: k8s_openapi::api::core::v1::Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.lock().nodes.insert(name, node);
     }
 
     /// Adds or replaces a VolumeAttachment.
@@ -346,6 +353,10 @@ impl ObjectSource for FakeObjects {
         self.storage_read(StorageKind::CsiDriver, name, |o| {
             o.csi_drivers.get(name).cloned()
         })
+    }
+
+    async fn node(&self, name: &str) -> Result<Option<k8s_openapi::api::core::v1::Node>> {
+        self.storage_read(StorageKind::Node, name, |o| o.nodes.get(name).cloned())
     }
 
     async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>> {

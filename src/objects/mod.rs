@@ -182,6 +182,7 @@ pub enum StorageKind {
     PersistentVolume,
     CsiDriver,
     VolumeAttachment,
+    Node,
 }
 
 impl StorageKind {
@@ -192,6 +193,7 @@ impl StorageKind {
             StorageKind::PersistentVolume => "persistentvolumes",
             StorageKind::CsiDriver => "csidrivers.storage.k8s.io",
             StorageKind::VolumeAttachment => "volumeattachments.storage.k8s.io",
+            StorageKind::Node => "nodes",
         }
     }
 }
@@ -286,6 +288,11 @@ pub trait ObjectSource: Send + Sync {
     /// A CSIDriver object (how the kubelet treats the driver's volumes).
     async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>> {
         Err(no_client_storage(StorageKind::CsiDriver, None, name))
+    }
+    /// This node's Node object: the volume manager reads `status.volumesAttached` (the
+    /// attach/detach controller's record) before it mounts an attachable volume.
+    async fn node(&self, name: &str) -> Result<Option<k8s_openapi::api::core::v1::Node>> {
+        Err(no_client_storage(StorageKind::Node, None, name))
     }
     /// A VolumeAttachment (`csi-<sha256>`), for volumes whose driver needs attaching.
     async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>> {

@@ -478,9 +478,43 @@ impl CsiVolumes {
         let mut unattached = Vec::new();
         let mut prepared = Vec::new();
         let mut failures = Vec::new();
+        // The attach/detach controller's record of what is attached to this node (read once
+        // per sync, only when some volume needs attaching).
+        let attached_on_node = if specs.iter().any(|s| s.attach_required) {
+            Some(self.objects.node(&self.node_name).await)
+        } else {
+            None
+        };
         for spec in specs {
             let mut publish_context = HashMap::new();
             let mut attachment_id = None;
+            if spec.attach_required {
+                // The kubelet's VerifyControllerAttachedVolume: the Node's
+                // `status.volumesAttached` must list the volume before it is mounted.
+                let unique = paths::unique_volume_name(&spec.driver, &spec.handle);
+                let listed = match &attached_on_node {
+                    Some(Ok(Some(node))) => node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.volumes_attached.as_ref())
+                        .is_some_and(|v| v.iter().any(|a| a.name == unique)),
+                    _ => false,
+                };
+                if !listed {
+                    unattached.push(spec.volume_name.clone());
+                    messages.push(match &attached_on_node {
+                        Some(Err(e)) => format!(
+                            "volume {:?}: reading Node {}: {e}",
+                            spec.volume_name, self.node_name
+                        ),
+                        _ => format!(
+                            "volume {:?}: Volume not attached according to node status",
+                            spec.volume_name
+                        ),
+                    });
+                    continue;
+                }
+            }
             if spec.attach_required {
                 let name = paths::attachment_name(&spec.handle, &spec.driver, &self.node_name);
                 let va = self.objects.volume_attachment(&name).await;

@@ -774,6 +774,7 @@ async fn attach_required_waits_for_the_volume_attachment() {
     let csi = bed.manager();
     let p = pod("a", "uid-a", vec![pvc_volume("data", "data", false)]);
     let name = paths::attachment_name("h-1", DRIVER, "node-1");
+    // Not yet in the Node's volumesAttached: not mounted, whatever the VolumeAttachment says.
     let e = csi.mount_pod(&p).await.unwrap_err().to_string();
     assert!(
         e.starts_with(
@@ -781,6 +782,20 @@ async fn attach_required_waits_for_the_volume_attachment() {
         ),
         "{e}"
     );
+    assert!(
+        e.contains("Volume not attached according to node status"),
+        "{e}"
+    );
+    bed.objects.set_node(
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "node-1"},
+            "status": {"volumesAttached": [
+                {"name": format!("kubernetes.io/csi/{DRIVER}^h-1"), "devicePath": ""}
+            ]}
+        }))
+        .unwrap(),
+    );
+    let e = csi.mount_pod(&p).await.unwrap_err().to_string();
     assert!(
         e.contains(&format!("VolumeAttachment {name} not found")),
         "{e}"
