@@ -139,8 +139,20 @@ fn csi_driver_yaml(attach_required: bool) -> String {
 /// the control plane's binder leave them: the PV's `claimRef` carries the claim's UID, the
 /// claim names the PV (its `Bound` phase is [`bind`]'s).
 fn create_claim_and_volume(api: &str, dir: &Path, pv: &str, claim: &str, handle: &str) {
+    create_owned_claim_and_volume(api, dir, pv, claim, handle, "");
+}
+
+/// [`create_claim_and_volume`] with `owner` (YAML of `metadata.ownerReferences`, or empty).
+fn create_owned_claim_and_volume(
+    api: &str,
+    dir: &Path,
+    pv: &str,
+    claim: &str,
+    handle: &str,
+    owner: &str,
+) {
     let claim_yaml = format!(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: default\n{owner}spec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
     );
     create(api, dir, &format!("claim-{claim}"), &claim_yaml);
     let uid = kubectl_json(api, &["get", "pvc", claim]).unwrap()["metadata"]["uid"]
@@ -722,6 +734,58 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
             .as_array()
             .is_none_or(|v| v.is_empty())
             .then_some(())
+    })
+    .await;
+}
+
+/// A generic ephemeral volume: the pod waits for the claim `<pod>-<volume>` the control plane
+/// makes for it, owned by the pod, then runs with it; the volume goes with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_ephemeral_volume_uses_the_claim_made_for_the_pod() {
+    let (fixture, n, driver, root) = joined_with_driver("csi-ephemeral", false).await;
+    let api = fixture.url();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: eph\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: scratch\n    ephemeral:\n      volumeClaimTemplate:\n        spec:\n          accessModes: [ReadWriteOnce]\n          resources: {{requests: {{storage: 1Gi}}}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n",
+        node = n.node
+    );
+    create(&api, n.dir.path(), "eph", &yaml);
+    wait_api("a FailedMount while the claim does not exist", &n, || {
+        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+        j["items"]
+            .as_array()?
+            .iter()
+            .any(|e| e["involvedObject"]["name"] == "eph" && e["reason"] == "FailedMount")
+            .then_some(())
+    })
+    .await;
+    let uid = api_pod(&fixture, "eph").unwrap().metadata.uid.unwrap();
+    let owner = format!(
+        "  ownerReferences:\n  - {{apiVersion: v1, kind: Pod, name: eph, uid: {uid}, controller: true, blockOwnerDeletion: true}}\n"
+    );
+    create_owned_claim_and_volume(
+        &api,
+        n.dir.path(),
+        "pv-eph",
+        "eph-scratch",
+        "vol-eph",
+        &owner,
+    );
+    bind(&api, "eph-scratch");
+    wait_api("eph Running with its claim", &n, || {
+        (phase_of(&fixture, "eph") == "Running").then_some(())
+    })
+    .await;
+    let (code, out) = exec(&fixture, "eph", "echo e > /scratch/f && cat /scratch/f").await;
+    assert_eq!((code, out.trim()), (0, "e"));
+    assert_eq!(
+        driver.calls("NodePublishVolume"),
+        1,
+        "{:#?}",
+        driver.journal()
+    );
+    delete_and_wait(&fixture, &n, "eph").await;
+    wait_api("the ephemeral volume torn down", &n, || {
+        (driver.calls("NodeUnstageVolume") == 1 && mounts_under(&root).is_empty()).then_some(())
     })
     .await;
 }
