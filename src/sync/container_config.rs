@@ -1862,8 +1862,18 @@ mod tests {
     fn block_devices_table() {
         use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume, VolumeDevice};
         let volumes = BTreeMap::from([
-            ("rw".to_string(), PathBuf::from("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid")),
-            ("ro".to_string(), PathBuf::from("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-b/uid")),
+            (
+                "rw".to_string(),
+                PathBuf::from(
+                    "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid",
+                ),
+            ),
+            (
+                "ro".to_string(),
+                PathBuf::from(
+                    "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-b/uid",
+                ),
+            ),
         ]);
         let claim = |name: &str, read_only: Option<bool>| Volume {
             name: name.into(),
@@ -1878,17 +1888,31 @@ mod tests {
             device_path: path.into(),
         };
         // (devices, want (container path, host path, permissions) or Err)
-        let cases: Vec<(Vec<VolumeDevice>, Result<Vec<(&str, &str, &str)>, ()>)> = vec![
+        // (container path, host path, permissions)
+        type Devices<'a> = Vec<(&'a str, &'a str, &'a str)>;
+        let cases: Vec<(Vec<VolumeDevice>, Result<Devices, ()>)> = vec![
             (vec![], Ok(vec![])),
             (
                 vec![device("rw", "/dev/xvda")],
-                Ok(vec![("/dev/xvda", "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid", "mrw")]),
+                Ok(vec![(
+                    "/dev/xvda",
+                    "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid",
+                    "mrw",
+                )]),
             ),
             (
                 vec![device("ro", "/dev/xvdb"), device("rw", "/dev/xvda")],
                 Ok(vec![
-                    ("/dev/xvdb", "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-b/uid", "r"),
-                    ("/dev/xvda", "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid", "mrw"),
+                    (
+                        "/dev/xvdb",
+                        "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-b/uid",
+                        "r",
+                    ),
+                    (
+                        "/dev/xvda",
+                        "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid",
+                        "mrw",
+                    ),
                 ]),
             ),
             (vec![device("missing", "/dev/xvdc")], Err(())),

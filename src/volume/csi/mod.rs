@@ -172,8 +172,7 @@ fn scan_block(root_dir: &Path) -> io::Result<Vec<(String, VolumeKey, VolData)>> 
         if paths::BLOCK_RESERVED.contains(&spec_name.as_str()) {
             continue;
         }
-        if let Ok(Some(data)) = paths::read_vol_data(&paths::block_data_dir(root_dir, &spec_name))
-        {
+        if let Ok(Some(data)) = paths::read_vol_data(&paths::block_data_dir(root_dir, &spec_name)) {
             if let Some(key) = key_of(&data) {
                 out.push((spec_name, key, data));
             }
@@ -1004,8 +1003,7 @@ impl CsiVolumes {
                     .map_err(|e| fail(e.to_string()))?
                     .into_iter()
                     .find(|(spec_name, k, _)| {
-                        k == key
-                            && paths::block_staging_path(&self.root_dir, spec_name).is_dir()
+                        k == key && paths::block_staging_path(&self.root_dir, spec_name).is_dir()
                     })
                     .map(|(spec_name, _, _)| spec_name);
                 let dir = paths::global_dir(&self.root_dir, &key.driver, &key.handle);

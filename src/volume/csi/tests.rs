@@ -514,7 +514,9 @@ impl CsiNode for FakeDriver {
             "target's parent made first"
         );
         let block = matches!(
-            r.volume_capability.as_ref().and_then(|c| c.access_type.as_ref()),
+            r.volume_capability
+                .as_ref()
+                .and_then(|c| c.access_type.as_ref()),
             Some(api::volume_capability::AccessType::Block(_))
         );
         if block {
@@ -1149,7 +1151,10 @@ fn volume_mode_against_mounts_and_devices_table() {
     let mounted = pod("web", "uid-1", vec![pvc_volume("data", "data", false)]);
     let device = block_pod("web", "uid-1", pvc_volume("data", "data", false));
     let mut both = device.clone();
-    both.spec.as_mut().unwrap().containers[0].volume_mounts = mounted.spec.as_ref().unwrap().containers[0].volume_mounts.clone();
+    both.spec.as_mut().unwrap().containers[0].volume_mounts =
+        mounted.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .clone();
     let mut other_mode = fs_pv.clone();
     other_mode.spec.as_mut().unwrap().volume_mode = Some("Object".into());
     let refused = |reason: &str| {
@@ -1206,7 +1211,8 @@ async fn a_block_claim_is_staged_and_published_at_the_kubelets_block_paths() {
     bed.objects
         .set_csi_driver(csi_driver(false, &["Persistent"], None));
     bed.objects.set_claim(claim("data", "Bound", "pv-b"));
-    bed.objects.set_persistent_volume(block_pv("pv-b", "data", "h-b"));
+    bed.objects
+        .set_persistent_volume(block_pv("pv-b", "data", "h-b"));
     let csi = bed.manager();
     let a = block_pod("a", "uid-a", pvc_volume("data", "data", false));
     let b = block_pod("b", "uid-b", pvc_volume("data", "data", true));
@@ -1246,7 +1252,9 @@ async fn a_block_claim_is_staged_and_published_at_the_kubelets_block_paths() {
     };
     assert!(publish_b.readonly);
     // The kubelet's vol_data.json beside the block volume; no pod filesystem target.
-    let data = paths::read_vol_data(&block.join("pv-b/data")).unwrap().unwrap();
+    let data = paths::read_vol_data(&block.join("pv-b/data"))
+        .unwrap()
+        .unwrap();
     assert_eq!(data["specVolumeID"], "pv-b");
     assert_eq!(data["volumeHandle"], "h-b");
     assert_eq!(data["driverName"], DRIVER);
@@ -1281,7 +1289,10 @@ async fn a_block_claim_is_staged_and_published_at_the_kubelets_block_paths() {
         matches!(bed.driver.calls().last(), Some(Call::Unstage(u)) if u.staging_target_path == staging.to_string_lossy())
     );
     let left: Vec<_> = walkdir(&block);
-    assert!(left.iter().all(|p| p.is_dir() && !p.ends_with("pv-b")), "{left:?}");
+    assert!(
+        left.iter().all(|p| p.is_dir() && !p.ends_with("pv-b")),
+        "{left:?}"
+    );
     assert!(mounted_volumes(root, &bed.mountinfo).unwrap().is_empty());
 
     // A driver without STAGE_UNSTAGE_VOLUME: published only, and torn down without a trace.
@@ -1289,10 +1300,13 @@ async fn a_block_claim_is_staged_and_published_at_the_kubelets_block_paths() {
     bed.objects
         .set_csi_driver(csi_driver(false, &["Persistent"], None));
     bed.objects.set_claim(claim("data", "Bound", "pv-b"));
-    bed.objects.set_persistent_volume(block_pv("pv-b", "data", "h-b"));
+    bed.objects
+        .set_persistent_volume(block_pv("pv-b", "data", "h-b"));
     let csi = bed.manager();
     csi.mount_pod(&a).await.unwrap();
-    assert!(matches!(&bed.driver.calls()[..], [Call::Publish(p)] if p.staging_target_path.is_empty()));
+    assert!(
+        matches!(&bed.driver.calls()[..], [Call::Publish(p)] if p.staging_target_path.is_empty())
+    );
     csi.unmount_pod("uid-a").await.unwrap();
     assert!(matches!(&bed.driver.calls()[1..], [Call::Unpublish(_)]));
     let block = bed.root().join("plugins/kubernetes.io/csi/volumeDevices");
