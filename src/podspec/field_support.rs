@@ -258,7 +258,10 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.{containers,initContainers}[].terminationMessagePath", &["src/sync/termination.rs::the_message_comes_from_the_file_else_the_log_tail_as_the_kubelet_decides", "src/volume/mod.rs::termination_message_files_are_unique_and_writable"]),
     honoured("spec.{containers,initContainers}[].terminationMessagePolicy", &["src/sync/termination.rs::the_message_comes_from_the_file_else_the_log_tail_as_the_kubelet_decides"]),
     honoured("spec.{containers,initContainers}[].tty", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
-    refused("spec.{containers,initContainers,ephemeralContainers}[].volumeDevices", "raw block volumes (a PersistentVolumeClaim with volumeMode: Block) are not published by nodelet yet; Filesystem claims are", "  containers:\n  - name: c\n    image: busybox\n    volumeDevices:\n    - name: v\n      devicePath: /dev/xvda\n"),
+    // Raw block devices of Block claims (`volume::csi`, published at the kubelet's
+    // `volumeDevices` paths, the CRI Device `mrw` or `r`); a Filesystem claim named here, or a
+    // Block claim in volumeMounts, refuses the containers with the kubelet's message.
+    honoured("spec.{containers,initContainers,ephemeralContainers}[].volumeDevices", &["tests/csi_block.rs::a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_pod", "src/sync/container_config.rs::block_devices_table", "src/volume/csi/tests.rs::volume_mode_against_mounts_and_devices_table", "src/volume/csi/tests.rs::a_block_claim_is_staged_and_published_at_the_kubelets_block_paths"]),
     honoured("spec.{containers,initContainers}[].volumeMounts", &["src/sync/container_config.rs::mounts_table", "src/volume/subpath/tests.rs::sub_path_components_table"]),
     refused("spec.{containers,initContainers,ephemeralContainers}[].volumeMounts[].bindMountOptions", "bind mount options (VolumeBindMountOptions, alpha) are not implemented", "  containers:\n  - name: c\n    image: busybox\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      bindMountOptions: [noexec]\n"),
     honoured("spec.{containers,initContainers}[].workingDir", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
@@ -572,9 +575,6 @@ fn container(out: &mut Vec<Refusal>, path: &str, c: &Container) {
             &["cpu", "memory", "ephemeral-storage"],
             true,
         );
-    }
-    for (i, d) in c.volume_devices.iter().flatten().enumerate() {
-        refuse(out, format!("{path}.volumeDevices[{i}]"), &d.name);
     }
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         if let Some(opts) = m.bind_mount_options.as_ref().filter(|o| !o.is_empty()) {

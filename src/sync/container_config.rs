@@ -777,6 +777,42 @@ fn image_volume_mount(
 /// The container's mounts (`makeMounts` + kuberuntime's `makeMounts`): its volumeMounts, then
 /// the managed /etc/hosts unless the container mounts something there itself, then the
 /// termination-message file.
+/// The container's raw block devices (the kubelet's `makeBlockVolumes`): each
+/// `volumeDevices[]` entry is the volume's published device file on the host at `devicePath`,
+/// `mrw`, or `r` when the pod's `persistentVolumeClaim.readOnly` is set (the kubelet's
+/// `vol.ReadOnly`). A name the volume manager did not map is the kubelet's error.
+fn make_block_devices(
+    pod: &Pod,
+    container: &Container,
+    base: &str,
+    ctx: &ContainerContext,
+) -> Result<Vec<api::Device>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, d) in container.volume_devices.iter().flatten().enumerate() {
+        let Some(host_path) = ctx.volumes.get(&d.name) else {
+            return Err(ConfigError::MissingVolume {
+                field: format!("{base}.volumeDevices[{i}].name"),
+                volume: d.name.clone(),
+                container: container.name.clone(),
+            });
+        };
+        let read_only = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .find(|v| v.name == d.name)
+            .and_then(|v| v.persistent_volume_claim.as_ref())
+            .and_then(|p| p.read_only)
+            == Some(true);
+        out.push(api::Device {
+            container_path: d.device_path.clone(),
+            host_path: host_path.to_string_lossy().into_owned(),
+            permissions: if read_only { "r" } else { "mrw" }.to_string(),
+        });
+    }
+    Ok(out)
+}
+
 /// A subPath mount's host path is `<volume>/<subPath>` unresolved, with the subPath named in the
 /// second list.
 fn make_mounts(
@@ -931,7 +967,7 @@ pub fn container_config_with_env(
             .map(|(key, value)| api::KeyValue { key, value })
             .collect(),
         mounts,
-        devices: Vec::new(),
+        devices: make_block_devices(pod, container, &base, ctx)?,
         labels: cri_labels(pod, container, kind, ctx),
         annotations: cri_annotations(pod, container, ctx.restart_count),
         log_path: container_log_path(&container.name, ctx.restart_count),
@@ -1820,6 +1856,97 @@ mod tests {
         // Not pulled (no ImageSpec for it): nothing is mounted in its place.
         let err = built(&p, &c, ContainerKind::Regular, &ctx(&volumes)).unwrap_err();
         assert!(matches!(err, ConfigError::MissingVolume { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn block_devices_table() {
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume, VolumeDevice};
+        let volumes = BTreeMap::from([
+            (
+                "rw".to_string(),
+                PathBuf::from(
+                    "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid",
+                ),
+            ),
+            (
+                "ro".to_string(),
+                PathBuf::from(
+                    "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-b/uid",
+                ),
+            ),
+        ]);
+        let claim = |name: &str, read_only: Option<bool>| Volume {
+            name: name.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: name.into(),
+                read_only,
+            }),
+            ..Default::default()
+        };
+        let device = |name: &str, path: &str| VolumeDevice {
+            name: name.into(),
+            device_path: path.into(),
+        };
+        // (devices, want (container path, host path, permissions) or Err)
+        // (container path, host path, permissions)
+        type Devices<'a> = Vec<(&'a str, &'a str, &'a str)>;
+        let cases: Vec<(Vec<VolumeDevice>, Result<Devices, ()>)> = vec![
+            (vec![], Ok(vec![])),
+            (
+                vec![device("rw", "/dev/xvda")],
+                Ok(vec![(
+                    "/dev/xvda",
+                    "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid",
+                    "mrw",
+                )]),
+            ),
+            (
+                vec![device("ro", "/dev/xvdb"), device("rw", "/dev/xvda")],
+                Ok(vec![
+                    (
+                        "/dev/xvdb",
+                        "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-b/uid",
+                        "r",
+                    ),
+                    (
+                        "/dev/xvda",
+                        "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-a/uid",
+                        "mrw",
+                    ),
+                ]),
+            ),
+            (vec![device("missing", "/dev/xvdc")], Err(())),
+        ];
+        for (devices, want) in cases {
+            let mut c = resourced("app", "", "");
+            c.volume_devices = Some(devices.clone());
+            let mut p = pod_with(vec![c.clone()]);
+            p.spec.as_mut().unwrap().volumes =
+                Some(vec![claim("rw", None), claim("ro", Some(true))]);
+            let got = built(&p, &c, ContainerKind::Regular, &ctx(&volumes));
+            match want {
+                Ok(want) => {
+                    let got: Vec<(String, String, String)> = got
+                        .unwrap_or_else(|e| panic!("{devices:?}: {e:?}"))
+                        .devices
+                        .into_iter()
+                        .map(|d| (d.container_path, d.host_path, d.permissions))
+                        .collect();
+                    let want: Vec<(String, String, String)> = want
+                        .into_iter()
+                        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+                        .collect();
+                    assert_eq!(got, want, "{devices:?}");
+                }
+                Err(()) => {
+                    let err = got.unwrap_err();
+                    assert!(
+                        matches!(&err, ConfigError::MissingVolume { field, .. } if field == "spec.containers[0].volumeDevices[0].name"),
+                        "{err:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

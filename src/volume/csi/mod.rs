@@ -104,10 +104,19 @@ pub fn mounted_volumes(root_dir: &Path, mountinfo: &Path) -> io::Result<Vec<Moun
         .published
         .iter()
         .map(|p| {
-            let target =
-                paths::pod_volume_dir(root_dir, &p.pod_uid, &p.spec_name).join(paths::POD_MOUNT);
+            let block = is_block_target(root_dir, p);
+            let target = if block {
+                paths::block_publish_path(root_dir, &p.spec_name, &p.pod_uid)
+            } else {
+                paths::pod_volume_dir(root_dir, &p.pod_uid, &p.spec_name).join(paths::POD_MOUNT)
+            };
             let staged = actual.staged.contains(&p.key).then(|| {
-                paths::global_dir(root_dir, &p.key.driver, &p.key.handle).join(paths::GLOBAL_MOUNT)
+                if block {
+                    paths::block_staging_path(root_dir, &p.spec_name)
+                } else {
+                    paths::global_dir(root_dir, &p.key.driver, &p.key.handle)
+                        .join(paths::GLOBAL_MOUNT)
+                }
             });
             MountedCsiVolume {
                 pod_uid: p.pod_uid.clone(),
@@ -134,6 +143,49 @@ fn dir_names(dir: &Path) -> io::Result<Vec<String>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(e),
     }
+}
+
+/// Every entry's name in `dir` (files too), none when it does not exist.
+fn entry_names(dir: &Path) -> io::Result<Vec<String>> {
+    match fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The block volume recorded under `…/volumeDevices/<spec_name>/data`, if any.
+fn block_key(root_dir: &Path, spec_name: &str) -> Option<VolumeKey> {
+    match paths::read_vol_data(&paths::block_data_dir(root_dir, spec_name)) {
+        Ok(Some(data)) => key_of(&data),
+        _ => None,
+    }
+}
+
+/// The raw block volumes on the node (`…/volumeDevices`): spec name, key, vol_data.json.
+fn scan_block(root_dir: &Path) -> io::Result<Vec<(String, VolumeKey, VolData)>> {
+    let mut out = Vec::new();
+    for spec_name in dir_names(&paths::block_root(root_dir))? {
+        if paths::BLOCK_RESERVED.contains(&spec_name.as_str()) {
+            continue;
+        }
+        if let Ok(Some(data)) = paths::read_vol_data(&paths::block_data_dir(root_dir, &spec_name)) {
+            if let Some(key) = key_of(&data) {
+                out.push((spec_name, key, data));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a published target is a raw block volume's: its spec name is recorded as this
+/// volume under `volumeDevices` and the pod has no filesystem target of that name.
+fn is_block_target(root_dir: &Path, p: &Published) -> bool {
+    block_key(root_dir, &p.spec_name).as_ref() == Some(&p.key)
+        && !paths::pod_volume_dir(root_dir, &p.pod_uid, &p.spec_name).exists()
 }
 
 fn key_of(data: &VolData) -> Option<VolumeKey> {
@@ -186,6 +238,15 @@ pub fn volumes_in_use(root_dir: &Path) -> io::Result<Vec<String>> {
             }
         }
     }
+    // Raw block volumes: those with a pod target in `…/volumeDevices/publish/<spec>`.
+    for (spec_name, key, data) in scan_block(root_dir)? {
+        let attached = data
+            .get(keys::ATTACHMENT_ID)
+            .is_some_and(|id| !id.is_empty());
+        if attached && !entry_names(&paths::block_publish_dir(root_dir, &spec_name))?.is_empty() {
+            names.insert(paths::unique_volume_name(&key.driver, &key.handle));
+        }
+    }
     Ok(names.into_iter().collect())
 }
 
@@ -203,6 +264,18 @@ fn scan_actual(root_dir: &Path) -> io::Result<Actual> {
                     actual.staged.insert(key);
                 }
             }
+        }
+    }
+    for (spec_name, key, _) in scan_block(root_dir)? {
+        if paths::block_staging_path(root_dir, &spec_name).is_dir() {
+            actual.staged.insert(key.clone());
+        }
+        for uid in entry_names(&paths::block_publish_dir(root_dir, &spec_name))? {
+            actual.published.push(Published {
+                pod_uid: uid,
+                spec_name: spec_name.clone(),
+                key: key.clone(),
+            });
         }
     }
     actual.published.sort();
@@ -229,15 +302,19 @@ pub fn csi_access_mode(mode: &str) -> api::volume_capability::access_mode::Mode 
 
 /// The volume capability; `mount_group`: the fsGroup for a driver with `VOLUME_MOUNT_GROUP`
 /// (it applies the group itself, at publish).
+/// A raw block volume has the `block` access type (`csi_block.go`).
 fn capability(spec: &CsiVolumeSpec, mount_group: Option<u32>) -> api::VolumeCapability {
+    use api::volume_capability::{AccessType, BlockVolume, MountVolume};
     api::VolumeCapability {
-        access_type: Some(api::volume_capability::AccessType::Mount(
-            api::volume_capability::MountVolume {
+        access_type: Some(if spec.block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume {
                 fs_type: spec.fs_type.clone(),
                 mount_flags: spec.mount_flags.clone(),
                 volume_mount_group: mount_group.map(|g| g.to_string()).unwrap_or_default(),
-            },
-        )),
+            })
+        }),
         access_mode: Some(api::volume_capability::AccessMode {
             mode: csi_access_mode(&spec.access_mode) as i32,
         }),
@@ -642,11 +719,13 @@ impl CsiVolumes {
         Ok(prepared
             .iter()
             .map(|p| {
-                (
-                    p.spec.volume_name.clone(),
+                let path = if p.spec.block {
+                    paths::block_publish_path(&self.root_dir, &p.spec.spec_name, &uid)
+                } else {
                     paths::pod_volume_dir(&self.root_dir, &uid, &p.spec.spec_name)
-                        .join(paths::POD_MOUNT),
-                )
+                        .join(paths::POD_MOUNT)
+                };
+                (p.spec.volume_name.clone(), path)
             })
             .collect())
     }
@@ -673,15 +752,24 @@ impl CsiVolumes {
                     .iter()
                     .find(|p| p.spec.driver == key.driver && p.spec.handle == key.handle)
                     .ok_or("stage of a volume the pod does not want")?;
-                let dir = paths::global_dir(&self.root_dir, &key.driver, &key.handle);
-                let staging = dir.join(paths::GLOBAL_MOUNT);
-                let data: VolData = [
-                    (keys::DRIVER_NAME, key.driver.as_str()),
-                    (keys::VOLUME_HANDLE, key.handle.as_str()),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+                let (dir, staging, data) = if p.spec.block {
+                    (
+                        paths::block_data_dir(&self.root_dir, &p.spec.spec_name),
+                        paths::block_staging_path(&self.root_dir, &p.spec.spec_name),
+                        self.block_vol_data(p),
+                    )
+                } else {
+                    let dir = paths::global_dir(&self.root_dir, &key.driver, &key.handle);
+                    let staging = dir.join(paths::GLOBAL_MOUNT);
+                    let data: VolData = [
+                        (keys::DRIVER_NAME, key.driver.as_str()),
+                        (keys::VOLUME_HANDLE, key.handle.as_str()),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                    (dir, staging, data)
+                };
                 let fail = |m: String| {
                     format!(
                         "MountVolume.MountDevice failed for volume {:?} : {m}",
@@ -730,6 +818,9 @@ impl CsiVolumes {
                     )
                 };
                 let driver = &drivers[&key.driver];
+                if p.spec.block {
+                    return self.publish_block(pod, p, driver).await.map_err(fail);
+                }
                 let dir = paths::pod_volume_dir(&self.root_dir, pod_uid, spec_name);
                 let target = dir.join(paths::POD_MOUNT);
                 let mut data: VolData = [
@@ -793,6 +884,88 @@ impl CsiVolumes {
         }
     }
 
+    /// A raw block volume's vol_data.json (`…/volumeDevices/<spec>/data`), the kubelet's keys.
+    fn block_vol_data(&self, p: &Prepared) -> VolData {
+        let mut data: VolData = [
+            (keys::SPEC_VOLUME_ID, p.spec.spec_name.as_str()),
+            (keys::VOLUME_HANDLE, p.spec.handle.as_str()),
+            (keys::DRIVER_NAME, p.spec.driver.as_str()),
+            (keys::NODE_NAME, self.node_name.as_str()),
+            (keys::VOLUME_LIFECYCLE_MODE, p.spec.lifecycle.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        if let Some(id) = &p.attachment_id {
+            data.insert(keys::ATTACHMENT_ID.to_string(), id.clone());
+        }
+        data
+    }
+
+    /// `NodePublishVolume` of a raw block volume (`csi_block.go`'s `publishVolumeForBlock`):
+    /// the target is the file `…/volumeDevices/publish/<spec>/<podUID>`, which the driver makes
+    /// and binds the device on; nodelet makes its parent. No fsGroup: it is a device.
+    async fn publish_block(
+        &self,
+        pod: &Pod,
+        p: &Prepared,
+        driver: &RegisteredDriver,
+    ) -> Result<(), String> {
+        let uid = crate::podspec::pod_uid(pod);
+        let data_dir = paths::block_data_dir(&self.root_dir, &p.spec.spec_name);
+        paths::write_vol_data(&data_dir, &self.block_vol_data(p))
+            .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+        let parent = paths::block_publish_dir(&self.root_dir, &p.spec.spec_name);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&parent)
+            .map_err(|e| format!("{}: {e}", parent.display()))?;
+        let target = paths::block_publish_path(&self.root_dir, &p.spec.spec_name, uid);
+        let staging = stages(driver, &p.spec).then(|| {
+            paths::block_staging_path(&self.root_dir, &p.spec.spec_name)
+                .to_string_lossy()
+                .into_owned()
+        });
+        let request = api::NodePublishVolumeRequest {
+            volume_id: p.spec.handle.clone(),
+            publish_context: p.publish_context.clone(),
+            staging_target_path: staging.unwrap_or_default(),
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(capability(&p.spec, None)),
+            readonly: p.spec.read_only,
+            secrets: p.publish_secrets.clone(),
+            volume_context: publish_context_attributes(pod, &p.spec),
+        };
+        driver
+            .client
+            .node_publish_volume(request)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Removes a raw block volume's directories once nothing is published or staged: the
+    /// publish directory, then (not staged) the data directory and the volume's directory.
+    fn remove_block_dirs(&self, spec_name: &str) -> io::Result<()> {
+        let publish = paths::block_publish_dir(&self.root_dir, spec_name);
+        match fs::remove_dir(&publish) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            // Another pod's target is still there.
+            Err(_) => return Ok(()),
+        }
+        if paths::block_staging_path(&self.root_dir, spec_name).exists() {
+            return Ok(());
+        }
+        let data = paths::block_data_dir(&self.root_dir, spec_name);
+        paths::remove_volume_dir(&data)?;
+        if let Some(parent) = data.parent() {
+            paths::remove_empty_dir(parent)?;
+        }
+        Ok(())
+    }
+
     /// Runs an unpublish or unstage: the driver's call, then — once the mount table no longer
     /// lists the path — the directories and vol_data.json (never through a mount point).
     async fn run_teardown(&self, op: &Op) -> Result<(), String> {
@@ -806,7 +979,19 @@ impl CsiVolumes {
                     format!("UnmountVolume.TearDown failed for volume {spec_name:?} (UniqueName: {:?}) pod {pod_uid:?} : {m}", paths::unique_volume_name(&key.driver, &key.handle))
                 };
                 let dir = paths::pod_volume_dir(&self.root_dir, pod_uid, spec_name);
-                let target = dir.join(paths::POD_MOUNT);
+                let block = is_block_target(
+                    &self.root_dir,
+                    &Published {
+                        pod_uid: pod_uid.clone(),
+                        spec_name: spec_name.clone(),
+                        key: key.clone(),
+                    },
+                );
+                let target = if block {
+                    paths::block_publish_path(&self.root_dir, spec_name, pod_uid)
+                } else {
+                    dir.join(paths::POD_MOUNT)
+                };
                 let driver = self
                     .drivers
                     .get(&key.driver)
@@ -825,6 +1010,18 @@ impl CsiVolumes {
                         target.display()
                     )));
                 }
+                if block {
+                    // The driver removes its file; one left behind goes (never a mount point:
+                    // the mount table was checked).
+                    match fs::remove_file(&target) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(fail(format!("{}: {e}", target.display()))),
+                    }
+                    return self
+                        .remove_block_dirs(spec_name)
+                        .map_err(|e| fail(e.to_string()));
+                }
                 paths::remove_empty_dir(&target)
                     .map_err(|e| fail(format!("{}: {e}", target.display())))?;
                 paths::remove_volume_dir(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))
@@ -836,8 +1033,18 @@ impl CsiVolumes {
                         paths::unique_volume_name(&key.driver, &key.handle)
                     )
                 };
+                let block_spec = scan_block(&self.root_dir)
+                    .map_err(|e| fail(e.to_string()))?
+                    .into_iter()
+                    .find(|(spec_name, k, _)| {
+                        k == key && paths::block_staging_path(&self.root_dir, spec_name).is_dir()
+                    })
+                    .map(|(spec_name, _, _)| spec_name);
                 let dir = paths::global_dir(&self.root_dir, &key.driver, &key.handle);
-                let staging = dir.join(paths::GLOBAL_MOUNT);
+                let staging = match &block_spec {
+                    Some(spec_name) => paths::block_staging_path(&self.root_dir, spec_name),
+                    None => dir.join(paths::GLOBAL_MOUNT),
+                };
                 let driver = self
                     .drivers
                     .get(&key.driver)
@@ -860,6 +1067,11 @@ impl CsiVolumes {
                 }
                 paths::remove_empty_dir(&staging)
                     .map_err(|e| fail(format!("{}: {e}", staging.display())))?;
+                if let Some(spec_name) = &block_spec {
+                    return self
+                        .remove_block_dirs(spec_name)
+                        .map_err(|e| fail(e.to_string()));
+                }
                 paths::remove_volume_dir(&dir)
                     .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 // The driver's directory, once empty.
@@ -878,7 +1090,15 @@ impl CsiVolumes {
     pub async fn unmount_pod(&self, uid: &str) -> Result<(), CsiVolumeError> {
         let mut desired = self.desired.lock().await;
         desired.remove(uid);
-        if !paths::pod_plugin_dir(&self.root_dir, uid).exists() {
+        let block_targets = scan_block(&self.root_dir)
+            .map_err(io_err(&self.root_dir))?
+            .iter()
+            .any(|(spec_name, _, _)| {
+                paths::block_publish_path(&self.root_dir, spec_name, uid)
+                    .symlink_metadata()
+                    .is_ok()
+            });
+        if !block_targets && !paths::pod_plugin_dir(&self.root_dir, uid).exists() {
             return Ok(());
         }
         let others: BTreeSet<VolumeKey> = desired.values().flatten().cloned().collect();

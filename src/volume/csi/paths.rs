@@ -85,6 +85,38 @@ pub fn global_dir(root_dir: &Path, driver: &str, handle: &str) -> PathBuf {
         .join(sha256_hex(handle))
 }
 
+/// `<root>/plugins/kubernetes.io/csi/volumeDevices`: raw block volumes (`csi_block.go`).
+pub fn block_root(root_dir: &Path) -> PathBuf {
+    root_dir
+        .join("plugins")
+        .join(CSI_PLUGIN_NAME)
+        .join("volumeDevices")
+}
+
+/// `…/volumeDevices/staging/<specName>`: a block volume's `staging_target_path` (a directory).
+pub fn block_staging_path(root_dir: &Path, spec_name: &str) -> PathBuf {
+    block_root(root_dir).join("staging").join(spec_name)
+}
+
+/// `…/volumeDevices/publish/<specName>`: the parent of a block volume's pod targets.
+pub fn block_publish_dir(root_dir: &Path, spec_name: &str) -> PathBuf {
+    block_root(root_dir).join("publish").join(spec_name)
+}
+
+/// `…/volumeDevices/publish/<specName>/<podUID>`: one pod's `target_path`, a file the driver
+/// makes and binds the device on.
+pub fn block_publish_path(root_dir: &Path, spec_name: &str, pod_uid: &str) -> PathBuf {
+    block_publish_dir(root_dir, spec_name).join(pod_uid)
+}
+
+/// `…/volumeDevices/<specName>/data`: the block volume's vol_data.json.
+pub fn block_data_dir(root_dir: &Path, spec_name: &str) -> PathBuf {
+    block_root(root_dir).join(spec_name).join("data")
+}
+
+/// The names under `block_root` that are not volumes.
+pub const BLOCK_RESERVED: &[&str] = &["staging", "publish"];
+
 /// `<root>/pods/<uid>/volumes/kubernetes.io~csi/<specVolumeID>`: one pod volume's directory
 /// (`mount` and its vol_data.json inside). A spec name with `/` has it escaped as `~`
 /// (`EscapeQualifiedName`).
@@ -217,6 +249,18 @@ mod tests {
             (
                 pod_volume_dir(root, "uid-1", "a/b"),
                 "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/a~b",
+            ),
+            (
+                block_staging_path(root, "pv-blk"),
+                "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/staging/pv-blk",
+            ),
+            (
+                block_publish_path(root, "pv-blk", "uid-1"),
+                "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-blk/uid-1",
+            ),
+            (
+                block_data_dir(root, "pv-blk").join(VOL_DATA_FILE),
+                "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/pv-blk/data/vol_data.json",
             ),
         ];
         for (got, want) in cases {

@@ -71,6 +71,9 @@ pub struct CsiVolumeSpec {
     /// The pod's `fsGroup` where the driver's `fsGroupPolicy` applies it to this volume
     /// ([`fs_group_applies`]), with `fsGroupChangePolicy: OnRootMismatch`.
     pub fs_group: Option<(u32, bool)>,
+    /// A raw block volume (`volumeMode: Block`, in the containers' `volumeDevices`): staged
+    /// and published with the `block` access type at the kubelet's `volumeDevices` paths.
+    pub block: bool,
 }
 
 /// Why a volume can never be mounted as the pod asks: the field, its value, the reason.
@@ -222,7 +225,7 @@ fn driver_settings(driver: Option<&CSIDriver>) -> DriverSettings {
 /// always under `File`, under `ReadWriteOnceWithFSType` only for a volume with an `fsType`
 /// mounted ReadWriteOnce(Pod) (an inline volume: with an `fsType`).
 pub fn fs_group_applies(spec: &CsiVolumeSpec) -> bool {
-    if spec.read_only {
+    if spec.read_only || spec.block {
         return false;
     }
     match spec.fs_group_policy {
@@ -237,6 +240,25 @@ pub fn fs_group_applies(spec: &CsiVolumeSpec) -> bool {
                     ))
         }
     }
+}
+
+/// Whether some container uses the volume as a raw block device (`volumeDevices`).
+fn device_of_containers(pod: &Pod, volume: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .flat_map(|c| c.volume_devices.iter().flatten())
+                .chain(
+                    s.ephemeral_containers
+                        .iter()
+                        .flatten()
+                        .flat_map(|c| c.volume_devices.iter().flatten()),
+                )
+        })
+        .any(|d| d.name == volume)
 }
 
 /// Whether some container mounts the volume with `volumeMounts`.
@@ -309,6 +331,7 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
             pod_info_on_mount: settings.pod_info_on_mount,
             fs_group_policy: settings.fs_group_policy,
             fs_group: None,
+            block: false,
         }
     } else if let Some((claim_name, ephemeral)) = claim_of(pod, volume) {
         let source_field = if ephemeral {
@@ -383,17 +406,30 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
             ));
         }
         let mode = pv_spec.volume_mode.as_deref().unwrap_or("Filesystem");
-        if mode != "Filesystem" {
-            let reason = if mounted_by_containers(pod, &volume.name) {
-                format!(
-                    "volume {} has volumeMode {mode}, but is specified in volumeMounts",
-                    volume.name
+        // The kubelet's populator: a Block volume in volumeMounts, a Filesystem one in
+        // volumeDevices.
+        let misused = match mode {
+            "Block" => mounted_by_containers(pod, &volume.name).then_some("volumeMounts"),
+            "Filesystem" => device_of_containers(pod, &volume.name).then_some("volumeDevices"),
+            _ => {
+                return refuse(
+                    source_field,
+                    &claim_name,
+                    format!("PersistentVolume {pv_name} has volumeMode {mode}; nodelet mounts Filesystem and Block volumes"),
                 )
-            } else {
-                format!("PersistentVolume {pv_name} has volumeMode {mode}; nodelet mounts only Filesystem volumes (no raw block devices)")
-            };
-            return refuse(source_field, &claim_name, reason);
+            }
+        };
+        if let Some(list) = misused {
+            return refuse(
+                source_field,
+                &claim_name,
+                format!(
+                    "volume {} has volumeMode {mode}, but is specified in {list}",
+                    volume.name
+                ),
+            );
         }
+        let block = mode == "Block";
         let Some(csi) = &pv_spec.csi else {
             return refuse(
                 source_field,
@@ -459,6 +495,7 @@ pub fn resolve(pod: &Pod, index: usize, volume: &Volume, objects: &VolumeObjects
             pod_info_on_mount: settings.pod_info_on_mount,
             fs_group_policy: settings.fs_group_policy,
             fs_group: None,
+            block,
         }
     } else {
         return Resolution::NotCsi;

@@ -513,7 +513,18 @@ impl CsiNode for FakeDriver {
             target.parent().unwrap().is_dir(),
             "target's parent made first"
         );
-        std::fs::create_dir_all(target).unwrap();
+        let block = matches!(
+            r.volume_capability
+                .as_ref()
+                .and_then(|c| c.access_type.as_ref()),
+            Some(api::volume_capability::AccessType::Block(_))
+        );
+        if block {
+            // The device is bound on a file.
+            std::fs::write(target, b"").unwrap();
+        } else {
+            std::fs::create_dir_all(target).unwrap();
+        }
         self.calls.lock().unwrap().push(Call::Publish(r));
         Ok(())
     }
@@ -521,7 +532,12 @@ impl CsiNode for FakeDriver {
         &self,
         r: api::NodeUnpublishVolumeRequest,
     ) -> Result<(), CsiError> {
-        let _ = std::fs::remove_dir(&r.target_path);
+        let target = Path::new(&r.target_path);
+        if target.is_file() {
+            let _ = std::fs::remove_file(target);
+        } else {
+            let _ = std::fs::remove_dir(target);
+        }
         self.calls.lock().unwrap().push(Call::Unpublish(r));
         Ok(())
     }
@@ -1123,4 +1139,205 @@ async fn fs_group_reaches_the_published_volume_or_the_driver() {
     };
     assert_eq!(m.volume_mount_group, "3000");
     assert_ne!(std::fs::metadata(&paths["data"]).unwrap().gid(), 3000);
+}
+
+/// A pod using `volume` as a raw block device (`volumeDevices`) and nothing in volumeMounts.
+fn block_pod(name: &str, uid: &str, volume: Volume) -> Pod {
+    let mut p = pod(name, uid, vec![volume.clone()]);
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.volume_mounts = None;
+    c.volume_devices = Some(vec![k8s_openapi::api::core::v1::VolumeDevice {
+        name: volume.name.clone(),
+        device_path: "/dev/xvda".into(),
+    }]);
+    p
+}
+
+fn block_pv(name: &str, claim: &str, handle: &str) -> PersistentVolume {
+    let mut v = pv(name, claim, handle);
+    v.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    v
+}
+
+#[test]
+fn volume_mode_against_mounts_and_devices_table() {
+    let fs_pv = pv("pv-1", "data", "h-1");
+    let blk_pv = block_pv("pv-1", "data", "h-1");
+    let mounted = pod("web", "uid-1", vec![pvc_volume("data", "data", false)]);
+    let device = block_pod("web", "uid-1", pvc_volume("data", "data", false));
+    let mut both = device.clone();
+    both.spec.as_mut().unwrap().containers[0].volume_mounts =
+        mounted.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .clone();
+    let mut other_mode = fs_pv.clone();
+    other_mode.spec.as_mut().unwrap().volume_mode = Some("Object".into());
+    let refused = |reason: &str| {
+        Err(Refusal {
+            field: "spec.volumes[0].persistentVolumeClaim.claimName".into(),
+            value: "data".into(),
+            reason: reason.into(),
+        })
+    };
+    // (case, pod, PV, Ok(block) or the refusal)
+    let cases: Vec<(&str, &Pod, &PersistentVolume, Result<bool, Refusal>)> = vec![
+        ("filesystem claim mounted", &mounted, &fs_pv, Ok(false)),
+        ("block claim as a device", &device, &blk_pv, Ok(true)),
+        ("block claim in volumeMounts", &mounted, &blk_pv, refused("volume data has volumeMode Block, but is specified in volumeMounts")),
+        ("block claim in both", &both, &blk_pv, refused("volume data has volumeMode Block, but is specified in volumeMounts")),
+        ("filesystem claim as a device", &device, &fs_pv, refused("volume data has volumeMode Filesystem, but is specified in volumeDevices")),
+        ("unknown volumeMode", &device, &other_mode, refused("PersistentVolume pv-1 has volumeMode Object; nodelet mounts Filesystem and Block volumes")),
+    ];
+    for (name, p, volume, want) in cases {
+        let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+        let objects = VolumeObjects {
+            claim: Some(Ok(Some(claim("data", "Bound", "pv-1")))),
+            volume: Some(Ok(Some(volume.clone()))),
+            driver: Some(Ok(None)),
+        };
+        let got = match resolve(p, 0, v, &objects) {
+            Resolution::Ready(spec) => Ok(spec.block),
+            Resolution::Refused(r) => Err(r),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(got, want, "{name}");
+    }
+    // No fsGroup on a device.
+    let mut grouped = device.clone();
+    grouped.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+        fs_group: Some(1000),
+        ..Default::default()
+    });
+    let v = &grouped.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+    let objects = VolumeObjects {
+        claim: Some(Ok(Some(claim("data", "Bound", "pv-1")))),
+        volume: Some(Ok(Some(blk_pv.clone()))),
+        driver: Some(Ok(Some(csi_driver(false, &["Persistent"], Some("File"))))),
+    };
+    match resolve(&grouped, 0, v, &objects) {
+        Resolution::Ready(spec) => assert_eq!(spec.fs_group, None),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_block_claim_is_staged_and_published_at_the_kubelets_block_paths() {
+    let bed = Bed::new(true);
+    bed.objects
+        .set_csi_driver(csi_driver(false, &["Persistent"], None));
+    bed.objects.set_claim(claim("data", "Bound", "pv-b"));
+    bed.objects
+        .set_persistent_volume(block_pv("pv-b", "data", "h-b"));
+    let csi = bed.manager();
+    let a = block_pod("a", "uid-a", pvc_volume("data", "data", false));
+    let b = block_pod("b", "uid-b", pvc_volume("data", "data", true));
+
+    let root = bed.root();
+    let block = root.join("plugins/kubernetes.io/csi/volumeDevices");
+    let staging = block.join("staging/pv-b");
+    let target_a = block.join("publish/pv-b/uid-a");
+    let paths_a = csi.mount_pod(&a).await.unwrap();
+    assert_eq!(paths_a, [("data".to_string(), target_a.clone())].into());
+    csi.mount_pod(&a).await.unwrap();
+    let paths_b = csi.mount_pod(&b).await.unwrap();
+    assert_eq!(paths_b["data"], block.join("publish/pv-b/uid-b"));
+    assert_eq!(bed.driver.count(is_stage), 1, "{:?}", bed.driver.calls());
+    assert_eq!(bed.driver.count(is_publish), 2);
+
+    let calls = bed.driver.calls();
+    let Call::Stage(stage) = &calls[0] else {
+        panic!()
+    };
+    assert_eq!(stage.staging_target_path, staging.to_string_lossy());
+    assert!(matches!(
+        stage.volume_capability.as_ref().unwrap().access_type,
+        Some(api::volume_capability::AccessType::Block(_))
+    ));
+    let Call::Publish(publish_a) = &calls[1] else {
+        panic!()
+    };
+    assert_eq!(publish_a.target_path, target_a.to_string_lossy());
+    assert_eq!(publish_a.staging_target_path, staging.to_string_lossy());
+    assert!(matches!(
+        publish_a.volume_capability.as_ref().unwrap().access_type,
+        Some(api::volume_capability::AccessType::Block(_))
+    ));
+    let Call::Publish(publish_b) = &calls[2] else {
+        panic!()
+    };
+    assert!(publish_b.readonly);
+    // The kubelet's vol_data.json beside the block volume; no pod filesystem target.
+    let data = paths::read_vol_data(&block.join("pv-b/data"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(data["specVolumeID"], "pv-b");
+    assert_eq!(data["volumeHandle"], "h-b");
+    assert_eq!(data["driverName"], DRIVER);
+    assert!(!root.join("pods/uid-a/volumes/kubernetes.io~csi").exists());
+    let mounted = mounted_volumes(root, &bed.mountinfo).unwrap();
+    assert_eq!(
+        mounted
+            .iter()
+            .map(|m| (m.target_path.clone(), m.staging_path.clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            (target_a.clone(), Some(staging.clone())),
+            (block.join("publish/pv-b/uid-b"), Some(staging.clone()))
+        ]
+    );
+
+    // The first pod goes: unpublished, still staged; the last: unpublished, unstaged, and
+    // nothing of the volume left.
+    csi.unmount_pod("uid-a").await.unwrap();
+    assert_eq!(
+        (bed.driver.count(is_unpublish), bed.driver.count(is_unstage)),
+        (1, 0)
+    );
+    assert!(!target_a.exists());
+    assert!(staging.is_dir());
+    csi.unmount_pod("uid-b").await.unwrap();
+    assert_eq!(
+        (bed.driver.count(is_unpublish), bed.driver.count(is_unstage)),
+        (2, 1)
+    );
+    assert!(
+        matches!(bed.driver.calls().last(), Some(Call::Unstage(u)) if u.staging_target_path == staging.to_string_lossy())
+    );
+    let left: Vec<_> = walkdir(&block);
+    assert!(
+        left.iter().all(|p| p.is_dir() && !p.ends_with("pv-b")),
+        "{left:?}"
+    );
+    assert!(mounted_volumes(root, &bed.mountinfo).unwrap().is_empty());
+
+    // A driver without STAGE_UNSTAGE_VOLUME: published only, and torn down without a trace.
+    let bed = Bed::new(false);
+    bed.objects
+        .set_csi_driver(csi_driver(false, &["Persistent"], None));
+    bed.objects.set_claim(claim("data", "Bound", "pv-b"));
+    bed.objects
+        .set_persistent_volume(block_pv("pv-b", "data", "h-b"));
+    let csi = bed.manager();
+    csi.mount_pod(&a).await.unwrap();
+    assert!(
+        matches!(&bed.driver.calls()[..], [Call::Publish(p)] if p.staging_target_path.is_empty())
+    );
+    csi.unmount_pod("uid-a").await.unwrap();
+    assert!(matches!(&bed.driver.calls()[1..], [Call::Unpublish(_)]));
+    let block = bed.root().join("plugins/kubernetes.io/csi/volumeDevices");
+    assert!(!block.join("pv-b").exists());
+    assert!(!block.join("publish/pv-b").exists());
+}
+
+/// Every path under `dir`.
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        }
+        out.push(p);
+    }
+    out
 }
