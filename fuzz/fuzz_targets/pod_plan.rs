@@ -129,6 +129,8 @@ fn settings() -> SyncSettings {
             memory: 8 << 30,
             ephemeral_storage: None,
         },
+        image_volumes: Default::default(),
+        csi_volumes: None,
     }
 }
 
