@@ -561,7 +561,14 @@ impl NodeletBuilder {
                 cancel.clone(),
             ));
         }
+        let volumes_in_use = crate::volume::csi::VolumesInUse::default();
+        tasks.spawn(
+            volumes_in_use
+                .clone()
+                .run(cfg.root_dir.clone(), cancel.clone()),
+        );
         let node_views = NodeViews {
+            volumes_in_use,
             cfg: &cfg,
             node: &runtime.node,
             runtime: &runtime.rt,
@@ -637,6 +644,7 @@ struct NodeViews<'a> {
     pressure: &'a PressureView,
     shutdown: &'a ShutdownView,
     taints: &'a crate::node::updater::NodeTaints,
+    volumes_in_use: crate::volume::csi::VolumesInUse,
     clock: Clock,
 }
 
@@ -645,7 +653,7 @@ impl NodeViews<'_> {
     /// pressure wing's views, which the node status follows.
     fn agent(&self) -> NodeAgent {
         let pressure = self.pressure.clone();
-        let root_dir = self.cfg.root_dir.clone();
+        let volumes_in_use = self.volumes_in_use.clone();
         NodeAgent::new(
             settings::node(self.cfg),
             NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
@@ -656,12 +664,8 @@ impl NodeViews<'_> {
         .with_shutdown(self.shutdown.clone())
         .with_taints(self.taints.clone())
         .with_runtime_features(self.runtime.runtime_features.clone())
-        // What the CSI volume manager's files say (`volume::csi::volumes_in_use`).
-        .with_volumes_in_use(Arc::new(move || {
-            crate::volume::csi::volumes_in_use(&root_dir)
-                .map_err(|e| tracing::warn!(error = %e, "listing the volumes in use"))
-                .ok()
-        }))
+        // What the CSI volume manager's files said at the last scan.
+        .with_volumes_in_use(Arc::new(move || volumes_in_use.get()))
     }
 }
 

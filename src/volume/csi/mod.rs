@@ -250,6 +250,38 @@ pub fn volumes_in_use(root_dir: &Path) -> io::Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
+/// [`volumes_in_use`] kept current by a task of its own (every [`VOLUMES_IN_USE_PERIOD`], off
+/// the async threads), so the node status never reads the disk — least of all under memory
+/// pressure, when a directory read can take seconds. `None` until the first scan.
+#[derive(Debug, Clone, Default)]
+pub struct VolumesInUse(Arc<std::sync::Mutex<Option<Vec<String>>>>);
+
+/// How often [`VolumesInUse`] scans the node.
+pub const VOLUMES_IN_USE_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl VolumesInUse {
+    /// The last scan's list.
+    pub fn get(&self) -> Option<Vec<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Scans `root_dir` until `cancel`.
+    pub async fn run(self, root_dir: PathBuf, cancel: tokio_util::sync::CancellationToken) {
+        loop {
+            let root = root_dir.clone();
+            match tokio::task::spawn_blocking(move || volumes_in_use(&root)).await {
+                Ok(Ok(names)) => *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(names),
+                Ok(Err(e)) => tracing::warn!(error = %e, "listing the volumes in use"),
+                Err(_) => {}
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(VOLUMES_IN_USE_PERIOD) => {}
+            }
+        }
+    }
+}
+
 /// The actual state: every pod's published targets and every staged volume.
 fn scan_actual(root_dir: &Path) -> io::Result<Actual> {
     let mut actual = Actual::default();
