@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+pub mod csi;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
