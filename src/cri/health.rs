@@ -1,13 +1,18 @@
 //! Is the container runtime reachable? The kubelet's `runtimeState` and `updateRuntimeUp`:
 //! a loop asks the runtime every [`RUNTIME_CHECK_PERIOD`], and the runtime counts as down when
-//! no check succeeded within [`RUNTIME_DOWN_AFTER`]. The node's `Ready` condition and
-//! `/healthz` report it.
+//! no check succeeded for a while. The node's `Ready` condition and `/healthz` report it.
 //!
-//! Two deliberate differences from the kubelet: the threshold is 10 s, not the kubelet's 30 s
-//! (`maxWaitForContainerRuntime`), so a runtime outage shows within 10–15 s instead of 30–35 s
-//! while one slow answer (a check is given [`RUNTIME_CHECK_TIMEOUT`]) still does not flip it;
-//! and `/healthz` includes it (the kubelet's reports only its sync loop and PLEG, and stays
-//! `ok` with the runtime gone until the PLEG's 3 minutes pass).
+//! How long "a while" is depends on how the checks failed:
+//! * a runtime that **answers with an error** or cannot be reached (connection refused, the
+//!   socket gone) is down after [`RUNTIME_DOWN_AFTER`] (10 s), not the kubelet's 30 s
+//!   (`maxWaitForContainerRuntime`): an outage shows within 10–15 s instead of 30–35 s;
+//! * a runtime that **does not answer in time** ([`RUNTIME_CHECK_TIMEOUT`]) is down only after
+//!   the kubelet's 30 s ([`RUNTIME_SLOW_DOWN_AFTER`]): a busy runtime on a loaded node (a
+//!   hundred crash-looping pods on two cores) or a nodelet whose own threads were late to read
+//!   the answer is slow, not down, and must not turn the node NotReady and `/healthz` 500.
+//!
+//! `/healthz` includes it (the kubelet's reports only its sync loop and PLEG, and stays `ok`
+//! with the runtime gone until the PLEG's 3 minutes pass).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,8 +26,11 @@ use super::Runtime;
 pub const RUNTIME_CHECK_PERIOD: Duration = Duration::from_secs(5);
 /// How long one check may take before it counts as failed.
 pub const RUNTIME_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
-/// Without a successful check for this long, the runtime is down.
+/// Without a successful check for this long, a runtime whose checks fail is down.
 pub const RUNTIME_DOWN_AFTER: Duration = Duration::from_secs(10);
+/// Without a successful check for this long, a runtime whose checks time out is down (the
+/// kubelet's `maxWaitForContainerRuntime`).
+pub const RUNTIME_SLOW_DOWN_AFTER: Duration = Duration::from_secs(30);
 
 /// The kubelet's message for a runtime that stopped answering.
 pub const RUNTIME_DOWN: &str = "container runtime is down";
@@ -34,19 +42,28 @@ pub struct RuntimeChecks {
     pub last_success: Option<Instant>,
     /// The error of the last check, if it failed.
     pub last_error: Option<String>,
+    /// The last check failed by taking longer than [`RUNTIME_CHECK_TIMEOUT`], not by an error.
+    pub last_was_slow: bool,
 }
 
 /// `Err(reason)` when the runtime counts as down at `now`: no successful check within
-/// `down_after`. Before the first check has finished the runtime is taken as up: nodelet only
-/// starts once the runtime answered its Version call.
+/// `down_after`, or within `slow_down_after` when the last check only timed out. Before the
+/// first check has finished the runtime is taken as up: nodelet only starts once the runtime
+/// answered its Version call.
 pub fn runtime_errors(
     checks: &RuntimeChecks,
     started: Instant,
     now: Instant,
     down_after: Duration,
+    slow_down_after: Duration,
 ) -> Result<(), String> {
     let since = checks.last_success.unwrap_or(started);
-    if now.saturating_duration_since(since) < down_after {
+    let threshold = if checks.last_was_slow {
+        slow_down_after
+    } else {
+        down_after
+    };
+    if now.saturating_duration_since(since) < threshold {
         return Ok(());
     }
     Err(match &checks.last_error {
@@ -79,18 +96,27 @@ impl RuntimeHealth {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        runtime_errors(&checks, self.started, Instant::now(), RUNTIME_DOWN_AFTER)
+        runtime_errors(
+            &checks,
+            self.started,
+            Instant::now(),
+            RUNTIME_DOWN_AFTER,
+            RUNTIME_SLOW_DOWN_AFTER,
+        )
     }
 
     /// One check: the runtime's Version call, within [`RUNTIME_CHECK_TIMEOUT`].
     pub async fn check(&self) {
         let result = tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, self.runtime.version()).await;
-        let error = match result {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some(format!(
-                "no answer to Version within {RUNTIME_CHECK_TIMEOUT:?}"
-            )),
+        let (error, slow) = match result {
+            Ok(Ok(_)) => (None, false),
+            Ok(Err(e)) => (Some(e.to_string()), false),
+            Err(_) => (
+                Some(format!(
+                    "no answer to Version within {RUNTIME_CHECK_TIMEOUT:?}"
+                )),
+                true,
+            ),
         };
         let mut checks = self.checks.lock().unwrap_or_else(|e| e.into_inner());
         match error {
@@ -99,12 +125,14 @@ impl RuntimeHealth {
                     tracing::info!("container runtime answers again");
                 }
                 checks.last_success = Some(Instant::now());
+                checks.last_was_slow = false;
             }
             Some(error) => {
                 if checks.last_error.is_none() {
                     tracing::warn!(%error, "container runtime check failed");
                 }
                 checks.last_error = Some(error);
+                checks.last_was_slow = slow;
             }
         }
     }
@@ -153,6 +181,7 @@ mod tests {
                 RuntimeChecks {
                     last_success: Some(after(1)),
                     last_error: None,
+                    last_was_slow: false,
                 },
                 after(10),
                 Ok(()),
@@ -162,6 +191,7 @@ mod tests {
                 RuntimeChecks {
                     last_success: Some(after(20)),
                     last_error: Some("connection refused".into()),
+                    last_was_slow: false,
                 },
                 after(25),
                 Ok(()),
@@ -171,14 +201,51 @@ mod tests {
                 RuntimeChecks {
                     last_success: Some(after(20)),
                     last_error: Some("connection refused".into()),
+                    last_was_slow: false,
                 },
                 after(30),
                 Err("container runtime is down: connection refused".into()),
             ),
+            (
+                "slow answers for 10 s: slow, not down",
+                RuntimeChecks {
+                    last_success: Some(after(20)),
+                    last_error: Some("no answer to Version within 5s".into()),
+                    last_was_slow: true,
+                },
+                after(30),
+                Ok(()),
+            ),
+            (
+                "slow answers for 29 s: still not down",
+                RuntimeChecks {
+                    last_success: Some(after(20)),
+                    last_error: Some("no answer to Version within 5s".into()),
+                    last_was_slow: true,
+                },
+                after(49),
+                Ok(()),
+            ),
+            (
+                "no answer for the kubelet's 30 s: down",
+                RuntimeChecks {
+                    last_success: Some(after(20)),
+                    last_error: Some("no answer to Version within 5s".into()),
+                    last_was_slow: true,
+                },
+                after(50),
+                Err("container runtime is down: no answer to Version within 5s".into()),
+            ),
         ];
         for (name, checks, now, want) in cases {
             assert_eq!(
-                runtime_errors(&checks, t0, now, RUNTIME_DOWN_AFTER),
+                runtime_errors(
+                    &checks,
+                    t0,
+                    now,
+                    RUNTIME_DOWN_AFTER,
+                    RUNTIME_SLOW_DOWN_AFTER
+                ),
                 want,
                 "{name}"
             );
