@@ -2498,3 +2498,173 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         "{left:#?}"
     );
 }
+
+/// A pod whose one container carries `container_extra` (indented for the container) and whose
+/// spec carries `spec_extra`.
+fn never_started_pod(
+    name: &str,
+    node: &str,
+    image: &str,
+    spec_extra: &str,
+    container_extra: &str,
+) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 30\n{spec_extra}  containers:\n  - name: main\n    image: {image}\n    imagePullPolicy: Never\n    args: [serve]\n{container_extra}"
+    )
+}
+
+/// Whether the logged request is a status write of `pod` that reports it Failed with its
+/// container terminated as the kubelet's `TerminatePod` reports a container that never ran.
+fn is_terminal_never_ran_patch(r: &LoggedRequest, pod: &str) -> bool {
+    let body = r.body.as_ref().map(|b| b.to_string()).unwrap_or_default();
+    r.method == "PATCH"
+        && r.path.ends_with(&format!("/pods/{pod}/status"))
+        && r.status < 300
+        && body.contains(r#""phase":"Failed""#)
+        && body.contains("ContainerStatusUnknown")
+}
+
+/// Pods whose containers never started — a missing ConfigMap (CreateContainerConfigError), an
+/// image that may not be pulled (ErrImageNeverPull), an unbound claim (ContainerCreating) —
+/// end as with the kubelet when they are deleted: the never-run container is reported
+/// terminated (ContainerStatusUnknown, 137), the phase Failed, then nodelet's one final DELETE.
+/// Before the kubelet's `TerminatePod` rules, such a pod stayed Pending and Terminating for
+/// ever (its final DELETE waits for a terminal phase). A force-deleted one leaves nothing in
+/// the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_pods_that_never_started_end_with_a_terminal_status_and_the_final_delete() {
+    let fixture = Fixture::start(None).await.unwrap();
+    let api = fixture.url();
+    let n = Nodelet::start_in_cluster("never-started", &api, "");
+    let node = n.node.clone();
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "claim",
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: unbound\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 1Gi}}\n  storageClassName: \"\"\n",
+    );
+    let missing_config = "    env:\n    - name: FROM_MAP\n      valueFrom:\n        configMapKeyRef: {name: absent, key: k}\n";
+    let claim_volume =
+        "  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: unbound}\n";
+    let claim_mount = "    volumeMounts:\n    - {name: data, mountPath: /data}\n";
+    // (pod, manifest, the waiting reason that shows it is stuck before its container ran)
+    let cases = [
+        (
+            "no-config",
+            never_started_pod("no-config", &node, TESTBOX, "", missing_config),
+            "CreateContainerConfigError",
+        ),
+        (
+            "no-image",
+            never_started_pod("no-image", &node, "localhost/never-pulled:1", "", ""),
+            "ErrImageNeverPull",
+        ),
+        (
+            "no-claim",
+            never_started_pod("no-claim", &node, TESTBOX, claim_volume, claim_mount),
+            "ContainerCreating",
+        ),
+        (
+            "forced",
+            never_started_pod("forced", &node, TESTBOX, "", missing_config),
+            "CreateContainerConfigError",
+        ),
+    ];
+    for (name, yaml, _) in &cases {
+        kubectl_apply(&api, n.dir.path(), name, yaml);
+    }
+    let waiting_reason = |name: &str| -> Option<String> {
+        api_pod(&fixture, name)?
+            .status?
+            .container_statuses?
+            .first()?
+            .state
+            .clone()?
+            .waiting?
+            .reason
+    };
+    for (name, _, reason) in &cases {
+        wait_api(&format!("{name} waiting with {reason}"), &n, || {
+            (waiting_reason(name).as_deref() == Some(*reason)).then_some(())
+        })
+        .await;
+    }
+    // The pods nodelet started sandboxes for (the claim's pod waits before its sandbox).
+    let sandboxes_before = n.runtime_objects().await.0.len();
+    assert!(
+        sandboxes_before >= 2,
+        "sandboxes of the waiting pods: {sandboxes_before}"
+    );
+
+    fixture.clear_log();
+    let deleted = Instant::now();
+    for (name, _, _) in cases.iter().filter(|(name, _, _)| *name != "forced") {
+        let (ok, out, err) = kubectl(
+            &api,
+            &["delete", "pod", name, "--grace-period=5", "--wait=false"],
+        );
+        assert!(ok, "kubectl delete {name}: {out}{err}");
+    }
+    let (ok, out, err) = kubectl(
+        &api,
+        &[
+            "delete",
+            "pod",
+            "forced",
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        ],
+    );
+    assert!(ok, "kubectl delete --force: {out}{err}");
+
+    for (name, _, _) in cases.iter().filter(|(name, _, _)| *name != "forced") {
+        wait_api(&format!("{name} gone from the API"), &n, || {
+            api_pod(&fixture, name).is_none().then_some(())
+        })
+        .await;
+        eprintln!(
+            "{name}: gone from the API {:.1} s after its graceful delete",
+            deleted.elapsed().as_secs_f64()
+        );
+        let log = fixture.request_log();
+        let terminal = log
+            .iter()
+            .position(|r| is_terminal_never_ran_patch(r, name))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name}: no status write with phase Failed and ContainerStatusUnknown: {:#?}",
+                    log.iter()
+                        .filter(|r| r.path.contains(&format!("/pods/{name}")))
+                        .collect::<Vec<_>>()
+                )
+            });
+        let finals: Vec<usize> = log
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| is_final_delete(r, name))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(finals.len(), 1, "{name}: one final DELETE");
+        assert!(
+            terminal < finals[0],
+            "{name}: the terminal status is reported before the final DELETE"
+        );
+    }
+    // Nothing of any of them is left in the runtime, the force-deleted one included.
+    let deadline = Instant::now() + T;
+    loop {
+        let (sandboxes, containers) = n.runtime_objects().await;
+        if sandboxes.is_empty() && containers.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left in the runtime: {} sandboxes, {} containers\n{}",
+            sandboxes.len(),
+            containers.len(),
+            tail(&n.logs(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

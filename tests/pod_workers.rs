@@ -1159,3 +1159,203 @@ async fn a_sandbox_whose_process_ended_is_replaced() {
         .any(|e| e.reason.as_deref() == Some("SandboxChanged")));
     h.cancel.cancel();
 }
+
+/// The pod as the API server shows it once deleted: `deletionTimestamp` set, with this
+/// `deletionGracePeriodSeconds` (0: forced).
+fn deleted(
+    p: &Arc<k8s_openapi::api::core::v1::Pod>,
+    grace: i64,
+) -> Arc<k8s_openapi::api::core::v1::Pod> {
+    let mut p = (**p).clone();
+    p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    p.metadata.deletion_grace_period_seconds = Some(grace);
+    Arc::new(p)
+}
+
+/// Deleted in any state — admitted but not yet synced, waiting for an image, waiting for a
+/// volume, after its sandbox failed, in back-off, running — a pod reaches a terminal status
+/// with every container terminated (those that never ran as the kubelet's `TerminatePod`
+/// reports them: ContainerStatusUnknown, 137; one that ran with its own last exit), and is
+/// reclaimed, which is what
+/// lets the final DELETE go out; nothing of it is left in the runtime. Each state is deleted
+/// gracefully (5 s) and forcibly (0 s). Before the fix the never-run states stayed Pending,
+/// so their final DELETE never went out.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_in_any_state_ends_terminal_and_reclaimed() {
+    use k8s_openapi::api::core::v1::{HostPathVolumeSource, Volume, VolumeMount};
+    #[derive(Clone, Copy, Debug)]
+    enum Before {
+        NotYetSynced,
+        WaitingForImage,
+        WaitingForVolume,
+        SandboxFailed,
+        BackOff,
+        Running,
+    }
+    let h = harness().await;
+    let missing = h._dir.path().join("missing");
+    let mut n = 0;
+    for before in [
+        Before::NotYetSynced,
+        Before::WaitingForImage,
+        Before::WaitingForVolume,
+        Before::SandboxFailed,
+        Before::BackOff,
+        Before::Running,
+    ] {
+        for grace in [5, 0] {
+            n += 1;
+            let uid = format!("del{n}");
+            let name = format!("c{n}");
+            let case = format!("{before:?}, deleted with grace {grace}");
+            let image = match before {
+                Before::WaitingForImage => "localhost/missing:1",
+                _ => "localhost/app:1",
+            };
+            let mut p = (*pod(&uid, "Always", &[&name], image)).clone();
+            if let Before::WaitingForVolume = before {
+                let spec = p.spec.as_mut().unwrap();
+                spec.volumes = Some(vec![Volume {
+                    name: "data".into(),
+                    host_path: Some(HostPathVolumeSource {
+                        path: missing.display().to_string(),
+                        type_: Some("Directory".into()),
+                    }),
+                    ..Default::default()
+                }]);
+                spec.containers[0].volume_mounts = Some(vec![VolumeMount {
+                    name: "data".into(),
+                    mount_path: "/data".into(),
+                    ..Default::default()
+                }]);
+            }
+            if let Before::SandboxFailed = before {
+                h.fake.fail_next(
+                    "run_pod_sandbox",
+                    tonic::Status::unknown("failed to setup network for sandbox: no IP"),
+                );
+            }
+            let p = Arc::new(p);
+            h.workers.update(PodWork::Sync(p.clone()));
+            let waiting_reason = |h: &Harness| {
+                h.status
+                    .status(&uid)
+                    .and_then(|s| s.container_statuses)
+                    .and_then(|cs| cs[0].state.clone())
+                    .and_then(|s| s.waiting)
+                    .and_then(|w| w.reason)
+                    .unwrap_or_default()
+            };
+            match before {
+                Before::NotYetSynced => {}
+                Before::WaitingForImage => {
+                    h.settle(&case, |h| waiting_reason(h) == "ErrImageNeverPull")
+                        .await
+                }
+                Before::WaitingForVolume => {
+                    h.settle(&case, |h| {
+                        h.events.events().iter().any(|e| {
+                            e.reason.as_deref() == Some("FailedMount")
+                                && e.involved_object.uid.as_deref() == Some(uid.as_str())
+                        })
+                    })
+                    .await
+                }
+                Before::SandboxFailed => {
+                    h.settle(&case, |h| {
+                        h.events.events().iter().any(|e| {
+                            e.reason.as_deref() == Some("FailedCreatePodSandBox")
+                                && e.involved_object.uid.as_deref() == Some(uid.as_str())
+                        })
+                    })
+                    .await
+                }
+                Before::BackOff => {
+                    h.settle(&case, |h| {
+                        h.fake.running_container_names() == [name.clone()]
+                    })
+                    .await;
+                    // The first restart comes at once; the second exit waits its back-off.
+                    h.fake.exit_container(&name, 1);
+                    h.workers.wake(&uid);
+                    h.settle(&case, |h| {
+                        h.fake
+                            .calls()
+                            .iter()
+                            .filter(|c| c.op == "start_container" && c.target == name)
+                            .count()
+                            == 2
+                            && h.fake.running_container_names() == [name.clone()]
+                    })
+                    .await;
+                    h.fake.exit_container(&name, 1);
+                    h.workers.wake(&uid);
+                    h.settle(&case, |h| waiting_reason(h) == "CrashLoopBackOff")
+                        .await;
+                }
+                Before::Running => {
+                    h.settle(&case, |h| {
+                        h.fake.running_container_names() == [name.clone()]
+                    })
+                    .await
+                }
+            }
+            h.workers.update(PodWork::Delete {
+                pod: deleted(&p, grace),
+            });
+            h.settle(&format!("{case}: reclaimed"), |h| {
+                h.status.lifecycle(&uid).reclaimed
+            })
+            .await;
+            let status = h
+                .status
+                .status(&uid)
+                .expect("the status stays until the API object goes");
+            match before {
+                // A stopped container's own exit decides (0 on SIGTERM: Succeeded).
+                Before::Running => assert!(
+                    matches!(status.phase.as_deref(), Some("Failed" | "Succeeded")),
+                    "{case}: {status:#?}"
+                ),
+                _ => assert_eq!(
+                    status.phase.as_deref(),
+                    Some("Failed"),
+                    "{case}: {status:#?}"
+                ),
+            }
+            let state = status.container_statuses.as_ref().unwrap()[0]
+                .state
+                .clone()
+                .unwrap();
+            let terminated = state
+                .terminated
+                .unwrap_or_else(|| panic!("{case}: {status:#?}"));
+            match before {
+                // It ran: its own last exit, not an unknown one (a deleted pod is not restarted,
+                // so one in back-off shows the exit it waited after, as the kubelet's).
+                Before::Running | Before::BackOff => assert_ne!(
+                    terminated.reason.as_deref(),
+                    Some("ContainerStatusUnknown"),
+                    "{case}"
+                ),
+                _ => {
+                    assert_eq!(
+                        (terminated.reason.as_deref(), terminated.exit_code),
+                        (Some("ContainerStatusUnknown"), 137),
+                        "{case}"
+                    );
+                    assert_eq!(
+                        terminated.message.as_deref(),
+                        Some("The container could not be located when the pod was terminated"),
+                        "{case}"
+                    );
+                }
+            }
+            assert_eq!(h.fake.sandbox_count(), 0, "{case}: a sandbox left");
+            assert_eq!(h.fake.container_count(), 0, "{case}: a container left");
+        }
+    }
+    h.cancel.cancel();
+}

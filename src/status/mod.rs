@@ -10,6 +10,8 @@
 //!   sync) reads; it enforces the rules the kubelet's status manager enforces (terminal phase is
 //!   never left, `startTime` never changes, unchanged statuses do not bump the version).
 //! * [`StatusMutation`] is what whoever ends a pod (`kill_pod`) wants its final status to say.
+//! * [`terminate_pod_status`] is the status manager's `TerminatePod`: the final status of a pod
+//!   whose termination is over reports every container terminated and a terminal phase.
 //! * [`printer`] renders pods the way `kubectl get pods` does.
 //! * [`api_sync`] delivers the cached statuses to the API server (cluster mode), sends the final
 //!   DELETE of pods whose deletion was requested, and cleans up failed pods.
@@ -24,6 +26,7 @@ pub mod patch;
 mod phase;
 pub mod printer;
 pub mod restart;
+mod terminate;
 
 use std::collections::BTreeMap;
 
@@ -37,6 +40,7 @@ pub use generate::{container_statuses, generate_pod_status, REJECTED_MESSAGE_PRE
 pub use manager::{PodLifecycle, StatusManager, VersionedStatus};
 pub use mutation::StatusMutation;
 pub use phase::{get_phase, get_phase_with_initialized};
+pub use terminate::{terminate_pod_status, TERMINATED_UNKNOWN_MESSAGE};
 
 /// Waiting reason of a container that has not been created yet (pod without init containers).
 pub const CONTAINER_CREATING: &str = "ContainerCreating";

@@ -40,7 +40,8 @@ use crate::podspec::{
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::stats::machine::NodeInfo;
 use crate::status::{
-    generate_pod_status, RestartInPlace, StartFailure, StatusInputs, StatusManager, StatusMutation,
+    generate_pod_status, terminate_pod_status, RestartInPlace, StartFailure, StatusInputs,
+    StatusManager, StatusMutation,
 };
 use crate::volume;
 
@@ -486,6 +487,12 @@ impl PodSyncer {
         let mut status = status;
         if let Some(m) = mutation {
             m.apply(&mut status);
+        }
+        if pod_is_terminal {
+            // The termination is over and nothing of the pod will run again: containers that
+            // never ran (or that the runtime lost) end too, and the phase is terminal, so a
+            // deleted pod reaches its final DELETE (the kubelet's `TerminatePod`).
+            terminate_pod_status(pod, &mut status);
         }
         self.status.set_pod_status(pod, status.clone());
         status
@@ -1391,6 +1398,7 @@ impl PodSyncer {
                     ..Default::default()
                 };
                 m.apply(&mut status);
+                terminate_pod_status(pod, &mut status);
                 self.status.set_pod_status(pod, status);
             }
             _ => {
