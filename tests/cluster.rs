@@ -139,9 +139,13 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
     .await;
     let uid = api_pod(&fixture, "web").unwrap().metadata.uid.unwrap();
     fixture.clear_log();
+    // The grace period bounds the preStop hook (an exec into the container): 30 s, so that on a
+    // machine loaded by emulated VMs and other test nodelets a slow `runc exec` still runs it
+    // before the kill (CI, 2026-12-05: with 5 s the hook's file was missing). The container
+    // ends on SIGTERM at once, so the test does not wait longer.
     let (ok, out, err) = kubectl(
         &api,
-        &["delete", "pod", "web", "--grace-period=5", "--timeout=60s"],
+        &["delete", "pod", "web", "--grace-period=30", "--timeout=90s"],
     );
     assert!(ok, "kubectl delete: {out}{err}\n{}", tail(&n.logs(), 40));
     assert!(api_pod(&fixture, "web").is_none(), "the pod is gone");

@@ -57,8 +57,6 @@ fn mark_unknown_unless_terminated(c: &mut ContainerStatus) {
         }),
         ..Default::default()
     });
-    c.ready = false;
-    c.started = Some(false);
 }
 
 fn waiting(c: &ContainerStatus) -> bool {
