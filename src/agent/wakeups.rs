@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -16,7 +15,8 @@ use crate::cgroup::kubepods_cgroup_name;
 use crate::config::eviction::{Signal, Threshold};
 use crate::config::Config;
 use crate::eviction::notify::{
-    open_memory_events, open_psi_trigger, watch_memory, PriorityWatch, PsiTrigger, Wake, WakeSource,
+    open_memory_events, open_psi_trigger, watch_memory, PriorityWatch, PsiTrigger, Wake, WakeKind,
+    WakeSource, Waker,
 };
 use crate::metrics::{metrics, WakeLabels};
 use crate::stats::cgroup::{CgroupReader, CgroupVersion};
@@ -29,17 +29,17 @@ pub const MEMORY_CHECK_PERIOD: Duration = Duration::from_millis(100);
 
 /// Wakes the manager and counts the wake-up by source.
 #[derive(Clone)]
-struct CountedWake(Arc<Notify>);
+struct CountedWake(Arc<Waker>);
 
 impl Wake for CountedWake {
-    fn wake(&self, source: WakeSource) {
+    fn wake(&self, source: WakeSource, kind: WakeKind) {
         metrics()
             .eviction_wakeups_total
             .get_or_create(&WakeLabels {
                 source: source.name().to_string(),
             })
             .inc();
-        self.0.notify_one();
+        Waker::wake(&self.0, kind);
     }
 }
 
@@ -59,7 +59,7 @@ pub(super) fn spawn(
     paths: &HostPaths,
     thresholds: &[Threshold],
     memory_capacity: u64,
-    wake: Arc<Notify>,
+    wake: Arc<Waker>,
     tasks: &TaskTracker,
     cancel: &CancellationToken,
 ) {

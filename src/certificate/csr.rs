@@ -11,7 +11,7 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 
 use super::schedule::Template;
 
@@ -270,7 +270,9 @@ pub async fn wait_for_certificate(
 ) -> Result<Vec<u8>, CsrError> {
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let stream = watcher(api, config);
+    // kube's watcher retries on the next poll, at once: without its backoff an unreachable
+    // API server is reconnected to in a tight loop (a warning each time) until `timeout`.
+    let stream = watcher(api, config).default_backoff();
     let wait = async {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
@@ -283,7 +285,7 @@ pub async fn wait_for_certificate(
                 }
                 Ok(_) => continue,
                 Err(error) => {
-                    // The watcher backs off and retries by itself; say why nothing arrives.
+                    // The backoff above spaces the retries; say why nothing arrives.
                     tracing::warn!(csr = name, %error, "watching the certificate signing request");
                     continue;
                 }
@@ -329,6 +331,38 @@ mod tests {
     use k8s_openapi::api::certificates::v1::{
         CertificateSigningRequestCondition, CertificateSigningRequestStatus,
     };
+
+    /// An API server that accepts and hangs up at once: the wait retries its watch with a
+    /// backoff, a few times a second at most, not as fast as connections fail.
+    #[tokio::test]
+    async fn waiting_on_an_unreachable_api_server_backs_off() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((conn, _)) = listener.accept().await else {
+                    return;
+                };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                drop(conn);
+            }
+        });
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let result =
+            wait_for_certificate(&client, "csr-1", "", Duration::from_secs(2), &cancel).await;
+        assert!(
+            matches!(result, Err(CsrError::Timeout { .. })),
+            "{result:?}"
+        );
+        let attempts = accepted.load(std::sync::atomic::Ordering::Relaxed);
+        // The default backoff: 0.8 s, then about 1.6 s: two or three connections in 2 s.
+        assert!((1..=5).contains(&attempts), "{attempts} connections in 2 s");
+        server.abort();
+    }
 
     #[test]
     fn request_carries_the_subject_and_names() {

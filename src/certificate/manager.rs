@@ -128,6 +128,9 @@ impl CertificateManager {
     /// retried with the manager's backoff; the current certificate stays in use meanwhile.
     pub async fn run(mut self, cancel: CancellationToken) {
         let name = self.parts.kind.name();
+        // Rotations in a row that left the new certificate due at once; `None` until the
+        // first rotation and after a look that found it not due.
+        let mut due_at_once: Option<u32> = None;
         loop {
             let jitter = schedule::random_unit();
             let next = {
@@ -139,6 +142,17 @@ impl CertificateManager {
                     jitter,
                     self.parts.clock.now(),
                 )
+            };
+            if let Some(delay) = schedule::wait_after_rotation(next, due_at_once, jitter) {
+                tracing::warn!(manager = name, ?delay, "the certificate just issued is due for rotation already (it does not satisfy the template, or its rotation deadline passed by this node's clock); waiting before the next request");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = cancel.cancelled() => return,
+                }
+            }
+            due_at_once = match (next, due_at_once) {
+                (Next::Now, Some(n)) => Some(n.saturating_add(1)),
+                _ => None,
             };
             match next {
                 Next::Now => {}
@@ -176,6 +190,7 @@ impl CertificateManager {
                             not_after = %pair.info.not_after,
                             "certificate rotated"
                         );
+                        due_at_once.get_or_insert(0);
                         break;
                     }
                     Err(RotateError::Csr(CsrError::Cancelled { .. })) => return,

@@ -99,6 +99,20 @@ pub fn retry_delay(attempt: u32, jitter: f64) -> Duration {
     base.mul_f64(1.0 + 0.1 * jitter.clamp(0.0, 1.0))
 }
 
+/// The wait before acting on `next` right after rotations that each left the new certificate
+/// due at once (`due_at_once`: how many in a row; `None` when the last look was not right
+/// after a rotation). A signer that issues a certificate that does not satisfy the template,
+/// or one whose rotation deadline has already passed by this node's clock, would otherwise
+/// have the manager request certificate after certificate as fast as the signer answers: the
+/// failed renewal's backoff applies (the kubelet's loop waits at least its `wait.Until`
+/// second). `None`: no wait.
+pub fn wait_after_rotation(next: Next, due_at_once: Option<u32>, jitter: f64) -> Option<Duration> {
+    match (next, due_at_once) {
+        (Next::Now, Some(in_a_row)) => Some(retry_delay(in_a_row, jitter)),
+        _ => None,
+    }
+}
+
 /// A value in `[0, 1)` from the standard library's per-process random hasher keys: enough to
 /// spread renewals, and no generator crate for it.
 pub fn random_unit() -> f64 {
@@ -272,6 +286,28 @@ mod tests {
                 "current {:?} template {:?} at {now}",
                 current.map(|c| &c.serial),
                 template.map(|t| (&t.common_name, &t.ips))
+            );
+        }
+    }
+
+    #[test]
+    fn a_certificate_due_at_once_after_its_rotation_waits_the_backoff() {
+        let at = Next::At(ts("2026-01-01T00:00:00Z"));
+        // (next, rotations in a row that left it due at once, wait in ms)
+        let cases: &[(Next, Option<u32>, Option<u64>)] = &[
+            (Next::Now, None, None), // no certificate yet, or its deadline came: at once
+            (Next::Now, Some(0), Some(2000)),
+            (Next::Now, Some(3), Some(16000)),
+            (Next::Now, Some(40), Some(32000)),
+            (at, Some(0), None),
+            (at, None, None),
+            (Next::WaitForTemplate, Some(2), None),
+        ];
+        for (next, in_a_row, millis) in cases {
+            assert_eq!(
+                wait_after_rotation(*next, *in_a_row, 0.0),
+                millis.map(Duration::from_millis),
+                "{next:?} after {in_a_row:?}"
             );
         }
     }

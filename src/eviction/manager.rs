@@ -10,9 +10,14 @@
 //!
 //! Timing: the kubelet passes every 10 s. nodelet passes every `check_period` (1 s) on the
 //! cheap CPU-and-memory summary, reusing the last full readings of the other signals, and on a
-//! full summary every `housekeeping_period` (10 s) or while a non-memory threshold is met;
-//! [`EvictionManager::waker`] starts a pass at once (for a future PSI / `memory.events`
-//! notifier).
+//! full summary every `housekeeping_period` (10 s) or while a non-memory threshold is met.
+//! Between them, [`EvictionManager::waker`] takes the wake-ups of `super::notify` (the memory
+//! check, PSI, `memory.events`); [`next_pass`] decides which of them start a pass at once: a
+//! fresh crossing of a memory threshold always, any wake-up after a pass that acted (evicted a
+//! pod, reclaimed at node level), none after a pass that found nothing to do — those sources
+//! keep firing for as long as a pressure lasts, and a pass started by each would run pass
+//! after pass, as fast as one takes (issue 37). What a pass finds is logged when it first
+//! appears and when it changes or clears ([`announces_attempt`], [`report`]), not on every pass.
 //!
 //! The effects are behind small traits (`lifecycle`'s [`ActivePods`] and [`PodKiller`],
 //! [`NodeReclaim`], the stats' [`SummarySource`]), so the loop has paused-clock tests with
@@ -24,11 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, Toleration};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::local_storage;
+use super::notify::{WakeKind, Waker};
 use super::rank::{
     evictable, eviction_message, pressure_eviction_message, rank, Candidate, ContainerUsage,
 };
@@ -57,6 +63,9 @@ pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(10);
 /// nodelet's short period between two cheap passes.
 pub const CHECK_PERIOD: Duration = Duration::from_secs(1);
+/// The shortest time between two passes [`next_pass`] allows, whatever `check_period` says:
+/// a loop must not wake itself.
+pub const MIN_PASS_SPACING: Duration = Duration::from_millis(100);
 /// The taint a BestEffort pod must tolerate to be admitted under memory pressure.
 pub const TAINT_MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
 
@@ -305,6 +314,119 @@ pub enum PassResult {
     NoStats,
 }
 
+impl PassResult {
+    /// Whether the pass did something (evicted, reclaimed), so that a wake-up right after it
+    /// may find more to do.
+    pub fn acted(&self) -> bool {
+        matches!(self, PassResult::Evicted { .. } | PassResult::Reclaimed)
+    }
+}
+
+/// What [`next_pass`] weighs of the last pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastPass {
+    /// When it ended (after the evicted pod's cleanup, when it evicted one).
+    pub ended: Instant,
+    /// It evicted a pod or reclaimed at node level ([`PassResult::acted`]).
+    pub acted: bool,
+    /// It saw a `memory.available` threshold met: a crossing the memory check reports then is
+    /// no news to the manager.
+    pub memory_met: bool,
+}
+
+/// When the loop starts its next pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// The periodic pass.
+    pub due: Instant,
+    /// From when a [`WakeKind::Crossing`] starts a pass (no sooner than `due`: none does).
+    pub crossing_from: Instant,
+    /// From when a [`WakeKind::Hint`] starts one.
+    pub hint_from: Instant,
+}
+
+impl Schedule {
+    /// From when a wake-up of `kind` starts a pass, if before the periodic one.
+    pub fn wake_from(&self, kind: WakeKind) -> Option<Instant> {
+        let from = match kind {
+            WakeKind::Crossing => self.crossing_from,
+            WakeKind::Hint => self.hint_from,
+        };
+        (from < self.due).then_some(from)
+    }
+}
+
+/// When the pass after `last` starts: every `check_period` (at least [`MIN_PASS_SPACING`]); a
+/// wake-up starts it at once after a pass that acted, and a fresh crossing of a memory
+/// threshold after any pass that did not already see one met. After a pass that found nothing
+/// to do, the wake-ups are no news (the notifiers fire for as long as a pressure lasts) and
+/// the periodic pass answers them.
+pub fn next_pass(last: LastPass, check_period: Duration) -> Schedule {
+    let due = last.ended + check_period.max(MIN_PASS_SPACING);
+    let at_once = |yes: bool| if yes { last.ended } else { due };
+    Schedule {
+        due,
+        crossing_from: at_once(last.acted || !last.memory_met),
+        hint_from: at_once(last.acted),
+    }
+}
+
+/// Resolves at a wake-up of `kind` that `schedule` lets start a pass (one stored earlier
+/// counts from the schedule's instant for it); never when none does.
+async fn woken(wake: &Waker, kind: WakeKind, schedule: Schedule) {
+    let Some(from) = schedule.wake_from(kind) else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until(from).await;
+    wake.woken(kind).await;
+}
+
+/// What a pass found, as the log reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Finding {
+    /// No threshold acted on.
+    #[default]
+    Quiet,
+    /// Acting on this signal's threshold: reclaimed, evicted, or about to.
+    Acting(Signal),
+    /// Acting on this signal's threshold, and no pod may be evicted.
+    NoPod(Signal),
+}
+
+impl Finding {
+    pub fn signal(self) -> Option<Signal> {
+        match self {
+            Finding::Quiet => None,
+            Finding::Acting(s) | Finding::NoPod(s) => Some(s),
+        }
+    }
+}
+
+/// Whether a pass that acts on `signal` logs `attempting to reclaim`: when the last pass did
+/// not act on it. A pressure that lasts is one attempt, however many passes it takes.
+pub fn announces_attempt(last: Finding, signal: Signal) -> bool {
+    last.signal() != Some(signal)
+}
+
+/// What the end of a pass logs of its finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// WARN `no pod may be evicted`.
+    NoPod(Signal),
+    /// INFO `no threshold to act on now`: what the last pass acted on is over.
+    Over(Signal),
+}
+
+/// What a pass that found `now` logs after one that found `last`: a finding when it first
+/// appears or changes, and when it clears; nothing when it repeats.
+pub fn report(last: Finding, now: Finding) -> Option<Report> {
+    match (last, now) {
+        (last, Finding::NoPod(s)) if last != now => Some(Report::NoPod(s)),
+        (last, Finding::Quiet) => last.signal().map(Report::Over),
+        _ => None,
+    }
+}
+
 pub struct EvictionManager {
     settings: Settings,
     summary: Arc<dyn SummarySource>,
@@ -312,7 +434,7 @@ pub struct EvictionManager {
     killer: Arc<dyn PodKiller>,
     reclaim: Arc<dyn NodeReclaim>,
     events: EventRecorder,
-    wake: Arc<Notify>,
+    wake: Arc<Waker>,
     conditions: watch::Sender<BTreeSet<NodeCondition>>,
     state: PassState,
     /// The last full summary's readings, for the signals a cheap summary lacks.
@@ -331,6 +453,10 @@ pub struct EvictionManager {
     stall_marks: BTreeMap<Signal, StallMark>,
     /// An eviction happened; the next pass takes the stall marks.
     stall_mark_pending: bool,
+    /// What the last pass found (for what this one logs).
+    finding: Finding,
+    /// The signal this pass acts on, once chosen.
+    acting: Option<Signal>,
 }
 
 /// The `total` counter of a PSI signal's line in the node's memory pressure.
@@ -359,7 +485,7 @@ impl EvictionManager {
             killer,
             reclaim,
             events,
-            wake: Arc::new(Notify::new()),
+            wake: Arc::new(Waker::default()),
             conditions: watch::channel(BTreeSet::new()).0,
             state: PassState::default(),
             last_full: BTreeMap::new(),
@@ -369,11 +495,14 @@ impl EvictionManager {
             last_reclaim: None,
             stall_marks: BTreeMap::new(),
             stall_mark_pending: false,
+            finding: Finding::Quiet,
+            acting: None,
         }
     }
 
-    /// Poking it starts a pass at once (a pressure notifier's hook).
-    pub fn waker(&self) -> Arc<Notify> {
+    /// The pressure notifiers' hook: a wake-up may start a pass before its period
+    /// ([`next_pass`]).
+    pub fn waker(&self) -> Arc<Waker> {
         self.wake.clone()
     }
 
@@ -384,16 +513,28 @@ impl EvictionManager {
         }
     }
 
-    /// Passes until `cancel`: every `check_period`, or at once when woken; after an eviction,
-    /// the next pass waits for the pod's cleanup (at most [`POD_CLEANUP_TIMEOUT`]).
+    /// Passes until `cancel`: every `check_period`, or sooner when a wake-up says so
+    /// ([`next_pass`]); after an eviction, the next pass waits for the pod's cleanup (at most
+    /// [`POD_CLEANUP_TIMEOUT`]).
     pub async fn run(mut self, cancel: CancellationToken) {
+        // Before the first pass, any wake-up starts one.
+        let mut last = LastPass {
+            ended: Instant::now(),
+            acted: true,
+            memory_met: false,
+        };
         loop {
+            let schedule = next_pass(last, self.settings.check_period);
             tokio::select! {
-                _ = tokio::time::sleep(self.settings.check_period) => {}
-                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep_until(schedule.due) => {}
+                _ = woken(&self.wake, WakeKind::Crossing, schedule) => {}
+                _ = woken(&self.wake, WakeKind::Hint, schedule) => {}
                 _ = cancel.cancelled() => return,
             }
-            if let PassResult::Evicted { uid, handle } = self.synchronize().await {
+            self.wake.answered();
+            let result = self.synchronize().await;
+            let acted = result.acted();
+            if let PassResult::Evicted { uid, handle } = result {
                 tokio::select! {
                     r = tokio::time::timeout(POD_CLEANUP_TIMEOUT, handle.terminated()) => {
                         if r.is_err() {
@@ -403,6 +544,15 @@ impl EvictionManager {
                     _ = cancel.cancelled() => return,
                 }
             }
+            last = LastPass {
+                ended: Instant::now(),
+                acted,
+                memory_met: self
+                    .state
+                    .first_observed
+                    .keys()
+                    .any(|t| t.signal == Signal::MemoryAvailable),
+            };
         }
     }
 
@@ -454,9 +604,32 @@ impl EvictionManager {
         Some((summary, readings))
     }
 
-    /// One pass (the kubelet's `synchronize`).
+    /// One pass (the kubelet's `synchronize`), and the log of what it found against the last.
     #[tracing::instrument(name = "eviction_pass", skip_all, fields(full))]
     pub async fn synchronize(&mut self) -> PassResult {
+        self.acting = None;
+        let result = self.pass_once().await;
+        let finding = match (&result, self.acting) {
+            // Nothing read, nothing learnt: the last finding stands.
+            (PassResult::NoStats, _) => self.finding,
+            (_, None) => Finding::Quiet,
+            (PassResult::NoCandidate, Some(signal)) => Finding::NoPod(signal),
+            (_, Some(signal)) => Finding::Acting(signal),
+        };
+        match report(self.finding, finding) {
+            Some(Report::NoPod(signal)) => {
+                tracing::warn!(signal = %signal, "eviction manager: no pod may be evicted");
+            }
+            Some(Report::Over(signal)) => {
+                tracing::info!(signal = %signal, "eviction manager: no threshold to act on now");
+            }
+            None => {}
+        }
+        self.finding = finding;
+        result
+    }
+
+    async fn pass_once(&mut self) -> PassResult {
         let now = Instant::now();
         let metrics = crate::metrics::metrics();
         metrics.eviction_passes_total.inc();
@@ -524,7 +697,10 @@ impl EvictionManager {
             return PassResult::Nothing;
         };
         let resource = threshold.signal.resource();
-        tracing::warn!(signal = %threshold.signal, resource = resource.name(), "eviction manager: attempting to reclaim");
+        self.acting = Some(threshold.signal);
+        if announces_attempt(self.finding, threshold.signal) {
+            tracing::warn!(signal = %threshold.signal, resource = resource.name(), "eviction manager: attempting to reclaim");
+        }
         let period = self.settings.housekeeping_period;
         if self
             .last_threshold_event
@@ -574,7 +750,6 @@ impl EvictionManager {
             .collect();
         rank(resource, &mut candidates);
         let Some(chosen) = candidates.first() else {
-            tracing::warn!(signal = %threshold.signal, "eviction manager: no pod may be evicted");
             return PassResult::NoCandidate;
         };
         let Some(pod) = pods.iter().find(|p| pod_uid(p) == chosen.uid).cloned() else {

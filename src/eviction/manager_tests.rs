@@ -465,7 +465,7 @@ async fn reacts_within_the_check_period_and_when_woken() {
     let before = r.killer.uids().len();
     r.pods(vec![pod("fourth", 0, None)]);
     let woken = Instant::now();
-    waker.notify_one();
+    waker.wake(WakeKind::Crossing);
     while r.killer.uids().len() == before {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -1023,5 +1023,277 @@ fn candidate_requests_include_the_pods_overhead() {
             disk,
             "{overhead:?}"
         );
+    }
+}
+
+/// The log lines (level, message) written on the test's own thread, through a subscriber set
+/// for it alone (the paused-clock runtime runs the manager's task on that thread).
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Lines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), message.0));
+    }
+}
+
+impl Lines {
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        use tracing_subscriber::layer::SubscriberExt;
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
+    }
+    fn count(&self, level: tracing::Level, message: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(l, m)| *l == level && m == message)
+            .count()
+    }
+}
+
+impl FakeSummary {
+    /// Passes so far: each reads the node's or the full summary first (the pods' CPU and
+    /// memory are read only to rank them).
+    fn passes(&self) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| **s != Scope::CpuAndMemory)
+            .count()
+    }
+}
+
+/// Issue 37: a crossing that lasts with no pod the manager may evict (a critical pod alone),
+/// and wake-ups all the while (`memory.events` changes at up to 100 a second, the memory check
+/// every 100 ms, seeing memory come and go around the floor): about one pass a second, not one
+/// per wake-up, and the finding logged once, not on every pass; its end logged once too.
+#[tokio::test(start_paused = true)]
+async fn a_lasting_crossing_with_nothing_to_evict_is_no_pass_storm() {
+    let lines = Lines::default();
+    let _log = lines.install();
+    let r = rig(FakeReclaim::default());
+    r.pods(vec![pod("critical", 2_000_000_000, None)]);
+    let pressed = summary(50 * MI, 50 * 1024 * MI, &[("critical", "hog", 500 * MI)]);
+    r.set(pressed.clone());
+    let m = r.manager(settings(memory_100mi()));
+    let waker = m.waker();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(m.run(cancel.clone()));
+    // The crossing wakes the manager: one pass at once, which finds no pod.
+    waker.wake(WakeKind::Crossing);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(r.summary.passes(), 1);
+    // Hints every 10 ms, and with `crossings` one every 100 ms.
+    let storm = |seconds: u64, crossings: bool| {
+        let waker = waker.clone();
+        async move {
+            for i in 0..seconds * 100 {
+                waker.wake(WakeKind::Hint);
+                if crossings && i % 10 == 0 {
+                    waker.wake(WakeKind::Crossing);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    storm(5, true).await;
+    let passes = r.summary.passes();
+    assert!(
+        passes <= 1 + 5,
+        "{passes} passes in 5 s of 550 wake-ups, want about one a second"
+    );
+    assert!(r.killer.uids().is_empty());
+    let warn = tracing::Level::WARN;
+    assert_eq!(
+        lines.count(warn, "eviction manager: attempting to reclaim"),
+        1
+    );
+    assert_eq!(
+        lines.count(warn, "eviction manager: no pod may be evicted"),
+        1
+    );
+    // Memory is back: the next periodic pass sees it, and says so once.
+    let mut relieved = pressed;
+    relieved.node.memory = Some(memory(500 * MI, 524 * MI));
+    r.set(relieved);
+    storm(3, false).await;
+    assert!(r.summary.passes() <= passes + 3);
+    let over = "eviction manager: no threshold to act on now";
+    assert_eq!(lines.count(tracing::Level::INFO, over), 1);
+    assert_eq!(
+        lines.count(warn, "eviction manager: no pod may be evicted"),
+        1
+    );
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+/// The fast reaction stays: on a node with plenty of memory, hints (one pod at its own
+/// `memory.max` moves `kubepods`' `memory.events`) wait for the periodic pass, but a fresh
+/// crossing from the memory check starts a pass at once, right after one that found nothing;
+/// after an eviction's cleanup, a hint starts the next pass at once too.
+#[tokio::test(start_paused = true)]
+async fn hints_wait_for_the_period_but_a_fresh_crossing_does_not() {
+    let r = rig(FakeReclaim::default());
+    r.pods(vec![pod("hog", 0, None), pod("other", 0, None)]);
+    r.set(summary(
+        500 * MI,
+        50 * 1024 * MI,
+        &[("hog", "hog", 100 * MI), ("other", "hog", 50 * MI)],
+    ));
+    let m = r.manager(settings(memory_100mi()));
+    let waker = m.waker();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(m.run(cancel.clone()));
+    for _ in 0..300 {
+        waker.wake(WakeKind::Hint);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let passes = r.summary.passes();
+    assert!(passes <= 4, "{passes} passes in 3 s of 300 hints");
+    // A pass just found nothing to do (hints keep it company); the crossing comes now.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    r.set(summary(
+        50 * MI,
+        50 * 1024 * MI,
+        &[("hog", "hog", 900 * MI), ("other", "hog", 50 * MI)],
+    ));
+    let crossed = Instant::now();
+    waker.wake(WakeKind::Crossing);
+    while r.killer.uids().is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(
+        crossed.elapsed() <= Duration::from_millis(2),
+        "crossing → kill took {:?}",
+        crossed.elapsed()
+    );
+    assert_eq!(r.killer.uids(), ["hog"]);
+    // The pass acted: once its pod is cleaned up, a hint (memory still below) goes at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r.pods(vec![pod("other", 0, None)]);
+    r.killer.finish_all();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let hinted = Instant::now();
+    waker.wake(WakeKind::Hint);
+    while r.killer.uids().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(hinted.elapsed() <= Duration::from_millis(2));
+    assert_eq!(r.killer.uids(), ["hog", "other"]);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[test]
+fn wake_ups_start_a_pass_at_once_only_when_they_can_be_news() {
+    let ended = Instant::now();
+    let s = Duration::from_secs;
+    let period = s(1);
+    // (what, acted, memory met, crossing from, hint from) — `None`: only the periodic pass.
+    type Case = (&'static str, bool, bool, Option<Duration>, Option<Duration>);
+    let cases: [Case; 4] = [
+        (
+            "quiet: a crossing at once, hints wait",
+            false,
+            false,
+            Some(s(0)),
+            None,
+        ),
+        (
+            "nothing to do under a memory crossing: both wait",
+            false,
+            true,
+            None,
+            None,
+        ),
+        (
+            "evicted or reclaimed: both at once",
+            true,
+            false,
+            Some(s(0)),
+            Some(s(0)),
+        ),
+        (
+            "evicted, memory still met: both at once",
+            true,
+            true,
+            Some(s(0)),
+            Some(s(0)),
+        ),
+    ];
+    for (what, acted, memory_met, crossing, hint) in cases {
+        let schedule = next_pass(
+            LastPass {
+                ended,
+                acted,
+                memory_met,
+            },
+            period,
+        );
+        assert_eq!(schedule.due, ended + period, "{what}");
+        assert_eq!(
+            schedule.wake_from(WakeKind::Crossing),
+            crossing.map(|d| ended + d),
+            "{what}: crossing"
+        );
+        assert_eq!(
+            schedule.wake_from(WakeKind::Hint),
+            hint.map(|d| ended + d),
+            "{what}: hint"
+        );
+    }
+    // A check period of zero must not make a loop that wakes itself.
+    let zero = next_pass(
+        LastPass {
+            ended,
+            acted: false,
+            memory_met: true,
+        },
+        Duration::ZERO,
+    );
+    assert_eq!(zero.due, ended + MIN_PASS_SPACING);
+}
+
+#[test]
+fn a_finding_is_logged_when_it_appears_changes_or_clears() {
+    use Finding::*;
+    let mem = Signal::MemoryAvailable;
+    let pid = Signal::PidAvailable;
+    // (last, now, `attempting to reclaim` logged when acting now, report at the end)
+    let cases = [
+        (Quiet, Quiet, false, None),
+        (Quiet, Acting(mem), true, None),
+        (Quiet, NoPod(mem), true, Some(Report::NoPod(mem))),
+        (Acting(mem), Acting(mem), false, None),
+        (Acting(mem), Acting(pid), true, None),
+        (Acting(mem), NoPod(mem), false, Some(Report::NoPod(mem))),
+        (NoPod(mem), NoPod(mem), false, None),
+        (NoPod(mem), NoPod(pid), true, Some(Report::NoPod(pid))),
+        (NoPod(mem), Acting(mem), false, None),
+        (NoPod(mem), Quiet, false, Some(Report::Over(mem))),
+        (Acting(mem), Quiet, false, Some(Report::Over(mem))),
+    ];
+    for (last, now, attempt, want) in cases {
+        assert_eq!(report(last, now), want, "{last:?} → {now:?}");
+        let announced = now
+            .signal()
+            .is_some_and(|signal| announces_attempt(last, signal));
+        assert_eq!(announced, attempt, "{last:?} → {now:?}: attempting");
     }
 }

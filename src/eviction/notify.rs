@@ -2,15 +2,20 @@
 //! 10 s poll, which a fast allocation outruns until the kernel OOM killer fires first.
 //!
 //! Three sources, each ending in [`Wake::wake`]; none of them decides anything about pods, they
-//! only make the manager run its pass now:
-//! - a cheap memory check every `period` (one read of the root cgroup's memory files): wakes when
-//!   `memory.available` falls below the highest memory threshold ([`memory_below`]);
+//! only tell the manager that memory moved ([`WakeKind`]); its loop decides when that is worth a
+//! pass (`manager::next_pass`):
+//! - a cheap memory check every `period` (one read of the root cgroup's memory files): a
+//!   [`WakeKind::Crossing`] when `memory.available` falls below the highest memory threshold, a
+//!   [`WakeKind::Hint`] on every later read while it stays below ([`memory_wake`]);
 //! - a PSI trigger on a `memory.pressure` file (the kernel wakes us when tasks stall on memory
 //!   for `stall` within `window`, [`PsiTrigger`]);
 //! - changes of a cgroup v2 `memory.events` file (`high`, `max`, `oom` counters of `kubepods`).
 //!
 //! The last two are readiness on a file descriptor (`EPOLLPRI`), waited on through tokio's
-//! reactor: no thread, no polling.
+//! reactor: no thread, no polling. Both are hints only: `memory.events` counts the whole
+//! `kubepods` subtree, so one pod at its own `memory.max` moves it up to a hundred times a second
+//! (kernfs notifies at most every 10 ms) on a node with plenty of memory, and the counters keep
+//! rising for as long as a pressure lasts; a PSI trigger fires once per window while tasks stall.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -19,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::Notify;
@@ -44,14 +50,56 @@ impl WakeSource {
     }
 }
 
-/// Where wake-ups go: the manager's loop.
-pub trait Wake: Send + Sync + 'static {
-    fn wake(&self, source: WakeSource);
+/// What a wake-up tells the manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WakeKind {
+    /// `memory.available` went below the floor since the last reading: a fresh crossing, worth
+    /// a pass at once unless the manager already sees it.
+    Crossing,
+    /// Memory moved (a PSI trigger, a `memory.events` counter, memory still below the floor):
+    /// worth a pass at once only after a pass that acted; otherwise the periodic pass answers it.
+    Hint,
 }
 
-impl Wake for Arc<Notify> {
-    fn wake(&self, _source: WakeSource) {
-        self.notify_one();
+/// Where wake-ups go: the manager's loop.
+pub trait Wake: Send + Sync + 'static {
+    fn wake(&self, source: WakeSource, kind: WakeKind);
+}
+
+/// The manager's wake-ups, one permit per kind: many wake-ups before the loop looks are one.
+#[derive(Debug, Default)]
+pub struct Waker {
+    crossing: Notify,
+    hint: Notify,
+}
+
+impl Waker {
+    pub fn wake(&self, kind: WakeKind) {
+        match kind {
+            WakeKind::Crossing => self.crossing.notify_one(),
+            WakeKind::Hint => self.hint.notify_one(),
+        }
+    }
+
+    /// Resolves at the next wake-up of `kind` (at once for one stored since the last look).
+    pub async fn woken(&self, kind: WakeKind) {
+        match kind {
+            WakeKind::Crossing => self.crossing.notified().await,
+            WakeKind::Hint => self.hint.notified().await,
+        }
+    }
+
+    /// Drops the stored wake-ups: the pass about to start reads the signals after all of them,
+    /// so it answers them (left stored, each would start another pass right after this one).
+    pub fn answered(&self) {
+        let _ = self.crossing.notified().now_or_never();
+        let _ = self.hint.notified().now_or_never();
+    }
+}
+
+impl Wake for Arc<Waker> {
+    fn wake(&self, _source: WakeSource, kind: WakeKind) {
+        Waker::wake(self, kind);
     }
 }
 
@@ -80,10 +128,22 @@ pub fn memory_below(root: &MemoryUsage, capacity: u64, floor: u64) -> bool {
     capacity.saturating_sub(root.working_set()) < floor
 }
 
+/// What one reading of the memory check tells the manager, given the last reading's verdict
+/// (`None`: no reading yet, or the last one failed): a crossing when `memory.available` went
+/// below the floor, a hint while it stays there, nothing above it.
+pub fn memory_wake(was_below: Option<bool>, below: bool) -> Option<WakeKind> {
+    match (was_below, below) {
+        (_, false) => None,
+        (Some(true), true) => Some(WakeKind::Hint),
+        (_, true) => Some(WakeKind::Crossing),
+    }
+}
+
 /// The cheap check: reads the root cgroup's memory every `period` and wakes the manager while
 /// `memory.available` is below `floor` (the highest memory threshold, so that every memory
-/// threshold is checked by a full pass as soon as it can be met). Read errors are logged once
-/// and the check goes on: the manager's own period still runs.
+/// threshold is checked by a pass as soon as it can be met): a crossing, then hints
+/// ([`memory_wake`]). Read errors are logged once and the check goes on: the manager's own
+/// period still runs.
 pub async fn watch_memory(
     reader: CgroupReader,
     capacity: u64,
@@ -95,6 +155,7 @@ pub async fn watch_memory(
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let mut was_below = None;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -103,12 +164,15 @@ pub async fn watch_memory(
         match reader.memory("/") {
             Ok(Some(root)) => {
                 failing = false;
-                if memory_below(&root, capacity, floor) {
-                    wake.wake(WakeSource::MemoryCheck);
+                let below = memory_below(&root, capacity, floor);
+                if let Some(kind) = memory_wake(was_below, below) {
+                    wake.wake(WakeSource::MemoryCheck, kind);
                 }
+                was_below = Some(below);
             }
-            Ok(None) => {}
+            Ok(None) => was_below = None,
             Err(e) => {
+                was_below = None;
                 if !failing {
                     tracing::warn!(error = %e, "eviction memory check: cannot read the root cgroup");
                 }
@@ -213,7 +277,7 @@ impl PriorityWatch {
         })
     }
 
-    /// Wakes the manager on each signal until cancelled.
+    /// Hints the manager on each signal until cancelled.
     pub async fn run(self, wake: impl Wake, cancel: CancellationToken) -> Result<(), NotifyError> {
         loop {
             let mut guard = tokio::select! {
@@ -230,7 +294,7 @@ impl PriorityWatch {
                     .map_err(io_error("read", &self.path))?;
             }
             guard.clear_ready();
-            wake.wake(self.source);
+            wake.wake(self.source, WakeKind::Hint);
         }
     }
 }
@@ -242,11 +306,57 @@ mod tests {
     use std::sync::Mutex;
 
     #[derive(Clone, Default)]
-    struct Recorder(Arc<Mutex<Vec<WakeSource>>>);
+    struct Recorder(Arc<Mutex<Vec<(WakeSource, WakeKind)>>>);
 
     impl Wake for Recorder {
-        fn wake(&self, source: WakeSource) {
-            self.0.lock().unwrap().push(source);
+        fn wake(&self, source: WakeSource, kind: WakeKind) {
+            self.0.lock().unwrap().push((source, kind));
+        }
+    }
+
+    #[test]
+    fn the_memory_check_tells_a_crossing_from_a_lasting_one() {
+        use WakeKind::*;
+        // (last reading below?, this one below?, wake-up)
+        let table = [
+            (None, false, None),
+            (None, true, Some(Crossing)), // first reading, or the first after a failed one
+            (Some(false), false, None),
+            (Some(false), true, Some(Crossing)),
+            (Some(true), true, Some(Hint)), // still below: the manager already knows
+            (Some(true), false, None),
+        ];
+        for (was, below, want) in table {
+            assert_eq!(memory_wake(was, below), want, "{was:?} → {below}");
+        }
+    }
+
+    /// Wake-ups before the loop looks are one; a pass answers the stored ones.
+    #[tokio::test(start_paused = true)]
+    async fn stored_wake_ups_are_one_and_a_pass_answers_them() {
+        let waker = Waker::default();
+        for _ in 0..10 {
+            waker.wake(WakeKind::Hint);
+        }
+        tokio::time::timeout(Duration::from_millis(1), waker.woken(WakeKind::Hint))
+            .await
+            .expect("a stored hint");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1), waker.woken(WakeKind::Hint))
+                .await
+                .is_err(),
+            "ten hints are one"
+        );
+        waker.wake(WakeKind::Hint);
+        waker.wake(WakeKind::Crossing);
+        waker.answered();
+        for kind in [WakeKind::Hint, WakeKind::Crossing] {
+            assert!(
+                tokio::time::timeout(Duration::from_millis(1), waker.woken(kind))
+                    .await
+                    .is_err(),
+                "{kind:?} answered"
+            );
         }
     }
 
@@ -326,15 +436,22 @@ mod tests {
         assert!(recorder.0.lock().unwrap().is_empty(), "available 900 ≥ 500");
         write_stat(600);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(*recorder.0.lock().unwrap(), vec![WakeSource::MemoryCheck]);
+        let crossing = (WakeSource::MemoryCheck, WakeKind::Crossing);
+        assert_eq!(*recorder.0.lock().unwrap(), vec![crossing]);
         std::fs::write(root.join("memory.stat"), "anon many\n").unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         write_stat(700);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(
-            recorder.0.lock().unwrap().len(),
-            2,
-            "back after the read error"
+            *recorder.0.lock().unwrap(),
+            vec![crossing, crossing],
+            "back after the read error: a crossing again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            recorder.0.lock().unwrap()[2],
+            (WakeSource::MemoryCheck, WakeKind::Hint),
+            "still below: a hint"
         );
         cancel.cancel();
         task.await.unwrap();
@@ -393,10 +510,8 @@ mod tests {
         wait_for(1).await;
         nix::mount::umount(dir.path()).unwrap();
         wait_for(2).await;
-        assert_eq!(
-            *recorder.0.lock().unwrap(),
-            vec![WakeSource::MemoryEvents, WakeSource::MemoryEvents]
-        );
+        let hint = (WakeSource::MemoryEvents, WakeKind::Hint);
+        assert_eq!(*recorder.0.lock().unwrap(), vec![hint, hint]);
         cancel.cancel();
         task.await.unwrap().unwrap();
     }
