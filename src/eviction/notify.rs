@@ -139,11 +139,31 @@ pub fn memory_wake(was_below: Option<bool>, below: bool) -> Option<WakeKind> {
     }
 }
 
-/// The cheap check: reads the root cgroup's memory every `period` and wakes the manager while
-/// `memory.available` is below `floor` (the highest memory threshold, so that every memory
-/// threshold is checked by a pass as soon as it can be met): a crossing, then hints
-/// ([`memory_wake`]). Read errors are logged once and the check goes on: the manager's own
-/// period still runs.
+/// The fastest allocation the memory check plans for: a process faulting in fresh pages on
+/// one core does about this much a second. Above the floor, the next reading comes no later
+/// than such a hog could take to reach it.
+pub const PLANNED_ALLOCATION_RATE: u64 = 4 << 30;
+
+/// The longest wait between two readings of the memory check, however much memory is free:
+/// the manager's own cheap pass comes every second anyway.
+pub const MEMORY_CHECK_MAX_PERIOD: Duration = Duration::from_secs(1);
+
+/// How long the memory check may wait before its next reading when `memory.available` is
+/// `headroom` bytes above the floor: the time a hog at [`PLANNED_ALLOCATION_RATE`] needs to use
+/// it up, within `period..=max`. Far from the floor (an idle node) it reads once a second
+/// instead of ten times; near or below it, every `period`, as before — a crossing is seen at
+/// most `period` after it happens, for any hog up to the planned rate.
+pub fn memory_check_delay(headroom: u64, period: Duration, max: Duration) -> Duration {
+    let nanos = u128::from(headroom) * 1_000_000_000 / u128::from(PLANNED_ALLOCATION_RATE);
+    let until_floor = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+    until_floor.clamp(period, max.max(period))
+}
+
+/// The cheap check: reads the root cgroup's memory (every `period` near the floor, less often
+/// far above it: [`memory_check_delay`]) and wakes the manager while `memory.available` is
+/// below `floor` (the highest memory threshold, so that every memory threshold is checked by a
+/// pass as soon as it can be met): a crossing, then hints ([`memory_wake`]). Read errors are
+/// logged once and the check goes on: the manager's own period still runs.
 pub async fn watch_memory(
     reader: CgroupReader,
     capacity: u64,
@@ -152,15 +172,17 @@ pub async fn watch_memory(
     wake: impl Wake,
     cancel: CancellationToken,
 ) {
-    let mut interval = tokio::time::interval(period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A zero period would spin.
+    let period = period.max(Duration::from_millis(10));
     let mut failing = false;
     let mut was_below = None;
+    let mut delay = period;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = interval.tick() => {}
+            _ = tokio::time::sleep(delay) => {}
         }
+        delay = period;
         match reader.memory("/") {
             Ok(Some(root)) => {
                 failing = false;
@@ -169,6 +191,12 @@ pub async fn watch_memory(
                     wake.wake(WakeSource::MemoryCheck, kind);
                 }
                 was_below = Some(below);
+                let available = capacity.saturating_sub(root.working_set());
+                delay = memory_check_delay(
+                    available.saturating_sub(floor),
+                    period,
+                    MEMORY_CHECK_MAX_PERIOD,
+                );
             }
             Ok(None) => was_below = None,
             Err(e) => {
@@ -455,6 +483,32 @@ mod tests {
         );
         cancel.cancel();
         task.await.unwrap();
+    }
+
+    /// Far above the floor the check reads once a second, near it every period: never later
+    /// than a hog at the planned rate needs to reach the floor.
+    #[test]
+    fn memory_check_delay_table() {
+        let ms = Duration::from_millis;
+        let gib: u64 = 1 << 30;
+        let cases = [
+            ("below or at the floor", 0, ms(100)),
+            ("100 MiB above", 100 << 20, ms(100)),
+            ("1 GiB above: a quarter second at 4 GiB/s", gib, ms(250)),
+            ("2 GiB above", 2 * gib, ms(500)),
+            ("4 GiB above", 4 * gib, ms(1000)),
+            ("an idle 24 GiB node", 20 * gib, ms(1000)),
+            ("more than anything", u64::MAX, ms(1000)),
+        ];
+        for (name, headroom, want) in cases {
+            assert_eq!(
+                memory_check_delay(headroom, ms(100), MEMORY_CHECK_MAX_PERIOD),
+                want,
+                "{name}"
+            );
+        }
+        // A maximum below the period never makes it shorter than the period.
+        assert_eq!(memory_check_delay(u64::MAX, ms(100), ms(10)), ms(100));
     }
 
     #[test]
