@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use notify::event::{MetadataKind, ModifyKind};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -255,7 +256,15 @@ impl PluginManager {
 
     /// One reconciliation: read the directory, deregister what went, register what came.
     pub async fn pass(&mut self) {
-        let seen = sockets::scan(&self.dir);
+        // A directory walk (bounded in depth, not in entries): off the async threads.
+        let dir = self.dir.clone();
+        let seen = match tokio::task::spawn_blocking(move || sockets::scan(&dir)).await {
+            Ok(seen) => seen,
+            Err(error) => {
+                tracing::warn!(dir = %self.dir.display(), %error, "reading the plugin registry");
+                return;
+            }
+        };
         let registered: BTreeMap<PathBuf, SocketId> = self
             .registered
             .iter()
@@ -454,10 +463,35 @@ async fn tell(plugin: &dyn PluginRegistration, registered: bool, message: String
     }
 }
 
+/// Whether a watcher event can change the set of registration sockets: an entry created,
+/// removed or renamed, an entry's attributes changed (a socket's mode), or events lost (an
+/// error, a queue overflow). Opening, reading and closing the directory cannot — and every
+/// rescan does exactly that, so waking on those would make each rescan start the next one (the
+/// kubelet's plugin watcher reacts to create and remove only). Writes into a regular file do
+/// not make or unmake a socket either.
+pub fn wakes_rescan(event: &notify::Result<Event>) -> bool {
+    let event = match event {
+        Ok(event) => event,
+        Err(_) => return true,
+    };
+    if event.need_rescan() {
+        return true;
+    }
+    match event.kind {
+        EventKind::Create(_) | EventKind::Remove(_) => true,
+        EventKind::Modify(ModifyKind::Name(_)) => true,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
+        EventKind::Modify(ModifyKind::Metadata(_)) => true,
+        EventKind::Modify(_) | EventKind::Access(_) | EventKind::Any | EventKind::Other => false,
+    }
+}
+
 fn watch(dir: &Path, wake: mpsc::Sender<()>) -> notify::Result<RecommendedWatcher> {
-    let mut watcher = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
-        // Full means a pass is already due: that is the coalescing.
-        let _ = wake.try_send(());
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+        if wakes_rescan(&event) {
+            // Full means a pass is already due: that is the coalescing.
+            let _ = wake.try_send(());
+        }
     })?;
     watcher.watch(dir, RecursiveMode::Recursive)?;
     Ok(watcher)

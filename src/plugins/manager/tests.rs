@@ -372,3 +372,119 @@ fn failed_registrations_back_off_as_the_kubelets() {
         assert_eq!(retry_delay(attempts), want, "{attempts}");
     }
 }
+
+/// Which watcher events start a rescan: only what can add, remove or replace a socket, and lost
+/// events; never what reading the directory raises.
+#[test]
+fn only_changes_to_entries_wake_the_rescan() {
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, Flag, MetadataKind, ModifyKind, RemoveKind,
+        RenameMode,
+    };
+    use notify::{Event, EventKind};
+    let ev = |kind| Ok(Event::new(kind).add_path("/r/plugins_registry/csi.sock".into()));
+    let cases: Vec<(&str, notify::Result<Event>, bool)> = vec![
+        (
+            "socket created",
+            ev(EventKind::Create(CreateKind::File)),
+            true,
+        ),
+        (
+            "subdirectory created",
+            ev(EventKind::Create(CreateKind::Folder)),
+            true,
+        ),
+        (
+            "socket removed",
+            ev(EventKind::Remove(RemoveKind::Any)),
+            true,
+        ),
+        (
+            "renamed into place",
+            ev(EventKind::Modify(ModifyKind::Name(RenameMode::To))),
+            true,
+        ),
+        (
+            "renamed away",
+            ev(EventKind::Modify(ModifyKind::Name(RenameMode::From))),
+            true,
+        ),
+        (
+            "mode changed",
+            ev(EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any))),
+            true,
+        ),
+        (
+            "events lost",
+            Ok(Event::new(EventKind::Other).set_flag(Flag::Rescan)),
+            true,
+        ),
+        (
+            "watcher error",
+            Err(notify::Error::generic("queue overflow")),
+            true,
+        ),
+        // What the rescan itself raises: it opens, reads and closes the directory.
+        (
+            "directory opened",
+            ev(EventKind::Access(AccessKind::Open(AccessMode::Any))),
+            false,
+        ),
+        (
+            "directory closed",
+            ev(EventKind::Access(AccessKind::Close(AccessMode::Read))),
+            false,
+        ),
+        ("read", ev(EventKind::Access(AccessKind::Read)), false),
+        (
+            "access time",
+            ev(EventKind::Modify(ModifyKind::Metadata(
+                MetadataKind::AccessTime,
+            ))),
+            false,
+        ),
+        (
+            "a regular file written",
+            ev(EventKind::Modify(ModifyKind::Data(DataChange::Any))),
+            false,
+        ),
+        (
+            "written file closed",
+            ev(EventKind::Access(AccessKind::Close(AccessMode::Write))),
+            false,
+        ),
+        ("other", ev(EventKind::Other), false),
+    ];
+    for (name, event, want) in cases {
+        assert_eq!(wakes_rescan(&event), want, "{name}");
+    }
+}
+
+/// The real watcher on a real directory: an entry created wakes it (the positive sign that it
+/// watches), then reading the directory as a rescan does — many times over — wakes nothing.
+/// Before the filter, every read woke the next rescan: ~10,000 rescans a second on an idle node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_the_directory_does_not_wake_the_watcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, mut rx) = mpsc::channel(1);
+    let _watcher = watch(dir.path(), tx).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    tokio::time::timeout(T, rx.recv())
+        .await
+        .expect("no wake-up for a created entry")
+        .expect("watcher gone");
+    // Let the creation's events settle, then forget them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while rx.try_recv().is_ok() {}
+    for _ in 0..50 {
+        let _ = sockets::scan(dir.path());
+    }
+    let woke = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
+    assert!(woke.is_err(), "a directory read woke the rescan");
+    // And it still sees changes afterwards.
+    std::fs::remove_dir(dir.path().join("sub")).unwrap();
+    tokio::time::timeout(T, rx.recv())
+        .await
+        .expect("no wake-up for a removed entry")
+        .expect("watcher gone");
+}
