@@ -1,7 +1,7 @@
 //! What nodelet's integration tests (`tests/common`), VM scenarios (`tests/vm`) and benchmarks
 //! (`benches/node_bench`) share once a nodelet runs: its read-only HTTP API ([`api`]), one
 //! Prometheus-text parser ([`prom`]), one loopback port policy ([`port`]), pod status helpers
-//! ([`pod`]), `VmRSS` ([`proc`]) and log tails ([`tail`]). How a nodelet is launched (a process,
+//! ([`pod`]), `VmRSS` and CPU time ([`proc`]) and log tails ([`tail`]). How a nodelet is launched (a process,
 //! a systemd unit in a VM, a release binary for a benchmark) stays with each of them.
 //!
 //! The kit knows nothing of nodelet's own code: it reads what a client of the node sees, so a
