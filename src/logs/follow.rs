@@ -139,6 +139,9 @@ impl LogFollowers {
             let wakers = self.inner.wakers.clone();
             let watcher =
                 notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                    if !wakes_followers(&event) {
+                        return;
+                    }
                     let wakers = lock(&wakers);
                     match event {
                         Ok(event) => {
@@ -185,6 +188,25 @@ impl LogFollowers {
     }
 }
 
+/// Whether a watcher event can mean more to read: anything but an open, a read or a close
+/// after reading (and an access-time change). Followers reading the log — this one, another
+/// one, `kubectl logs` without `-f` — raise exactly those, and must not wake every follower of
+/// the directory to read again (the plugin watcher's busy loop of issue 37 was that shape).
+pub fn wakes_followers(event: &notify::Result<notify::Event>) -> bool {
+    use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
+    use notify::EventKind;
+    let Ok(event) = event else {
+        // Events may have been lost: everyone reads again.
+        return true;
+    };
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
+        _ => true,
+    }
+}
+
 /// One follower's place; given back when dropped.
 pub struct FollowPermit {
     followers: LogFollowers,
@@ -226,6 +248,86 @@ impl Drop for DirWatch {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn only_what_can_add_lines_wakes_the_followers() {
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, DataChange, MetadataKind, ModifyKind, RemoveKind,
+            RenameMode,
+        };
+        use notify::{Event, EventKind};
+        let ev = |kind| Ok(Event::new(kind).add_path("/logs/c/0.log".into()));
+        let cases: Vec<(&str, notify::Result<Event>, bool)> = vec![
+            (
+                "written",
+                ev(EventKind::Modify(ModifyKind::Data(DataChange::Any))),
+                true,
+            ),
+            (
+                "closed after writing",
+                ev(EventKind::Access(AccessKind::Close(AccessMode::Write))),
+                true,
+            ),
+            ("rotated in", ev(EventKind::Create(CreateKind::File)), true),
+            (
+                "renamed away",
+                ev(EventKind::Modify(ModifyKind::Name(RenameMode::From))),
+                true,
+            ),
+            ("removed", ev(EventKind::Remove(RemoveKind::File)), true),
+            (
+                "truncated or chmod",
+                ev(EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any))),
+                true,
+            ),
+            ("events lost", Err(notify::Error::generic("overflow")), true),
+            (
+                "opened to read",
+                ev(EventKind::Access(AccessKind::Open(AccessMode::Any))),
+                false,
+            ),
+            (
+                "closed after reading",
+                ev(EventKind::Access(AccessKind::Close(AccessMode::Read))),
+                false,
+            ),
+            ("read", ev(EventKind::Access(AccessKind::Read)), false),
+            (
+                "access time",
+                ev(EventKind::Modify(ModifyKind::Metadata(
+                    MetadataKind::AccessTime,
+                ))),
+                false,
+            ),
+        ];
+        for (name, event, want) in cases {
+            assert_eq!(wakes_followers(&event), want, "{name}");
+        }
+    }
+
+    /// A follower's directory read by others (a `kubectl logs` without `-f`, a second
+    /// follower opening the file) does not wake it; a write does.
+    #[tokio::test]
+    async fn reading_the_log_wakes_no_follower() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log");
+        std::fs::write(&log, "a\n").unwrap();
+        let f = LogFollowers::new(8);
+        let mut w = f.watch(dir.path()).unwrap();
+        // The positive sign first: a write wakes it.
+        std::fs::write(&log, "a\nb\n").unwrap();
+        tokio::time::timeout(Duration::from_secs(30), w.changed())
+            .await
+            .expect("no wake-up for a write");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Forget what the write raised, then only read.
+        let _ = tokio::time::timeout(Duration::from_millis(100), w.changed()).await;
+        for _ in 0..20 {
+            let _ = std::fs::read_to_string(&log).unwrap();
+        }
+        let woke = tokio::time::timeout(Duration::from_secs(2), w.changed()).await;
+        assert!(woke.is_err(), "reading the log woke its follower");
+    }
 
     #[test]
     fn admission_table() {
