@@ -1048,23 +1048,7 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
     assert!(time.parse::<jiff::Timestamp>().is_ok(), "{line:?}");
     assert!(!text.is_empty(), "{line:?}");
     // `kubectl logs -f` sees a line the container writes after it started following.
-    let mut follow = kubectl_command(&api, &["logs", "-f", "chatty", "--tail=0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl logs -f");
-    let stdout = follow.stdout.take().unwrap();
-    let (line_tx, line_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let follow = LogFollower::start(&api, "chatty");
     let ip = api_pod(&fixture, "chatty")
         .and_then(|p| p.status?.pod_ip)
         .expect("pod IP");
@@ -1083,12 +1067,12 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
             .timeout(Duration::from_secs(5))
             .send()
             .await;
-        while let Ok(line) = line_rx.recv_timeout(Duration::from_millis(500)) {
+        while let Ok(line) = follow.lines.recv_timeout(Duration::from_millis(500)) {
             seen.push(line);
         }
     }
-    let _ = follow.kill();
-    let _ = follow.wait();
+    // Dropping it ends kubectl.
+    drop(follow);
 
     // An unknown container is the kubelet's 404, passed on by the API server.
     let (ok, _, err) = kubectl(&api, &["logs", "chatty", "-c", "nope"]);

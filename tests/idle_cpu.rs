@@ -97,48 +97,6 @@ fn serving_pod(name: &str, node: &str) -> String {
     )
 }
 
-/// `kubectl logs -f` of a pod, its lines passed on by a thread until it is dropped.
-struct Follower {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Follower {
-    fn start(api: &str, pod: &str) -> Follower {
-        let mut child = kubectl_command(api, &["logs", "-f", pod, "--tail=0"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("kubectl logs -f (is kubectl installed?)");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Follower { child, lines }
-    }
-
-    /// Whether it still runs.
-    fn running(&mut self) -> bool {
-        self.child.try_wait().ok().flatten().is_none()
-    }
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
     // Joined to the API server fixture with the kubelet API (for `kubectl logs`).
@@ -172,7 +130,7 @@ async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
 
     // A `kubectl logs -f` follower on one of them, seen receiving a line the container wrote
     // after it attached.
-    let mut follower = Follower::start(&api, "idle-a");
+    let mut follower = LogFollower::start(&api, "idle-a");
     let ip = api_pod(&fixture, "idle-a")
         .and_then(|p| p.status?.pod_ip)
         .expect("pod IP");

@@ -686,3 +686,45 @@ pub async fn join_with_kubelet_api(
     );
     (fixture, n, kubelet_port, certs)
 }
+
+/// `kubectl logs -f` of a pod, its lines passed on by a thread until it is dropped.
+pub struct LogFollower {
+    pub child: std::process::Child,
+    pub lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl LogFollower {
+    pub fn start(api: &str, pod: &str) -> LogFollower {
+        let mut child = kubectl_command(api, &["logs", "-f", pod, "--tail=0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl logs -f (is kubectl installed?)");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        LogFollower { child, lines }
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+}
+
+impl Drop for LogFollower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
