@@ -1048,29 +1048,11 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
     assert!(time.parse::<jiff::Timestamp>().is_ok(), "{line:?}");
     assert!(!text.is_empty(), "{line:?}");
     // `kubectl logs -f` sees a line the container writes after it started following.
-    let follow = LogFollower::start(&api, "chatty");
+    let mut follow = LogFollower::start(&api, "chatty");
     let ip = api_pod(&fixture, "chatty")
         .and_then(|p| p.status?.pod_ip)
         .expect("pod IP");
-    let want = "testbox: http GET /healthz -> 200";
-    let deadline = Instant::now() + T;
-    let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l == want) {
-        assert!(
-            Instant::now() < deadline,
-            "kubectl logs -f showed {seen:?}\n{}",
-            tail(&n.logs(), 40)
-        );
-        // Until the follow stream is open a request's line may fall before it: ask again.
-        let _ = reqwest::Client::new()
-            .get(format!("http://{ip}:8080/healthz"))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        while let Ok(line) = follow.lines.recv_timeout(Duration::from_millis(500)) {
-            seen.push(line);
-        }
-    }
+    follow.until_healthz_line(&ip, &n).await;
     // Dropping it ends kubectl.
     drop(follow);
 

@@ -134,30 +134,7 @@ async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
     let ip = api_pod(&fixture, "idle-a")
         .and_then(|p| p.status?.pod_ip)
         .expect("pod IP");
-    let want = "testbox: http GET /healthz -> 200";
-    let deadline = Instant::now() + T;
-    let mut seen: Vec<String> = Vec::new();
-    while !seen.iter().any(|l| l == want) {
-        assert!(
-            follower.running(),
-            "kubectl logs -f ended: {seen:?}\n{}",
-            tail(&n.logs(), 40)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "kubectl logs -f showed {seen:?}\n{}",
-            tail(&n.logs(), 40)
-        );
-        // Until the follow stream is open a request's line may fall before it: ask again.
-        let _ = reqwest::Client::new()
-            .get(format!("http://{ip}:8080/healthz"))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        while let Ok(line) = follower.lines.recv_timeout(Duration::from_millis(500)) {
-            seen.push(line);
-        }
-    }
+    follower.until_healthz_line(&ip, &n).await;
 
     // Settled: the pods' syncs, the status updates and the volume scan after the last change.
     n.wait_more_syncs(3, T).await;

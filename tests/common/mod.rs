@@ -720,6 +720,36 @@ impl LogFollower {
     pub fn running(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_none()
     }
+
+    /// Asks the testbox server at `pod_ip:8080` for `/healthz` until the follower shows its
+    /// access line (until the follow stream is open, a request's line may fall before it: hence
+    /// asking again); fails after 90 s or when `kubectl` ends, with `n`'s log tail.
+    pub async fn until_healthz_line(&mut self, pod_ip: &str, n: &Nodelet) -> Vec<String> {
+        let want = "testbox: http GET /healthz -> 200";
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut seen: Vec<String> = Vec::new();
+        while !seen.iter().any(|l| l == want) {
+            assert!(
+                self.running(),
+                "kubectl logs -f ended: {seen:?}\n{}",
+                tail(&n.logs(), 40)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "kubectl logs -f showed {seen:?}\n{}",
+                tail(&n.logs(), 40)
+            );
+            let _ = reqwest::Client::new()
+                .get(format!("http://{pod_ip}:8080/healthz"))
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await;
+            while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
+                seen.push(line);
+            }
+        }
+        seen
+    }
 }
 
 impl Drop for LogFollower {
