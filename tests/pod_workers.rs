@@ -1359,3 +1359,146 @@ async fn a_deleted_pod_in_any_state_ends_terminal_and_reclaimed() {
     }
     h.cancel.cancel();
 }
+
+/// The status of an exit containerd's event announces does not wait for a sync of the same pod:
+/// here the pod's sync is busy restarting its other container (CreateContainer takes 30 s),
+/// and the exit of `b` shows in the status long before that sync ends.
+#[tokio::test(start_paused = true)]
+async fn an_exit_shows_in_the_status_while_the_pods_sync_is_busy() {
+    let h = harness().await;
+    h.workers.update(PodWork::Sync(pod(
+        "u-busy",
+        "Always",
+        &["a", "b"],
+        "localhost/app:1",
+    )));
+    h.settle("both running", |h| {
+        h.fake.running_container_names() == ["a", "b"]
+    })
+    .await;
+    let b = h.fake.container_ids("b").pop().expect("b's instance");
+    h.fake.set_create_delay(Duration::from_secs(30));
+    h.fake.exit_container("a", 1);
+    h.workers.wake("u-busy");
+    // The sync that restarts `a` is inside its CreateContainer (the container exists from the
+    // call's start; the call returns 30 s later).
+    h.settle("a's restart under way", |h| {
+        h.fake.calls_of("create_container").len() == 3
+    })
+    .await;
+    let busy_since = tokio::time::Instant::now();
+    let b_state = |h: &Harness| {
+        h.status
+            .status("u-busy")
+            .and_then(|s| s.container_statuses)
+            .and_then(|cs| cs.into_iter().find(|c| c.name == "b"))
+            .and_then(|c| c.state)
+    };
+    assert!(
+        b_state(&h).is_some_and(|s| s.running.is_some()),
+        "a positive sign first: b shows running before its exit"
+    );
+    // containerd's event: b's process exited with 2. The CRI still says running (the fake
+    // is not told), as containerd's CRI does until it has recorded the exit.
+    let at = jiff::Timestamp::new(1_767_225_700, 0).unwrap();
+    let pleg = h.nodelet.pleg().clone();
+    let event = tokio::spawn(async move { pleg.runtime_exit(&b, 2, at).await });
+    h.settle("b's exit in the status", |h| {
+        b_state(h)
+            .and_then(|s| s.terminated)
+            .is_some_and(|t| t.exit_code == 2 && t.reason.as_deref() == Some("Error"))
+    })
+    .await;
+    assert!(
+        busy_since.elapsed() < Duration::from_secs(30),
+        "shown before the pod's sync ended ({:?})",
+        busy_since.elapsed()
+    );
+    assert_eq!(
+        h.fake.calls_of("start_container").len(),
+        2,
+        "the sync is still inside a's CreateContainer"
+    );
+    let ready = h
+        .status
+        .status("u-busy")
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+        .expect("a Ready condition");
+    assert_eq!(ready.status, "False", "an exited container is not ready");
+    event.abort();
+    h.cancel.cancel();
+}
+
+/// An exit shown ahead of the sync changes the container, not the pod's phase: while a pod's
+/// termination waits for a container that ignores SIGTERM, the exit of its last container
+/// shows at once, and the phase stays what the pod worker published until the termination's
+/// final status, which gives the reason that ended it (DeadlineExceeded).
+#[tokio::test(start_paused = true)]
+async fn an_exit_shown_during_a_termination_leaves_the_phase_to_the_worker() {
+    let h = harness().await;
+    let mut p = (*pod(
+        "u-never",
+        "Never",
+        &["polite", "stubborn"],
+        "localhost/app:1",
+    ))
+    .clone();
+    let spec = p.spec.as_mut().unwrap();
+    spec.active_deadline_seconds = Some(5);
+    spec.termination_grace_period_seconds = Some(30);
+    h.fake.set_ignores_sigterm("stubborn");
+    h.workers.update(PodWork::Sync(Arc::new(p)));
+    h.settle("running", |h| h.phase("u-never") == "Running")
+        .await;
+    let stubborn = h.fake.container_ids("stubborn").pop().expect("an instance");
+    let polite = h.fake.container_ids("polite").pop().expect("an instance");
+    // The deadline passes: the termination stops `polite` and waits for `stubborn`.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let state = |h: &Harness, name: &str| {
+        h.status
+            .status("u-never")
+            .and_then(|s| s.container_statuses)
+            .and_then(|cs| cs.into_iter().find(|c| c.name == name))
+            .and_then(|c| c.state)
+    };
+    h.settle("polite stopped", |h| {
+        h.fake.running_container_names() == ["stubborn"]
+    })
+    .await;
+    assert_eq!(
+        h.phase("u-never"),
+        "Running",
+        "a positive sign: mid-termination"
+    );
+    // containerd's events: both exited (`stubborn` while its StopContainer still waits, as
+    // far as the fake runtime is concerned).
+    let at = jiff::Timestamp::new(1_767_225_700, 0).unwrap();
+    let pleg = h.nodelet.pleg().clone();
+    pleg.runtime_exit(&polite, 0, at).await;
+    let event = tokio::spawn(async move { pleg.runtime_exit(&stubborn, 137, at).await });
+    h.settle("both exits in the status", |h| {
+        let code = |name| {
+            state(h, name)
+                .and_then(|s| s.terminated)
+                .map(|t| t.exit_code)
+        };
+        (code("polite"), code("stubborn")) == (Some(0), Some(137))
+    })
+    .await;
+    assert_eq!(
+        h.phase("u-never"),
+        "Running",
+        "every container has ended, but only the termination's final status ends the pod"
+    );
+    // The termination's grace period ends: the final status, with what ended the pod.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    h.settle("ended", |h| h.phase("u-never") != "Running").await;
+    let status = h.status.status("u-never").unwrap();
+    assert_eq!(
+        (status.phase.as_deref(), status.reason.as_deref()),
+        (Some("Failed"), Some("DeadlineExceeded"))
+    );
+    event.abort();
+    h.cancel.cancel();
+}

@@ -42,9 +42,9 @@ fn ms_short(s: &Summary) -> String {
     format!("p50 {} / max {}", num(s.p50), num(s.max))
 }
 
-/// A container status's terminated instance: the current state, or the last one while the
-/// container waits to restart or runs again.
-fn terminated_ids(p: &Pod) -> Vec<String> {
+/// A container status's terminated instance (the container's name and the instance's ID): the
+/// current state, or the last one while the container waits to restart or runs again.
+fn terminated_ids(p: &Pod) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for c in p
         .status
@@ -59,8 +59,8 @@ fn terminated_ids(p: &Pod) -> Vec<String> {
                 .as_ref()
                 .and_then(|t| t.container_id.clone())
         };
-        out.extend(t(&c.state));
-        out.extend(t(&c.last_state));
+        out.extend(t(&c.state).map(|id| (c.name.clone(), id)));
+        out.extend(t(&c.last_state).map(|id| (c.name.clone(), id)));
     }
     out
 }
@@ -204,70 +204,33 @@ async fn exits(count: usize) -> ExitTimes {
             ),
         );
     }
-    let mut seen_running: HashSet<String> = HashSet::new();
-    let mut done: HashSet<String> = HashSet::new();
-    let mut lookups = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    while lookups.len() < count {
-        assert!(
-            Instant::now() < deadline,
-            "only {} exits in 30 min\n{}",
-            lookups.len(),
-            a.log_tail(30)
-        );
-        let Some(list) = a.pods().await else {
-            tokio::time::sleep(POLL).await;
-            continue;
-        };
-        let now = Timestamp::now();
-        for p in &list {
-            for id in terminated_ids(p) {
-                // Only exits of instances seen running: the transition happened while watched.
-                if seen_running.contains(&id) && done.insert(id.clone()) {
-                    let (rt, events) = (rt.clone(), seen_by_containerd.clone());
-                    let cri_events = seen_by_cri_events.clone();
-                    lookups.push(tokio::spawn(async move {
-                        let id = bare_id(&id);
-                        // nodelet may show the exit before the CRI has recorded it (that is
-                        // the point): the runtime's exact finishedAt is read once it has.
-                        let mut status = rt.container_status(id).await.ok()?;
-                        for _ in 0..2000 {
-                            if status.finished_at > 0 {
-                                break;
-                            }
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                            status = rt.container_status(id).await.ok()?;
-                        }
-                        if status.finished_at <= 0 {
-                            return None;
-                        }
-                        let finished =
-                            Timestamp::from_nanosecond(i128::from(status.finished_at)).ok()?;
-                        // Give the CRI poll of this exit its time to finish.
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        let bare = events
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get(id)
-                            .map(|(event, cri)| {
-                                (
-                                    ms_between(finished, *event),
-                                    cri.map(|c| ms_between(finished, c)),
-                                )
-                            });
-                        let cri_event = cri_events
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get(id)
-                            .map(|t| ms_between(finished, *t));
-                        Some((ms_between(finished, now), bare, cri_event))
-                    }));
-                }
-            }
-            seen_running.extend(running_ids(p));
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let lookups = watch_exits(&a, count, |_, id, now| {
+        let (rt, events) = (rt.clone(), seen_by_containerd.clone());
+        let cri_events = seen_by_cri_events.clone();
+        tokio::spawn(async move {
+            let id = bare_id(&id);
+            let finished = runtime_finished_at(&rt, id).await?;
+            // Give the CRI poll of this exit its time to finish.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let bare = events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(id)
+                .map(|(event, cri)| {
+                    (
+                        ms_between(finished, *event),
+                        cri.map(|c| ms_between(finished, c)),
+                    )
+                });
+            let cri_event = cri_events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(id)
+                .map(|t| ms_between(finished, *t));
+            Some((ms_between(finished, now), bare, cri_event))
+        })
+    })
+    .await;
     let (mut ours, mut events, mut cri) = (Vec::new(), Vec::new(), Vec::new());
     let mut cri_events = Vec::new();
     for l in lookups {
@@ -303,6 +266,119 @@ async fn exits(count: usize) -> ExitTimes {
         cri,
         cri_events: cri_stream.then_some(cri_events),
     }
+}
+
+/// Polls `/pods` every [`POLL`] until `count` container instances were seen running and then
+/// terminated (in `state` or `lastState`: the transition happened while watched); `time` is
+/// called once for each with the container's name, its ID and when the poll showed the exit.
+async fn watch_exits<T>(
+    a: &Agent,
+    count: usize,
+    time: impl Fn(&str, String, Timestamp) -> tokio::task::JoinHandle<T>,
+) -> Vec<tokio::task::JoinHandle<T>> {
+    let mut seen_running: HashSet<String> = HashSet::new();
+    let mut done: HashSet<String> = HashSet::new();
+    let mut lookups = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while lookups.len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "only {} exits in 30 min\n{}",
+            lookups.len(),
+            a.log_tail(30)
+        );
+        let Some(list) = a.pods().await else {
+            tokio::time::sleep(POLL).await;
+            continue;
+        };
+        let now = Timestamp::now();
+        for p in &list {
+            for (name, id) in terminated_ids(p) {
+                if seen_running.contains(&id) && done.insert(id.clone()) {
+                    lookups.push(time(&name, id, now));
+                }
+            }
+            seen_running.extend(running_ids(p));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    lookups
+}
+
+/// The runtime's exact `finishedAt` of a container (CRI ContainerStatus, nanoseconds), once
+/// the CRI has recorded the exit: nodelet may show the exit before that (that is the point).
+async fn runtime_finished_at(rt: &RemoteRuntime, id: &str) -> Option<Timestamp> {
+    let mut status = rt.container_status(id).await.ok()?;
+    for _ in 0..2000 {
+        if status.finished_at > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        status = rt.container_status(id).await.ok()?;
+    }
+    if status.finished_at <= 0 {
+        return None;
+    }
+    Timestamp::from_nanosecond(i128::from(status.finished_at)).ok()
+}
+
+/// How many containers the busy pod has, each crash-looping.
+const BUSY_CONTAINERS: usize = 8;
+
+/// Exit → terminated in `/pods` for the containers of one busy pod: [`BUSY_CONTAINERS`]
+/// containers exiting and restarting (`maxContainerRestartPeriod: 1s`), so an exit often
+/// comes while the pod's sync is restarting another of them. Each exit is timed from the
+/// container's own clock: testbox's `exiting with 1` line, appended with a nanosecond
+/// timestamp to the container's event file just before it exits.
+async fn busy_pod_exits(count: usize, root: &Path) -> Vec<f64> {
+    let a = Agent::start("busy-exits", FAST_BACKOFF).await;
+    let rt = agent::runtime();
+    let dir = bench_dir(root, "busy");
+    let (mounts, volumes) = volume_lines(&dir);
+    let containers: Vec<(String, String)> = (0..BUSY_CONTAINERS)
+        .map(|i| {
+            // Different run lengths, so the exits spread out instead of coming in lockstep.
+            let args = format!(
+                "exit, --code, \"1\", --after, {}ms, --event-file, /bench/c{i}.events",
+                700 + 131 * i
+            );
+            (format!("c{i}"), args)
+        })
+        .collect();
+    let spec: Vec<(&str, &str, &str)> = containers
+        .iter()
+        .map(|(name, args)| (name.as_str(), args.as_str(), mounts.as_str()))
+        .collect();
+    a.write_manifest(
+        "busy",
+        &format!("{}{volumes}", pod_yaml("busy", "Always", 1, &spec)),
+    );
+    let lookups = watch_exits(&a, count, |name, id, now| {
+        let (rt, file) = (rt.clone(), dir.join(format!("{name}.events")));
+        tokio::spawn(async move {
+            let finished = runtime_finished_at(&rt, bare_id(&id)).await?;
+            // The instance's own last words: the latest `exiting` line at or before the
+            // runtime's finishedAt (the process writes it, then exits; the shim reaps it),
+            // within half a second of it (an earlier instance's line is older than that: each
+            // runs at least 700 ms).
+            let events = parse_events(&std::fs::read_to_string(&file).unwrap_or_default());
+            let (exiting, _) = events
+                .iter()
+                .filter(|(t, e)| *t <= finished && e.starts_with("exiting with"))
+                .max_by_key(|(t, _)| *t)?;
+            (ms_between(*exiting, finished) < 500.0).then(|| ms_between(*exiting, now))
+        })
+    })
+    .await;
+    let mut out = Vec::new();
+    for l in lookups {
+        if let Ok(Some(v)) = l.await {
+            out.push(v);
+        }
+    }
+    eprintln!("reaction: busy pod exits measured {}", out.len());
+    a.remove_all(T).await;
+    out
 }
 
 /// Milliseconds from each exit to: nodelet's `/pods`, containerd's event, the CRI's status.
@@ -602,6 +678,20 @@ pub async fn run(opts: &Options) -> Section {
         .prefix("nodelet-bench-reaction-")
         .tempdir()
         .expect("tempdir");
+    let load = LoadMark::start();
+    let busy = busy_pod_exits(opts.exits, root.path()).await;
+    let busy = Summary::of(&busy).expect("busy pod exits");
+    rows.push(
+        Row::new(
+            format!(
+                "container exit → terminated in `/pods`, {BUSY_CONTAINERS} containers of one pod \
+                 crash-looping, from the container's own clock, ms ({} exits)",
+                busy.n
+            ),
+            ms_str(&busy),
+        )
+        .load(&load.end()),
+    );
     let rt = agent::runtime();
     let load = LoadMark::start();
     let bare = bare_stop(&rt, root.path(), opts.reaction_runs).await;
@@ -702,6 +792,16 @@ pub async fn run(opts: &Options) -> Section {
              nodelet does not use: its stop event comes when the CRI has recorded the exit, \
              after the task event."
                 .into(),
+            format!(
+                "Busy pod: one pod of {BUSY_CONTAINERS} testbox containers, each exiting with 1 \
+                 after 0.7–1.6 s and restarted (`maxContainerRestartPeriod: 1s`), so exits come \
+                 while the pod's sync is starting its other containers. Each exit is timed from \
+                 the container's own clock (the `exiting with 1` line testbox appends with a \
+                 nanosecond timestamp to its event file on a hostPath volume just before it \
+                 exits) to the first `/pods` poll (every 5 ms) that shows it. nodelet shows an \
+                 exit from containerd's event without waiting for the sync under way for the \
+                 same pod."
+            ),
             "Probes and deletion: testbox (`serve --healthy-file --event-file`) appends every \
              answer and signal with a nanosecond timestamp to a file on a hostPath volume; the \
              benchmark removes the health file and reads back the first `500` answered (the probe \

@@ -627,6 +627,7 @@ impl NodeletBuilder {
             events: recorder,
             workers,
             probes,
+            pleg,
             ready,
             cancel,
             tasks: tasks.clone(),
@@ -697,6 +698,7 @@ pub struct Nodelet {
     events: EventRecorder,
     workers: PodWorkers,
     probes: ProbeManager,
+    pleg: Arc<Pleg>,
     ready: watch::Receiver<bool>,
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -711,6 +713,12 @@ impl Nodelet {
     /// The event recorder (what `/events` shows and the API sink sends).
     pub fn events(&self) -> &EventRecorder {
         &self.events
+    }
+
+    /// The PLEG, for tests that hand it the runtime's events (a fake runtime has no event
+    /// stream).
+    pub fn pleg(&self) -> &Arc<Pleg> {
+        &self.pleg
     }
 
     /// The pod workers, for tests that drive pods without a pod source.

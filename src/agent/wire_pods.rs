@@ -134,6 +134,12 @@ pub(super) fn wire(
         exits: exits.clone(),
         allocation: allocation.clone(),
     });
+    // An exit containerd's event announces is shown in the pod's status at once, not after
+    // the sync that may be under way for the pod (starting its other containers).
+    let show_exits: crate::pleg::ExitListener = {
+        let syncer = syncer.clone();
+        Arc::new(move |uid: &str| syncer.show_exits(uid))
+    };
     let workers = PodWorkers::new(syncer, cfg.sync_frequency, cancel.child_token());
     {
         // A deferred resize is retried by a sync of its pod.
@@ -149,6 +155,7 @@ pub(super) fn wire(
         cfg.pleg_relist_period,
         pleg_tx,
         exits,
+        show_exits,
     );
     tasks.spawn(pleg.clone().run_relist(cancel.clone()));
     let runtime_health = RuntimeHealth::new(rt.runtime.clone());

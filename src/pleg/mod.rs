@@ -110,7 +110,13 @@ pub struct Pleg {
     state: Mutex<PlegState>,
     /// Exits and OOM kills as containerd's events report them, for the pods' statuses.
     exits: ObservedExits,
+    /// Told the pod's UID when an exit is recorded in `exits`, to show it in the pod's status
+    /// without waiting for the pod's worker.
+    show_exits: ExitListener,
 }
+
+/// Called with a pod's UID when containerd's event announced an exit of one of its containers.
+pub type ExitListener = Arc<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Default)]
 struct PlegState {
@@ -127,6 +133,7 @@ impl Pleg {
         relist_period: Duration,
         tx: mpsc::Sender<PodLifecycleEvent>,
         exits: ObservedExits,
+        show_exits: ExitListener,
     ) -> Arc<Self> {
         Arc::new(Pleg {
             runtime,
@@ -135,6 +142,7 @@ impl Pleg {
             tx,
             state: Mutex::default(),
             exits,
+            show_exits,
         })
     }
 
@@ -317,33 +325,52 @@ impl Pleg {
             }
             _ => return,
         };
+        if let Some((code, at)) = exit {
+            return self.runtime_exit(&id, code, at).await;
+        }
         let Some((pod_uid, sandbox)) = self.pod_of(&id).await else {
             return;
         };
-        match (kind, exit) {
-            // A sandbox's pause process is not a container with a status of its own.
-            _ if sandbox => {}
-            (EventKind::ContainerOom, _) => self.exits.oom_killed(&id),
-            (EventKind::ContainerDied, Some((code, at))) => {
-                // The status shows the exit from the event on; the worker is woken now for
-                // that, and again once the CRI agrees, for what needs its agreement (a
-                // restart, the pod's end).
-                self.exits.exited(&id, code, at);
-                tracing::debug!(pod.uid = %pod_uid, id = %id, code, "containerd exit event");
-                self.send(
-                    PodLifecycleEvent {
-                        pod_uid: pod_uid.clone(),
-                        id: id.clone(),
-                        kind,
-                    },
-                    "containerd",
-                );
-                self.await_cri_exit(&id).await;
-            }
-            _ => {}
+        // A sandbox's pause process is not a container with a status of its own.
+        if kind == EventKind::ContainerOom && !sandbox {
+            self.exits.oom_killed(&id);
         }
         tracing::debug!(pod.uid = %pod_uid, id = %id, ?kind, "containerd event");
         self.send(PodLifecycleEvent { pod_uid, id, kind }, "containerd");
+    }
+
+    /// What containerd's `/tasks/exit` says of a container's main process: `code` at `at`.
+    /// The pod's status shows the exit at once (recorded in the exits, then the listener); the
+    /// worker is woken now, and again once the CRI agrees, for what needs its agreement (a
+    /// restart, the pod's end).
+    pub async fn runtime_exit(&self, id: &str, code: i32, at: jiff::Timestamp) {
+        let Some((pod_uid, sandbox)) = self.pod_of(id).await else {
+            return;
+        };
+        let kind = EventKind::ContainerDied;
+        if !sandbox {
+            self.exits.exited(id, code, at);
+            tracing::debug!(pod.uid = %pod_uid, id = %id, code, "containerd exit event");
+            (self.show_exits)(&pod_uid);
+            self.send(
+                PodLifecycleEvent {
+                    pod_uid: pod_uid.clone(),
+                    id: id.to_string(),
+                    kind,
+                },
+                "containerd",
+            );
+            self.await_cri_exit(id).await;
+        }
+        tracing::debug!(pod.uid = %pod_uid, id = %id, ?kind, "containerd event");
+        self.send(
+            PodLifecycleEvent {
+                pod_uid,
+                id: id.to_string(),
+                kind,
+            },
+            "containerd",
+        );
     }
 
     /// Follows containerd's task events until cancelled, reconnecting with backoff. Each event
@@ -566,6 +593,7 @@ mod tests {
             Duration::from_secs(1),
             tx,
             ObservedExits::new(),
+            Arc::new(|_: &str| {}),
         );
         let cancel = CancellationToken::new();
         let events = tokio::spawn(pleg.run_events(
@@ -639,6 +667,7 @@ mod tests {
             Duration::from_secs(1),
             tx,
             ObservedExits::new(),
+            Arc::new(|_: &str| {}),
         );
         let sandbox = uid1_sandbox(&fake).await;
         pleg.relist().await.unwrap();
@@ -671,12 +700,24 @@ mod tests {
         fake.start_container(&id).await.unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let exits = ObservedExits::new();
+        let shown = Arc::new(Mutex::new(Vec::<String>::new()));
+        let listener = {
+            let shown = shown.clone();
+            let exits = exits.clone();
+            let id = id.clone();
+            Arc::new(move |uid: &str| {
+                // Told after the record is there, so the status it publishes shows the exit.
+                assert!(exits.get(&id).is_some_and(|r| r.exit.is_some()));
+                shown.lock().unwrap().push(uid.to_string());
+            })
+        };
         let pleg = Pleg::new(
             fake.clone(),
             "node1".into(),
             Duration::from_secs(1),
             tx,
             exits.clone(),
+            listener,
         );
         let exit = containerd_client::events::TaskExit {
             container_id: id.clone(),
@@ -711,6 +752,11 @@ mod tests {
         assert_eq!(
             fake.container_status(&id).await.unwrap().state,
             api::ContainerState::ContainerRunning as i32
+        );
+        assert_eq!(
+            *shown.lock().unwrap(),
+            ["uid1"],
+            "the status shows the exit"
         );
         // The CRI catches up: the second wake-up.
         fake.exit_container("app", 3);
@@ -755,5 +801,10 @@ mod tests {
             .await;
         assert_eq!(rx.try_recv().unwrap().pod_uid, "uid1");
         assert_eq!(exits.get(&sandbox), None);
+        assert_eq!(
+            *shown.lock().unwrap(),
+            ["uid1"],
+            "neither an exec'd process nor the sandbox has an exit to show"
+        );
     }
 }

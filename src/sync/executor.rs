@@ -5,8 +5,8 @@
 //! [`ContainerStarter`] and [`ContainerStopper`]. What must survive between syncs of one pod
 //! lives in [`PodMemory`], which the pod worker keeps.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -155,6 +155,41 @@ pub struct PodSyncer {
     stopper: ContainerStopper,
     exits: ObservedExits,
     allocation: AllocationManager,
+    /// What each pod's last status was generated from. The lock is held while a status is
+    /// generated and stored, so statuses of one pod are published one at a time, in order.
+    published: Arc<Mutex<HashMap<String, StatusBasis>>>,
+}
+
+/// Where a published status's phase comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PhaseFrom {
+    /// The status generated now: a sync's publish, which decides what the pod's containers
+    /// mean for it.
+    Generated,
+    /// The status published before: an exit shown ahead of the sync changes the container's
+    /// state and readiness, not the pod's phase (a pod whose last container exits is Failed or
+    /// Succeeded when its sync says so, with the reason of whatever ended it).
+    Previous,
+}
+
+/// `status` with the phase, reason and message of `previous` (none before the first status).
+fn keep_phase(previous: Option<&PodStatus>, status: &mut PodStatus) {
+    status.phase = previous.and_then(|p| p.phase.clone());
+    status.reason = previous.and_then(|p| p.reason.clone());
+    status.message = previous.and_then(|p| p.message.clone());
+}
+
+/// What a pod's status is generated from, besides what is read live (probe results, the
+/// exits containerd's events announced, resize state): kept from the last publish so an exit
+/// can be shown without waiting for the pod's next sync ([`PodSyncer::show_exits`]).
+#[derive(Debug, Clone)]
+struct StatusBasis {
+    pod: Pod,
+    runtime: PodRuntime,
+    start_failures: BTreeMap<String, StartFailure>,
+    restart_in_place: RestartInPlace,
+    pod_is_terminal: bool,
+    mutation: Option<StatusMutation>,
 }
 
 impl PodSyncer {
@@ -184,6 +219,7 @@ impl PodSyncer {
             stopper,
             exits: parts.exits,
             allocation: parts.allocation,
+            published: Arc::default(),
             runtime: parts.runtime,
             status: parts.status,
             node: parts.node,
@@ -449,9 +485,62 @@ impl PodSyncer {
         pod_is_terminal: bool,
         mutation: Option<&StatusMutation>,
     ) -> PodStatus {
+        let basis = StatusBasis {
+            pod: pod.clone(),
+            runtime: runtime.clone(),
+            start_failures: memory.start_failures.clone(),
+            restart_in_place: memory.restart_in_place,
+            pod_is_terminal,
+            mutation: mutation.cloned(),
+        };
+        let mut published = self.lock_published();
+        let status = self.publish_basis(&basis, PhaseFrom::Generated);
+        let uid = pod_uid(pod).to_string();
+        if pod_is_terminal {
+            // Nothing of the pod runs any more: no exit is left to show.
+            published.remove(&uid);
+        } else {
+            published.insert(uid, basis);
+        }
+        status
+    }
+
+    fn lock_published(&self) -> MutexGuard<'_, HashMap<String, StatusBasis>> {
+        // A panic mid-publish leaves at worst a stale basis: the next sync replaces it.
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Shows the exits containerd's events announced for the pod's containers at once: the
+    /// pod's last status, generated again from the same basis with the exits laid over it.
+    /// The pod's sync may be busy for a while (starting another of its containers, pulling an
+    /// image); the exit's status does not wait for it. Nothing happens for a pod whose status
+    /// was never published, or whose terminal status already was; what the exit means for the
+    /// pod (a restart, its end) is still the sync's to decide.
+    pub fn show_exits(&self, uid: &str) {
+        let published = self.lock_published();
+        if let Some(basis) = published.get(uid) {
+            let _span = tracing::debug_span!("show_exits", pod.uid = %uid).entered();
+            self.publish_basis(basis, PhaseFrom::Previous);
+        }
+    }
+
+    /// Generates the status from `basis` and what is read live, and stores it. Called with the
+    /// `published` lock held.
+    fn publish_basis(&self, basis: &StatusBasis, phase_from: PhaseFrom) -> PodStatus {
+        let StatusBasis {
+            pod,
+            runtime,
+            start_failures,
+            restart_in_place,
+            pod_is_terminal,
+            mutation,
+        } = basis;
+        let (restart_in_place, pod_is_terminal) = (*restart_in_place, *pod_is_terminal);
         let uid = pod_uid(pod);
         let mut previous = self.status.status(uid);
-        if memory.restart_in_place == RestartInPlace::Removed {
+        if restart_in_place == RestartInPlace::Removed {
             // After an in-place restart the old instances are gone on purpose: they must not
             // read as containers that vanished (which the kubelet reports as terminated).
             if let Some(p) = previous.as_mut() {
@@ -473,20 +562,23 @@ impl PodSyncer {
             pod,
             runtime,
             previous: previous.as_ref(),
-            start_failures: &memory.start_failures,
+            start_failures,
             readiness: &readiness,
             startup: &startup,
             host_ips: &self.node.host_ips,
             pod_is_terminal,
             now: self.clock.now(),
             runtime_name: &self.settings.runtime_name,
-            restart_in_place: memory.restart_in_place,
+            restart_in_place,
             ready_to_start_condition: self.settings.ready_to_start_condition,
             resize: Some(&resize),
         });
         let mut status = status;
         if let Some(m) = mutation {
             m.apply(&mut status);
+        }
+        if phase_from == PhaseFrom::Previous {
+            keep_phase(previous.as_ref(), &mut status);
         }
         if pod_is_terminal {
             // The termination is over and nothing of the pod will run again: containers that
@@ -1399,6 +1491,8 @@ impl PodSyncer {
                 };
                 m.apply(&mut status);
                 terminate_pod_status(pod, &mut status);
+                let mut published = self.lock_published();
+                published.remove(&uid);
                 self.status.set_pod_status(pod, status);
             }
             _ => {
@@ -1426,6 +1520,7 @@ impl PodSyncer {
         self.sandboxes.remove_pod(pod, &runtime).await?;
         let uid = pod_uid(pod);
         self.probes.remove_pod(uid);
+        self.lock_published().remove(uid);
         self.status.remove(uid);
         tracing::info!("pod removed");
         Ok(())
@@ -1450,4 +1545,52 @@ pub fn active_deadline_remaining(
     };
     let elapsed = Duration::try_from(now.duration_since(start)).unwrap_or(Duration::ZERO);
     Some(deadline.saturating_sub(elapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(phase: Option<&str>, reason: Option<&str>, message: Option<&str>) -> PodStatus {
+        PodStatus {
+            phase: phase.map(String::from),
+            reason: reason.map(String::from),
+            message: message.map(String::from),
+            pod_ip: Some("10.0.0.9".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_exit_shown_ahead_of_the_sync_keeps_the_phase_published_before() {
+        let deadline = status(
+            Some("Failed"),
+            Some("DeadlineExceeded"),
+            Some("Pod was active on the node longer than the specified deadline"),
+        );
+        let cases = [
+            (
+                "a Never pod's last exit: still Running until its sync ends it",
+                Some(status(Some("Running"), None, None)),
+                status(Some("Failed"), None, None),
+                status(Some("Running"), None, None),
+            ),
+            (
+                "the reason of what ended the pod is kept",
+                Some(deadline.clone()),
+                status(Some("Failed"), None, None),
+                deadline.clone(),
+            ),
+            (
+                "nothing published before: no phase",
+                None,
+                status(Some("Running"), None, None),
+                status(None, None, None),
+            ),
+        ];
+        for (name, previous, mut generated, want) in cases {
+            keep_phase(previous.as_ref(), &mut generated);
+            assert_eq!(generated, want, "{name}");
+        }
+    }
 }
