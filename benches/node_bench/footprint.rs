@@ -1,4 +1,4 @@
-//! Footprint: 110 pods with an exec liveness and an HTTP readiness probe each (period 10 s):
+//! Footprint: an idle nodelet (no pods) over 90 s; 110 pods with an exec liveness and an HTTP readiness probe each (period 10 s):
 //! nodelet's CPU (cores, from `/proc/PID/stat`) over a two-minute window and its RSS, next to
 //! containerd's and its shims' in the same window. Then 500 pause pods (`maxPods` raised): the
 //! time to bring them up, and nodelet's CPU and RSS per pod.
@@ -12,6 +12,10 @@ use crate::Options;
 use nodelet_testkit::pod::{all_running, is_ready};
 
 const PROBED_PODS: usize = 110;
+
+/// How long an idle nodelet (no pods) is watched: long enough for every periodic task
+/// (relist 5 s, housekeeping, the node status) to run several times.
+const IDLE_WINDOW: Duration = Duration::from_secs(90);
 
 fn probed_pod(name: &str) -> String {
     format!(
@@ -88,10 +92,36 @@ pub async fn run(opts: &Options) -> Section {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
 
-    // 110 pods with probes.
+    // Idle: no pods at all.
     let a = Agent::start("footprint", "").await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle = rss_mib(a.pid());
+    let watched = Watched {
+        nodelet: a.pid(),
+        containerd,
+        socket: socket.clone(),
+    };
+    let w = sys::window(&watched, IDLE_WINDOW, Duration::from_secs(5)).await;
+    eprintln!("footprint: idle: nodelet {:?}", w.nodelet);
+    rows.push(
+        Row::new(
+            format!(
+                "idle, no pods: CPU over {} s, cores; RSS, MiB (average; max)",
+                IDLE_WINDOW.as_secs()
+            ),
+            format!(
+                "{}; {} ({})",
+                num(w.nodelet.cores),
+                num(w.nodelet.rss_mib_avg),
+                num(w.nodelet.rss_mib_max)
+            ),
+        )
+        .baseline(format!("containerd {}", num(w.containerd.cores)), None)
+        .goal("≤ 0.005 cores", Verdict::at_most(w.nodelet.cores, 0.005))
+        .load(&w.load),
+    );
+
+    // 110 pods with probes.
     let load = LoadMark::start();
     let (took, _) = bring_up(&a, PROBED_PODS, probed_pod, true).await;
     let load_up = load.end();
@@ -101,11 +131,6 @@ pub async fn run(opts: &Options) -> Section {
     );
     // Let the start's work and the probes' first round settle.
     tokio::time::sleep(opts.settle).await;
-    let watched = Watched {
-        nodelet: a.pid(),
-        containerd,
-        socket: socket.clone(),
-    };
     let restarts_before = restarts(&a).await;
     let w = sys::window(&watched, opts.window, Duration::from_secs(5)).await;
     let restarted = restarts(&a).await - restarts_before;
@@ -166,6 +191,12 @@ pub async fn run(opts: &Options) -> Section {
         )
         .load(&load),
     );
+    notes.push(format!(
+        "Idle: the same nodelet before any pod, 10 s after its start, watched for {} s the \
+         same way (an idle nodelet must sleep: `tests/idle_cpu.rs` guards it with < 2% of a core \
+         in the test command).",
+        IDLE_WINDOW.as_secs()
+    ));
     notes.push(format!(
         "110 pods: testbox `serve --http 8080` with an exec liveness probe (`/bin/true`) and an \
          HTTP readiness probe (`/healthz`), both every 10 s with a 5 s timeout (under a loaded \
