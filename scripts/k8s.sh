@@ -137,7 +137,7 @@ EOF
 desired_stamp() {
 	echo "kubernetes $K8S_VERSION"
 	echo "commands ${K8S_COMMANDS[*]}"
-	echo "ldflags $K8S_LDFLAGS -trimpath"
+	echo "flags -trimpath -buildvcs=false -ldflags $K8S_LDFLAGS"
 	echo "go.mod $(sha256sum <"$K8S_MOD_DIR/go.mod" | cut -d' ' -f1)"
 	echo "go.sum $(sha256sum <"$K8S_MOD_DIR/go.sum" | cut -d' ' -f1)"
 	echo "etcd-server $ETCD_DEBIAN_VERSION"
@@ -220,7 +220,7 @@ do_build() {
 	start=$(date +%s)
 	log "building ${K8S_COMMANDS[*]} $K8S_VERSION (nice 19, -p $K8S_GO_PARALLEL; tens of minutes when cold)"
 	(cd "$K8S_MOD_DIR" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly" nice -n 19 \
-		go build -p "$K8S_GO_PARALLEL" -trimpath -ldflags "$K8S_LDFLAGS" -o "$out/" "${packages[@]}") ||
+		go build -p "$K8S_GO_PARALLEL" -trimpath -buildvcs=false -ldflags "$K8S_LDFLAGS" -o "$out/" "${packages[@]}") ||
 		die "go build failed"
 	ln -s "$etcd" "$out/etcd"
 	desired_stamp >"$out/.stamp"
@@ -442,6 +442,10 @@ start_component() { # component
 		log "$name (pid $pid) runs with other flags or binaries, or is not healthy: restarting it"
 	fi
 	stop_components "$name"
+	# Something else on this instance's port (another instance with the same port base) would
+	# answer the health check in its place.
+	! healthy "$name" || die "$name's port already answers, but not from this instance" \
+		"(another instance? NODELET_TEST_K8S_PORT_BASE=$PORT_BASE)"
 	local argv=()
 	mapfile -t argv < <(component_args "$name")
 	# Its own session, so a test's process group signals never reach it; logs appended; without
@@ -454,7 +458,7 @@ start_component() { # component
 	while [ ! -s "$K8S_RUN/$name.pid" ]; do sleep 0.05; done
 	pid="$(cat "$K8S_RUN/$name.pid")"
 	echo "$args" >"$K8S_RUN/$name.args"
-	while ! healthy "$name"; do
+	while ! healthy "$name" || [ ! -d "/proc/$pid" ]; do
 		[ -d "/proc/$pid" ] || {
 			tail -n 20 "$K8S_VAR/$name.log" >&2
 			die "$name exited (log: $K8S_VAR/$name.log)"
