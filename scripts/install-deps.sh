@@ -18,7 +18,10 @@
 #   dbus, systemd                                  the system bus and systemd of the D-Bus tests
 #   docker-registry, skopeo, apache2-utils, openssl  the private TLS registry of the pull tests
 #                                                  (scripts/registry.sh): the registry, pushing
-#                                                  the OCI archives, htpasswd (bcrypt), the test CA
+#                                                  the OCI archives, htpasswd (bcrypt), the test CA;
+#                                                  openssl and curl also make the real control
+#                                                  plane's certificates and probe its health
+#                                                  (scripts/k8s.sh)
 #   chromium, chromium-driver                      the status page's browser test (tests/status_page.rs):
 #                                                  headless Chromium driven through chromedriver
 # plus containerd 2.x from Debian's newest suite, the runtime the integration tests run on, fetched
@@ -26,6 +29,9 @@
 # (scripts/containerd-current.sh; Debian 12's containerd 1.6 above is the compatibility lane's),
 # and the toolchain's rustfmt and clippy components (rustup's minimal profile leaves them out),
 # for the test command's `cargo fmt --check` and `cargo clippy` (scripts/test.sh).
+# Not here: the real Kubernetes control plane (etcd from sid, the rest built with the machine's Go
+# from the Go module proxy, minutes of CPU), which `scripts/k8s.sh build` (or `up`) obtains itself
+# into its cache.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
