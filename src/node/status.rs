@@ -376,9 +376,14 @@ fn set_node_info(status: &mut NodeStatus, inputs: &NodeStatusInputs<'_>) {
     info.kubelet_version = inputs.kubelet_version.to_string();
     info.operating_system = std::env::consts::OS.to_string();
     info.architecture = go_arch(std::env::consts::ARCH).to_string();
-    info.swap = Some(NodeSwapStatus {
-        capacity: Some(to_i64(machine.swap_capacity)),
-    });
+    // As the kubelet: only a node with swap says so; the API server refuses a capacity of 0
+    // (`nodeSwapStatus.capacity` must be greater than zero), so without swap the field is left
+    // as it was (absent on a new Node).
+    if machine.swap_capacity != 0 {
+        info.swap = Some(NodeSwapStatus {
+            capacity: Some(to_i64(machine.swap_capacity)),
+        });
+    }
     status.node_info = Some(info);
 }
 

@@ -99,7 +99,6 @@ fn first_status_matches_the_kubelet_field_by_field() {
             "machineID": "m-id",
             "operatingSystem": "linux",
             "osImage": "Debian GNU/Linux 12 (bookworm)",
-            "swap": {"capacity": 0},
             "systemUUID": "s-uuid"
         }
     });
@@ -564,7 +563,9 @@ fn node_status_differences_name_the_fields() {
     let machine = machine();
     let base = build_node_status(None, &inputs(&machine), ts("2026-01-01T00:00:00Z"));
     let mut dropped = base.clone();
-    dropped.node_info.as_mut().unwrap().swap = None;
+    dropped.node_info.as_mut().unwrap().swap = Some(NodeSwapStatus {
+        capacity: Some(1 << 30),
+    });
     assert_eq!(
         node_status_differences(&dropped, &base),
         vec!["status.nodeInfo.swap".to_string()]
@@ -1082,4 +1083,26 @@ fn volumes_in_use_once_the_volume_manager_has_synced() {
         let status = build_node_status(Some(&previous), &with, now);
         assert_eq!(status.volumes_in_use, want, "{reported:?}");
     }
+}
+
+/// `nodeInfo.swap` as the kubelet sets it: the capacity of a node with swap; nothing on a node
+/// without (the API server refuses a capacity of 0), where a value already there stays.
+#[test]
+fn swap_is_reported_only_by_a_node_that_has_it() {
+    let swap = |s: &NodeStatus| s.node_info.as_ref().and_then(|i| i.swap.clone());
+    let no_swap = machine();
+    let mut with_swap = machine();
+    with_swap.swap_capacity = 1 << 30;
+    let at = ts("2026-01-01T00:00:00Z");
+    let without = build_node_status(None, &inputs(&no_swap), at.clone());
+    assert_eq!(swap(&without), None);
+    let with = build_node_status(None, &inputs(&with_swap), at.clone());
+    assert_eq!(
+        swap(&with),
+        Some(NodeSwapStatus {
+            capacity: Some(1 << 30)
+        })
+    );
+    let after = build_node_status(Some(&with), &inputs(&no_swap), at);
+    assert_eq!(swap(&after), swap(&with), "left as it was");
 }
