@@ -574,8 +574,9 @@ async fn a_v1_33_api_server_gets_no_status_writes_at_steady_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_drops_fields_nodelet_sends_gets_bounded_writes() {
     // A server that says v1.37 but does not store the condition `observedGeneration` (as one
-    // with PodObservedGenerationTracking turned off) nor `nodeInfo.swap`: nodelet's version
-    // table cannot know, so this is the version-aware stripping switched off. And a mutating
+    // with PodObservedGenerationTracking turned off) nor `nodeInfo.bootID` (as if a webhook
+    // removed it): nodelet's version table cannot know, so this is the version-aware stripping
+    // switched off. And a mutating
     // webhook stamps every write, so each write comes back through the watch as a new
     // resourceVersion: the echo that made nodelet write ~27 times a second per pod.
     let fixture = Fixture::start_with(apiserver_fixture::FixtureOptions {
@@ -585,7 +586,7 @@ async fn a_server_that_drops_fields_nodelet_sends_gets_bounded_writes() {
                 "Pod:status.conditions[].observedGeneration"
                     .parse()
                     .unwrap(),
-                "Node:status.nodeInfo.swap".parse().unwrap(),
+                "Node:status.nodeInfo.bootID".parse().unwrap(),
             ],
             stamp_writes: true,
         },
@@ -644,7 +645,7 @@ async fn a_server_that_drops_fields_nodelet_sends_gets_bounded_writes() {
         "{}",
         tail(&logs, 60)
     );
-    assert_eq!(warned("status.nodeInfo.swap"), 1, "{}", tail(&logs, 60));
+    assert_eq!(warned("status.nodeInfo.bootID"), 1, "{}", tail(&logs, 60));
     // And the pods are still reported right.
     let pods = fixture.list::<Pod>(Some("default")).unwrap();
     assert!(pods.iter().all(|p| api_phase(p) == "Running"));

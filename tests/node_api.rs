@@ -42,7 +42,8 @@ fn facts() -> NodeFacts {
         machine: MachineInfo {
             num_cores: 2,
             memory_capacity: 4_028_580 * 1024,
-            swap_capacity: 0,
+            // A node with swap: it reports `nodeInfo.swap` (a node without sends nothing).
+            swap_capacity: 1 << 30,
             hugepages: vec![(2 << 20, 0)],
             ephemeral_storage_capacity: Some(30_832_548 * 1024),
             kernel_version: "6.1.0-18-amd64".into(),
