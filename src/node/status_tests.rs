@@ -1094,9 +1094,9 @@ fn swap_is_reported_only_by_a_node_that_has_it() {
     let mut with_swap = machine();
     with_swap.swap_capacity = 1 << 30;
     let at = ts("2026-01-01T00:00:00Z");
-    let without = build_node_status(None, &inputs(&no_swap), at.clone());
+    let without = build_node_status(None, &inputs(&no_swap), at);
     assert_eq!(swap(&without), None);
-    let with = build_node_status(None, &inputs(&with_swap), at.clone());
+    let with = build_node_status(None, &inputs(&with_swap), at);
     assert_eq!(
         swap(&with),
         Some(NodeSwapStatus {
