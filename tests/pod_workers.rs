@@ -1430,9 +1430,10 @@ async fn an_exit_shows_in_the_status_while_the_pods_sync_is_busy() {
     h.cancel.cancel();
 }
 
-/// An exit shown ahead of the sync changes the container, not the pod's phase: while a pod's
-/// termination waits for a container that ignores SIGTERM, the exit of its last container
-/// shows at once, and the phase stays what the pod worker published until the termination's
+/// An exit shown ahead of the sync changes the container, never the pod's phase: while a pod's
+/// termination waits for a container that ignores SIGTERM, an exit that leaves the pod running
+/// shows at once, the exit of its last container does not, and the phase stays what the pod
+/// worker published until the termination's
 /// final status, which gives the reason that ended it (DeadlineExceeded).
 #[tokio::test(start_paused = true)]
 async fn an_exit_shown_during_a_termination_leaves_the_phase_to_the_worker() {
@@ -1471,25 +1472,33 @@ async fn an_exit_shown_during_a_termination_leaves_the_phase_to_the_worker() {
         "Running",
         "a positive sign: mid-termination"
     );
-    // containerd's events: both exited (`stubborn` while its StopContainer still waits, as
-    // far as the fake runtime is concerned).
+    // containerd's events: `polite` exited, shown at once (the pod stays Running: `stubborn`
+    // runs); then `stubborn` (while its StopContainer still waits, as far as the fake runtime
+    // is concerned) with an exit of 1: the last container — that exit would end the pod, so
+    // it waits for the termination's final status.
     let at = jiff::Timestamp::new(1_767_225_700, 0).unwrap();
     let pleg = h.nodelet.pleg().clone();
     pleg.runtime_exit(&polite, 0, at).await;
-    let event = tokio::spawn(async move { pleg.runtime_exit(&stubborn, 137, at).await });
-    h.settle("both exits in the status", |h| {
-        let code = |name| {
-            state(h, name)
-                .and_then(|s| s.terminated)
-                .map(|t| t.exit_code)
-        };
-        (code("polite"), code("stubborn")) == (Some(0), Some(137))
+    let code = |h: &Harness, name| {
+        state(h, name)
+            .and_then(|s| s.terminated)
+            .map(|t| t.exit_code)
+    };
+    h.settle("polite's exit in the status", |h| {
+        code(h, "polite") == Some(0)
     })
     .await;
+    let event = tokio::spawn(async move { pleg.runtime_exit(&stubborn, 1, at).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        code(&h, "stubborn"),
+        None,
+        "not shown ahead of the pod's end"
+    );
     assert_eq!(
         h.phase("u-never"),
         "Running",
-        "every container has ended, but only the termination's final status ends the pod"
+        "only the termination's final status ends the pod"
     );
     // The termination's grace period ends: the final status, with what ended the pod.
     tokio::time::sleep(Duration::from_secs(31)).await;

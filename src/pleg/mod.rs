@@ -351,7 +351,10 @@ impl Pleg {
         if !sandbox {
             self.exits.exited(id, code, at);
             tracing::debug!(pod.uid = %pod_uid, id = %id, code, "containerd exit event");
-            (self.show_exits)(&pod_uid);
+            let oom = self.exits.get(id).is_some_and(|r| r.oom);
+            if shown_at_once(code, oom) {
+                (self.show_exits)(&pod_uid);
+            }
             self.send(
                 PodLifecycleEvent {
                     pod_uid: pod_uid.clone(),
@@ -452,6 +455,14 @@ impl Pleg {
     }
 }
 
+/// Whether an exit is shown in the pod's status at once, ahead of the worker. A SIGKILL (137)
+/// may be the kernel's OOM kill, whose `/tasks/oom` event is handled in a task of its own and
+/// may not be recorded yet: such an exit waits for the worker's sync, so it does not show as
+/// `Error` before `OOMKilled`.
+fn shown_at_once(code: i32, oom_recorded: bool) -> bool {
+    code != 137 || oom_recorded
+}
+
 /// The exit status and time a `/tasks/exit` event carries; a missing or out-of-range time reads
 /// as now (the event is published at the exit), a status beyond `i32` saturates.
 fn exit_of(e: &containerd_client::events::TaskExit) -> (i32, jiff::Timestamp) {
@@ -472,6 +483,19 @@ mod tests {
             pod_uid: uid.into(),
             sandbox,
             state: state as i32,
+        }
+    }
+
+    #[test]
+    fn a_sigkill_shows_at_once_only_with_its_oom_recorded() {
+        for (code, oom, want) in [
+            (1, false, true),
+            (0, false, true),
+            (143, false, true),
+            (137, false, false),
+            (137, true, true),
+        ] {
+            assert_eq!(shown_at_once(code, oom), want, "exit {code}, oom {oom}");
         }
     }
 

@@ -167,16 +167,16 @@ enum PhaseFrom {
     /// mean for it.
     Generated,
     /// The status published before: an exit shown ahead of the sync changes the container's
-    /// state and readiness, not the pod's phase (a pod whose last container exits is Failed or
-    /// Succeeded when its sync says so, with the reason of whatever ended it).
+    /// state and readiness, never the pod's phase (see [`shown_ahead_of_the_sync`]).
     Previous,
 }
 
-/// `status` with the phase, reason and message of `previous` (none before the first status).
-fn keep_phase(previous: Option<&PodStatus>, status: &mut PodStatus) {
-    status.phase = previous.and_then(|p| p.phase.clone());
-    status.reason = previous.and_then(|p| p.reason.clone());
-    status.message = previous.and_then(|p| p.message.clone());
+/// Whether a status generated ahead of the pod's sync (an exit containerd's event announced)
+/// may be published: only when it leaves the pod's phase as published before. An exit that
+/// ends the pod (its last container under `Never`, say) waits for the worker, which publishes
+/// the phase with its reason and the conditions that go with it.
+fn shown_ahead_of_the_sync(previous: Option<&PodStatus>, generated: &PodStatus) -> bool {
+    previous.is_some_and(|p| p.phase == generated.phase)
 }
 
 /// What a pod's status is generated from, besides what is read live (probe results, the
@@ -577,8 +577,10 @@ impl PodSyncer {
         if let Some(m) = mutation {
             m.apply(&mut status);
         }
-        if phase_from == PhaseFrom::Previous {
-            keep_phase(previous.as_ref(), &mut status);
+        if phase_from == PhaseFrom::Previous && !shown_ahead_of_the_sync(previous.as_ref(), &status)
+        {
+            // The exit changes the pod's phase: the worker's sync decides and publishes that.
+            return previous.unwrap_or(status);
         }
         if pod_is_terminal {
             // The termination is over and nothing of the pod will run again: containers that
@@ -1562,35 +1564,39 @@ mod tests {
     }
 
     #[test]
-    fn an_exit_shown_ahead_of_the_sync_keeps_the_phase_published_before() {
-        let deadline = status(
-            Some("Failed"),
-            Some("DeadlineExceeded"),
-            Some("Pod was active on the node longer than the specified deadline"),
-        );
+    fn an_exit_is_shown_ahead_of_the_sync_only_when_the_phase_stays() {
         let cases = [
             (
-                "a Never pod's last exit: still Running until its sync ends it",
+                "a restartable container's exit: still Running",
+                Some(status(Some("Running"), None, None)),
+                status(Some("Running"), None, None),
+                true,
+            ),
+            (
+                "a Never pod's last exit: the sync ends the pod",
                 Some(status(Some("Running"), None, None)),
                 status(Some("Failed"), None, None),
-                status(Some("Running"), None, None),
+                false,
             ),
             (
-                "the reason of what ended the pod is kept",
-                Some(deadline.clone()),
-                status(Some("Failed"), None, None),
-                deadline.clone(),
+                "the phase published with a reason stays the worker's",
+                Some(status(Some("Failed"), Some("DeadlineExceeded"), None)),
+                status(Some("Failed"), Some("DeadlineExceeded"), None),
+                true,
             ),
             (
-                "nothing published before: no phase",
+                "nothing published before",
                 None,
                 status(Some("Running"), None, None),
-                status(None, None, None),
+                false,
             ),
         ];
-        for (name, previous, mut generated, want) in cases {
-            keep_phase(previous.as_ref(), &mut generated);
-            assert_eq!(generated, want, "{name}");
+        for (name, previous, generated, want) in cases {
+            assert_eq!(
+                shown_ahead_of_the_sync(previous.as_ref(), &generated),
+                want,
+                "{name}"
+            );
         }
     }
 }
