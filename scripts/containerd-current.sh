@@ -26,39 +26,6 @@ WANT="${NODELET_TEST_CONTAINERD_DEBIAN_VERSION:-2.1.9+ds1-5}"
 CACHE="$NODELET_TEST_CONTAINERD_CACHE"
 APT_DIR="$CACHE/apt-sid"
 
-# The Debian mirror the system's own sources name (deb822 or one-line format), else Debian's.
-mirror() {
-	local uri
-	uri="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		awk '/^URIs:/ {for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) {print $i; exit}}')"
-	if [ -z "$uri" ]; then
-		uri="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-			awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:.*\/debian\/?$/) {print $i; exit}}')"
-	fi
-	echo "${uri:-http://deb.debian.org/debian}"
-}
-
-apt_opts=(
-	-o "Dir::Etc::sourcelist=$APT_DIR/sources.list" -o Dir::Etc::sourceparts=-
-	-o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache::archives=$APT_DIR/archives"
-	-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
-	-o Acquire::Check-Valid-Until=false -o APT::Sandbox::User=root
-)
-
-apt_update() {
-	mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/archives/partial"
-	local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-	echo "deb [signed-by=$keyring] $(mirror) sid main" >"$APT_DIR/sources.list"
-	log "reading sid's package lists from $(mirror) (private lists in $APT_DIR)"
-	apt-get "${apt_opts[@]}" -qq update >&2 || die "apt-get update of sid failed"
-}
-
-# sid's current containerd version (from the private lists).
-sid_version() {
-	apt-cache "${apt_opts[@]}" madison containerd |
-		awk -F'|' '$3 ~ /sid/ {gsub(/ /, "", $2); print $2; exit}'
-}
-
 # The bin directory of a cached version, if complete.
 cached_bin() { # version
 	local dir="$CACHE/containerd-$1"
@@ -78,24 +45,9 @@ newest_cached() {
 }
 
 fetch_version() { # version (in the private lists)
-	local version="$1" tmp deb
+	local version="$1"
 	cached_bin "$version" && return 0
-	tmp="$(mktemp -d "$CACHE/.fetch.XXXXXX")"
-	# shellcheck disable=SC2064 # expand now: the trap must remove this very directory
-	trap "rm -rf '$tmp'" EXIT
-	log "downloading containerd=$version from sid"
-	(cd "$tmp" && apt-get "${apt_opts[@]}" -qq download "containerd=$version" >&2) ||
-		die "apt-get download containerd=$version failed"
-	deb="$(find "$tmp" -maxdepth 1 -name 'containerd_*.deb' | head -n1)"
-	[ -n "$deb" ] || die "apt-get download left no containerd package in $tmp"
-	mkdir "$tmp/root"
-	dpkg -x "$deb" "$tmp/root"
-	"$tmp/root/usr/bin/containerd" --version >&2 || die "the downloaded containerd does not run here"
-	touch "$tmp/root/.complete"
-	rm -rf "${CACHE:?}/containerd-$version"
-	mv "$tmp/root" "$CACHE/containerd-$version"
-	rm -rf "$tmp"
-	trap - EXIT
+	sid_unpack containerd "$version" usr/bin/containerd "$CACHE/containerd-$version"
 	log "containerd $version cached in $CACHE/containerd-$version"
 	cached_bin "$version"
 }
@@ -110,11 +62,11 @@ cmd_fetch() {
 	exec 8>"$CACHE/.lock"
 	flock 8
 	cached_bin "$WANT" && return 0
-	apt_update
+	sid_update "$APT_DIR"
 	local current
-	current="$(sid_version)"
+	current="$(sid_version containerd)"
 	[ -n "$current" ] || die "sid serves no containerd package"
-	if apt-cache "${apt_opts[@]}" madison containerd | awk -F'|' '{gsub(/ /, "", $2); print $2}' | grep -qxF "$WANT"; then
+	if sid_serves containerd "$WANT"; then
 		fetch_version "$WANT"
 	else
 		[ -z "${NODELET_TEST_CONTAINERD_DEBIAN_VERSION:-}" ] ||
@@ -129,9 +81,9 @@ cmd_update() {
 	mkdir -p "$CACHE"
 	exec 8>"$CACHE/.lock"
 	flock 8
-	apt_update
+	sid_update "$APT_DIR"
 	local current
-	current="$(sid_version)"
+	current="$(sid_version containerd)"
 	[ -n "$current" ] || die "sid serves no containerd package"
 	fetch_version "$current"
 }

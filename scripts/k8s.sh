@@ -152,38 +152,15 @@ built() {
 }
 
 # The sid etcd-server package, unpacked into $K8S_CACHE/etcd-<version>; prints its etcd binary.
-apt_opts=(
-	-o "Dir::Etc::sourcelist=$K8S_APT_DIR/sources.list" -o Dir::Etc::sourceparts=-
-	-o "Dir::State::Lists=$K8S_APT_DIR/lists" -o "Dir::Cache::archives=$K8S_APT_DIR/archives"
-	-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
-	-o Acquire::Check-Valid-Until=false -o APT::Sandbox::User=root
-)
-
-# The Debian mirror the system's own sources name (deb822 or one-line format), else Debian's.
-mirror() {
-	local uri
-	uri="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		awk '/^URIs:/ {for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) {print $i; exit}}')"
-	if [ -z "$uri" ]; then
-		uri="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-			awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:.*\/debian\/?$/) {print $i; exit}}')"
-	fi
-	echo "${uri:-http://deb.debian.org/debian}"
-}
-
 fetch_etcd() {
-	local dir="$K8S_CACHE/etcd-$ETCD_DEBIAN_VERSION" tmp deb current
+	local dir="$K8S_CACHE/etcd-$ETCD_DEBIAN_VERSION" current
 	if [ -e "$dir/.complete" ] && [ -x "$dir/usr/bin/etcd" ]; then
 		echo "$dir/usr/bin/etcd"
 		return 0
 	fi
-	mkdir -p "$K8S_APT_DIR/lists/partial" "$K8S_APT_DIR/archives/partial"
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(mirror) sid main" >"$K8S_APT_DIR/sources.list"
-	log "reading sid's package lists from $(mirror) (private lists in $K8S_APT_DIR)"
-	apt-get "${apt_opts[@]}" -qq update >&2 || die "apt-get update of sid failed"
-	if ! apt-cache "${apt_opts[@]}" madison etcd-server | awk -F'|' '{gsub(/ /, "", $2); print $2}' |
-		grep -qxF "$ETCD_DEBIAN_VERSION"; then
-		current="$(apt-cache "${apt_opts[@]}" madison etcd-server | awk -F'|' '$3 ~ /sid/ {gsub(/ /, "", $2); print $2; exit}')"
+	sid_update "$K8S_APT_DIR"
+	if ! sid_serves etcd-server "$ETCD_DEBIAN_VERSION"; then
+		current="$(sid_version etcd-server)"
 		[ -n "$current" ] || die "sid serves no etcd-server package"
 		[ -z "${NODELET_TEST_K8S_ETCD_DEBIAN_VERSION:-}" ] ||
 			die "sid does not serve etcd-server=$ETCD_DEBIAN_VERSION (it serves $current)"
@@ -191,18 +168,7 @@ fetch_etcd() {
 		ETCD_DEBIAN_VERSION="$current"
 		dir="$K8S_CACHE/etcd-$current"
 	fi
-	tmp="$(mktemp -d "$K8S_CACHE/.etcd.XXXXXX")"
-	(cd "$tmp" && apt-get "${apt_opts[@]}" -qq download "etcd-server=$ETCD_DEBIAN_VERSION" >&2) ||
-		die "apt-get download etcd-server=$ETCD_DEBIAN_VERSION failed"
-	deb="$(find "$tmp" -maxdepth 1 -name 'etcd-server_*.deb' | head -n1)"
-	[ -n "$deb" ] || die "apt-get download left no etcd-server package in $tmp"
-	mkdir "$tmp/root"
-	dpkg -x "$deb" "$tmp/root"
-	"$tmp/root/usr/bin/etcd" --version >&2 || die "the downloaded etcd does not run here"
-	touch "$tmp/root/.complete"
-	rm -rf "$dir"
-	mv "$tmp/root" "$dir"
-	rm -rf "$tmp"
+	sid_unpack etcd-server "$ETCD_DEBIAN_VERSION" usr/bin/etcd "$dir"
 	echo "$dir/usr/bin/etcd"
 }
 

@@ -191,3 +191,74 @@ busybox_static() {
 	done
 	return 1
 }
+
+# --- One package from Debian's newest suite (sid), never through the system's own sources:
+# private apt lists, sources list and archives in a directory of the caller's
+# (scripts/containerd-current.sh: containerd 2.x; scripts/k8s.sh: etcd).
+
+# The Debian mirror the system's own sources name (deb822 or one-line format), else Debian's.
+debian_mirror() {
+	local uri
+	uri="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+		awk '/^URIs:/ {for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) {print $i; exit}}')"
+	if [ -z "$uri" ]; then
+		uri="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+			awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:.*\/debian\/?$/) {print $i; exit}}')"
+	fi
+	echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# Reads sid's package lists into DIR; sets SID_APT_OPTS, the options of every apt call on them.
+sid_update() { # DIR
+	local dir="$1" keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+	SID_APT_OPTS=(
+		-o "Dir::Etc::sourcelist=$dir/sources.list" -o Dir::Etc::sourceparts=-
+		-o "Dir::State::Lists=$dir/lists" -o "Dir::Cache::archives=$dir/archives"
+		-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
+		-o Acquire::Check-Valid-Until=false -o APT::Sandbox::User=root
+	)
+	mkdir -p "$dir/lists/partial" "$dir/archives/partial"
+	echo "deb [signed-by=$keyring] $(debian_mirror) sid main" >"$dir/sources.list"
+	log "reading sid's package lists from $(debian_mirror) (private lists in $dir)"
+	apt-get "${SID_APT_OPTS[@]}" -qq update >&2 || die "apt-get update of sid failed"
+}
+
+# sid's current version of PACKAGE (after sid_update).
+sid_version() { # PACKAGE
+	apt-cache "${SID_APT_OPTS[@]}" madison "$1" |
+		awk -F'|' '$3 ~ /sid/ {gsub(/ /, "", $2); print $2; exit}'
+}
+
+# Whether the lists (after sid_update) have PACKAGE at VERSION.
+sid_serves() { # PACKAGE VERSION
+	apt-cache "${SID_APT_OPTS[@]}" madison "$1" | awk -F'|' '{gsub(/ /, "", $2); print $2}' |
+		grep -qxF "$2"
+}
+
+# Downloads PACKAGE=VERSION (after sid_update) and unpacks it into DEST, replacing it once the
+# package's BINARY (a path inside it) runs here; DEST/.complete marks a finished unpack.
+sid_unpack() { # PACKAGE VERSION BINARY DEST
+	local package="$1" version="$2" binary="$3" dest="$4" tmp deb
+	mkdir -p "$(dirname "$dest")"
+	tmp="$(mktemp -d "$(dirname "$dest")/.fetch.XXXXXX")"
+	log "downloading $package=$version from sid"
+	if ! (cd "$tmp" && apt-get "${SID_APT_OPTS[@]}" -qq download "$package=$version" >&2); then
+		rm -rf "$tmp"
+		die "apt-get download $package=$version failed"
+	fi
+	deb="$(find "$tmp" -maxdepth 1 -name "${package}_*.deb" | head -n1)"
+	if [ -z "$deb" ]; then
+		rm -rf "$tmp"
+		die "apt-get download left no $package package"
+	fi
+	mkdir "$tmp/root"
+	dpkg -x "$deb" "$tmp/root"
+	if ! "$tmp/root/$binary" --version >&2; then
+		rm -rf "$tmp"
+		die "the downloaded $binary does not run here"
+	fi
+	touch "$tmp/root/.complete"
+	rm -rf "$dest"
+	mv "$tmp/root" "$dest"
+	rm -rf "$tmp"
+}
