@@ -31,7 +31,10 @@ main_runtime="$(scripts/containerd.sh version)"
 echo "test.sh: integration tests on $main_runtime"
 
 if [ $# -gt 0 ]; then
-	[ "${NODELET_TEST_KEEP:-0}" = 1 ] || trap 'scripts/test-env.sh down' EXIT
+	[ "${NODELET_TEST_KEEP:-0}" = 1 ] || trap 'scripts/k8s.sh down || true; scripts/test-env.sh down' EXIT
+	# The real control plane (built once into its cache, tests/real_cluster.rs).
+	scripts/k8s.sh up >&2
+	eval "$(scripts/k8s.sh env)"
 	cargo test --workspace --locked -- "$@"
 	exit
 fi
@@ -87,6 +90,7 @@ stop_background() {
 	done
 }
 down() {
+	scripts/k8s.sh down || true
 	scripts/test-env.sh down || true
 	env "${faults_instance[@]}" scripts/test-env.sh down || true
 	env "${ctd16_instance[@]}" scripts/test-env.sh down || true
@@ -106,8 +110,21 @@ trap 'exit 143' TERM
 # waits on its lock, and builds it itself (failing loudly) if this did not.
 scripts/vm/root.sh path >"$lanes_dir/vm-root.log" 2>&1 &
 background+=($!)
+# The real Kubernetes v1.37.2 control plane (scripts/k8s.sh: cached in /var/cache/nodelet-k8s; a
+# first build takes 10-12 minutes at the lowest priority), built beside the cargo build and
+# started before the lanes.
+scripts/k8s.sh build >"$lanes_dir/k8s-build.log" 2>&1 &
+k8s_build=$!
+background+=("$k8s_build")
 
 cargo build --workspace --locked --all-targets
+if ! wait "$k8s_build"; then
+	tail -n 40 "$lanes_dir/k8s-build.log" >&2
+	echo "test.sh: building the control plane failed (log: $lanes_dir/k8s-build.log)" >&2
+	exit 1
+fi
+scripts/k8s.sh up >&2
+eval "$(scripts/k8s.sh env)"
 cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
 	python3 scripts/test-binaries.py "$repo" >"$lanes_dir/binaries"
 

@@ -1,0 +1,368 @@
+//! nodelet joined to a real Kubernetes v1.37.2 control plane — etcd, kube-apiserver with the
+//! Node authorizer and NodeRestriction, kube-controller-manager, kube-scheduler, built from
+//! their Go modules and started by `scripts/k8s.sh` — on the real containerd, driven with the
+//! real kubectl 1.37.2 built beside them:
+//!
+//! - the join as a node does it: a bootstrap token only, the client CSR approved and signed by
+//!   the real controller-manager, the serving CSR approved here (`kubectl certificate
+//!   approve`), the Node registered and Ready with nodelet's version and runtime;
+//! - a Deployment of 3 replicas placed on the node by the real scheduler and running;
+//! - `kubectl logs`, `exec` and `port-forward` through the real API server to nodelet's
+//!   kubelet API (the server's kubelet client certificate; nodelet's TokenReview and
+//!   SubjectAccessReview answered by the real server);
+//! - `kubectl delete pod` ends with nodelet's final DELETE, and `kubectl drain` evicts through
+//!   the Eviction API.
+//!
+//! Needs the environment of `scripts/k8s.sh env` (the test command sets it up); fails loudly
+//! without it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use nodelet_testkit::port::free_port;
+use nodelet_testkit::tail;
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(120);
+
+/// One variable of `scripts/k8s.sh env`; a test without it fails, naming what to run.
+fn k8s_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: these tests need the real control plane; run them with \
+             scripts/test.sh, which builds and starts it (scripts/k8s.sh up)"
+        )
+    })
+}
+
+/// The real kubectl, as the admin (`system:masters`).
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: String,
+}
+
+impl Kubectl {
+    fn admin() -> Kubectl {
+        Kubectl {
+            bin: Path::new(&k8s_env("NODELET_TEST_K8S_BIN")).join("kubectl"),
+            kubeconfig: k8s_env("NODELET_TEST_KUBECONFIG"),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        c
+    }
+
+    /// Runs kubectl; (success, stdout, stderr).
+    fn run(&self, args: &[&str]) -> (bool, String, String) {
+        let out = self.command(args).output().expect("run kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs kubectl and expects success; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.run(args);
+        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    /// `kubectl get ... -o json`, or `None` when kubectl fails (not found).
+    fn json(&self, args: &[&str]) -> Option<Value> {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let (ok, out, _) = self.run(&all);
+        ok.then(|| serde_json::from_str(&out).ok()).flatten()
+    }
+}
+
+/// Polls `check` every 500 ms until it gives a value; fails after `timeout` with `what`,
+/// nodelet's log and the cluster's events.
+async fn wait_for<T>(
+    what: &str,
+    n: &Nodelet,
+    k: &Kubectl,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let (_, events, _) = k.run(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
+            panic!(
+                "no {what} after {timeout:?}\n--- events ---\n{}\n--- nodelet ---\n{}",
+                tail(&events, 30),
+                tail(&n.logs(), 60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The Node's `Ready` condition status ("True", "False", "Unknown"), or "" before it exists.
+fn node_ready(node: &Value) -> String {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| str_at(c, "/type") == "Ready")
+        .map(|c| str_at(c, "/status").to_string())
+        .unwrap_or_default()
+}
+
+/// The CSRs `username` made with `signer` at or after `since`, with their conditions' types.
+fn csrs_of(
+    k: &Kubectl,
+    username: &str,
+    signer: &str,
+    since: jiff::Timestamp,
+) -> Vec<(String, Vec<String>)> {
+    let Some(list) = k.json(&["get", "csr"]) else {
+        return Vec::new();
+    };
+    list.pointer("/items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            str_at(c, "/spec/username") == username
+                && str_at(c, "/spec/signerName") == signer
+                // The API's times have whole seconds.
+                && str_at(c, "/metadata/creationTimestamp")
+                    .parse::<jiff::Timestamp>()
+                    .is_ok_and(|t| t >= since.round(jiff::Unit::Second).unwrap_or(since) - jiff::SignedDuration::from_secs(1))
+        })
+        .map(|c| {
+            let conditions = c
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|x| str_at(x, "/type").to_string())
+                .collect();
+            (str_at(c, "/metadata/name").to_string(), conditions)
+        })
+        .collect()
+}
+
+/// A nodelet configured as kubeadm configures a kubelet to join: a bootstrap-token kubeconfig,
+/// client and serving certificates through CSRs, webhook authentication and authorization,
+/// the kubelet API on every address (the API server reaches it at the node's InternalIP).
+fn joining_nodelet(test: &str) -> Nodelet {
+    let dir = tempfile::Builder::new()
+        .prefix("nodelet-join-")
+        .tempdir()
+        .expect("tempdir")
+        .keep();
+    let ca = k8s_env("NODELET_TEST_K8S_CA");
+    let bootstrap = dir.join("bootstrap-kubelet.conf");
+    std::fs::write(
+        &bootstrap,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: k8s\n  cluster:\n    server: {}\n    certificate-authority: {ca}\n\
+             users:\n- name: bootstrap\n  user:\n    token: {}\ncontexts:\n- name: k8s\n  context: {{cluster: k8s, user: bootstrap}}\n\
+             current-context: k8s\n",
+            k8s_env("NODELET_TEST_K8S_SERVER"),
+            k8s_env("NODELET_TEST_K8S_BOOTSTRAP_TOKEN"),
+        ),
+    )
+    .expect("write the bootstrap kubeconfig");
+    let extra = format!(
+        "address: 0.0.0.0\nport: {port}\n\
+         kubeconfig: {dir}/kubelet.conf\nbootstrapKubeconfig: {bootstrap}\ncertDir: {dir}/pki\n\
+         rotateCertificates: true\nserverTLSBootstrap: true\n\
+         authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: true, cacheTTL: 0s}}\n  x509: {{clientCAFile: {ca}}}\n\
+         authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 0s, cacheUnauthorizedTTL: 0s}}\n\
+         nodeStatusUpdateFrequency: 2s\nnodeLeaseDurationSeconds: 10\n",
+        port = free_port(),
+        dir = dir.display(),
+        bootstrap = bootstrap.display(),
+    );
+    Nodelet::prepare_with(test, &extra)
+}
+
+/// The bootstrap token's ID: the user the CSR's `spec.username` names (`system:bootstrap:ID`).
+fn bootstrap_user() -> String {
+    let token = k8s_env("NODELET_TEST_K8S_BOOTSTRAP_TOKEN");
+    let id = token.split('.').next().unwrap_or_default();
+    format!("system:bootstrap:{id}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_a_real_control_plane_and_runs_a_deployment_on_it() {
+    let k = Kubectl::admin();
+    let version = k.ok(&["version", "-o", "json"]);
+    assert!(
+        version.contains("\"gitVersion\": \"v1.37.2\""),
+        "the real v1.37.2 server: {version}"
+    );
+    let started = jiff::Timestamp::now();
+    let mut n = joining_nodelet("real-join");
+    let node = n.node.clone();
+    n.launch();
+
+    // The client certificate: the bootstrap CSR approved and issued by the controller-manager.
+    let client = wait_for("client CSR approved and issued", &n, &k, T, || {
+        csrs_of(
+            &k,
+            &bootstrap_user(),
+            "kubernetes.io/kube-apiserver-client-kubelet",
+            started,
+        )
+        .into_iter()
+        .find(|(_, c)| c.iter().any(|t| t == "Approved"))
+    })
+    .await;
+    eprintln!("client CSR {} approved by the controller-manager", client.0);
+    // The Node registers with its new identity and becomes Ready.
+    let registered = wait_for("the Node Ready", &n, &k, T, || {
+        k.json(&["get", "node", &node])
+            .filter(|v| node_ready(v) == "True")
+    })
+    .await;
+    assert!(
+        str_at(&registered, "/status/nodeInfo/kubeletVersion").contains("nodelet"),
+        "{registered:#}"
+    );
+    assert!(
+        str_at(&registered, "/status/nodeInfo/containerRuntimeVersion")
+            .starts_with("containerd://"),
+        "{registered:#}"
+    );
+    let wide = k.ok(&["get", "node", &node, "-o", "wide"]);
+    assert!(
+        wide.contains("Ready") && wide.contains("containerd://"),
+        "{wide}"
+    );
+
+    // The serving certificate: nodelet's CSR, approved as a cluster admin does.
+    let node_user = format!("system:node:{node}");
+    let serving = wait_for("a serving CSR", &n, &k, T, || {
+        csrs_of(&k, &node_user, "kubernetes.io/kubelet-serving", started)
+            .into_iter()
+            .next()
+    })
+    .await;
+    k.ok(&["certificate", "approve", &serving.0]);
+
+    // A Deployment of 3 replicas, placed on this node by the real scheduler.
+    let ns = format!("real-{}", std::process::id());
+    k.ok(&["create", "namespace", &ns]);
+    // A label of this run only: a drain selects by it, and the control plane may hold pods of
+    // other runs.
+    let app = ns.clone();
+    let selector = format!("app={app}");
+    let deployment = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {ns}}}\nspec:\n  replicas: 3\n  \
+         selector: {{matchLabels: {{app: {app}}}}}\n  template:\n    metadata: {{labels: {{app: {app}}}}}\n    spec:\n      \
+         nodeSelector: {{kubernetes.io/hostname: {node}}}\n      terminationGracePeriodSeconds: 5\n      containers:\n      \
+         - name: web\n        image: {TESTBOX}\n        imagePullPolicy: Never\n        args: [serve, --http, \"8080\"]\n"
+    );
+    let manifest = n.dir.path().join("deployment.yaml");
+    std::fs::write(&manifest, deployment).expect("write the deployment");
+    k.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    let running = |k: &Kubectl| -> Vec<String> {
+        k.json(&["get", "pods", "-n", &ns, "-l", &selector])
+            .and_then(|v| v.pointer("/items").and_then(Value::as_array).cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| {
+                str_at(p, "/spec/nodeName") == node
+                    && str_at(p, "/status/phase") == "Running"
+                    && p.pointer("/metadata/deletionTimestamp").is_none()
+            })
+            .map(|p| str_at(p, "/metadata/name").to_string())
+            .collect()
+    };
+    let pods = wait_for("3 replicas running on the node", &n, &k, T, || {
+        Some(running(&k)).filter(|p| p.len() == 3)
+    })
+    .await;
+    let pod = &pods[0];
+
+    // Through the real API server to nodelet's kubelet API.
+    let logs = k.ok(&["logs", "-n", &ns, pod]);
+    assert!(logs.contains("started serve"), "{logs}");
+    let exec = k.ok(&["exec", "-n", &ns, pod, "--", "ls", "/"]);
+    assert!(exec.lines().any(|l| l == "etc"), "{exec}");
+    let local = free_port();
+    let mut forward = k
+        .command(&["port-forward", "-n", &ns, pod, &format!("{local}:8080")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl port-forward");
+    let answer = wait_for("an answer through port-forward", &n, &k, T, || {
+        Command::new("curl")
+            .args([
+                "-s",
+                "-m",
+                "2",
+                &format!("http://127.0.0.1:{local}/healthz"),
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    })
+    .await;
+    let _ = forward.kill();
+    let _ = forward.wait();
+    assert_eq!(answer.trim(), "ok");
+
+    // kubectl delete: graceful, then nodelet's final DELETE removes the object.
+    k.ok(&[
+        "delete",
+        "pod",
+        "-n",
+        &ns,
+        pod,
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    assert!(
+        k.json(&["get", "pod", "-n", &ns, pod]).is_none(),
+        "the pod is gone from the API"
+    );
+    // The ReplicaSet replaces it; then a drain evicts all three through the Eviction API.
+    wait_for("3 replicas again", &n, &k, T, || {
+        Some(running(&k)).filter(|p| p.len() == 3)
+    })
+    .await;
+    let drained = k.ok(&[
+        "drain",
+        &node,
+        &format!("--pod-selector={selector}"),
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=90s",
+    ]);
+    assert_eq!(
+        drained.matches(" evicted").count(),
+        3,
+        "three evictions: {drained}"
+    );
+    assert!(running(&k).is_empty(), "nothing runs on the drained node");
+
+    k.run(&["delete", "namespace", &ns, "--wait=false"]);
+    drop(n);
+    k.run(&["delete", "node", &node, "--wait=false"]);
+}
