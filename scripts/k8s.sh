@@ -73,6 +73,8 @@ PKI="$K8S_VAR/pki"
 ETCD_DATA="$K8S_VAR/etcd"
 K8S_LOCK="$K8S_VAR/lock"
 TOKEN_FILE="$K8S_VAR/bootstrap-token"
+AUDIT_POLICY="$K8S_VAR/audit-policy.yaml"
+AUDIT_LOG="$K8S_VAR/audit.log"
 ADMIN_KUBECONFIG="$K8S_VAR/admin.kubeconfig"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
@@ -268,6 +270,17 @@ EOF
 prepare_files() {
 	mkdir -p "$PKI" "$K8S_RUN" "$ETCD_DATA" "$K8S_VAR/kube-controller-manager" "$K8S_VAR/kube-scheduler"
 	chmod 700 "$PKI" "$ETCD_DATA"
+	# The audit log records what nodes do (the requests of system:nodes and of bootstrapping
+	# nodes, with their response codes), so a test can count what the Node authorizer refused.
+	cat >"$AUDIT_POLICY" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:nodes", "system:bootstrappers"]
+- level: None
+POLICY
 	if [ ! -s "$PKI/ca.crt" ]; then
 		make_key "$PKI/ca.key"
 		openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=$CLUSTER_NAME-ca" -days 3650 -sha256 \
@@ -321,7 +334,9 @@ component_args() { # component
 			--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
 			--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
 			--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname \
-			--allow-privileged=true --profiling=false
+			--allow-privileged=true --profiling=false \
+			--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$AUDIT_LOG" \
+			--audit-log-maxsize=100 --audit-log-maxbackup=1
 		;;
 	kube-controller-manager)
 		printf '%s\n' "$K8S_BIN/kube-controller-manager" \
@@ -700,6 +715,7 @@ export NODELET_TEST_K8S_VERSION=$K8S_VERSION
 export NODELET_TEST_K8S_BIN=$K8S_BIN
 export NODELET_TEST_K8S_SERVICE_CIDR=$SERVICE_CIDR
 export NODELET_TEST_K8S_PORT_BASE=$PORT_BASE
+export NODELET_TEST_K8S_AUDIT_LOG=$AUDIT_LOG
 EOF
 }
 

@@ -11,7 +11,9 @@
 //!   kubelet API (the server's kubelet client certificate; nodelet's TokenReview and
 //!   SubjectAccessReview answered by the real server);
 //! - `kubectl delete pod` ends with nodelet's final DELETE, and `kubectl drain` evicts through
-//!   the Eviction API.
+//!   the Eviction API;
+//! - the Node authorizer never refuses a request nodelet makes (the API server's audit log of
+//!   the node's requests, `scripts/k8s.sh`'s policy).
 //!
 //! Needs the environment of `scripts/k8s.sh env` (the test command sets it up); fails loudly
 //! without it.
@@ -166,7 +168,7 @@ fn csrs_of(
 /// A nodelet configured as kubeadm configures a kubelet to join: a bootstrap-token kubeconfig,
 /// client and serving certificates through CSRs, webhook authentication and authorization,
 /// the kubelet API on every address (the API server reaches it at the node's InternalIP).
-fn joining_nodelet(test: &str) -> Nodelet {
+fn joining_nodelet(test: &str) -> (Nodelet, PathBuf) {
     let dir = tempfile::Builder::new()
         .prefix("nodelet-join-")
         .tempdir()
@@ -196,7 +198,7 @@ fn joining_nodelet(test: &str) -> Nodelet {
         dir = dir.display(),
         bootstrap = bootstrap.display(),
     );
-    Nodelet::prepare_with(test, &extra)
+    (Nodelet::prepare_with(test, &extra), dir)
 }
 
 /// The bootstrap token's ID: the user the CSR's `spec.username` names (`system:bootstrap:ID`).
@@ -215,7 +217,7 @@ async fn joins_a_real_control_plane_and_runs_a_deployment_on_it() {
         "the real v1.37.2 server: {version}"
     );
     let started = jiff::Timestamp::now();
-    let mut n = joining_nodelet("real-join");
+    let (mut n, join_dir) = joining_nodelet("real-join");
     let node = n.node.clone();
     n.launch();
 
@@ -362,7 +364,65 @@ async fn joins_a_real_control_plane_and_runs_a_deployment_on_it() {
     );
     assert!(running(&k).is_empty(), "nothing runs on the drained node");
 
+    // The Node authorizer and NodeRestriction refused nothing nodelet asked in all of this:
+    // every request under the node's identity (and its bootstrap requests) is in the audit
+    // log with its response code.
+    let audit = std::fs::read_to_string(k8s_env("NODELET_TEST_K8S_AUDIT_LOG")).expect("audit log");
+    let mine: Vec<Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            let user = str_at(e, "/user/username");
+            user == node_user
+                || (user == bootstrap_user()
+                    && str_at(e, "/requestReceivedTimestamp")
+                        .parse::<jiff::Timestamp>()
+                        .is_ok_and(|t| t >= started))
+        })
+        .collect();
+    assert!(
+        mine.len() > 20,
+        "the audit log has the node's requests: {}",
+        mine.len()
+    );
+    let refused: Vec<String> = mine
+        .iter()
+        .filter(|e| e.pointer("/responseStatus/code").and_then(Value::as_i64) == Some(403))
+        .map(|e| format!("{} {}", str_at(e, "/verb"), str_at(e, "/requestURI")))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused by the API server: {refused:#?}"
+    );
+    eprintln!("{} requests of the node audited, none refused", mine.len());
+    // The check can fail: a request the Node authorizer refuses (a Secret no pod of the node
+    // uses), made with the node's own client certificate, is in the log as a 403.
+    let identity = join_dir.join("pki/kubelet-client-current.pem");
+    let forbidden = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+        .arg(k8s_env("NODELET_TEST_K8S_CA"))
+        .arg("--cert")
+        .arg(&identity)
+        .arg(format!(
+            "{}/api/v1/namespaces/kube-system/secrets/nodelet-not-yours",
+            k8s_env("NODELET_TEST_K8S_SERVER")
+        ))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&forbidden.stdout), "403");
+    let audit = std::fs::read_to_string(k8s_env("NODELET_TEST_K8S_AUDIT_LOG")).expect("audit log");
+    let refused_now = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            str_at(e, "/user/username") == node_user
+                && e.pointer("/responseStatus/code").and_then(Value::as_i64) == Some(403)
+        })
+        .count();
+    assert_eq!(refused_now, 1, "the audit log shows a refusal");
+
     k.run(&["delete", "namespace", &ns, "--wait=false"]);
     drop(n);
     k.run(&["delete", "node", &node, "--wait=false"]);
+    let _ = std::fs::remove_dir_all(&join_dir);
 }
