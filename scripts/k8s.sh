@@ -270,15 +270,18 @@ EOF
 prepare_files() {
 	mkdir -p "$PKI" "$K8S_RUN" "$ETCD_DATA" "$K8S_VAR/kube-controller-manager" "$K8S_VAR/kube-scheduler"
 	chmod 700 "$PKI" "$ETCD_DATA"
-	# The audit log records what nodes do (the requests of system:nodes and of bootstrapping
-	# nodes, with their response codes), so a test can count what the Node authorizer refused.
+	# The audit log records what nodes do (the requests of system:nodes with their bodies, and
+	# of bootstrapping nodes, with their response codes), so a test can count what the Node
+	# authorizer refused and see what nodelet sent.
 	cat >"$AUDIT_POLICY" <<'POLICY'
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: Request
+  userGroups: ["system:nodes"]
 - level: Metadata
-  userGroups: ["system:nodes", "system:bootstrappers"]
+  userGroups: ["system:bootstrappers"]
 - level: None
 POLICY
 	if [ ! -s "$PKI/ca.crt" ]; then
@@ -320,6 +323,8 @@ component_args() { # component
 			--log-level=warn
 		;;
 	kube-apiserver)
+		# VolumeBindMountOptions (alpha in 1.37): the API server keeps bindMountOptions only
+		# with it on, and the tests need the field to reach nodelet to see it refused.
 		printf '%s\n' "$K8S_BIN/kube-apiserver" \
 			--etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
 			--bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
@@ -335,6 +340,7 @@ component_args() { # component
 			--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
 			--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname \
 			--allow-privileged=true --profiling=false \
+			--feature-gates=VolumeBindMountOptions=true \
 			--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$AUDIT_LOG" \
 			--audit-log-maxsize=100 --audit-log-maxbackup=1
 		;;
@@ -413,8 +419,9 @@ stop_components() { # component...
 # healthy.
 start_component() { # component
 	local name="$1" pid args tenths=1200
-	# The stamp too: a rebuild (new go.sum, flags) restarts what runs the binaries it replaced.
-	args="$(component_args "$name")"$'\n'"$(cat "$K8S_STAMP")"
+	# The stamp too: a rebuild (new go.sum, flags) restarts what runs the binaries it replaced;
+	# and the audit policy, which the API server reads only when it starts.
+	args="$(component_args "$name")"$'\n'"$(cat "$K8S_STAMP")"$'\n'"$(cat "$AUDIT_POLICY")"
 	pid="$(running_pid "$name")"
 	if [ -n "$pid" ]; then
 		if [ "$(cat "$K8S_RUN/$name.args" 2>/dev/null || true)" = "$args" ] && healthy "$name"; then

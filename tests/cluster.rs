@@ -1,5 +1,9 @@
-//! Cluster mode on a real containerd: nodelet joined to the project's API server fixture,
-//! driven with the real `kubectl`.
+//! Cluster mode on a real containerd: nodelet joined to the real Kubernetes v1.37.2 control
+//! plane of `scripts/k8s.sh` (as a node of its own: `system:node:<node>`, judged by the Node
+//! authorizer and NodeRestriction), driven with the real `kubectl`. The project's API server
+//! fixture stands in only where the real server cannot: older API server versions, a server
+//! that drops fields, a server that stops or refuses reads on purpose, and the metrics-server
+//! that `kubectl top` needs (docs/testing.md lists which test runs against which).
 
 mod common;
 
@@ -14,17 +18,18 @@ use nodelet_testkit::tail;
 const T: Duration = Duration::from_secs(90);
 
 /// The logged requests that match, once there is at least one. The fixture changes its store
-/// inside the handler and logs the request right after, so a change the test saw may still
-/// precede its log entry by a moment.
+/// inside the handler and logs the request right after (the real API server writes its audit
+/// event once the response is sent), so a change the test saw may still precede its log entry
+/// by a moment.
 async fn wait_logged(
     what: &str,
     n: &Nodelet,
-    fixture: &Fixture,
+    server: &impl TestApi,
     matches: impl Fn(&LoggedRequest) -> bool,
 ) -> Vec<LoggedRequest> {
     wait_api(what, n, || {
-        let found: Vec<_> = fixture
-            .request_log()
+        let found: Vec<_> = server
+            .requests()
             .into_iter()
             .filter(|r| matches(r))
             .collect();
@@ -48,9 +53,9 @@ fn api_phase(p: &Pod) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_registers_ready_and_renews_its_lease() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("node-ready", &api, "");
+    let server = RealServer::start("node-ready");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("node-ready", &server, "");
     let node = n.node.clone();
     wait_api("the node Ready in kubectl", &n, || {
         let (ok, out, _) = kubectl(&api, &["get", "nodes", "--no-headers"]);
@@ -60,16 +65,14 @@ async fn node_registers_ready_and_renews_its_lease() {
         .then_some(())
     })
     .await;
-    let renew = |f: &Fixture| {
-        f.get::<k8s_openapi::api::coordination::v1::Lease>(Some("kube-node-lease"), &node)
-            .ok()
-            .flatten()
+    let renew = |f: &RealServer| {
+        f.object::<k8s_openapi::api::coordination::v1::Lease>(Some("kube-node-lease"), &node)
             .and_then(|l| l.spec?.renew_time)
             .map(|t| t.0)
     };
-    let first = wait_api("the lease", &n, || renew(&fixture)).await;
+    let first = wait_api("the lease", &n, || renew(&server)).await;
     let later = wait_api("a lease renewal", &n, || {
-        renew(&fixture).filter(|t| *t > first)
+        renew(&server).filter(|t| *t > first)
     })
     .await;
     assert!(later > first);
@@ -119,9 +122,9 @@ async fn node_registers_ready_and_renews_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("graceful-delete", &api, "");
+    let server = RealServer::start("graceful-delete");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("graceful-delete", &server, "");
     let hooks = n.dir.path().join("hooks");
     std::fs::create_dir_all(&hooks).unwrap();
     let yaml = format!(
@@ -137,8 +140,8 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
             .then_some(())
     })
     .await;
-    let uid = api_pod(&fixture, "web").unwrap().metadata.uid.unwrap();
-    fixture.clear_log();
+    let uid = api_pod(&server, "web").unwrap().metadata.uid.unwrap();
+    server.forget_requests();
     // The grace period bounds the preStop hook (an exec into the container): 30 s, so that on a
     // machine loaded by emulated VMs and other test nodelets a slow `runc exec` still runs it
     // before the kill (CI, 2026-12-05: with 5 s the hook's file was missing). The container
@@ -148,7 +151,7 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
         &["delete", "pod", "web", "--grace-period=30", "--timeout=90s"],
     );
     assert!(ok, "kubectl delete: {out}{err}\n{}", tail(&n.logs(), 40));
-    assert!(api_pod(&fixture, "web").is_none(), "the pod is gone");
+    assert!(api_pod(&server, "web").is_none(), "the pod is gone");
     assert_eq!(
         std::fs::read_to_string(hooks.join("prestop"))
             .unwrap()
@@ -156,12 +159,12 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
         "bye",
         "preStop ran"
     );
-    wait_logged("nodelet's final DELETE", &n, &fixture, |r| {
+    wait_logged("nodelet's final DELETE", &n, &server, |r| {
         is_final_delete(r, "web")
     })
     .await;
-    let deletes: Vec<_> = fixture
-        .request_log()
+    let deletes: Vec<_> = server
+        .requests()
         .into_iter()
         .filter(|r| r.method == "DELETE" && r.path.ends_with("/pods/web"))
         .collect();
@@ -188,16 +191,16 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
 /// termination under way is cut short and the containers are gone within seconds, not the 60 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_delete_cuts_a_running_graceful_termination_short() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("force-delete", &api, "");
+    let server = RealServer::start("force-delete");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("force-delete", &server, "");
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: stubborn\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 60\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve, --on-sigterm, ignore]\n",
         node = n.node
     );
     kubectl_apply(&api, n.dir.path(), "stubborn", &yaml);
     wait_api("stubborn running", &n, || {
-        api_pod(&fixture, "stubborn").filter(|p| api_phase(p) == "Running")
+        api_pod(&server, "stubborn").filter(|p| api_phase(p) == "Running")
     })
     .await;
     let (ok, _, err) = kubectl(&api, &["delete", "pod", "stubborn", "--wait=false"]);
@@ -218,7 +221,7 @@ async fn force_delete_cuts_a_running_graceful_termination_short() {
             .any(|c| c.state == nodelet::cri::api::ContainerState::ContainerRunning as i32),
         "the container ignores SIGTERM and still runs"
     );
-    let took = force_delete_until_gone(&fixture, &n, "stubborn", T).await;
+    let took = force_delete_until_gone(&server, &n, "stubborn", T).await;
     println!("force delete to containers gone: {took:?}");
     assert!(
         took < Duration::from_secs(20),
@@ -229,16 +232,16 @@ async fn force_delete_cuts_a_running_graceful_termination_short() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("finalizer", &api, "");
+    let server = RealServer::start("finalizer");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("finalizer", &server, "");
     let yaml = bound_pod("held", &n.node, "").replace(
         "metadata:\n  name: held\n",
         "metadata:\n  name: held\n  finalizers: [example.com/hold]\n",
     );
     kubectl_apply(&api, n.dir.path(), "held", &yaml);
     wait_api("held running", &n, || {
-        api_pod(&fixture, "held").filter(|p| api_phase(p) == "Running")
+        api_pod(&server, "held").filter(|p| api_phase(p) == "Running")
     })
     .await;
     let (ok, _, err) = kubectl(
@@ -247,21 +250,20 @@ async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
     );
     assert!(ok, "{err}");
     wait_api("held terminal", &n, || {
-        api_pod(&fixture, "held")
-            .filter(|p| matches!(api_phase(p).as_str(), "Succeeded" | "Failed"))
+        api_pod(&server, "held").filter(|p| matches!(api_phase(p).as_str(), "Succeeded" | "Failed"))
     })
     .await;
-    wait_logged("nodelet's final DELETE", &n, &fixture, |r| {
+    wait_logged("nodelet's final DELETE", &n, &server, |r| {
         is_final_delete(r, "held")
     })
     .await;
     // Time for a looping agent to send more; nodelet must not.
     tokio::time::sleep(Duration::from_secs(5)).await;
     one_more_reconcile(&n).await;
-    let p = api_pod(&fixture, "held").expect("still there: it has a finalizer");
+    let p = api_pod(&server, "held").expect("still there: it has a finalizer");
     assert!(p.metadata.deletion_timestamp.is_some());
-    let finals = fixture
-        .request_log()
+    let finals = server
+        .requests()
         .into_iter()
         .filter(|r| is_final_delete(r, "held"))
         .count();
@@ -275,12 +277,12 @@ async fn finalizer_keeps_the_pod_terminating_without_more_deletes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreated_pod_under_the_same_name_is_not_touched_by_the_old_worker() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("recreate", &api, "");
+    let server = RealServer::start("recreate");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("recreate", &server, "");
     kubectl_apply(&api, n.dir.path(), "same", &bound_pod("same", &n.node, ""));
     let first = wait_api("running", &n, || {
-        api_pod(&fixture, "same").filter(|p| api_phase(p) == "Running")
+        api_pod(&server, "same").filter(|p| api_phase(p) == "Running")
     })
     .await;
     let old_uid = first.metadata.uid.clone().unwrap();
@@ -291,16 +293,16 @@ async fn recreated_pod_under_the_same_name_is_not_touched_by_the_old_worker() {
     assert!(ok, "{err}");
     kubectl_apply(&api, n.dir.path(), "same", &bound_pod("same", &n.node, ""));
     let second = wait_api("the new pod running", &n, || {
-        api_pod(&fixture, "same").filter(|p| {
+        api_pod(&server, "same").filter(|p| {
             api_phase(p) == "Running" && p.metadata.uid.as_deref() != Some(old_uid.as_str())
         })
     })
     .await;
     let new_uid = second.metadata.uid.unwrap();
-    fixture.clear_log();
+    server.forget_requests();
     tokio::time::sleep(Duration::from_secs(5)).await;
     one_more_reconcile(&n).await;
-    for r in fixture.request_log() {
+    for r in server.requests() {
         if let Some(body) = &r.body {
             assert_ne!(
                 body["metadata"]["uid"],
@@ -315,7 +317,7 @@ async fn recreated_pod_under_the_same_name_is_not_touched_by_the_old_worker() {
         }
     }
     assert_eq!(
-        api_pod(&fixture, "same").unwrap().metadata.uid.unwrap(),
+        api_pod(&server, "same").unwrap().metadata.uid.unwrap(),
         new_uid
     );
 }
@@ -378,14 +380,14 @@ fn is_pod_status_patch(r: &LoggedRequest) -> bool {
 
 /// `kubectl apply`s `count` serving pods bound to `n` and waits until the API shows them all
 /// Ready.
-async fn run_ready_pods(fixture: &Fixture, n: &Nodelet, count: usize) {
-    let api = fixture.url();
+async fn run_ready_pods(server: &impl TestApi, n: &Nodelet, count: usize) {
+    let api = server.api();
     for i in 0..count {
         let name = format!("p{i}");
         kubectl_apply(&api, n.dir.path(), &name, &bound_pod(&name, &n.node, ""));
     }
     wait_api(&format!("{count} pods Running and Ready"), n, || {
-        let pods = fixture.list::<Pod>(Some("default")).ok()?;
+        let pods = server.objects::<Pod>(Some(&server.namespace()));
         let ready = pods
             .iter()
             .filter(|p| {
@@ -431,14 +433,14 @@ impl Minute {
 }
 
 /// Clears the fixture's log, waits a minute, and counts what nodelet wrote.
-async fn one_minute(fixture: &Fixture, n: &Nodelet) -> Minute {
+async fn one_minute(fixture: &impl TestApi, n: &Nodelet) -> Minute {
     let reconciles = || n.metric("nodelet_pod_status_reconciles_total");
     let start = reconciles()
         .await
         .expect("nodelet_pod_status_reconciles_total in /metrics");
-    fixture.clear_log();
+    fixture.forget_requests();
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let log = fixture.request_log();
+    let log = fixture.requests();
     let end = reconciles()
         .await
         .expect("nodelet_pod_status_reconciles_total in /metrics");
@@ -491,11 +493,11 @@ fn report(mode: &str, minute: &Minute) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steady_state_sends_no_status_patches() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let n = Nodelet::start_in_cluster("steady", &fixture.url(), "");
-    run_ready_pods(&fixture, &n, 20).await;
+    let server = RealServer::start("steady");
+    let n = Nodelet::start_in_real_cluster("steady", &server, "");
+    run_ready_pods(&server, &n, 20).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let minute = one_minute(&fixture, &n).await;
+    let minute = one_minute(&server, &n).await;
     report("v1.37 server", &minute);
     // The positive sign first: the sync compared every pod with the API every 10 s.
     assert!(minute.reconciles >= 5.0, "{minute:?}");
@@ -653,16 +655,18 @@ async fn a_server_that_drops_fields_nodelet_sends_gets_bounded_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_pod_gets_a_mirror_pod_that_comes_back_when_deleted() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("mirror", &api, "");
+    let server = RealServer::start("mirror");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("mirror", &server, "");
     n.write_manifest(
         "static.yaml",
         &testbox_pod("static", "Always", &[("main", &["serve"])]),
     );
     let name = n.pod_name("static");
     let mirror = wait_api("the mirror pod Running", &n, || {
-        api_pod(&fixture, &name).filter(|p| api_phase(p) == "Running")
+        server
+            .object::<Pod>(Some("default"), &name)
+            .filter(|p| api_phase(p) == "Running")
     })
     .await;
     let owner = &mirror.metadata.owner_references.as_ref().unwrap()[0];
@@ -678,11 +682,15 @@ async fn static_pod_gets_a_mirror_pod_that_comes_back_when_deleted() {
         .contains_key("kubernetes.io/config.mirror"));
     let before = n.pod("static").await.unwrap();
     // Deleting the mirror pod through the API recreates it and leaves the static pod running.
-    let (ok, _, err) = kubectl(&api, &["delete", "pod", &name, "--wait=false"]);
+    let (ok, _, err) = kubectl(
+        &api,
+        &["delete", "pod", "-n", "default", &name, "--wait=false"],
+    );
     assert!(ok, "{err}");
     let old_uid = mirror.metadata.uid.clone();
     wait_api("a new mirror pod", &n, || {
-        api_pod(&fixture, &name)
+        server
+            .object::<Pod>(Some("default"), &name)
             .filter(|p| p.metadata.uid != old_uid && p.metadata.deletion_timestamp.is_none())
     })
     .await;
@@ -695,23 +703,35 @@ async fn static_pod_gets_a_mirror_pod_that_comes_back_when_deleted() {
     // Removing the manifest deletes the mirror pod.
     n.remove_manifest("static.yaml");
     wait_api("the mirror pod deleted", &n, || {
-        api_pod(&fixture, &name).is_none().then_some(())
+        server
+            .object::<Pod>(Some("default"), &name)
+            .is_none()
+            .then_some(())
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("admission", &api, "podCleanup:\n  retention: 3s\n");
+    let server = RealServer::start("admission");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("admission", &server, "podCleanup:\n  retention: 3s\n");
     let huge = "    resources:\n      requests:\n        cpu: \"1000\"\n";
+    // Owners that exist (the real garbage collector deletes a pod whose owner does not) and
+    // that no controller of the controller-manager manages: ConfigMaps.
+    let owner_ref = |name: &str| {
+        server.kubectl_ok(&["create", "configmap", name]);
+        let cm: k8s_openapi::api::core::v1::ConfigMap = server
+            .object(Some(&server.namespace()), name)
+            .expect("the owner");
+        format!(
+            "  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: {name}\n    uid: {}\n    controller: true\n",
+            cm.metadata.uid.unwrap()
+        )
+    };
+    let rs = owner_ref("rs");
     let pod_with = |name: &str, owned: bool| {
-        let owner = if owned {
-            "  ownerReferences:\n  - apiVersion: apps/v1\n    kind: ReplicaSet\n    name: rs\n    uid: 11111111-2222-3333-4444-555555555555\n    controller: true\n"
-        } else {
-            ""
-        };
+        let owner = if owned { rs.as_str() } else { "" };
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{owner}spec:\n  nodeName: {node}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n{huge}",
             node = n.node
@@ -719,27 +739,25 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
     };
     kubectl_apply(&api, n.dir.path(), "bare", &pod_with("bare", false));
     wait_api("bare rejected", &n, || {
-        api_pod(&fixture, "bare").filter(|p| api_phase(p) == "Failed")
+        api_pod(&server, "bare").filter(|p| api_phase(p) == "Failed")
     })
     .await;
     let (_, out, _) = kubectl(&api, &["get", "pod", "bare", "--no-headers"]);
     assert!(out.contains("OutOfcpu"), "kubectl shows the reason: {out}");
-    let status = api_pod(&fixture, "bare").unwrap().status.unwrap();
+    let status = api_pod(&server, "bare").unwrap().status.unwrap();
     assert_eq!(status.reason.as_deref(), Some("OutOfcpu"));
     assert!(status
         .message
         .unwrap()
         .starts_with("Pod was rejected: Node didn't have enough resource: cpu"));
-    // Created through the fixture directly: kubectl apply would need the owner to exist.
-    let owned: Pod = serde_yaml::from_str(&pod_with("owned", true)).unwrap();
-    fixture.create(&owned).unwrap();
+    server.create(&pod_with("owned", true));
     wait_api(
         "owned rejected then deleted after the retention",
         &n,
-        || api_pod(&fixture, "owned").is_none().then_some(()),
+        || api_pod(&server, "owned").is_none().then_some(()),
     )
     .await;
-    let delete = wait_logged("nodelet's DELETE of owned", &n, &fixture, |r| {
+    let delete = wait_logged("nodelet's DELETE of owned", &n, &server, |r| {
         r.method == "DELETE" && r.path.ends_with("/pods/owned")
     })
     .await;
@@ -749,24 +767,24 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
     // A Job's pod whose container fails on its own: Failed, owned by a controller, yet its
     // record stays past the retention (only pods the node failed are cleaned up).
     let job_pod = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: job-pod\n  ownerReferences:\n  - apiVersion: batch/v1\n    kind: Job\n    name: job\n    uid: 22222222-3333-4444-5555-666666666666\n    controller: true\nspec:\n  nodeName: {node}\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [exit, --code, \"1\"]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: job-pod\n{owner}spec:\n  nodeName: {node}\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [exit, --code, \"1\"]\n",
+        owner = owner_ref("job"),
         node = n.node
     );
-    let job_pod: Pod = serde_yaml::from_str(&job_pod).unwrap();
-    fixture.create(&job_pod).unwrap();
+    server.create(&job_pod);
     wait_api("job-pod Failed on its own", &n, || {
-        api_pod(&fixture, "job-pod").filter(|p| api_phase(p) == "Failed")
+        api_pod(&server, "job-pod").filter(|p| api_phase(p) == "Failed")
     })
     .await;
     // Past the 3 s retention of both, and a full pass after that looked at every pod again.
     tokio::time::sleep(Duration::from_secs(5)).await;
     one_more_reconcile(&n).await;
-    assert!(api_pod(&fixture, "bare").is_some(), "a bare pod is kept");
-    let kept = api_pod(&fixture, "job-pod").expect("a pod that failed on its own is kept");
+    assert!(api_pod(&server, "bare").is_some(), "a bare pod is kept");
+    let kept = api_pod(&server, "job-pod").expect("a pod that failed on its own is kept");
     assert_eq!(api_phase(&kept), "Failed");
     assert!(
-        fixture
-            .request_log()
+        server
+            .requests()
             .iter()
             .all(|r| !(r.method == "DELETE" && r.path.ends_with("/pods/job-pod"))),
         "no DELETE of job-pod"
@@ -776,9 +794,9 @@ async fn admission_failure_is_shown_and_owned_rejected_pods_are_cleaned_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_maps_and_secrets_reach_the_container_and_update_in_place() {
     use nodelet::cri::Runtime;
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("objects", &api, "");
+    let server = RealServer::start("objects");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("objects", &server, "");
     for args in [
         vec![
             "create",
@@ -838,7 +856,7 @@ spec:
     );
     kubectl_apply(&api, n.dir.path(), "app", &yaml);
     let pod = wait_api("app running", &n, || {
-        api_pod(&fixture, "app").filter(|p| api_phase(p) == "Running")
+        api_pod(&server, "app").filter(|p| api_phase(p) == "Running")
     })
     .await;
     let id = pod.status.unwrap().container_statuses.unwrap()[0]
@@ -887,8 +905,8 @@ spec:
                 .join("\n")
         );
     }
-    let writes: Vec<_> = fixture
-        .request_log()
+    let writes: Vec<_> = server
+        .requests()
         .into_iter()
         .filter(|r| r.method != "GET" && !r.path.contains("/secrets"))
         .collect();
@@ -944,7 +962,7 @@ spec:
         "CreateContainerConfigError: configmap \"nothere\" not found",
         &n,
         || {
-            api_pod(&fixture, "broken").filter(|p| {
+            api_pod(&server, "broken").filter(|p| {
                 let waiting = p
                     .status
                     .as_ref()
@@ -975,49 +993,43 @@ fn kubelet_api_get(certs: &std::path::Path, port: u16, path: &str) -> (String, S
     (code.to_string(), body.to_string())
 }
 
-/// A fixture that proxies to node agents with its kubelet client certificate, a nodelet joined
-/// to it serving the kubelet API (trusting that certificate's CA), and a running pod `chatty`
-/// (testbox serving HTTP on 8080). Returns the kubelet API port and the certificates' directory.
-async fn joined_with_kubelet_api(test: &str) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
-    joined_with_kubelet_api_and(test, Default::default()).await
-}
-
-/// [`joined_with_kubelet_api`] with a fixture set up by `options` (its kubelet client is set
-/// here).
-async fn joined_with_kubelet_api_and(
-    test: &str,
-    options: apiserver_fixture::FixtureOptions,
-) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
-    joined_with_kubelet_api_config(test, options, "").await
-}
-
-/// [`joined_with_kubelet_api_and`] with `extra` appended to nodelet's configuration.
+/// The real control plane, which proxies to node agents with its kubelet client certificate
+/// (`kube-apiserver-kubelet-client`), a nodelet joined to it serving the kubelet API (trusting
+/// the cluster CA; `extra` appended to its configuration), and a running pod `chatty` (testbox
+/// serving HTTP on 8080). Returns the kubelet API port and the certificates' directory.
 async fn joined_with_kubelet_api_config(
     test: &str,
-    options: apiserver_fixture::FixtureOptions,
     extra: &str,
-) -> (Fixture, Nodelet, u16, tempfile::TempDir) {
-    let (fixture, n, kubelet_port, certs) = join_with_kubelet_api(test, options, extra).await;
-    let api = fixture.url();
+) -> (RealServer, Nodelet, u16, tempfile::TempDir) {
+    let (server, n, kubelet_port, certs) = join_real_with_kubelet_api(test, extra);
+    run_chatty(&server, &n).await;
+    (server, n, kubelet_port, certs)
+}
+
+/// [`joined_with_kubelet_api_config`] with nodelet's configuration as it is.
+async fn joined_with_kubelet_api(test: &str) -> (RealServer, Nodelet, u16, tempfile::TempDir) {
+    joined_with_kubelet_api_config(test, "").await
+}
+
+/// Pod `chatty` (testbox serving HTTP on 8080) on `n`, Running.
+async fn run_chatty(server: &impl TestApi, n: &Nodelet) {
     let pod = bound_pod("chatty", &n.node, "")
         .replace("args: [serve]", "args: [serve, --http, \"8080\"]");
-    kubectl_apply(&api, n.dir.path(), "chatty", &pod);
-    wait_api("chatty Running", &n, || {
-        api_pod(&fixture, "chatty").filter(|p| api_phase(p) == "Running")
+    kubectl_apply(&server.api(), n.dir.path(), "chatty", &pod);
+    wait_api("chatty Running", n, || {
+        api_pod(server, "chatty").filter(|p| api_phase(p) == "Running")
     })
     .await;
-    (fixture, n, kubelet_port, certs)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
-    let (fixture, n, kubelet_port, certs) = joined_with_kubelet_api("kubectl-logs").await;
-    let api = fixture.url();
+    let (server, n, kubelet_port, certs) = joined_with_kubelet_api("kubectl-logs").await;
+    let api = server.api();
     let node = n.node.clone();
     // The Node tells the API server where the kubelet API is.
-    let node_object = fixture
-        .get::<k8s_openapi::api::core::v1::Node>(None, &node)
-        .unwrap()
+    let node_object = server
+        .object::<k8s_openapi::api::core::v1::Node>(None, &node)
         .unwrap();
     assert_eq!(
         node_object
@@ -1050,7 +1062,7 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
     assert!(!text.is_empty(), "{line:?}");
     // `kubectl logs -f` sees a line the container writes after it started following.
     let mut follow = LogFollower::start(&api, "chatty");
-    let ip = api_pod(&fixture, "chatty")
+    let ip = api_pod(&server, "chatty")
         .and_then(|p| p.status?.pod_ip)
         .expect("pod IP");
     follow.until_healthz_line(&ip, &n).await;
@@ -1062,8 +1074,8 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
     assert!(!ok);
     assert!(err.contains("nope"), "{err}");
     // nodelet asked the API server whether the API server's client may read the logs.
-    let reviews: Vec<_> = fixture
-        .request_log()
+    let reviews: Vec<_> = server
+        .requests()
         .into_iter()
         .filter(|r| r.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews")
         .collect();
@@ -1081,10 +1093,11 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
 
     // A path cannot reach outside the pod: logs are found through the pod's container status
     // and the runtime, never from the request's names. First the way in works for this client.
+    let ns = server.namespace();
     let (code, body) = kubelet_api_get(
         certs.path(),
         kubelet_port,
-        "/containerLogs/default/chatty/main",
+        &format!("/containerLogs/{ns}/chatty/main"),
     );
     assert_eq!(code, "200", "{body}");
     assert!(body.contains(banner), "{body}");
@@ -1127,6 +1140,7 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
         ),
     ];
     for (path, want) in escapes {
+        let path = &path.replace("/default/", &format!("/{ns}/"));
         let (code, body) = kubelet_api_get(certs.path(), kubelet_port, path);
         assert_eq!(code, want, "{path}: {body}");
         assert!(
@@ -1138,8 +1152,8 @@ async fn kubectl_logs_reaches_the_container_through_the_kubelet_api() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_exec_and_port_forward_reach_the_container() {
-    let (fixture, n, _, _certs) = joined_with_kubelet_api("kubectl-exec").await;
-    let api = fixture.url();
+    let (server, n, _, _certs) = joined_with_kubelet_api("kubectl-exec").await;
+    let api = server.api();
 
     // Output and the exit code come back.
     let (ok, out, err) = kubectl(
@@ -1259,9 +1273,8 @@ fn kubelet_api_curl(
 /// VersionTLS13`, a client that speaks at most TLS 1.2 fails the handshake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debugging_handlers_off_answer_405_and_tls13_refuses_a_tls12_client() {
-    let (fixture, n, kubelet_port, certs) = joined_with_kubelet_api_config(
+    let (server, n, kubelet_port, certs) = joined_with_kubelet_api_config(
         "no-debug-handlers",
-        Default::default(),
         "enableDebuggingHandlers: false\ntlsMinVersion: VersionTLS13\n",
     )
     .await;
@@ -1277,6 +1290,7 @@ async fn debugging_handlers_off_answer_405_and_tls13_refuses_a_tls12_client() {
         "/debug/pprof/",
     ];
     for path in disabled {
+        let path = &path.replace("/default/", &format!("/{}/", server.namespace()));
         let (_, code, body) = kubelet_api_curl(certs.path(), kubelet_port, path, &[]);
         assert_eq!(
             (code.as_str(), body.as_str()),
@@ -1291,7 +1305,7 @@ async fn debugging_handlers_off_answer_405_and_tls13_refuses_a_tls12_client() {
     assert!(body.contains("chatty"), "{body}");
 
     // Through the API server, as `kubectl logs` and `kubectl exec` reach it.
-    let api = fixture.url();
+    let api = server.api();
     let (ok, out, err) = kubectl(&api, &["logs", "chatty"]);
     assert!(!ok, "kubectl logs: {out}");
     // kubectl renders the 405 by its reason, as it does a kubelet's behind a real API server.
@@ -1318,8 +1332,7 @@ async fn debugging_handlers_off_answer_405_and_tls13_refuses_a_tls12_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enable_server_false_leaves_the_kubelet_port_unbound() {
     let (_fixture, n, kubelet_port, _certs) =
-        joined_with_kubelet_api_config("no-server", Default::default(), "enableServer: false\n")
-            .await;
+        joined_with_kubelet_api_config("no-server", "enableServer: false\n").await;
     // `chatty` runs: nodelet has started everything it starts.
     let refused = std::net::TcpStream::connect(("127.0.0.1", kubelet_port));
     assert!(
@@ -1334,13 +1347,9 @@ async fn enable_server_false_leaves_the_kubelet_port_unbound() {
 /// idle connection; `kubectl` sees its stream end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_exec_and_port_forward_sessions_are_closed_after_the_timeout() {
-    let (fixture, n, _, _certs) = joined_with_kubelet_api_config(
-        "stream-idle",
-        Default::default(),
-        "streamingConnectionIdleTimeout: 2s\n",
-    )
-    .await;
-    let api = fixture.url();
+    let (server, n, _, _certs) =
+        joined_with_kubelet_api_config("stream-idle", "streamingConnectionIdleTimeout: 2s\n").await;
+    let api = server.api();
     // Bounded waits, so a relay that never times out fails the test instead of hanging it.
     let wait_exit = |child: &mut std::process::Child, what: &str| {
         let deadline = Instant::now() + T;
@@ -1409,14 +1418,17 @@ async fn idle_exec_and_port_forward_sessions_are_closed_after_the_timeout() {
 /// client certificate, authorized by nodelet as `nodes/metrics`) and serves `metrics.k8s.io`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_top_shows_nodelets_pods_and_node() {
-    let (fixture, n, _, _certs) = joined_with_kubelet_api_and(
+    // The fixture: it stands in for metrics-server, which the test command does not build.
+    let (fixture, n, _, _certs) = join_with_kubelet_api(
         "kubectl-top",
         apiserver_fixture::FixtureOptions {
             metrics_resolution: Some(Duration::from_secs(2)),
             ..Default::default()
         },
+        "",
     )
     .await;
+    run_chatty(&fixture, &n).await;
     let api = fixture.url();
     // The raw resource metrics through the node proxy, as `kubectl get --raw` reads them.
     let raw_path = format!("/api/v1/nodes/{}/proxy/metrics/resource", n.node);
@@ -1494,9 +1506,9 @@ async fn kubectl_top_shows_nodelets_pods_and_node() {
 /// CNI network and refuses a value that is not a quantity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_describe_shows_why_a_pods_sandbox_cannot_be_created() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("sandbox-event", &api, "");
+    let server = RealServer::start("sandbox-event");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("sandbox-event", &server, "");
     let pod = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: no-net\n  annotations:\n    kubernetes.io/ingress-bandwidth: not-a-quantity\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n",
         node = n.node
@@ -1520,7 +1532,7 @@ async fn kubectl_describe_shows_why_a_pods_sandbox_cannot_be_created() {
         described.contains("bandwidth"),
         "containerd's reason is quoted: {described}"
     );
-    let p = api_pod(&fixture, "no-net").expect("no-net in the API");
+    let p = api_pod(&server, "no-net").expect("no-net in the API");
     assert_eq!(api_phase(&p), "Pending");
     let waiting = p.status.unwrap().container_statuses.unwrap()[0]
         .state
@@ -1532,7 +1544,7 @@ async fn kubectl_describe_shows_why_a_pods_sandbox_cannot_be_created() {
 
 /// The environment of the running container of pod `name` (its first container), as `env`
 /// prints it inside.
-async fn container_env(fixture: &Fixture, n: &Nodelet, name: &str) -> Vec<(String, String)> {
+async fn container_env(fixture: &impl TestApi, n: &Nodelet, name: &str) -> Vec<(String, String)> {
     use nodelet::cri::Runtime;
     let pod = wait_api(&format!("{name} running"), n, || {
         api_pod(fixture, name).filter(|p| api_phase(p) == "Running")
@@ -1557,12 +1569,14 @@ async fn container_env(fixture: &Fixture, n: &Nodelet, name: &str) -> Vec<(Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_links_reach_the_container_environment() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
+    let server = RealServer::start("service-links");
+    let api = server.api();
     let dir = tempfile::tempdir().unwrap();
     // The services exist before nodelet starts, so its first list has them; a service created
     // after a pod started is not in that pod's environment (as with the kubelet).
-    let (ok, out, err) = kubectl(&api, &["create", "namespace", "other"]);
+    // A second namespace of the test's own.
+    let other = format!("{}-other", server.namespace());
+    let (ok, out, err) = kubectl(&api, &["create", "namespace", &other]);
     assert!(ok, "{out}{err}");
     kubectl_apply(
         &api,
@@ -1595,11 +1609,13 @@ apiVersion: v1
 kind: Service
 metadata:
   name: elsewhere
-  namespace: other
+  namespace: OTHER
 spec:
   ports:
   - port: 80
-"#,
+"#
+        .replace("OTHER", &other)
+        .as_str(),
     );
     let (ok, db_ip, err) = kubectl(
         &api,
@@ -1615,7 +1631,7 @@ spec:
         ok && !db_ip.is_empty(),
         "my-db has a cluster IP: {db_ip}{err}"
     );
-    let n = Nodelet::start_in_cluster("service-links", &api, "");
+    let n = Nodelet::start_in_real_cluster("service-links", &server, "");
     let linked = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: linked\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    env:\n    - name: DB_URL\n      value: postgres://$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT_PG)/app\n    - name: MY_DB_SERVICE_PORT\n      value: \"6543\"\n",
         node = n.node
@@ -1626,24 +1642,35 @@ spec:
         .replace("spec:\n", "spec:\n  enableServiceLinks: false\n");
     kubectl_apply(&api, n.dir.path(), "unlinked", &unlinked);
 
-    let env = container_env(&fixture, &n, "linked").await;
+    let env = container_env(&server, &n, "linked").await;
     let get = |env: &[(String, String)], k: &str| {
         env.iter()
             .find(|(name, _)| name == k)
             .map(|(_, v)| v.clone())
     };
+    // The API server's own Service, `kubernetes` in `default`, at the first address of the
+    // service range.
+    let master = server.kubectl_ok(&[
+        "get",
+        "service",
+        "kubernetes",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
     let kubernetes = [
-        ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
-        ("KUBERNETES_SERVICE_PORT", "443"),
-        ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
-        ("KUBERNETES_PORT", "tcp://10.96.0.1:443"),
-        ("KUBERNETES_PORT_443_TCP", "tcp://10.96.0.1:443"),
-        ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
-        ("KUBERNETES_PORT_443_TCP_PORT", "443"),
-        ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1"),
+        ("KUBERNETES_SERVICE_HOST", master.clone()),
+        ("KUBERNETES_SERVICE_PORT", "443".into()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS", "443".into()),
+        ("KUBERNETES_PORT", format!("tcp://{master}:443")),
+        ("KUBERNETES_PORT_443_TCP", format!("tcp://{master}:443")),
+        ("KUBERNETES_PORT_443_TCP_PROTO", "tcp".into()),
+        ("KUBERNETES_PORT_443_TCP_PORT", "443".into()),
+        ("KUBERNETES_PORT_443_TCP_ADDR", master.clone()),
     ];
-    for (k, v) in kubernetes {
-        assert_eq!(get(&env, k).as_deref(), Some(v), "{k} in {env:?}");
+    for (k, v) in &kubernetes {
+        assert_eq!(get(&env, k).as_ref(), Some(v), "{k} in {env:?}");
     }
     let db = [
         ("MY_DB_SERVICE_HOST", db_ip.clone()),
@@ -1666,9 +1693,9 @@ spec:
     }
 
     // enableServiceLinks: false — the master service only.
-    let env = container_env(&fixture, &n, "unlinked").await;
-    for (k, v) in kubernetes {
-        assert_eq!(get(&env, k).as_deref(), Some(v), "{k} in {env:?}");
+    let env = container_env(&server, &n, "unlinked").await;
+    for (k, v) in &kubernetes {
+        assert_eq!(get(&env, k).as_ref(), Some(v), "{k} in {env:?}");
     }
     let service_vars: Vec<_> = env
         .iter()
@@ -1686,6 +1713,7 @@ spec:
         Some("postgres://$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT_PG)/app"),
         "unresolved references stay as written"
     );
+    kubectl(&api, &["delete", "namespace", &other, "--wait=false"]);
 }
 
 /// The kubelet's rule: an API pod's containers do not start before the services have been
@@ -1732,16 +1760,16 @@ async fn containers_wait_until_the_services_have_been_listed() {
 
 /// The kubelet's admission for what a cluster sends: a pod that does not tolerate the node's
 /// `NoExecute` taint is rejected (`TaintToleration`); on a node full at `maxPods`, a critical
-/// pod (priority 2000000000) is admitted after the BestEffort pod is preempted — Failed with
+/// pod (`system-node-critical`, priority 2000001000) is admitted after the BestEffort pod is preempted — Failed with
 /// reason `Preempting`, a `DisruptionTarget` condition and the `Preempting` event — while the
 /// Burstable pod keeps running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster(
+    let server = RealServer::start("preempt");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster(
         "preempt",
-        &api,
+        &server,
         "maxPods: 2\nregisterWithTaints:\n- key: dedicated\n  value: infra\n  effect: NoExecute\n",
     );
     let pod_yaml = |name: &str, extra: &str, tolerates: bool| {
@@ -1761,15 +1789,23 @@ async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() 
         "untolerant",
         &pod_yaml("untolerant", "", false),
     );
-    let rejected = wait_api("untolerant rejected", &n, || {
-        api_pod(&fixture, "untolerant").filter(|p| api_phase(p) == "Failed")
+    // The status nodelet wrote, as the API server took it: the controller-manager's taint
+    // eviction deletes the pod soon after (it does not tolerate the NoExecute taint either),
+    // and nodelet's final DELETE ends it.
+    let rejected = wait_logged("untolerant rejected", &n, &server, |r| {
+        r.method == "PATCH"
+            && r.path.ends_with("/pods/untolerant/status")
+            && r.status == 200
+            && r.body
+                .as_ref()
+                .is_some_and(|b| b["status"]["phase"] == "Failed")
     })
     .await;
-    let status = rejected.status.unwrap();
-    assert_eq!(status.reason.as_deref(), Some("TaintToleration"));
+    let status = &rejected[0].body.as_ref().unwrap()["status"];
+    assert_eq!(status["reason"], "TaintToleration");
     assert_eq!(
-        status.message.as_deref(),
-        Some("Pod was rejected: Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate")
+        status["message"],
+        "Pod was rejected: Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
     );
     kubectl_apply(&api, n.dir.path(), "low", &pod_yaml("low", "", true));
     kubectl_apply(
@@ -1783,7 +1819,7 @@ async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() 
     );
     for name in ["low", "mid"] {
         wait_api(&format!("{name} Running"), &n, || {
-            api_pod(&fixture, name).filter(|p| api_phase(p) == "Running")
+            api_pod(&server, name).filter(|p| api_phase(p) == "Running")
         })
         .await;
     }
@@ -1791,10 +1827,14 @@ async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() 
         &api,
         n.dir.path(),
         "critical",
-        &pod_yaml("critical", "  priority: 2000000000\n", true),
+        &pod_yaml(
+            "critical",
+            "  priorityClassName: system-node-critical\n",
+            true,
+        ),
     );
     let preempted = wait_api("low preempted", &n, || {
-        api_pod(&fixture, "low").filter(|p| api_phase(p) == "Failed")
+        api_pod(&server, "low").filter(|p| api_phase(p) == "Failed")
     })
     .await;
     let status = preempted.status.unwrap();
@@ -1812,10 +1852,10 @@ async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() 
     assert_eq!(disruption.status, "True");
     assert_eq!(disruption.reason.as_deref(), Some("TerminationByKubelet"));
     wait_api("critical Running", &n, || {
-        api_pod(&fixture, "critical").filter(|p| api_phase(p) == "Running")
+        api_pod(&server, "critical").filter(|p| api_phase(p) == "Running")
     })
     .await;
-    let mid = api_pod(&fixture, "mid").unwrap();
+    let mid = api_pod(&server, "mid").unwrap();
     assert_eq!(api_phase(&mid), "Running", "the Burstable pod is kept");
     let (ok, described, err) = kubectl(&api, &["describe", "pod", "low"]);
     assert!(ok, "{err}");
@@ -1833,14 +1873,11 @@ async fn a_critical_pod_on_a_full_node_preempts_and_untolerated_taints_reject() 
 /// under `/host` lands on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_debug_node_runs_with_the_hosts_namespaces_and_root() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("debug-node", &api, "");
+    let server = RealServer::start("debug-node");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("debug-node", &server, "");
     wait_api("the node registered", &n, || {
-        fixture
-            .get::<k8s_openapi::api::core::v1::Node>(None, &n.node)
-            .ok()
-            .flatten()
+        server.object::<k8s_openapi::api::core::v1::Node>(None, &n.node)
     })
     .await;
     let proof = n.dir.path().join("debugged");
@@ -1870,7 +1907,7 @@ async fn kubectl_debug_node_runs_with_the_hosts_namespaces_and_root() {
         .unwrap_or_else(|| panic!("no debug pod named in: {out}{err}"))
         .to_string();
     let done = wait_api("the debug pod Succeeded", &n, || {
-        api_pod(&fixture, &name).filter(|p| api_phase(p) == "Succeeded")
+        api_pod(&server, &name).filter(|p| api_phase(p) == "Succeeded")
     })
     .await;
     let spec = done.spec.unwrap();
@@ -1890,13 +1927,32 @@ async fn kubectl_debug_node_runs_with_the_hosts_namespaces_and_root() {
 /// second handler (`runc-alt`, `scripts/containerd.sh`) runs in a sandbox containerd created
 /// with that handler; a pod whose class does not exist and one whose class names a handler
 /// containerd lacks never get a sandbox, and `kubectl describe` shows each one's
-/// `FailedCreatePodSandBox` in the kubelet's words.
+/// `FailedCreatePodSandBox` in the kubelet's words. The API server refuses a pod whose class
+/// does not exist, so that pod is made as a cluster meets it: its class deleted after the pod
+/// was created, before nodelet starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
     use nodelet::cri::{api as cri_api, Runtime};
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("runtime-class", &api, "");
+    let server = RealServer::start("runtime-class");
+    let api = server.api();
+    let mut n = Nodelet::prepare_in_real_cluster("runtime-class", &server, "");
+    // RuntimeClasses belong to the cluster: this one's name is the test's own.
+    let absent = format!("{}-absent", server.namespace());
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "absent",
+        &format!("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {absent}\nhandler: runc\n"),
+    );
+    let spec = format!("  runtimeClassName: {absent}\n");
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "rc-missing",
+        &bound_pod("rc-missing", &n.node, &spec),
+    );
+    server.kubectl_ok(&["delete", "runtimeclass", &absent]);
+    n.launch();
     let classes = "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: alt\nhandler: runc-alt\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: nowhere\nhandler: no-such-handler\n";
     kubectl_apply(&api, n.dir.path(), "classes", classes);
     let (ok, out, err) = kubectl(&api, &["get", "runtimeclasses"]);
@@ -1904,17 +1960,13 @@ async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
         ok && out.contains("alt") && out.contains("nowhere"),
         "{out}{err}"
     );
-    for (name, class) in [
-        ("rc-alt", "alt"),
-        ("rc-missing", "absent"),
-        ("rc-unknown", "nowhere"),
-    ] {
+    for (name, class) in [("rc-alt", "alt"), ("rc-unknown", "nowhere")] {
         let spec = format!("  runtimeClassName: {class}\n");
         kubectl_apply(&api, n.dir.path(), name, &bound_pod(name, &n.node, &spec));
     }
 
     let running = wait_api("rc-alt running", &n, || {
-        api_pod(&fixture, "rc-alt").filter(|p| api_phase(p) == "Running")
+        api_pod(&server, "rc-alt").filter(|p| api_phase(p) == "Running")
     })
     .await;
     let uid = running.metadata.uid.clone().unwrap();
@@ -1936,7 +1988,7 @@ async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
     // The node lists the handlers containerd's Status reports: containerd 1.6 reports none
     // (and the kubelet then lists none); 2.x lists each, the default one as "".
     let version = rt.version().await.unwrap().runtime_version;
-    let node: k8s_openapi::api::core::v1::Node = fixture.get(None, &n.node).unwrap().unwrap();
+    let node: k8s_openapi::api::core::v1::Node = server.object(None, &n.node).unwrap();
     let listed: Vec<String> = node
         .status
         .and_then(|s| s.runtime_handlers)
@@ -1956,7 +2008,10 @@ async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
     for (name, message) in [
         (
             "rc-missing",
-            r#"Failed to create pod sandbox: runtimeclass.node.k8s.io "absent" not found"#,
+            format!(
+                r#"Failed to create pod sandbox: runtimeclass.node.k8s.io "{absent}" not found"#
+            )
+            .as_str(),
         ),
         (
             "rc-unknown",
@@ -1979,7 +2034,7 @@ async fn runtime_class_picks_the_sandbox_handler_and_a_bad_one_is_an_event() {
                 "containerd names the handler it lacks: {described}"
             );
         }
-        let p = api_pod(&fixture, name).unwrap();
+        let p = api_pod(&server, name).unwrap();
         assert_eq!(api_phase(&p), "Pending", "{name}");
         let uid = p.metadata.uid.unwrap();
         let none = rt
@@ -2018,9 +2073,9 @@ fn terminated_message(
 /// empty file with exit 0; and the previous instance's message in `lastState`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn termination_messages_reach_kubectl_from_the_file_and_the_log_tail() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("termination-message", &api, "");
+    let server = RealServer::start("termination-message");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("termination-message", &server, "");
     // 100 lines of 9 bytes: 80 lines are 720 bytes (the line cap); 100 lines of 41 bytes: 80
     // lines are 3280 bytes, of which the last 2048 (the byte cap).
     let lines = |width: usize| {
@@ -2096,9 +2151,9 @@ async fn termination_messages_reach_kubectl_from_the_file_and_the_log_tail() {
 /// kubelet since 1.34; before, nodelet gave the capacity); with a pod-level limit, that limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn downward_api_limits_without_a_container_limit_are_the_nodes_allocatable() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("downward-allocatable", &api, "");
+    let server = RealServer::start("downward-allocatable");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("downward-allocatable", &server, "");
     let pod = |name: &str, pod_level: &str| {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  restartPolicy: Never\n{pod_level}  volumes:\n  - name: info\n    downwardAPI:\n      items:\n      - path: mem\n        resourceFieldRef: {{containerName: main, resource: limits.memory}}\n      - path: cpu\n        resourceFieldRef: {{containerName: main, resource: limits.cpu, divisor: 1m}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    env:\n    - name: MEM\n      valueFrom: {{resourceFieldRef: {{resource: limits.memory}}}}\n    - name: CPU\n      valueFrom: {{resourceFieldRef: {{resource: limits.cpu, divisor: 1m}}}}\n    volumeMounts:\n    - {{name: info, mountPath: /info}}\n    command: [/bin/sh, -c, 'printf \"%s %s %s %s\" \"$MEM\" \"$(cat /info/mem)\" \"$CPU\" \"$(cat /info/cpu)\" > /dev/termination-log']\n",
@@ -2177,8 +2232,8 @@ fn ephemeral_state(p: &Pod, name: &str) -> Option<k8s_openapi::api::core::v1::Co
 /// Warning event and its waiting status name the field and value, and the pod runs on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
-    let (fixture, n, _, _certs) = joined_with_kubelet_api("kubectl-debug").await;
-    let api = fixture.url();
+    let (server, n, _, _certs) = joined_with_kubelet_api("kubectl-debug").await;
+    let api = server.api();
     let debug = |extra: &[&str], command: &[&str]| {
         let mut args = vec![
             "debug",
@@ -2225,7 +2280,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     // The line goes once kubectl has had time to attach: containerd starts copying an
     // attach's stdin before it adds its stdout, so output the line causes at once could miss it.
     wait_api("the debugger running", &n, || {
-        let p = api_pod(&fixture, "chatty")?;
+        let p = api_pod(&server, "chatty")?;
         let name = p
             .spec
             .as_ref()?
@@ -2263,7 +2318,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
             .any(|l| l.split_whitespace().next() == Some("1") && l.contains("/testbox serve")),
         "ps shows the main container's process as pid 1: stdout {out:?} stderr {err:?}"
     );
-    let pod = api_pod(&fixture, "chatty").unwrap();
+    let pod = api_pod(&server, "chatty").unwrap();
     let spec = pod.spec.clone().unwrap();
     let eph = spec.ephemeral_containers.clone().unwrap_or_default();
     assert_eq!(eph.len(), 1, "{eph:#?}");
@@ -2272,7 +2327,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     assert_eq!(eph[0].target_container_name.as_deref(), Some("main"));
     assert_eq!(eph[0].stdin, Some(true));
     let done = wait_api("the debugger terminated with exit code 0", &n, || {
-        let p = api_pod(&fixture, "chatty")?;
+        let p = api_pod(&server, "chatty")?;
         let t = ephemeral_state(&p, &name)?.terminated?;
         Some((p, t))
     })
@@ -2306,16 +2361,16 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     );
     assert!(ok, "kubectl debug: {out}{err}");
     wait_api("sleeper running", &n, || {
-        ephemeral_state(&api_pod(&fixture, "chatty")?, "sleeper")?.running
+        ephemeral_state(&api_pod(&server, "chatty")?, "sleeper")?.running
     })
     .await;
     let ended = wait_api("sleeper terminated", &n, || {
-        ephemeral_state(&api_pod(&fixture, "chatty")?, "sleeper")?.terminated
+        ephemeral_state(&api_pod(&server, "chatty")?, "sleeper")?.terminated
     })
     .await;
     assert_eq!(ended.exit_code, 3, "{ended:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let p = api_pod(&fixture, "chatty").unwrap();
+    let p = api_pod(&server, "chatty").unwrap();
     let again = ephemeral_state(&p, "sleeper").unwrap().terminated.unwrap();
     assert_eq!(again.container_id, ended.container_id, "not restarted");
     let (ok, logs, _) = kubectl(&api, &["logs", "chatty", "-c", "sleeper"]);
@@ -2324,7 +2379,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     let (ok, out, err) = debug(&["--container=idle"], &["sleep", "600"]);
     assert!(ok, "kubectl debug: {out}{err}");
     wait_api("idle running", &n, || {
-        ephemeral_state(&api_pod(&fixture, "chatty")?, "idle")?.running
+        ephemeral_state(&api_pod(&server, "chatty")?, "idle")?.running
     })
     .await;
     let (ok, out, err) = kubectl(
@@ -2337,8 +2392,9 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     );
 
     // 3. With a terminal: `kubectl debug -it` under `script` (a real pty for kubectl).
+    let kubectl_words = kubectl_shell(&api);
     let tty_cmd = format!(
-        "KUBECONFIG=/dev/null kubectl --server {api} debug chatty -it --image {TESTBOX} --image-pull-policy=Never --profile=general --target=main --container=tty -- sh -c 'read line; tty; ps -o pid,args'"
+        "{kubectl_words} debug chatty -it --image {TESTBOX} --image-pull-policy=Never --profile=general --target=main --container=tty -- sh -c 'read line; tty; ps -o pid,args'"
     );
     // The line typed into kubectl's terminal reaches the container's once attached.
     let out = std::process::Command::new("sh")
@@ -2355,7 +2411,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         String::from_utf8_lossy(&out.stderr)
     );
     let p = wait_api("tty terminated", &n, || {
-        let p = api_pod(&fixture, "chatty")?;
+        let p = api_pod(&server, "chatty")?;
         ephemeral_state(&p, "tty")?.terminated.map(|_| p)
     })
     .await;
@@ -2375,6 +2431,15 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     let (ok, json, err) = kubectl(&api, &["get", "pod", "chatty", "-o", "json"]);
     assert!(ok, "{err}");
     let mut pod: serde_json::Value = serde_json::from_str(&json).unwrap();
+    // The service account token's volume the API server added (`kube-api-access-<suffix>`).
+    let token_volume = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .find(|v| v.starts_with("kube-api-access"))
+        .expect("the service account token's volume")
+        .to_string();
     pod["spec"]["ephemeralContainers"]
         .as_array_mut()
         .unwrap()
@@ -2383,7 +2448,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
             "image": TESTBOX,
             "imagePullPolicy": "Never",
             "command": ["sleep", "600"],
-            "volumeMounts": [{"name": "kube-api-access", "mountPath": "/x", "bindMountOptions": ["noexec"]}],
+            "volumeMounts": [{"name": token_volume, "mountPath": "/x", "bindMountOptions": ["noexec"]}],
         }));
     let file = n.dir.path().join("refused.json");
     std::fs::write(&file, pod.to_string()).unwrap();
@@ -2392,14 +2457,17 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         &[
             "replace",
             "--raw",
-            "/api/v1/namespaces/default/pods/chatty/ephemeralcontainers",
+            &format!(
+                "/api/v1/namespaces/{}/pods/chatty/ephemeralcontainers",
+                server.namespace()
+            ),
             "-f",
             file.to_str().unwrap(),
         ],
     );
     assert!(ok, "PUT ephemeralcontainers: {out}{err}");
     let waiting = wait_api("refused waiting with its reason", &n, || {
-        let w = ephemeral_state(&api_pod(&fixture, "chatty")?, "refused")?.waiting?;
+        let w = ephemeral_state(&api_pod(&server, "chatty")?, "refused")?.waiting?;
         (w.reason.as_deref() == Some("CreateContainerConfigError")).then_some(w)
     })
     .await;
@@ -2410,7 +2478,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         "{message}"
     );
     wait_api("the PodFieldNotSupported event", &n, || {
-        let (ok, out, _) = kubectl(&api, &["get", "events", "-n", "default", "-o", "json"]);
+        let (ok, out, _) = kubectl(&api, &["get", "events", "-o", "json"]);
         let json: serde_json::Value = serde_json::from_str(&out).ok()?;
         json["items"]
             .as_array()?
@@ -2427,12 +2495,12 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
             .cloned()
     })
     .await;
-    let p = api_pod(&fixture, "chatty").unwrap();
+    let p = api_pod(&server, "chatty").unwrap();
     assert_eq!(api_phase(&p), "Running", "the pod runs on");
     let main = p.status.unwrap().container_statuses.unwrap();
     assert!(main[0].ready && main[0].restart_count == 0, "{main:?}");
 
-    // The fixture refuses what the API server refuses: a change to an existing one.
+    // The server refuses what the API server refuses: a change to an existing one.
     let (ok, _, err) = kubectl(
         &api,
         &[
@@ -2453,7 +2521,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     let (ok, _, err) = kubectl(&api, &["delete", "pod", "chatty", "--wait=false"]);
     assert!(ok, "{err}");
     wait_api("chatty gone", &n, || {
-        api_pod(&fixture, "chatty").is_none().then_some(())
+        api_pod(&server, "chatty").is_none().then_some(())
     })
     .await;
     let left = runtime()
@@ -2504,9 +2572,9 @@ fn is_terminal_never_ran_patch(r: &LoggedRequest, pod: &str) -> bool {
 /// the runtime.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_pods_that_never_started_end_with_a_terminal_status_and_the_final_delete() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("never-started", &api, "");
+    let server = RealServer::start("never-started");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("never-started", &server, "");
     let node = n.node.clone();
     kubectl_apply(
         &api,
@@ -2545,7 +2613,7 @@ async fn deleted_pods_that_never_started_end_with_a_terminal_status_and_the_fina
         kubectl_apply(&api, n.dir.path(), name, yaml);
     }
     let waiting_reason = |name: &str| -> Option<String> {
-        api_pod(&fixture, name)?
+        api_pod(&server, name)?
             .status?
             .container_statuses?
             .first()?
@@ -2567,7 +2635,7 @@ async fn deleted_pods_that_never_started_end_with_a_terminal_status_and_the_fina
         "sandboxes of the waiting pods: {sandboxes_before}"
     );
 
-    fixture.clear_log();
+    server.forget_requests();
     let deleted = Instant::now();
     for (name, _, _) in cases.iter().filter(|(name, _, _)| *name != "forced") {
         let (ok, out, err) = kubectl(
@@ -2591,14 +2659,14 @@ async fn deleted_pods_that_never_started_end_with_a_terminal_status_and_the_fina
 
     for (name, _, _) in cases.iter().filter(|(name, _, _)| *name != "forced") {
         wait_api(&format!("{name} gone from the API"), &n, || {
-            api_pod(&fixture, name).is_none().then_some(())
+            api_pod(&server, name).is_none().then_some(())
         })
         .await;
         eprintln!(
             "{name}: gone from the API {:.1} s after its graceful delete",
             deleted.elapsed().as_secs_f64()
         );
-        let log = fixture.request_log();
+        let log = server.requests();
         let terminal = log
             .iter()
             .position(|r| is_terminal_never_ran_patch(r, name))

@@ -11,6 +11,9 @@
 #![allow(dead_code)]
 
 pub mod csi;
+pub mod real;
+
+pub use real::{RealServer, TestApi};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -113,6 +116,34 @@ impl Nodelet {
                 path.display()
             ),
         )
+    }
+
+    /// Joins the real control plane as a node of `server`'s test (its own client certificate
+    /// as `system:node:<node>`); `extra` is appended to the configuration.
+    pub fn start_in_real_cluster(test: &str, server: &RealServer, extra: &str) -> Nodelet {
+        let mut me = Self::prepare_in_real_cluster(test, server, extra);
+        me.spawn();
+        me
+    }
+
+    /// [`Nodelet::start_in_real_cluster`] without starting the process.
+    pub fn prepare_in_real_cluster(test: &str, server: &RealServer, extra: &str) -> Nodelet {
+        let dir = tempfile::Builder::new()
+            .prefix("nodelet-kubeconfig-")
+            .tempdir()
+            .expect("tempdir")
+            .keep();
+        let path = dir.join("kubeconfig");
+        let me = Self::prepare_with(
+            test,
+            &format!(
+                "kubeconfig: {}\nnodeStatusUpdateFrequency: 2s\nnodeLeaseDurationSeconds: 8\n{extra}",
+                path.display()
+            ),
+        );
+        // The node's name is known now; nodelet reads the file when it starts.
+        std::fs::copy(server.node_kubeconfig(&me.node), &path).expect("the node's kubeconfig");
+        me
     }
 
     pub fn start_with(test: &str, extra: &str) -> Nodelet {
@@ -489,8 +520,15 @@ pub fn dir_of(p: &Path) -> PathBuf {
     p.to_path_buf()
 }
 
-/// The real `kubectl` against the API server at `api` (no kubeconfig), not yet run.
+/// The real `kubectl`, not yet run, against `api`: the URL of an API server fixture (no
+/// authentication), or the kubeconfig of a [`RealServer`] (a path: the real control plane,
+/// as its admin, in the test's namespace, with the kubectl built beside it).
 pub fn kubectl_command(api: &str, args: &[&str]) -> Command {
+    if api.starts_with('/') {
+        let mut command = Command::new(real::kubectl_bin());
+        command.arg("--kubeconfig").arg(api).args(args);
+        return command;
+    }
     let mut command = Command::new("kubectl");
     command
         .env("KUBECONFIG", "/dev/null")
@@ -498,6 +536,16 @@ pub fn kubectl_command(api: &str, args: &[&str]) -> Command {
         .arg(api)
         .args(args);
     command
+}
+
+/// [`kubectl_command`] as the words of a shell command line (for `script`, which runs kubectl
+/// under a terminal).
+pub fn kubectl_shell(api: &str) -> String {
+    if api.starts_with('/') {
+        format!("{} --kubeconfig {api}", real::kubectl_bin().display())
+    } else {
+        format!("KUBECONFIG=/dev/null kubectl --server {api}")
+    }
 }
 
 /// Runs `kubectl`: (success, stdout, stderr).
@@ -557,14 +605,14 @@ impl TestCa {
 /// waits until the pod is gone from the API and nodelet's sandboxes and containers are gone from
 /// the runtime (at most `timeout`); returns the time from the force delete to an empty runtime.
 pub async fn force_delete_until_gone(
-    fixture: &apiserver_fixture::Fixture,
+    fixture: &impl TestApi,
     n: &Nodelet,
     name: &str,
     timeout: Duration,
 ) -> Duration {
     let forced = Instant::now();
     let (ok, out, err) = kubectl(
-        &fixture.url(),
+        &fixture.api(),
         &["delete", "pod", name, "--grace-period=0", "--force"],
     );
     assert!(ok, "force delete: {out}{err}");
@@ -583,9 +631,9 @@ pub async fn force_delete_until_gone(
     }
 }
 
-/// A pod of namespace `default` as the API server fixture has it.
-pub fn api_pod(fixture: &apiserver_fixture::Fixture, name: &str) -> Option<Pod> {
-    fixture.get::<Pod>(Some("default"), name).ok().flatten()
+/// A pod of the test's namespace (`default` in a fixture) as the API server has it.
+pub fn api_pod(server: &impl TestApi, name: &str) -> Option<Pod> {
+    server.object::<Pod>(Some(&server.namespace()), name)
 }
 
 /// Polls `check` (against the API server fixture, say) every 200 ms until it gives a value;
@@ -757,4 +805,36 @@ impl Drop for LogFollower {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A test's share of the real control plane and a nodelet joined to it serving the kubelet API
+/// to the real API server: the API server's kubelet client certificate is signed by the cluster
+/// CA, which nodelet trusts (`extra` appended to its configuration). Returns the kubelet API
+/// port and a directory with that client identity ([`IDENTITY_PEM`]) for a client of the
+/// test's own.
+pub fn join_real_with_kubelet_api(
+    test: &str,
+    extra: &str,
+) -> (RealServer, Nodelet, u16, tempfile::TempDir) {
+    let server = RealServer::start(test);
+    let certs = tempfile::tempdir().unwrap();
+    let ca = real::k8s_env("NODELET_TEST_K8S_CA");
+    let pki = Path::new(&ca).parent().expect("the CA's directory");
+    let identity = [
+        std::fs::read_to_string(pki.join("apiserver-kubelet-client.crt")).unwrap(),
+        std::fs::read_to_string(pki.join("apiserver-kubelet-client.key")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(certs.path().join(IDENTITY_PEM), identity).unwrap();
+    let kubelet_port = free_port();
+    let n = Nodelet::start_in_real_cluster(
+        test,
+        &server,
+        &format!(
+            // The API server reaches the kubelet API at the node's InternalIP (the address
+            // nodelet detects), as on a real node.
+            "address: 0.0.0.0\nport: {kubelet_port}\nauthentication:\n  x509:\n    clientCAFile: {ca}\n{extra}"
+        ),
+    );
+    (server, n, kubelet_port, certs)
 }
