@@ -10,6 +10,8 @@
 //! the Lease, `/version` reads, status writes, certificate renewal, logind reconnects): each
 //! keeps its own numbers and counts its own attempts, and none writes the arithmetic again.
 
+pub mod watch;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -34,6 +36,15 @@ pub fn exponential(initial: Duration, doublings: u32, max: Duration) -> Duration
     initial
         .saturating_mul(2u32.saturating_pow(doublings.min(31)))
         .min(max)
+}
+
+/// A value in `[0, 1)` from the standard library's per-process random hasher keys: enough to
+/// spread renewals and retries, and no generator crate for it.
+pub fn random_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0x006e_6f64_656c_6574);
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// `a - b`, or zero when `b` is later.

@@ -136,7 +136,7 @@ pub(super) fn spawn_pod_loops(
         events: pods.events.clone(),
         handlers: pods.admit_handlers,
     });
-    let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone());
+    let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone(), clock);
     tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
     let sync = ApiStatusSync::new(
         pods.status.clone(),

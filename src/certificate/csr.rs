@@ -2,6 +2,7 @@
 //! for a [`Template`], the CSR object, creating it and waiting until it is approved and issued
 //! (client-go's `csr.RequestCertificate` and `csr.WaitForCertificate`).
 
+use crate::backoff::watch::backoff_watch;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -11,7 +12,7 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{Api, PostParams};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 
 use super::schedule::Template;
 
@@ -270,9 +271,9 @@ pub async fn wait_for_certificate(
 ) -> Result<Vec<u8>, CsrError> {
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    // kube's watcher retries on the next poll, at once: without its backoff an unreachable
+    // kube's watcher retries on the next poll, at once: without a backoff an unreachable
     // API server is reconnected to in a tight loop (a warning each time) until `timeout`.
-    let stream = watcher(api, config).default_backoff();
+    let stream = backoff_watch(watcher(api, config));
     let wait = async {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {

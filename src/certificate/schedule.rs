@@ -113,14 +113,7 @@ pub fn wait_after_rotation(next: Next, due_at_once: Option<u32>, jitter: f64) ->
     }
 }
 
-/// A value in `[0, 1)` from the standard library's per-process random hasher keys: enough to
-/// spread renewals, and no generator crate for it.
-pub fn random_unit() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(0x006e_6f64_656c_6574);
-    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
+pub use crate::backoff::random_unit;
 
 #[cfg(test)]
 mod tests {

@@ -26,7 +26,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
@@ -35,6 +35,7 @@ use super::runtime_classes::{lookup_runtime_handler, RuntimeClassRead, RuntimeCl
 use super::services::ServiceStore;
 use super::token::{ApiTokenIssuer, TokenManager, TokenRequest};
 use super::{referenced_objects, ObjectError, ObjectKind, ObjectSource, References, Result};
+use crate::backoff::watch::backoff_watch;
 use crate::clock::Clock;
 use crate::podspec::service_env::ServicesRead;
 
@@ -286,7 +287,7 @@ impl ObjectCache {
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let (store, writer) = reflector::store();
-        let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+        let stream = reflector::reflector(writer, backoff_watch(watcher(api, config)));
         let (ns, n) = (namespace.to_string(), name.to_string());
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);

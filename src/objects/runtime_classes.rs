@@ -8,6 +8,7 @@
 //! complete, which would refuse a pod whose RuntimeClass exists; here an unsynced store is an
 //! error of its own, so the pod is tried again and its event does not claim the class is gone.
 
+use crate::backoff::watch::backoff_watch;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::runtime::reflector::{self, store::Writer, ObjectRef, Store};
@@ -122,8 +123,7 @@ pub async fn watch_runtime_classes(
     cancel: CancellationToken,
 ) {
     let api: Api<RuntimeClass> = Api::all(client);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
+    let mut events = backoff_watch(watcher(api, watcher::Config::default()))
         .reflect(writer)
         .boxed();
     loop {

@@ -13,6 +13,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::watch::backoff_watch;
 use crate::podspec::service_env::ServicesRead;
 
 /// The read half of the services watch: what container environments are built from.
@@ -58,8 +59,7 @@ impl std::fmt::Debug for ServiceStore {
 /// watch is retried with kube's default backoff (the store keeps its last content meanwhile).
 pub async fn watch_services(client: Client, writer: Writer<Service>, cancel: CancellationToken) {
     let api: Api<Service> = Api::all(client);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
+    let mut events = backoff_watch(watcher(api, watcher::Config::default()))
         .reflect(writer)
         .boxed();
     loop {

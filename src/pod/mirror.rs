@@ -3,6 +3,13 @@
 //! and an ownerReference to this Node with `controller: true`, as the kubelet creates them.
 //! Deleting a mirror pod through the API does not stop its static pod: nodelet deletes the
 //! marked copy at once and creates a fresh one. Removing the manifest deletes the mirror pod.
+//!
+//! A write the API server refuses (NodeRestriction forbids a mirror pod that names a
+//! ServiceAccount, a Secret or a ConfigMap: 403) is tried again after a backoff per pod — 10 s,
+//! doubling to 5 minutes — never on every pass; the static pod runs meanwhile, as with the
+//! kubelet, which logs the failure and tries again on a later sync. A pass that has nothing due
+//! makes no request at all (the Node is read only when a mirror pod is to be created, for the
+//! ownerReference's UID).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,11 +22,16 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
+use crate::clock::Clock;
 use crate::podspec::{annotation, is_mirror_pod, MIRROR_ANNOTATION};
 use crate::source::CONFIG_HASH_ANNOTATION;
 
 /// How often mirror pods are reconciled even when nothing was noticed.
 const RECONCILE: Duration = Duration::from_secs(2);
+/// The first wait before a refused or failed mirror write is tried again, and the longest.
+const RETRY_INITIAL: Duration = Duration::from_secs(10);
+const RETRY_MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum MirrorAction {
@@ -103,32 +115,53 @@ pub fn mirror_actions(static_pods: &[Pod], mirrors: &[Pod], node: &Node) -> Vec<
     actions
 }
 
+/// The key of an action in the retry backoff: its kind and the pod's namespace/name.
+fn retry_key(action: &MirrorAction) -> String {
+    match action {
+        MirrorAction::Create(pod) => {
+            let (ns, name) = key(pod);
+            format!("create {ns}/{name}")
+        }
+        MirrorAction::Delete {
+            namespace, name, ..
+        } => format!("delete {namespace}/{name}"),
+    }
+}
+
+/// The actions whose last failure (if any) is far enough behind: the others wait for their
+/// backoff.
+pub fn due_actions(
+    actions: Vec<MirrorAction>,
+    retry: &Backoff,
+    now: jiff::Timestamp,
+) -> Vec<MirrorAction> {
+    actions
+        .into_iter()
+        .filter(|a| retry.remaining_since_update(&retry_key(a), now).is_none())
+        .collect()
+}
+
 pub struct MirrorPods {
     client: Client,
     node_name: String,
     store: Store<Pod>,
+    clock: Clock,
+    /// Writes that failed, per [`retry_key`].
+    retry: Backoff,
 }
 
 impl MirrorPods {
-    pub fn new(client: Client, node_name: String, store: Store<Pod>) -> Self {
+    pub fn new(client: Client, node_name: String, store: Store<Pod>, clock: Clock) -> Self {
         MirrorPods {
             client,
             node_name,
             store,
+            clock,
+            retry: Backoff::new(RETRY_INITIAL, RETRY_MAX),
         }
     }
 
-    async fn reconcile(&self, static_pods: &[Pod]) {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = match nodes.get_opt(&self.node_name).await {
-            Ok(Some(n)) => n,
-            // Not registered yet, or the API server is away: try again on the next pass.
-            Ok(None) => return,
-            Err(e) => {
-                tracing::debug!(error = %e, "reading the Node for mirror pods");
-                return;
-            }
-        };
+    async fn reconcile(&mut self, static_pods: &[Pod]) {
         let mirrors: Vec<Pod> = self
             .store
             .state()
@@ -136,44 +169,98 @@ impl MirrorPods {
             .filter(|p| is_mirror_pod(p))
             .map(|p| (**p).clone())
             .collect();
-        for action in mirror_actions(static_pods, &mirrors, &node) {
-            match action {
-                MirrorAction::Create(pod) => {
-                    let (ns, name) = key(&pod);
-                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-                    match api.create(&PostParams::default(), &pod).await {
-                        Ok(_) => {
-                            tracing::info!(pod.namespace = %ns, pod.name = %name, "created mirror pod")
-                        }
-                        Err(kube::Error::Api(e)) if e.code == 409 => {}
-                        Err(e) => {
-                            tracing::warn!(pod.namespace = %ns, pod.name = %name, error = %e, "creating mirror pod")
-                        }
+        let now = self.clock.now();
+        self.retry.gc(now);
+        // Planned against this node's name alone: what is due decides whether the Node (its
+        // UID, for the ownerReference) must be read at all.
+        let unread = Node {
+            metadata: ObjectMeta {
+                name: Some(self.node_name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let due = due_actions(
+            mirror_actions(static_pods, &mirrors, &unread),
+            &self.retry,
+            now,
+        );
+        if due.is_empty() {
+            return;
+        }
+        let due = if due.iter().any(|a| matches!(a, MirrorAction::Create(_))) {
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let node = match nodes.get_opt(&self.node_name).await {
+                Ok(Some(n)) => n,
+                // Not registered yet: try again on the next pass.
+                Ok(None) => return,
+                // Refused or away: the creates wait for their backoff as if they had failed.
+                Err(e) => {
+                    for action in due.iter().filter(|a| matches!(a, MirrorAction::Create(_))) {
+                        self.retry.next(&retry_key(action), now);
                     }
+                    tracing::warn!(error = %e, "reading the Node for mirror pods; trying again after the backoff");
+                    return;
                 }
-                MirrorAction::Delete {
-                    namespace,
-                    name,
-                    uid,
-                } => {
-                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-                    let params = DeleteParams {
-                        grace_period_seconds: Some(0),
-                        preconditions: Some(kube::api::Preconditions {
-                            uid: Some(uid),
-                            resource_version: None,
-                        }),
-                        ..Default::default()
-                    };
-                    match api.delete(&name, &params).await {
-                        Ok(_) => {
-                            tracing::info!(pod.namespace = %namespace, pod.name = %name, "deleted mirror pod")
-                        }
-                        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                        Err(e) => {
-                            tracing::warn!(pod.namespace = %namespace, pod.name = %name, error = %e, "deleting mirror pod")
-                        }
+            };
+            due_actions(
+                mirror_actions(static_pods, &mirrors, &node),
+                &self.retry,
+                now,
+            )
+        } else {
+            due
+        };
+        for action in due {
+            let retry_key = retry_key(&action);
+            match self.write(action).await {
+                Ok(()) => self.retry.reset(&retry_key),
+                Err(e) => {
+                    self.retry.next(&retry_key, now);
+                    let retry_in = self.retry.get(&retry_key);
+                    tracing::warn!(action = %retry_key, error = %e, ?retry_in, "mirror pod write failed; trying again after the backoff");
+                }
+            }
+        }
+    }
+
+    /// Sends one action. A conflict or a pod already gone is success: what the action wanted
+    /// holds (or the next pass sees the new state).
+    async fn write(&self, action: MirrorAction) -> Result<(), kube::Error> {
+        match action {
+            MirrorAction::Create(pod) => {
+                let (ns, name) = key(&pod);
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+                match api.create(&PostParams::default(), &pod).await {
+                    Ok(_) => {
+                        tracing::info!(pod.namespace = %ns, pod.name = %name, "created mirror pod");
+                        Ok(())
                     }
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            MirrorAction::Delete {
+                namespace,
+                name,
+                uid,
+            } => {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+                let params = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(kube::api::Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match api.delete(&name, &params).await {
+                    Ok(_) => {
+                        tracing::info!(pod.namespace = %namespace, pod.name = %name, "deleted mirror pod");
+                        Ok(())
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+                    Err(e) => Err(e),
                 }
             }
         }
@@ -181,7 +268,11 @@ impl MirrorPods {
 
     /// Reconciles whenever the static pods change and every couple of seconds (which catches a
     /// mirror pod deleted through the API) until cancelled.
-    pub async fn run(self, mut static_pods: watch::Receiver<Vec<Pod>>, cancel: CancellationToken) {
+    pub async fn run(
+        mut self,
+        mut static_pods: watch::Receiver<Vec<Pod>>,
+        cancel: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(RECONCILE);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -314,5 +405,51 @@ mod tests {
         for (name, statics, mirrors, want) in cases {
             assert_eq!(mirror_actions(&statics, &mirrors, &node()), want, "{name}");
         }
+    }
+
+    #[test]
+    fn refused_writes_wait_for_their_backoff() {
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let at = |secs: i64| t0 + jiff::SignedDuration::from_secs(secs);
+        let create = MirrorAction::Create(Box::new(mirror_pod(&static_pod("a", "h1"), &node())));
+        let delete = MirrorAction::Delete {
+            namespace: "default".into(),
+            name: "b".into(),
+            uid: "m2".into(),
+        };
+        let both = || vec![create.clone(), delete.clone()];
+        let mut retry = Backoff::new(RETRY_INITIAL, RETRY_MAX);
+        // (what happened before, when it is asked, what is due)
+        assert_eq!(
+            due_actions(both(), &retry, at(0)),
+            both(),
+            "nothing failed yet"
+        );
+        retry.next(&retry_key(&create), at(0));
+        let cases = [
+            (
+                at(1),
+                vec![delete.clone()],
+                "refused 1 s ago: the create waits, not the delete",
+            ),
+            (at(9), vec![delete.clone()], "still within the first 10 s"),
+            (at(10), both(), "10 s later: tried again"),
+        ];
+        for (now, want, why) in cases {
+            assert_eq!(due_actions(both(), &retry, now), want, "{why}");
+        }
+        // Refused again at 10 s: the wait doubles to 20 s.
+        retry.next(&retry_key(&create), at(10));
+        assert_eq!(retry.get(&retry_key(&create)), Duration::from_secs(20));
+        assert_eq!(due_actions(both(), &retry, at(29)), vec![delete.clone()]);
+        assert_eq!(due_actions(both(), &retry, at(30)), both());
+        // Refused for ever: the wait stops at 5 minutes.
+        for k in 0..20 {
+            retry.next(&retry_key(&create), at(30 + k * 300));
+        }
+        assert_eq!(retry.get(&retry_key(&create)), RETRY_MAX);
+        // Created at last: forgotten.
+        retry.reset(&retry_key(&create));
+        assert_eq!(due_actions(both(), &retry, at(6031)), both());
     }
 }

@@ -21,6 +21,7 @@ use super::SourceSnapshot;
 
 pub const API_SOURCE: &str = "api";
 
+use crate::backoff::watch::backoff_watch;
 use crate::podspec::is_mirror_pod;
 
 /// Quiet time after a watch event before a snapshot is sent, so a burst (the initial list, a
@@ -79,10 +80,7 @@ impl ApiSource {
         let reader = writer.as_reader();
         let api: Api<Pod> = Api::all(client);
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-        let mut events = watcher(api, config)
-            .default_backoff()
-            .reflect(writer)
-            .boxed();
+        let mut events = backoff_watch(watcher(api, config)).reflect(writer).boxed();
         let mut ready = false;
         let mut dirty = false;
         let mut last_sent: Option<Vec<Pod>> = None;

@@ -240,18 +240,22 @@ impl GuestReport {
     }
 }
 
-/// How many times a scenario's VM is booted when the guest's kernel dies before the scenario
-/// began. Under emulation on a loaded host the guest kernel once panicked 1.6 s into its boot
+/// How many times a scenario's VM is booted when the guest's kernel dies. Under software
+/// emulation on a loaded host the guest kernel once panicked 1.6 s into its boot
 /// (`Kernel panic - not syncing: Fatal exception in interrupt`, in the timer code), before
-/// systemd, containerd or nodelet ran: that says nothing about nodelet, so the boot is tried
-/// again. A guest that fails once the scenario began fails the test at once.
+/// systemd, containerd or nodelet ran; and once 140 s in, mid-scenario (`Oops: int3` at a patched jump label in
+/// `hash_conntrack_raw`, while a TCP handshake went through conntrack: the emulator's
+/// cross-modifying code, CI 2026-12-06). A kernel that dies that way says nothing about nodelet,
+/// which runs in user space, so the boot is tried again, whatever the scenario had reached. A
+/// panic for lack of memory is not: the eviction scenarios exist to show the node never gets
+/// there. Any other failure fails the test at once.
 const BOOT_ATTEMPTS: u32 = 2;
 
 /// Why one boot of a scenario's VM failed.
 struct BootFailure {
     message: String,
-    /// The guest kernel panicked before the test binary started in the guest.
-    kernel_died_before_the_scenario: bool,
+    /// The guest kernel panicked, not for lack of memory.
+    guest_kernel_died: bool,
 }
 
 /// Host side: boots the VM for `name` and fails unless the guest reports a pass; returns the
@@ -266,10 +270,10 @@ fn boot(
     loop {
         match boot_once(name, driver, timeout, guest_env) {
             Ok(lines) => return lines,
-            Err(f) if f.kernel_died_before_the_scenario && attempt < BOOT_ATTEMPTS => {
+            Err(f) if f.guest_kernel_died && attempt < BOOT_ATTEMPTS => {
                 let _ = writeln!(
                     std::io::stderr().lock(),
-                    "[vm {name}] the guest kernel died before the scenario began; booting again\n{}",
+                    "[vm {name}] the guest kernel died; booting again\n{}",
                     f.message
                 );
                 attempt += 1;
@@ -279,18 +283,18 @@ fn boot(
     }
 }
 
-/// The guest reported no result, its kernel panicked, and the test binary never started in
-/// it (the harness prints `running 1 test` first).
-fn kernel_died_before_the_scenario(result: Option<i32>, console: &[String]) -> bool {
+/// The guest reported no result and its kernel panicked, not for lack of memory (`Out of
+/// memory`, `System is deadlocked on memory`).
+fn guest_kernel_died(result: Option<i32>, console: &[String]) -> bool {
+    let panic = console
+        .iter()
+        .find(|l| l.contains("Kernel panic - not syncing"));
     result.is_none()
-        && console
-            .iter()
-            .any(|l| l.contains("Kernel panic - not syncing"))
-        && !console.iter().any(|l| l.contains("running 1 test"))
+        && panic.is_some_and(|l| !l.contains("Out of memory") && !l.contains("on memory"))
 }
 
 #[test]
-fn a_boot_is_tried_again_only_when_the_kernel_died_before_the_scenario() {
+fn a_boot_is_tried_again_only_when_the_guest_kernel_died_not_for_memory() {
     let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let panic = "[    1.616542] Kernel panic - not syncing: Fatal exception in interrupt";
     // (case, result, console, boot again)
@@ -305,6 +309,23 @@ fn a_boot_is_tried_again_only_when_the_kernel_died_before_the_scenario() {
             "kernel panic once the scenario ran",
             None,
             lines(&["running 1 test", panic]),
+            true,
+        ),
+        (
+            "out of memory",
+            None,
+            lines(&[
+                "running 1 test",
+                "[  9.1] Kernel panic - not syncing: System is deadlocked on memory",
+            ]),
+            false,
+        ),
+        (
+            "no killable process",
+            None,
+            lines(&[
+                "[  9.1] Kernel panic - not syncing: Out of memory and no killable processes...",
+            ]),
             false,
         ),
         (
@@ -316,11 +337,7 @@ fn a_boot_is_tried_again_only_when_the_kernel_died_before_the_scenario() {
         ("a result", Some(101), lines(&[panic]), false),
     ];
     for (case, result, console, again) in cases {
-        assert_eq!(
-            kernel_died_before_the_scenario(result, &console),
-            again,
-            "{case}"
-        );
+        assert_eq!(guest_kernel_died(result, &console), again, "{case}");
     }
 }
 
@@ -423,8 +440,7 @@ fn boot_once(
         } else {
             tail(&report.journal.join("\n"), 200)
         };
-        let kernel_died_before_the_scenario =
-            kernel_died_before_the_scenario(report.result, &lines);
+        let guest_kernel_died = guest_kernel_died(report.result, &lines);
         let message = format!(
             "VM scenario {name} (driver {}) failed after {:.0} s: {why}\n\
              --- guest journal: nodelet, containerd (last 200 lines) ---\n{journal}\n\
@@ -442,7 +458,7 @@ fn boot_once(
         );
         return Err(BootFailure {
             message,
-            kernel_died_before_the_scenario,
+            guest_kernel_died,
         });
     }
     Ok(lines)
