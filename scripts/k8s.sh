@@ -66,6 +66,12 @@ SCHEDULER_PORT=$((PORT_BASE + 4))
 # `kubernetes` Service's and in the apiserver's serving certificate.
 SERVICE_CIDR="${NODELET_TEST_K8S_SERVICE_CIDR:-10.97.0.0/16}"
 CLUSTER_NAME=nodelet-test
+# How long the controller-manager's signers make certificates. The signer backdates NotBefore by
+# 5 minutes, and a kubelet renews at 70-90 % of NotAfter - NotBefore: with 150 s a node renews
+# its client certificate 15-105 s after it was issued, and the old one expires at 150 s, so a
+# test sees rotation through the real signer within two minutes. Shorter than 129 s, a fresh
+# certificate would be due for renewal at once.
+SIGNING_DURATION="${NODELET_TEST_K8S_SIGNING_DURATION:-150s}"
 
 K8S_VAR="$NODELET_TEST_VAR/k8s"
 K8S_RUN="$NODELET_TEST_RUN/k8s"
@@ -353,6 +359,7 @@ component_args() { # component
 			--cert-dir="$K8S_VAR/kube-controller-manager" \
 			--cluster-name="$CLUSTER_NAME" \
 			--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+			--cluster-signing-duration="$SIGNING_DURATION" \
 			--controllers='*,bootstrapsigner,tokencleaner' \
 			--use-service-account-credentials=true \
 			--root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" \
@@ -723,6 +730,7 @@ export NODELET_TEST_K8S_BIN=$K8S_BIN
 export NODELET_TEST_K8S_SERVICE_CIDR=$SERVICE_CIDR
 export NODELET_TEST_K8S_PORT_BASE=$PORT_BASE
 export NODELET_TEST_K8S_AUDIT_LOG=$AUDIT_LOG
+export NODELET_TEST_K8S_SIGNING_DURATION=$SIGNING_DURATION
 EOF
 }
 

@@ -426,3 +426,122 @@ async fn joins_a_real_control_plane_and_runs_a_deployment_on_it() {
     k.run(&["delete", "node", &node, "--wait=false"]);
     let _ = std::fs::remove_dir_all(&join_dir);
 }
+
+/// The serial number and NotAfter of the PEM certificate at `path`.
+fn certificate_of(path: &Path) -> Option<(String, jiff::Timestamp)> {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-enddate", "-in"])
+        .arg(path)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let serial = text.lines().find_map(|l| l.strip_prefix("serial="))?;
+    // `notAfter=Dec  6 09:40:00 2026 GMT`
+    let end = text.lines().find_map(|l| l.strip_prefix("notAfter="))?;
+    let end = end
+        .trim_end_matches(" GMT")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let end = jiff::civil::DateTime::strptime("%b %d %H:%M:%S %Y", &end)
+        .ok()?
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()?
+        .timestamp();
+    out.status.success().then(|| (serial.to_string(), end))
+}
+
+/// The Lease's `renewTime`.
+fn lease_renewed(k: &Kubectl, node: &str) -> Option<jiff::Timestamp> {
+    let lease = k.json(&["get", "lease", "-n", "kube-node-lease", node])?;
+    str_at(&lease, "/spec/renewTime").parse().ok()
+}
+
+/// Client certificate rotation through the real signer: the controller-manager signs for
+/// `NODELET_TEST_K8S_SIGNING_DURATION` (150 s, `scripts/k8s.sh`), so nodelet renews 15-105 s
+/// after its bootstrap certificate was issued — a CSR made with its current certificate
+/// (`system:node:<node>`), approved by the controller-manager (`selfnodeclient`) and signed — and
+/// still talks to the API server once the first certificate has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotates_its_client_certificate_through_the_real_signer() {
+    let k = Kubectl::admin();
+    let started = jiff::Timestamp::now();
+    let (mut n, join_dir) = joining_nodelet("real-rotate");
+    let node = n.node.clone();
+    n.launch();
+    wait_for("the bootstrap CSR approved", &n, &k, T, || {
+        csrs_of(
+            &k,
+            &bootstrap_user(),
+            "kubernetes.io/kube-apiserver-client-kubelet",
+            started,
+        )
+        .into_iter()
+        .find(|(_, c)| c.iter().any(|t| t == "Approved"))
+    })
+    .await;
+    let current = join_dir.join("pki/kubelet-client-current.pem");
+    let first = wait_for("the first client certificate", &n, &k, T, || {
+        certificate_of(&current)
+    })
+    .await;
+    let lifetime = first.1.duration_since(jiff::Timestamp::now());
+    assert!(
+        lifetime < jiff::SignedDuration::from_secs(300),
+        "the signer's short duration ({}) applies: the certificate ends {} from now",
+        k8s_env("NODELET_TEST_K8S_SIGNING_DURATION"),
+        lifetime
+    );
+    wait_for("the Node Ready", &n, &k, T, || {
+        k.json(&["get", "node", &node])
+            .filter(|v| node_ready(v) == "True")
+    })
+    .await;
+
+    // The renewal, made with the node's own certificate and approved by the controller-manager.
+    let node_user = format!("system:node:{node}");
+    let renewal = wait_for(
+        "a renewal CSR approved by the controller-manager",
+        &n,
+        &k,
+        Duration::from_secs(240),
+        || {
+            csrs_of(
+                &k,
+                &node_user,
+                "kubernetes.io/kube-apiserver-client-kubelet",
+                started,
+            )
+            .into_iter()
+            .find(|(_, c)| c.iter().any(|t| t == "Approved"))
+        },
+    )
+    .await;
+    eprintln!("renewal CSR {} approved", renewal.0);
+    let second = wait_for("the renewed certificate in use", &n, &k, T, || {
+        certificate_of(&current).filter(|c| c.0 != first.0)
+    })
+    .await;
+    assert!(second.1 > first.1, "the new certificate ends later");
+
+    // Past the first certificate's end, nodelet still renews its Lease: it speaks with the new
+    // certificate.
+    let expired = first.1 + jiff::SignedDuration::from_secs(2);
+    let wait = expired.duration_since(jiff::Timestamp::now());
+    if wait.is_positive() {
+        tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
+    }
+    wait_for(
+        "a Lease renewal after the first certificate expired",
+        &n,
+        &k,
+        T,
+        || lease_renewed(&k, &node).filter(|t| *t > expired),
+    )
+    .await;
+    let after = k.json(&["get", "node", &node]).expect("the Node");
+    assert_eq!(node_ready(&after), "True", "{after:#}");
+    drop(n);
+    k.run(&["delete", "node", &node, "--wait=false"]);
+    let _ = std::fs::remove_dir_all(&join_dir);
+}
