@@ -1277,6 +1277,26 @@ async fn kubectl_exec_and_port_forward_reach_the_container() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // With a terminal: `kubectl exec -it` under `script` (a real pty for kubectl); the
+    // process has a terminal of its own and reads the line typed into kubectl's.
+    let tty_cmd = format!(
+        "{} exec -it chatty -c main -- sh -c 'tty; read line; echo got-\\$line'",
+        kubectl_shell(&api)
+    );
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("(sleep 5; echo typed; sleep 3) | script -qec \"{tty_cmd}\" /dev/null"),
+        ])
+        .output()
+        .expect("run script");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("/dev/pts/") && text.contains("got-typed"),
+        "kubectl exec -it: {text:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // A container that is not in the pod.
     let (ok, _, err) = kubectl(
         &api,
