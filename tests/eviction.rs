@@ -1,13 +1,12 @@
 //! Node-pressure eviction on a real containerd, with thresholds this host certainly meets (or
 //! certainly does not): `pid.available` below 100000000, more than any `pid_max` allows, so
 //! PIDPressure holds from the first pass. Standalone with `evictStaticPods: true`, and in
-//! cluster mode against the API server fixture with the real `kubectl`.
+//! cluster mode against the real v1.37.2 control plane with the real `kubectl`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use apiserver_fixture::Fixture;
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use nodelet_testkit::pod::{all_running, phase, running_ids};
@@ -286,9 +285,9 @@ async fn a_threshold_the_node_does_not_meet_evicts_nothing() {
     assert!(events_with(&local_events(&n).await, &n.node, "EvictionThresholdMet").is_empty());
 }
 
-fn bound_pod(name: &str, node: &str, priority: &str) -> String {
+fn bound_pod(name: &str, namespace: &str, node: &str, priority: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {node}\n{priority}  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  nodeName: {node}\n{priority}  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"
     )
 }
 
@@ -304,45 +303,60 @@ fn node_condition(node: &Node, type_: &str) -> Option<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_eviction_status_events_node_condition_and_admission() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let mut n = Nodelet::prepare_in_cluster(
+    let server = RealServer::start("evict-cluster");
+    let api = server.api();
+    let ns = server.namespace();
+    let mut n = Nodelet::prepare_in_real_cluster(
         "evict_cluster",
-        &api,
+        &server,
         &format!("{ALWAYS_MET}podCleanup:\n  retention: 3s\n"),
     );
+    // Priorities through PriorityClasses of the test's own (the API server's Priority admission
+    // refuses a bare `priority`).
+    for (class, value) in [("last", -10), ("high", 1000)] {
+        server.create(&format!(
+            "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: {ns}-{class}\nvalue: {value}\n"
+        ));
+    }
     // Bound before nodelet starts, so they are admitted before the first pass sees pressure.
     // `owned` (lowest priority, goes first) has a controller: the owner-aware cleanup of
-    // seed 001 deletes it after the retention.
-    let mut owned: Pod =
-        serde_yaml::from_str(&bound_pod("owned", &n.node, "  priority: -10\n")).unwrap();
-    owned.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "ReplicaSet".into(),
-            name: "rs".into(),
-            uid: "11111111-2222-3333-4444-555555555555".into(),
-            controller: Some(true),
-            ..Default::default()
-        },
-    ]);
-    fixture.create(&owned).unwrap();
+    // seed 001 deletes it after the retention. The owner exists (the garbage collector deletes
+    // a pod whose owner does not) and is managed by no controller: a ConfigMap.
+    server.kubectl_ok(&["create", "configmap", "rs"]);
+    let rs: k8s_openapi::api::core::v1::ConfigMap =
+        server.object(Some(&ns), "rs").expect("the owner");
+    let owned = bound_pod(
+        "owned",
+        &ns,
+        &n.node,
+        &format!("  priorityClassName: {ns}-last\n"),
+    )
+    .replace(
+        "  namespace: ",
+        &format!(
+            "  ownerReferences:\n  - {{apiVersion: v1, kind: ConfigMap, name: rs, uid: {}, controller: true}}\n  namespace: ",
+            rs.metadata.uid.unwrap()
+        ),
+    );
+    server.create(&owned);
     for (name, priority) in [
-        ("low", "  priority: 0\n"),
-        ("high", "  priority: 1000\n"),
-        ("critical", "  priorityClassName: system-node-critical\n"),
+        ("low", String::new()),
+        ("high", format!("  priorityClassName: {ns}-high\n")),
+        (
+            "critical",
+            "  priorityClassName: system-node-critical\n".to_string(),
+        ),
     ] {
-        let pod: Pod = serde_yaml::from_str(&bound_pod(name, &n.node, priority)).unwrap();
-        fixture.create(&pod).unwrap();
+        server.create(&bound_pod(name, &ns, &n.node, &priority));
     }
     n.launch();
     let low = wait_api("low evicted in the API", &n, || {
-        api_pod(&fixture, "low").filter(evicted)
+        api_pod(&server, "low").filter(evicted)
     })
     .await;
     assert_evicted_status(&low);
     let high = wait_api("high evicted next", &n, || {
-        api_pod(&fixture, "high").filter(evicted)
+        api_pod(&server, "high").filter(evicted)
     })
     .await;
     assert_evicted_status(&high);
@@ -363,9 +377,15 @@ async fn cluster_eviction_status_events_node_condition_and_admission() {
     // One Warning `Evicted` event per evicted pod, and the node's EvictionThresholdMet, in
     // the API server's events.
     let events = wait_api("the events in the API", &n, || {
-        let (ok, out, _) = kubectl(&api, &["get", "events", "-n", "default", "-o", "json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
-        let items = v["items"].as_array()?.clone();
+        // The pods' events in the test's namespace, the node's in `default`.
+        let mut items = Vec::new();
+        let mut ok = true;
+        for namespace in [ns.as_str(), "default"] {
+            let (listed, out, _) = kubectl(&api, &["get", "events", "-n", namespace, "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+            items.extend(v["items"].as_array()?.iter().cloned());
+            ok &= listed;
+        }
         (ok && events_with(&items, "low", "Evicted").len() == 1
             && events_with(&items, "high", "Evicted").len() == 1
             && !events_with(&items, &n.node, "EvictionThresholdMet").is_empty())
@@ -378,7 +398,7 @@ async fn cluster_eviction_status_events_node_condition_and_admission() {
 
     // The node condition goes True, with the kubelet's reason.
     wait_api("PIDPressure True on the node", &n, || {
-        let node = fixture.get::<Node>(None, &n.node).ok().flatten()?;
+        let node = server.object::<Node>(None, &n.node)?;
         (node_condition(&node, "PIDPressure")
             == Some(("True".into(), "KubeletHasInsufficientPID".into())))
         .then_some(())
@@ -386,9 +406,14 @@ async fn cluster_eviction_status_events_node_condition_and_admission() {
     .await;
 
     // A new pod is rejected: the condition named.
-    kubectl_apply(&api, n.dir.path(), "late", &bound_pod("late", &n.node, ""));
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "late",
+        &bound_pod("late", &ns, &n.node, ""),
+    );
     let late = wait_api("late rejected", &n, || {
-        api_pod(&fixture, "late").filter(|p| phase(p) == "Failed")
+        api_pod(&server, "late").filter(|p| phase(p) == "Failed")
     })
     .await;
     assert_eq!(status_reason(&late).as_deref(), Some("Evicted"));
@@ -403,25 +428,28 @@ async fn cluster_eviction_status_events_node_condition_and_admission() {
         .await
         .unwrap_or(0.0);
     wait_metric_at_least(&n, "nodelet_eviction_passes_total", passes + 3.0).await;
-    let critical = api_pod(&fixture, "critical").expect("critical in the API");
+    let critical = api_pod(&server, "critical").expect("critical in the API");
     assert_eq!(phase(&critical), "Running", "{:?}", critical.status);
     assert_eq!(n.metric("nodelet_evictions_total").await, Some(3.0));
     // The evicted pod with a controller is deleted after the retention (seed 001), with
     // nodelet's DELETE; bare evicted pods stay visible (podCleanup's default).
     wait_api("owned deleted after the retention", &n, || {
-        api_pod(&fixture, "owned").is_none().then_some(())
+        api_pod(&server, "owned").is_none().then_some(())
     })
     .await;
-    let delete = fixture
-        .request_log()
+    let delete = server
+        .requests()
         .into_iter()
         .find(|r| r.method == "DELETE" && r.path.ends_with("/pods/owned"))
         .expect("nodelet's DELETE of owned");
     assert!(delete.body.unwrap()["preconditions"]["uid"].is_string());
     assert!(
-        api_pod(&fixture, "low").is_some(),
+        api_pod(&server, "low").is_some(),
         "a bare evicted pod is kept"
     );
+    for class in ["last", "high"] {
+        server.kubectl(&["delete", "priorityclass", &format!("{ns}-{class}")]);
+    }
 }
 
 /// A static pod writing `kib` KiB into its emptyDir `cache` (limited to 1Mi), then sleeping.
