@@ -1,5 +1,5 @@
-//! In-place pod resize on a real containerd: nodelet joined to the project's API server
-//! fixture, resized with the real `kubectl patch --subresource resize`, the result read from the
+//! In-place pod resize on a real containerd: nodelet joined to the real v1.37.2 control plane
+//! (the fixture where a resize must reach the node that the real server refuses), resized with the real `kubectl patch --subresource resize`, the result read from the
 //! containers' cgroups and from the pod's status.
 
 mod common;
@@ -147,9 +147,9 @@ async fn memory_limit(container_id: &str) -> i64 {
 /// containerd 1.6, which reports none, from what nodelet applied).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("resize-cpu", &api, "");
+    let server = RealServer::start("resize-cpu");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("resize-cpu", &server, "");
     kubectl_apply(
         &api,
         n.dir.path(),
@@ -157,7 +157,7 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
         &resizable_pod("cpu", &n.node, "100m", "200m", ""),
     );
     let before = wait_api("the pod running", &n, || {
-        running_main(&api_pod(&fixture, "cpu")?)
+        running_main(&api_pod(&server, "cpu")?)
     })
     .await;
     let id = before.container_id.clone().expect("container ID");
@@ -178,7 +178,7 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
         r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"500m"}}}]}}"#,
     );
     let after = wait_api("the new cpu limit in the status", &n, || {
-        let c = running_main(&api_pod(&fixture, "cpu")?)?;
+        let c = running_main(&api_pod(&server, "cpu")?)?;
         (quantity(c.resources.as_ref()?.limits.as_ref(), "cpu").as_deref() == Some("500m"))
             .then_some(c)
     })
@@ -197,7 +197,7 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     assert_eq!(after.restart_count, 0);
     // Done: no resize condition is left, and the status observed the new generation.
     let pod = wait_api("the resize conditions gone", &n, || {
-        let p = api_pod(&fixture, "cpu")?;
+        let p = api_pod(&server, "cpu")?;
         (condition(&p, "PodResizeInProgress").is_none()
             && condition(&p, "PodResizePending").is_none())
         .then_some(p)
@@ -207,7 +207,7 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     // The kubelet's resize events, with its JSON summary of the allocated resources.
     let summary = r#"{"containers":[{"name":"main","resources":{"limits":{"cpu":"500m","memory":"64Mi"},"requests":{"cpu":"100m","memory":"32Mi"}}}],"generation":2}"#;
     let events = wait_api("ResizeStarted and ResizeCompleted events", &n, || {
-        let (ok, out, _) = kubectl(&api, &["get", "events", "-n", "default", "-o", "json"]);
+        let (ok, out, _) = kubectl(&api, &["get", "events", "-o", "json"]);
         let json: serde_json::Value = serde_json::from_str(&out).ok()?;
         let events: Vec<(String, String)> = json["items"]
             .as_array()?
@@ -252,9 +252,9 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
 /// comes back with the new limit in its cgroup.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_resize_under_restart_container_restarts_it() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("resize-mem", &api, "");
+    let server = RealServer::start("resize-mem");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("resize-mem", &server, "");
     let policy =
         "    resizePolicy:\n    - {resourceName: memory, restartPolicy: RestartContainer}\n";
     kubectl_apply(
@@ -264,7 +264,7 @@ async fn memory_resize_under_restart_container_restarts_it() {
         &resizable_pod("mem", &n.node, "100m", "200m", policy),
     );
     let before = wait_api("the pod running", &n, || {
-        running_main(&api_pod(&fixture, "mem")?)
+        running_main(&api_pod(&server, "mem")?)
     })
     .await;
     let old_id = before.container_id.clone().expect("container ID");
@@ -276,7 +276,7 @@ async fn memory_resize_under_restart_container_restarts_it() {
         r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"96Mi"}}}]}}"#,
     );
     let after = wait_api("the container restarted", &n, || {
-        let c = running_main(&api_pod(&fixture, "mem")?)?;
+        let c = running_main(&api_pod(&server, "mem")?)?;
         (c.restart_count == 1 && c.container_id.as_deref() != Some(old_id.as_str())).then_some(c)
     })
     .await;
@@ -287,7 +287,7 @@ async fn memory_resize_under_restart_container_restarts_it() {
         "the new container's cgroup"
     );
     wait_api("the new limit in the status", &n, || {
-        let c = running_main(&api_pod(&fixture, "mem")?)?;
+        let c = running_main(&api_pod(&server, "mem")?)?;
         (quantity(c.resources.as_ref()?.limits.as_ref(), "memory").as_deref() == Some("96Mi"))
             .then_some(())
     })
@@ -296,6 +296,9 @@ async fn memory_resize_under_restart_container_restarts_it() {
 
 /// (c) A request above the node's allocatable is `PodResizePending`/`Infeasible` with the
 /// kubelet's message, and changes nothing: same container, same cgroup, same allocation.
+/// Against the fixture: the v1.37 API server already refuses such a resize (`node didn't have
+/// enough allocatable resources`), so only a server that lets it through (an older one) shows
+/// the node's own decision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_above_allocatable_is_infeasible_and_changes_nothing() {
     let fixture = Fixture::start(None).await.unwrap();
@@ -347,11 +350,8 @@ async fn request_above_allocatable_is_infeasible_and_changes_nothing() {
 }
 
 /// The node's allocatable cpu in millicores, as its status reports it.
-fn allocatable_cpu_milli(fixture: &Fixture, node: &str) -> Option<i64> {
-    let node = fixture
-        .get::<k8s_openapi::api::core::v1::Node>(None, node)
-        .ok()
-        .flatten()?;
+fn allocatable_cpu_milli(server: &RealServer, node: &str) -> Option<i64> {
+    let node = server.object::<k8s_openapi::api::core::v1::Node>(None, node)?;
     let q = node.status?.allocatable?.get("cpu")?.0.clone();
     match q.strip_suffix('m') {
         Some(m) => m.parse().ok(),
@@ -363,11 +363,11 @@ fn allocatable_cpu_milli(fixture: &Fixture, node: &str) -> Option<i64> {
 /// once that pod leaves (the deferred resize is retried when a pod goes, not after a period).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferred_resize_is_applied_once_another_pod_leaves() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("resize-deferred", &api, "");
+    let server = RealServer::start("resize-deferred");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("resize-deferred", &server, "");
     let alloc = wait_api("the node's allocatable cpu", &n, || {
-        allocatable_cpu_milli(&fixture, &n.node)
+        allocatable_cpu_milli(&server, &n.node)
     })
     .await;
     let half = alloc / 2;
@@ -385,8 +385,8 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
         &resizable_pod("grow", &n.node, "100m", &limit, ""),
     );
     wait_api("both pods running", &n, || {
-        running_main(&api_pod(&fixture, "hog")?)?;
-        running_main(&api_pod(&fixture, "grow")?)
+        running_main(&api_pod(&server, "hog")?)?;
+        running_main(&api_pod(&server, "grow")?)
     })
     .await;
     let want = half + 100;
@@ -398,7 +398,7 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
         ),
     );
     let pending = wait_api("PodResizePending Deferred", &n, || {
-        condition(&api_pod(&fixture, "grow")?, "PodResizePending")
+        condition(&api_pod(&server, "grow")?, "PodResizePending")
     })
     .await;
     assert_eq!(pending.reason.as_deref(), Some("Deferred"), "{pending:?}");
@@ -409,7 +409,7 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
         )),
         "{message}"
     );
-    let c = running_main(&api_pod(&fixture, "grow").unwrap()).unwrap();
+    let c = running_main(&api_pod(&server, "grow").unwrap()).unwrap();
     assert_eq!(
         quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
         Some("100m")
@@ -421,7 +421,7 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
     );
     assert!(ok, "{err}");
     let c = wait_api("the deferred resize allocated", &n, || {
-        let p = api_pod(&fixture, "grow")?;
+        let p = api_pod(&server, "grow")?;
         let c = running_main(&p)?;
         (condition(&p, "PodResizePending").is_none()
             && quantity(c.allocated_resources.as_ref(), "cpu") == Some(format!("{want}m")))
@@ -437,7 +437,7 @@ async fn deferred_resize_is_applied_once_another_pod_leaves() {
     );
 }
 
-/// (e) A restart of nodelet keeps the allocation: a pod whose spec now asks for more than the
+/// (e) A restart of nodelet keeps the allocation (against the fixture, as (c)): a pod whose spec now asks for more than the
 /// node has (an infeasible resize) is not admitted again against its spec (it would be
 /// rejected, OutOfcpu), keeps running in the same container, and its `allocatedResources` stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
