@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use apiserver_fixture::Fixture;
 use common::*;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use nodelet::cri::{ImageService, Runtime};
@@ -151,7 +150,7 @@ fn waiting_message(p: &Pod) -> String {
 }
 
 async fn wait_api_pod(
-    fixture: &Fixture,
+    fixture: &impl TestApi,
     n: &Nodelet,
     namespace: &str,
     name: &str,
@@ -161,7 +160,7 @@ async fn wait_api_pod(
     let deadline = Instant::now() + T;
     let mut last = None;
     loop {
-        if let Some(p) = fixture.get::<Pod>(Some(namespace), name).ok().flatten() {
+        if let Some(p) = fixture.object::<Pod>(Some(namespace), name) {
             if check(&p) {
                 return p;
             }
@@ -179,12 +178,18 @@ async fn wait_api_pod(
 }
 
 /// The waiting message of container `main` in the first successful status write for pod
-/// `name` whose waiting reason is `reason`, from the fixture's request log.
-async fn wait_written_waiting(fixture: &Fixture, n: &Nodelet, name: &str, reason: &str) -> String {
+/// `name` whose waiting reason is `reason`, from what the API server logged of nodelet's
+/// requests.
+async fn wait_written_waiting(
+    fixture: &impl TestApi,
+    n: &Nodelet,
+    name: &str,
+    reason: &str,
+) -> String {
     let deadline = Instant::now() + T;
     let path = format!("/pods/{name}/status");
     loop {
-        let written = fixture.request_log().into_iter().find_map(|r| {
+        let written = fixture.requests().into_iter().find_map(|r| {
             if r.method != "PATCH" || !r.path.ends_with(&path) || r.status != 200 {
                 return None;
             }
@@ -207,10 +212,9 @@ async fn wait_written_waiting(fixture: &Fixture, n: &Nodelet, name: &str, reason
     }
 }
 
-fn pod_events(fixture: &Fixture, namespace: &str, pod: &str) -> Vec<(String, String)> {
+fn pod_events(fixture: &impl TestApi, namespace: &str, pod: &str) -> Vec<(String, String)> {
     fixture
-        .list::<Event>(Some(namespace))
-        .unwrap()
+        .objects::<Event>(Some(namespace))
         .into_iter()
         .filter(|e| e.involved_object.name.as_deref() == Some(pod))
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
@@ -244,7 +248,7 @@ fn private_pod(name: &str, namespace: &str, node: &str, image: &str, extra_spec:
 }
 
 /// Cluster mode: a `kubernetes.io/dockerconfigjson` pull secret named by the pod, and a
-/// `kubernetes.io/dockercfg` one named by the pod's service account (the fixture's
+/// `kubernetes.io/dockercfg` one named by the pod's service account (the real API server's
 /// ServiceAccount admission copies it into the pod), each let a private image pull; the
 /// kubelet's Pulling/Pulled events reach the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,17 +259,17 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
     remove_image(&json_image).await;
     remove_image(&cfg_image).await;
 
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("pullsecret", &api, "");
-    let (ok, _, err) = kubectl(&api, &["create", "namespace", "team"]);
-    assert!(ok, "{err}");
+    let server = RealServer::start("pullsecret");
+    let api = server.api();
+    let team = server.namespace();
+    let team = team.as_str();
+    let n = Nodelet::start_in_real_cluster("pullsecret", &server, "");
     // kubectl's own docker-registry secret: type kubernetes.io/dockerconfigjson.
     let (ok, _, err) = kubectl(
         &api,
         &[
             "-n",
-            "team",
+            team,
             "create",
             "secret",
             "docker-registry",
@@ -287,7 +291,7 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
         n.dir.path(),
         "legacy",
         &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: legacy\n  namespace: team\ntype: kubernetes.io/dockercfg\ndata:\n  .dockercfg: {}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: puller\n  namespace: team\nimagePullSecrets:\n- name: legacy\n",
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: legacy\n  namespace: {team}\ntype: kubernetes.io/dockercfg\ndata:\n  .dockercfg: {}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: puller\n  namespace: {team}\nimagePullSecrets:\n- name: legacy\n",
             base64(&dockercfg)
         ),
     );
@@ -297,7 +301,7 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
         "json",
         &private_pod(
             "json",
-            "team",
+            team,
             &n.node,
             &json_image,
             "  imagePullSecrets: [{name: regcred}]\n",
@@ -309,7 +313,7 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
         "cfg",
         &private_pod(
             "cfg",
-            "team",
+            team,
             &n.node,
             &cfg_image,
             "  serviceAccountName: puller\n",
@@ -320,7 +324,7 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
         ("json", &json_image, &json_digest),
         ("cfg", &cfg_image, &cfg_digest),
     ] {
-        let pod = wait_api_pod(&fixture, &n, "team", name, "Running", |p| {
+        let pod = wait_api_pod(&server, &n, team, name, "Running", |p| {
             phase(p) == "Running"
         })
         .await;
@@ -329,7 +333,7 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
             "{name}: imageID {} is not the pushed digest {digest}",
             image_id(&pod)
         );
-        let events = pod_events(&fixture, "team", name);
+        let events = pod_events(&server, team, name);
         assert!(
             events
                 .iter()
@@ -342,8 +346,8 @@ async fn pull_secrets_pull_private_images_in_cluster_mode() {
             .unwrap_or_else(|| panic!("no Pulled event: {events:?}"));
         assert_pulled_message(&pulled.1, image);
     }
-    // The service account's secret reached the pod through admission, as on a real cluster.
-    let cfg: Pod = fixture.get(Some("team"), "cfg").unwrap().unwrap();
+    // The service account's secret reached the pod through the API server's admission.
+    let cfg: Pod = server.object(Some(team), "cfg").unwrap();
     let secrets = cfg.spec.unwrap().image_pull_secrets.unwrap_or_default();
     assert_eq!(secrets[0].name, "legacy");
     drop(n);
@@ -359,9 +363,10 @@ async fn wrong_password_gives_err_image_pull_then_image_pull_backoff() {
     let (image, _) = reg.push("pause", &unique("wrong-password"));
     remove_image(&image).await;
 
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("wrongpass", &api, "");
+    let server = RealServer::start("wrongpass");
+    let api = server.api();
+    let ns = server.namespace();
+    let n = Nodelet::start_in_real_cluster("wrongpass", &server, "");
     let (ok, _, err) = kubectl(
         &api,
         &[
@@ -381,7 +386,7 @@ async fn wrong_password_gives_err_image_pull_then_image_pull_backoff() {
         "denied",
         &private_pod(
             "denied",
-            "default",
+            &ns,
             &n.node,
             &image,
             "  imagePullSecrets: [{name: badcred}]\n",
@@ -389,12 +394,12 @@ async fn wrong_password_gives_err_image_pull_then_image_pull_backoff() {
     );
     // ErrImagePull lasts only until the next sync finds the pull in back-off (milliseconds when
     // an event is queued), so it is read from the status writes nodelet sent, not by polling.
-    let message = wait_written_waiting(&fixture, &n, "denied", "ErrImagePull").await;
+    let message = wait_written_waiting(&server, &n, "denied", "ErrImagePull").await;
     assert!(
         message.contains("401 Unauthorized"),
         "ErrImagePull message without the registry's answer: {message}"
     );
-    let backoff = wait_api_pod(&fixture, &n, "default", "denied", "ImagePullBackOff", |p| {
+    let backoff = wait_api_pod(&server, &n, &ns, "denied", "ImagePullBackOff", |p| {
         waiting_reason(p, "main").as_deref() == Some("ImagePullBackOff")
     })
     .await;
@@ -403,7 +408,7 @@ async fn wrong_password_gives_err_image_pull_then_image_pull_backoff() {
         format!("Back-off pulling image {image:?}")
     );
     assert_eq!(phase(&backoff), "Pending");
-    let events = pod_events(&fixture, "default", "denied");
+    let events = pod_events(&server, &ns, "denied");
     let failed_event = events
         .iter()
         .find(|(r, m)| r == "Failed" && m.starts_with("Failed to pull image"))
