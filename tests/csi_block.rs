@@ -161,7 +161,7 @@ async fn a_filesystem_claim_as_a_device_is_refused_with_the_kubelets_message() {
     let (fixture, n, driver, _root) = joined_with_driver("csi-block-fs", false).await;
     let api = fixture.url();
     let node = n.node.clone();
-    create_claim_and_volume(&api, n.dir.path(), "pv-fs", "fs", "vol-fs");
+    create_claim_and_volume(&api, "default", n.dir.path(), "pv-fs", "fs", "vol-fs");
     bind(&api, "fs");
     create(
         &api,

@@ -1,4 +1,5 @@
-//! CSI volumes on a real containerd, end to end: nodelet joined to the API server fixture, the
+//! CSI volumes on a real containerd, end to end: nodelet joined to the real v1.37.2 control
+//! plane (the first test: its PV controller binds the claim) or the API server fixture, the
 //! project's CSI node driver (`nodelet-test-csi`, a separate process registering through
 //! `<rootDir>/plugins_registry` as DaemonSet drivers do), and the real `kubectl`.
 
@@ -14,9 +15,9 @@ use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
-    let (fixture, n, _port, _certs) =
-        join_with_kubelet_api("csi-claim", Default::default(), "").await;
-    let api = fixture.url();
+    let (server, n, _port, _certs) = join_real_with_kubelet_api("csi-claim", "");
+    let api = server.api();
+    let ns = server.namespace();
     let root = n.dir.path().join("root");
     let driver = Driver::start(&root, &n.dir.path().join("driver"), &[]);
     let node = n.node.clone();
@@ -43,8 +44,10 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
     );
 
     create(&api, n.dir.path(), "csidriver", &csi_driver_yaml(false));
-    create_claim_and_volume(&api, n.dir.path(), "pv-data", "data", "vol-data");
-    bind(&api, "data");
+    // The PV's name is the cluster's: the test's own. The real PV controller binds the two.
+    let pv = format!("{ns}-data");
+    create_claim_and_volume(&api, &ns, n.dir.path(), &pv, "data", "vol-data");
+    wait_bound(&server, &n, "data", &pv).await;
 
     // Two pods on one claim: staged once, published twice; the file one writes the other reads.
     for pod in ["writer", "reader"] {
@@ -52,13 +55,13 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
     }
     for pod in ["writer", "reader"] {
         wait_api(&format!("{pod} Running"), &n, || {
-            (phase_of(&fixture, pod) == "Running").then_some(())
+            (phase_of(&server, pod) == "Running").then_some(())
         })
         .await;
     }
-    let (code, out) = exec(&fixture, "writer", "echo kept > /data/f && cat /data/f").await;
+    let (code, out) = exec(&server, "writer", "echo kept > /data/f && cat /data/f").await;
     assert_eq!((code, out.trim()), (0, "kept"));
-    let (code, out) = exec(&fixture, "reader", "cat /data/f").await;
+    let (code, out) = exec(&server, "reader", "cat /data/f").await;
     assert_eq!((code, out.trim()), (0, "kept"));
     assert_eq!(
         driver.calls("NodeStageVolume"),
@@ -79,7 +82,7 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
         .unwrap();
     assert_eq!(publish["volume_context"]["color"], "blue", "{publish}");
     assert_eq!(
-        publish["volume_context"]["csi.storage.k8s.io/pod.namespace"], "default",
+        publish["volume_context"]["csi.storage.k8s.io/pod.namespace"], ns,
         "{publish}"
     );
 
@@ -105,10 +108,10 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
     })
     .await;
     assert_eq!(summary["pvcRef"]["name"], "data", "{summary}");
-    assert_eq!(summary["pvcRef"]["namespace"], "default", "{summary}");
+    assert_eq!(summary["pvcRef"]["namespace"], ns.as_str(), "{summary}");
 
     // The last pod out unstages; nothing stays mounted under the root directory.
-    delete_and_wait(&fixture, &n, "writer").await;
+    delete_and_wait(&server, &n, "writer").await;
     wait_api("writer unpublished", &n, || {
         (driver.calls("NodeUnpublishVolume") == 1).then_some(())
     })
@@ -119,7 +122,7 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
         "{:#?}",
         driver.journal()
     );
-    delete_and_wait(&fixture, &n, "reader").await;
+    delete_and_wait(&server, &n, "reader").await;
     wait_api("the volume unstaged after the last pod", &n, || {
         (driver.calls("NodeUnstageVolume") == 1).then_some(())
     })
@@ -137,12 +140,12 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
         &pod_with_claim("again", &node, "data"),
     );
     wait_api("again Running", &n, || {
-        (phase_of(&fixture, "again") == "Running").then_some(())
+        (phase_of(&server, "again") == "Running").then_some(())
     })
     .await;
-    let (code, out) = exec(&fixture, "again", "cat /data/f").await;
+    let (code, out) = exec(&server, "again", "cat /data/f").await;
     assert_eq!((code, out.trim()), (0, "kept"), "{}", tail(&n.logs(), 40));
-    delete_and_wait(&fixture, &n, "again").await;
+    delete_and_wait(&server, &n, "again").await;
     wait_api("nothing mounted after the last pod", &n, || {
         mounts_under(&root).is_empty().then_some(())
     })
@@ -158,6 +161,7 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
             .then_some(())
     })
     .await;
+    server.kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }
 
 /// The kubelet's wait for an unbound claim: the pod stays `ContainerCreating` with a
@@ -166,7 +170,7 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
 async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
     let (fixture, n, driver, root) = joined_with_driver("csi-unbound", false).await;
     let api = fixture.url();
-    create_claim_and_volume(&api, n.dir.path(), "pv-late", "late", "vol-late");
+    create_claim_and_volume(&api, "default", n.dir.path(), "pv-late", "late", "vol-late");
     create(
         &api,
         n.dir.path(),
@@ -221,7 +225,7 @@ async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
 async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     let (fixture, mut n, driver, root) = joined_with_driver("csi-restart", false).await;
     let api = fixture.url();
-    create_claim_and_volume(&api, n.dir.path(), "pv-r", "r", "vol-r");
+    create_claim_and_volume(&api, "default", n.dir.path(), "pv-r", "r", "vol-r");
     bind(&api, "r");
     create(
         &api,
@@ -402,7 +406,7 @@ async fn an_inline_csi_volume_is_published_for_the_pod_alone() {
 async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
     let (fixture, n, driver, _root) = joined_with_driver("csi-attach", true).await;
     let api = fixture.url();
-    create_claim_and_volume(&api, n.dir.path(), "pv-a", "a", "vol-a");
+    create_claim_and_volume(&api, "default", n.dir.path(), "pv-a", "a", "vol-a");
     bind(&api, "a");
     create(
         &api,
@@ -521,6 +525,7 @@ async fn a_generic_ephemeral_volume_uses_the_claim_made_for_the_pod() {
     );
     create_owned_claim_and_volume(
         &api,
+        "default",
         n.dir.path(),
         "pv-eph",
         "eph-scratch",

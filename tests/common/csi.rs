@@ -1,12 +1,15 @@
 //! Helpers of the CSI end-to-end tests (`tests/csi_driver.rs`, `tests/csi_block.rs`): the
 //! project's CSI driver process (`nodelet-test-csi`), the storage objects the control plane would
-//! make, and nodelet joined to the API server fixture with the driver registered.
+//! make, and nodelet joined to an API server (the fixture, or the real control plane: there its
+//! PV controller binds the claims) with the driver registered.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use apiserver_fixture::Fixture;
+
+use super::real::TestApi;
 use serde_json::Value;
 
 use super::*;
@@ -136,13 +139,21 @@ pub fn csi_driver_yaml(attach_required: bool) -> String {
 /// Claim `claim` and a PV of the test driver (handle `handle`) bound to it, as a provisioner and
 /// the control plane's binder leave them: the PV's `claimRef` carries the claim's UID, the
 /// claim names the PV (its `Bound` phase is [`bind`]'s).
-pub fn create_claim_and_volume(api: &str, dir: &Path, pv: &str, claim: &str, handle: &str) {
-    create_owned_claim_and_volume(api, dir, pv, claim, handle, "");
+pub fn create_claim_and_volume(
+    api: &str,
+    ns: &str,
+    dir: &Path,
+    pv: &str,
+    claim: &str,
+    handle: &str,
+) {
+    create_owned_claim_and_volume(api, ns, dir, pv, claim, handle, "");
 }
 
 /// [`create_claim_and_volume`] with `owner` (YAML of `metadata.ownerReferences`, or empty).
 pub fn create_owned_claim_and_volume(
     api: &str,
+    ns: &str,
     dir: &Path,
     pv: &str,
     claim: &str,
@@ -150,20 +161,31 @@ pub fn create_owned_claim_and_volume(
     owner: &str,
 ) {
     let claim_yaml = format!(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: default\n{owner}spec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {ns}\n{owner}spec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
     );
     create(api, dir, &format!("claim-{claim}"), &claim_yaml);
-    let uid = kubectl_json(api, &["get", "pvc", claim]).unwrap()["metadata"]["uid"]
+    let uid = kubectl_json(api, &["get", "pvc", "-n", ns, claim]).unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
         .to_string();
     let pv_yaml = format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: default, name: {claim}, uid: {uid}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n    volumeAttributes: {{color: blue}}\n"
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: {ns}, name: {claim}, uid: {uid}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n    volumeAttributes: {{color: blue}}\n"
     );
     create(api, dir, &format!("pv-{pv}"), &pv_yaml);
 }
 
-/// Marks the claim Bound, as the control plane's binder does.
+/// Waits until the real control plane's PV controller has bound the claim to its volume
+/// (`Bound`, both ways).
+pub async fn wait_bound(server: &RealServer, n: &Nodelet, claim: &str, pv: &str) {
+    wait_api(&format!("{claim} bound by the PV controller"), n, || {
+        let c = kubectl_json(&server.api(), &["get", "pvc", claim])?;
+        let v = kubectl_json(&server.api(), &["get", "pv", pv])?;
+        (c["status"]["phase"] == "Bound" && v["status"]["phase"] == "Bound").then_some(())
+    })
+    .await;
+}
+
+/// Marks the claim Bound, as the control plane's binder does (the fixture has none).
 pub fn bind(api: &str, claim: &str) {
     let (ok, out, err) = kubectl(
         api,
@@ -186,13 +208,13 @@ pub fn pod_with_claim(name: &str, node: &str, claim: &str) -> String {
     )
 }
 
-pub fn phase_of(fixture: &Fixture, name: &str) -> String {
+pub fn phase_of(fixture: &impl TestApi, name: &str) -> String {
     api_pod(fixture, name)
         .and_then(|p| p.status?.phase)
         .unwrap_or_default()
 }
 
-pub async fn exec(fixture: &Fixture, name: &str, cmd: &str) -> (i32, String) {
+pub async fn exec(fixture: &impl TestApi, name: &str, cmd: &str) -> (i32, String) {
     use nodelet::cri::Runtime;
     let pod = api_pod(fixture, name).unwrap();
     let id = pod.status.unwrap().container_statuses.unwrap()[0]
@@ -219,8 +241,8 @@ pub async fn exec(fixture: &Fixture, name: &str, cmd: &str) -> (i32, String) {
     )
 }
 
-pub async fn delete_and_wait(fixture: &Fixture, n: &Nodelet, name: &str) {
-    let (ok, out, err) = kubectl(&fixture.url(), &["delete", "pod", name, "--wait=false"]);
+pub async fn delete_and_wait(fixture: &impl TestApi, n: &Nodelet, name: &str) {
+    let (ok, out, err) = kubectl(&fixture.api(), &["delete", "pod", name, "--wait=false"]);
     assert!(ok, "{out}{err}");
     wait_api(&format!("{name} gone"), n, || {
         api_pod(fixture, name).is_none().then_some(())
