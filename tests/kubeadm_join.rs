@@ -203,26 +203,14 @@ fn host_ip() -> IpAddr {
     socket.local_addr().expect("local address").ip()
 }
 
-/// Polls `check` every 250 ms until it gives a value; fails after `timeout` with `what` and
-/// the tail of nodelet's log.
+/// [`wait_within`] with nodelet's log alone.
 async fn wait_for<T>(
     what: &str,
     n: &Nodelet,
     timeout: Duration,
-    mut check: impl FnMut() -> Option<T>,
+    check: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}\n{}",
-            tail(&n.logs(), 80)
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_within(what, n, timeout, check, String::new).await
 }
 
 /// The real kubectl with a kubeconfig (the fixture's admin).

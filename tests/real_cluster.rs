@@ -22,7 +22,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use nodelet_testkit::port::free_port;
@@ -87,30 +87,19 @@ impl Kubectl {
     }
 }
 
-/// Polls `check` every 500 ms until it gives a value; fails after `timeout` with `what`,
-/// nodelet's log and the cluster's events.
+/// [`wait_within`] with the cluster's last events beside nodelet's log.
 async fn wait_for<T>(
     what: &str,
     n: &Nodelet,
     k: &Kubectl,
     timeout: Duration,
-    mut check: impl FnMut() -> Option<T>,
+    check: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let (_, events, _) = k.run(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
-            panic!(
-                "no {what} after {timeout:?}\n--- events ---\n{}\n--- nodelet ---\n{}",
-                tail(&events, 30),
-                tail(&n.logs(), 60)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_within(what, n, timeout, check, || {
+        let (_, events, _) = k.run(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
+        format!("--- events ---\n{}", tail(&events, 30))
+    })
+    .await
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
@@ -163,6 +152,34 @@ fn csrs_of(
             (str_at(c, "/metadata/name").to_string(), conditions)
         })
         .collect()
+}
+
+/// The first client-certificate CSR (`kube-apiserver-client-kubelet`) `username` made at or
+/// after `started` that is approved (by the controller-manager: nothing else approves them).
+/// Four minutes: a renewal comes up to 105 s after the certificate it replaces was issued.
+async fn client_csr_approved(
+    n: &Nodelet,
+    k: &Kubectl,
+    username: &str,
+    started: jiff::Timestamp,
+) -> (String, Vec<String>) {
+    wait_for(
+        &format!("a client CSR of {username} approved"),
+        n,
+        k,
+        Duration::from_secs(240),
+        || {
+            csrs_of(
+                k,
+                username,
+                "kubernetes.io/kube-apiserver-client-kubelet",
+                started,
+            )
+            .into_iter()
+            .find(|(_, c)| c.iter().any(|t| t == "Approved"))
+        },
+    )
+    .await
 }
 
 /// A nodelet configured as kubeadm configures a kubelet to join: a bootstrap-token kubeconfig,
@@ -222,17 +239,7 @@ async fn joins_a_real_control_plane_and_runs_a_deployment_on_it() {
     n.launch();
 
     // The client certificate: the bootstrap CSR approved and issued by the controller-manager.
-    let client = wait_for("client CSR approved and issued", &n, &k, T, || {
-        csrs_of(
-            &k,
-            &bootstrap_user(),
-            "kubernetes.io/kube-apiserver-client-kubelet",
-            started,
-        )
-        .into_iter()
-        .find(|(_, c)| c.iter().any(|t| t == "Approved"))
-    })
-    .await;
+    let client = client_csr_approved(&n, &k, &bootstrap_user(), started).await;
     eprintln!("client CSR {} approved by the controller-manager", client.0);
     // The Node registers with its new identity and becomes Ready.
     let registered = wait_for("the Node Ready", &n, &k, T, || {
@@ -469,17 +476,7 @@ async fn rotates_its_client_certificate_through_the_real_signer() {
     let (mut n, join_dir) = joining_nodelet("real-rotate");
     let node = n.node.clone();
     n.launch();
-    wait_for("the bootstrap CSR approved", &n, &k, T, || {
-        csrs_of(
-            &k,
-            &bootstrap_user(),
-            "kubernetes.io/kube-apiserver-client-kubelet",
-            started,
-        )
-        .into_iter()
-        .find(|(_, c)| c.iter().any(|t| t == "Approved"))
-    })
-    .await;
+    client_csr_approved(&n, &k, &bootstrap_user(), started).await;
     let current = join_dir.join("pki/kubelet-client-current.pem");
     let first = wait_for("the first client certificate", &n, &k, T, || {
         certificate_of(&current)
@@ -500,23 +497,7 @@ async fn rotates_its_client_certificate_through_the_real_signer() {
 
     // The renewal, made with the node's own certificate and approved by the controller-manager.
     let node_user = format!("system:node:{node}");
-    let renewal = wait_for(
-        "a renewal CSR approved by the controller-manager",
-        &n,
-        &k,
-        Duration::from_secs(240),
-        || {
-            csrs_of(
-                &k,
-                &node_user,
-                "kubernetes.io/kube-apiserver-client-kubelet",
-                started,
-            )
-            .into_iter()
-            .find(|(_, c)| c.iter().any(|t| t == "Approved"))
-        },
-    )
-    .await;
+    let renewal = client_csr_approved(&n, &k, &node_user, started).await;
     eprintln!("renewal CSR {} approved", renewal.0);
     let second = wait_for("the renewed certificate in use", &n, &k, T, || {
         certificate_of(&current).filter(|c| c.0 != first.0)

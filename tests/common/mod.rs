@@ -638,15 +638,29 @@ pub fn api_pod(server: &impl TestApi, name: &str) -> Option<Pod> {
 
 /// Polls `check` (against the API server fixture, say) every 200 ms until it gives a value;
 /// fails after 90 s with `what` and the tail of nodelet's log.
-pub async fn wait_api<T>(what: &str, n: &Nodelet, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(90);
+pub async fn wait_api<T>(what: &str, n: &Nodelet, check: impl FnMut() -> Option<T>) -> T {
+    wait_within(what, n, Duration::from_secs(90), check, String::new).await
+}
+
+/// Polls `check` every 200 ms until it gives a value; fails after `timeout` with `what`,
+/// `context()` (what else the test can tell, such as the cluster's events) and the tail of
+/// nodelet's log.
+pub async fn wait_within<T>(
+    what: &str,
+    n: &Nodelet,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = check() {
             return v;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
+            "timed out after {timeout:?} waiting for {what}\n{}\n--- nodelet ---\n{}",
+            context(),
             tail(&n.logs(), 80)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
