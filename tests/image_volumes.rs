@@ -1,5 +1,5 @@
 //! Image volumes (`spec.volumes[].image`) on the real containerd, in cluster mode against the
-//! API server fixture.
+//! real v1.37.2 control plane.
 //!
 //! On containerd 2.1 and newer (the CRI's `Mount.image`): an image of the test's own, pushed to
 //! the project's private test registry (TLS, htpasswd; `scripts/registry.sh`), is pulled with
@@ -27,7 +27,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use apiserver_fixture::Fixture;
 use common::*;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use nodelet::cri::{ImageService, Runtime};
@@ -114,7 +113,7 @@ const SCRIPT: &str = r#"echo "hello=$(cat /vol/data/hello.txt)"; echo "inner=$(c
 
 fn pod_yaml(name: &str, node: &str, image: &str, policy: &str, secrets: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n{secrets}\
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n{secrets}\
          \x20 volumes:\n  - name: data\n    image: {{reference: \"{image}\", pullPolicy: {policy}}}\n\
          \x20 containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {SCRIPT:?}]\n\
          \x20   volumeMounts:\n    - {{name: data, mountPath: /vol, readOnly: false}}\n"
@@ -122,7 +121,7 @@ fn pod_yaml(name: &str, node: &str, image: &str, policy: &str, secrets: &str) ->
 }
 
 async fn wait_api_pod(
-    fixture: &Fixture,
+    fixture: &impl TestApi,
     n: &Nodelet,
     name: &str,
     what: &str,
@@ -131,7 +130,7 @@ async fn wait_api_pod(
     let deadline = Instant::now() + T;
     let mut last = None;
     loop {
-        if let Some(p) = fixture.get::<Pod>(Some("default"), name).ok().flatten() {
+        if let Some(p) = fixture.object::<Pod>(Some(&fixture.namespace()), name) {
             if check(&p) {
                 return p;
             }
@@ -149,10 +148,9 @@ async fn wait_api_pod(
 }
 
 /// The pod's events: (reason, message, the involved object's fieldPath).
-fn pod_events(fixture: &Fixture, pod: &str) -> Vec<(String, String, Option<String>)> {
+fn pod_events(fixture: &impl TestApi, pod: &str) -> Vec<(String, String, Option<String>)> {
     fixture
-        .list::<Event>(Some("default"))
-        .unwrap()
+        .objects::<Event>(Some(&fixture.namespace()))
         .into_iter()
         .filter(|e| e.involved_object.name.as_deref() == Some(pod))
         .map(|e| {
@@ -223,9 +221,9 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
         "containerd {version} ({served:?})"
     );
 
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("imgvol", &api, "");
+    let server = RealServer::start("imgvol");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("imgvol", &server, "");
 
     if !support.volumes {
         let reference = "registry.invalid/private/never-pulled:1";
@@ -235,7 +233,7 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
             "refused",
             &pod_yaml("refused", &n.node, reference, "IfNotPresent", ""),
         );
-        let pod = wait_api_pod(&fixture, &n, "refused", "rejected at admission", |p| {
+        let pod = wait_api_pod(&server, &n, "refused", "rejected at admission", |p| {
             phase(p) == "Failed"
         })
         .await;
@@ -253,7 +251,7 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
             sandboxes.is_empty() && containers.is_empty(),
             "a rejected pod got a sandbox or containers: {sandboxes:?} {containers:?}"
         );
-        let events = pod_events(&fixture, "refused");
+        let events = pod_events(&server, "refused");
         assert!(
             events
                 .iter()
@@ -300,7 +298,7 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
             "  imagePullSecrets: [{name: regcred}]\n",
         ),
     );
-    let pod = wait_api_pod(&fixture, &n, "vol", "its container running", running).await;
+    let pod = wait_api_pod(&server, &n, "vol", "its container running", running).await;
     let r = report(&n, &pod).await;
     assert_eq!(r.get("hello"), Some(&content), "{r:?}");
     assert_eq!(r.get("inner").map(String::as_str), Some("inner"), "{r:?}");
@@ -311,7 +309,7 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
     );
 
     // Pulled with the pod's secret, the events on the pod itself (no container fieldPath).
-    let events = pod_events(&fixture, "vol");
+    let events = pod_events(&server, "vol");
     assert!(
         events.iter().any(|(r, m, f)| r == "Pulling"
             && *m == format!("Pulling image {image:?}")
@@ -364,7 +362,7 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
         &pod_yaml("nosecret", &n.node, &image, "Always", ""),
     );
     let pod = wait_api_pod(
-        &fixture,
+        &server,
         &n,
         "nosecret",
         "waiting on the volume's image",
@@ -376,7 +374,7 @@ async fn an_image_volume_is_pulled_with_the_pods_secret_and_mounted_read_only() 
         },
     )
     .await;
-    let events = pod_events(&fixture, "nosecret");
+    let events = pod_events(&server, "nosecret");
     assert!(
         events.iter().any(|(r, m, _)| r == "Failed"
             && m.starts_with(&format!("Failed to pull image {image:?}"))
