@@ -223,10 +223,13 @@ async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
 /// publish, the same container), and the mounts go with the pod afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
-    let (fixture, mut n, driver, root) = joined_with_driver("csi-restart", false).await;
-    let api = fixture.url();
-    create_claim_and_volume(&api, "default", n.dir.path(), "pv-r", "r", "vol-r");
-    bind(&api, "r");
+    let (server, mut n, driver, root) = joined_real_with_driver("csi-restart").await;
+    let api = server.api();
+    let ns = server.namespace();
+    // The PV's name is the cluster's: the test's own. The real PV controller binds the two.
+    let pv = format!("{ns}-r");
+    create_claim_and_volume(&api, &ns, n.dir.path(), &pv, "r", "vol-r");
+    wait_bound(&server, &n, "r", &pv).await;
     create(
         &api,
         n.dir.path(),
@@ -234,10 +237,10 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
         &pod_with_claim("keeper", &n.node, "r"),
     );
     wait_api("keeper Running", &n, || {
-        (phase_of(&fixture, "keeper") == "Running").then_some(())
+        (phase_of(&server, "keeper") == "Running").then_some(())
     })
     .await;
-    let (code, _) = exec(&fixture, "keeper", "echo before > /data/f").await;
+    let (code, _) = exec(&server, "keeper", "echo before > /data/f").await;
     assert_eq!(code, 0);
     let csi_mounts = |root: &Path| -> Vec<String> {
         mounts_under(root)
@@ -247,7 +250,7 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     };
     let before = csi_mounts(&root);
     assert_eq!(before.len(), 2, "a global mount and a target: {before:?}");
-    let container = api_pod(&fixture, "keeper")
+    let container = api_pod(&server, "keeper")
         .unwrap()
         .status
         .unwrap()
@@ -265,9 +268,9 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     // A positive sign the restarted nodelet synced the pod: a status written after the restart.
     n.wait_more_syncs(2, Duration::from_secs(90)).await;
     assert_eq!(csi_mounts(&root), before, "{}", tail(&n.logs(), 40));
-    let (code, out) = exec(&fixture, "keeper", "cat /data/f").await;
+    let (code, out) = exec(&server, "keeper", "cat /data/f").await;
     assert_eq!((code, out.trim()), (0, "before"));
-    let now = api_pod(&fixture, "keeper")
+    let now = api_pod(&server, "keeper")
         .unwrap()
         .status
         .unwrap()
@@ -295,7 +298,7 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     for (kind, name, subresource, patch) in [
         (
             "pv",
-            "pv-r",
+            pv.as_str(),
             None,
             r#"{"spec":{"capacity":{"storage":"2Gi"}}}"#,
         ),
@@ -330,7 +333,7 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
         "{expand}"
     );
     wait_api("the FileSystemResizeSuccessful event", &n, || {
-        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+        let j = kubectl_json(&api, &["get", "events", "-n", &ns])?;
         j["items"]
             .as_array()?
             .iter()
@@ -342,7 +345,7 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
     })
     .await;
 
-    delete_and_wait(&fixture, &n, "keeper").await;
+    delete_and_wait(&server, &n, "keeper").await;
     wait_api("unpublished and unstaged after the restart", &n, || {
         (driver.calls("NodeUnstageVolume") == 1 && mounts_under(&root).is_empty()).then_some(())
     })
@@ -353,24 +356,25 @@ async fn a_restart_keeps_the_mounts_and_the_pods_delete_removes_them() {
         "{:#?}",
         driver.journal()
     );
+    server.kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }
 
 /// An inline CSI volume (the CSIDriver allows `Ephemeral`): published without staging, with
 /// the pod's information, writable, and gone with the pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inline_csi_volume_is_published_for_the_pod_alone() {
-    let (fixture, n, driver, root) = joined_with_driver("csi-inline", false).await;
-    let api = fixture.url();
+    let (server, n, driver, root) = joined_real_with_driver("csi-inline").await;
+    let api = server.api();
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: inline\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: scratch\n    csi:\n      driver: {DRIVER}\n      volumeAttributes: {{size: small}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n",
         node = n.node
     );
     create(&api, n.dir.path(), "inline", &yaml);
     wait_api("inline Running", &n, || {
-        (phase_of(&fixture, "inline") == "Running").then_some(())
+        (phase_of(&server, "inline") == "Running").then_some(())
     })
     .await;
-    let (code, out) = exec(&fixture, "inline", "echo x > /scratch/f && cat /scratch/f").await;
+    let (code, out) = exec(&server, "inline", "echo x > /scratch/f && cat /scratch/f").await;
     assert_eq!((code, out.trim()), (0, "x"));
     let publish = driver
         .journal()
@@ -393,7 +397,7 @@ async fn an_inline_csi_volume_is_published_for_the_pod_alone() {
         "{publish}"
     );
     assert_eq!(driver.calls("NodeStageVolume"), 0);
-    delete_and_wait(&fixture, &n, "inline").await;
+    delete_and_wait(&server, &n, "inline").await;
     wait_api("the inline volume unpublished", &n, || {
         (driver.calls("NodeUnpublishVolume") == 1 && mounts_under(&root).is_empty()).then_some(())
     })

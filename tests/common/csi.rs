@@ -250,6 +250,29 @@ pub async fn delete_and_wait(fixture: &impl TestApi, n: &Nodelet, name: &str) {
     .await;
 }
 
+/// [`joined_with_driver`] against the real control plane (the CSIDriver object is the
+/// cluster's: every test that makes it asks the same of it, `attachRequired: false`).
+pub async fn joined_real_with_driver(test: &str) -> (RealServer, Nodelet, Driver, PathBuf) {
+    let server = RealServer::start(test);
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster(test, &server, "");
+    let root = n.dir.path().join("root");
+    let driver = Driver::start(&root, &n.dir.path().join("driver"), &[]);
+    wait_registered(&api, &n).await;
+    create(&api, n.dir.path(), "csidriver", &csi_driver_yaml(false));
+    (server, n, driver, root)
+}
+
+/// Waits until the test driver is on the node's CSINode.
+async fn wait_registered(api: &str, n: &Nodelet) {
+    let node = n.node.clone();
+    wait_api("the driver registered", n, || {
+        let j = kubectl_json(api, &["get", "csinode", &node])?;
+        (j["spec"]["drivers"][0]["name"] == DRIVER).then_some(())
+    })
+    .await;
+}
+
 /// The first scenario's start: fixture, nodelet, driver registered, CSIDriver object.
 pub async fn joined_with_driver(
     test: &str,
@@ -260,12 +283,7 @@ pub async fn joined_with_driver(
     let n = Nodelet::start_in_cluster(test, &api, "");
     let root = n.dir.path().join("root");
     let driver = Driver::start(&root, &n.dir.path().join("driver"), &[]);
-    let node = n.node.clone();
-    wait_api("the driver registered", &n, || {
-        let j = kubectl_json(&api, &["get", "csinode", &node])?;
-        (j["spec"]["drivers"][0]["name"] == DRIVER).then_some(())
-    })
-    .await;
+    wait_registered(&api, &n).await;
     create(
         &api,
         n.dir.path(),
