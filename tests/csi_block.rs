@@ -1,5 +1,6 @@
 //! Raw block CSI volumes (`volumeDevices`, `volumeMode: Block`) on a real containerd, end to
-//! end: nodelet joined to the API server fixture, the project's CSI node driver
+//! end: nodelet joined to the real v1.37.2 control plane (its PV controller binds the claims),
+//! the project's CSI node driver
 //! (`nodelet-test-csi`, whose block volumes are loop devices) and the real `kubectl`.
 
 mod common;
@@ -13,17 +14,24 @@ use nodelet_testkit::tail;
 use serde_json::Value;
 
 /// A Block claim and its PV (`volumeMode: Block`), bound as the binder leaves them.
-fn create_block_claim_and_volume(api: &str, dir: &Path, pv: &str, claim: &str, handle: &str) {
+fn create_block_claim_and_volume(
+    api: &str,
+    ns: &str,
+    dir: &Path,
+    pv: &str,
+    claim: &str,
+    handle: &str,
+) {
     let claim_yaml = format!(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {ns}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
     );
     create(api, dir, &format!("claim-{claim}"), &claim_yaml);
-    let uid = kubectl_json(api, &["get", "pvc", claim]).unwrap()["metadata"]["uid"]
+    let uid = kubectl_json(api, &["get", "pvc", "-n", ns, claim]).unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
         .to_string();
     let pv_yaml = format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: default, name: {claim}, uid: {uid}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n"
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: {ns}, name: {claim}, uid: {uid}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n"
     );
     create(api, dir, &format!("pv-{pv}"), &pv_yaml);
 }
@@ -56,11 +64,14 @@ fn loops_under(dir: &Path) -> Vec<String> {
 /// `block` access type at the kubelet's paths, and nothing stays mounted or attached after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_pod() {
-    let (fixture, n, driver, root) = joined_with_driver("csi-block", false).await;
-    let api = fixture.url();
+    let (server, n, driver, root) = joined_real_with_driver("csi-block").await;
+    let api = server.api();
+    let ns = server.namespace();
     let node = n.node.clone();
-    create_block_claim_and_volume(&api, n.dir.path(), "pv-blk", "blk", "vol-blk");
-    bind(&api, "blk");
+    // The PV's name is the cluster's: the test's own. The real PV controller binds the two.
+    let pv = format!("{ns}-blk");
+    create_block_claim_and_volume(&api, &ns, n.dir.path(), &pv, "blk", "vol-blk");
+    wait_bound(&server, &n, "blk", &pv).await;
 
     create(
         &api,
@@ -69,13 +80,13 @@ async fn a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_po
         &pod_with_device("writer", &node, "blk"),
     );
     wait_api("writer Running", &n, || {
-        (phase_of(&fixture, "writer") == "Running").then_some(())
+        (phase_of(&server, "writer") == "Running").then_some(())
     })
     .await;
-    let (code, out) = exec(&fixture, "writer", "test -b /dev/xvda && echo block").await;
+    let (code, out) = exec(&server, "writer", "test -b /dev/xvda && echo block").await;
     assert_eq!((code, out.trim()), (0, "block"), "{out}");
     let write = "yes nodelet-block | head -c 4096 > /tmp/p && dd if=/tmp/p of=/dev/xvda bs=4096 count=1 conv=fsync 2>/dev/null && md5sum < /tmp/p";
-    let (code, written) = exec(&fixture, "writer", write).await;
+    let (code, written) = exec(&server, "writer", write).await;
     assert_eq!(code, 0, "{written}");
     assert!(
         written.starts_with(|c: char| c.is_ascii_hexdigit()),
@@ -94,11 +105,11 @@ async fn a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_po
     let block = root.join("plugins/kubernetes.io/csi/volumeDevices");
     let text = |v: &Value| v.to_string();
     assert!(
-        text(stage).contains(&block.join("staging/pv-blk").display().to_string()),
+        text(stage).contains(&block.join("staging").join(&pv).display().to_string()),
         "{stage}"
     );
     assert!(
-        text(publish).contains(&block.join("publish/pv-blk").display().to_string()),
+        text(publish).contains(&block.join("publish").join(&pv).display().to_string()),
         "{publish}"
     );
     assert_eq!(stage["block"], true, "{stage}");
@@ -109,7 +120,7 @@ async fn a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_po
         "the driver's loop device"
     );
 
-    delete_and_wait(&fixture, &n, "writer").await;
+    delete_and_wait(&server, &n, "writer").await;
     wait_api("the block volume unstaged after its pod", &n, || {
         (driver.calls("NodeUnstageVolume") == 1).then_some(())
     })
@@ -124,11 +135,11 @@ async fn a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_po
         &pod_with_device("reader", &node, "blk"),
     );
     wait_api("reader Running", &n, || {
-        (phase_of(&fixture, "reader") == "Running").then_some(())
+        (phase_of(&server, "reader") == "Running").then_some(())
     })
     .await;
     let (code, read) = exec(
-        &fixture,
+        &server,
         "reader",
         "dd if=/dev/xvda bs=4096 count=1 2>/dev/null | md5sum",
     )
@@ -140,7 +151,7 @@ async fn a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_po
         tail(&n.logs(), 40)
     );
 
-    delete_and_wait(&fixture, &n, "reader").await;
+    delete_and_wait(&server, &n, "reader").await;
     wait_api("unstaged again", &n, || {
         (driver.calls("NodeUnstageVolume") == 2).then_some(())
     })
@@ -150,19 +161,22 @@ async fn a_block_claim_is_a_device_in_the_container_and_its_data_outlives_the_po
     })
     .await;
     // The kubelet's block paths are gone with the volume.
-    assert!(!block.join("pv-blk").exists());
-    assert!(!block.join("staging/pv-blk").exists());
-    assert!(!block.join("publish/pv-blk").exists());
+    assert!(!block.join(&pv).exists());
+    assert!(!block.join("staging").join(&pv).exists());
+    assert!(!block.join("publish").join(&pv).exists());
+    server.kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }
 
 /// A Filesystem claim in `volumeDevices` refuses the containers with the kubelet's message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filesystem_claim_as_a_device_is_refused_with_the_kubelets_message() {
-    let (fixture, n, driver, _root) = joined_with_driver("csi-block-fs", false).await;
-    let api = fixture.url();
+    let (server, n, driver, _root) = joined_real_with_driver("csi-block-fs").await;
+    let api = server.api();
+    let ns = server.namespace();
     let node = n.node.clone();
-    create_claim_and_volume(&api, "default", n.dir.path(), "pv-fs", "fs", "vol-fs");
-    bind(&api, "fs");
+    let pv = format!("{ns}-fs");
+    create_claim_and_volume(&api, &ns, n.dir.path(), &pv, "fs", "vol-fs");
+    wait_bound(&server, &n, "fs", &pv).await;
     create(
         &api,
         n.dir.path(),
@@ -170,7 +184,7 @@ async fn a_filesystem_claim_as_a_device_is_refused_with_the_kubelets_message() {
         &pod_with_device("wrong", &node, "fs"),
     );
     let message = wait_api("the container refused", &n, || {
-        let p = api_pod(&fixture, "wrong")?;
+        let p = api_pod(&server, "wrong")?;
         let waiting = p
             .status?
             .container_statuses?
