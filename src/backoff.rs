@@ -128,6 +128,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn random_unit_is_in_range_and_varies() {
+        let values: Vec<f64> = (0..32).map(|_| random_unit()).collect();
+        assert!(values.iter().all(|v| (0.0..1.0).contains(v)), "{values:?}");
+        assert!(
+            values.windows(2).any(|w| w[0] != w[1]),
+            "32 equal values: {values:?}"
+        );
+    }
+
+    #[test]
     fn exponential_doubles_saturates_and_caps() {
         let ms = Duration::from_millis;
         let cases = [

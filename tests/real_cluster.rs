@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::real::k8s_env;
 use common::*;
 use nodelet_testkit::port::free_port;
 use nodelet_testkit::tail;
@@ -31,44 +32,26 @@ use serde_json::Value;
 
 const T: Duration = Duration::from_secs(120);
 
-/// One variable of `scripts/k8s.sh env`; a test without it fails, naming what to run.
-fn k8s_env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: these tests need the real control plane; run them with \
-             scripts/test.sh, which builds and starts it (scripts/k8s.sh up)"
-        )
-    })
-}
-
-/// The real kubectl, as the admin (`system:masters`).
+/// The real kubectl 1.37.2 as the cluster's admin (`system:masters`), in no namespace of a
+/// test's own: [`kubectl_command`] with the admin kubeconfig of `scripts/k8s.sh`.
 struct Kubectl {
-    bin: PathBuf,
     kubeconfig: String,
 }
 
 impl Kubectl {
     fn admin() -> Kubectl {
         Kubectl {
-            bin: Path::new(&k8s_env("NODELET_TEST_K8S_BIN")).join("kubectl"),
             kubeconfig: k8s_env("NODELET_TEST_KUBECONFIG"),
         }
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.bin);
-        c.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        c
+        kubectl_command(&self.kubeconfig, args)
     }
 
     /// Runs kubectl; (success, stdout, stderr).
     fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let out = self.command(args).output().expect("run kubectl");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        kubectl(&self.kubeconfig, args)
     }
 
     /// Runs kubectl and expects success; its stdout.

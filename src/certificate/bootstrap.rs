@@ -332,7 +332,7 @@ pub async fn load_client_cert(
             Ok(created) => break created,
             Err(error @ CsrError::Incompatible { .. }) => return Err(error.into()),
             Err(error) => {
-                let delay = schedule::retry_delay(attempt, schedule::random_unit());
+                let delay = schedule::retry_delay(attempt, crate::backoff::random_unit());
                 tracing::warn!(%error, ?delay, "requesting the node's client certificate; retrying");
                 attempt += 1;
                 tokio::select! {

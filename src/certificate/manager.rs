@@ -132,7 +132,7 @@ impl CertificateManager {
         // first rotation and after a look that found it not due.
         let mut due_at_once: Option<u32> = None;
         loop {
-            let jitter = schedule::random_unit();
+            let jitter = crate::backoff::random_unit();
             let next = {
                 let current = self.current.borrow().clone();
                 let template = self.parts.template.borrow().clone();
@@ -195,7 +195,7 @@ impl CertificateManager {
                     }
                     Err(RotateError::Csr(CsrError::Cancelled { .. })) => return,
                     Err(error) => {
-                        let delay = schedule::retry_delay(attempt, schedule::random_unit());
+                        let delay = schedule::retry_delay(attempt, crate::backoff::random_unit());
                         tracing::warn!(manager = name, %error, ?delay, "certificate rotation failed; retrying");
                         attempt += 1;
                         tokio::select! {

@@ -113,8 +113,6 @@ pub fn wait_after_rotation(next: Next, due_at_once: Option<u32>, jitter: f64) ->
     }
 }
 
-pub use crate::backoff::random_unit;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,15 +322,5 @@ mod tests {
                 "attempt {attempt} jitter {jitter}"
             );
         }
-    }
-
-    #[test]
-    fn random_unit_is_in_range_and_varies() {
-        let values: Vec<f64> = (0..32).map(|_| random_unit()).collect();
-        assert!(values.iter().all(|v| (0.0..1.0).contains(v)), "{values:?}");
-        assert!(
-            values.windows(2).any(|w| w[0] != w[1]),
-            "32 equal values: {values:?}"
-        );
     }
 }
