@@ -99,10 +99,10 @@ fn serving_pod(name: &str, node: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
-    // Joined to the API server fixture with the kubelet API (for `kubectl logs`).
-    let (fixture, mut n, _port, _certs) =
-        join_with_kubelet_api("idle-cpu-busy", Default::default(), "").await;
-    let api = fixture.url();
+    // Joined to the real control plane with the kubelet API (for `kubectl logs`): the
+    // server's watches, the Lease, the node status and the CSI objects are all real.
+    let (server, mut n, _port, _certs) = join_real_with_kubelet_api("idle-cpu-busy", "");
+    let api = server.api();
     let node = n.node.clone();
     wait_up(&n).await;
 
@@ -123,7 +123,7 @@ async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
     }
     for pod in pods {
         wait_api(&format!("{pod} Running"), &n, || {
-            (phase_of(&fixture, pod) == "Running").then_some(())
+            (phase_of(&server, pod) == "Running").then_some(())
         })
         .await;
     }
@@ -131,7 +131,7 @@ async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
     // A `kubectl logs -f` follower on one of them, seen receiving a line the container wrote
     // after it attached.
     let mut follower = LogFollower::start(&api, "idle-a");
-    let ip = api_pod(&fixture, "idle-a")
+    let ip = api_pod(&server, "idle-a")
         .and_then(|p| p.status?.pod_ip)
         .expect("pod IP");
     follower.until_healthz_line(&ip, &n).await;
@@ -148,7 +148,7 @@ async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
         tail(&n.logs(), 40)
     );
     for pod in pods {
-        assert_eq!(phase_of(&fixture, pod), "Running", "{pod}; {usage:?}");
+        assert_eq!(phase_of(&server, pod), "Running", "{pod}; {usage:?}");
     }
     let csinode = kubectl_json(&api, &["get", "csinode", &node]).expect("CSINode");
     assert_eq!(

@@ -7,8 +7,6 @@
 
 use std::time::Duration;
 
-use apiserver_fixture::Fixture;
-
 use crate::common::*;
 use nodelet_testkit::pod::{is_ready, phase, running_ids};
 use nodelet_testkit::tail;
@@ -80,16 +78,16 @@ async fn a_static_pod_of_the_largest_durations_runs() {
     assert_no_panic(&n);
 }
 
-/// Cluster mode through the API server fixture and the real kubectl: a pod with grace
+/// Cluster mode through the real v1.37 API server and kubectl: a pod with grace
 /// 2^63 − 1 s whose container ignores SIGTERM runs; `kubectl delete --wait=false` starts a
 /// termination that does not end (10 s later the container still runs, the pod is still in the
 /// API); `kubectl delete --force --grace-period=0` then ends it: the containers and the sandbox
 /// are gone from the runtime and the pod from the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_delete_ends_a_pod_of_grace_int64_max() {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster("spec-values-force", &api, "");
+    let server = RealServer::start("spec-values-force");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("spec-values-force", &server, "");
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: endless\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: {INT64_MAX}\n{}",
         container("serve, --http, \"8080\", --on-sigterm, ignore"),
@@ -97,13 +95,13 @@ async fn a_force_delete_ends_a_pod_of_grace_int64_max() {
     );
     kubectl_apply(&api, n.dir.path(), "endless", &yaml);
     wait_api("endless Running and Ready in the API", &n, || {
-        api_pod(&fixture, "endless").filter(|p| phase(p) == "Running" && is_ready(p))
+        api_pod(&server, "endless").filter(|p| phase(p) == "Running" && is_ready(p))
     })
     .await;
 
     let (ok, out, err) = kubectl(&api, &["delete", "pod", "endless", "--wait=false"]);
     assert!(ok, "graceful delete: {out}{err}");
-    let deleting = api_pod(&fixture, "endless").expect("still in the API while it terminates");
+    let deleting = api_pod(&server, "endless").expect("still in the API while it terminates");
     assert_eq!(
         deleting.metadata.deletion_grace_period_seconds,
         Some(INT64_MAX),
@@ -127,13 +125,13 @@ async fn a_force_delete_ends_a_pod_of_grace_int64_max() {
         tail(&n.logs(), 40)
     );
     assert!(
-        api_pod(&fixture, "endless").is_some(),
+        api_pod(&server, "endless").is_some(),
         "no final DELETE while the grace period runs"
     );
     assert_no_panic(&n);
 
-    let took = force_delete_until_gone(&fixture, &n, "endless", T).await;
+    let took = force_delete_until_gone(&server, &n, "endless", T).await;
     println!("force delete to containers gone: {took:?}");
-    assert!(api_pod(&fixture, "endless").is_none());
+    assert!(api_pod(&server, "endless").is_none());
     assert_no_panic(&n);
 }
