@@ -1,5 +1,6 @@
 //! CSI volumes on a real containerd, end to end: nodelet joined to the real v1.37.2 control
-//! plane (the first test: its PV controller binds the claim) or the API server fixture, the
+//! plane (its PV controller binds the claims, its attach/detach and ephemeral-volume controllers
+//! make VolumeAttachments and claims), the
 //! project's CSI node driver (`nodelet-test-csi`, a separate process registering through
 //! `<rootDir>/plugins_registry` as DaemonSet drivers do), and the real `kubectl`.
 
@@ -12,6 +13,9 @@ use common::csi::*;
 use common::*;
 use nodelet_testkit::tail;
 use serde_json::Value;
+
+/// The test driver's name where its CSIDriver object says `attachRequired: true`.
+const ATTACHABLE: &str = "attach.csi.nodelet.test";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
@@ -165,12 +169,16 @@ async fn a_registered_driver_serves_a_claim_that_outlives_its_pods() {
 }
 
 /// The kubelet's wait for an unbound claim: the pod stays `ContainerCreating` with a
-/// `FailedMount` event naming the claim, nothing is staged; bound, the pod runs.
+/// `FailedMount` event naming the claim, nothing is staged; once the volume appears and the
+/// real PV controller binds the claim to it, the pod runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
-    let (fixture, n, driver, root) = joined_with_driver("csi-unbound", false).await;
-    let api = fixture.url();
-    create_claim_and_volume(&api, "default", n.dir.path(), "pv-late", "late", "vol-late");
+    let (server, n, driver, root) = joined_real_with_driver("csi-unbound").await;
+    let api = server.api();
+    let ns = server.namespace();
+    // The claim names a volume that does not exist yet: the PV controller leaves it Pending.
+    let pv = format!("{ns}-late");
+    let uid = create_claim(&api, &ns, n.dir.path(), "late", &pv, "");
     create(
         &api,
         n.dir.path(),
@@ -178,7 +186,7 @@ async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
         &pod_with_claim("waiter", &n.node, "late"),
     );
     let event = wait_api("a FailedMount event for the unbound claim", &n, || {
-        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+        let j = kubectl_json(&api, &["get", "events"])?;
         j["items"]
             .as_array()?
             .iter()
@@ -188,10 +196,10 @@ async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
     .await;
     let message = event["message"].as_str().unwrap_or_default().to_string();
     assert!(
-        message.contains("default/late") && message.contains("not bound"),
+        message.contains(&format!("{ns}/late")) && message.contains("not bound"),
         "{message}"
     );
-    let waiting = api_pod(&fixture, "waiter").and_then(|p| {
+    let waiting = api_pod(&server, "waiter").and_then(|p| {
         p.status?
             .container_statuses?
             .first()?
@@ -201,22 +209,33 @@ async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
             .reason
     });
     assert_eq!(waiting.as_deref(), Some("ContainerCreating"));
+    let claim = kubectl_json(&api, &["get", "pvc", "late"]).unwrap();
+    assert_eq!(claim["status"]["phase"], "Pending", "{claim}");
     assert_eq!(
         driver.calls("NodeStageVolume"),
         0,
         "{:#?}",
         driver.journal()
     );
-    bind(&api, "late");
+    create_volume(
+        &api,
+        n.dir.path(),
+        &pv,
+        (&ns, "late", &uid),
+        DRIVER,
+        "vol-late",
+    );
+    wait_bound(&server, &n, "late", &pv).await;
     wait_api("waiter Running once bound", &n, || {
-        (phase_of(&fixture, "waiter") == "Running").then_some(())
+        (phase_of(&server, "waiter") == "Running").then_some(())
     })
     .await;
-    delete_and_wait(&fixture, &n, "waiter").await;
+    delete_and_wait(&server, &n, "waiter").await;
     wait_api("nothing mounted after the pod", &n, || {
         mounts_under(&root).is_empty().then_some(())
     })
     .await;
+    server.kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }
 
 /// A restart of nodelet while a pod runs keeps the volume mounted (no second stage or
@@ -404,30 +423,76 @@ async fn an_inline_csi_volume_is_published_for_the_pod_alone() {
     .await;
 }
 
-/// An attachable volume (the CSIDriver's `attachRequired`) waits for its VolumeAttachment,
-/// gets the attachment's metadata as publish context, and is listed in `volumesInUse`.
+/// An attachable volume (the CSIDriver's `attachRequired`): the real attach/detach controller
+/// makes the VolumeAttachment; until the attacher (the test, in the CSI external-attacher's
+/// place) reports it attached, the pod waits with a `FailedMount`; then the controller records
+/// it in the Node's `volumesAttached`, the attachment's metadata is the publish context, and the
+/// volume is in `volumesInUse` until the pod is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
-    let (fixture, n, driver, _root) = joined_with_driver("csi-attach", true).await;
-    let api = fixture.url();
-    create_claim_and_volume(&api, "default", n.dir.path(), "pv-a", "a", "vol-a");
-    bind(&api, "a");
+    let server = RealServer::start("csi-attach");
+    let api = server.api();
+    let ns = server.namespace();
+    let n = Nodelet::start_in_real_cluster("csi-attach", &server, "");
+    // A CSIDriver with `attachRequired` is the cluster's: under a name no other test uses.
+    let driver = Driver::start_named(
+        ATTACHABLE,
+        &n.dir.path().join("root"),
+        &n.dir.path().join("driver"),
+        &[],
+    );
+    let node = n.node.clone();
+    wait_api("the driver in the CSINode", &n, || {
+        let j = kubectl_json(&api, &["get", "csinode", &node])?;
+        (j["spec"]["drivers"][0]["name"] == ATTACHABLE).then_some(())
+    })
+    .await;
+    create(
+        &api,
+        n.dir.path(),
+        "csidriver",
+        &csi_driver_object(ATTACHABLE, true),
+    );
+    let pv = format!("{ns}-a");
+    // The handle is the test's own: the VolumeAttachment's name is made of it.
+    let handle = format!("vol-{ns}");
+    let uid = create_claim(&api, &ns, n.dir.path(), "a", &pv, "");
+    create_volume(
+        &api,
+        n.dir.path(),
+        &pv,
+        (&ns, "a", &uid),
+        ATTACHABLE,
+        &handle,
+    );
+    wait_bound(&server, &n, "a", &pv).await;
     create(
         &api,
         n.dir.path(),
         "pod",
-        &pod_with_claim("attached", &n.node, "a"),
+        &pod_with_claim("attached", &node, "a"),
     );
-    // The attach/detach controller's VolumeAttachment, under the kubelet's name for it.
+    // The attach/detach controller's VolumeAttachment, under the name the kubelet expects.
     let name = {
         use sha2::Digest;
         format!(
             "csi-{}",
-            hex::encode(sha2::Sha256::digest(format!("vol-a{DRIVER}{}", n.node)))
+            hex::encode(sha2::Sha256::digest(format!("{handle}{ATTACHABLE}{node}")))
         )
     };
+    let va = wait_api("the controller's VolumeAttachment", &n, || {
+        kubectl_json(&api, &["get", "volumeattachment", &name])
+    })
+    .await;
+    assert_eq!(va["spec"]["attacher"], ATTACHABLE, "{va}");
+    assert_eq!(va["spec"]["nodeName"], node.as_str(), "{va}");
+    assert_eq!(
+        va["spec"]["source"]["persistentVolumeName"],
+        pv.as_str(),
+        "{va}"
+    );
     wait_api("a FailedMount while the volume is not attached", &n, || {
-        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+        let j = kubectl_json(&api, &["get", "events"])?;
         j["items"]
             .as_array()?
             .iter()
@@ -436,30 +501,7 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
     })
     .await;
     assert_eq!(driver.calls("NodeStageVolume"), 0);
-    // The attach/detach controller's two records: the Node's volumesAttached and the
-    // VolumeAttachment's status.
-    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-a");
-    let attached =
-        format!(r#"{{"status":{{"volumesAttached":[{{"name":"{unique}","devicePath":""}}]}}}}"#);
-    let (ok, out, err) = kubectl(
-        &api,
-        &[
-            "patch",
-            "node",
-            &n.node,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &attached,
-        ],
-    );
-    assert!(ok, "{out}{err}");
-    create(
-        &api,
-        n.dir.path(),
-        "va",
-        &format!("apiVersion: storage.k8s.io/v1\nkind: VolumeAttachment\nmetadata:\n  name: {name}\nspec:\n  attacher: {DRIVER}\n  nodeName: {node}\n  source: {{persistentVolumeName: pv-a}}\n", node = n.node),
-    );
+    // The external attacher's part: the attachment done, with metadata for the node.
     let (ok, out, err) = kubectl(
         &api,
         &[
@@ -473,8 +515,18 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
         ],
     );
     assert!(ok, "{out}{err}");
+    let unique = format!("kubernetes.io/csi/{ATTACHABLE}^{handle}");
+    wait_api("the controller's volumesAttached on the Node", &n, || {
+        let j = kubectl_json(&api, &["get", "node", &node])?;
+        j["status"]["volumesAttached"]
+            .as_array()?
+            .iter()
+            .any(|v| v["name"] == unique.as_str())
+            .then_some(())
+    })
+    .await;
     wait_api("attached Running", &n, || {
-        (phase_of(&fixture, "attached") == "Running").then_some(())
+        (phase_of(&server, "attached") == "Running").then_some(())
     })
     .await;
     let stage = driver
@@ -484,7 +536,7 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
         .unwrap();
     assert_eq!(stage["publish_context"]["lun"], "3", "{stage}");
     wait_api("the volume in volumesInUse", &n, || {
-        let j = kubectl_json(&api, &["get", "node", &n.node])?;
+        let j = kubectl_json(&api, &["get", "node", &node])?;
         j["status"]["volumesInUse"]
             .as_array()?
             .iter()
@@ -492,30 +544,61 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
             .then_some(())
     })
     .await;
-    delete_and_wait(&fixture, &n, "attached").await;
+    delete_and_wait(&server, &n, "attached").await;
     wait_api("volumesInUse empty after the pod", &n, || {
-        let j = kubectl_json(&api, &["get", "node", &n.node])?;
+        let j = kubectl_json(&api, &["get", "node", &node])?;
         j["status"]["volumesInUse"]
             .as_array()
             .is_none_or(|v| v.is_empty())
             .then_some(())
     })
     .await;
+    // Only then may the controller detach: it deletes the VolumeAttachment.
+    wait_api("the VolumeAttachment deleted by the controller", &n, || {
+        let (ok, out, err) = kubectl(&api, &["get", "volumeattachment", &name]);
+        (!ok && format!("{out}{err}").contains("NotFound")).then_some(())
+    })
+    .await;
+    server.kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }
 
-/// A generic ephemeral volume: the pod waits for the claim `<pod>-<volume>` the control plane
-/// makes for it, owned by the pod, then runs with it; the volume goes with the pod.
+/// A generic ephemeral volume: the real ephemeral-volume controller makes the claim
+/// `<pod>-<volume>`, owned by the pod; the pod waits for it to be bound (the test plays the
+/// provisioner, the real PV controller binds), then runs with it; the volume goes with the pod,
+/// and the claim with it (the garbage collector).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generic_ephemeral_volume_uses_the_claim_made_for_the_pod() {
-    let (fixture, n, driver, root) = joined_with_driver("csi-ephemeral", false).await;
-    let api = fixture.url();
+    let (server, n, driver, root) = joined_real_with_driver("csi-ephemeral").await;
+    let api = server.api();
+    let ns = server.namespace();
     let yaml = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: eph\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: scratch\n    ephemeral:\n      volumeClaimTemplate:\n        spec:\n          accessModes: [ReadWriteOnce]\n          resources: {{requests: {{storage: 1Gi}}}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: eph\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: scratch\n    ephemeral:\n      volumeClaimTemplate:\n        spec:\n          accessModes: [ReadWriteOnce]\n          storageClassName: \"\"\n          resources: {{requests: {{storage: 1Gi}}}}\n  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n",
         node = n.node
     );
     create(&api, n.dir.path(), "eph", &yaml);
-    wait_api("a FailedMount while the claim does not exist", &n, || {
-        let j = kubectl_json(&api, &["get", "events", "-n", "default"])?;
+    let uid = api_pod(&server, "eph").unwrap().metadata.uid.unwrap();
+    let claim = wait_api("the claim the controller made for the pod", &n, || {
+        kubectl_json(&api, &["get", "pvc", "eph-scratch"])
+    })
+    .await;
+    let owner = &claim["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (
+            &owner["kind"],
+            &owner["name"],
+            &owner["uid"],
+            &owner["controller"]
+        ),
+        (
+            &Value::from("Pod"),
+            &Value::from("eph"),
+            &Value::from(uid.as_str()),
+            &Value::from(true)
+        ),
+        "{claim}"
+    );
+    wait_api("a FailedMount while the claim is not bound", &n, || {
+        let j = kubectl_json(&api, &["get", "events"])?;
         j["items"]
             .as_array()?
             .iter()
@@ -523,25 +606,23 @@ async fn a_generic_ephemeral_volume_uses_the_claim_made_for_the_pod() {
             .then_some(())
     })
     .await;
-    let uid = api_pod(&fixture, "eph").unwrap().metadata.uid.unwrap();
-    let owner = format!(
-        "  ownerReferences:\n  - {{apiVersion: v1, kind: Pod, name: eph, uid: {uid}, controller: true, blockOwnerDeletion: true}}\n"
-    );
-    create_owned_claim_and_volume(
+    assert_eq!(driver.calls("NodeStageVolume"), 0);
+    let pv = format!("{ns}-eph");
+    let claim_uid = claim["metadata"]["uid"].as_str().unwrap();
+    create_volume(
         &api,
-        "default",
         n.dir.path(),
-        "pv-eph",
-        "eph-scratch",
+        &pv,
+        (&ns, "eph-scratch", claim_uid),
+        DRIVER,
         "vol-eph",
-        &owner,
     );
-    bind(&api, "eph-scratch");
+    wait_bound(&server, &n, "eph-scratch", &pv).await;
     wait_api("eph Running with its claim", &n, || {
-        (phase_of(&fixture, "eph") == "Running").then_some(())
+        (phase_of(&server, "eph") == "Running").then_some(())
     })
     .await;
-    let (code, out) = exec(&fixture, "eph", "echo e > /scratch/f && cat /scratch/f").await;
+    let (code, out) = exec(&server, "eph", "echo e > /scratch/f && cat /scratch/f").await;
     assert_eq!((code, out.trim()), (0, "e"));
     assert_eq!(
         driver.calls("NodePublishVolume"),
@@ -549,9 +630,15 @@ async fn a_generic_ephemeral_volume_uses_the_claim_made_for_the_pod() {
         "{:#?}",
         driver.journal()
     );
-    delete_and_wait(&fixture, &n, "eph").await;
+    delete_and_wait(&server, &n, "eph").await;
     wait_api("the ephemeral volume torn down", &n, || {
         (driver.calls("NodeUnstageVolume") == 1 && mounts_under(&root).is_empty()).then_some(())
     })
     .await;
+    wait_api("the claim deleted with its pod", &n, || {
+        let (ok, out, err) = kubectl(&api, &["get", "pvc", "eph-scratch"]);
+        (!ok && format!("{out}{err}").contains("NotFound")).then_some(())
+    })
+    .await;
+    server.kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }

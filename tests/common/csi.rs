@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use apiserver_fixture::Fixture;
 
 use super::real::TestApi;
 use serde_json::Value;
@@ -26,11 +25,17 @@ pub struct Driver {
 impl Driver {
     /// Starts `nodelet-test-csi` registering with the nodelet whose root directory is `root`.
     pub fn start(root: &Path, dir: &Path, extra: &[&str]) -> Driver {
+        Driver::start_named(DRIVER, root, dir, extra)
+    }
+
+    /// [`Driver::start`] under another driver name: a CSIDriver object is the cluster's, so a
+    /// test that needs one unlike the others' on the shared control plane names its own.
+    pub fn start_named(name: &str, root: &Path, dir: &Path, extra: &[&str]) -> Driver {
         std::fs::create_dir_all(dir).unwrap();
         let exe = driver_exe();
         let log = std::fs::File::create(dir.join("driver.log")).unwrap();
         let child = Command::new(&exe)
-            .args(["--driver-name", DRIVER, "--node-id"])
+            .args(["--driver-name", name, "--node-id"])
             .arg("node-a")
             .arg("--csi-socket")
             .arg(dir.join("csi.sock"))
@@ -131,8 +136,13 @@ pub fn create(api: &str, dir: &Path, name: &str, yaml: &str) {
 
 /// A CSIDriver object for the test driver.
 pub fn csi_driver_yaml(attach_required: bool) -> String {
+    csi_driver_object(DRIVER, attach_required)
+}
+
+/// A CSIDriver object for the test driver running as `name`.
+pub fn csi_driver_object(name: &str, attach_required: bool) -> String {
     format!(
-        "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: {DRIVER}\nspec:\n  attachRequired: {attach_required}\n  podInfoOnMount: true\n  fsGroupPolicy: File\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
+        "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: {name}\nspec:\n  attachRequired: {attach_required}\n  podInfoOnMount: true\n  fsGroupPolicy: File\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
     )
 }
 
@@ -160,16 +170,36 @@ pub fn create_owned_claim_and_volume(
     handle: &str,
     owner: &str,
 ) {
+    let uid = create_claim(api, ns, dir, claim, pv, owner);
+    create_volume(api, dir, pv, (ns, claim, &uid), DRIVER, handle);
+}
+
+/// Claim `claim` for the volume `pv` (which may not exist yet: the PV controller then leaves
+/// the claim `Pending`), with `owner` (YAML of `metadata.ownerReferences`, or empty); returns
+/// its UID.
+pub fn create_claim(api: &str, ns: &str, dir: &Path, claim: &str, pv: &str, owner: &str) -> String {
     let claim_yaml = format!(
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {claim}\n  namespace: {ns}\n{owner}spec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n  volumeName: {pv}\n  storageClassName: \"\"\n"
     );
     create(api, dir, &format!("claim-{claim}"), &claim_yaml);
-    let uid = kubectl_json(api, &["get", "pvc", "-n", ns, claim]).unwrap()["metadata"]["uid"]
+    kubectl_json(api, &["get", "pvc", "-n", ns, claim]).unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+/// A PV of the test driver running as `driver` (handle `handle`) for the claim `(namespace,
+/// name, UID)`, as a provisioner leaves it: its `claimRef` carries the claim's UID.
+pub fn create_volume(
+    api: &str,
+    dir: &Path,
+    pv: &str,
+    (ns, claim, uid): (&str, &str, &str),
+    driver: &str,
+    handle: &str,
+) {
     let pv_yaml = format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  claimRef: {{namespace: {ns}, name: {claim}, uid: {uid}}}\n  csi:\n    driver: {DRIVER}\n    volumeHandle: {handle}\n    volumeAttributes: {{color: blue}}\n"
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {pv}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: \"\"\n  claimRef: {{namespace: {ns}, name: {claim}, uid: {uid}}}\n  csi:\n    driver: {driver}\n    volumeHandle: {handle}\n    volumeAttributes: {{color: blue}}\n"
     );
     create(api, dir, &format!("pv-{pv}"), &pv_yaml);
 }
@@ -183,23 +213,6 @@ pub async fn wait_bound(server: &RealServer, n: &Nodelet, claim: &str, pv: &str)
         (c["status"]["phase"] == "Bound" && v["status"]["phase"] == "Bound").then_some(())
     })
     .await;
-}
-
-/// Marks the claim Bound, as the control plane's binder does (the fixture has none).
-pub fn bind(api: &str, claim: &str) {
-    let (ok, out, err) = kubectl(
-        api,
-        &[
-            "patch",
-            "pvc",
-            claim,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":"1Gi"}}}"#,
-        ],
-    );
-    assert!(ok, "bind {claim}: {out}{err}");
 }
 
 pub fn pod_with_claim(name: &str, node: &str, claim: &str) -> String {
@@ -250,8 +263,9 @@ pub async fn delete_and_wait(fixture: &impl TestApi, n: &Nodelet, name: &str) {
     .await;
 }
 
-/// [`joined_with_driver`] against the real control plane (the CSIDriver object is the
-/// cluster's: every test that makes it asks the same of it, `attachRequired: false`).
+/// Joined to the real control plane with the test driver registered and its CSIDriver object
+/// (the object is the cluster's: every test that makes it asks the same of it,
+/// `attachRequired: false`).
 pub async fn joined_real_with_driver(test: &str) -> (RealServer, Nodelet, Driver, PathBuf) {
     let server = RealServer::start(test);
     let api = server.api();
@@ -273,22 +287,3 @@ async fn wait_registered(api: &str, n: &Nodelet) {
     .await;
 }
 
-/// The first scenario's start: fixture, nodelet, driver registered, CSIDriver object.
-pub async fn joined_with_driver(
-    test: &str,
-    attach_required: bool,
-) -> (Fixture, Nodelet, Driver, PathBuf) {
-    let fixture = Fixture::start(None).await.unwrap();
-    let api = fixture.url();
-    let n = Nodelet::start_in_cluster(test, &api, "");
-    let root = n.dir.path().join("root");
-    let driver = Driver::start(&root, &n.dir.path().join("driver"), &[]);
-    wait_registered(&api, &n).await;
-    create(
-        &api,
-        n.dir.path(),
-        "csidriver",
-        &csi_driver_yaml(attach_required),
-    );
-    (fixture, n, driver, root)
-}
