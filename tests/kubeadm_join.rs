@@ -1,13 +1,16 @@
-//! Joining a cluster the way `kubeadm join` sets a kubelet up, against the API server fixture
-//! serving HTTPS with its own CA, on the real containerd, with the real `kubectl`:
+//! Joining a cluster the way `kubeadm join` sets a kubelet up, against the real v1.37.2 control
+//! plane (`scripts/k8s.sh`: its bootstrap token, its controller-manager approving and signing
+//! the node's client certificates, its audit log), on the real containerd, with the real
+//! `kubectl`:
 //!
 //! - nodelet started through kubeadm's systemd drop-in (`10-kubeadm.conf`, the real text; the
 //!   test plays systemd's part: its `Environment=`, `EnvironmentFile=` and `$VAR` expansion)
-//!   as `/usr/bin/kubelet`, with only a bootstrap-token kubeconfig: the CSR, `kubectl certificate
-//!   approve`, the node registered as `system:node:<name>` and Ready, the flags of
-//!   `kubeadm-flags.env` in effect;
+//!   as `/usr/bin/kubelet`, with only a bootstrap-token kubeconfig: the CSR approved by the
+//!   controller-manager (kubeadm's RBAC for node client certificates), the node registered as
+//!   `system:node:<name>` and Ready, the flags of `kubeadm-flags.env` in effect;
 //! - nodelet with kubelet flags (`--rotate-certificates --rotate-server-certificates`) against a
-//!   signer issuing 2-minute certificates: both certificates renewed before they expire, the
+//!   signer issuing certificates of 150 s (`NODELET_TEST_K8S_SIGNING_DURATION`), the serving
+//!   ones approved by the test as an administrator would: both renewed before they expire, the
 //!   node Ready and its lease renewed throughout, the pod watch opened with the first
 //!   certificate still delivering after that certificate expired, the kubelet API serving the
 //!   renewed serving certificate, all without a restart.
@@ -22,8 +25,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver_fixture::csr::SigningPolicy;
-use apiserver_fixture::{Fixture, FixtureOptions, LoggedRequest, TlsOptions};
+use apiserver_fixture::LoggedRequest;
+use common::real::{k8s_env, token_kubeconfig};
 use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -213,18 +216,9 @@ async fn wait_for<T>(
     wait_within(what, n, timeout, check, String::new).await
 }
 
-/// The real kubectl with a kubeconfig (the fixture's admin).
+/// The real kubectl with a kubeconfig (the test's admin).
 fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    kubectl(kubeconfig.to_str().unwrap(), args)
 }
 
 fn write(path: &Path, text: &str) {
@@ -232,8 +226,14 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-fn csrs(fixture: &Fixture) -> Vec<CertificateSigningRequest> {
-    let mut list: Vec<CertificateSigningRequest> = fixture.list(None).unwrap_or_default();
+/// The CSRs of `node` (the CN of the request: the cluster's CSRs are every test's).
+fn csrs(server: &RealServer, node: &str) -> Vec<CertificateSigningRequest> {
+    let cn = format!("system:node:{node}");
+    let mut list: Vec<CertificateSigningRequest> = server
+        .objects::<CertificateSigningRequest>(None)
+        .into_iter()
+        .filter(|c| subject_of_request(&c.spec.request.0).0 == cn)
+        .collect();
     // Creation times have whole seconds, and a renewal due at once (the signer backdates, so a
     // short certificate can be past 70 % of its life when issued) can share the second of the
     // bootstrap token's request; the listing's order is by name, which is random. Within one
@@ -340,13 +340,14 @@ fn bound_pod(name: &str, node: &str) -> String {
 }
 
 /// Applies a pod bound to `node` with kubectl and waits until the API shows it Running.
-async fn run_pod(n: &Nodelet, fixture: &Fixture, admin: &Path, name: &str, timeout: Duration) {
+async fn run_pod(n: &Nodelet, server: &RealServer, name: &str, timeout: Duration) {
+    let admin = server.kubeconfig();
     let file = n.dir.path().join(format!("{name}.yaml"));
     write(&file, &bound_pod(name, &n.node));
     let (ok, out, err) = kubectl_as(admin, &["apply", "-f", file.to_str().unwrap()]);
     assert!(ok, "kubectl apply: {out}{err}");
     wait_for(&format!("pod {name} Running"), n, timeout, || {
-        let pod = fixture.get::<Pod>(Some("default"), name).ok()??;
+        let pod = server.object::<Pod>(Some(&server.namespace()), name)?;
         (pod.status?.phase.as_deref() == Some("Running")).then_some(())
     })
     .await;
@@ -356,36 +357,45 @@ fn user_of(r: &LoggedRequest) -> &str {
     r.user.as_deref().unwrap_or("")
 }
 
+/// The bootstrap token `scripts/k8s.sh` made (kubeadm's groups) and its user name.
+fn bootstrap_token() -> (String, String) {
+    let token = k8s_env("NODELET_TEST_K8S_BOOTSTRAP_TOKEN");
+    let id = token.split('.').next().unwrap_or_default().to_string();
+    (token, format!("system:bootstrap:{id}"))
+}
+
+/// The reason of the CSR's `Approved` condition.
+fn approval_reason(csr: &CertificateSigningRequest) -> Option<String> {
+    csr.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Approved")
+        .and_then(|c| c.reason.clone())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeadm_drop_in_joins_with_a_bootstrap_token() {
     let started = Instant::now();
-    let fixture = Fixture::start_with(FixtureOptions {
-        tls: Some(TlsOptions::default()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let server = RealServer::start("kubeadm-join");
     let mut n = Nodelet::prepare_with("kubeadm-join", "");
     let node = n.node.clone();
+    server.adopt_node(&node);
     // The host's paths, under the test's directory.
     let host = n.dir.path().join("host");
     let etc = host.join("etc/kubernetes");
     let var = host.join("var/lib/kubelet");
-    let token = fixture
-        .create_bootstrap_token("abcdef", "0123456789abcdef")
-        .unwrap();
+    let (token, bootstrap_user) = bootstrap_token();
     write(
         &etc.join("bootstrap-kubelet.conf"),
-        &fixture.kubeconfig(&format!("{{token: {token}}}")),
+        &token_kubeconfig(&token),
     );
-    write(&etc.join("pki/ca.crt"), &fixture.ca_pem().unwrap());
-    let admin = etc.join("admin.conf");
     write(
-        &admin,
-        &fixture
-            .client_kubeconfig("kubernetes-admin", &["system:masters"])
-            .unwrap(),
+        &etc.join("pki/ca.crt"),
+        &std::fs::read_to_string(k8s_env("NODELET_TEST_K8S_CA")).unwrap(),
     );
+    let admin = server.kubeconfig().to_path_buf();
     std::fs::create_dir_all(etc.join("manifests")).unwrap();
     let node_ip = host_ip();
     // kubeadm's config.yaml, with what differs on this test machine (cgroupfs, cgroup v1, the
@@ -475,13 +485,13 @@ evictionHard: {{memory.available: \"1Mi\"}}
 
     // The bootstrap token asks for the node's client certificate.
     let csr = wait_for("the node's CSR", &n, Duration::from_secs(60), || {
-        csrs(&fixture).into_iter().next()
+        csrs(&server, &node).into_iter().next()
     })
     .await;
     let name = csr.metadata.name.clone().unwrap();
     let spec = &csr.spec;
     assert_eq!(spec.signer_name, CLIENT_SIGNER);
-    assert_eq!(spec.username.as_deref(), Some("system:bootstrap:abcdef"));
+    assert_eq!(spec.username.as_deref(), Some(bootstrap_user.as_str()));
     let groups = spec.groups.clone().unwrap_or_default();
     for g in [
         "system:bootstrappers",
@@ -498,7 +508,7 @@ evictionHard: {{memory.available: \"1Mi\"}}
     assert_eq!(orgs, vec!["system:nodes"]);
     assert!(sans.is_empty(), "{sans:?}");
     // With rotateCertificates (kubeadm's config) the kubeconfig is written at once, pointing at
-    // the certificate to come; nothing else happens until the CSR is approved.
+    // the certificate to come.
     let kubelet_conf = etc.join("kubelet.conf");
     let current = var.join("pki/kubelet-client-current.pem");
     let conf = std::fs::read_to_string(&kubelet_conf).expect("kubelet.conf written");
@@ -506,15 +516,28 @@ evictionHard: {{memory.available: \"1Mi\"}}
         conf.contains(&format!("client-certificate: {}", current.display())),
         "{conf}"
     );
-    assert!(fixture.get::<Node>(None, &node).unwrap().is_none());
-    assert!(!current.exists());
 
-    // An administrator (or kube-controller-manager's approver) approves it with kubectl.
-    let (ok, out, err) = kubectl_as(&admin, &["certificate", "approve", &name]);
-    assert!(ok, "kubectl certificate approve: {out}{err}");
-    assert!(out.contains("approved"), "{out}");
-    let (ok, out, _) = kubectl_as(&admin, &["get", "csr", &name, "--no-headers"]);
-    assert!(ok && out.contains("Approved,Issued"), "{out}");
+    // kube-controller-manager's approver approves it (kubeadm's RBAC lets the token's group ask
+    // for node client certificates), its signer issues it.
+    wait_for(
+        "the CSR approved and issued",
+        &n,
+        Duration::from_secs(60),
+        || {
+            let (ok, out, _) = kubectl_as(&admin, &["get", "csr", &name, "--no-headers"]);
+            (ok && out.contains("Approved,Issued")).then_some(())
+        },
+    )
+    .await;
+    let approved = server
+        .object::<CertificateSigningRequest>(None, &name)
+        .unwrap();
+    assert_eq!(
+        approval_reason(&approved).as_deref(),
+        Some("AutoApproved"),
+        "{:?}",
+        approved.status
+    );
 
     wait_for(
         "the node Ready in kubectl get nodes",
@@ -530,13 +553,7 @@ evictionHard: {{memory.available: \"1Mi\"}}
         file_name.starts_with("kubelet-client-20") && file_name.ends_with(".pem"),
         "{file_name}"
     );
-    let issued_pem = issued(
-        &fixture
-            .get::<CertificateSigningRequest>(None, &name)
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let issued_pem = issued(&approved).unwrap();
     let stored = std::fs::read(&current).unwrap();
     assert_eq!(
         cert_facts(&stored).0,
@@ -544,20 +561,20 @@ evictionHard: {{memory.available: \"1Mi\"}}
         "the issued certificate is stored"
     );
 
-    // Who did what: the node registered itself as system:node:<name>; the bootstrap token
-    // touched CSRs only; nothing was refused.
-    let log = fixture.request_log();
+    // Who did what (the API server's audit log): the node registered itself as
+    // system:node:<name>; the bootstrap token touched CSRs only; nothing was refused.
     let node_user = format!("system:node:{node}");
+    let log = server.audited(
+        &[node_user.clone(), bootstrap_user.clone()],
+        "ResponseComplete",
+    );
     let registration = log
         .iter()
         .find(|r| r.method == "POST" && r.path == "/api/v1/nodes")
         .expect("the node registration");
     assert_eq!(user_of(registration), node_user);
     assert_eq!(registration.status, 201);
-    for r in log
-        .iter()
-        .filter(|r| user_of(r) == "system:bootstrap:abcdef")
-    {
+    for r in log.iter().filter(|r| user_of(r) == bootstrap_user) {
         assert!(
             r.path
                 .starts_with("/apis/certificates.k8s.io/v1/certificatesigningrequests")
@@ -575,7 +592,7 @@ evictionHard: {{memory.available: \"1Mi\"}}
     assert!(refused.is_empty(), "{refused:?}");
 
     // kubeadm-flags.env's flags took effect: the name, the address, the label.
-    let node_obj = fixture.get::<Node>(None, &node).unwrap().unwrap();
+    let node_obj = server.object::<Node>(None, &node).unwrap();
     let labels = node_obj.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
         labels.get("nodelet.dev/joined-by").map(String::as_str),
@@ -592,19 +609,30 @@ evictionHard: {{memory.available: \"1Mi\"}}
         "{addresses:?}"
     );
     // ... and the runtime endpoint: a pod runs.
-    run_pod(&n, &fixture, &admin, "joined", Duration::from_secs(60)).await;
+    run_pod(&n, &server, "joined", Duration::from_secs(60)).await;
     assert!(n.exited().is_none(), "still the first process");
     eprintln!("kubeadm join test: {:?}", started.elapsed());
 }
 
-/// Approves every CSR that has no condition yet, with kubectl, until the fixture is dropped
-/// (as kube-controller-manager's approver does for node client certificates, and an
-/// administrator for serving certificates).
-fn spawn_approver(fixture: Arc<Fixture>, admin: PathBuf) -> tokio::task::JoinHandle<()> {
+/// Approves every serving CSR of `node` that has no condition yet, with kubectl, until aborted,
+/// as an administrator does (kube-controller-manager approves only client certificates).
+fn spawn_approver(
+    server: Arc<RealServer>,
+    node: String,
+    admin: PathBuf,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            for csr in csrs(&fixture) {
-                let pending = !has_condition(&csr, "Approved") && !has_condition(&csr, "Denied");
+            let list = {
+                let (server, node) = (server.clone(), node.clone());
+                tokio::task::spawn_blocking(move || csrs(&server, &node))
+                    .await
+                    .unwrap_or_default()
+            };
+            for csr in list {
+                let pending = csr.spec.signer_name == SERVING_SIGNER
+                    && !has_condition(&csr, "Approved")
+                    && !has_condition(&csr, "Denied");
                 if pending {
                     let name = csr.metadata.name.clone().unwrap_or_default();
                     let admin = admin.clone();
@@ -614,7 +642,7 @@ fn spawn_approver(fixture: Arc<Fixture>, admin: PathBuf) -> tokio::task::JoinHan
                     .await;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     })
 }
@@ -659,24 +687,16 @@ async fn served_serial(addr: std::net::SocketAddr, ca_pem: &str) -> Result<Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_and_serving_certificates_rotate_without_a_restart() {
     let started = Instant::now();
-    let fixture = Arc::new(
-        Fixture::start_with(FixtureOptions {
-            tls: Some(TlsOptions {
-                signing: SigningPolicy {
-                    duration: Duration::from_secs(120),
-                    ..Default::default()
-                },
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap(),
-    );
+    let server = Arc::new(RealServer::start("cert-rotation"));
     let node_ip = host_ip();
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.crt");
-    write(&ca, &fixture.ca_pem().unwrap());
+    let ca = PathBuf::from(k8s_env("NODELET_TEST_K8S_CA"));
+    // The controller-manager's `--cluster-signing-duration`, in seconds.
+    let signing: i64 = k8s_env("NODELET_TEST_K8S_SIGNING_DURATION")
+        .trim_end_matches('s')
+        .parse()
+        .expect("NODELET_TEST_K8S_SIGNING_DURATION in seconds");
     let mut n = Nodelet::prepare_with(
         "cert-rotation",
         &format!(
@@ -686,22 +706,12 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
         ),
     );
     let node = n.node.clone();
+    server.adopt_node(&node);
     let node_user = format!("system:node:{node}");
-    let token = fixture
-        .create_bootstrap_token("rotate", "0123456789abcdef")
-        .unwrap();
+    let (token, bootstrap_user) = bootstrap_token();
     let bootstrap = dir.path().join("bootstrap-kubelet.conf");
-    write(
-        &bootstrap,
-        &fixture.kubeconfig(&format!("{{token: {token}}}")),
-    );
-    let admin = dir.path().join("admin.conf");
-    write(
-        &admin,
-        &fixture
-            .client_kubeconfig("kubernetes-admin", &["system:masters"])
-            .unwrap(),
-    );
+    write(&bootstrap, &token_kubeconfig(&token));
+    let admin = server.kubeconfig().to_path_buf();
     let kubeconfig = dir.path().join("kubelet.conf");
     // Kubelet flags after the program name: nodelet takes them as the kubelet would.
     let mut command = Command::new(env!("CARGO_BIN_EXE_nodelet"));
@@ -714,16 +724,16 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
         format!("--node-ip={node_ip}"),
     ]);
     n.launch_command(command);
-    let approver = spawn_approver(fixture.clone(), admin.clone());
+    let approver = spawn_approver(server.clone(), node.clone(), admin.clone());
 
-    let client_csrs = |f: &Fixture| -> Vec<CertificateSigningRequest> {
-        csrs(f)
+    let client_csrs = |s: &RealServer| -> Vec<CertificateSigningRequest> {
+        csrs(s, &node)
             .into_iter()
             .filter(|c| c.spec.signer_name == CLIENT_SIGNER)
             .collect()
     };
-    let serving_csrs = |f: &Fixture| -> Vec<CertificateSigningRequest> {
-        csrs(f)
+    let serving_csrs = |s: &RealServer| -> Vec<CertificateSigningRequest> {
+        csrs(s, &node)
             .into_iter()
             .filter(|c| c.spec.signer_name == SERVING_SIGNER)
             .collect()
@@ -734,25 +744,30 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
         &n,
         Duration::from_secs(60),
         || {
-            let first = client_csrs(&fixture).into_iter().next()?;
+            let first = client_csrs(&server).into_iter().next()?;
             issued(&first).map(|pem| (first, pem))
         },
     )
     .await;
     assert_eq!(
         first.0.spec.username.as_deref(),
-        Some("system:bootstrap:rotate")
+        Some(bootstrap_user.as_str())
+    );
+    assert_eq!(
+        approval_reason(&first.0).as_deref(),
+        Some("AutoApproved"),
+        "the controller-manager approved it"
     );
     let (first_serial, first_not_before, first_not_after) = cert_facts(&first.1);
-    // The signer backdates 5 minutes and gives 2 minutes from signing.
-    assert_eq!(first_not_after - first_not_before, 7 * 60);
+    // The signer backdates 5 minutes and gives the signing duration from signing.
+    assert_eq!(first_not_after - first_not_before, 5 * 60 + signing);
     wait_for("the node Ready", &n, Duration::from_secs(60), || {
         node_ready(&admin, &node).then_some(())
     })
     .await;
     // The kubelet API serves a certificate from the kubelet-serving signer, for the node's IP.
     let addr = std::net::SocketAddr::new(node_ip, port);
-    let ca_pem = fixture.ca_pem().unwrap();
+    let ca_pem = std::fs::read_to_string(&ca).unwrap();
     let mut first_served = None;
     for _ in 0..240 {
         if let Ok(serial) = served_serial(addr, &ca_pem).await {
@@ -767,7 +782,7 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
             tail(&n.logs(), 60)
         )
     });
-    let serving = serving_csrs(&fixture);
+    let serving = serving_csrs(&server);
     let serving_first = serving.first().expect("a serving CSR");
     assert_eq!(
         serving_first.spec.username.as_deref(),
@@ -783,7 +798,7 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
         "{sans:?}"
     );
 
-    // Past the first client certificate's end (its renewal came at 70–90 % of its 7 minutes).
+    // Past the first client certificate's end (its renewal came at 70–90 % of its life).
     let end = first_not_after + 10;
     let wait = Duration::from_secs((end - now_unix()).max(0) as u64 + 1);
     assert!(
@@ -799,7 +814,7 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
     .await;
 
     // Renewed: more client CSRs, after the first made by the node itself, all issued.
-    let clients = client_csrs(&fixture);
+    let clients = client_csrs(&server);
     assert!(clients.len() >= 2, "{} client CSRs", clients.len());
     for csr in &clients[1..] {
         assert_eq!(
@@ -817,9 +832,8 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
     // The node stayed Ready and its lease was renewed after the first certificate ended,
     // by the node, accepted.
     assert!(node_ready(&admin, &node), "node Ready");
-    let renewed = fixture
-        .get::<Lease>(Some("kube-node-lease"), &node)
-        .unwrap()
+    let renewed = server
+        .object::<Lease>(Some("kube-node-lease"), &node)
         .and_then(|l| l.spec?.renew_time)
         .map(|t| t.0.as_second())
         .unwrap_or_default();
@@ -827,7 +841,8 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
         renewed > first_not_after,
         "lease renewed at {renewed}, first certificate ended at {first_not_after}"
     );
-    let log = fixture.request_log();
+    // What the node asked, from the API server's audit log.
+    let log = server.requests();
     let late_lease_updates: Vec<_> = log
         .iter()
         .filter(|r| {
@@ -847,8 +862,9 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
         .map(|r| format!("{} {} {} {:?}", r.status, r.method, r.path, r.user))
         .collect();
     assert!(refused.is_empty(), "requests refused: {refused:?}");
-    // No watch lost: the node's pod watch is the one opened with the first certificate, and
-    // a pod created now reaches the node through it.
+    // No watch lost: the node's pod watch is the one opened with the first certificate (a watch
+    // still open is in the audit log at its `ResponseStarted` stage), and a pod created now
+    // reaches the node through it.
     let pod_watches = |log: &[LoggedRequest]| -> Vec<LoggedRequest> {
         log.iter()
             .filter(|r| {
@@ -861,25 +877,19 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
             .cloned()
             .collect()
     };
-    let watches = pod_watches(&log);
+    let open_watches = || server.audited(std::slice::from_ref(&node_user), "ResponseStarted");
+    let watches = pod_watches(&open_watches());
     assert_eq!(watches.len(), 1, "one pod watch: {watches:?}");
     assert!(watches[0].at.as_second() < first_not_after);
-    run_pod(
-        &n,
-        &fixture,
-        &admin,
-        "after-rotation",
-        Duration::from_secs(60),
-    )
-    .await;
+    run_pod(&n, &server, "after-rotation", Duration::from_secs(60)).await;
     assert_eq!(
-        pod_watches(&fixture.request_log()).len(),
+        pod_watches(&open_watches()).len(),
         1,
         "still the same pod watch"
     );
 
     // The serving certificate was renewed and is served without a restart.
-    let serving = serving_csrs(&fixture);
+    let serving = serving_csrs(&server);
     assert!(serving.len() >= 2, "{} serving CSRs", serving.len());
     let now_served = served_serial(addr, &ca_pem).await.unwrap();
     assert_ne!(now_served, first_served, "a renewed serving certificate");
@@ -902,7 +912,7 @@ async fn client_and_serving_certificates_rotate_without_a_restart() {
     eprintln!(
         "rotation test: {:?}; {} client and {} serving CSRs, all issued",
         started.elapsed(),
-        client_csrs(&fixture).len(),
-        serving_csrs(&fixture).len()
+        client_csrs(&server).len(),
+        serving_csrs(&server).len()
     );
 }

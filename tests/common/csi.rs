@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-
 use super::real::TestApi;
 use serde_json::Value;
 
@@ -286,4 +285,3 @@ async fn wait_registered(api: &str, n: &Nodelet) {
     })
     .await;
 }
-

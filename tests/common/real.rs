@@ -312,6 +312,46 @@ impl RealServer {
     }
 }
 
+impl RealServer {
+    /// Counts `node` as the test's (its requests among [`TestApi::requests`], deleted at the
+    /// end) when it got its identity elsewhere: a TLS bootstrap with a bootstrap token.
+    pub fn adopt_node(&self, node: &str) {
+        self.nodes.lock().unwrap().push(node.to_string());
+    }
+
+    /// The audit log's events of `stage` (`ResponseComplete`; `ResponseStarted` for a watch
+    /// still open) by one of `users`, since the test started or [`TestApi::forget_requests`],
+    /// as [`LoggedRequest`]s.
+    pub fn audited(&self, users: &[String], stage: &str) -> Vec<LoggedRequest> {
+        let since = *self.since.lock().unwrap();
+        let log = std::fs::read_to_string(k8s_env("NODELET_TEST_K8S_AUDIT_LOG"))
+            .expect("the API server's audit log");
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["stage"] == stage)
+            .filter(|e| {
+                e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| users.iter().any(|x| x == u))
+            })
+            .filter_map(audited_request)
+            .filter(|r| r.at >= since)
+            .collect()
+    }
+}
+
+/// A kubeconfig text for the real server that authenticates with `token` (a bootstrap token,
+/// as kubeadm's `bootstrap-kubelet.conf`).
+pub fn token_kubeconfig(token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+         users:\n- name: bootstrap\n  user:\n    token: {token}\n\
+         contexts:\n- name: real\n  context: {{cluster: real, user: bootstrap}}\ncurrent-context: real\n",
+        k8s_env("NODELET_TEST_K8S_SERVER"),
+        k8s_env("NODELET_TEST_K8S_CA"),
+    )
+}
+
 impl TestApi for RealServer {
     fn api(&self) -> String {
         self.kubeconfig.display().to_string()
@@ -353,20 +393,7 @@ impl TestApi for RealServer {
             .iter()
             .map(|n| format!("system:node:{n}"))
             .collect();
-        let since = *self.since.lock().unwrap();
-        let log = std::fs::read_to_string(k8s_env("NODELET_TEST_K8S_AUDIT_LOG"))
-            .expect("the API server's audit log");
-        log.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["stage"] == "ResponseComplete")
-            .filter(|e| {
-                e["user"]["username"]
-                    .as_str()
-                    .is_some_and(|u| users.iter().any(|x| x == u))
-            })
-            .filter_map(audited_request)
-            .filter(|r| r.at >= since)
-            .collect()
+        self.audited(&users, "ResponseComplete")
     }
 
     fn forget_requests(&self) {
