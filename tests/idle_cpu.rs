@@ -100,8 +100,13 @@ fn serving_pod(name: &str, node: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_but_idle_nodelet_uses_almost_no_cpu() {
     // Joined to the real control plane with the kubelet API (for `kubectl logs`): the
-    // server's watches, the Lease, the node status and the CSI objects are all real.
-    let (server, mut n, _port, _certs) = join_real_with_kubelet_api("idle-cpu-busy", "");
+    // server's watches, the Lease, the node status and the CSI objects are all real. The
+    // kubelet's own node status and Lease periods (10 s, a 40 s Lease renewed every 10 s), not
+    // the tests' quicker 2 s: idle is what a node does by default.
+    let (server, mut n, _port, _certs) = join_real_with_kubelet_api(
+        "idle-cpu-busy",
+        "nodeStatusUpdateFrequency: 10s\nnodeLeaseDurationSeconds: 40\n",
+    );
     let api = server.api();
     let node = n.node.clone();
     wait_up(&n).await;
