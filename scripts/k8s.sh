@@ -4,9 +4,10 @@
 # their own certificates, ports and directories, so several instances run side by side.
 #
 #   k8s.sh build   build (or reuse from the cache) kube-apiserver, kube-controller-manager,
-#                  kube-scheduler, kubelet and kubectl from tests/support/k8s/go.mod, and fetch etcd, into
+#                  kube-scheduler, kubelet and kubectl from tests/support/k8s/go.mod, metrics-server
+#                  from tests/support/metrics-server/go.mod, and fetch etcd, into
 #                  $NODELET_TEST_K8S_CACHE/<version>/bin (default /var/cache/nodelet-k8s); does
-#                  nothing when the binaries there match the stamp (version, go.mod, go.sum, flags)
+#                  nothing when the binaries there match their stamps (version, go.mod, go.sum, flags)
 #   k8s.sh path    print that bin directory when it is complete (exit 1 otherwise); no network
 #   k8s.sh mod     write tests/support/k8s/go.mod again (the staging modules' replace lines from
 #                  k8s.io/kubernetes' own go.mod) and `go mod tidy` it; commit the result
@@ -51,6 +52,16 @@ K8S_LDFLAGS+=" -X k8s.io/component-base/version.gitMinor=$K8S_MINOR"
 K8S_LDFLAGS+=" -X k8s.io/component-base/version.gitTreeState=clean"
 # The module proxy gives no commit: empty rather than the source's "$Format:%H$" placeholder.
 K8S_LDFLAGS+=" -X k8s.io/component-base/version.gitCommit="
+# metrics-server (the metrics.k8s.io API behind `kubectl top`), built from a module of its own:
+# its k8s.io dependencies (v0.33) are older than the ones tests/support/k8s pins. Its version is
+# the one that module requires; it has a stamp of its own, so adding or changing it leaves the
+# control plane's binaries alone.
+MS_MOD_DIR="$REPO_DIR/tests/support/metrics-server"
+MS_VERSION="$(awk '$1 == "sigs.k8s.io/metrics-server" {print $2}' "$MS_MOD_DIR/go.mod" 2>/dev/null || true)"
+MS_STAMP="$K8S_BIN/.stamp-metrics-server"
+# metrics-server's release builds stamp client-go's version variables (its Makefile).
+MS_LDFLAGS="-s -w -X k8s.io/client-go/pkg/version.gitVersion=$MS_VERSION"
+MS_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitCommit="
 # The machine is shared: at most two packages compiled at once, at the lowest priority.
 K8S_GO_PARALLEL="${NODELET_TEST_K8S_GO_PARALLEL:-2}"
 # While this file exists no heavy step (compiling, downloading modules) starts.
@@ -159,6 +170,18 @@ built() {
 	done
 }
 
+# What the metrics-server binary in the cache must have been built from.
+ms_desired_stamp() {
+	echo "metrics-server $MS_VERSION"
+	echo "flags -trimpath -buildvcs=false -ldflags $MS_LDFLAGS"
+	echo "go.mod $(sha256sum <"$MS_MOD_DIR/go.mod" | cut -d' ' -f1)"
+	echo "go.sum $(sha256sum <"$MS_MOD_DIR/go.sum" | cut -d' ' -f1)"
+}
+
+ms_built() {
+	[ "$(cat "$MS_STAMP" 2>/dev/null || true)" = "$(ms_desired_stamp)" ] && [ -x "$K8S_BIN/metrics-server" ]
+}
+
 # The sid etcd-server package, unpacked into $K8S_CACHE/etcd-<version>; prints its etcd binary.
 fetch_etcd() {
 	local dir="$K8S_CACHE/etcd-$ETCD_DEBIAN_VERSION" current
@@ -197,25 +220,50 @@ do_build() {
 		go build -p "$K8S_GO_PARALLEL" -trimpath -buildvcs=false -ldflags "$K8S_LDFLAGS" -o "$out/" "${packages[@]}") ||
 		die "go build failed"
 	ln -s "$etcd" "$out/etcd"
+	# metrics-server has a stamp of its own: keep it (a hard link) when it is still current.
+	if ms_built; then
+		ln "$K8S_BIN/metrics-server" "$out/metrics-server"
+		cp "$MS_STAMP" "$out/"
+	fi
 	desired_stamp >"$out/.stamp"
 	rm -rf "$K8S_BIN"
 	mv "$out" "$K8S_BIN"
 	log "built in $(($(date +%s) - start)) s: $K8S_BIN"
 }
 
+# metrics-server into the bin directory beside the others; the binary first, then its stamp.
+do_ms_build() {
+	local out="$K8S_CACHE/$K8S_VERSION/.build-metrics-server" start
+	[ -n "$MS_VERSION" ] || die "$MS_MOD_DIR/go.mod requires no sigs.k8s.io/metrics-server"
+	rm -rf "$out"
+	mkdir -p "$out"
+	wait_quiet "go build (metrics-server)"
+	start=$(date +%s)
+	log "building metrics-server $MS_VERSION (nice 19, -p $K8S_GO_PARALLEL; minutes when cold)"
+	(cd "$MS_MOD_DIR" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly" nice -n 19 \
+		go build -p "$K8S_GO_PARALLEL" -trimpath -buildvcs=false -ldflags "$MS_LDFLAGS" -o "$out/" \
+		sigs.k8s.io/metrics-server/cmd/metrics-server) || die "go build (metrics-server) failed"
+	rm -f "$MS_STAMP"
+	mv "$out/metrics-server" "$K8S_BIN/metrics-server"
+	ms_desired_stamp >"$MS_STAMP"
+	rm -rf "$out"
+	log "built metrics-server in $(($(date +%s) - start)) s: $K8S_BIN/metrics-server"
+}
+
 cmd_build() {
-	built && return 0
+	built && ms_built && return 0
 	command -v go >/dev/null || die "no go on PATH (Go 1.26 or later)"
 	mkdir -p "$K8S_CACHE"
 	exec 8>"$K8S_CACHE/.lock"
 	flock 8
-	built && return 0
-	do_build
+	built || do_build
 	built || die "the build left $K8S_BIN incomplete"
+	ms_built || do_ms_build
+	ms_built || die "the build left $K8S_BIN/metrics-server incomplete"
 }
 
 cmd_path() {
-	built && echo "$K8S_BIN"
+	built && ms_built && echo "$K8S_BIN"
 }
 
 # ---------------------------------------------------------------------------------------------
