@@ -824,7 +824,7 @@ cmd_up() {
 	require_root
 	command -v openssl >/dev/null || die "no openssl (scripts/install-deps.sh installs it)"
 	command -v curl >/dev/null || die "no curl (scripts/install-deps.sh installs it)"
-	command -v ip >/dev/null || die "no ip (Debian's iproute2)"
+	command -v ip >/dev/null || die "no ip (scripts/install-deps.sh installs iproute2)"
 	cmd_build
 	mkdir -p "$K8S_VAR"
 	exec 9>"$K8S_LOCK"
