@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane for nodelet's tests: kube-apiserver, kube-controller-manager and
-# kube-scheduler built from Kubernetes' Go modules, etcd from Debian's newest suite, started with
-# their own certificates, ports and directories, so several instances run side by side.
+# kube-scheduler built from Kubernetes' Go modules, metrics-server from its own, etcd from Debian's
+# newest suite, started with their own certificates, ports and directories, so several instances
+# run side by side.
 #
 #   k8s.sh build   build (or reuse from the cache) kube-apiserver, kube-controller-manager,
 #                  kube-scheduler, kubelet and kubectl from tests/support/k8s/go.mod, metrics-server
@@ -990,7 +991,7 @@ status) cmd_status ;;
 env) cmd_env ;;
 smoke) cmd_smoke ;;
 *)
-	sed -n '2,26s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,30s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac
