@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane for nodelet's tests: kube-apiserver, kube-controller-manager and
-# kube-scheduler built from Kubernetes' Go modules, etcd from Debian's newest suite, started with
-# their own certificates, ports and directories, so several instances run side by side.
+# kube-scheduler built from Kubernetes' Go modules, metrics-server from its own, etcd from Debian's
+# newest suite, started with their own certificates, ports and directories, so several instances
+# run side by side.
 #
 #   k8s.sh build   build (or reuse from the cache) kube-apiserver, kube-controller-manager,
-#                  kube-scheduler, kubelet and kubectl from tests/support/k8s/go.mod, and fetch etcd, into
+#                  kube-scheduler, kubelet and kubectl from tests/support/k8s/go.mod, metrics-server
+#                  from tests/support/metrics-server/go.mod, and fetch etcd, into
 #                  $NODELET_TEST_K8S_CACHE/<version>/bin (default /var/cache/nodelet-k8s); does
-#                  nothing when the binaries there match the stamp (version, go.mod, go.sum, flags)
+#                  nothing when the binaries there match their stamps (version, go.mod, go.sum, flags)
 #   k8s.sh path    print that bin directory when it is complete (exit 1 otherwise); no network
 #   k8s.sh mod     write tests/support/k8s/go.mod again (the staging modules' replace lines from
 #                  k8s.io/kubernetes' own go.mod) and `go mod tidy` it; commit the result
-#   k8s.sh up      start etcd, kube-apiserver, kube-controller-manager and kube-scheduler (the
-#                  certificates, kubeconfigs and bootstrap token made once, then reused); waits
-#                  until /readyz answers and creates the bootstrap token Secret and the node
-#                  bootstrap RBAC bindings; a running instance with the same flags is left alone
+#   k8s.sh up      start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+#                  metrics-server (the certificates, kubeconfigs and bootstrap token made once,
+#                  then reused); waits until /readyz answers, creates the bootstrap token Secret
+#                  and the node bootstrap RBAC bindings, registers metrics-server as the
+#                  v1beta1.metrics.k8s.io APIService and waits until it is Available; a running
+#                  instance with the same flags is left alone
 #   k8s.sh down    stop this instance's processes (from its pidfiles); keeps certificates and data
 #   k8s.sh purge   down, then delete the instance's certificates and etcd data
 #   k8s.sh status  print whether it runs (exit 0) or not (exit 3)
@@ -22,8 +26,8 @@
 #                  the bootstrap token) approved and signed by the controller-manager
 #
 # Several instances: NODELET_TEST_VAR/NODELET_TEST_RUN (state under .../k8s) and
-# NODELET_TEST_K8S_PORT_BASE (the apiserver's port; etcd client, etcd peer, controller-manager
-# and scheduler take the next four).
+# NODELET_TEST_K8S_PORT_BASE (the apiserver's port; etcd client, etcd peer, controller-manager,
+# scheduler and metrics-server take the next five).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -51,6 +55,16 @@ K8S_LDFLAGS+=" -X k8s.io/component-base/version.gitMinor=$K8S_MINOR"
 K8S_LDFLAGS+=" -X k8s.io/component-base/version.gitTreeState=clean"
 # The module proxy gives no commit: empty rather than the source's "$Format:%H$" placeholder.
 K8S_LDFLAGS+=" -X k8s.io/component-base/version.gitCommit="
+# metrics-server (the metrics.k8s.io API behind `kubectl top`), built from a module of its own:
+# its k8s.io dependencies (v0.33) are older than the ones tests/support/k8s pins. Its version is
+# the one that module requires; it has a stamp of its own, so adding or changing it leaves the
+# control plane's binaries alone.
+MS_MOD_DIR="$REPO_DIR/tests/support/metrics-server"
+MS_VERSION="$(awk '$1 == "sigs.k8s.io/metrics-server" {print $2}' "$MS_MOD_DIR/go.mod" 2>/dev/null || true)"
+MS_STAMP="$K8S_BIN/.stamp-metrics-server"
+# metrics-server's release builds stamp client-go's version variables (its Makefile).
+MS_LDFLAGS="-s -w -X k8s.io/client-go/pkg/version.gitVersion=$MS_VERSION"
+MS_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitCommit="
 # The machine is shared: at most two packages compiled at once, at the lowest priority.
 K8S_GO_PARALLEL="${NODELET_TEST_K8S_GO_PARALLEL:-2}"
 # While this file exists no heavy step (compiling, downloading modules) starts.
@@ -62,6 +76,7 @@ ETCD_CLIENT_PORT=$((PORT_BASE + 1))
 ETCD_PEER_PORT=$((PORT_BASE + 2))
 KCM_PORT=$((PORT_BASE + 3))
 SCHEDULER_PORT=$((PORT_BASE + 4))
+METRICS_SERVER_PORT=$((PORT_BASE + 5))
 # Not the pod subnets of the test containerd instances (10.88-10.92/16); the first address is the
 # `kubernetes` Service's and in the apiserver's serving certificate.
 SERVICE_CIDR="${NODELET_TEST_K8S_SERVICE_CIDR:-10.97.0.0/16}"
@@ -83,7 +98,9 @@ AUDIT_POLICY="$K8S_VAR/audit-policy.yaml"
 AUDIT_LOG="$K8S_VAR/audit.log"
 ADMIN_KUBECONFIG="$K8S_VAR/admin.kubeconfig"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler metrics-server)
+# The aggregated API metrics-server serves, what `kubectl top` reads.
+METRICS_APISERVICE=v1beta1.metrics.k8s.io
 
 wait_quiet() {
 	local said=0
@@ -159,6 +176,18 @@ built() {
 	done
 }
 
+# What the metrics-server binary in the cache must have been built from.
+ms_desired_stamp() {
+	echo "metrics-server $MS_VERSION"
+	echo "flags -trimpath -buildvcs=false -ldflags $MS_LDFLAGS"
+	echo "go.mod $(sha256sum <"$MS_MOD_DIR/go.mod" | cut -d' ' -f1)"
+	echo "go.sum $(sha256sum <"$MS_MOD_DIR/go.sum" | cut -d' ' -f1)"
+}
+
+ms_built() {
+	[ "$(cat "$MS_STAMP" 2>/dev/null || true)" = "$(ms_desired_stamp)" ] && [ -x "$K8S_BIN/metrics-server" ]
+}
+
 # The sid etcd-server package, unpacked into $K8S_CACHE/etcd-<version>; prints its etcd binary.
 fetch_etcd() {
 	local dir="$K8S_CACHE/etcd-$ETCD_DEBIAN_VERSION" current
@@ -197,25 +226,50 @@ do_build() {
 		go build -p "$K8S_GO_PARALLEL" -trimpath -buildvcs=false -ldflags "$K8S_LDFLAGS" -o "$out/" "${packages[@]}") ||
 		die "go build failed"
 	ln -s "$etcd" "$out/etcd"
+	# metrics-server has a stamp of its own: keep it (a hard link) when it is still current.
+	if ms_built; then
+		ln "$K8S_BIN/metrics-server" "$out/metrics-server"
+		cp "$MS_STAMP" "$out/"
+	fi
 	desired_stamp >"$out/.stamp"
 	rm -rf "$K8S_BIN"
 	mv "$out" "$K8S_BIN"
 	log "built in $(($(date +%s) - start)) s: $K8S_BIN"
 }
 
+# metrics-server into the bin directory beside the others; the binary first, then its stamp.
+do_ms_build() {
+	local out="$K8S_CACHE/$K8S_VERSION/.build-metrics-server" start
+	[ -n "$MS_VERSION" ] || die "$MS_MOD_DIR/go.mod requires no sigs.k8s.io/metrics-server"
+	rm -rf "$out"
+	mkdir -p "$out"
+	wait_quiet "go build (metrics-server)"
+	start=$(date +%s)
+	log "building metrics-server $MS_VERSION (nice 19, -p $K8S_GO_PARALLEL; minutes when cold)"
+	(cd "$MS_MOD_DIR" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly" nice -n 19 \
+		go build -p "$K8S_GO_PARALLEL" -trimpath -buildvcs=false -ldflags "$MS_LDFLAGS" -o "$out/" \
+		sigs.k8s.io/metrics-server/cmd/metrics-server) || die "go build (metrics-server) failed"
+	rm -f "$MS_STAMP"
+	mv "$out/metrics-server" "$K8S_BIN/metrics-server"
+	ms_desired_stamp >"$MS_STAMP"
+	rm -rf "$out"
+	log "built metrics-server in $(($(date +%s) - start)) s: $K8S_BIN/metrics-server"
+}
+
 cmd_build() {
-	built && return 0
+	built && ms_built && return 0
 	command -v go >/dev/null || die "no go on PATH (Go 1.26 or later)"
 	mkdir -p "$K8S_CACHE"
 	exec 8>"$K8S_CACHE/.lock"
 	flock 8
-	built && return 0
-	do_build
+	built || do_build
 	built || die "the build left $K8S_BIN incomplete"
+	ms_built || do_ms_build
+	ms_built || die "the build left $K8S_BIN/metrics-server incomplete"
 }
 
 cmd_path() {
-	built && echo "$K8S_BIN"
+	built && ms_built && echo "$K8S_BIN"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -226,21 +280,24 @@ make_key() { # path
 	[ -s "$1" ] || openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null
 }
 
-# A certificate signed by the cluster CA: name, subject, extensions (an openssl config section).
-make_cert() { # name subject extensions
-	local name="$1" subject="$2" ext="$3" conf
-	if [ -s "$PKI/$name.crt" ] && [ "$(cat "$PKI/$name.ext" 2>/dev/null || true)" = "$subject $ext" ]; then
+# A certificate signed by the cluster CA (or another CA of $PKI): name, subject, extensions (an
+# openssl config section), the CA's name.
+make_cert() { # name subject extensions [ca]
+	local name="$1" subject="$2" ext="$3" ca="${4:-ca}" conf record
+	record="$subject $ext"
+	[ "$ca" = ca ] || record+=" ca=$ca"
+	if [ -s "$PKI/$name.crt" ] && [ "$(cat "$PKI/$name.ext" 2>/dev/null || true)" = "$record" ]; then
 		return 0
 	fi
 	make_key "$PKI/$name.key"
 	conf="$(mktemp)"
 	printf '[ext]\n%b\n' "$ext" >"$conf"
 	openssl req -new -key "$PKI/$name.key" -subj "$subject" -out "$PKI/$name.csr" 2>/dev/null
-	openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+	openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
 		-days 3650 -sha256 -extfile "$conf" -extensions ext -out "$PKI/$name.crt" 2>/dev/null ||
 		die "cannot sign $name's certificate"
 	rm -f "$conf" "$PKI/$name.csr"
-	echo "$subject $ext" >"$PKI/$name.ext"
+	echo "$record" >"$PKI/$name.ext"
 }
 
 # The first address of a CIDR (the `kubernetes` Service's cluster IP).
@@ -248,6 +305,20 @@ first_ip() { # a.b.c.d/n
 	local ip="${1%/*}" a b c d
 	IFS=. read -r a b c d <<<"$ip"
 	echo "$a.$b.$c.$((d + 1))"
+}
+
+# The address metrics-server listens on: the API server dials it from the endpoints of the
+# APIService's Service (--enable-aggregator-routing: there is no kube-proxy or service network
+# here), and an endpoint address may not be a loopback one. The address of the default route's
+# interface, else the first global one; NODELET_TEST_K8S_HOST_IP chooses another.
+host_ip() {
+	local ip="${NODELET_TEST_K8S_HOST_IP:-}"
+	[ -n "$ip" ] || ip="$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n 1)"
+	[ -n "$ip" ] || ip="$(ip -4 -o addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}')"
+	case "$ip" in
+	"" | 127.*) die "no non-loopback IPv4 address on this host for metrics-server (set NODELET_TEST_K8S_HOST_IP)" ;;
+	esac
+	echo "$ip"
 }
 
 kubeconfig() { # file user
@@ -273,6 +344,15 @@ current-context: $2@$CLUSTER_NAME
 EOF
 }
 
+# A self-signed CA unless it exists: name (of its files in $PKI), common name.
+make_ca() { # name cn
+	[ -s "$PKI/$1.crt" ] && return 0
+	make_key "$PKI/$1.key"
+	openssl req -x509 -new -key "$PKI/$1.key" -subj "/CN=$2" -days 3650 -sha256 \
+		-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+		-out "$PKI/$1.crt" 2>/dev/null || die "cannot make the CA $1"
+}
+
 prepare_files() {
 	mkdir -p "$PKI" "$K8S_RUN" "$ETCD_DATA" "$K8S_VAR/kube-controller-manager" "$K8S_VAR/kube-scheduler"
 	chmod 700 "$PKI" "$ETCD_DATA"
@@ -290,12 +370,11 @@ rules:
   userGroups: ["system:bootstrappers"]
 - level: None
 POLICY
-	if [ ! -s "$PKI/ca.crt" ]; then
-		make_key "$PKI/ca.key"
-		openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=$CLUSTER_NAME-ca" -days 3650 -sha256 \
-			-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
-			-out "$PKI/ca.crt" 2>/dev/null || die "cannot make the cluster CA"
-	fi
+	make_ca ca "$CLUSTER_NAME-ca"
+	# The aggregation layer's CA, as kubeadm's front-proxy-ca: the API server proxies to
+	# metrics-server with a client certificate of it, and tells who asked in the
+	# X-Remote-User/-Group headers, which metrics-server believes only from that certificate.
+	make_ca front-proxy-ca front-proxy-ca
 	local client="basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
 	make_cert apiserver "/CN=kube-apiserver" \
 		"basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:$(first_ip "$SERVICE_CIDR"),DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
@@ -303,11 +382,20 @@ POLICY
 	make_cert admin "/O=system:masters/CN=kubernetes-admin" "$client"
 	make_cert kube-controller-manager "/CN=system:kube-controller-manager" "$client"
 	make_cert kube-scheduler "/CN=system:kube-scheduler" "$client"
+	make_cert front-proxy-client "/CN=front-proxy-client" "$client" front-proxy-ca
+	# metrics-server: a user of its own (bound below to what upstream's manifests give its
+	# ServiceAccount), also what it shows the nodes it scrapes; its serving certificate is the
+	# cluster CA's, for the name the API server checks (<service>.<namespace>.svc) and the
+	# address it listens on.
+	make_cert metrics-server-client "/CN=metrics-server" "$client"
+	make_cert metrics-server "/CN=metrics-server" \
+		"basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:metrics-server.kube-system.svc,IP:$HOST_IP"
 	make_key "$PKI/sa.key"
 	[ -s "$PKI/sa.pub" ] || openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 	kubeconfig "$ADMIN_KUBECONFIG" admin
 	kubeconfig "$K8S_VAR/kube-controller-manager.kubeconfig" kube-controller-manager
 	kubeconfig "$K8S_VAR/kube-scheduler.kubeconfig" kube-scheduler
+	kubeconfig "$K8S_VAR/metrics-server.kubeconfig" metrics-server-client
 	# A bootstrap token, <6 of [a-z0-9]>.<16 of [a-z0-9]> (kubeadm's format; hex digits), made once.
 	[ -s "$TOKEN_FILE" ] || echo "$(openssl rand -hex 3).$(openssl rand -hex 8)" >"$TOKEN_FILE"
 	chmod 600 "$PKI"/*.key "$TOKEN_FILE"
@@ -348,7 +436,15 @@ component_args() { # component
 			--allow-privileged=true --profiling=false \
 			--feature-gates=VolumeBindMountOptions=true \
 			--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$AUDIT_LOG" \
-			--audit-log-maxsize=100 --audit-log-maxbackup=1
+			--audit-log-maxsize=100 --audit-log-maxbackup=1 \
+			--requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
+			--requestheader-allowed-names=front-proxy-client \
+			--requestheader-extra-headers-prefix=X-Remote-Extra- \
+			--requestheader-group-headers=X-Remote-Group \
+			--requestheader-username-headers=X-Remote-User \
+			--proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+			--proxy-client-key-file="$PKI/front-proxy-client.key" \
+			--enable-aggregator-routing=true
 		;;
 	kube-controller-manager)
 		printf '%s\n' "$K8S_BIN/kube-controller-manager" \
@@ -375,6 +471,21 @@ component_args() { # component
 			--cert-dir="$K8S_VAR/kube-scheduler" \
 			--leader-elect=false --profiling=false
 		;;
+	metrics-server)
+		# Each test's nodelet serves the kubelet API on a port of its own (the Node's
+		# daemonEndpoints) with a self-signed certificate, at the InternalIP it detected.
+		# 15 s: metrics-server refuses less than 10 s (and 9/10 of it must exceed the 10 s
+		# kubelet request timeout); its documentation advises no less than 15 s.
+		printf '%s\n' "$K8S_BIN/metrics-server" \
+			--kubeconfig="$K8S_VAR/metrics-server.kubeconfig" \
+			--authentication-kubeconfig="$K8S_VAR/metrics-server.kubeconfig" \
+			--authorization-kubeconfig="$K8S_VAR/metrics-server.kubeconfig" \
+			--bind-address="$HOST_IP" --secure-port="$METRICS_SERVER_PORT" \
+			--tls-cert-file="$PKI/metrics-server.crt" --tls-private-key-file="$PKI/metrics-server.key" \
+			--kubelet-insecure-tls --kubelet-use-node-status-port \
+			--kubelet-preferred-address-types=InternalIP,Hostname \
+			--metric-resolution=15s --profiling=false
+		;;
 	esac
 }
 
@@ -399,6 +510,8 @@ healthy() { # component
 		;;
 	kube-controller-manager) curl -fsSk -m 2 "https://127.0.0.1:$KCM_PORT/healthz" >/dev/null 2>&1 ;;
 	kube-scheduler) curl -fsSk -m 2 "https://127.0.0.1:$SCHEDULER_PORT/healthz" >/dev/null 2>&1 ;;
+	# /livez answers once its node and pod informers have synced (it serves only then).
+	metrics-server) curl -fsSk -m 2 "https://$HOST_IP:$METRICS_SERVER_PORT/livez" >/dev/null 2>&1 ;;
 	esac
 }
 
@@ -425,10 +538,11 @@ stop_components() { # component...
 # Starts a component unless it runs with the same command line and build; waits until it is
 # healthy.
 start_component() { # component
-	local name="$1" pid args tenths=1200
+	local name="$1" pid args tenths=1200 stamp="$K8S_STAMP"
 	# The stamp too: a rebuild (new go.sum, flags) restarts what runs the binaries it replaced;
 	# and the audit policy, which the API server reads only when it starts.
-	args="$(component_args "$name")"$'\n'"$(cat "$K8S_STAMP")"$'\n'"$(cat "$AUDIT_POLICY")"
+	[ "$name" != metrics-server ] || stamp="$MS_STAMP"
+	args="$(component_args "$name")"$'\n'"$(cat "$stamp")"$'\n'"$(cat "$AUDIT_POLICY")"
 	pid="$(running_pid "$name")"
 	if [ -n "$pid" ]; then
 		if [ "$(cat "$K8S_RUN/$name.args" 2>/dev/null || true)" = "$args" ] && healthy "$name"; then
@@ -596,22 +710,152 @@ subjects:
 EOF
 }
 
+# metrics-server's RBAC (what upstream's manifests give its ServiceAccount, here given to its
+# user) and its registration as the metrics.k8s.io API: a Service without selector in
+# kube-system, its EndpointSlice at the address metrics-server listens on, and the APIService,
+# whose serving certificate the cluster CA signed.
+metrics_server_objects() {
+	cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:metrics-server
+rules:
+- apiGroups: [""]
+  resources: [nodes/metrics]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [pods, nodes]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:metrics-server
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:metrics-server
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: metrics-server
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: metrics-server:system:auth-delegator
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:auth-delegator
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: metrics-server
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: metrics-server-auth-reader
+  namespace: kube-system
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: extension-apiserver-authentication-reader
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: metrics-server
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: metrics-server
+  namespace: kube-system
+spec:
+  ports:
+  - name: https
+    port: 443
+    protocol: TCP
+    targetPort: $METRICS_SERVER_PORT
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: metrics-server-host
+  namespace: kube-system
+  labels:
+    kubernetes.io/service-name: metrics-server
+    endpointslice.kubernetes.io/managed-by: k8s.sh.nodelet.test
+addressType: IPv4
+endpoints:
+- addresses: ["$HOST_IP"]
+  conditions:
+    ready: true
+ports:
+- name: https
+  port: $METRICS_SERVER_PORT
+  protocol: TCP
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: $METRICS_APISERVICE
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  service:
+    name: metrics-server
+    namespace: kube-system
+    port: 443
+  caBundle: $(base64 -w0 <"$PKI/ca.crt")
+EOF
+}
+
+# The APIService's Available condition ("True", "False" with its reason, or nothing yet).
+apiservice_available() {
+	kubectl_admin get apiservice "$METRICS_APISERVICE" \
+		-o 'jsonpath={.status.conditions[?(@.type=="Available")].status} {.status.conditions[?(@.type=="Available")].reason}' 2>/dev/null
+}
+
 cmd_up() {
 	require_root
 	command -v openssl >/dev/null || die "no openssl (scripts/install-deps.sh installs it)"
 	command -v curl >/dev/null || die "no curl (scripts/install-deps.sh installs it)"
+	command -v ip >/dev/null || die "no ip (scripts/install-deps.sh installs iproute2)"
 	cmd_build
 	mkdir -p "$K8S_VAR"
 	exec 9>"$K8S_LOCK"
 	flock 9
+	HOST_IP="$(host_ip)"
 	prepare_files
-	local component
+	local component available tenths=1200
 	for component in "${COMPONENTS[@]}"; do
+		[ "$component" != metrics-server ] || continue
 		start_component "$component"
 	done
-	# Server-side apply: the same objects again change nothing.
-	bootstrap_objects | kubectl_admin apply --server-side --force-conflicts -f - >/dev/null ||
-		die "cannot create the bootstrap token and RBAC bindings"
+	# Server-side apply: the same objects again change nothing. metrics-server reads the
+	# aggregation layer's settings with its RBAC as it starts.
+	{
+		bootstrap_objects
+		echo ---
+		metrics_server_objects
+	} | kubectl_admin apply --server-side --force-conflicts -f - >/dev/null ||
+		die "cannot create the bootstrap token, the RBAC bindings and metrics-server's objects"
+	start_component metrics-server
+	# The API server's availability check of the APIService reaches metrics-server through the
+	# EndpointSlice; until it has, `kubectl top` says the API is unavailable.
+	while :; do
+		available="$(apiservice_available || true)"
+		[ "${available%% *}" != True ] || break
+		tenths=$((tenths - 5))
+		[ "$tenths" -gt 0 ] || die "$METRICS_APISERVICE not Available after 120 s: ${available:-no condition}" \
+			"(log: $K8S_VAR/metrics-server.log)"
+		sleep 0.5
+	done
 }
 
 # What a joining node does, end to end: with the bootstrap token, ask for a node client
@@ -685,7 +929,7 @@ cmd_down() {
 	exec 9>"$K8S_LOCK"
 	flock 9
 	# The apiserver's clients first, then the apiserver, etcd last.
-	stop_components kube-scheduler kube-controller-manager
+	stop_components metrics-server kube-scheduler kube-controller-manager
 	stop_components kube-apiserver
 	stop_components etcd
 }
@@ -697,6 +941,7 @@ cmd_purge() {
 
 cmd_status() {
 	local component pid state=0 version
+	HOST_IP="$(host_ip)"
 	for component in "${COMPONENTS[@]}"; do
 		pid="$(running_pid "$component")"
 		if [ -z "$pid" ]; then
@@ -731,6 +976,7 @@ export NODELET_TEST_K8S_SERVICE_CIDR=$SERVICE_CIDR
 export NODELET_TEST_K8S_PORT_BASE=$PORT_BASE
 export NODELET_TEST_K8S_AUDIT_LOG=$AUDIT_LOG
 export NODELET_TEST_K8S_SIGNING_DURATION=$SIGNING_DURATION
+export NODELET_TEST_K8S_METRICS_SERVER_LOG=$K8S_VAR/metrics-server.log
 EOF
 }
 
@@ -745,7 +991,7 @@ status) cmd_status ;;
 env) cmd_env ;;
 smoke) cmd_smoke ;;
 *)
-	sed -n '2,26s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,30s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac
