@@ -747,7 +747,7 @@ async fn a_static_pod_with_a_refused_field_is_rejected_at_admission_with_an_even
         PodManager::new(h.workers.clone(), h.fake.clone(), "node1".into(), vec![]);
     let mut manager = manager.with_static_admission(nodelet::pod::manager::StaticAdmission {
         handlers: vec![Arc::new(
-            nodelet::pod::field_admission::PodFieldsAdmitHandler::default(),
+            nodelet::pod::field_admission::PodFieldsAdmitHandler,
         )],
         events: h.events.0.clone(),
     });
@@ -801,7 +801,7 @@ async fn an_ephemeral_container_added_to_a_running_pod_is_started_beside_the_oth
         status: h.status.clone(),
         events: h.events.0.clone(),
         handlers: vec![Arc::new(
-            nodelet::pod::field_admission::PodFieldsAdmitHandler::default(),
+            nodelet::pod::field_admission::PodFieldsAdmitHandler,
         )],
     });
     let api = |pod: &Pod| SourceSnapshot {

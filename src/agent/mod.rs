@@ -499,9 +499,7 @@ impl NodeletBuilder {
         let admit_handlers = {
             let mut handlers = pressure.admit_handlers();
             // The pod fields nodelet refuses (honoured or refused, never ignored).
-            handlers.push(Arc::new(
-                crate::pod::field_admission::PodFieldsAdmitHandler::detect(&paths.root),
-            ));
+            handlers.push(Arc::new(crate::pod::field_admission::PodFieldsAdmitHandler));
             handlers.push(Arc::new(sysctls));
             handlers.push(Arc::new(
                 crate::pod::runtime_features::RuntimeFeaturesAdmitHandler {

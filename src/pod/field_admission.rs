@@ -5,17 +5,16 @@
 //! `ContainerCreating` for a volume or sandbox that cannot come.
 
 use crate::lifecycle::admission::{AdmitResult, PodAdmitAttributes, PodAdmitHandler, Rejection};
-use crate::podspec::field_support::{refusals_on, NodeSupport};
+use crate::podspec::field_support::refusals;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The admission reason (the kubelet's style: `SupplementalGroupsPolicyNotSupported`,
 /// `PodOSNotSupported`).
 pub use crate::podspec::field_support::POD_FIELD_NOT_SUPPORTED;
 
-/// Pure: the verdict for `pod` on a node with `node`'s support; every refused value is named,
-/// separated by `; `.
-pub fn admit_pod_fields(pod: &Pod, node: NodeSupport) -> AdmitResult {
-    let refused = refusals_on(pod, node);
+/// Pure: the verdict for `pod`; every refused value is named, separated by `; `.
+pub fn admit_pod_fields(pod: &Pod) -> AdmitResult {
+    let refused = refusals(pod);
     if refused.is_empty() {
         return Ok(());
     }
@@ -29,25 +28,11 @@ pub fn admit_pod_fields(pod: &Pod, node: NodeSupport) -> AdmitResult {
 
 /// The handler the pod manager asks for API and static pods alike.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PodFieldsAdmitHandler {
-    pub node: NodeSupport,
-}
-
-impl PodFieldsAdmitHandler {
-    /// What the node under `root` supports: SELinux when its `sys/fs/selinux/enforce` exists
-    /// (selinuxfs mounted, as go-selinux's `GetEnabled` finds it).
-    pub fn detect(root: &std::path::Path) -> PodFieldsAdmitHandler {
-        PodFieldsAdmitHandler {
-            node: NodeSupport {
-                selinux: root.join("sys/fs/selinux/enforce").exists(),
-            },
-        }
-    }
-}
+pub struct PodFieldsAdmitHandler;
 
 impl PodAdmitHandler for PodFieldsAdmitHandler {
     fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> AdmitResult {
-        admit_pod_fields(attrs.pod, self.node)
+        admit_pod_fields(attrs.pod)
     }
 }
 
@@ -88,7 +73,7 @@ mod tests {
                 pod: &pod,
                 other_pods: &[],
             };
-            let rejection = PodFieldsAdmitHandler::default()
+            let rejection = PodFieldsAdmitHandler
                 .admit(&attrs)
                 .expect_err(&format!("{}: sample admitted:\n{sample}", e.path));
             assert_eq!(rejection.reason, POD_FIELD_NOT_SUPPORTED, "{}", e.path);
@@ -115,11 +100,7 @@ mod tests {
         ];
         for spec in pods {
             let pod = defaulted(spec);
-            assert_eq!(
-                admit_pod_fields(&pod, NodeSupport::default()),
-                Ok(()),
-                "{spec}"
-            );
+            assert_eq!(admit_pod_fields(&pod), Ok(()), "{spec}");
         }
     }
 
@@ -128,7 +109,7 @@ mod tests {
         let pod = defaulted(
             "  volumes:\n  - name: v\n    nfs: {server: s, path: /x}\n  - name: w\n    flocker: {datasetName: d}\n",
         );
-        let rejection = admit_pod_fields(&pod, NodeSupport::default()).expect_err("refused");
+        let rejection = admit_pod_fields(&pod).expect_err("refused");
         assert_eq!(
             rejection.message,
             "spec.volumes[0].nfs: Unsupported value: v: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, and through CSI drivers persistentVolumeClaim, ephemeral and csi volumes); spec.volumes[1].flocker: Unsupported value: w: nodelet has no volume plugin for this volume type yet (it mounts emptyDir, hostPath, configMap, secret, downwardAPI, projected, image, and through CSI drivers persistentVolumeClaim, ephemeral and csi volumes)"

@@ -107,7 +107,6 @@ const NO_DRA: &str = "dynamic resource allocation (DRA) is not implemented";
 const NO_ATOMIC_USER: &str =
     "file owners of projected files (AtomicWriteVolumeUserFields, alpha) are not implemented";
 const NO_RESOURCE: &str = "only cpu, memory, ephemeral-storage and hugepages-<size> are managed on this node (no device plugins, no extended resources)";
-const NO_SELINUX: &str = "this node has no SELinux (no /sys/fs/selinux), so the label cannot be applied to the processes or the volumes";
 const NO_POD_RESOURCE: &str = "only cpu and memory are managed at pod level";
 const EPHEMERAL_FORBIDS: &str = "the API server (its validation forbids it in an ephemeral container; nodelet starts one without it, as the kubelet)";
 
@@ -215,7 +214,7 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.securityContext.fsGroup", &["src/volume/api.rs::fs_group_owns_the_volume_with_group_read", "src/volume/csi/tests.rs::fs_group_reaches_the_published_volume_or_the_driver", "src/volume/csi/ownership.rs::ownership_reaches_every_file_and_follows_no_link", "tests/security_context.rs::fs_group_owns_empty_dir_volumes"]),
     // nodelet sets up every volume afresh, so OnRootMismatch and Always give the same owners.
     honoured("spec.securityContext.fsGroupChangePolicy", &["src/volume/api.rs::fs_group_mode_table", "src/volume/emptydir.rs::fs_group_gives_the_group_and_setgid_without_following_a_symlink"]),
-    partly("spec.securityContext.seLinuxOptions", "on a node with SELinux: the label goes to the runtime with the sandbox and every container, and volumes are relabelled", &["src/sync/sandbox_config.rs::sandbox_config_fields", "src/sync/container_config.rs::mounts_ask_the_runtime_to_relabel_as_the_kubelet", "src/podspec/field_support/tests.rs::selinux_labels_are_refused_only_where_the_node_has_no_selinux"], NO_SELINUX, "  securityContext:\n    seLinuxOptions: {level: \"s0:c1,c2\"}\n"),
+    honoured("spec.securityContext.seLinuxOptions", &["src/sync/sandbox_config.rs::sandbox_config_fields", "src/sync/container_config.rs::mounts_ask_the_runtime_to_relabel_as_the_kubelet", "src/podspec/field_support/tests.rs::selinux_labels_are_accepted_with_or_without_selinux_on_the_node"]),
     partly("spec.securityContext.seLinuxChangePolicy", "Recursive (the default): the labels go to the runtime", &["src/sync/container_config.rs::security_context_table"], "nodelet does not mount volumes with an SELinux context option", "  securityContext:\n    seLinuxChangePolicy: MountOption\n"),
     honoured("spec.securityContext.supplementalGroupsPolicy", &["src/pod/runtime_features.rs::strict_needs_a_runtime_that_says_it_applies_it"]),
     honoured("spec.securityContext.sysctls", &["src/podspec/sysctl.rs::admission_table", "tests/security_context.rs::allowed_unsafe_sysctls_let_a_pod_set_them"]),
@@ -249,7 +248,7 @@ const FIELDS: &[FieldEntry] = &[
     partly("spec.{containers,initContainers}[].resources.requests", "cpu, memory, ephemeral-storage and hugepages-<size>", &["src/podspec/resources.rs::requests_default_to_limits_per_resource", "src/pod/admission.rs::table", "src/pod/admission.rs::hugepages_are_admitted_against_the_nodes_allocatable", "tests/hugepages.rs::a_containers_hugepage_limit_reaches_the_runtime_for_every_page_size"], NO_RESOURCE, "  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests:\n        example.com/gpu: \"1\"\n"),
     honoured("spec.{containers,initContainers}[].restartPolicy", &["tests/sidecars.rs::init_and_sidecars_start_in_order_and_the_pod_succeeds_with_its_main_container"]),
     honoured("spec.{containers,initContainers}[].restartPolicyRules", &["tests/lifecycle.rs::restart_policy_rules_restart_only_on_exit_code_42", "src/sync/actions.rs::restart_all_containers_rule_triggers_once_on_its_exit_code"]),
-    partly("spec.{containers,initContainers,ephemeralContainers}[].securityContext.seLinuxOptions", "on a node with SELinux: the label goes to the runtime, and volumes are relabelled", &["src/sync/container_config.rs::security_context_table", "src/podspec/field_support/tests.rs::selinux_labels_are_refused_only_where_the_node_has_no_selinux"], NO_SELINUX, "  containers:\n  - name: c\n    image: busybox\n    securityContext:\n      seLinuxOptions: {type: spc_t}\n"),
+    honoured("spec.{containers,initContainers,ephemeralContainers}[].securityContext.seLinuxOptions", &["src/sync/container_config.rs::security_context_table", "src/podspec/field_support/tests.rs::selinux_labels_are_accepted_with_or_without_selinux_on_the_node"]),
     honoured("spec.{containers,initContainers}[].securityContext", &["src/sync/container_config.rs::security_context_table", "tests/security_context.rs::security_context_fields_hold_inside_the_container"]),
     not_node_work("spec.{containers,initContainers,ephemeralContainers}[].securityContext.windowsOptions", "Windows nodes (a Linux kubelet ignores it)"),
     honoured("spec.{containers,initContainers}[].startupProbe", &["tests/probes.rs::startup_probe_holds_back_liveness"]),
@@ -431,73 +430,12 @@ fn refuse(out: &mut Vec<Refusal>, field: String, value: impl std::fmt::Display) 
     });
 }
 
-/// What of the node a pod field's support depends on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NodeSupport {
-    /// SELinux is enabled on the node (`/sys/fs/selinux` mounted): `seLinuxOptions` labels can
-    /// be applied, by the runtime, to the processes and the relabelled volumes.
-    pub selinux: bool,
-}
-
-/// [`refusals_on`] a node without SELinux (this project's test hosts).
+/// Pure: every value `pod` sets that nodelet refuses, in field order. Empty admits the pod.
+/// Nothing depends on the node: `seLinuxOptions` are accepted with or without SELinux there,
+/// as by the kubelet (the runtime applies them only where SELinux is enabled).
 pub fn refusals(pod: &Pod) -> Vec<Refusal> {
-    refusals_on(pod, NodeSupport::default())
-}
-
-/// An `seLinuxOptions` that asks for a label (any of user, role, type, level).
-fn asks_for_a_label(o: &k8s_openapi::api::core::v1::SELinuxOptions) -> Option<String> {
-    let parts: Vec<String> = [
-        ("user", &o.user),
-        ("role", &o.role),
-        ("type", &o.type_),
-        ("level", &o.level),
-    ]
-    .iter()
-    .filter_map(|(k, v)| {
-        v.as_deref()
-            .filter(|v| !v.is_empty())
-            .map(|v| format!("{k}={v}"))
-    })
-    .collect();
-    (!parts.is_empty()).then(|| parts.join(","))
-}
-
-/// Pure: every value `pod` sets that nodelet refuses on a node with `node`'s support, in field
-/// order. Empty admits the pod.
-pub fn refusals_on(pod: &Pod, node: NodeSupport) -> Vec<Refusal> {
     let mut out = Vec::new();
     let Some(spec) = &pod.spec else { return out };
-    if !node.selinux {
-        let pod_level = spec
-            .security_context
-            .as_ref()
-            .and_then(|sc| sc.se_linux_options.as_ref());
-        if let Some(label) = pod_level.and_then(asks_for_a_label) {
-            refuse(
-                &mut out,
-                "spec.securityContext.seLinuxOptions".into(),
-                label,
-            );
-        }
-        for (list, containers) in [
-            ("containers", Some(&spec.containers)),
-            ("initContainers", spec.init_containers.as_ref()),
-        ] {
-            for (i, c) in containers.into_iter().flatten().enumerate() {
-                let options = c
-                    .security_context
-                    .as_ref()
-                    .and_then(|sc| sc.se_linux_options.as_ref());
-                if let Some(label) = options.and_then(asks_for_a_label) {
-                    refuse(
-                        &mut out,
-                        format!("spec.{list}[{i}].securityContext.seLinuxOptions"),
-                        label,
-                    );
-                }
-            }
-        }
-    }
     for (i, claim) in spec.resource_claims.iter().flatten().enumerate() {
         refuse(&mut out, format!("spec.resourceClaims[{i}]"), &claim.name);
     }
@@ -689,35 +627,17 @@ fn volume(out: &mut Vec<Refusal>, path: &str, v: &Volume) {
 
 /// Pure: what the ephemeral container at `index` of `spec.ephemeralContainers` sets that
 /// nodelet refuses, by the checks containers get at admission (field paths
-/// `spec.ephemeralContainers[i]...`). Not part of [`refusals_on`]: an ephemeral container only
+/// `spec.ephemeralContainers[i]...`). Not part of [`refusals`]: an ephemeral container only
 /// reaches a running pod, which must not be rejected for it (at nodelet's next restart that
 /// would kill the pod); a refused one is not started, and says why instead.
-pub fn ephemeral_refusals_on(pod: &Pod, index: usize, node: NodeSupport) -> Vec<Refusal> {
+pub fn ephemeral_refusals(pod: &Pod, index: usize) -> Vec<Refusal> {
     let mut out = Vec::new();
     let Some(e) = super::ephemeral_containers(pod).get(index) else {
         return out;
     };
     let path = format!("spec.ephemeralContainers[{index}]");
-    if !node.selinux {
-        let options = e
-            .security_context
-            .as_ref()
-            .and_then(|sc| sc.se_linux_options.as_ref());
-        if let Some(label) = options.and_then(asks_for_a_label) {
-            refuse(
-                &mut out,
-                format!("{path}.securityContext.seLinuxOptions"),
-                label,
-            );
-        }
-    }
     container(&mut out, &path, &super::ephemeral_as_container(e));
     out
-}
-
-/// [`ephemeral_refusals_on`] a node without SELinux (this project's test hosts).
-pub fn ephemeral_refusals(pod: &Pod, index: usize) -> Vec<Refusal> {
-    ephemeral_refusals_on(pod, index, NodeSupport::default())
 }
 
 /// The refused fields as the Markdown list in `docs/features.md` (between its

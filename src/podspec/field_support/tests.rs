@@ -210,7 +210,6 @@ fn ephemeral_refusals_name_the_ephemeral_containers_field() {
     assert_eq!(
         got,
         [
-            "spec.ephemeralContainers[1].securityContext.seLinuxOptions: type=spc_t",
             "spec.ephemeralContainers[1].env[0].valueFrom.fileKeyRef: v/a.env",
             "spec.ephemeralContainers[1].volumeMounts[0].bindMountOptions: noexec",
         ]
@@ -221,28 +220,19 @@ fn ephemeral_refusals_name_the_ephemeral_containers_field() {
             "{r}: the table's reason"
         );
     }
-    let with_selinux = NodeSupport { selinux: true };
-    assert_eq!(ephemeral_refusals_on(&debugged, 1, with_selinux).len(), 2);
     assert!(refusals(&debugged).is_empty(), "never rejected for them");
+    // Its seLinuxOptions are not among them: accepted with or without SELinux on the node.
 }
 
-/// `seLinuxOptions` asking for a label is refused on a node without SELinux, pod and container
-/// level alike, and passes where the node has it; an empty `seLinuxOptions` asks for nothing.
+/// `seLinuxOptions` are accepted on every node, pod and container level alike.
 #[test]
-fn selinux_labels_are_refused_only_where_the_node_has_no_selinux() {
-    use super::{refusals_on, NodeSupport};
+fn selinux_labels_are_accepted_with_or_without_selinux_on_the_node() {
+    // The kubelet admits them either way and hands them to the runtime, which applies them only
+    // where SELinux is enabled (Kubernetes' EmptyDir conformance tests set `level: s0`).
     let spec = "  securityContext:\n    seLinuxOptions: {level: \"s0:c1,c2\"}\n  containers:\n  - name: c\n    image: busybox\n    securityContext:\n      seLinuxOptions: {type: spc_t, user: system_u}\n  - name: d\n    image: busybox\n    securityContext:\n      seLinuxOptions: {}\n";
-    let without: Vec<String> = refusals_on(&pod(spec), NodeSupport { selinux: false })
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let reason = "this node has no SELinux (no /sys/fs/selinux), so the label cannot be applied to the processes or the volumes";
-    assert_eq!(
-        without,
-        vec![
-            format!("spec.securityContext.seLinuxOptions: Unsupported value: level=s0:c1,c2: {reason}"),
-            format!("spec.containers[0].securityContext.seLinuxOptions: Unsupported value: user=system_u,type=spc_t: {reason}"),
-        ]
-    );
-    assert!(refusals_on(&pod(spec), NodeSupport { selinux: true }).is_empty());
+    assert_eq!(refusals(&pod(spec)), vec![]);
+    let debugged = pod(&format!(
+        "{PLAIN}  ephemeralContainers:\n  - name: debug\n    image: busybox\n    securityContext:\n      seLinuxOptions: {{type: spc_t}}\n"
+    ));
+    assert_eq!(ephemeral_refusals(&debugged, 0), vec![]);
 }
