@@ -13,7 +13,8 @@
 #                           start an instance of its own (containerd, control plane, nodelet),
 #                           import the images, run e2e_node.test with the ginkgo focus (default
 #                           `\[NodeConformance\]`) and skip regexps; the JUnit report and the logs
-#                           in target/conformance/
+#                           in target/conformance/, the table in docs/conformance.md (the causes
+#                           of failures from docs/conformance-causes.tsv)
 #
 # The instance: NODELET_TEST_VAR=/var/lib/nodelet-conformance, bridge nodeletc0, 10.94.0.0/16,
 # registry port 5450, control plane port base 19443 (each overridable as for scripts/test-env.sh).
@@ -188,6 +189,8 @@ cmd_run() {
 	local node dir port node_ip
 	node="$(hostname | tr '[:upper:]' '[:lower:]')"
 	dir="$NODELET_TEST_VAR/conformance"
+	# A run that ended with pods still set up leaves their volumes mounted.
+	findmnt -rn -o TARGET | { grep "^$dir/" || true; } | sort -r | xargs -r umount -l
 	rm -rf "$dir"
 	mkdir -p "$dir/manifests"
 	node_kubeconfig "$node" "$dir"
@@ -206,6 +209,10 @@ port: $port
 readOnlyPort: 0
 healthzPort: 0
 failCgroupV1: false
+# The shared disk runs above the kubelet's 85 % image GC threshold: GC would delete the images
+# imported for the suite (nothing can pull them again), and the imagefs signals would evict.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi"}
 authentication:
   anonymous: {enabled: false}
@@ -232,13 +239,19 @@ EOF
 		--start-services=false --prepull-images=false
 		--host="$NODELET_TEST_K8S_SERVER" --bearer-token="$token" --node-name="$node"
 		--container-runtime-endpoint="unix://$CTD_SOCK" --report-dir="$OUT_DIR"
-		--ginkgo.focus="$focus" --ginkgo.junit-report="$OUT_DIR/junit.xml" --ginkgo.timeout=3h
+		--ginkgo.focus="$focus" --ginkgo.junit-report="$OUT_DIR/junit.xml" --ginkgo.timeout="${NODELET_CONFORMANCE_TIMEOUT:-3h}"
 		--ginkgo.no-color --ginkgo.v
 	)
 	[ -z "$skip" ] || args+=(--ginkgo.skip="$skip")
 	local status=0
 	(cd "$OUT_DIR" && "$E2E_BIN/e2e_node.test" "${args[@]}") >"$OUT_DIR/e2e.log" 2>&1 || status=$?
 	tail -n 30 "$OUT_DIR/e2e.log"
+	if [ -s "$OUT_DIR/junit.xml" ]; then
+		python3 "$REPO_DIR/scripts/conformance-report.py" --nodelet "$OUT_DIR/junit.xml" \
+			--commit "$(git -C "$REPO_DIR" rev-parse --short HEAD)" --focus "$focus${skip:+ (skip: $skip)}" \
+			--causes "$REPO_DIR/docs/conformance-causes.tsv" --out "$REPO_DIR/docs/conformance.md"
+		log "wrote docs/conformance.md"
+	fi
 	return "$status"
 }
 
@@ -250,7 +263,7 @@ run)
 	cmd_run "$@"
 	;;
 *)
-	sed -n '2,21s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//p}' "$0" >&2
 	exit 2
 	;;
 esac
