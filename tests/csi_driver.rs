@@ -185,15 +185,7 @@ async fn an_unbound_claim_keeps_the_pod_creating_until_it_is_bound() {
         "pod",
         &pod_with_claim("waiter", &n.node, "late"),
     );
-    let event = wait_api("a FailedMount event for the unbound claim", &n, || {
-        let j = kubectl_json(&api, &["get", "events"])?;
-        j["items"]
-            .as_array()?
-            .iter()
-            .find(|e| e["involvedObject"]["name"] == "waiter" && e["reason"] == "FailedMount")
-            .cloned()
-    })
-    .await;
+    let event = wait_failed_mount(&api, &n, "waiter").await;
     let message = event["message"].as_str().unwrap_or_default().to_string();
     assert!(
         message.contains(&format!("{ns}/late")) && message.contains("not bound"),
@@ -442,11 +434,7 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
         &[],
     );
     let node = n.node.clone();
-    wait_api("the driver in the CSINode", &n, || {
-        let j = kubectl_json(&api, &["get", "csinode", &node])?;
-        (j["spec"]["drivers"][0]["name"] == ATTACHABLE).then_some(())
-    })
-    .await;
+    wait_registered(&api, &n, ATTACHABLE).await;
     create(
         &api,
         n.dir.path(),
@@ -491,15 +479,8 @@ async fn an_attachable_volume_waits_for_its_attachment_and_is_in_use() {
         pv.as_str(),
         "{va}"
     );
-    wait_api("a FailedMount while the volume is not attached", &n, || {
-        let j = kubectl_json(&api, &["get", "events"])?;
-        j["items"]
-            .as_array()?
-            .iter()
-            .any(|e| e["involvedObject"]["name"] == "attached" && e["reason"] == "FailedMount")
-            .then_some(())
-    })
-    .await;
+    // While the volume is not attached.
+    wait_failed_mount(&api, &n, "attached").await;
     assert_eq!(driver.calls("NodeStageVolume"), 0);
     // The external attacher's part: the attachment done, with metadata for the node.
     let (ok, out, err) = kubectl(
@@ -597,15 +578,8 @@ async fn a_generic_ephemeral_volume_uses_the_claim_made_for_the_pod() {
         ),
         "{claim}"
     );
-    wait_api("a FailedMount while the claim is not bound", &n, || {
-        let j = kubectl_json(&api, &["get", "events"])?;
-        j["items"]
-            .as_array()?
-            .iter()
-            .any(|e| e["involvedObject"]["name"] == "eph" && e["reason"] == "FailedMount")
-            .then_some(())
-    })
-    .await;
+    // While the claim is not bound.
+    wait_failed_mount(&api, &n, "eph").await;
     assert_eq!(driver.calls("NodeStageVolume"), 0);
     let pv = format!("{ns}-eph");
     let claim_uid = claim["metadata"]["uid"].as_str().unwrap();

@@ -271,17 +271,30 @@ pub async fn joined_real_with_driver(test: &str) -> (RealServer, Nodelet, Driver
     let n = Nodelet::start_in_real_cluster(test, &server, "");
     let root = n.dir.path().join("root");
     let driver = Driver::start(&root, &n.dir.path().join("driver"), &[]);
-    wait_registered(&api, &n).await;
+    wait_registered(&api, &n, DRIVER).await;
     create(&api, n.dir.path(), "csidriver", &csi_driver_yaml(false));
     (server, n, driver, root)
 }
 
-/// Waits until the test driver is on the node's CSINode.
-async fn wait_registered(api: &str, n: &Nodelet) {
+/// Waits until the test driver running as `name` is on the node's CSINode.
+pub async fn wait_registered(api: &str, n: &Nodelet, name: &str) {
     let node = n.node.clone();
     wait_api("the driver registered", n, || {
         let j = kubectl_json(api, &["get", "csinode", &node])?;
-        (j["spec"]["drivers"][0]["name"] == DRIVER).then_some(())
+        (j["spec"]["drivers"][0]["name"] == name).then_some(())
     })
     .await;
+}
+
+/// Waits for a `FailedMount` event of pod `pod` in the test's namespace; returns it.
+pub async fn wait_failed_mount(api: &str, n: &Nodelet, pod: &str) -> Value {
+    wait_api(&format!("a FailedMount event for {pod}"), n, || {
+        let j = kubectl_json(api, &["get", "events"])?;
+        j["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["involvedObject"]["name"] == pod && e["reason"] == "FailedMount")
+            .cloned()
+    })
+    .await
 }
