@@ -248,6 +248,98 @@ async fn cpu_limit_raised_in_place_reaches_the_cgroup() {
     );
 }
 
+/// A resize is done in the status only together with its values: no version of the pod ever
+/// shows the new generation without `PodResizeInProgress` while `resources` still has the old
+/// CPU request (25m runs with 25 shares, which read back as 25m). Kubernetes' `resize pod via
+/// the replace endpoint` [Conformance] test found nodelet clearing the condition in the sync
+/// that applied the resize, with `resources` from the runtime's report before it (19m); every
+/// version the API server had is read through a watch, so the window cannot be missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resize_condition_goes_only_with_the_new_values_in_the_status() {
+    let server = RealServer::start("resize-req");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("resize-req", &server, "");
+    kubectl_apply(
+        &api,
+        n.dir.path(),
+        "req",
+        &resizable_pod("req", &n.node, "20m", "200m", ""),
+    );
+    let before = wait_api("the pod running", &n, || {
+        running_main(&api_pod(&server, "req")?)
+    })
+    .await;
+    let cpu_request = |c: &ContainerStatus| {
+        quantity(
+            c.resources.as_ref().and_then(|r| r.requests.as_ref()),
+            "cpu",
+        )
+    };
+    assert_eq!(cpu_request(&before).as_deref(), Some("20m"), "{before:?}");
+    // Every version of the pod from here on.
+    let versions = n.dir.path().join("versions.json");
+    let mut watch = common::kubectl_command(&api, &["get", "pod", "req", "--watch", "-o", "json"])
+        .stdout(std::fs::File::create(&versions).unwrap())
+        .spawn()
+        .expect("kubectl get --watch");
+    wait_api("the watch's first version", &n, || {
+        (std::fs::metadata(&versions).ok()?.len() > 0).then_some(())
+    })
+    .await;
+    resize(
+        &api,
+        "req",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"25m","memory":"40Mi"}}}]}}"#,
+    );
+    let done = |p: &Pod| {
+        p.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
+            && condition(p, "PodResizeInProgress").is_none()
+            && condition(p, "PodResizePending").is_none()
+    };
+    let pod = wait_api("the resize observed and no longer in progress", &n, || {
+        let p = api_pod(&server, "req")?;
+        done(&p).then_some(p)
+    })
+    .await;
+    let c = main_status(&pod).expect("the container's status");
+    let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    assert_eq!(quantity(requests, "cpu").as_deref(), Some("25m"), "{c:?}");
+    assert_eq!(
+        quantity(requests, "memory").as_deref(),
+        Some("40Mi"),
+        "{c:?}"
+    );
+    assert_eq!(
+        quantity(c.allocated_resources.as_ref(), "cpu").as_deref(),
+        Some("25m")
+    );
+    assert_eq!(c.restart_count, 0);
+    // The watch has seen the version just read: every one before it is in the file.
+    let rv = pod.metadata.resource_version.clone();
+    let seen = wait_api("the watch at the version read", &n, || {
+        let text = std::fs::read_to_string(&versions).ok()?;
+        let all: Vec<Pod> = serde_json::Deserializer::from_str(&text)
+            .into_iter::<Pod>()
+            .map_while(Result::ok)
+            .collect();
+        all.iter()
+            .any(|p| p.metadata.resource_version == rv)
+            .then_some(all)
+    })
+    .await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+    for p in seen.iter().filter(|p| done(p)) {
+        let c = main_status(p).expect("the container's status");
+        assert_eq!(
+            cpu_request(&c).as_deref(),
+            Some("25m"),
+            "version {:?} says the resize is done with the old request: {c:?}",
+            p.metadata.resource_version
+        );
+    }
+}
+
 /// (b) A memory change under `resizePolicy: RestartContainer` restarts that container, which
 /// comes back with the new limit in its cgroup.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -371,9 +371,9 @@ fn convert_instance(
     }
 }
 
-/// `containerStatuses[].allocatedResources` (the allocated requests) and `.resources` of a
-/// running instance: the runtime's report (`ContainerStatus.resources`) where it gives one,
-/// else what nodelet applied to this instance; never the spec.
+/// `containerStatuses[].allocatedResources` (the allocated requests) and `.resources` (the
+/// kubelet's `convertContainerStatusResources`): of a running instance, the allocation with the
+/// runtime's values (`resources::running`); of one that is not running, the allocation.
 fn apply_resources(
     view: Option<&ResizeView>,
     instance: &RuntimeContainer,
@@ -385,99 +385,19 @@ fn apply_resources(
         .and_then(|r| r.requests.clone())
         .filter(|r| !r.is_empty());
     if instance.state != RuntimeState::Running {
+        status.resources = Some(allocated.cloned().unwrap_or_default());
         return;
     }
-    let actuated = view
+    let applied = view
         .actuated
         .get(&instance.name)
         .filter(|(id, _)| *id == instance.id)
         .map(|(_, r)| r);
-    status.resources = match &instance.resources {
-        Some(reported) => Some(reported_resources(reported, actuated.or(allocated))),
-        None => actuated.cloned(),
-    };
-}
-
-/// The runtime's Linux resources as API requirements (the kubelet's
-/// `convertToAPIContainerStatuses`): the cpu limit from quota/period, the cpu request from the
-/// shares, the memory limit from its bytes; the memory request (which the runtime does not
-/// report) from what was applied. A value equal to `known`'s is shown in `known`'s spelling.
-fn reported_resources(
-    r: &crate::cri::api::LinuxContainerResources,
-    known: Option<&k8s_openapi::api::core::v1::ResourceRequirements>,
-) -> k8s_openapi::api::core::v1::ResourceRequirements {
-    use crate::quantity::Quantity as Q;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    let known_q = |list: Option<&std::collections::BTreeMap<String, Quantity>>, name: &str| {
-        list.and_then(|l| l.get(name)).cloned()
-    };
-    let spelled = |known: Option<Quantity>, value: i64, milli: bool| -> Quantity {
-        if let Some(k) = known {
-            if let Ok(q) = Q::try_from(&k) {
-                let v = if milli { q.milli_value() } else { q.value() };
-                if v == value {
-                    return k;
-                }
-            }
-        }
-        Quantity(if milli {
-            if value % 1000 == 0 {
-                (value / 1000).to_string()
-            } else {
-                format!("{value}m")
-            }
-        } else {
-            memory_string(value)
-        })
-    };
-    let mut limits = std::collections::BTreeMap::new();
-    let mut requests = std::collections::BTreeMap::new();
-    let (kl, kr) = (
-        known.and_then(|k| k.limits.as_ref()),
-        known.and_then(|k| k.requests.as_ref()),
-    );
-    if r.cpu_quota > 0 && r.cpu_period > 0 {
-        let milli = r.cpu_quota * 1000 / r.cpu_period;
-        limits.insert("cpu".to_string(), spelled(known_q(kl, "cpu"), milli, true));
-    }
-    if r.memory_limit_in_bytes > 0 {
-        let v = r.memory_limit_in_bytes;
-        limits.insert(
-            "memory".to_string(),
-            spelled(known_q(kl, "memory"), v, false),
-        );
-    }
-    if r.cpu_shares > 2 {
-        // Shares are milli × 1024 / 1000, rounded down: a known request that maps to the same
-        // shares is shown as it was asked.
-        let from_shares = r.cpu_shares * 1000 / 1024;
-        let known_cpu = known_q(kr, "cpu").filter(|k| {
-            Q::try_from(k).is_ok_and(|q| q.milli_value() * 1024 / 1000 == r.cpu_shares)
-        });
-        let q = match known_cpu {
-            Some(k) => k,
-            None => spelled(None, from_shares, true),
-        };
-        requests.insert("cpu".to_string(), q);
-    }
-    if let Some(m) = known_q(kr, "memory") {
-        requests.insert("memory".to_string(), m);
-    }
-    k8s_openapi::api::core::v1::ResourceRequirements {
-        limits: Some(limits).filter(|l| !l.is_empty()),
-        requests: Some(requests).filter(|l| !l.is_empty()),
-        ..Default::default()
-    }
-}
-
-/// Bytes in the largest binary unit that divides them (`128Mi`), else plain bytes.
-fn memory_string(bytes: i64) -> String {
-    for (unit, shift) in [("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if bytes != 0 && bytes % (1i64 << shift) == 0 {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
+    status.resources = Some(super::resources::running(
+        allocated,
+        instance.resources.as_ref(),
+        applied,
+    ));
 }
 
 /// RecursiveReadOnlyMounts (GA): every mount is reported; read-only ones as `Disabled` because

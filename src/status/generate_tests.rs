@@ -1761,8 +1761,9 @@ fn ephemeral_container_statuses_follow_the_runtime() {
 
 /// In-place resize in the status: `resources` of a running instance from the runtime's report
 /// where there is one, else from what nodelet applied to that instance (containerd 1.6 reports
-/// nothing), never from the spec; `allocatedResources` from the allocation; the resize
-/// conditions with their generation.
+/// nothing), else the allocation (the kubelet's default); `allocatedResources` from the
+/// allocation; the resize conditions with their generation. The values themselves:
+/// `status::resources`' table.
 #[test]
 fn resize_resources_and_conditions() {
     use crate::status::ResizeView;
@@ -1835,14 +1836,14 @@ fn resize_resources_and_conditions() {
     let status = generate_pod_status(&f.inputs());
     let c = &status.container_statuses.as_ref().unwrap()[0];
     assert_eq!(c.resources.as_ref(), Some(&allocated));
-    // Another instance than the one applied to and no report: nothing is claimed.
+    // Another instance than the one applied to and no report: the allocation.
     let other = running("app", "app-2", 100, 1);
     let mut f = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![other]));
     f.resize = Some(view);
     let status = generate_pod_status(&f.inputs());
     assert_eq!(
         status.container_statuses.as_ref().unwrap()[0].resources,
-        None
+        Some(allocated)
     );
     // Without a view: no resources, no resize conditions (never the spec).
     let f = Fixture::new(pod, runtime(ready_sandbox(), vec![app]));

@@ -25,6 +25,7 @@ mod mutation;
 pub mod patch;
 mod phase;
 pub mod printer;
+mod resources;
 pub mod restart;
 mod terminate;
 

@@ -624,7 +624,7 @@ impl PodSyncer {
                 self.allocation.set_actuated_pod_cgroup(&uid, a);
             }
         }
-        let resize_restarts = self.actuate_resize(pod, &plan, &runtime).await;
+        let (resize_restarts, resized) = self.actuate_resize(pod, &plan, &runtime).await;
         self.probes
             .sync_pod(pod, &self.running_for_probes(&plan, &runtime));
         self.refuse_ephemeral(pod, &runtime, memory);
@@ -653,6 +653,10 @@ impl PodSyncer {
             None => {}
         }
         if actions.is_empty() {
+            if resized {
+                // Read the runtime again: the next sync sees what was applied.
+                return Ok(SyncOutcome::Acted);
+            }
             // Running containers see ConfigMap/Secret/downwardAPI changes through the volumes.
             if runtime.sandbox().is_some_and(|s| s.ready) && volume::has_api_volumes(pod) {
                 self.api_volumes(pod).await;
@@ -911,22 +915,23 @@ impl PodSyncer {
     }
 
     /// Brings the running containers and the pod cgroup to the allocation (the kubelet's
-    /// `doPodResizeAction`); returns the containers a resize restarts.
+    /// `doPodResizeAction`); returns the containers a resize restarts, and whether anything was
+    /// applied now.
     async fn actuate_resize(
         &self,
         pod: &Pod,
         plan: &PodPlan,
         runtime: &PodRuntime,
-    ) -> std::collections::BTreeSet<String> {
+    ) -> (std::collections::BTreeSet<String>, bool) {
         use super::resize::{resize_actions, ContainerResize, ResizeActionInputs, Step};
         use crate::podspec::resize::{restart_required, with_allocation};
         let uid = pod_uid(pod);
         let mut restarts = std::collections::BTreeSet::new();
         if !runtime.sandbox().is_some_and(|s| s.ready) {
-            return restarts;
+            return (restarts, false);
         }
         let Some(allocation) = self.allocation.allocation(uid) else {
-            return restarts;
+            return (restarts, false);
         };
         let actuated = self.allocation.actuated(uid);
         // The pod cgroup: its old and new values, when nodelet manages it.
@@ -1007,11 +1012,11 @@ impl PodSyncer {
         if let Some(error) = actions.error {
             tracing::warn!(%error, "pod resize cannot be applied now");
             self.resize_failed(pod, uid, generation, error);
-            return restarts;
+            return (restarts, false);
         }
         if actions.is_empty() {
             self.resize_completed(pod, uid, generation);
-            return restarts;
+            return (restarts, false);
         }
         for step in &actions.steps {
             let done = match step {
@@ -1061,7 +1066,7 @@ impl PodSyncer {
             if let Err(error) = done {
                 tracing::warn!(%error, "pod resize failed");
                 self.resize_failed(pod, uid, generation, error);
-                return restarts;
+                return (restarts, false);
             }
         }
         if pod_cgroup_due {
@@ -1072,14 +1077,14 @@ impl PodSyncer {
             }
         }
         restarts.extend(actions.restart);
-        if restarts.is_empty() {
-            self.resize_completed(pod, uid, generation);
-        } else {
-            self.allocation.set_in_progress_error(uid, generation, None);
-        }
+        // `PodResizeInProgress` stays until a sync whose runtime report already shows what was
+        // applied finds nothing left to do, so that the status never says the resize is done
+        // while `resources` still shows the runtime's old values (the kubelet clears it at the
+        // sync its PLEG starts when the runtime reports the new resources).
+        self.allocation.set_in_progress_error(uid, generation, None);
         // Another pod's deferred resize may fit now (the kubelet retries on this trigger).
         self.allocation.retry_deferred();
-        restarts
+        (restarts, true)
     }
 
     fn record_pod_started(&self, status: &PodStatus, memory: &mut PodMemory) {
