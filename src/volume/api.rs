@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -216,10 +215,9 @@ fn prepare_dir(
         return Ok(());
     }
     let size = emptydir::tmpfs_size(pod, None, Some(ctx.node.memory));
+    // The tmpfs root keeps its own mode (01777), as the kubelet's wrapped emptyDir leaves it.
     match emptydir::mount_tmpfs(&canonical, size) {
-        Ok(()) => {
-            fs::set_permissions(&canonical, fs::Permissions::from_mode(0o777)).map_err(set_up)
-        }
+        Ok(()) => Ok(()),
         Err(error) => {
             tracing::warn!(
                 volume,
@@ -289,6 +287,7 @@ mod tests {
     use k8s_openapi::ByteString;
 
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     const NODE: NodeAllocatable = NodeAllocatable {
         cpu_milli: 2000,
@@ -506,6 +505,11 @@ mod tests {
             assert!(
                 line.contains("tmpfs") && line.contains("size=1048576k"),
                 "{line}"
+            );
+            // the tmpfs root's own mode, as the kubelet's wrapped emptyDir leaves it
+            assert_eq!(
+                fs::metadata(dir).unwrap().permissions().mode() & 0o7777,
+                0o1777
             );
         }
         // a second pass neither mounts again nor fails

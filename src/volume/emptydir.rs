@@ -74,7 +74,9 @@ pub fn tmpfs_size(
 }
 
 /// Creates the volume directory (and its parents) with mode 0777, as the kubelet does so any
-/// container user can write to it; an existing directory gets its mode fixed.
+/// container user can write to it; an existing directory whose permission bits are not 0777
+/// gets 0777 (the kubelet's `setupDir`: setgid from `fsGroup` and the sticky bit of a tmpfs
+/// root stay when the permission bits are right).
 pub fn setup_dir(path: &Path) -> io::Result<()> {
     if let Some(parent) = path.parent() {
         fs::DirBuilder::new()
@@ -87,11 +89,7 @@ pub fn setup_dir(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
         Err(e) => return Err(e),
     }
-    // 02777 is what `apply_fs_group` leaves; anything else gets the plain mode back.
-    if !matches!(
-        fs::metadata(path)?.permissions().mode() & 0o7777,
-        0o777 | 0o2777
-    ) {
+    if fs::metadata(path)?.permissions().mode() & 0o777 != 0o777 {
         fs::set_permissions(path, fs::Permissions::from_mode(0o777))?;
     }
     Ok(())

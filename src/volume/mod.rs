@@ -393,22 +393,17 @@ fn mount_memory_medium(
     node_allocatable_memory: Option<i64>,
     mountinfo: &Path,
 ) -> Result<(), VolumeError> {
-    let set_up = |source| VolumeError::SetUp {
-        volume: volume.to_string(),
-        path: path.to_path_buf(),
-        source,
-    };
-    let Some(canonical) = unmounted_medium_dir(volume, path, mountinfo)? else {
+let Some(canonical) = unmounted_medium_dir(volume, path, mountinfo)? else {
         return Ok(());
     };
     let size = emptydir::tmpfs_size(pod, size_limit, node_allocatable_memory);
+    // The tmpfs root keeps its own mode, 01777, as in the kubelet (`setupTmpfs` mounts after
+    // `setupDir`): the sticky bit shows, and `fsGroup` adds setgid to it.
     emptydir::mount_tmpfs(&canonical, size).map_err(|source| VolumeError::Tmpfs {
         volume: volume.to_string(),
         path: path.to_path_buf(),
         source,
-    })?;
-    // A fresh tmpfs root is 01777; give it the mode of an on-disk emptyDir.
-    fs::set_permissions(&canonical, fs::Permissions::from_mode(0o777)).map_err(set_up)
+    })
 }
 
 /// A hugepages emptyDir: a hugetlbfs on the directory, unless one is there already (the
@@ -854,8 +849,13 @@ mod tests {
                     line.contains("tmpfs") && line.contains("size=16384k"),
                     "{line}"
                 );
-                // idempotent: no second mount on the next sync
+                // the tmpfs root's own mode, sticky, as the kubelet leaves it (Kubernetes'
+                // EmptyDir fsGroup tests read `dtrwxrwxrwx`)
+                let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+                assert_eq!(mode(&path), 0o1777);
+                // idempotent: no second mount on the next sync, the mode kept
                 prepare_pod_volumes(&p, root.path()).unwrap();
+                assert_eq!(mode(&path), 0o1777);
                 let table = fs::read_to_string(MOUNTINFO).unwrap();
                 assert_eq!(
                     mounts::mounts_under(&table, path.parent().unwrap()).len(),
