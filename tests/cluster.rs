@@ -187,6 +187,84 @@ async fn applied_pod_runs_and_graceful_delete_ends_with_one_final_delete() {
     );
 }
 
+/// A container whose image changes is restarted with the new image even under
+/// `restartPolicy: Never`, as the kubelet does, and no version of the pod ever shows it
+/// terminated in between: the API server refuses a Never pod's container a running state after
+/// a terminated one, so a terminated state shown for the stop would be final. Kubernetes'
+/// `should successfully restart when the image is updated and restartPolicy=Never`
+/// [NodeConformance] test found nodelet showing the stop's exit at once (its fast exit path)
+/// and every later status refused (422).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_never_pods_container_restarts_with_its_new_image_never_shown_terminated() {
+    let server = RealServer::start("image-change");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster("image-change", &server, "");
+    // A second container keeps the pod Running while the first is replaced (as in the
+    // upstream test): the stop's exit alone would not change the phase.
+    let yaml = format!(
+        "{}  - name: other\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n",
+        bound_pod("web", &n.node, "  restartPolicy: Never\n")
+    );
+    kubectl_apply(&api, n.dir.path(), "web", &yaml);
+    let main = |p: &Pod| {
+        p.status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == "main")
+            .cloned()
+    };
+    let before = wait_api("web running", &n, || {
+        let c = main(&api_pod(&server, "web")?)?;
+        c.state.as_ref()?.running.as_ref()?;
+        Some(c)
+    })
+    .await;
+    let versions = PodVersions::start(&api, &n, "web").await;
+    // The same image by its ID: the container's definition changes, and the new one runs as
+    // the old did.
+    let image = before.image_id.clone();
+    assert!(image.starts_with("sha256:"), "{before:?}");
+    let patch = format!(r#"{{"spec":{{"containers":[{{"name":"main","image":"{image}"}}]}}}}"#);
+    let (ok, out, err) = kubectl(&api, &["patch", "pod", "web", "-p", &patch]);
+    assert!(ok, "kubectl patch: {out}{err}");
+    let pod = wait_api("web restarted with the new image", &n, || {
+        let p = api_pod(&server, "web")?;
+        let c = main(&p)?;
+        (c.restart_count == 1
+            && c.container_id != before.container_id
+            && c.state.as_ref()?.running.is_some())
+        .then_some(p)
+    })
+    .await;
+    let c = main(&pod).unwrap();
+    assert!(
+        c.last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some(),
+        "the stopped instance is the last state: {c:?}"
+    );
+    for p in versions.through(&n, &pod).await {
+        let c = main(&p).unwrap();
+        assert!(
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_none(),
+            "version {:?} shows the container terminated: {c:?}",
+            p.metadata.resource_version
+        );
+    }
+    assert!(
+        !n.logs()
+            .contains("may not be transitioned to non-terminated state"),
+        "{}",
+        tail(&n.logs(), 40)
+    );
+}
+
 /// A pod whose container ignores SIGTERM, deleted with a 60 s grace period, then force-deleted
 /// (`kubectl delete --grace-period=0 --force`) while nodelet waits out the grace period: the
 /// termination under way is cut short and the containers are gone within seconds, not the 60 s.

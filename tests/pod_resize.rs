@@ -277,15 +277,7 @@ async fn the_resize_condition_goes_only_with_the_new_values_in_the_status() {
     };
     assert_eq!(cpu_request(&before).as_deref(), Some("20m"), "{before:?}");
     // Every version of the pod from here on.
-    let versions = n.dir.path().join("versions.json");
-    let mut watch = common::kubectl_command(&api, &["get", "pod", "req", "--watch", "-o", "json"])
-        .stdout(std::fs::File::create(&versions).unwrap())
-        .spawn()
-        .expect("kubectl get --watch");
-    wait_api("the watch's first version", &n, || {
-        (std::fs::metadata(&versions).ok()?.len() > 0).then_some(())
-    })
-    .await;
+    let versions = PodVersions::start(&api, &n, "req").await;
     resize(
         &api,
         "req",
@@ -314,21 +306,8 @@ async fn the_resize_condition_goes_only_with_the_new_values_in_the_status() {
         Some("25m")
     );
     assert_eq!(c.restart_count, 0);
-    // The watch has seen the version just read: every one before it is in the file.
-    let rv = pod.metadata.resource_version.clone();
-    let seen = wait_api("the watch at the version read", &n, || {
-        let text = std::fs::read_to_string(&versions).ok()?;
-        let all: Vec<Pod> = serde_json::Deserializer::from_str(&text)
-            .into_iter::<Pod>()
-            .map_while(Result::ok)
-            .collect();
-        all.iter()
-            .any(|p| p.metadata.resource_version == rv)
-            .then_some(all)
-    })
-    .await;
-    let _ = watch.kill();
-    let _ = watch.wait();
+    // Every version up to the one just read.
+    let seen = versions.through(&n, &pod).await;
     for p in seen.iter().filter(|p| done(p)) {
         let c = main_status(p).expect("the container's status");
         assert_eq!(

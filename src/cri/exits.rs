@@ -36,6 +36,9 @@ pub struct ExitRecord {
     pub exit: Option<(i32, Timestamp)>,
     /// The kernel OOM-killed in the container's cgroup (`/tasks/oom`).
     pub oom: bool,
+    /// The pod's sync is stopping the container itself (to restart it, or because a probe
+    /// failed): the sync publishes what follows, the exit is not shown ahead of it.
+    pub stopped_by_sync: bool,
     /// Insertion order, for the bound.
     seq: u64,
 }
@@ -157,6 +160,11 @@ impl ObservedExits {
         self.lock().entry(id).oom = true;
     }
 
+    /// The pod's sync is about to stop container `id` itself: its exit waits for the sync.
+    pub fn stopping_by_sync(&self, id: &str) {
+        self.lock().entry(id).stopped_by_sync = true;
+    }
+
     /// The record of container `id`, if any.
     pub fn get(&self, id: &str) -> Option<ExitRecord> {
         self.lock().by_id.get(id).copied()
@@ -238,6 +246,7 @@ mod tests {
         ExitRecord {
             exit: exit.map(|(c, s)| (c, t(s))),
             oom,
+            stopped_by_sync: false,
             seq: 0,
         }
     }

@@ -351,8 +351,8 @@ impl Pleg {
         if !sandbox {
             self.exits.exited(id, code, at);
             tracing::debug!(pod.uid = %pod_uid, id = %id, code, "containerd exit event");
-            let oom = self.exits.get(id).is_some_and(|r| r.oom);
-            if shown_at_once(code, oom) {
+            let record = self.exits.get(id).unwrap_or_default();
+            if shown_at_once(code, record.oom, record.stopped_by_sync) {
                 (self.show_exits)(&pod_uid);
             }
             self.send(
@@ -458,9 +458,12 @@ impl Pleg {
 /// Whether an exit is shown in the pod's status at once, ahead of the worker. A SIGKILL (137)
 /// may be the kernel's OOM kill, whose `/tasks/oom` event is handled in a task of its own and
 /// may not be recorded yet: such an exit waits for the worker's sync, so it does not show as
-/// `Error` before `OOMKilled`.
-fn shown_at_once(code: i32, oom_recorded: bool) -> bool {
-    code != 137 || oom_recorded
+/// `Error` before `OOMKilled`. Nor is the exit of a container the pod's sync stopped itself
+/// (its definition changed, a probe failed): the sync that stopped it starts the next one and
+/// publishes, as the kubelet's does. Shown at once, the exit could be final: the API server
+/// refuses a container of a `restartPolicy: Never` pod a running state after a terminated one.
+fn shown_at_once(code: i32, oom_recorded: bool, stopped_by_sync: bool) -> bool {
+    !stopped_by_sync && (code != 137 || oom_recorded)
 }
 
 /// The exit status and time a `/tasks/exit` event carries; a missing or out-of-range time reads
@@ -488,14 +491,22 @@ mod tests {
 
     #[test]
     fn a_sigkill_shows_at_once_only_with_its_oom_recorded() {
-        for (code, oom, want) in [
-            (1, false, true),
-            (0, false, true),
-            (143, false, true),
-            (137, false, false),
-            (137, true, true),
+        for (code, oom, by_sync, want) in [
+            (1, false, false, true),
+            (0, false, false, true),
+            (143, false, false, true),
+            (137, false, false, false),
+            (137, true, false, true),
+            // stopped by the pod's sync: never ahead of it
+            (143, false, true, false),
+            (0, false, true, false),
+            (137, true, true, false),
         ] {
-            assert_eq!(shown_at_once(code, oom), want, "exit {code}, oom {oom}");
+            assert_eq!(
+                shown_at_once(code, oom, by_sync),
+                want,
+                "exit {code}, oom {oom}, stopped by the sync {by_sync}"
+            );
         }
     }
 

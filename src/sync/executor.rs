@@ -1121,6 +1121,8 @@ impl PodSyncer {
         let pod_ip = runtime.sandbox().and_then(|s| s.ips.first().cloned());
         let kills = actions.containers_to_kill.iter().filter_map(|k| {
             let c = runtime.containers.iter().find(|c| c.id == k.container_id)?;
+            // This sync publishes what follows the stop (`pleg::shown_at_once`).
+            self.exits.stopping_by_sync(&c.id);
             Some(self.stopper.kill_container(
                 pod,
                 c,

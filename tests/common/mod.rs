@@ -552,6 +552,60 @@ pub fn kubectl_shell(api: &str) -> String {
     }
 }
 
+/// Every version of a pod the API server stores from now on, read through a watch
+/// (`kubectl get pod --watch -o json` into a file), so that a state published for a moment
+/// cannot be missed between two polls.
+pub struct PodVersions {
+    watch: Child,
+    file: PathBuf,
+}
+
+impl PodVersions {
+    /// Starts the watch and waits for its first version (the pod as it is now).
+    pub async fn start(api: &str, n: &Nodelet, name: &str) -> PodVersions {
+        let file = n.dir.path().join(format!("{name}.versions.json"));
+        let watch = kubectl_command(api, &["get", "pod", name, "--watch", "-o", "json"])
+            .stdout(std::fs::File::create(&file).expect("the versions file"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl get --watch");
+        let versions = PodVersions { watch, file };
+        wait_api("the watch's first version", n, || {
+            (!versions.read().is_empty()).then_some(())
+        })
+        .await;
+        versions
+    }
+
+    /// The versions seen so far, oldest first.
+    pub fn read(&self) -> Vec<Pod> {
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<Pod>()
+            .map_while(Result::ok)
+            .collect()
+    }
+
+    /// Every version up to and including `pod` (as read from the API), once the watch has it.
+    pub async fn through(&self, n: &Nodelet, pod: &Pod) -> Vec<Pod> {
+        let rv = pod.metadata.resource_version.clone();
+        wait_api("the watch at the version read", n, || {
+            let all = self.read();
+            all.iter()
+                .any(|p| p.metadata.resource_version == rv)
+                .then_some(all)
+        })
+        .await
+    }
+}
+
+impl Drop for PodVersions {
+    fn drop(&mut self) {
+        let _ = self.watch.kill();
+        let _ = self.watch.wait();
+    }
+}
+
 /// Runs `kubectl`: (success, stdout, stderr).
 pub fn kubectl(api: &str, args: &[&str]) -> (bool, String, String) {
     let out = kubectl_command(api, args).output().expect("run kubectl");
