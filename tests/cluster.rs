@@ -790,6 +790,62 @@ async fn static_pod_gets_a_mirror_pod_that_comes_back_when_deleted() {
     .await;
 }
 
+/// A static pod whose manifest is removed keeps its mirror pod, Running and the same, while it
+/// terminates through its grace period; the mirror pod goes once the pod is gone, as the
+/// kubelet deletes a mirror pod only after its static pod stopped terminating. Kubernetes'
+/// `mirror pod termination should satisfy grace period when static pod is deleted`
+/// [NodeConformance] test found nodelet deleting it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_static_pods_mirror_pod_stays_while_it_terminates() {
+    let server = RealServer::start("mirror-grace");
+    let n = Nodelet::start_in_real_cluster("mirror-grace", &server, "");
+    // The container ignores SIGTERM: the pod takes its whole grace period (5 s) to end.
+    n.write_manifest(
+        "static.yaml",
+        &testbox_pod(
+            "static",
+            "Always",
+            &[("main", &["serve", "--on-sigterm", "ignore"])],
+        ),
+    );
+    let name = n.pod_name("static");
+    let mirror = wait_api("the mirror pod Running", &n, || {
+        server
+            .object::<Pod>(Some("default"), &name)
+            .filter(|p| api_phase(p) == "Running")
+    })
+    .await;
+    n.remove_manifest("static.yaml");
+    wait_api("nodelet noticed the removal", &n, || {
+        n.logs()
+            .contains("static pod manifest removed")
+            .then_some(())
+    })
+    .await;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let now = server.object::<Pod>(Some("default"), &name);
+        assert_eq!(
+            now.as_ref().map(|p| (p.metadata.uid.clone(), api_phase(p))),
+            Some((mirror.metadata.uid.clone(), "Running".to_string())),
+            "the mirror pod during the grace period\n{}",
+            tail(&n.logs(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_api("the mirror pod deleted", &n, || {
+        server
+            .object::<Pod>(Some("default"), &name)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        n.pod("static").await.is_none(),
+        "the static pod ended before its mirror pod went"
+    );
+}
+
 /// 403s without a loop: nodelet given another node's credentials (a client certificate of
 /// `system:node:<other>`, as when a certificate is issued for the wrong host name). The Node
 /// authorizer and NodeRestriction refuse what it asks about its own Node and Lease; nodelet

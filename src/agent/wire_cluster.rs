@@ -136,7 +136,16 @@ pub(super) fn spawn_pod_loops(
         events: pods.events.clone(),
         handlers: pods.admit_handlers,
     });
-    let mirrors = MirrorPods::new(client.clone(), cfg.node_name.clone(), store.clone(), clock);
+    let workers = manager.workers();
+    let still_running: crate::pod::mirror::StillRunning =
+        std::sync::Arc::new(move |uid: &str| workers.has_worker(uid));
+    let mirrors = MirrorPods::new(
+        client.clone(),
+        cfg.node_name.clone(),
+        store.clone(),
+        clock,
+        still_running,
+    );
     tasks.spawn(mirrors.run(manager.static_pods(), cancel.clone()));
     let sync = ApiStatusSync::new(
         pods.status.clone(),

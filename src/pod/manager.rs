@@ -172,6 +172,11 @@ impl PodManager {
         self
     }
 
+    /// The pod workers (for mirror pods: whether a static pod still terminates).
+    pub fn workers(&self) -> PodWorkers {
+        self.workers.clone()
+    }
+
     /// The static pods, as they change (for mirror pods).
     pub fn static_pods(&self) -> watch::Receiver<Vec<Pod>> {
         self.static_pods.subscribe()

@@ -92,8 +92,17 @@ pub fn mirror_pod(static_pod: &Pod, node: &Node) -> Pod {
 /// What to do so every static pod has exactly one current mirror pod and nothing else does.
 /// Mirror pods being deleted, or made from an older manifest, are deleted (a new one is
 /// created on a later pass, once the old one is gone).
-pub fn mirror_actions(static_pods: &[Pod], mirrors: &[Pod], node: &Node) -> Vec<MirrorAction> {
+pub fn mirror_actions(
+    static_pods: &[Pod],
+    mirrors: &[Pod],
+    node: &Node,
+    still_running: &dyn Fn(&str) -> bool,
+) -> Vec<MirrorAction> {
     let by_key: BTreeMap<(String, String), &Pod> = mirrors.iter().map(|m| (key(m), m)).collect();
+    // The static pod a mirror pod was made for (its UID is the config hash the mirror carries)
+    // is still on the node, terminating: the mirror pod stays until it is gone, as the kubelet
+    // deletes an orphaned or outdated mirror pod only once its static pod stopped terminating.
+    let terminating = |m: &Pod| annotation(m, MIRROR_ANNOTATION).is_some_and(still_running);
     let mut actions = Vec::new();
     let mut wanted = std::collections::BTreeSet::new();
     for s in static_pods {
@@ -103,12 +112,14 @@ pub fn mirror_actions(static_pods: &[Pod], mirrors: &[Pod], node: &Node) -> Vec<
         match by_key.get(&k) {
             None => actions.push(MirrorAction::Create(Box::new(mirror_pod(s, node)))),
             Some(m) if m.metadata.deletion_timestamp.is_some() => actions.push(delete_of(m)),
-            Some(m) if annotation(m, MIRROR_ANNOTATION) != hash => actions.push(delete_of(m)),
+            Some(m) if annotation(m, MIRROR_ANNOTATION) != hash && !terminating(m) => {
+                actions.push(delete_of(m))
+            }
             Some(_) => {}
         }
     }
     for m in mirrors {
-        if !wanted.contains(&key(m)) {
+        if !wanted.contains(&key(m)) && !terminating(m) {
             actions.push(delete_of(m));
         }
     }
@@ -148,16 +159,28 @@ pub struct MirrorPods {
     clock: Clock,
     /// Writes that failed, per [`retry_key`].
     retry: Backoff,
+    /// Whether the pod of this UID still has a worker on the node (running or terminating).
+    still_running: StillRunning,
 }
 
+/// Whether the pod of a UID still has a worker on the node: the pod workers' registry.
+pub type StillRunning = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 impl MirrorPods {
-    pub fn new(client: Client, node_name: String, store: Store<Pod>, clock: Clock) -> Self {
+    pub fn new(
+        client: Client,
+        node_name: String,
+        store: Store<Pod>,
+        clock: Clock,
+        still_running: StillRunning,
+    ) -> Self {
         MirrorPods {
             client,
             node_name,
             store,
             clock,
             retry: Backoff::new(RETRY_INITIAL, RETRY_MAX),
+            still_running,
         }
     }
 
@@ -181,7 +204,7 @@ impl MirrorPods {
             ..Default::default()
         };
         let due = due_actions(
-            mirror_actions(static_pods, &mirrors, &unread),
+            mirror_actions(static_pods, &mirrors, &unread, &*self.still_running),
             &self.retry,
             now,
         );
@@ -204,7 +227,7 @@ impl MirrorPods {
                 }
             };
             due_actions(
-                mirror_actions(static_pods, &mirrors, &node),
+                mirror_actions(static_pods, &mirrors, &node, &*self.still_running),
                 &self.retry,
                 now,
             )
@@ -401,9 +424,33 @@ mod tests {
                 vec![mirror("b", "h1", "m2", false)],
                 vec![del("b", "m2")],
             ),
+            (
+                "orphan mirror of a static pod still terminating is kept",
+                vec![],
+                vec![mirror("b", "old", "m2", false)],
+                vec![],
+            ),
+            (
+                "stale mirror of a static pod still terminating is kept",
+                vec![static_pod("a", "h2")],
+                vec![mirror("a", "old", "m1", false)],
+                vec![],
+            ),
+            (
+                "a mirror deleted through the API goes even while its pod terminates",
+                vec![static_pod("a", "old")],
+                vec![mirror("a", "old", "m1", true)],
+                vec![del("a", "m1")],
+            ),
         ];
+        // The static pod of hash `old` is still terminating on the node.
+        let still_running = |uid: &str| uid == "old";
         for (name, statics, mirrors, want) in cases {
-            assert_eq!(mirror_actions(&statics, &mirrors, &node()), want, "{name}");
+            assert_eq!(
+                mirror_actions(&statics, &mirrors, &node(), &still_running),
+                want,
+                "{name}"
+            );
         }
     }
 

@@ -393,7 +393,7 @@ fn mount_memory_medium(
     node_allocatable_memory: Option<i64>,
     mountinfo: &Path,
 ) -> Result<(), VolumeError> {
-let Some(canonical) = unmounted_medium_dir(volume, path, mountinfo)? else {
+    let Some(canonical) = unmounted_medium_dir(volume, path, mountinfo)? else {
         return Ok(());
     };
     let size = emptydir::tmpfs_size(pod, size_limit, node_allocatable_memory);
