@@ -608,3 +608,57 @@ async fn features_are_used_where_the_runtime_declares_them_and_refused_where_not
     })
     .await;
 }
+
+/// A pod asking for an AppArmor profile on a node whose kernel does not enforce AppArmor is
+/// rejected at admission with reason `AppArmor`, as the kubelet does, instead of failing in the
+/// runtime container after container (containerd: `apparmor is not supported`); `Unconfined`
+/// runs. Where the kernel enforces AppArmor, the runtime's default profile confines the
+/// container. Kubernetes' `should reject a pod with an AppArmor profile` [NodeConformance] test
+/// found nodelet leaving such a pod Pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apparmor_profile_is_enforced_or_the_pod_rejected() {
+    let n = Nodelet::start_with("apparmor", "");
+    let host_error = nodelet::pod::apparmor::host_support(std::path::Path::new("/sys"));
+    n.write_manifest(
+        "confined.yaml",
+        &one_shot_pod(
+            "confined",
+            "{appArmorProfile: {type: RuntimeDefault}}",
+            "echo \"profile=$(cat /proc/self/attr/current)\"",
+        ),
+    );
+    n.write_manifest(
+        "unconfined.yaml",
+        &one_shot_pod(
+            "unconfined",
+            "{appArmorProfile: {type: Unconfined}}",
+            "echo ran=yes",
+        ),
+    );
+    let unconfined = n
+        .wait_pod("unconfined", T, "its container terminated", |p| {
+            all_terminated(p, 1)
+        })
+        .await;
+    assert_eq!(get(&report(&n, &unconfined, "main"), "ran"), "yes");
+    match host_error {
+        Some(why) => {
+            let (reason, message) = wait_rejected(&n, "confined").await;
+            assert_eq!(reason, "AppArmor");
+            assert_eq!(
+                message,
+                format!("Pod was rejected: Cannot enforce AppArmor: {why}")
+            );
+        }
+        None => {
+            let confined = n
+                .wait_pod("confined", T, "its container terminated", |p| {
+                    all_terminated(p, 1)
+                })
+                .await;
+            let confined = report(&n, &confined, "main");
+            let profile = get(&confined, "profile");
+            assert!(profile.contains("(enforce)"), "{profile}");
+        }
+    }
+}

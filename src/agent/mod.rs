@@ -296,6 +296,8 @@ pub struct HostPaths {
     pub root: PathBuf,
     pub proc: PathBuf,
     pub cgroup: PathBuf,
+    /// sysfs (AppArmor's module parameters and securityfs).
+    pub sys: PathBuf,
 }
 
 impl Default for HostPaths {
@@ -304,6 +306,7 @@ impl Default for HostPaths {
             root: PathBuf::from("/"),
             proc: PathBuf::from("/proc"),
             cgroup: PathBuf::from(crate::cgroup::CGROUP_MOUNT),
+            sys: PathBuf::from("/sys"),
         }
     }
 }
@@ -501,6 +504,9 @@ impl NodeletBuilder {
             // The pod fields nodelet refuses (honoured or refused, never ignored).
             handlers.push(Arc::new(crate::pod::field_admission::PodFieldsAdmitHandler));
             handlers.push(Arc::new(sysctls));
+            handlers.push(Arc::new(crate::pod::apparmor::AppArmorAdmitHandler {
+                host_error: crate::pod::apparmor::host_support(&paths.sys),
+            }));
             handlers.push(Arc::new(
                 crate::pod::runtime_features::RuntimeFeaturesAdmitHandler {
                     features: runtime.rt.runtime_features.clone(),

@@ -4,6 +4,7 @@
 //! `PodKiller` (the seam that ends a pod) and `LivePods`.
 
 pub mod admission;
+pub mod apparmor;
 pub mod field_admission;
 pub mod manager;
 pub mod mirror;
