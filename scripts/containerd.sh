@@ -79,6 +79,13 @@ disabled_plugins = [
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt.options]
         SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
         Root = "$CTD_RUNC_ROOT"
+    # The handler Kubernetes' node e2e tests name in their RuntimeClasses (`test-handler`,
+    # e2enode.PreconfiguredRuntimeClassHandler): runc again (scripts/conformance.sh).
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler.options]
+        SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
+        Root = "$CTD_RUNC_ROOT"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$NODELET_TEST_CNI_BIN"
     conf_dir = "$CNI_CONF_DIR"
@@ -151,6 +158,13 @@ disabled_plugins = [
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc-alt]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc-alt.options]
+        SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
+        Root = "$CTD_RUNC_ROOT"
+    # The handler Kubernetes' node e2e tests name in their RuntimeClasses (`test-handler`,
+    # e2enode.PreconfiguredRuntimeClassHandler): runc again (scripts/conformance.sh).
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler.options]
         SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
         Root = "$CTD_RUNC_ROOT"
   [plugins."io.containerd.cri.v1.runtime".cni]

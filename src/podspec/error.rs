@@ -80,6 +80,10 @@ pub enum ConfigError {
     /// kubelet refuses rather than let the runtime drop it; the message is the kubelet's.
     #[error("{message}")]
     RuntimeLacks { field: String, message: String },
+    /// `setHostnameAsFQDN` with an FQDN the kernel cannot take as a hostname (over 64
+    /// characters): the sandbox is not made (the kubelet's `GeneratePodSandboxConfig` message).
+    #[error("failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)", fqdn.len())]
+    FqdnTooLong { fqdn: String },
     #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
     RunAsRoot { pod: String, container: String },
     #[error("container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})")]
