@@ -107,7 +107,7 @@ pub fn admit_apparmor(host_error: Option<&str>, pod: &Pod) -> AdmitResult {
             .as_ref()
             .and_then(|s| s.app_armor_profile.as_ref())
     }));
-    for profile in profiles.into_iter().map(|p| p.or(pod_profile)).flatten() {
+    for profile in profiles.into_iter().filter_map(|p| p.or(pod_profile)) {
         if profile.type_ == "Localhost"
             && profile
                 .localhost_profile
