@@ -11,8 +11,9 @@
 # its tests run in parallel, as under `cargo test`): the VM scenarios (each boots its own qemu
 # guest); the fault tests (they stop their containerd, so they get an instance of their own),
 # then the containerd 1.6 compatibility subset (lifecycle, probes, security context, pod resize, cluster mode on
-# Debian 12's containerd 1.6, an instance of its own), then the fuzz targets' build and short
-# run; and all the rest against the shared test containerd. The integration tests run on
+# Debian 12's containerd 1.6, an instance of its own), then a subset of Kubernetes' own node
+# conformance tests against nodelet (scripts/conformance.sh subset, an instance of its own), then
+# the fuzz targets' build and short run; and all the rest against the shared test containerd. The integration tests run on
 # containerd 2.x from Debian's newest suite (scripts/containerd-current.sh) with Debian 12's runc.
 # The exact containerd and runc of each lane are printed at the start and with every binary's
 # wall time at the end; the lanes' output is in target/test-lanes/.
@@ -89,7 +90,17 @@ stop_background() {
 		kill_tree "$pid"
 	done
 }
+# Kubernetes' own conformance subset's instance (scripts/conformance.sh: its own containerd,
+# control plane and registry), named in full so that nothing of the main instance leaks in.
+conformance_instance=(
+	NODELET_TEST_VAR=/var/lib/nodelet-conformance NODELET_TEST_RUN=/run/nodelet-conformance
+	NODELET_TEST_BRIDGE=nodeletc0 NODELET_TEST_SUBNET=10.94.0.0/16
+	NODELET_TEST_CNI_NETWORK=nodelet-conformance NODELET_TEST_REGISTRY_PORT=5450
+	NODELET_TEST_K8S_PORT_BASE=19443
+)
+conformance() { env -u NODELET_TEST_KUBECONFIG -u NODELET_TEST_K8S_SERVER "${conformance_instance[@]}" scripts/conformance.sh "$@"; }
 down() {
+	conformance down >/dev/null 2>&1 || true
 	scripts/k8s.sh down || true
 	scripts/test-env.sh down || true
 	env "${faults_instance[@]}" scripts/test-env.sh down || true
@@ -116,6 +127,10 @@ background+=($!)
 scripts/k8s.sh build >"$lanes_dir/k8s-build.log" 2>&1 &
 k8s_build=$!
 background+=("$k8s_build")
+# Kubernetes' node e2e binary, ginkgo and the stand-in images' programs (scripts/conformance.sh
+# build: the same cache; niced), for the conformance subset in the faults lane.
+(scripts/k8s.sh build >/dev/null 2>&1; conformance build) >"$lanes_dir/conformance-build.log" 2>&1 &
+background+=($!)
 
 cargo build --workspace --locked --all-targets
 if ! wait "$k8s_build"; then
@@ -169,6 +184,19 @@ background+=("$vm_lane")
 		export "${ctd16_instance[@]}"
 		run_lane ctd16 "$NODELET_TEST_CONTAINERD_VERSION"
 	) || failed=1
+	# Kubernetes' own tests: the conformance subset against nodelet on an instance of its own
+	# (its build waits for the one started beside the cargo build).
+	start=$SECONDS
+	echo "     Running scripts/conformance.sh subset (output: target/conformance/subset)"
+	if conformance subset; then
+		echo "faults conformance-subset $((SECONDS - start)) 0 -" >>"$lanes_dir/times"
+		echo "test.sh: [faults] Kubernetes conformance subset ok in $((SECONDS - start)) s" >&3
+	else
+		echo "faults conformance-subset $((SECONDS - start)) 1 -" >>"$lanes_dir/times"
+		echo "test.sh: [faults] Kubernetes conformance subset FAILED after $((SECONDS - start)) s" >&3
+		failed=1
+	fi
+	conformance down >/dev/null 2>&1 || true
 	start=$SECONDS
 	echo "     Running scripts/fuzz.sh 5 (output: $lanes_dir/fuzz.log)"
 	# The fuzz build and the fuzz crate's lints are compile jobs that take both cores for
