@@ -92,11 +92,12 @@ stop_background() {
 }
 # Kubernetes' own conformance subset's instance (scripts/conformance.sh: its own containerd,
 # control plane and registry), named in full so that nothing of the main instance leaks in.
+# Not the paths and ports of a whole run (scripts/conformance.sh run), which may go on beside.
 conformance_instance=(
-	NODELET_TEST_VAR=/var/lib/nodelet-conformance NODELET_TEST_RUN=/run/nodelet-conformance
-	NODELET_TEST_BRIDGE=nodeletc0 NODELET_TEST_SUBNET=10.94.0.0/16
-	NODELET_TEST_CNI_NETWORK=nodelet-conformance NODELET_TEST_REGISTRY_PORT=5450
-	NODELET_TEST_K8S_PORT_BASE=19443
+	NODELET_TEST_VAR=/var/lib/nodelet-test-conformance NODELET_TEST_RUN=/run/nodelet-test-conformance
+	NODELET_TEST_BRIDGE=nodeletc1 NODELET_TEST_SUBNET=10.95.0.0/16
+	NODELET_TEST_CNI_NETWORK=nodelet-test-conformance NODELET_TEST_REGISTRY_PORT=5452
+	NODELET_TEST_K8S_PORT_BASE=20443
 )
 conformance() { env -u NODELET_TEST_KUBECONFIG -u NODELET_TEST_K8S_SERVER "${conformance_instance[@]}" scripts/conformance.sh "$@"; }
 down() {
