@@ -206,15 +206,7 @@ async fn a_never_pods_container_restarts_with_its_new_image_never_shown_terminat
         bound_pod("web", &n.node, "  restartPolicy: Never\n")
     );
     kubectl_apply(&api, n.dir.path(), "web", &yaml);
-    let main = |p: &Pod| {
-        p.status
-            .as_ref()?
-            .container_statuses
-            .as_ref()?
-            .iter()
-            .find(|c| c.name == "main")
-            .cloned()
-    };
+    let main = |p: &Pod| container_status(p, "main");
     let before = wait_api("web running", &n, || {
         let c = main(&api_pod(&server, "web")?)?;
         c.state.as_ref()?.running.as_ref()?;

@@ -26,13 +26,7 @@ fn resizable_pod(
 }
 
 fn main_status(p: &Pod) -> Option<ContainerStatus> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == "main")
-        .cloned()
+    container_status(p, "main")
 }
 
 fn running_main(p: &Pod) -> Option<ContainerStatus> {
