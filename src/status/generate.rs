@@ -834,8 +834,9 @@ pub(super) fn sort_ips(ips: &[String], primary_is_v6: bool) -> Vec<String> {
         .collect()
 }
 
-/// `(hostIPs, podIPs)`. Pod IPs come from the newest sandbox while it is ready; host-network
-/// pods without a sandbox IP get the node's IPs.
+/// `(hostIPs, podIPs)`. Pod IPs come from the newest sandbox while it is ready; while no
+/// sandbox of the pod is ready (a terminating or ended pod) the pod keeps the IPs it had, as the
+/// kubelet's PLEG keeps them (`getPodIPs`); host-network pods without an IP get the node's.
 fn pod_and_host_ips(inputs: &StatusInputs) -> (Vec<String>, Vec<String>) {
     let primary_is_v6 = inputs
         .host_ips
@@ -850,6 +851,15 @@ fn pod_and_host_ips(inputs: &StatusInputs) -> (Vec<String>, Vec<String>) {
         .map(|s| s.ips.as_slice())
         .unwrap_or(&[]);
     let mut pod_ips = sort_ips(sandbox_ips, primary_is_v6);
+    if pod_ips.is_empty() && !inputs.runtime.sandboxes.iter().any(|s| s.ready) {
+        pod_ips = inputs
+            .previous
+            .and_then(|p| p.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|ip| ip.ip.clone())
+            .collect();
+    }
     if host_network(inputs.pod) && pod_ips.is_empty() {
         pod_ips.clone_from(&host_ips);
     }

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStatus, Pod, PodCondition, PodReadinessGate, PodSpec,
-    PodStatus, Probe, ResourceRequirements, VolumeMount,
+    Container, ContainerState, ContainerStatus, Pod, PodCondition, PodIP, PodReadinessGate,
+    PodSpec, PodStatus, Probe, ResourceRequirements, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -1374,6 +1374,62 @@ fn ips_table() {
 fn sort_ips_ignores_garbage() {
     let ips = vec!["not-an-ip".to_string(), "10.0.0.1".to_string()];
     assert_eq!(sort_ips(&ips, false), ["10.0.0.1"]);
+}
+
+/// A pod whose sandbox is no longer ready (terminating, or ended) keeps the IPs it had, as the
+/// kubelet's PLEG keeps them; a ready sandbox's IPs win. Kubernetes' `should contain podIPs in
+/// status for during termination` [NodeConformance] test found nodelet clearing them.
+#[test]
+fn pod_ips_outlive_the_sandbox() {
+    let previous = PodStatus {
+        pod_ip: Some("10.1.0.5".into()),
+        pod_ips: Some(vec![PodIP {
+            ip: "10.1.0.5".into(),
+        }]),
+        ..Default::default()
+    };
+    // (case, sandboxes, previous status, expected pod IPs)
+    let cases: Vec<(&str, Vec<RuntimeSandbox>, Option<PodStatus>, Vec<&str>)> = vec![
+        (
+            "stopped sandbox: the IPs it had",
+            vec![sandbox("sb1", 100, false, &[], false)],
+            Some(previous.clone()),
+            vec!["10.1.0.5"],
+        ),
+        (
+            "no sandbox left: the IPs it had",
+            vec![],
+            Some(previous.clone()),
+            vec!["10.1.0.5"],
+        ),
+        (
+            "a new sandbox ready: its IPs",
+            vec![
+                sandbox("sb2", 200, true, &["10.1.0.9"], false),
+                sandbox("sb1", 100, false, &[], false),
+            ],
+            Some(previous.clone()),
+            vec!["10.1.0.9"],
+        ),
+        (
+            "never had one: none",
+            vec![sandbox("sb1", 100, false, &[], false)],
+            None,
+            vec![],
+        ),
+    ];
+    for (name, sandboxes, previous, want) in cases {
+        let mut f = Fixture::new(
+            pod("Never", vec![], vec![c("a")]),
+            runtime(sandboxes, vec![]),
+        );
+        f.host_ips = vec!["192.168.1.10".into()];
+        f.previous = previous;
+        let s = f.status();
+        let pods: Vec<String> = s.pod_ips.iter().flatten().map(|p| p.ip.clone()).collect();
+        assert_eq!(pods, want, "{name}");
+        assert_eq!(s.pod_ip.as_deref(), want.first().copied(), "{name}");
+    }
 }
 
 fn resources(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Option<ResourceRequirements> {
