@@ -491,3 +491,53 @@ async fn a_static_pod_that_does_not_match_the_node_is_rejected() {
         "never ran"
     );
 }
+
+/// A host-network pod's `status.podIP` in the Downward API is the node's address, as its
+/// status says and as the kubelet gives it (its sandbox has no address of its own). Kubernetes'
+/// `should provide host IP and pod IP as an env var if pod uses host network` [NodeConformance]
+/// test found the variable empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_network_pods_pod_ip_is_the_nodes() {
+    let n = Nodelet::start("hostnet-env");
+    n.write_manifest(
+        "hostnet.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hostnet
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {TESTBOX}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "echo \"pod=$POD_IP host=$HOST_IP\" > /dev/termination-log"]
+    env:
+    - name: POD_IP
+      valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}
+    - name: HOST_IP
+      valueFrom: {{fieldRef: {{fieldPath: status.hostIP}}}}
+"#
+        ),
+    );
+    let pod = n
+        .wait_pod("hostnet", T, "Succeeded", |p| phase(p) == "Succeeded")
+        .await;
+    let status = pod.status.as_ref().unwrap();
+    let host_ip = status.host_ip.clone().expect("the status' hostIP");
+    assert_eq!(
+        status.pod_ip.as_deref(),
+        Some(host_ip.as_str()),
+        "{status:?}"
+    );
+    let message = status.container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default();
+    assert_eq!(message.trim(), format!("pod={host_ip} host={host_ip}"));
+}

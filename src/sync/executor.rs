@@ -1294,6 +1294,14 @@ impl PodSyncer {
             let ips = runtime.sandbox().map(|s| s.ips.clone()).unwrap_or_default();
             (id, ips)
         };
+        // A host-network pod's sandbox has no address of its own: its IPs are the node's, in
+        // the Downward API (`status.podIP`) as in its status (the kubelet's SyncPod takes the
+        // status' pod IPs, the host's for such a pod).
+        let pod_ips = if pod_ips.is_empty() && crate::podspec::host_network(pod) {
+            self.node.host_ips.clone()
+        } else {
+            pod_ips
+        };
 
         let etc_hosts = match volume::write_etc_hosts(
             &self.settings.root_dir,
