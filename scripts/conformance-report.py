@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Turns the JUnit report of e2e_node.test runs into docs/conformance.md's table.
 
-usage: conformance-report.py [--nodelet DIR] [--kubelet DIR] --out FILE [--causes FILE]
+usage: conformance-report.py [--nodelet DIR ...] [--kubelet DIR ...] --out FILE [--causes FILE]
 
 Each DIR is a run of scripts/conformance.sh: junit.xml (ginkgo's report) and meta.txt (the
-commit, date, focus, skip, processes, duration and load average, as key=value lines).
+commit, date, focus, skip, processes, duration and load average, as key=value lines). An
+agent's later runs (a run of the specs that failed, say) replace the results of the specs they
+ran; each run is listed with what it covered.
 One row per spec that ran on either agent (skipped specs are counted, not listed): its name,
 the result and time on nodelet and on the kubelet, and the cause of a nodelet failure from the
 causes file (lines `<spec name substring>\t<cause>`; the first match wins), else `not yet
@@ -76,29 +78,45 @@ def count(res, what):
 
 def run_line(name, res, m):
     minutes = int(m.get("seconds", "0") or 0) / 60
+    focus = m.get("focus", "?")
+    if len(focus) > 120:
+        focus = f"{focus.count('|') + 1} specs by name"
+    else:
+        focus = f"`{focus}`"
     return (f"- **{name}** (commit `{m.get('commit', '?')}`, {m.get('date', '?')}; focus "
-            f"`{m.get('focus', '?')}`, skip `{m.get('skip', '') or '-'}`, {m.get('procs', '?')} "
+            f"{focus}, skip `{m.get('skip', '') or '-'}`, {m.get('procs', '?')} "
             f"processes, {minutes:.0f} min, load average at the end {m.get('load', '?')}): "
-            f"{count(res, 'passed')} passed, {count(res, 'failed')} failed, "
-            f"{count(res, 'skipped')} skipped by the focus or the suite.")
+            f"{count(res, 'passed')} passed, {count(res, 'failed')} failed.")
+
+
+def merged(dirs):
+    """The results of an agent's runs, later runs replacing what they ran; the runs' lines."""
+    out, runs = {}, []
+    for d in dirs:
+        res = results(f"{d}/junit.xml")
+        for name, (r, t) in res.items():
+            if r != "skipped" or name not in out:
+                out[name] = (r, t)
+        runs.append((res, meta(f"{d}/meta.txt")))
+    return out, runs
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--nodelet")
-    p.add_argument("--kubelet")
+    p.add_argument("--nodelet", action="append", default=[])
+    p.add_argument("--kubelet", action="append", default=[])
     p.add_argument("--causes")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     runs = {}
     for agent in ("nodelet", "kubelet"):
-        d = getattr(a, agent)
-        if d:
-            runs[agent] = (results(f"{d}/junit.xml"), meta(f"{d}/meta.txt"))
+        dirs = getattr(a, agent)
+        if dirs:
+            runs[agent] = merged(dirs)
     if not runs:
         p.error("give --nodelet or --kubelet")
-    nodelet = runs.get("nodelet", ({}, {}))[0]
-    kubelet = runs.get("kubelet", ({}, {}))[0]
+    nodelet = runs.get("nodelet", ({}, []))[0]
+    kubelet = runs.get("kubelet", ({}, []))[0]
     why = causes(a.causes)
     ran = sorted(n for n in set(nodelet) | set(kubelet)
                  if nodelet.get(n, ("skipped",))[0] != "skipped"
@@ -118,8 +136,11 @@ def main():
         "KubeletConfiguration. The kubelet is v1.37.2 built from `k8s.io/kubernetes/cmd/kubelet`.",
         "",
     ]
-    for agent, (res, m) in runs.items():
-        lines.append(run_line(agent if agent == "nodelet" else "kubelet v1.37.2", res, m))
+    for agent, (res, agent_runs) in runs.items():
+        label = agent if agent == "nodelet" else "kubelet v1.37.2"
+        for i, (run_res, m) in enumerate(agent_runs):
+            lines.append(run_line(label if i == 0 else f"{label}, again", run_res, m))
+        lines.append(f"  Together: {count(res, 'passed')} passed, {count(res, 'failed')} failed.")
     if nodelet and kubelet:
         lines += [
             "",
