@@ -900,8 +900,10 @@ async fn container_over_its_memory_limit_is_oom_killed(
     // reads it. nodelet reports what the runtime says, as the kubelet does, so on containerd 1.6
     // such an attempt is retried with a new pod — only when the kernel's own count proves the
     // OOM kill and the runtime said exactly `Error` — and one of three attempts must be reported
-    // `OOMKilled`. Any other runtime (the current node's containerd 2.x) gets one attempt.
-    let attempts: u32 = if node.containerd_1_6() { 3 } else { 1 };
+    // `OOMKilled`. containerd 2.1.9 with runc 1.3.6 lost one too, once, in the VM on a loaded
+    // host (CI, 2026-12-06: the kernel killed the shell and testbox, the CRI said `Error`): the
+    // same three attempts on every runtime.
+    let attempts: u32 = 3;
     for attempt in 1..=attempts {
         let name = format!("oom-{attempt}");
         let manifest = format!("{name}.yaml");

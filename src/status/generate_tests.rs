@@ -1389,7 +1389,13 @@ fn pod_ips_outlive_the_sandbox() {
         ..Default::default()
     };
     // (case, sandboxes, previous status, expected pod IPs)
-    let cases: Vec<(&str, Vec<RuntimeSandbox>, Option<PodStatus>, Vec<&str>)> = vec![
+    type Case = (
+        &'static str,
+        Vec<RuntimeSandbox>,
+        Option<PodStatus>,
+        Vec<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "stopped sandbox: the IPs it had",
             vec![sandbox("sb1", 100, false, &[], false)],
