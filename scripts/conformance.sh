@@ -351,8 +351,9 @@ containerRuntimeEndpoint: unix://$CTD_SOCK
 staticPodPath: $dir/manifests
 address: 0.0.0.0
 port: $port
-# The suite reads /stats/summary through the read-only port, wherever /configz says it is.
-readOnlyPort: $((port + 1))
+# The suite reads /stats/summary through the read-only port (where /configz says), and
+# /metrics/cadvisor through localhost:10255, the default.
+readOnlyPort: $READ_ONLY_PORT
 healthzPort: 0
 failCgroupV1: false
 failSwapOn: false
@@ -435,6 +436,11 @@ cmd_run() {
 	eval "$("$REPO_DIR/scripts/k8s.sh" env)"
 	e2e_registry_start
 	e2e_registry_push "$out/repo-list.yaml"
+	# The node pulls what was just pushed, not an older build cached under the same tag.
+	local ref
+	for ref in "${STAND_INS[@]}"; do
+		ctr_local images rm "$E2E_REGISTRY/${ref#registry.k8s.io/}" >/dev/null 2>&1 || true
+	done
 
 	# The suite talks to the API server with a bearer token (its node e2e mode): a service
 	# account bound to cluster-admin.
@@ -458,6 +464,7 @@ cmd_run() {
 	mkdir -p "$dir/manifests"
 	node_kubeconfig "$node" "$dir"
 	port=$((NODELET_TEST_K8S_PORT_BASE + 10))
+	READ_ONLY_PORT="${NODELET_CONFORMANCE_READ_ONLY_PORT:-10255}"
 	agent_config "$agent" "$dir" "$node" "$port" >"$dir/config.yaml"
 	local agent_pid
 	agent_pid="$(agent_start "$agent" "$dir" "$node" "$out/$agent.log")"
@@ -471,8 +478,9 @@ cmd_run() {
 	done
 
 	log "running e2e_node.test against $agent (focus $focus${skip:+, skip $skip}, $procs processes); report in $out"
-	local started status=0
+	local started status=0 commit
 	started=$(date +%s)
+	commit="$(git -C "$REPO_DIR" rev-parse --short HEAD)$(git -C "$REPO_DIR" diff --quiet HEAD -- src || echo '+changes')"
 	local ginkgo=(
 		"$E2E_BIN/ginkgo" run --procs="$procs" --focus="$focus" --timeout="${NODELET_CONFORMANCE_TIMEOUT:-3h}"
 		--junit-report=junit.xml --output-dir="$out" --no-color -v
@@ -484,7 +492,7 @@ cmd_run() {
 		--container-runtime-endpoint="unix://$CTD_SOCK" --report-dir="$out") >"$out/e2e.log" 2>&1 || status=$?
 	{
 		echo "agent=$agent"
-		echo "commit=$(git -C "$REPO_DIR" rev-parse --short HEAD)$(git -C "$REPO_DIR" diff --quiet HEAD -- src || echo '+changes')"
+		echo "commit=$commit"
 		echo "date=$(date -u +%Y-%m-%d)"
 		echo "focus=$focus"
 		echo "skip=$skip"
@@ -524,7 +532,9 @@ cmd_subset() {
 	for entry in "${SUBSET[@]}"; do
 		focus+="${focus:+|}$(printf '%s' "$entry" | sed 's/[][\\.^$*+?(){}|/]/\\&/g')"
 	done
-	NODELET_CONFORMANCE_OUT="$OUT_DIR/subset" NODELET_CONFORMANCE_REPORT=0 cmd_run --agent nodelet "$focus" ""
+	# Not 10255: a whole run may go on beside.
+	NODELET_CONFORMANCE_READ_ONLY_PORT="${NODELET_CONFORMANCE_READ_ONLY_PORT:-$((NODELET_TEST_K8S_PORT_BASE + 11))}" \
+		NODELET_CONFORMANCE_OUT="$OUT_DIR/subset" NODELET_CONFORMANCE_REPORT=0 cmd_run --agent nodelet "$focus" ""
 	python3 - "$OUT_DIR/subset/junit.xml" "${#SUBSET[@]}" <<'EOF'
 import sys, xml.etree.ElementTree as ET
 cases = [c for c in ET.parse(sys.argv[1]).getroot().iter("testcase")
