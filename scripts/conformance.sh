@@ -557,9 +557,13 @@ cmd_down() {
 }
 
 cmd_report() {
-	local args=() agent
+	local args=() agent dir
 	for agent in nodelet kubelet; do
-		[ -s "$OUT_DIR/$agent/junit.xml" ] && args+=("--$agent" "$OUT_DIR/$agent")
+		# The whole run, then a run of what failed after fixes (NODELET_CONFORMANCE_OUT=
+		# target/conformance/<agent>-rerun), whose results replace the first's.
+		for dir in "$OUT_DIR/$agent" "$OUT_DIR/$agent-rerun"; do
+			if [ -s "$dir/junit.xml" ]; then args+=("--$agent" "$dir"); fi
+		done
 	done
 	[ "${#args[@]}" -gt 0 ] || die "no report in $OUT_DIR/{nodelet,kubelet}/junit.xml (run first)"
 	python3 "$REPO_DIR/scripts/conformance-report.py" "${args[@]}" \
