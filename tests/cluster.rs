@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use apiserver_fixture::{Fixture, LoggedRequest};
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_testkit::pod::{phase, running_ids};
+use nodelet_testkit::pod::{container_status, phase, running_ids};
 use nodelet_testkit::tail;
 
 const T: Duration = Duration::from_secs(90);
@@ -206,7 +206,7 @@ async fn a_never_pods_container_restarts_with_its_new_image_never_shown_terminat
         bound_pod("web", &n.node, "  restartPolicy: Never\n")
     );
     kubectl_apply(&api, n.dir.path(), "web", &yaml);
-    let main = |p: &Pod| container_status(p, "main");
+    let main = |p: &Pod| container_status(p, "main").cloned();
     let before = wait_api("web running", &n, || {
         let c = main(&api_pod(&server, "web")?)?;
         c.state.as_ref()?.running.as_ref()?;

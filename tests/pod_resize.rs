@@ -26,7 +26,7 @@ fn resizable_pod(
 }
 
 fn main_status(p: &Pod) -> Option<ContainerStatus> {
-    container_status(p, "main")
+    nodelet_testkit::pod::container_status(p, "main").cloned()
 }
 
 fn running_main(p: &Pod) -> Option<ContainerStatus> {

@@ -552,20 +552,6 @@ pub fn kubectl_shell(api: &str) -> String {
     }
 }
 
-/// The status of the pod's container `name`, if the pod has one.
-pub fn container_status(
-    p: &Pod,
-    name: &str,
-) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == name)
-        .cloned()
-}
-
 /// Every version of a pod the API server stores from now on, read through a watch
 /// (`kubectl get pod --watch -o json` into a file), so that a state published for a moment
 /// cannot be missed between two polls.
