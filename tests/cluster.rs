@@ -2555,10 +2555,12 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     };
 
     // 1. `kubectl debug -i`: kubectl attaches (through the kubelet API's attach by container
-    //    name) once it sees the container running; the line its stdin sends reaches the
-    //    container, which only then runs ps in the target's PID namespace: it sees
-    //    `/testbox serve` as pid 1. (Waiting for the line keeps ps from running before kubectl
-    //    is attached, when its output would go to the log only.)
+    //    name) once it sees the container running; each line its stdin sends reaches the
+    //    container, which answers it and runs ps in the target's PID namespace: it sees
+    //    `/testbox serve` as pid 1. containerd starts copying an attach's stdin before it adds
+    //    its stdout, so the answer to a line sent while kubectl is still attaching can go to
+    //    the log only: the test sends the line again until kubectl prints an answer, then
+    //    `stop`, which ends the container (and with it kubectl).
     let mut child = kubectl_command(
         &api,
         &[
@@ -2573,7 +2575,7 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
             "--",
             "sh",
             "-c",
-            "read line; echo \"got $line\"; ps -o pid,args",
+            "while read line; do [ \"$line\" = stop ] && exit 0; echo \"got $line\"; ps -o pid,args; done",
         ],
     )
     .stdin(std::process::Stdio::piped())
@@ -2581,8 +2583,21 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
     .stderr(std::process::Stdio::piped())
     .spawn()
     .expect("kubectl debug -i");
-    // The line goes once kubectl has had time to attach: containerd starts copying an
-    // attach's stdin before it adds its stdout, so output the line causes at once could miss it.
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let printed = printed.clone();
+        let mut stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = stdout.read(&mut chunk) {
+                printed
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        })
+    };
     wait_api("the debugger running", &n, || {
         let p = api_pod(&server, "chatty")?;
         let name = p
@@ -2596,30 +2611,49 @@ async fn kubectl_debug_runs_an_ephemeral_container_in_the_pods_pid_namespace() {
         ephemeral_state(&p, &name)?.running
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     // Stdin stays open until kubectl is done: containerd detaches an attach's output when its
     // stdin ends (stdinOnce unset), as it would for a user who closed the terminal.
     let mut stdin = child.stdin.take().unwrap();
+    let answered = |printed: &std::sync::Mutex<String>| {
+        let out = printed.lock().unwrap();
+        out.contains("got hello through attach")
+            && out
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some("1") && l.contains("/testbox serve"))
+    };
+    for _ in 0..60 {
+        use std::io::Write;
+        if answered(&printed) || stdin.write_all(b"hello through attach\n").is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     {
         use std::io::Write;
-        stdin.write_all(b"hello through attach\n").unwrap();
+        let _ = stdin.write_all(b"stop\n");
     }
-    let done = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
     drop(stdin);
-    let (out, err) = (
-        String::from_utf8_lossy(&done.stdout).into_owned(),
-        String::from_utf8_lossy(&done.stderr).into_owned(),
-    );
+    let mut err = String::new();
+    {
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+    }
+    let out = printed.lock().unwrap().clone();
     assert!(
-        done.status.success()
+        status.success()
             && out.contains("got hello through attach")
             && !err.contains("falling back to streaming logs"),
-        "kubectl debug -i attached ({:?}): stdout {out:?} stderr {err:?}",
-        done.status
+        "kubectl debug -i attached ({status:?}): stdout {out:?} stderr {err:?}"
     );
     assert!(
-        out.lines()
-            .any(|l| l.split_whitespace().next() == Some("1") && l.contains("/testbox serve")),
+        answered(&printed),
         "ps shows the main container's process as pid 1: stdout {out:?} stderr {err:?}"
     );
     let pod = api_pod(&server, "chatty").unwrap();
