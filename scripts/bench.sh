@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# nodelet's benchmarks, side by side with the bare containerd measured in the same run. Prints
-# the table and writes docs/benchmarks.md (date, machine, versions, this command).
+# nodelet's benchmarks, side by side with the real kubelet v1.37.2 and the bare containerd
+# measured in the same run. Prints the table and writes docs/benchmarks.md (date, machine,
+# versions, this command).
 #
 #   scripts/bench.sh [PART...] [OPTIONS]
 #
 # PART: start reaction footprint api eviction (default: all, in that order; each can be re-run
 # alone and replaces only its own block of docs/benchmarks.md).
-#   start      pod start, 1 and 50 pods at once, against a minimal CRI client (≥ 5 rounds)
-#   reaction   exit → /pods, liveness failure → kill, readiness → /pods, deletion → stop
-#   footprint  110 pods with probes (2-minute window), then 500 pause pods (heavy: ~15 min)
+#   start      pod start, 1 and 50 pods at once, against the kubelet and a minimal CRI client
+#   reaction   exit → /pods (and the kubelet's), liveness failure → kill, readiness → /pods,
+#              deletion → stop
+#   footprint  idle, 110 pods with probes (2-minute window) and a restart with them, each on
+#              nodelet and the kubelet; then 500 pause pods (heavy: ~15 min)
 #   api        status writes in cluster mode against the API server fixture
 #   eviction   the cgroup v2 VM (qemu, software emulation): 10 eviction cycles in one boot
 # OPTIONS (defaults are the issue's minimums): --runs N (5), --exits N (200),
@@ -23,8 +26,10 @@
 # which it stops again at the end if it started it; beside it, Debian 12's containerd 1.6 on a
 # second instance (same names with -1.6), and the parts `start` and `reaction` run on both in
 # the same run (the tables' runtime column; NODELET_BENCH_COMPAT=0: the current one only).
-# Everything a part starts
-# (nodelet processes, pods, the VM) is removed when the part ends or the script is interrupted.
+# The kubelet column: scripts/k8s.sh builds the kubelet v1.37.2 (or reuses its cache) and
+# NODELET_BENCH_KUBELET names it; the kubelet runs standalone on the current containerd only,
+# never at the same time as nodelet. Everything a part starts
+# (agent processes, pods, the VM) is removed when the part ends or the script is interrupted.
 # Not part of the test command: the numbers depend on the machine and its load.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,7 +47,7 @@ require_root
 
 case " $* " in
 *" -h "* | *" --help "*)
-	sed -n '2,27s/^# \{0,1\}//p' "$0"
+	sed -n '2,32s/^# \{0,1\}//p' "$0"
 	exit 0
 	;;
 esac
@@ -80,6 +85,10 @@ mkdir -p "$NODELET_TEST_VAR"
 ctd_responsive || STARTED_CONTAINERD=1
 scripts/install-deps.sh >&2
 scripts/images.sh build >&2
+# The real kubelet of the kubelet column (a cached build is reused).
+scripts/k8s.sh build >&2
+NODELET_BENCH_KUBELET="$(scripts/k8s.sh path)/kubelet"
+export NODELET_BENCH_KUBELET
 scripts/containerd.sh start >&2
 scripts/images.sh import >&2
 eval "$(scripts/containerd.sh env)"

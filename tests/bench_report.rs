@@ -80,3 +80,41 @@ fn events_and_the_first_match() {
     assert!((ms_between(fail.0, term.0) - 50.0).abs() < 1e-6);
     assert!(first_event(&events, term.0, "-> 500").is_none());
 }
+
+#[test]
+fn the_kubelet_columns_appear_only_in_a_table_with_a_kubelet_figure() {
+    let section = |rows: Vec<Row>| Section {
+        part: "start".into(),
+        title: "Pod start".into(),
+        measured: "now".into(),
+        rows,
+        notes: vec![],
+    };
+    let bare_only = section(vec![
+        Row::new("1 pod started, ms", "250").baseline("200", Some(1.25))
+    ])
+    .markdown();
+    assert!(!bare_only.contains("kubelet"), "{bare_only}");
+    assert!(bare_only.contains("|  | 1 pod started, ms | 250 | 200 | 1.25× |"));
+    let both = section(vec![
+        Row::new("1 pod started, ms", "250")
+            .baseline("200", Some(1.25))
+            .kubelet("500", Some(0.5)),
+        // A row without a kubelet figure keeps its cells in their columns.
+        Row::new("CRI calls", "8"),
+    ])
+    .markdown();
+    let lines: Vec<&str> = both.lines().filter(|l| l.starts_with('|')).collect();
+    let columns = |l: &str| l.matches('|').count();
+    assert!(lines[0].contains("| nodelet | kubelet, same run | nodelet ÷ kubelet | bare"));
+    assert!(
+        lines.iter().all(|l| columns(l) == columns(lines[0])),
+        "{both}"
+    );
+    assert!(
+        lines[2].contains("| 250 | 500 | 0.50× | 200 | 1.25× |"),
+        "{both}"
+    );
+    let text = section(vec![Row::new("x", "250").kubelet("500", Some(0.5))]).text();
+    assert!(text.contains("kubelet 500 (0.50×)"), "{text}");
+}

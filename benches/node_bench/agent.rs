@@ -1,7 +1,9 @@
-//! One nodelet process (the release binary) for a benchmark part: its own node name, directories
-//! and read-only API port, the kubelet's defaults for everything else, against the benchmark's
-//! containerd. Dropping it kills the process and removes every sandbox labelled with its node
-//! name, so a failed part leaves nothing behind.
+//! One agent process for a benchmark part: nodelet (the release binary) or, for the kubelet
+//! column, the real kubelet v1.37.2, each with its own node name, directories and read-only API
+//! port and the same KubeletConfiguration (the kubelet's defaults for everything a benchmark
+//! does not set), against the benchmark's containerd. Dropping it kills the process and removes
+//! every sandbox of its node (and the kubelet's cgroup tree), so a failed part leaves nothing
+//! behind.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -80,11 +82,112 @@ pub fn nodelet_binary() -> String {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_nodelet").to_string())
 }
 
+/// The real kubelet to compare with: `NODELET_BENCH_KUBELET` (scripts/bench.sh builds v1.37.2
+/// with scripts/k8s.sh and sets it); `None` when it is not set.
+pub fn kubelet_binary() -> Option<String> {
+    std::env::var("NODELET_BENCH_KUBELET")
+        .ok()
+        .filter(|p| !p.is_empty() && Path::new(p).exists())
+}
+
+/// Which agent a benchmark process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Nodelet,
+    Kubelet,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Nodelet => "nodelet",
+            Kind::Kubelet => "kubelet",
+        }
+    }
+
+    /// Its CRI call histogram (the kubelet's name with its own prefix: the same buckets).
+    pub fn cri_calls_metric(self) -> &'static str {
+        match self {
+            Kind::Nodelet => "nodelet_runtime_operations_duration_seconds",
+            Kind::Kubelet => "kubelet_runtime_operations_duration_seconds",
+        }
+    }
+}
+
+/// The KubeletConfiguration both agents read: what a benchmark must set, the rest defaults.
+fn config_text(kind: Kind, endpoint: &str, dir: &Path, node: &str, ports: (u16, u16)) -> String {
+    let (read_only, kubelet_api) = ports;
+    let mut text = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         containerRuntimeEndpoint: {endpoint}\nstaticPodPath: {d}/manifests\n\
+         podLogsDir: {d}/logs\naddress: 127.0.0.1\nreadOnlyPort: {read_only}\nhealthzPort: 0\n\
+         # This machine is a cgroup v1 host, which both refuse by default since 1.35.\n\
+         failCgroupV1: false\nfailSwapOn: false\ncgroupDriver: cgroupfs\n\
+         # The shared disk may run above the 85 % image GC threshold: the benchmark's images stay.\n\
+         imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n",
+        d = dir.display()
+    );
+    match kind {
+        // nodelet reads these from the file; `port: 0` leaves its kubelet API unbound.
+        Kind::Nodelet => text.push_str(&format!(
+            "rootDir: {d}/root\nnodeName: {node}\nport: 0\n",
+            d = dir.display()
+        )),
+        // The kubelet takes the root directory and node name as flags, and needs a port. It
+        // kills the processes of every pod cgroup under its kubepods that is not one of its
+        // pods: its tree is a cgroup of its own, apart from nodelet's `/kubepods`. Without an
+        // API server (standalone) it cannot ask one to authorize requests: its API on
+        // 127.0.0.1 allows them, as a standalone kubelet must be configured.
+        Kind::Kubelet => text.push_str(&format!(
+            "port: {kubelet_api}\ncgroupRoot: {}\n\
+             authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\n\
+             authorization: {{mode: AlwaysAllow}}\n",
+            kubelet_cgroup_root(node)
+        )),
+    }
+    text
+}
+
+fn kubelet_cgroup_root(node: &str) -> String {
+    format!("/{node}")
+}
+
+/// The cgroup hierarchies of this machine: every v1 controller mount, or the v2 tree.
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.procs").exists() {
+        return vec![root.to_path_buf()];
+    }
+    std::fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("cgroup.procs").exists())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes an (empty of processes) cgroup tree, children first.
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
 pub struct Agent {
+    pub kind: Kind,
     pub node: String,
     pub dir: tempfile::TempDir,
     pub manifests: PathBuf,
     child: Option<Child>,
+    command: Vec<String>,
     api: NodeletApi,
 }
 
@@ -92,8 +195,14 @@ impl Agent {
     /// Starts nodelet with `extra` (YAML lines) added to a configuration that sets only what a
     /// benchmark must (endpoint, paths, node name, the read-only port) and waits for `/healthz`.
     pub async fn start(part: &str, extra: &str) -> Agent {
+        Agent::start_as(Kind::Nodelet, part, extra).await
+    }
+
+    /// [`Agent::start`] for either agent, with the same configuration; panics for the kubelet
+    /// when [`kubelet_binary`] is not set.
+    pub async fn start_as(kind: Kind, part: &str, extra: &str) -> Agent {
         let endpoint = endpoint();
-        let node = format!("bench-{part}-{}", std::process::id());
+        let node = format!("bench-{part}-{}-{}", kind.name(), std::process::id());
         let dir = tempfile::Builder::new()
             .prefix("nodelet-bench-")
             .tempdir()
@@ -103,16 +212,7 @@ impl Agent {
         let port = free_port();
         let config = dir.path().join("config.yaml");
         let has = |field: &str| extra.lines().any(|l| l.starts_with(&format!("{field}:")));
-        let mut text = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             containerRuntimeEndpoint: {endpoint}\nstaticPodPath: {m}\npodLogsDir: {d}/logs\n\
-             rootDir: {d}/root\nnodeName: {node}\naddress: 127.0.0.1\nreadOnlyPort: {port}\n\
-             healthzPort: 0\nport: 0\n\
-             # This machine is a cgroup v1 host, which nodelet (as the kubelet since 1.35) refuses by default.\n\
-             failCgroupV1: false\n",
-            m = manifests.display(),
-            d = dir.path().display()
-        );
+        let mut text = config_text(kind, &endpoint, dir.path(), &node, (port, free_port()));
         if !has("evictionHard") {
             // The kubelet's default memory threshold only: the shared disk hovers near the
             // default `imagefs.available: 15%`, which would evict the benchmark's pods.
@@ -120,32 +220,94 @@ impl Agent {
         }
         text.push_str(extra);
         std::fs::write(&config, text).expect("write config");
-        let log = std::fs::File::create(dir.path().join("nodelet.log")).expect("log file");
-        let child = Command::new(nodelet_binary())
-            .args(["run", "--config"])
-            .arg(&config)
+        let d = dir.path().display();
+        let command: Vec<String> = match kind {
+            Kind::Nodelet => vec![
+                nodelet_binary(),
+                "run".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+            Kind::Kubelet => {
+                let kubelet = kubelet_binary()
+                    .expect("NODELET_BENCH_KUBELET names no kubelet (scripts/bench.sh sets it)");
+                // Its cgroupRoot must exist in every hierarchy.
+                for h in cgroup_hierarchies() {
+                    let _ = std::fs::create_dir_all(h.join(&kubelet_cgroup_root(&node)[1..]));
+                }
+                vec![
+                    kubelet,
+                    "--config".into(),
+                    config.display().to_string(),
+                    format!("--root-dir={d}/root"),
+                    format!("--cert-dir={d}/pki"),
+                    format!("--hostname-override={node}"),
+                ]
+            }
+        };
+        let mut me = Agent {
+            kind,
+            node,
+            manifests,
+            child: None,
+            command,
+            api: NodeletApi::new(format!("http://127.0.0.1:{port}"), Duration::from_secs(10)),
+            dir,
+        };
+        me.spawn();
+        me.wait_healthy().await;
+        me
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("agent.log"))
+            .expect("log file");
+        let child = Command::new(&self.command[0])
+            .args(&self.command[1..])
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start nodelet");
-        let me = Agent {
-            node,
-            dir,
-            manifests,
-            child: Some(child),
-            api: NodeletApi::new(format!("http://127.0.0.1:{port}"), Duration::from_secs(10)),
-        };
+            .unwrap_or_else(|e| panic!("start {}: {e}", self.command[0]));
+        self.child = Some(child);
+    }
+
+    async fn wait_healthy(&self) {
         let deadline = Instant::now() + Duration::from_secs(120);
-        while me.get("/healthz").await.is_none() {
+        while self.get("/healthz").await.is_none() {
             assert!(
                 Instant::now() < deadline,
-                "nodelet did not answer /healthz in 120 s\n{}",
-                me.log_tail(30)
+                "{} did not answer /healthz in 120 s\n{}",
+                self.kind.name(),
+                self.log_tail(30)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        me
+    }
+
+    /// Kills the agent (SIGKILL: a crash, or a restart that gives it no time to tidy up) and
+    /// starts it again with the same configuration and directories; returns when it was
+    /// started again, without waiting for it to answer.
+    pub fn restart(&mut self) -> Instant {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let at = Instant::now();
+        self.spawn();
+        at
+    }
+
+    /// Stops (SIGSTOP) or continues (SIGCONT) the agent: a stopped kubelet does not kill the
+    /// pods another client starts on the same runtime meanwhile.
+    pub fn pause(&self, stopped: bool) {
+        let signal = if stopped { "-STOP" } else { "-CONT" };
+        let _ = Command::new("kill")
+            .args([signal, &self.pid().to_string()])
+            .status();
     }
 
     pub fn pid(&self) -> u32 {
@@ -153,7 +315,7 @@ impl Agent {
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("nodelet.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default();
         nodelet_testkit::tail(&text, lines)
     }
 
@@ -203,8 +365,9 @@ impl Agent {
         format!("{name}-{}", self.node)
     }
 
-    /// Removes every manifest and waits until nodelet lists no pod and the runtime holds no
-    /// sandbox of this node.
+    /// Removes every manifest and waits until the agent lists no pod and the runtime holds no
+    /// ready sandbox of this node; then removes its stopped sandboxes (the kubelet leaves them
+    /// to its garbage collection, a minute later).
     pub async fn remove_all(&self, timeout: Duration) {
         if let Ok(entries) = std::fs::read_dir(&self.manifests) {
             for e in entries.flatten() {
@@ -212,20 +375,26 @@ impl Agent {
             }
         }
         let deadline = Instant::now() + timeout;
+        let rt = runtime();
         loop {
             let listed = self.pods().await.map(|p| p.len());
-            let sandboxes = sandboxes_of(&runtime(), &self.node).await.len();
-            if listed == Some(0) && sandboxes == 0 {
-                return;
+            let ready = sandboxes_of(&rt, &self.node)
+                .await
+                .iter()
+                .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
+                .count();
+            if listed == Some(0) && ready == 0 {
+                break;
             }
             assert!(
                 Instant::now() < deadline,
-                "{listed:?} pods and {sandboxes} sandboxes left {timeout:?} after the manifests \
-                 were removed\n{}",
+                "{listed:?} pods and {ready} ready sandboxes left {timeout:?} after the \
+                 manifests were removed\n{}",
                 self.log_tail(30)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        remove_sandboxes(rt, self.node.clone()).await;
     }
 }
 
@@ -236,6 +405,7 @@ impl Drop for Agent {
             let _ = c.wait();
         }
         let node = self.node.clone();
+        let kubelet = self.kind == Kind::Kubelet;
         // Drop may run inside a tokio runtime: clean up on a thread with a private one.
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -243,24 +413,33 @@ impl Drop for Agent {
                 .build()
             {
                 // The CRI client spawns its connection task: create it inside the runtime.
-                rt.block_on(async move { remove_sandboxes(runtime(), node).await });
+                rt.block_on(async { remove_sandboxes(runtime(), node.clone()).await });
+            }
+            if kubelet {
+                for h in cgroup_hierarchies() {
+                    remove_cgroup_tree(&h.join(&kubelet_cgroup_root(&node)[1..]));
+                }
             }
         })
         .join();
     }
 }
 
-fn node_selector(node: &str) -> HashMap<String, String> {
-    [(labels::NODE_NAME.to_string(), node.to_string())].into()
-}
-
+/// The sandboxes of `node`: labelled with it (nodelet's, and the bare client's), or a static
+/// pod's, whose name ends with the node's (the kubelet labels no sandbox with its node).
 pub async fn sandboxes_of(rt: &RemoteRuntime, node: &str) -> Vec<api::PodSandbox> {
-    rt.list_pod_sandbox(Some(api::PodSandboxFilter {
-        label_selector: node_selector(node),
-        ..Default::default()
-    }))
-    .await
-    .unwrap_or_default()
+    let suffix = format!("-{node}");
+    rt.list_pod_sandbox(None)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| {
+            s.labels.get(labels::NODE_NAME).map(String::as_str) == Some(node)
+                || s.metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name.ends_with(&suffix))
+        })
+        .collect()
 }
 
 /// Stops and removes every sandbox labelled with `node` (eight at a time), and the pod cgroups
@@ -322,4 +501,10 @@ pub async fn wait_pods(
         );
         tokio::time::sleep(every).await;
     }
+}
+
+/// Whether the parts run on the first runtime of the run (the current containerd): the kubelet
+/// column is measured there only (the kubelet v1.37 is not for containerd 1.6).
+pub fn is_primary_runtime() -> bool {
+    runtimes().first().map(|(_, e)| e.as_str()) == Some(endpoint().as_str())
 }

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::agent::{self, Agent, PAUSE, TESTBOX};
-use crate::report::{num, Row, Section, Verdict};
-use crate::sys::{self, LoadMark, Watched};
+use crate::agent::{self, Agent, Kind, PAUSE, TESTBOX};
+use crate::report::{num, LoadSpan, Row, Section, Verdict};
+use crate::sys::{self, LoadMark, Watched, WindowResult};
 use crate::Options;
 use nodelet_testkit::pod::{all_running, is_ready};
 
@@ -85,6 +85,113 @@ async fn bring_up(
     }
 }
 
+/// What one agent costs idle and with the 110 probed pods, and how long its restart takes.
+struct Probed {
+    idle: WindowResult,
+    idle_rss: f64,
+    took: Duration,
+    load_up: LoadSpan,
+    window: WindowResult,
+    restarted: i64,
+    /// Killed and started again → every pod running and Ready again in `/pods`.
+    restart: Duration,
+    restart_load: LoadSpan,
+    /// Container restarts the agent's own restart caused.
+    restart_restarted: i64,
+}
+
+/// Kills the agent, starts it again, and waits until `/pods` shows every one of `count` pods
+/// running and Ready again (a restarted agent first lists its pods without status, or not at
+/// all); the time from the new process's start.
+async fn restart_until_current(a: &mut Agent, count: usize) -> Duration {
+    let started = a.restart();
+    let deadline = started + Duration::from_secs(900);
+    loop {
+        if let Some(pods) = a.pods().await {
+            if pods
+                .iter()
+                .filter(|p| all_running(p) && is_ready(p))
+                .count()
+                == count
+            {
+                return started.elapsed();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{count} pods not current again 15 min after a restart\n{}",
+            a.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The idle window, then the 110 probed pods brought up, settled and watched, then a restart of
+/// the agent with them; leaves no pod behind.
+async fn probed(
+    kind: Kind,
+    opts: &Options,
+    containerd: Option<u32>,
+    socket: &std::path::Path,
+) -> Probed {
+    let mut a = Agent::start_as(kind, "footprint", "").await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_rss = rss_mib(a.pid());
+    let watched = |a: &Agent| Watched {
+        nodelet: a.pid(),
+        containerd,
+        socket: socket.to_path_buf(),
+    };
+    let idle = sys::window(&watched(&a), IDLE_WINDOW, Duration::from_secs(5)).await;
+    eprintln!("footprint: {} idle: {:?}", kind.name(), idle.nodelet);
+    let load = LoadMark::start();
+    let (took, _) = bring_up(&a, PROBED_PODS, probed_pod, true).await;
+    let load_up = load.end();
+    eprintln!(
+        "footprint: {} {PROBED_PODS} probed pods Ready in {:.1} s",
+        kind.name(),
+        took.as_secs_f64()
+    );
+    // Let the start's work and the probes' first round settle.
+    tokio::time::sleep(opts.settle).await;
+    let restarts_before = restarts(&a).await;
+    let window = sys::window(&watched(&a), opts.window, Duration::from_secs(5)).await;
+    let restarted = restarts(&a).await - restarts_before;
+    eprintln!(
+        "footprint: {} with 110 pods: {:?}, containerd {:?}, shims {:?}",
+        kind.name(),
+        window.nodelet,
+        window.containerd,
+        window.shims
+    );
+    if opts.profile > 0 && kind == Kind::Nodelet {
+        let top = sys::profile(a.pid(), opts.profile, "footprint-110").await;
+        eprintln!("footprint: nodelet with 110 pods, perf by symbol:\n{top}");
+    }
+    let before = restarts(&a).await;
+    let restart_load = LoadMark::start();
+    let restart = restart_until_current(&mut a, PROBED_PODS).await;
+    let restart_load = restart_load.end();
+    let restart_restarted = restarts(&a).await - before;
+    eprintln!(
+        "footprint: {} restarted with {PROBED_PODS} pods: all current again in {:.2} s",
+        kind.name(),
+        restart.as_secs_f64()
+    );
+    a.remove_all(Duration::from_secs(900)).await;
+    Probed {
+        idle,
+        idle_rss,
+        took,
+        load_up,
+        window,
+        restarted,
+        restart,
+        restart_load,
+        restart_restarted,
+    }
+}
+
 pub async fn run(opts: &Options) -> Section {
     let endpoint = agent::endpoint();
     let socket = sys::containerd_socket(&endpoint);
@@ -92,17 +199,31 @@ pub async fn run(opts: &Options) -> Section {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
 
-    // Idle: no pods at all.
-    let a = Agent::start("footprint", "").await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let idle = rss_mib(a.pid());
-    let watched = Watched {
-        nodelet: a.pid(),
-        containerd,
-        socket: socket.clone(),
+    // nodelet, then the kubelet: never both at once (the kubelet kills every running pod of the
+    // runtime that is not its own).
+    let ours = probed(Kind::Nodelet, opts, containerd, &socket).await;
+    let theirs = match agent::kubelet_binary() {
+        Some(_) => Some(probed(Kind::Kubelet, opts, containerd, &socket).await),
+        None => None,
     };
-    let w = sys::window(&watched, IDLE_WINDOW, Duration::from_secs(5)).await;
-    eprintln!("footprint: idle: nodelet {:?}", w.nodelet);
+    let versus = |of: fn(&Probed) -> f64, show: fn(&Probed) -> String| {
+        theirs.as_ref().map_or((String::new(), None), |k| {
+            (show(k), Some(of(&ours) / of(k)))
+        })
+    };
+
+    let w = &ours.idle;
+    let (k, r) = versus(
+        |p| p.idle.nodelet.cores,
+        |p| {
+            format!(
+                "{}; {} ({})",
+                num(p.idle.nodelet.cores),
+                num(p.idle.nodelet.rss_mib_avg),
+                num(p.idle.nodelet.rss_mib_max)
+            )
+        },
+    );
     rows.push(
         Row::new(
             format!(
@@ -116,35 +237,21 @@ pub async fn run(opts: &Options) -> Section {
                 num(w.nodelet.rss_mib_max)
             ),
         )
+        .kubelet(k, r)
         .baseline(format!("containerd {}", num(w.containerd.cores)), None)
         .goal("≤ 0.005 cores", Verdict::at_most(w.nodelet.cores, 0.005))
         .load(&w.load),
     );
-
-    // 110 pods with probes.
-    let load = LoadMark::start();
-    let (took, _) = bring_up(&a, PROBED_PODS, probed_pod, true).await;
-    let load_up = load.end();
-    eprintln!(
-        "footprint: {PROBED_PODS} probed pods Ready in {:.1} s",
-        took.as_secs_f64()
-    );
-    // Let the start's work and the probes' first round settle.
-    tokio::time::sleep(opts.settle).await;
-    let restarts_before = restarts(&a).await;
-    let w = sys::window(&watched, opts.window, Duration::from_secs(5)).await;
-    let restarted = restarts(&a).await - restarts_before;
+    let w = &ours.window;
     let load = w.load;
-    eprintln!(
-        "footprint: 110 pods: nodelet {:?}, containerd {:?}, shims {:?}",
-        w.nodelet, w.containerd, w.shims
-    );
     let window_s = opts.window.as_secs();
+    let (k, r) = versus(|p| p.window.nodelet.cores, |p| num(p.window.nodelet.cores));
     rows.push(
         Row::new(
             format!("110 pods with probes: CPU over {window_s} s, cores"),
             num(w.nodelet.cores),
         )
+        .kubelet(k, r)
         .baseline(
             format!(
                 "containerd {} + {} shims {}",
@@ -157,6 +264,16 @@ pub async fn run(opts: &Options) -> Section {
         .goal("≤ 0.01", Verdict::at_most(w.nodelet.cores, 0.01))
         .load(&load),
     );
+    let (k, r) = versus(
+        |p| p.window.nodelet.rss_mib_avg,
+        |p| {
+            format!(
+                "{} ({})",
+                num(p.window.nodelet.rss_mib_avg),
+                num(p.window.nodelet.rss_mib_max)
+            )
+        },
+    );
     rows.push(
         Row::new(
             "110 pods with probes: RSS, MiB (average over the window; max)",
@@ -166,6 +283,7 @@ pub async fn run(opts: &Options) -> Section {
                 num(w.nodelet.rss_mib_max)
             ),
         )
+        .kubelet(k, r)
         .baseline(
             format!(
                 "containerd {} + shims {}",
@@ -177,20 +295,69 @@ pub async fn run(opts: &Options) -> Section {
         .goal("≤ 30 MiB", Verdict::at_most(w.nodelet.rss_mib_avg, 30.0))
         .load(&load),
     );
+    let (k, r) = versus(
+        |p| p.took.as_secs_f64(),
+        |p| {
+            format!(
+                "{:.1} s; idle {} MiB",
+                p.took.as_secs_f64(),
+                num(p.idle_rss)
+            )
+        },
+    );
     rows.push(
         Row::new(
             "110 pods with probes: manifests written → all Ready, s; RSS idle before, MiB",
-            format!("{:.1} s; idle {} MiB", took.as_secs_f64(), num(idle)),
+            format!(
+                "{:.1} s; idle {} MiB",
+                ours.took.as_secs_f64(),
+                num(ours.idle_rss)
+            ),
         )
-        .load(&load_up),
+        .kubelet(k, r)
+        .load(&ours.load_up),
     );
+    let (k, _) = versus(|_| 1.0, |p| p.restarted.to_string());
     rows.push(
         Row::new(
             "110 pods with probes: container restarts during the window (a steady state has none)",
-            restarted.to_string(),
+            ours.restarted.to_string(),
         )
+        .kubelet(k, None)
         .load(&load),
     );
+    let (k, r) = versus(
+        |p| p.restart.as_secs_f64(),
+        |p| {
+            format!(
+                "{:.2} s ({} container restarts)",
+                p.restart.as_secs_f64(),
+                p.restart_restarted
+            )
+        },
+    );
+    rows.push(
+        Row::new(
+            "agent killed and started again with the 110 pods → every pod running and Ready in \
+             `/pods` again, s",
+            format!(
+                "{:.2} s ({} container restarts)",
+                ours.restart.as_secs_f64(),
+                ours.restart_restarted
+            ),
+        )
+        .kubelet(k, r)
+        .load(&ours.restart_load),
+    );
+    notes.push(format!(
+        "The kubelet column: the real kubelet v1.37.2 (`k8s.io/kubernetes/cmd/kubelet`, built by \
+         scripts/k8s.sh), standalone, with the same KubeletConfiguration (plus its own \
+         `cgroupRoot`, and anonymous access to its API on 127.0.0.1, which a kubelet without an \
+         API server needs), measured after nodelet on the same containerd (never both at \
+         once: the kubelet kills every running pod of the runtime that is not one of its own). \
+         Restart: SIGKILL, the same command again; timed from the new process's start until its \
+         `/pods` (polled every 20 ms) shows all {PROBED_PODS} pods running and Ready."
+    ));
     notes.push(format!(
         "Idle: the same nodelet before any pod, 10 s after its start, watched for {} s the \
          same way (an idle nodelet must sleep: `tests/idle_cpu.rs` guards it with < 2% of a core \
@@ -210,12 +377,6 @@ pub async fn run(opts: &Options) -> Section {
         opts.settle.as_secs(),
         window_s
     ));
-    if opts.profile > 0 {
-        let top = sys::profile(a.pid(), opts.profile, "footprint-110").await;
-        eprintln!("footprint: nodelet with 110 pods, perf by symbol:\n{top}");
-    }
-    a.remove_all(Duration::from_secs(900)).await;
-    drop(a);
 
     // 500 pause pods.
     let count = opts.many_pods;

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ContainerState, Pod};
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{api, labels, Runtime};
 
-use crate::agent::{self, pod_yaml, Agent, TESTBOX};
+use crate::agent::{self, pod_yaml, Agent, Kind, TESTBOX};
 use crate::report::{first_event, ms_between, num, parse_events, Row, Section, Summary, Verdict};
 use crate::sys::{self, LoadMark};
 use crate::Options;
@@ -186,24 +186,7 @@ async fn exits(count: usize) -> ExitTimes {
         agent::endpoint(),
         seen_by_cri_events.clone(),
     ));
-    let pods = 10;
-    for i in 0..pods {
-        // Different run lengths, so the exits spread out instead of coming in lockstep.
-        let after = format!("{}ms", 1000 + 97 * i);
-        a.write_manifest(
-            &format!("exit{i}"),
-            &pod_yaml(
-                &format!("exit{i}"),
-                "Always",
-                1,
-                &[(
-                    "main",
-                    &format!("exit, --code, \"1\", --after, {after}"),
-                    "",
-                )],
-            ),
-        );
-    }
+    write_exit_pods(&a);
     let lookups = watch_exits(&a, count, |_, id, now| {
         let (rt, events) = (rt.clone(), seen_by_containerd.clone());
         let cri_events = seen_by_cri_events.clone();
@@ -266,6 +249,55 @@ async fn exits(count: usize) -> ExitTimes {
         cri,
         cri_events: cri_stream.then_some(cri_events),
     }
+}
+
+/// The 10 crash-looping pods of [`exits`].
+fn write_exit_pods(a: &Agent) {
+    for i in 0..10 {
+        // Different run lengths, so the exits spread out instead of coming in lockstep.
+        let after = format!("{}ms", 1000 + 97 * i);
+        a.write_manifest(
+            &format!("exit{i}"),
+            &pod_yaml(
+                &format!("exit{i}"),
+                "Always",
+                1,
+                &[(
+                    "main",
+                    &format!("exit, --code, \"1\", --after, {after}"),
+                    "",
+                )],
+            ),
+        );
+    }
+}
+
+/// Exit → terminated in the real kubelet's `/pods` (its read-only port), for the same pods and
+/// number of exits as [`exits`]; `None` without a kubelet or on another runtime than the first.
+async fn kubelet_exits(count: usize) -> Option<Vec<f64>> {
+    if agent::kubelet_binary().is_none() || !agent::is_primary_runtime() {
+        return None;
+    }
+    let a = Agent::start_as(Kind::Kubelet, "exits", FAST_BACKOFF).await;
+    let rt = agent::runtime();
+    write_exit_pods(&a);
+    let lookups = watch_exits(&a, count, |_, id, now| {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let finished = runtime_finished_at(&rt, bare_id(&id)).await?;
+            Some(ms_between(finished, now))
+        })
+    })
+    .await;
+    let mut out = Vec::new();
+    for l in lookups {
+        if let Ok(Some(v)) = l.await {
+            out.push(v);
+        }
+    }
+    eprintln!("reaction: kubelet exits measured {}", out.len());
+    a.remove_all(T).await;
+    Some(out)
 }
 
 /// Polls `/pods` every [`POLL`] until `count` container instances were seen running and then
@@ -619,6 +651,9 @@ pub async fn run(opts: &Options) -> Section {
     let mut rows = Vec::new();
     let load = LoadMark::start();
     let times = exits(opts.exits).await;
+    let kubelet = kubelet_exits(opts.exits)
+        .await
+        .and_then(|v| Summary::of(&v));
     let load = load.end();
     let exit = Summary::of(&times.ours).expect("exits");
     let event = Summary::of(&times.events);
@@ -630,6 +665,10 @@ pub async fn run(opts: &Options) -> Section {
                 exit.n
             ),
             ms_str(&exit),
+        )
+        .kubelet(
+            kubelet.as_ref().map_or(String::new(), ms_str),
+            kubelet.as_ref().map(|k| exit.p50 / k.p50),
         )
         // The runtime's own notification: containerd's exit event, in the same run.
         .baseline(

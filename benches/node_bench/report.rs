@@ -97,6 +97,10 @@ pub struct Row {
     pub baseline: String,
     /// nodelet / baseline ("" without a baseline).
     pub ratio: String,
+    /// The real kubelet doing the same in the same run ("" where it was not measured).
+    pub kubelet: String,
+    /// nodelet / kubelet ("" without a kubelet figure).
+    pub versus: String,
     pub goal: String,
     pub verdict: Verdict,
     /// The 1-minute load average when the measurement began and ended.
@@ -112,6 +116,8 @@ impl Row {
             nodelet: nodelet.into(),
             baseline: String::new(),
             ratio: String::new(),
+            kubelet: String::new(),
+            versus: String::new(),
             goal: String::new(),
             verdict: Verdict::None,
             load: String::new(),
@@ -122,6 +128,14 @@ impl Row {
     pub fn baseline(mut self, baseline: impl Into<String>, ratio: Option<f64>) -> Row {
         self.baseline = baseline.into();
         self.ratio = ratio.map(|r| format!("{r:.2}×")).unwrap_or_default();
+        self
+    }
+
+    /// The kubelet's figure and nodelet / kubelet (below 1: nodelet is ahead where less is
+    /// better).
+    pub fn kubelet(mut self, kubelet: impl Into<String>, ratio: Option<f64>) -> Row {
+        self.kubelet = kubelet.into();
+        self.versus = ratio.map(|r| format!("{r:.2}×")).unwrap_or_default();
         self
     }
 
@@ -172,14 +186,29 @@ impl Section {
             "Measured {} (`scripts/bench.sh {}`).\n",
             self.measured, self.part
         );
-        s.push_str(
-            "| runtime | figure | nodelet | bare containerd, same run | ratio | goal | | load avg |\n",
-        );
-        s.push_str("|---|---|---|---|---|---|---|---|\n");
+        // The kubelet's columns only in a table that has a kubelet figure.
+        let with_kubelet = self.rows.iter().any(|r| !r.kubelet.is_empty());
+        if with_kubelet {
+            s.push_str(
+                "| runtime | figure | nodelet | kubelet, same run | nodelet ÷ kubelet | \
+                 bare containerd, same run | nodelet ÷ bare | goal | | load avg |\n",
+            );
+            s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+        } else {
+            s.push_str(
+                "| runtime | figure | nodelet | bare containerd, same run | ratio | goal | | load avg |\n",
+            );
+            s.push_str("|---|---|---|---|---|---|---|---|\n");
+        }
         for r in &self.rows {
+            let kubelet = if with_kubelet {
+                format!(" {} | {} |", cell(&r.kubelet), r.versus)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} |{kubelet} {} | {} | {} | {} | {} |",
                 cell(&r.runtime),
                 cell(&r.figure),
                 cell(&r.nodelet),
@@ -201,6 +230,9 @@ impl Section {
         let mut s = format!("== {} ({})\n", self.title, self.measured);
         for r in &self.rows {
             let mut line = format!("  [{}] {:<58} {}", r.runtime, r.figure, r.nodelet);
+            if !r.kubelet.is_empty() {
+                let _ = write!(line, "  | kubelet {} ({})", r.kubelet, r.versus);
+            }
             if !r.baseline.is_empty() {
                 let _ = write!(line, "  | bare {} ({})", r.baseline, r.ratio);
             }

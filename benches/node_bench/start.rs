@@ -1,7 +1,8 @@
 //! Pod start: 1 pod and 50 pods at once (one testbox container each, image present), manifests
-//! written → every container running as nodelet's `/pods` reports it, next to a minimal CRI
-//! client doing RunPodSandbox + CreateContainer + StartContainer for the same pods with the same
-//! parallelism. Rounds alternate bare and nodelet so both see the same machine.
+//! written → every container running as nodelet's `/pods` reports it, next to the real kubelet
+//! doing the same (its read-only `/pods`) and a minimal CRI client doing RunPodSandbox +
+//! CreateContainer + StartContainer for the same pods with the same parallelism. Rounds
+//! alternate bare, nodelet and kubelet so all three see the same machine.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use nodelet::cri::remote::RemoteRuntime;
 use nodelet::cri::{api, labels, Runtime};
 
-use crate::agent::{self, pod_yaml, Agent, TESTBOX};
+use crate::agent::{self, pod_yaml, Agent, Kind, TESTBOX};
 use crate::report::{millis, num, Row, Section, Summary, Verdict};
 use crate::sys::{self, LoadMark};
 use crate::Options;
@@ -98,8 +99,6 @@ async fn bare_round(
     took
 }
 
-const CRI_CALLS: &str = "nodelet_runtime_operations_duration_seconds";
-
 /// CRI calls nodelet made, by operation: (count, seconds), summed over rounds.
 type CriCalls = BTreeMap<String, (f64, f64)>;
 
@@ -121,8 +120,9 @@ fn add_calls(calls: &mut CriCalls, before: &HashMap<String, f64>, after: &HashMa
     }
 }
 
-/// `n` manifests written at once; the time until `/pods` shows all their containers running.
-async fn nodelet_round(a: &Agent, n: usize, round: usize, calls: &mut CriCalls) -> Duration {
+/// `n` manifests written at once; the time until the agent's `/pods` shows all their
+/// containers running.
+async fn agent_round(a: &Agent, n: usize, round: usize, calls: &mut CriCalls) -> Duration {
     let names: Vec<String> = (0..n).map(|i| format!("s{n}-{round}-{i}")).collect();
     let full: Vec<String> = names.iter().map(|s| a.pod_name(s)).collect();
     let every = if n == 1 {
@@ -130,7 +130,7 @@ async fn nodelet_round(a: &Agent, n: usize, round: usize, calls: &mut CriCalls) 
     } else {
         Duration::from_millis(20)
     };
-    let before = a.metric_samples(CRI_CALLS).await;
+    let before = a.metric_samples(a.kind.cri_calls_metric()).await;
     let started = Instant::now();
     for name in &names {
         a.write_manifest(
@@ -157,9 +157,50 @@ async fn nodelet_round(a: &Agent, n: usize, round: usize, calls: &mut CriCalls) 
     )
     .await;
     let took = started.elapsed();
-    add_calls(calls, &before, &a.metric_samples(CRI_CALLS).await);
+    add_calls(
+        calls,
+        &before,
+        &a.metric_samples(a.kind.cri_calls_metric()).await,
+    );
     a.remove_all(Duration::from_secs(600)).await;
     took
+}
+
+/// [`agent_round`] for the kubelet, continued for the round and stopped again after it.
+async fn kubelet_round(
+    k: Option<&Agent>,
+    n: usize,
+    round: usize,
+    calls: &mut CriCalls,
+) -> Option<Duration> {
+    let k = k?;
+    k.pause(false);
+    // Let it catch up with what it missed while stopped (not timed).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let took = agent_round(k, n, round, calls).await;
+    k.pause(true);
+    Some(took)
+}
+
+/// `op count × mean ms, …; in all N ms of CRI time per pod`.
+fn per_pod_calls(calls: &CriCalls, pods: f64) -> String {
+    let per_pod: Vec<String> = calls
+        .iter()
+        .filter(|(_, (count, _))| *count > 0.0)
+        .map(|(op, (count, seconds))| {
+            format!(
+                "{op} {} × {} ms",
+                num(count / pods),
+                num(seconds * 1000.0 / count)
+            )
+        })
+        .collect();
+    let in_calls: f64 = calls.values().map(|(_, s)| s * 1000.0).sum::<f64>() / pods;
+    format!(
+        "{}; in all {} ms of CRI time per pod",
+        per_pod.join(", "),
+        num(in_calls)
+    )
 }
 
 pub async fn run(opts: &Options) -> Section {
@@ -167,6 +208,16 @@ pub async fn run(opts: &Options) -> Section {
     let logs = tempfile::tempdir().expect("tempdir");
     let logs_path = logs.path().display().to_string();
     let a = Agent::start("start", "").await;
+    // The kubelet kills every running pod of the runtime that is not one of its own: it stays
+    // stopped (SIGSTOP) while the bare client and nodelet start theirs, and the others' pods
+    // are all gone when it runs.
+    let kubelet = if agent::kubelet_binary().is_some() && agent::is_primary_runtime() {
+        let k = Agent::start_as(Kind::Kubelet, "start", "").await;
+        k.pause(true);
+        Some(k)
+    } else {
+        None
+    };
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for n in [1usize, 50] {
@@ -175,42 +226,43 @@ pub async fn run(opts: &Options) -> Section {
         let mut calls = CriCalls::new();
         let mut bare_calls = [0.0; 3];
         bare_round(&rt, n, 0, &logs_path, &mut bare_calls).await;
-        nodelet_round(&a, n, 0, &mut calls).await;
+        agent_round(&a, n, 0, &mut calls).await;
+        let mut kubelet_calls = CriCalls::new();
+        kubelet_round(kubelet.as_ref(), n, 0, &mut kubelet_calls).await;
+        kubelet_calls.clear();
         calls.clear();
         bare_calls = [0.0; 3];
         // One pod is quick: more rounds for a steadier median.
         let rounds = if n == 1 { opts.runs * 4 } else { opts.runs };
-        let (mut bare, mut ours) = (Vec::new(), Vec::new());
+        let (mut bare, mut ours, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
         for round in 1..=rounds {
             bare.push(bare_round(&rt, n, round, &logs_path, &mut bare_calls).await);
-            ours.push(nodelet_round(&a, n, round, &mut calls).await);
+            ours.push(agent_round(&a, n, round, &mut calls).await);
+            theirs.extend(kubelet_round(kubelet.as_ref(), n, round, &mut kubelet_calls).await);
             eprintln!(
-                "start: {n} pod(s), round {round}: bare {:.0} ms, nodelet {:.0} ms (load {:.1})",
+                "start: {n} pod(s), round {round}: bare {:.0} ms, nodelet {:.0} ms, kubelet {} \
+                 (load {:.1})",
                 bare[round - 1].as_secs_f64() * 1000.0,
                 ours[round - 1].as_secs_f64() * 1000.0,
+                theirs.last().map_or("—".into(), |t| format!(
+                    "{:.0} ms",
+                    t.as_secs_f64() * 1000.0
+                )),
                 sys::load_now()
             );
         }
         let pods = (n * rounds) as f64;
-        let per_pod: Vec<String> = calls
-            .iter()
-            .filter(|(_, (count, _))| *count > 0.0)
-            .map(|(op, (count, seconds))| {
-                format!(
-                    "{op} {} × {} ms",
-                    num(count / pods),
-                    num(seconds * 1000.0 / count)
-                )
-            })
-            .collect();
-        let in_calls: f64 = calls.values().map(|(_, s)| s * 1000.0).sum::<f64>() / pods;
+        let kubelet_note = if kubelet.is_some() {
+            format!(" The kubelet's: {}.", per_pod_calls(&kubelet_calls, pods))
+        } else {
+            String::new()
+        };
         notes.push(format!(
             "CRI calls per pod while {n} pod{} started (count × mean duration; calls of different \
-             pods overlap): {}; in all {} ms of CRI time per pod. The bare client's: \
+             pods overlap): {}.{kubelet_note} The bare client's: \
              run_podsandbox {} ms, create_container {} ms, start_container {} ms.",
             if n == 1 { "" } else { "s" },
-            per_pod.join(", "),
-            num(in_calls),
+            per_pod_calls(&calls, pods),
             num(bare_calls[0] / pods),
             num(bare_calls[1] / pods),
             num(bare_calls[2] / pods)
@@ -222,6 +274,7 @@ pub async fn run(opts: &Options) -> Section {
         let goal = if n == 1 { 1.10 } else { 1.20 };
         let ratio = o.p50 / b.p50;
         let load = load.end();
+        let k = Summary::of(&millis(&theirs));
         rows.push(
             Row::new(
                 format!(
@@ -229,6 +282,10 @@ pub async fn run(opts: &Options) -> Section {
                     if n == 1 { "" } else { "s" }
                 ),
                 num(o.p50),
+            )
+            .kubelet(
+                k.as_ref().map_or(String::new(), |k| num(k.p50)),
+                k.as_ref().map(|k| o.p50 / k.p50),
             )
             .baseline(num(b.p50), Some(ratio))
             .goal(format!("≤ {goal:.2}× bare"), Verdict::at_most(ratio, goal))
@@ -243,11 +300,16 @@ pub async fn run(opts: &Options) -> Section {
                 ),
                 num(o.p90),
             )
+            .kubelet(
+                k.as_ref().map_or(String::new(), |k| num(k.p90)),
+                k.as_ref().map(|k| o.p90 / k.p90),
+            )
             .baseline(num(b.p90), Some(o.p90 / b.p90))
             .load(&load),
         );
     }
     drop(a);
+    drop(kubelet);
     Section {
         part: "start".into(),
         title: "Pod start".into(),
@@ -256,9 +318,12 @@ pub async fn run(opts: &Options) -> Section {
         notes: [format!(
             "Each round writes the manifests (testbox `serve --http 8080`, image present) into \
              nodelet's static pod directory at once and polls `/pods` (every 5 ms for one pod, 20 \
-             ms for 50) until every container is running; the bare round runs RunPodSandbox + \
+             ms for 50) until every container is running; the kubelet's round does the same with \
+             the real kubelet (its read-only `/pods`, same configuration, stopped with SIGSTOP \
+             while the others run: it kills every running pod of the runtime that is not its \
+             own; continued a second before its round); the bare round runs RunPodSandbox + \
              CreateContainer + StartContainer for the same number of pods, all at once, with \
-             nodelet's own CRI client. Rounds alternate bare and nodelet; one unmeasured round of \
+             nodelet's own CRI client. Rounds alternate bare, nodelet and kubelet; one unmeasured round of \
              each comes first; {} measured rounds of one pod, {} of 50. Pods are removed between \
              rounds (not timed).",
             opts.runs * 4,

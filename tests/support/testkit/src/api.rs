@@ -49,7 +49,11 @@ impl NodeletApi {
     /// The pods of `/pods`; `None` while nodelet does not answer.
     pub async fn pods(&self) -> Option<Vec<Pod>> {
         let v: serde_json::Value = serde_json::from_str(&self.get("/pods").await?).ok()?;
-        serde_json::from_value(v.get("items")?.clone()).ok()
+        match v.get("items")? {
+            // The kubelet's list of no pods (a Go nil slice).
+            serde_json::Value::Null => Some(Vec::new()),
+            items => serde_json::from_value(items.clone()).ok(),
+        }
     }
 
     /// The pod of `/pods` named exactly `name` (a static pod's name ends in `-<node>`).
