@@ -221,6 +221,62 @@ async fn a_shorter_grace_cuts_a_running_pre_stop_hook_short() {
     }
 }
 
+/// A preStop hook that outlives the grace period is not cancelled when the period ends (the
+/// kubelet runs hooks without a timeout and only stops waiting): the container gets its stop
+/// signal then and the 2 s minimum window, and the hook's command ends with the container
+/// (Kubernetes' "The PreStop hooks don't exit" conformance test times it at about 32 s of a
+/// 30 s grace period). A hook shorter than the period is never cancelled.
+#[tokio::test(start_paused = true)]
+async fn a_pre_stop_hook_outliving_the_grace_period_runs_until_the_container_is_stopped() {
+    // (the hook's command runs (s), StopContainer at (s), its timeout, the hook cancelled at (s))
+    let cases = [(100, 30, "timeout=2", Some(32)), (5, 5, "timeout=25", None)];
+    for (runs, stop_at, timeout, cancelled_at) in cases {
+        let h = harness().await;
+        h.fake.set_ignores_sigterm("a");
+        h.fake.set_exec_behaviour("a", 0, secs(runs));
+        let p = with_lifecycle(
+            with_grace(pod("f5", "Never", &["a"], "localhost/app:1"), 30),
+            |c| {
+                c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+                    pre_stop: Some(exec_handler(&["sleep", "forever"])),
+                    ..Default::default()
+                });
+            },
+        );
+        running(&h, &p).await;
+        let t0 = Instant::now();
+        let killed = h
+            .workers
+            .kill_pod(p.clone(), None, StatusMutation::default());
+        killed.terminated().await;
+        let case = format!("a hook of {runs} s");
+        assert_eq!(
+            stops_since(&h, t0),
+            [(stop_at, timeout.to_string())],
+            "{case}"
+        );
+        let cancelled: Vec<u64> = h
+            .fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == "exec_sync_cancelled")
+            .map(|c| (c.at - t0).as_secs())
+            .collect();
+        assert_eq!(cancelled, Vec::from_iter(cancelled_at), "{case}");
+        let reasons: Vec<String> = h
+            .events
+            .events()
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        assert!(
+            reasons.iter().all(|r| r != "FailedPreStopHook"),
+            "{case}: the hook did not fail: {reasons:?}"
+        );
+        h.cancel.cancel();
+    }
+}
+
 /// A longer grace period asked during a termination does not lengthen it: the container that
 /// ignores SIGTERM is SIGKILLed when the first (10 s) period ends — and a preStop hook still
 /// running is cut off at its end, then gets the 2 s window.

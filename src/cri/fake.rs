@@ -801,8 +801,17 @@ impl Runtime for FakeRuntime {
                 .copied()
                 .unwrap_or((0, Duration::ZERO))
         };
+        // A call given up before its command ended (the caller dropped it) is recorded as
+        // `exec_sync_cancelled`: the real runtime kills the command then.
+        let mut cancelled = ExecCancelled {
+            fake: self,
+            container: container_id.to_string(),
+            detail: cmd.join(" "),
+            armed: true,
+        };
         if !timeout.is_zero() && takes > timeout {
             tokio::time::sleep(timeout).await;
+            cancelled.armed = false;
             return Err(Error::Call {
                 op: "exec_sync",
                 target: container_id.to_string(),
@@ -813,10 +822,34 @@ impl Runtime for FakeRuntime {
             });
         }
         tokio::time::sleep(takes).await;
+        cancelled.armed = false;
         Ok(api::ExecSyncResponse {
             exit_code: code,
             ..Default::default()
         })
+    }
+}
+
+/// Records an `exec_sync` whose caller dropped it before the command ended.
+struct ExecCancelled<'a> {
+    fake: &'a FakeRuntime,
+    container: String,
+    detail: String,
+    armed: bool,
+}
+
+impl Drop for ExecCancelled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut st = self.fake.lock();
+            let target = FakeRuntime::container_name(&st, &self.container);
+            st.calls.push(Call {
+                at: tokio::time::Instant::now(),
+                op: "exec_sync_cancelled",
+                target,
+                detail: std::mem::take(&mut self.detail),
+            });
+        }
     }
 }
 

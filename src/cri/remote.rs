@@ -363,14 +363,19 @@ impl Runtime for RemoteRuntime {
         timeout: Duration,
     ) -> Result<api::ExecSyncResponse> {
         let mut c = self.runtime.clone();
-        let req = self.request(
-            api::ExecSyncRequest {
-                container_id: container_id.into(),
-                cmd,
-                timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            },
-            timeout,
-        );
+        let message = api::ExecSyncRequest {
+            container_id: container_id.into(),
+            cmd,
+            timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        };
+        // Without a timeout (lifecycle hooks) the call has no deadline either, as the kubelet's:
+        // a hook runs until it ends or its caller gives it up (a preStop hook with a grace
+        // period longer than the runtime request timeout runs that long).
+        let req = if timeout.is_zero() {
+            tonic::Request::new(message)
+        } else {
+            self.request(message, timeout)
+        };
         observe("exec_sync", container_id, c.exec_sync(req)).await
     }
 }

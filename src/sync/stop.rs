@@ -7,6 +7,7 @@
 //! running is cut off at the new end, and a container already sent its stop signal gets a new
 //! StopContainer call with the shorter timeout.
 
+use std::future::Future;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -122,21 +123,24 @@ impl ContainerStopper {
             message.clone(),
         );
         let pre_stop = spec.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
+        // A hook still running when the grace period ends is not cancelled (the kubelet runs
+        // hooks without a timeout and stops waiting, nothing more): it goes on while the
+        // container gets its stop signal and the minimum window, and ends with the container.
+        let mut outlived = None;
         if let (Some(c), Some(hook)) = (spec, pre_stop) {
             if !deadline.immediate && container.state == ContainerState::Running {
-                let run = run_hook(
+                let mut run = Box::pin(run_hook(
                     self.runtime.as_ref(),
                     pod,
                     c,
                     &container.id,
                     hook,
                     pod_ip,
-                    Some(deadline.period()),
-                );
-                // The hook gets at most the grace period; a hook that outlives it (or a
-                // shortened one) is abandoned.
+                    None,
+                ));
+                // The hook gets at most the grace period.
                 tokio::select! {
-                    result = run => if let Err(e) = result {
+                    result = &mut run => if let Err(e) = result {
                         tracing::warn!(container = %container.name, error = %e, "FailedPreStopHook");
                         self.events.container(
                             pod,
@@ -148,31 +152,38 @@ impl ContainerStopper {
                     },
                     _ = grace.expired() => {
                         tracing::warn!(container = %container.name, grace_seconds = grace.current().period().as_secs(), "preStop hook did not finish within the grace period");
+                        outlived = Some(run);
                     }
                 }
             }
         }
-        // Sidecars wait for their turn (every regular container, then the sidecars after
-        // them), within what is left of the grace period.
-        if let Some(o) = ordering {
-            o.wait_for_turn(&container.name, &mut grace).await;
+        let stop = async {
+            // Sidecars wait for their turn (every regular container, then the sidecars after
+            // them), within what is left of the grace period.
+            if let Some(o) = ordering {
+                o.wait_for_turn(&container.name, &mut grace).await;
+            }
+            let stop_signal = spec
+                .and_then(|c| c.lifecycle.as_ref()?.stop_signal.as_deref())
+                .and_then(parse_signal);
+            let immediate = grace.current().immediate;
+            let refused =
+                if let (Some(signal), Some(tasks), false) = (stop_signal, &self.tasks, immediate) {
+                    self.stop_with_signal(container, signal, &mut grace, tasks.as_ref())
+                        .await
+                } else {
+                    self.stop_container(&container.id, &container.name, &mut grace)
+                        .await
+                };
+            if let Some(o) = ordering {
+                o.container_terminated(&container.name);
+            }
+            refused
+        };
+        match outlived {
+            None => stop.await,
+            Some(hook) => finish_while_polling(stop, hook).await,
         }
-        let stop_signal = spec
-            .and_then(|c| c.lifecycle.as_ref()?.stop_signal.as_deref())
-            .and_then(parse_signal);
-        let immediate = grace.current().immediate;
-        let refused =
-            if let (Some(signal), Some(tasks), false) = (stop_signal, &self.tasks, immediate) {
-                self.stop_with_signal(container, signal, &mut grace, tasks.as_ref())
-                    .await
-            } else {
-                self.stop_container(&container.id, &container.name, &mut grace)
-                    .await
-            };
-        if let Some(o) = ordering {
-            o.container_terminated(&container.name);
-        }
-        refused
     }
 
     /// `lifecycle.stopSignal`: the CRI of containerd 1.6 always sends the image's STOPSIGNAL, so
@@ -306,6 +317,22 @@ impl ContainerStopper {
             }
         }
         refused
+    }
+}
+
+/// Runs `work` to its end while still polling `beside` (whose result no longer matters), then
+/// drops `beside` if it has not ended: a preStop hook's exec outlives the grace period until
+/// its container is stopped, and is cancelled then.
+async fn finish_while_polling<T>(work: impl Future<Output = T>, beside: impl Future) -> T {
+    tokio::pin!(work);
+    tokio::pin!(beside);
+    let mut beside_done = false;
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut work => return out,
+            _ = &mut beside, if !beside_done => beside_done = true,
+        }
     }
 }
 
