@@ -157,6 +157,53 @@ async fn failing_init_container_is_retried_under_always_and_fails_the_pod_under_
     h.cancel.cancel();
 }
 
+/// An init container failing under `restartPolicy: Never` after a sidecar started fails the
+/// pod, but the phase shows Failed only once the sidecar is stopped (the kubelet's status
+/// manager holds a terminal phase while containers may run; Kubernetes' conformance test
+/// "Should begin initializing the pod, restartPolicy=Never" reads the sidecar's last words
+/// as soon as the phase is Failed). The sidecar ignores SIGTERM: it is stopped when the 7 s
+/// grace period ends, and until then the pod is Pending.
+#[tokio::test(start_paused = true)]
+async fn a_failed_init_container_fails_the_pod_only_once_its_sidecars_are_stopped() {
+    let h = harness().await;
+    h.fake.set_ignores_sigterm("side");
+    h.workers.update(PodWork::Sync(pod_with(
+        "i9",
+        "Never",
+        vec![sidecar("side"), c("init2")],
+        vec![c("a")],
+    )));
+    h.settle("init2 running", |h| h.started() == ["side", "init2"])
+        .await;
+    h.fake.exit_container("init2", 1);
+    h.workers.wake("i9");
+    h.settle("the sidecar being stopped", |h| {
+        !h.fake.calls_of("stop_container").is_empty()
+    })
+    .await;
+    let held = h.status.status("i9").unwrap();
+    assert_eq!(held.phase.as_deref(), Some("Pending"), "{held:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(h.phase("i9"), "Pending", "the sidecar still runs");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.settle("Failed", |h| h.phase("i9") == "Failed").await;
+    let side = h
+        .status
+        .status("i9")
+        .and_then(|s| s.init_container_statuses)
+        .and_then(|cs| cs.into_iter().find(|c| c.name == "side"))
+        .unwrap();
+    assert!(
+        side.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some(),
+        "Failed comes with the sidecar terminated: {side:?}"
+    );
+    assert_eq!(h.started(), ["side", "init2"], "main never started");
+    h.cancel.cancel();
+}
+
 /// init1, sidecar1, init2, sidecar2, init3, main: each starts after the one before it is done
 /// (an init container exited 0, a sidecar running); a sidecar with a startup probe only counts
 /// once the probe succeeded.

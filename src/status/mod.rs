@@ -40,7 +40,7 @@ pub use api_sync::{ApiStatusSync, ApiStatusSyncOptions, ApiStatusSyncStats};
 pub use generate::{container_statuses, generate_pod_status, REJECTED_MESSAGE_PREFIX};
 pub use manager::{PodLifecycle, StatusManager, VersionedStatus};
 pub use mutation::StatusMutation;
-pub use phase::{get_phase, get_phase_with_initialized};
+pub use phase::{get_phase, get_phase_with_initialized, hold_terminal_phase};
 pub use terminate::{terminate_pod_status, TERMINATED_UNKNOWN_MESSAGE};
 
 /// Waiting reason of a container that has not been created yet (pod without init containers).

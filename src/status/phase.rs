@@ -1,7 +1,7 @@
 //! The pod phase, as the kubelet's `getPhase` computes it (with the ContainerRestartRules
 //! feature, on by default since Kubernetes 1.35).
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 
 use super::generate::{
     init_containers, is_sidecar, last_terminated, regular_containers, running, terminated, waiting,
@@ -13,6 +13,29 @@ use crate::podspec::Phase;
 /// True for the phases a pod never leaves.
 pub fn is_terminal_phase(phase: Option<&str>) -> bool {
     phase.and_then(Phase::parse).is_some_and(Phase::is_terminal)
+}
+
+/// The kubelet's rule that a pod reaches a terminal phase only once none of its containers can
+/// run (its status manager's `mergePodStatus` with `couldHaveRunningContainers`): `generated`
+/// as it is, except that while `containers_may_run` a move into Succeeded or Failed keeps the
+/// phase, reason and message of `previous` (Pending when there is none). An init container
+/// that fails under `restartPolicy: Never` makes the phase Failed at once, while the sidecars
+/// started before it still run until the pod's termination stops them; the phase follows then.
+pub fn hold_terminal_phase(
+    previous: Option<&PodStatus>,
+    mut generated: PodStatus,
+    containers_may_run: bool,
+) -> PodStatus {
+    let previous_phase = previous.and_then(|p| p.phase.as_deref());
+    if containers_may_run
+        && is_terminal_phase(generated.phase.as_deref())
+        && !is_terminal_phase(previous_phase)
+    {
+        generated.phase = Some(previous_phase.unwrap_or("Pending").to_string());
+        generated.reason = previous.and_then(|p| p.reason.clone());
+        generated.message = previous.and_then(|p| p.message.clone());
+    }
+    generated
 }
 
 /// The kubelet's `getPhase` for `statuses` (init and regular container statuses together).
@@ -161,6 +184,88 @@ fn phase_from_counts(n: &Counts, pod_is_terminal: bool, pod_has_initialized: boo
         return Phase::Running;
     }
     Phase::Pending
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+
+    fn status(phase: &str, reason: Option<&str>) -> PodStatus {
+        PodStatus {
+            phase: Some(phase.to_string()),
+            reason: reason.map(str::to_string),
+            message: reason.map(|r| format!("{r} message")),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_terminal_phase_waits_until_no_container_may_run() {
+        // (case, previous, generated, containers may run, want phase, want reason)
+        type Case = (
+            &'static str,
+            Option<PodStatus>,
+            PodStatus,
+            bool,
+            &'static str,
+            Option<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "init failed, sidecar runs: held",
+                Some(status("Pending", None)),
+                status("Failed", None),
+                true,
+                "Pending",
+                None,
+            ),
+            (
+                "held with the previous reason",
+                Some(status("Running", Some("R"))),
+                status("Succeeded", None),
+                true,
+                "Running",
+                Some("R"),
+            ),
+            (
+                "no previous status: Pending",
+                None,
+                status("Failed", Some("X")),
+                true,
+                "Pending",
+                None,
+            ),
+            (
+                "nothing runs: terminal at once",
+                Some(status("Pending", None)),
+                status("Failed", None),
+                false,
+                "Failed",
+                None,
+            ),
+            (
+                "already terminal: stays",
+                Some(status("Failed", None)),
+                status("Failed", Some("E")),
+                true,
+                "Failed",
+                Some("E"),
+            ),
+            (
+                "non-terminal moves freely",
+                Some(status("Pending", None)),
+                status("Running", None),
+                true,
+                "Running",
+                None,
+            ),
+        ];
+        for (case, previous, generated, may_run, phase, reason) in cases {
+            let got = hold_terminal_phase(previous.as_ref(), generated, may_run);
+            assert_eq!(got.phase.as_deref(), Some(phase), "{case}");
+            assert_eq!(got.reason.as_deref(), reason, "{case}");
+        }
+    }
 }
 
 #[cfg(test)]

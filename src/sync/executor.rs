@@ -40,8 +40,8 @@ use crate::podspec::{
 use crate::probe::{ProbeKind, ProbeManager, RunningContainer};
 use crate::stats::machine::NodeInfo;
 use crate::status::{
-    generate_pod_status, terminate_pod_status, RestartInPlace, StartFailure, StatusInputs,
-    StatusManager, StatusMutation,
+    generate_pod_status, hold_terminal_phase, terminate_pod_status, RestartInPlace, StartFailure,
+    StatusInputs, StatusManager, StatusMutation,
 };
 use crate::volume;
 
@@ -587,8 +587,19 @@ impl PodSyncer {
             // never ran (or that the runtime lost) end too, and the phase is terminal, so a
             // deleted pod reaches its final DELETE (the kubelet's `TerminatePod`).
             terminate_pod_status(pod, &mut status);
+            self.status.set_pod_status(pod, status.clone());
+        } else {
+            // Until the termination is over, the phase shown stays short of terminal while a
+            // container still runs; the sync decides on the phase as generated.
+            let may_run = runtime
+                .containers
+                .iter()
+                .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown));
+            self.status.set_pod_status(
+                pod,
+                hold_terminal_phase(previous.as_ref(), status.clone(), may_run),
+            );
         }
-        self.status.set_pod_status(pod, status.clone());
         status
     }
 
