@@ -79,7 +79,7 @@ disabled_plugins = [
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt.options]
         SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
         Root = "$CTD_RUNC_ROOT"
-    # The handler Kubernetes' node e2e tests name in their RuntimeClasses (`test-handler`,
+    # The handler Kubernetes' node e2e tests name in their RuntimeClasses ("test-handler",
     # e2enode.PreconfiguredRuntimeClassHandler): runc again (scripts/conformance.sh).
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler]
       runtime_type = "io.containerd.runc.v2"
@@ -160,7 +160,7 @@ disabled_plugins = [
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc-alt.options]
         SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP
         Root = "$CTD_RUNC_ROOT"
-    # The handler Kubernetes' node e2e tests name in their RuntimeClasses (`test-handler`,
+    # The handler Kubernetes' node e2e tests name in their RuntimeClasses ("test-handler",
     # e2enode.PreconfiguredRuntimeClassHandler): runc again (scripts/conformance.sh).
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler]
       runtime_type = "io.containerd.runc.v2"
