@@ -559,9 +559,9 @@ cmd_down() {
 cmd_report() {
 	local args=() agent dir
 	for agent in nodelet kubelet; do
-		# The whole run, then a run of what failed after fixes (NODELET_CONFORMANCE_OUT=
-		# target/conformance/<agent>-rerun), whose results replace the first's.
-		for dir in "$OUT_DIR/$agent" "$OUT_DIR/$agent-rerun"; do
+		# The whole run, then runs of what failed after fixes (NODELET_CONFORMANCE_OUT=
+		# target/conformance/<agent>-rerun, -rerun2, ...), each replacing the results before it.
+		for dir in "$OUT_DIR/$agent" "$OUT_DIR/$agent-rerun" "$OUT_DIR/$agent"-rerun[0-9]*; do
 			if [ -s "$dir/junit.xml" ]; then args+=("--$agent" "$dir"); fi
 		done
 	done
