@@ -206,14 +206,16 @@ pub async fn run(opts: &Options) -> Section {
         Some(_) => Some(probed(Kind::Kubelet, opts, containerd, &socket).await),
         None => None,
     };
-    let versus = |of: fn(&Probed) -> f64, show: fn(&Probed) -> String| {
-        theirs.as_ref().map_or((String::new(), None), |k| {
+    // One figure for both agents: nodelet's cell, the kubelet's, and nodelet ÷ kubelet of `of`.
+    let cells = |of: fn(&Probed) -> f64, show: fn(&Probed) -> String| {
+        let (k, r) = theirs.as_ref().map_or((String::new(), None), |k| {
             (show(k), Some(of(&ours) / of(k)))
-        })
+        });
+        (show(&ours), k, r)
     };
 
     let w = &ours.idle;
-    let (k, r) = versus(
+    let (o, k, r) = cells(
         |p| p.idle.nodelet.cores,
         |p| {
             format!(
@@ -230,12 +232,7 @@ pub async fn run(opts: &Options) -> Section {
                 "idle, no pods: CPU over {} s, cores; RSS, MiB (average; max)",
                 IDLE_WINDOW.as_secs()
             ),
-            format!(
-                "{}; {} ({})",
-                num(w.nodelet.cores),
-                num(w.nodelet.rss_mib_avg),
-                num(w.nodelet.rss_mib_max)
-            ),
+            o,
         )
         .kubelet(k, r)
         .baseline(format!("containerd {}", num(w.containerd.cores)), None)
@@ -245,11 +242,11 @@ pub async fn run(opts: &Options) -> Section {
     let w = &ours.window;
     let load = w.load;
     let window_s = opts.window.as_secs();
-    let (k, r) = versus(|p| p.window.nodelet.cores, |p| num(p.window.nodelet.cores));
+    let (o, k, r) = cells(|p| p.window.nodelet.cores, |p| num(p.window.nodelet.cores));
     rows.push(
         Row::new(
             format!("110 pods with probes: CPU over {window_s} s, cores"),
-            num(w.nodelet.cores),
+            o,
         )
         .kubelet(k, r)
         .baseline(
@@ -264,7 +261,7 @@ pub async fn run(opts: &Options) -> Section {
         .goal("≤ 0.01", Verdict::at_most(w.nodelet.cores, 0.01))
         .load(&load),
     );
-    let (k, r) = versus(
+    let (o, k, r) = cells(
         |p| p.window.nodelet.rss_mib_avg,
         |p| {
             format!(
@@ -277,11 +274,7 @@ pub async fn run(opts: &Options) -> Section {
     rows.push(
         Row::new(
             "110 pods with probes: RSS, MiB (average over the window; max)",
-            format!(
-                "{} ({})",
-                num(w.nodelet.rss_mib_avg),
-                num(w.nodelet.rss_mib_max)
-            ),
+            o,
         )
         .kubelet(k, r)
         .baseline(
@@ -295,7 +288,7 @@ pub async fn run(opts: &Options) -> Section {
         .goal("≤ 30 MiB", Verdict::at_most(w.nodelet.rss_mib_avg, 30.0))
         .load(&load),
     );
-    let (k, r) = versus(
+    let (o, k, r) = cells(
         |p| p.took.as_secs_f64(),
         |p| {
             format!(
@@ -308,25 +301,21 @@ pub async fn run(opts: &Options) -> Section {
     rows.push(
         Row::new(
             "110 pods with probes: manifests written → all Ready, s; RSS idle before, MiB",
-            format!(
-                "{:.1} s; idle {} MiB",
-                ours.took.as_secs_f64(),
-                num(ours.idle_rss)
-            ),
+            o,
         )
         .kubelet(k, r)
         .load(&ours.load_up),
     );
-    let (k, _) = versus(|_| 1.0, |p| p.restarted.to_string());
+    let (o, k, _) = cells(|_| 1.0, |p| p.restarted.to_string());
     rows.push(
         Row::new(
             "110 pods with probes: container restarts during the window (a steady state has none)",
-            ours.restarted.to_string(),
+            o,
         )
         .kubelet(k, None)
         .load(&load),
     );
-    let (k, r) = versus(
+    let (o, k, r) = cells(
         |p| p.restart.as_secs_f64(),
         |p| {
             format!(
@@ -340,11 +329,7 @@ pub async fn run(opts: &Options) -> Section {
         Row::new(
             "agent killed and started again with the 110 pods → every pod running and Ready in \
              `/pods` again, s",
-            format!(
-                "{:.2} s ({} container restarts)",
-                ours.restart.as_secs_f64(),
-                ours.restart_restarted
-            ),
+            o,
         )
         .kubelet(k, r)
         .load(&ours.restart_load),

@@ -289,15 +289,21 @@ async fn kubelet_exits(count: usize) -> Option<Vec<f64>> {
         })
     })
     .await;
+    let out = measured(lookups).await;
+    eprintln!("reaction: kubelet exits measured {}", out.len());
+    a.remove_all(T).await;
+    Some(out)
+}
+
+/// The values of the lookups that found one, in order.
+async fn measured(lookups: Vec<tokio::task::JoinHandle<Option<f64>>>) -> Vec<f64> {
     let mut out = Vec::new();
     for l in lookups {
         if let Ok(Some(v)) = l.await {
             out.push(v);
         }
     }
-    eprintln!("reaction: kubelet exits measured {}", out.len());
-    a.remove_all(T).await;
-    Some(out)
+    out
 }
 
 /// Polls `/pods` every [`POLL`] until `count` container instances were seen running and then
@@ -402,12 +408,7 @@ async fn busy_pod_exits(count: usize, root: &Path) -> Vec<f64> {
         })
     })
     .await;
-    let mut out = Vec::new();
-    for l in lookups {
-        if let Ok(Some(v)) = l.await {
-            out.push(v);
-        }
-    }
+    let out = measured(lookups).await;
     eprintln!("reaction: busy pod exits measured {}", out.len());
     a.remove_all(T).await;
     out
