@@ -1113,6 +1113,42 @@ async fn restarting_nodelet_adopts_the_running_containers(
 /// PLEG events that came from containerd's task event stream.
 const CONTAINERD_EVENTS: &str = "nodelet_pleg_events_total{source=\"containerd\"}";
 
+/// nodelet's line when its task event stream breaks or cannot be opened.
+const EVENTS_LOST: &str = "containerd event stream unavailable";
+
+/// nodelet's line once containerd answers its subscription to task events (`pleg::run_events`).
+const SUBSCRIBED: &str = "following containerd task events";
+
+/// Whether nodelet's journal says it lost containerd's task events since it had said so
+/// `lost_before` times (containerd's restart breaks the stream), and follows them again since.
+fn follows_task_events_again(node: &Guest, lost_before: usize) -> bool {
+    let lines = node.journal_lines("");
+    let lost: Vec<usize> = (0..lines.len())
+        .filter(|i| lines[*i].contains(EVENTS_LOST))
+        .collect();
+    lost.len() > lost_before
+        && lost
+            .last()
+            .is_some_and(|last| lines[*last..].iter().any(|l| l.contains(SUBSCRIBED)))
+}
+
+/// Runs `/testbox version` in task `container` as exec `exec_id` (`ctr tasks exec`): the
+/// exec's task events reach every subscriber, and nodelet counts none of them as the
+/// container's.
+fn exec_in_task(node: &Guest, container: &str, exec_id: &str) {
+    let out = std::process::Command::new("ctr")
+        .args(["--address", &node.containerd_sock, "--namespace", "k8s.io"])
+        .args(["tasks", "exec", "--exec-id", exec_id, container])
+        .args(["/testbox", "version"])
+        .output()
+        .expect("run ctr tasks exec");
+    assert!(
+        out.status.success(),
+        "ctr tasks exec {container}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 async fn restarting_containerd_leaves_nodelet_running_and_connected(
     node: &Guest,
     pods: &mut [QosPod],
@@ -1147,6 +1183,7 @@ async fn restarting_containerd_leaves_nodelet_running_and_connected(
     let events_before =
         nodelet_testkit::prom::metric_sum(&metrics, CONTAINERD_EVENTS).unwrap_or(0.0);
     let lost_before = node.journal_count(RUNTIME_LOST);
+    let events_lost_before = node.journal_count(EVENTS_LOST);
 
     node.systemctl(&["restart", "containerd.service"]);
     assert_ne!(node.main_pid("containerd.service"), containerd_pid);
@@ -1155,10 +1192,37 @@ async fn restarting_containerd_leaves_nodelet_running_and_connected(
         "after-restart.yaml",
         &testbox_pod(node, "after-restart", "Always", "{}", &["serve"]),
     );
-    node.wait_pod("after-restart", "running container", all_running)
+    let after_restart = node
+        .wait_pod("after-restart", "running container", all_running)
         .await;
-    // ...and so does its subscription to containerd's task events: the new pod's start reached
-    // nodelet as an event (a relist counts as source="relist").
+    // ...and so does its subscription to containerd's task events. That pod's own events may
+    // have come before nodelet subscribed again (its retry backs off while containerd is down;
+    // the relist covers what the stream missed), and containerd answers a subscription only with
+    // an event: exec'd processes make events nodelet does not count until it says it follows
+    // the stream again...
+    let container = bare_id(&running_ids(&after_restart)[0]).to_string();
+    let deadline = std::time::Instant::now() + vm::T;
+    let mut pokes = 0;
+    while !follows_task_events_again(node, events_lost_before) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodelet did not follow containerd's task events again after {:?} ({pokes} execs \
+             in {container})\n{}",
+            vm::T,
+            node.journal(40)
+        );
+        pokes += 1;
+        exec_in_task(node, &container, &format!("poke-{pokes}"));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // ...then a pod started now reaches nodelet as an event (a relist counts as
+    // source="relist").
+    node.write_manifest(
+        "after-subscribe.yaml",
+        &testbox_pod(node, "after-subscribe", "Always", "{}", &["serve"]),
+    );
+    node.wait_pod("after-subscribe", "running container", all_running)
+        .await;
     node.wait_metric(
         CONTAINERD_EVENTS,
         "containerd task event after the restart",
