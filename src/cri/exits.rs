@@ -54,6 +54,15 @@ pub fn exit_reason(exit_code: i32, oom: bool) -> &'static str {
     }
 }
 
+/// Whether an exit of `code` is known from the runtime's events alone, given whether an OOM
+/// kill was recorded for the container. A SIGKILL (137) may be the kernel's OOM kill, and
+/// `/tasks/oom` can come after `/tasks/exit` (containerd 1.6 publishes them in either order):
+/// without a recorded OOM, such an exit waits for the CRI, whose reason weighs the runtime's
+/// own OOM record, so the status does not show `Error` for what was an OOM kill.
+pub fn known_from_events(code: i32, oom_recorded: bool) -> bool {
+    code != 137 || oom_recorded
+}
+
 /// Whether an exit of `code` leaves `container`'s termination message to its log
 /// (`terminationMessagePolicy: FallbackToLogsOnError` and a non-zero code): the runtime drains
 /// the container's output before it records the exit, so such an exit waits for the CRI, or
@@ -68,8 +77,9 @@ fn message_from_log(container: &RuntimeContainer, code: i32) -> bool {
 
 /// `runtime` as the status must show it, given the runtime's events: a container the CRI still
 /// reports running whose exit the event announced is exited, with the event's code, time and
-/// reason (unless its termination message is to come from its log: that exit waits for the
-/// CRI); an exited container the event saw OOM-killed has the reason `OOMKilled`.
+/// reason (unless its termination message is to come from its log, or it may be an OOM kill
+/// not recorded yet (see [`known_from_events`]): those exits wait for the CRI); an exited
+/// container the event saw OOM-killed has the reason `OOMKilled`.
 /// Nothing else changes (the instances, their order, their IDs, the messages).
 pub fn apply(runtime: &PodRuntime, records: &HashMap<String, ExitRecord>) -> PodRuntime {
     let mut out = runtime.clone();
@@ -79,7 +89,7 @@ pub fn apply(runtime: &PodRuntime, records: &HashMap<String, ExitRecord>) -> Pod
         };
         match (c.state, record.exit) {
             (ContainerState::Running | ContainerState::Created, Some((code, _)))
-                if message_from_log(c, code) => {}
+                if message_from_log(c, code) || !known_from_events(code, record.oom) => {}
             (ContainerState::Running | ContainerState::Created, Some((code, at))) => {
                 c.state = ContainerState::Exited;
                 c.exit_code = code;
@@ -301,6 +311,33 @@ mod tests {
                 137,
                 REASON_OOM_KILLED,
                 Some(202),
+            ),
+            (
+                "running, exit 137 without an OOM yet: waits for the CRI",
+                container("a", Running, 0, ""),
+                Some(record(Some((137, 202)), false)),
+                Running,
+                0,
+                "",
+                None,
+            ),
+            (
+                "running, exit 143 (SIGTERM) seen",
+                container("a", Running, 0, ""),
+                Some(record(Some((143, 205)), false)),
+                Exited,
+                143,
+                REASON_ERROR,
+                Some(205),
+            ),
+            (
+                "CRI caught up on a 137 without an OOM record: its Error stands",
+                container("a", Exited, 137, REASON_ERROR),
+                Some(record(Some((137, 202)), false)),
+                Exited,
+                137,
+                REASON_ERROR,
+                Some(150),
             ),
             (
                 "running, OOM only: still running",

@@ -463,7 +463,7 @@ impl Pleg {
 /// publishes, as the kubelet's does. Shown at once, the exit could be final: the API server
 /// refuses a container of a `restartPolicy: Never` pod a running state after a terminated one.
 fn shown_at_once(code: i32, oom_recorded: bool, stopped_by_sync: bool) -> bool {
-    !stopped_by_sync && (code != 137 || oom_recorded)
+    !stopped_by_sync && crate::cri::exits::known_from_events(code, oom_recorded)
 }
 
 /// The exit status and time a `/tasks/exit` event carries; a missing or out-of-range time reads
