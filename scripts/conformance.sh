@@ -388,7 +388,9 @@ agent_start() { # agent dir node log
 	case "$agent" in
 	nodelet)
 		local nodelet="$REPO_DIR/target/debug/nodelet"
-		[ -x "$nodelet" ] || (cd "$REPO_DIR" && cargo build --locked --bin nodelet >&2)
+		# Built every time (a no-op when current): a binary left from an older checkout
+		# would be tested instead of the sources.
+		(cd "$REPO_DIR" && cargo build --locked --bin nodelet >&2)
 		RUST_LOG=nodelet=debug,info setsid "$nodelet" run --config "$dir/config.yaml" >"$logfile" 2>&1 &
 		;;
 	kubelet)
