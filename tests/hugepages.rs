@@ -72,16 +72,7 @@ struct Unmount(std::path::PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut points: Vec<&str> = table
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(4))
-            .filter(|m| Path::new(m).starts_with(&self.0))
-            .collect();
-        points.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in points {
-            let _ = nix::mount::umount(m);
-        }
+        common::unmount_below(&self.0);
     }
 }
 

@@ -501,7 +501,8 @@ stat -c 'mem_file=%g' /mem/f"#;
 /// `recursiveReadOnly: Enabled` at container creation with the kubelet's message. containerd 2.x
 /// declares both (its runc handlers' recursive read-only mounts because runc, 1.1.5 here, lists
 /// `rro`): the Strict pod runs with the groups it names, the Enabled container gets an `rro`
-/// mount in its OCI spec. `IfPossible` runs on both (plain read-only where not declared). The
+/// mount in its OCI spec. `IfPossible` runs on both (plain read-only where not declared), and
+/// the status says `recursiveReadOnly: Enabled` or `Disabled` accordingly, as the kubelet does. The
 /// declaration itself is checked against the instance's containerd version, so neither branch
 /// passes on the wrong runtime.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -604,10 +605,25 @@ async fn features_are_used_where_the_runtime_declares_them_and_refused_where_not
             Some("failed to resolve recursive read-only mode: volume \"data\" requested recursive read-only mode, but it is not supported by the runtime")
         );
     }
-    n.wait_pod("ifpossible", T, "its container terminated", |p| {
-        all_terminated(p, 1)
-    })
-    .await;
+    let ifpossible = n
+        .wait_pod("ifpossible", T, "its container terminated", |p| {
+            all_terminated(p, 1)
+        })
+        .await;
+    // The status says what the mount is, as the kubelet resolves it: recursive where the
+    // handler declares it.
+    let mode = |p: &k8s_openapi::api::core::v1::Pod| {
+        container_status(p, "main")
+            .and_then(|c| c.volume_mounts.as_ref())
+            .and_then(|ms| ms.iter().find(|m| m.mount_path == "/data"))
+            .and_then(|m| m.recursive_read_only.clone())
+    };
+    let expected = if rro { "Enabled" } else { "Disabled" };
+    assert_eq!(mode(&ifpossible).as_deref(), Some(expected), "IfPossible");
+    if rro {
+        let enabled = n.pod("enabled").await.expect("the Enabled pod");
+        assert_eq!(mode(&enabled).as_deref(), Some("Enabled"), "Enabled");
+    }
 }
 
 /// A pod asking for an AppArmor profile on a node whose kernel does not enforce AppArmor is
@@ -662,4 +678,64 @@ async fn an_apparmor_profile_is_enforced_or_the_pod_rejected() {
             assert!(profile.contains("(enforce)"), "{profile}");
         }
     }
+}
+
+/// A privileged container's `mountPropagation: Bidirectional` mount of an emptyDir (as
+/// Kubernetes' e2e test "Mount recursive read-only" sets one up): a tmpfs it mounts there
+/// reaches the host and the pod's next container. containerd refuses such a mount on a private
+/// mount, so nodelet puts its rootDir on a shared one when it starts, as the kubelet does
+/// (this machine's `/` is private: nodelet bind-mounts the directory onto itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidirectional_mount_propagation_reaches_the_next_container() {
+    let n = Nodelet::start("bidirectional");
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: prop\nspec:\n  restartPolicy: Never\n\
+         \x20 volumes:\n  - {{name: mnt, emptyDir: {{}}}}\n  initContainers:\n\
+         \x20 - name: mount\n    image: {TESTBOX}\n    imagePullPolicy: Never\n\
+         \x20   command: [/bin/sh, -euc, \"mkdir -p /mnt/tmpfs && mount -t tmpfs none /mnt/tmpfs && echo propagated > /mnt/tmpfs/file\"]\n\
+         \x20   securityContext: {{privileged: true}}\n\
+         \x20   volumeMounts: [{{name: mnt, mountPath: /mnt, mountPropagation: Bidirectional}}]\n\
+         \x20 containers:\n  - name: read\n    image: {TESTBOX}\n    imagePullPolicy: Never\n\
+         \x20   command: [/bin/sh, -euc, \"test \\\"$(cat /mnt/tmpfs/file)\\\" = propagated\"]\n\
+         \x20   volumeMounts: [{{name: mnt, mountPath: /mnt}}]\n"
+    );
+    n.write_manifest("prop.yaml", &manifest);
+    let pod = n
+        .wait_pod("prop", Duration::from_secs(120), "a terminal phase", |p| {
+            matches!(nodelet_testkit::pod::phase(p), "Succeeded" | "Failed")
+        })
+        .await;
+    assert_eq!(
+        nodelet_testkit::pod::phase(&pod),
+        "Succeeded",
+        "the next container read the tmpfs the first one mounted: {:?}\n{}",
+        pod.status,
+        n.logs()
+    );
+    let root = std::fs::canonicalize(n.dir.path().join("root")).expect("rootDir");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        nodelet::volume::mounts::on_shared_mount(&mountinfo, &root),
+        "{} is not on a shared mount:\n{mountinfo}",
+        root.display()
+    );
+    // A restart finds the directory shared and mounts nothing more over it.
+    let mounts_at_root = |table: &str| {
+        nodelet::volume::mounts::mount_points(table)
+            .iter()
+            .filter(|m| **m == root)
+            .count()
+    };
+    let before = mounts_at_root(&mountinfo);
+    let mut n = n;
+    n.restart();
+    n.wait_pod("prop", Duration::from_secs(60), "the pod again", |_| true)
+        .await;
+    let after = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert_eq!(
+        mounts_at_root(&after),
+        before,
+        "mounts over {}",
+        root.display()
+    );
 }

@@ -91,6 +91,12 @@ pub enum StartError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// `rootDir` could not be put on a shared mount (the kubelet does not start either).
+    #[error("making rootDir {} a shared mount: {error}", path.display())]
+    RootDirShared {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     #[error("{what}: {error}")]
     Cgroups {
         what: &'static str,

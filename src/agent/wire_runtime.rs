@@ -26,7 +26,29 @@ pub(super) struct RuntimeWing {
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
 }
 
-/// Over the connected runtime: creates `rootDir` and `podLogsDir`, detects the node's facts
+/// Puts `rootDir` on a shared mount, as the kubelet does at start (see
+/// [`crate::volume::mounts::make_rshared`]).
+async fn share_root_dir(root: &Path, proc: &Path) -> Result<(), StartError> {
+    let (root, proc) = (root.to_path_buf(), proc.to_path_buf());
+    let path = root.clone();
+    let done =
+        tokio::task::spawn_blocking(move || crate::volume::mounts::make_rshared(&root, &proc))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    match done {
+        Ok(crate::volume::mounts::Propagation::AlreadyShared) => {
+            tracing::debug!(path = %path.display(), "rootDir is on a shared mount");
+            Ok(())
+        }
+        Ok(crate::volume::mounts::Propagation::BindMounted) => {
+            tracing::info!(path = %path.display(), "rootDir bind-mounted onto itself with shared mount propagation");
+            Ok(())
+        }
+        Err(error) => Err(StartError::RootDirShared { path, error }),
+    }
+}
+
+/// Over the connected runtime: creates `rootDir` (on a shared mount) and `podLogsDir`, detects the node's facts
 /// unless `node` is given, and sets up the cgroups as `setup` says.
 pub(super) async fn wire(
     cfg: &Config,
@@ -36,6 +58,7 @@ pub(super) async fn wire(
     setup: CgroupSetup,
 ) -> Result<RuntimeWing, StartError> {
     create_dir("rootDir", &cfg.root_dir)?;
+    share_root_dir(&cfg.root_dir, &paths.proc).await?;
     create_dir("podLogsDir", &cfg.pod_logs_dir)?;
     let node = Arc::new(node.unwrap_or_else(|| {
         NodeInfo::detect(&cfg.node_name, cfg.node_ip, &paths.root, &cfg.root_dir)

@@ -294,6 +294,7 @@ fn rich_pod_status() -> PodStatus {
         restart_in_place: crate::status::RestartInPlace::Done,
         ready_to_start_condition: true,
         resize: Some(&resize),
+        recursive_read_only: true,
     })
 }
 

@@ -22,7 +22,7 @@ pub mod services;
 pub mod token;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
 pub use cache::ObjectCache;
@@ -339,6 +339,18 @@ impl ObjectSource for NoApiServer {
     ) -> Result<String, RuntimeClassError> {
         lookup_runtime_handler(runtime_class_name, |_| RuntimeClassRead::NoApiServer)
     }
+}
+
+/// The runtime handler of `pod`'s RuntimeClass (`""`: the runtime's default), or `None` while
+/// it does not resolve ([`ObjectSource::runtime_handler`]).
+pub fn pod_runtime_handler(objects: &dyn ObjectSource, pod: &Pod) -> Option<String> {
+    objects
+        .runtime_handler(
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.runtime_class_name.as_deref()),
+        )
+        .ok()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
-    VolumeMountStatus,
+    VolumeMount, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -151,7 +151,7 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
                 image: c.image.clone().unwrap_or_default(),
                 state: Some(waiting_state(Some(default_reason.to_string()), None)),
                 last_state: Some(ContainerState::default()),
-                volume_mounts: volume_mount_statuses(c),
+                volume_mounts: volume_mount_statuses(c, inputs.recursive_read_only),
                 ..Default::default()
             };
             if let Some(o) = old.get(c.name.as_str()) {
@@ -220,6 +220,7 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
             old.get(instance.name.as_str()).copied(),
             &containers[i],
             inputs.runtime_name,
+            inputs.recursive_read_only,
         );
         if *count == 0 {
             apply_resources(inputs.resize, instance, &mut converted);
@@ -307,6 +308,7 @@ fn convert_instance(
     old: Option<&ContainerStatus>,
     spec: &Container,
     runtime_name: &str,
+    recursive_read_only: bool,
 ) -> ContainerStatus {
     let container_id = format!("{runtime_name}://{}", instance.id);
     let mut restart_count = instance.restart_count;
@@ -362,7 +364,7 @@ fn convert_instance(
         container_id: Some(container_id),
         state: Some(state),
         last_state: Some(ContainerState::default()),
-        volume_mounts: volume_mount_statuses(spec),
+        volume_mounts: volume_mount_statuses(spec, recursive_read_only),
         // InPlacePodVerticalScaling: filled by `apply_resources` from the runtime's report,
         // what nodelet applied and the allocation, never from the spec.
         resources: None,
@@ -400,9 +402,15 @@ fn apply_resources(
     ));
 }
 
-/// RecursiveReadOnlyMounts (GA): every mount is reported; read-only ones as `Disabled` because
-/// nodelet does not ask the runtime whether it supports recursive read-only mounts.
-fn volume_mount_statuses(container: &Container) -> Option<Vec<VolumeMountStatus>> {
+/// RecursiveReadOnlyMounts (GA): every mount is reported, a read-only one with its
+/// `recursiveReadOnly` as the kubelet resolves it: `Enabled` where the mount asks for it
+/// (`Enabled`, or `IfPossible` on a handler that declares recursive read-only mounts) and the
+/// mount allows it (read-only, no propagation), else `Disabled` (the kubelet's
+/// `resolveRecursiveReadOnly`; a mount it refuses never ran).
+fn volume_mount_statuses(
+    container: &Container,
+    recursive_supported: bool,
+) -> Option<Vec<VolumeMountStatus>> {
     let mounts = container.volume_mounts.as_ref()?;
     if mounts.is_empty() {
         return None;
@@ -416,12 +424,32 @@ fn volume_mount_statuses(container: &Container) -> Option<Vec<VolumeMountStatus>
                     name: m.name.clone(),
                     mount_path: m.mount_path.clone(),
                     read_only: read_only.then_some(true),
-                    recursive_read_only: read_only.then(|| "Disabled".to_string()),
+                    recursive_read_only: read_only.then(|| {
+                        if recursively_read_only(m, recursive_supported) {
+                            "Enabled".to_string()
+                        } else {
+                            "Disabled".to_string()
+                        }
+                    }),
                     volume_status: None,
                 }
             })
             .collect(),
     )
+}
+
+/// Whether a mount's `recursiveReadOnly` resolves to a recursive mount (the kubelet's
+/// `resolveRecursiveReadOnly` without its errors, which read as not recursive).
+fn recursively_read_only(mount: &VolumeMount, supported: bool) -> bool {
+    let compatible = mount.read_only == Some(true)
+        && mount
+            .mount_propagation
+            .as_deref()
+            .is_none_or(|p| p == "None");
+    match mount.recursive_read_only.as_deref() {
+        Some("Enabled") | Some("IfPossible") => compatible && supported,
+        _ => false,
+    }
 }
 
 /// The probe manager's `UpdatePodStatus`: `started` and `ready` from probe results, or from the

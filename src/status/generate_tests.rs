@@ -171,6 +171,7 @@ struct Fixture {
     terminal: bool,
     restart_in_place: RestartInPlace,
     ready_to_start_condition: bool,
+    recursive_read_only: bool,
     resize: Option<crate::status::ResizeView>,
 }
 
@@ -187,6 +188,7 @@ impl Fixture {
             terminal: false,
             restart_in_place: RestartInPlace::Never,
             ready_to_start_condition: true,
+            recursive_read_only: false,
             resize: None,
         }
     }
@@ -232,6 +234,7 @@ impl Fixture {
             restart_in_place: self.restart_in_place,
             ready_to_start_condition: self.ready_to_start_condition,
             resize: self.resize.as_ref(),
+            recursive_read_only: self.recursive_read_only,
         }
     }
 
@@ -588,6 +591,90 @@ fn init_container_status_table() {
         let statuses = fixture.statuses(ContainerKind::Init);
         assert_eq!(statuses.len(), 1, "{name}");
         assert_eq!(describe(&statuses[0]), expected, "{name}");
+    }
+}
+
+/// `recursiveReadOnly` in a mount's status as the kubelet's `resolveRecursiveReadOnly` gives
+/// it, on a handler that declares recursive read-only mounts and on one that does not.
+#[test]
+fn recursive_read_only_in_the_status_table() {
+    let mount =
+        |read_only: Option<bool>, rro: Option<&str>, propagation: Option<&str>| VolumeMount {
+            name: "mnt".into(),
+            mount_path: "/mnt".into(),
+            read_only,
+            recursive_read_only: rro.map(Into::into),
+            mount_propagation: propagation.map(Into::into),
+            ..Default::default()
+        };
+    // (case, the mount, on a supporting handler, on one that is not)
+    let cases = [
+        ("read-write", mount(None, None, None), None, None),
+        (
+            "read-write, IfPossible",
+            mount(Some(false), Some("IfPossible"), None),
+            None,
+            None,
+        ),
+        (
+            "read-only",
+            mount(Some(true), None, None),
+            Some("Disabled"),
+            Some("Disabled"),
+        ),
+        (
+            "read-only, Disabled",
+            mount(Some(true), Some("Disabled"), None),
+            Some("Disabled"),
+            Some("Disabled"),
+        ),
+        (
+            "read-only, IfPossible",
+            mount(Some(true), Some("IfPossible"), None),
+            Some("Enabled"),
+            Some("Disabled"),
+        ),
+        (
+            "read-only, Enabled, propagation None",
+            mount(Some(true), Some("Enabled"), Some("None")),
+            Some("Enabled"),
+            Some("Disabled"),
+        ),
+        (
+            "read-only, IfPossible, HostToContainer",
+            mount(Some(true), Some("IfPossible"), Some("HostToContainer")),
+            Some("Disabled"),
+            Some("Disabled"),
+        ),
+        (
+            "read-only, unknown mode",
+            mount(Some(true), Some("Sometimes"), None),
+            Some("Disabled"),
+            Some("Disabled"),
+        ),
+    ];
+    for (name, m, supported, unsupported) in cases {
+        let mut container = c("a");
+        container.volume_mounts = Some(vec![m]);
+        for (handler_supports, want) in [(true, supported), (false, unsupported)] {
+            // The running instance's status, and the waiting one's before the runtime has it.
+            let fixtures = [
+                runtime(ready_sandbox(), vec![running("a", "c1", 300, 0)]),
+                runtime(vec![], vec![]),
+            ]
+            .map(|rt| {
+                let mut f = Fixture::new(pod("Always", vec![], vec![container.clone()]), rt);
+                f.recursive_read_only = handler_supports;
+                f
+            });
+            for fixture in &fixtures {
+                let s = &fixture.statuses(ContainerKind::Regular)[0];
+                let got = s.volume_mounts.as_ref().unwrap()[0]
+                    .recursive_read_only
+                    .as_deref();
+                assert_eq!(got, want, "{name}, handler supports: {handler_supports}");
+            }
+        }
     }
 }
 

@@ -96,6 +96,9 @@ pub struct StatusInputs<'a> {
     /// In-place resize: what is allocated and applied per container, and the resize
     /// conditions. `None`: no `resources`/`allocatedResources` and no resize conditions.
     pub resize: Option<&'a ResizeView>,
+    /// The pod's runtime handler declares recursive read-only mounts: a read-only mount's
+    /// `recursiveReadOnly` in the status is `Enabled` where its mode resolves to recursive.
+    pub recursive_read_only: bool,
 }
 
 /// What the status shows of in-place resize (the allocation manager's view, in plain types).

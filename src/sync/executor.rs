@@ -423,14 +423,8 @@ impl PodSyncer {
         if host_users.is_none() {
             return Ok(None);
         }
-        let handler = self
-            .objects
-            .runtime_handler(
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.runtime_class_name.as_deref()),
-            )
-            .unwrap_or_default();
+        let handler =
+            crate::objects::pod_runtime_handler(self.objects.as_ref(), pod).unwrap_or_default();
         let supports = !new_sandbox || self.settings.runtime_features.user_namespaces(&handler);
         match crate::userns::decide(
             host_users,
@@ -572,6 +566,10 @@ impl PodSyncer {
             restart_in_place,
             ready_to_start_condition: self.settings.ready_to_start_condition,
             resize: Some(&resize),
+            recursive_read_only: crate::objects::pod_runtime_handler(self.objects.as_ref(), pod)
+                .is_some_and(|handler| {
+                    self.settings.runtime_features.recursive_read_only(&handler)
+                }),
         });
         let mut status = status;
         if let Some(m) = mutation {

@@ -493,14 +493,8 @@ impl ContainerStarter {
             .await?;
         // The handler the pod's sandbox runs under (its RuntimeClass's; the sandbox could not
         // have been created had it not resolved), for the features it declared.
-        let handler = self
-            .objects
-            .runtime_handler(
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.runtime_class_name.as_deref()),
-            )
-            .unwrap_or_default();
+        let handler =
+            crate::objects::pod_runtime_handler(self.objects.as_ref(), pod).unwrap_or_default();
         // What the runtime cannot mount is never handed to it (an ephemeral container is
         // checked only here; the pod's own containers were at admission too).
         crate::podspec::image_volume::check_container(pod, container, &self.settings.image_volumes)

@@ -1,5 +1,6 @@
 //! Reading `/proc/self/mountinfo`: which directories are mount points. nodelet never deletes a
 //! pod directory while something is still mounted below it, and never mounts a tmpfs twice.
+//! [`make_rshared`] puts the root directory on a shared mount, as the kubelet does.
 //! [`remove_tree`] deletes a directory tree without following symlinks and without ever
 //! descending into another mount (a volume's or the host's).
 
@@ -51,6 +52,74 @@ pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
 
 pub fn is_mount_point(mountinfo: &str, path: &Path) -> bool {
     mount_points(mountinfo).iter().any(|m| m == path)
+}
+
+/// Whether `path` lies on a mount with shared propagation (an optional field `shared:N` in its
+/// mountinfo line), as the kubelet's `isShared` decides: the mount is the last listed one whose
+/// mount point contains `path` (a later mount over the same point hides an earlier one).
+/// `path` must be absolute with its symlinks resolved, as mountinfo's paths are.
+pub fn on_shared_mount(mountinfo: &str, path: &Path) -> bool {
+    mountinfo
+        .lines()
+        .rev()
+        .find_map(|line| {
+            let mut fields = line.split(' ');
+            let point = PathBuf::from(unescape(fields.nth(4)?));
+            if !path.starts_with(&point) {
+                return None;
+            }
+            // After the mount options (field 6) come the optional fields, up to a lone `-`.
+            let mut optional = fields.skip(1).take_while(|f| *f != "-");
+            Some(optional.any(|f| f.starts_with("shared:")))
+        })
+        .unwrap_or(false)
+}
+
+/// What [`make_rshared`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// The directory's mount already propagates: nothing was mounted.
+    AlreadyShared,
+    /// The directory was bind-mounted onto itself and made recursively shared.
+    BindMounted,
+}
+
+/// Makes the directory `path` lie on a shared mount, as the kubelet does with its root directory
+/// when it starts (`MakeRShared`): unless its mount already propagates, `path` is bind-mounted
+/// onto itself and marked recursively shared. A container's `mountPropagation: Bidirectional`
+/// mount of a directory beneath it needs this (containerd refuses one on a private mount), and
+/// mounts a driver makes there (CSI, a storage plugin) then reach the host and every pod.
+/// `proc` is where `/proc` is mounted.
+pub fn make_rshared(path: &Path, proc: &Path) -> io::Result<Propagation> {
+    use nix::mount::{mount, MsFlags};
+    let path = fs::canonicalize(path)?;
+    let mountinfo = fs::read_to_string(proc.join("self/mountinfo"))?;
+    if on_shared_mount(&mountinfo, &path) {
+        return Ok(Propagation::AlreadyShared);
+    }
+    let failed = |what: &str, e: Errno| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!("{what} {}: {e}", path.display()),
+        )
+    };
+    mount(
+        Some(&path),
+        &path,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| failed("bind-mounting", e))?;
+    mount(
+        None::<&str>,
+        &path,
+        None::<&str>,
+        MsFlags::MS_SHARED | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| failed("making rshared", e))?;
+    Ok(Propagation::BindMounted)
 }
 
 /// Mount points strictly below `dir`, deepest first (the order to unmount them in).
@@ -221,6 +290,35 @@ mod tests {
 92 22 0:52 / /var/lib/nodelet/pods/u10/volumes/kubernetes.io~empty-dir/x rw - tmpfs tmpfs rw
 93 22 0:53 / /mnt/with\\040space rw - tmpfs tmpfs rw
 ";
+
+    #[test]
+    fn shared_mount_table() {
+        let mountinfo = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 8:2 / /srv rw,relatime - ext4 /dev/sda2 rw
+31 30 8:2 /data /srv/nodelet rw master:4 shared:7 - ext4 /dev/sda2 rw
+32 30 8:2 /data /srv/nodelet rw master:4 - ext4 /dev/sda2 rw
+40 22 0:60 / /var/lib/with\\040space rw,relatime - tmpfs tmpfs rw
+41 22 0:61 / /opt/shared rw - tmpfs shared:9 rw
+";
+        let cases = [
+            ("/", true),
+            ("/var/lib/nodelet", true),
+            ("/srv", false),
+            ("/srv/other", false),
+            // The last mount over /srv/nodelet hides the shared one listed before it.
+            ("/srv/nodelet", false),
+            ("/srv/nodelet/pods", false),
+            ("/srv/nodeletx", false),
+            ("/var/lib/with space/root", false),
+            // `shared:` after the `-` is the source, not a propagation field.
+            ("/opt/shared", false),
+        ];
+        for (path, want) in cases {
+            assert_eq!(on_shared_mount(mountinfo, Path::new(path)), want, "{path}");
+        }
+        assert!(!on_shared_mount("", Path::new("/")), "no mounts listed");
+    }
 
     #[test]
     fn mount_point_table() {

@@ -486,6 +486,22 @@ impl Drop for Nodelet {
             }
         })
         .join();
+        // nodelet bind-mounts its root directory onto itself (shared propagation, as the
+        // kubelet does where the host's mount is private, as on this machine); a killed nodelet
+        // leaves it and its pods' volumes mounted.
+        unmount_below(self.dir.path());
+    }
+}
+
+/// Unmounts (lazily) every mount at or below `dir`, deepest first, so the test's directory can
+/// be removed.
+pub fn unmount_below(dir: &Path) {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for point in nodelet::volume::mounts::mounts_under(&table, dir)
+        .into_iter()
+        .chain(nodelet::volume::mounts::is_mount_point(&table, dir).then(|| dir.to_path_buf()))
+    {
+        let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 
