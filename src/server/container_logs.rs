@@ -106,8 +106,21 @@ impl ContainerLogSource for PodContainerLogs {
                 message: error.to_string(),
             }),
             Some(Ok(first)) => Ok(Body::from_stream(
-                futures::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(stream),
+                futures::stream::once(async move { Ok::<_, std::io::Error>(first) })
+                    .chain(stream)
+                    .chain(end_after_a_flush()),
             )),
         }
     }
+}
+
+/// The end of a log body, after the data before it has gone out in a write of its own: the
+/// stream yields once, and hyper flushes what it holds while the body is pending, so the
+/// chunked terminator does not travel in the same TLS record as the last data — as it does not
+/// from the kubelet, whose writer flushes every write. The API server's websocket log stream
+/// (wsstream's `messageCopy`, Kubernetes' e2e test "should support retrieving logs from the
+/// container over websockets") drops the data of a read that also returns EOF, which Go's
+/// chunked reader does when both arrive in one record: the whole log came out empty.
+fn end_after_a_flush() -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> {
+    futures::stream::once(tokio::task::yield_now()).filter_map(|()| futures::future::ready(None))
 }
