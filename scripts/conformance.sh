@@ -508,8 +508,9 @@ cmd_run() {
 }
 
 # The subset the README's test command runs (scripts/test.sh): pods, probes, lifecycle hooks,
-# init containers, volumes, the downward API, security context and the container runtime, a
-# few minutes with 4 processes. Each entry is a spec name's fixed text.
+# init containers, volumes, the downward API, security context and the container runtime, logs
+# over websockets and recursive read-only mounts (a Bidirectional mount), a few minutes with 4
+# processes. Each entry is a spec name's fixed text.
 SUBSET=(
 	"[sig-node] Containers should use the image defaults if command and args are blank"
 	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars"
@@ -525,6 +526,8 @@ SUBSET=(
 	"[sig-node] Kubelet when scheduling a busybox command in a pod should print the output to logs"
 	"[sig-node] Pods should get a host IP"
 	"[sig-node] Variable Expansion should allow substituting values in a container's args"
+	"[sig-node] Pods should support retrieving logs from the container over websockets"
+	"should accept recursive read-only mounts"
 )
 
 # Runs the subset against nodelet; fails when any of its specs fails. The report stays in
