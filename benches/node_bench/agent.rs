@@ -406,6 +406,7 @@ impl Drop for Agent {
         }
         let node = self.node.clone();
         let kubelet = self.kind == Kind::Kubelet;
+        let dir = self.dir.path().to_path_buf();
         // Drop may run inside a tokio runtime: clean up on a thread with a private one.
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -419,6 +420,13 @@ impl Drop for Agent {
                 for h in cgroup_hierarchies() {
                     remove_cgroup_tree(&h.join(&kubelet_cgroup_root(&node)[1..]));
                 }
+            }
+            // Both agents bind-mount their root directory onto itself where its mount is
+            // private (shared propagation), and a killed agent leaves its pods' volumes:
+            // deepest first, so the directory can go.
+            let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            for point in nodelet::volume::mounts::mounts_under(&table, &dir) {
+                let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
             }
         })
         .join();

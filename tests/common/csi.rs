@@ -108,17 +108,15 @@ pub fn driver_exe() -> PathBuf {
     path
 }
 
-/// Mount points under `dir` per /proc/self/mountinfo.
+/// Mount points strictly below `dir` per /proc/self/mountinfo (`dir` itself may be one: nodelet
+/// bind-mounts its rootDir onto itself with shared propagation, as the kubelet does).
 pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = std::fs::canonicalize(dir)
-        .unwrap_or_else(|_| dir.to_path_buf())
-        .display()
-        .to_string();
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
         .filter_map(|l| l.split(' ').nth(4).map(String::from))
-        .filter(|m| m.starts_with(&prefix))
+        .filter(|m| Path::new(m) != dir && Path::new(m).starts_with(&dir))
         .collect()
 }
 

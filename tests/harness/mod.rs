@@ -26,8 +26,28 @@ pub struct Harness {
     pub status: StatusManager,
     pub workers: PodWorkers,
     pub nodelet: Nodelet,
-    pub _dir: tempfile::TempDir,
+    pub _dir: TestDir,
     pub cancel: CancellationToken,
+}
+
+/// The test's directory (nodelet's rootDir is in it), removed when dropped. nodelet bind-mounts
+/// its rootDir onto itself with shared propagation where the host's mount is private, as the
+/// kubelet does, even over the fake runtime: that mount goes first.
+pub struct TestDir(tempfile::TempDir);
+
+impl TestDir {
+    pub fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for point in nodelet::volume::mounts::mounts_under(&table, self.0.path()) {
+            let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
 }
 
 /// The events nodelet recorded about pods, oldest first (those about the node left out).
@@ -170,7 +190,7 @@ pub async fn harness_with_builder(
         workers: nodelet.workers().clone(),
         cancel: nodelet.cancel_token().clone(),
         nodelet,
-        _dir: dir,
+        _dir: TestDir(dir),
     }
 }
 

@@ -14,14 +14,16 @@ use nodelet_testkit::tail;
 /// How long the attacker races.
 const RACE: Duration = Duration::from_secs(60);
 
-/// Mount points whose path lies under `dir`.
+/// Mount points whose path lies under `dir`, but for nodelet's rootDir `dir/root` itself
+/// (bind-mounted onto itself with shared propagation, as the kubelet does; the test's
+/// harness unmounts it at the end).
 fn mounts_under(dir: &Path) -> Vec<String> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let dir = dir.to_string_lossy().into_owned();
+    let root = dir.join("root");
     table
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(&dir))
+        .filter(|m| Path::new(m).starts_with(dir) && Path::new(m) != root)
         .map(str::to_string)
         .collect()
 }
