@@ -22,6 +22,7 @@ pub mod hugepages;
 pub mod image_volume;
 pub mod phase;
 pub mod qos;
+pub mod recursive_read_only;
 pub mod references;
 pub mod resize;
 pub mod resources;

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
-    VolumeMount, VolumeMountStatus,
+    VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -425,7 +425,10 @@ fn volume_mount_statuses(
                     mount_path: m.mount_path.clone(),
                     read_only: read_only.then_some(true),
                     recursive_read_only: read_only.then(|| {
-                        if recursively_read_only(m, recursive_supported) {
+                        // The kubelet's errors read as not recursive (such a mount never ran).
+                        if crate::podspec::recursive_read_only::resolve(m, recursive_supported)
+                            .unwrap_or(false)
+                        {
                             "Enabled".to_string()
                         } else {
                             "Disabled".to_string()
@@ -436,20 +439,6 @@ fn volume_mount_statuses(
             })
             .collect(),
     )
-}
-
-/// Whether a mount's `recursiveReadOnly` resolves to a recursive mount (the kubelet's
-/// `resolveRecursiveReadOnly` without its errors, which read as not recursive).
-fn recursively_read_only(mount: &VolumeMount, supported: bool) -> bool {
-    let compatible = mount.read_only == Some(true)
-        && mount
-            .mount_propagation
-            .as_deref()
-            .is_none_or(|p| p == "None");
-    match mount.recursive_read_only.as_deref() {
-        Some("Enabled") | Some("IfPossible") => compatible && supported,
-        _ => false,
-    }
 }
 
 /// The probe manager's `UpdatePodStatus`: `started` and `ready` from probe results, or from the

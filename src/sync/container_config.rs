@@ -622,43 +622,30 @@ fn recursive_read_only(
     field: &str,
     supported: bool,
 ) -> Result<bool, ConfigError> {
-    let mode = match mount.recursive_read_only.as_deref() {
-        None | Some("Disabled") => return Ok(false),
-        Some(mode) => mode,
-    };
+    use crate::podspec::recursive_read_only::{resolve, RecursiveReadOnlyError as E};
     let invalid = |reason: &str| {
         ConfigError::invalid(
             format!("{field}.recursiveReadOnly"),
-            mode.to_string(),
+            mount.recursive_read_only.clone().unwrap_or_default(),
             reason.to_string(),
         )
     };
-    if mount.read_only != Some(true) {
-        return Err(invalid(
-            "requested recursive read-only mode, but the mount is not read-only",
-        ));
-    }
-    if mount
-        .mount_propagation
-        .as_deref()
-        .is_some_and(|p| p != "None")
-    {
-        return Err(invalid(
-            "recursive read-only mode is not compatible with mount propagation",
-        ));
-    }
-    match mode {
-        "IfPossible" => Ok(supported),
-        "Enabled" if supported => Ok(true),
-        "Enabled" => Err(ConfigError::RuntimeLacks {
+    resolve(mount, supported).map_err(|e| match e {
+        E::NotReadOnly => {
+            invalid("requested recursive read-only mode, but the mount is not read-only")
+        }
+        E::WithPropagation => {
+            invalid("recursive read-only mode is not compatible with mount propagation")
+        }
+        E::NotSupported => ConfigError::RuntimeLacks {
             field: format!("{field}.recursiveReadOnly"),
             message: format!(
                 "failed to resolve recursive read-only mode: volume {:?} requested recursive read-only mode, but it is not supported by the runtime",
                 mount.name
             ),
-        }),
-        _ => Err(invalid("unknown recursive read-only mode")),
-    }
+        },
+        E::UnknownMode => invalid("unknown recursive read-only mode"),
+    })
 }
 
 /// Rejects absolute subPaths and `..` components (`ValidatePathNoBacksteps`).
