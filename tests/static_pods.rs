@@ -212,6 +212,121 @@ async fn removing_the_manifest_leaves_nothing_behind() {
     assert!(containers.is_empty(), "containers left: {containers:?}");
 }
 
+/// As the kubelet (and Kubernetes' MirrorPod test "should successfully recreate when file is
+/// removed and recreated"): a manifest removed and written again at once stops the pod and
+/// starts it again under the same UID, its container's restart count going on (1), where a
+/// coalesced scan would have left it running with 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_removed_and_written_again_restarts_the_pod() {
+    let n = Nodelet::start("recreate");
+    let manifest = testbox_pod("again", "Always", &[("main", &["serve"])]);
+    n.write_manifest("again.yaml", &manifest);
+    let before = n.wait_pod("again", T, "running", all_running).await;
+    assert_eq!(restart_count(&before, "main"), 0);
+    let ids_before = running_ids(&before);
+
+    n.remove_manifest("again.yaml");
+    n.write_manifest("again.yaml", &manifest);
+    let after = n
+        .wait_pod("again", T, "running again with restart count 1", |p| {
+            all_running(p) && restart_count(p, "main") == 1
+        })
+        .await;
+    assert_eq!(
+        after.metadata.uid, before.metadata.uid,
+        "the same static pod"
+    );
+    assert_ne!(running_ids(&after), ids_before, "a new container");
+    assert!(
+        n.logs().contains("pod returned after its removal"),
+        "{}",
+        tail(&n.logs(), 40)
+    );
+    let (sandboxes, containers) = n.runtime_objects().await;
+    assert_eq!(
+        (sandboxes.len(), containers.len()),
+        (1, 1),
+        "the stopped pod's objects are removed: {sandboxes:?} {containers:?}"
+    );
+}
+
+/// `env[].valueFrom.fileKeyRef` (EnvFiles, as Kubernetes' MirrorPod test "should be able to
+/// consume variables from a file"): an init container writes an env file into an emptyDir, the
+/// next container gets its values; a key that is not there fails that container with the
+/// kubelet's message, unless the reference is optional.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_variables_from_a_file_an_init_container_wrote() {
+    let n = Nodelet::start("env-files");
+    let pod = |name: &str, missing_key_optional: bool| {
+        format!(
+            r##"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: config
+    emptyDir: {{}}
+  initContainers:
+  - name: write
+    image: {TESTBOX}
+    imagePullPolicy: Never
+    volumeMounts: [{{name: config, mountPath: /data}}]
+    command:
+    - /bin/sh
+    - -c
+    - |
+      printf '%s\n' "CONFIG_1='value 1'" "# a comment" "  CONFIG_2='two" "lines' # and another" > /data/config.env
+  containers:
+  - name: read
+    image: {TESTBOX}
+    imagePullPolicy: Never
+    env:
+    - name: CONFIG_1
+      valueFrom: {{fileKeyRef: {{volumeName: config, path: config.env, key: CONFIG_1}}}}
+    - name: CONFIG_2
+      valueFrom: {{fileKeyRef: {{volumeName: config, path: config.env, key: CONFIG_2}}}}
+    - name: ABSENT
+      valueFrom: {{fileKeyRef: {{volumeName: config, path: config.env, key: ABSENT, optional: {missing_key_optional}}}}}
+    command:
+    - /bin/sh
+    - -c
+    - |
+      test "$CONFIG_1" = "value 1" && test "$CONFIG_2" = "$(printf 'two\nlines')" && test -z "${{ABSENT+set}}"
+"##
+        )
+    };
+    n.write_manifest("reads.yaml", &pod("reads", true));
+    n.write_manifest("lacks.yaml", &pod("lacks", false));
+    let reads = n
+        .wait_pod("reads", T, "a terminal phase", |p| {
+            matches!(phase(p), "Succeeded" | "Failed")
+        })
+        .await;
+    assert_eq!(
+        phase(&reads),
+        "Succeeded",
+        "the container saw the file's values: {:?}\n{}",
+        reads.status,
+        tail(&n.logs(), 40)
+    );
+    let lacks = n
+        .wait_pod("lacks", T, "CreateContainerConfigError", |p| {
+            waiting_reason(p, "read").as_deref() == Some("CreateContainerConfigError")
+        })
+        .await;
+    let message = container_status(&lacks, "read")
+        .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("environment variable key \"ABSENT\" not found in file \"")
+            && message.ends_with("/volumes/kubernetes.io~empty-dir/config/config.env\""),
+        "{message}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_and_restart_adopts_running_containers() {
     let mut n = Nodelet::start("adopt");

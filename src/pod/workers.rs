@@ -11,7 +11,7 @@
 //! moves the termination's deadline earlier, and the code stopping the containers follows it
 //! (see `sync::stop`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use tracing::Instrument;
 use super::worker_state::PodWork;
 use super::worker_state::{transition, Effect, Outcome, Request, State, Wait};
 use crate::clock::saturating_deadline;
+use crate::cri::model::PodRuntime;
 use crate::lifecycle::kill::{KillHandle, PodKiller};
 use crate::lifecycle::pods::LivePods;
 use crate::metrics::metrics;
@@ -277,6 +278,10 @@ struct Life {
     /// The running termination's deadline: set when it starts, kept across retries so a retry
     /// never restarts the grace period, moved only earlier.
     deadline: Option<watch::Sender<GraceDeadline>>,
+    /// Each container's restart count when the pod was last stopped: a pod that comes back
+    /// after its removal counts on from there, as the kubelet does from the dead containers it
+    /// keeps.
+    restart_counts: BTreeMap<String, i32>,
 }
 
 impl Worker {
@@ -286,6 +291,7 @@ impl Worker {
             memory: self.syncer.new_memory(),
             ran: false,
             deadline: None,
+            restart_counts: BTreeMap::new(),
         };
         let mut outcome = Outcome::Woke;
         loop {
@@ -332,6 +338,7 @@ impl Worker {
                         false
                     });
                     life.memory = self.syncer.new_memory();
+                    life.memory.restart_count_base = std::mem::take(&mut life.restart_counts);
                     life.ran = false;
                     Outcome::Woke
                 }
@@ -445,6 +452,7 @@ impl Worker {
                 return Outcome::Failed;
             }
         };
+        life.restart_counts = restart_counts(&runtime, &life.memory.restart_count_base);
         // The latest request: a kill that arrived while the containers stopped still has its
         // status applied.
         let request = self.updates.borrow().clone();
@@ -513,6 +521,17 @@ async fn until_ended<T>(
     }
 }
 
+/// Each container's highest restart count: among the instances the runtime holds, and the
+/// counts an in-place restart carried over.
+fn restart_counts(runtime: &PodRuntime, base: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
+    let mut counts = base.clone();
+    for c in &runtime.containers {
+        let count = counts.entry(c.name.clone()).or_insert(c.restart_count);
+        *count = (*count).max(c.restart_count);
+    }
+    counts
+}
+
 /// Moves the deadline earlier if `grace` from now ends sooner; true if it moved.
 fn shorten(deadline: &watch::Sender<GraceDeadline>, grace: Duration) -> bool {
     let now = Instant::now();
@@ -528,6 +547,36 @@ mod tests {
 
     use super::*;
     use crate::pod::worker_state::PodWork;
+
+    #[test]
+    fn restart_counts_carried_to_a_returning_pod() {
+        let instance = |name: &str, restart_count: i32| crate::cri::model::RuntimeContainer {
+            name: name.into(),
+            restart_count,
+            ..Default::default()
+        };
+        let runtime = PodRuntime {
+            containers: vec![instance("web", 3), instance("web", 2), instance("init", 0)],
+            ..PodRuntime::empty("u1")
+        };
+        let counts = |base: &[(&str, i32)]| {
+            let base = base.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+            restart_counts(&runtime, &base)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(counts(&[]), [("init".into(), 0), ("web".into(), 3)]);
+        // An in-place restart removed instances that counted higher, or of another container.
+        assert_eq!(
+            counts(&[("web", 7), ("gone", 1)]),
+            [("gone".into(), 1), ("init".into(), 0), ("web".into(), 7)]
+        );
+        assert_eq!(
+            counts(&[("web", 1)]),
+            [("init".into(), 0), ("web".into(), 3)]
+        );
+        assert!(restart_counts(&PodRuntime::empty("u1"), &BTreeMap::new()).is_empty());
+    }
 
     fn request() -> (watch::Sender<Request>, watch::Receiver<Request>) {
         let mut r = watch::channel(Request::new(PodWork::Sync(Arc::new(Pod::default()))));

@@ -36,6 +36,14 @@ struct FileRecord {
 }
 
 impl ScanState {
+    /// The last good pod of the manifest file with this name.
+    pub fn pod_from_file_named(&self, name: &std::ffi::OsStr) -> Option<&Pod> {
+        self.files
+            .iter()
+            .find(|(path, _)| path.file_name() == Some(name))
+            .and_then(|(_, record)| record.last_good.as_ref())
+    }
+
     /// The files that currently have a last good pod (for diagnostics and tests).
     pub fn known_files(&self) -> impl Iterator<Item = &Path> {
         self.files

@@ -4,13 +4,21 @@
 //!
 //! The debounce is skipped when the latest event leaves a file complete (closed after writing,
 //! or renamed into place): that is how a manifest normally arrives, and waiting would only delay
-//! the pod's start. Removals and writes still in progress wait for the directory to go quiet,
-//! so an editor that moves the old file aside before writing the new one does not look like a
-//! deleted pod. The shortcut is only taken when the directory had been quiet before: a tool
-//! rewriting files one after another keeps getting one scan per quiet period (or per second).
+//! the pod's start. Other events wait for the directory to go quiet; the shortcut is only taken
+//! when the directory had been quiet before: a tool rewriting files one after another keeps
+//! getting one scan per quiet period (or per second).
+//!
+//! A manifest removed (deleted, or renamed to another name) removes its pods even when a file
+//! of the same name and content is back by the time of the scan, as the kubelet's inotify
+//! source handles each removal as it comes: before the scan's snapshot, one without the removed
+//! file's pods is sent. Moving a manifest away and back is how operators restart a static pod;
+//! the pod comes back with the same UID and its containers' restart counts go on.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind, RenameMode};
@@ -68,6 +76,7 @@ impl FileSource {
         // Bounded + try_send: a burst beyond the capacity collapses into the wake-ups already
         // queued (losing at most the fast path of a settled event, never a rescan).
         let (events_tx, mut events_rx) = mpsc::channel::<Wake>(EVENT_QUEUE);
+        let removals = Removals::default();
         let mut watch = DirWatch::default();
         let mut state = ScanState::default();
         let mut last_sent: Option<SourceSnapshot> = None;
@@ -76,8 +85,10 @@ impl FileSource {
         ticker.tick().await; // the first tick is immediate; the initial scan is below
 
         // Watch before the first scan so a change between scan and watch is not missed.
-        watch.ensure(&dir, &events_tx);
+        watch.ensure(&dir, &events_tx, &removals);
         loop {
+            // The removals seen before this scan: their pods go first, whatever the scan finds.
+            let removed_uids = removals.take_pods(&state);
             let previous = std::mem::take(&mut state);
             let (scan_dir, scan_node, now) = (dir.clone(), node_name.clone(), clock.now());
             let scanned = tokio::task::spawn_blocking(move || {
@@ -87,7 +98,13 @@ impl FileSource {
             match scanned {
                 Ok((next, snapshot)) => {
                     state = next;
-                    if last_sent.as_ref() != Some(&snapshot) {
+                    let without_removed = last_sent
+                        .as_ref()
+                        .and_then(|last| without_pods(last, &removed_uids));
+                    for snapshot in without_removed.into_iter().chain([snapshot]) {
+                        if last_sent.as_ref() == Some(&snapshot) {
+                            continue;
+                        }
                         tokio::select! {
                             _ = cancel.cancelled() => return,
                             sent = tx.send(snapshot.clone()) => {
@@ -104,7 +121,7 @@ impl FileSource {
                     tracing::error!(dir = %dir.display(), error = %e, "static pod scan failed")
                 }
             }
-            watch.ensure(&dir, &events_tx);
+            watch.ensure(&dir, &events_tx, &removals);
             let scanned_at = Instant::now();
 
             tokio::select! {
@@ -202,6 +219,68 @@ pub fn classify(event: &Event) -> Wake {
     }
 }
 
+/// The name of the manifest an event removed from the directory — deleted, or renamed to
+/// another name (the first path of a rename is where it came from) — unless an ignored name.
+pub fn removed_manifest(event: &Event) -> Option<OsString> {
+    let from = match &event.kind {
+        EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
+            event.paths.first()
+        }
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if event.paths.len() == 2 => {
+            // Renamed onto the same name (another directory's entry moved in): not a removal.
+            (event.paths[0].file_name() != event.paths[1].file_name()).then(|| &event.paths[0])
+        }
+        _ => None,
+    }?;
+    let name = from.file_name()?;
+    (!is_ignored_name(&name.to_string_lossy())).then(|| name.to_os_string())
+}
+
+/// What a removed manifest leaves for the next scan to account for.
+const MAX_REMOVALS: usize = 1024;
+
+/// The manifest names removed since the last scan, filled by the watcher's thread. Beyond
+/// [`MAX_REMOVALS`] names further ones are dropped: the scan still sees those files gone.
+#[derive(Debug, Clone, Default)]
+struct Removals(Arc<Mutex<BTreeSet<OsString>>>);
+
+impl Removals {
+    fn record(&self, name: OsString) {
+        let mut names = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if names.len() < MAX_REMOVALS {
+            names.insert(name);
+        }
+    }
+
+    /// The UIDs of the pods the last scan found in the files removed since, emptying the set.
+    fn take_pods(&self, last_scan: &ScanState) -> Vec<String> {
+        let names = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        names
+            .iter()
+            .filter_map(|name| last_scan.pod_from_file_named(name))
+            .filter_map(|pod| pod.metadata.uid.clone())
+            .collect()
+    }
+}
+
+/// `last` without the pods of `uids`, when it had any of them: what the removal of their
+/// manifests means before anything written since is read.
+pub fn without_pods(last: &SourceSnapshot, uids: &[String]) -> Option<SourceSnapshot> {
+    let removed = |pod: &k8s_openapi::api::core::v1::Pod| {
+        pod.metadata
+            .uid
+            .as_ref()
+            .is_some_and(|uid| uids.contains(uid))
+    };
+    if !last.pods.iter().any(removed) {
+        return None;
+    }
+    let mut next = last.clone();
+    next.pods.retain(|pod| !removed(pod));
+    next.deleted.clear();
+    Some(next)
+}
+
 /// The inotify watch on the static pod path, re-established when the path appears or is
 /// replaced (a new inode, e.g. the directory was deleted and recreated).
 #[derive(Default)]
@@ -212,7 +291,7 @@ struct DirWatch {
 }
 
 impl DirWatch {
-    fn ensure(&mut self, dir: &Path, events: &mpsc::Sender<Wake>) {
+    fn ensure(&mut self, dir: &Path, events: &mpsc::Sender<Wake>, removals: &Removals) {
         let identity = std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()));
         if identity.is_none() {
             // Missing: the scan already warned; the periodic rescan notices it appear.
@@ -223,7 +302,7 @@ impl DirWatch {
         if self.watcher.is_some() && self.identity == identity {
             return;
         }
-        match new_watcher(dir, events.clone()) {
+        match new_watcher(dir, events.clone(), removals.clone()) {
             Ok(w) => {
                 self.watcher = Some(w);
                 self.identity = identity;
@@ -250,10 +329,19 @@ impl DirWatch {
     }
 }
 
-fn new_watcher(dir: &Path, events: mpsc::Sender<Wake>) -> notify::Result<RecommendedWatcher> {
+fn new_watcher(
+    dir: &Path,
+    events: mpsc::Sender<Wake>,
+    removals: Removals,
+) -> notify::Result<RecommendedWatcher> {
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
         let wake = match res {
-            Ok(event) => classify(&event),
+            Ok(event) => {
+                if let Some(name) = removed_manifest(&event) {
+                    removals.record(name);
+                }
+                classify(&event)
+            }
             Err(e) => {
                 // Queue overflow and friends: we may have missed something, so rescan.
                 tracing::debug!(error = %e, "inotify error");
@@ -499,10 +587,11 @@ mod tests {
             .unwrap();
     }
 
-    /// An editor that moves the manifest aside before writing the new version: no snapshot
-    /// in between may lose the pod (that would kill it and start it again).
+    /// The kubelet's way: a manifest removed and written again at once (the same content, so
+    /// the same UID) removes the pod first, so it is restarted; the e2e test "should successfully
+    /// recreate when file is removed and recreated" does exactly this.
     #[tokio::test]
-    async fn a_manifest_moved_aside_and_rewritten_never_disappears() {
+    async fn a_manifest_removed_and_written_again_at_once_removes_its_pod_first() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
@@ -515,12 +604,31 @@ mod tests {
         assert!(recv(&mut rx).await.pods.is_empty());
         let web = dir.path().join("web.yaml");
         fs::write(&web, WEB).unwrap();
-        assert_eq!(recv_until_pods(&mut rx, 1).await.pods.len(), 1);
+        let uid = recv_until_pods(&mut rx, 1).await.pods[0]
+            .metadata
+            .uid
+            .clone();
 
-        for round in 0..20 {
+        for round in 0..5 {
+            if round % 2 == 0 {
+                fs::remove_file(&web).unwrap();
+            } else {
+                fs::rename(&web, dir.path().join("web.yaml~")).unwrap();
+            }
+            fs::write(&web, WEB).unwrap();
+            let gone = recv(&mut rx).await;
+            assert!(gone.pods.is_empty(), "round {round}: {gone:?}");
+            let back = recv_until_pods(&mut rx, 1).await;
+            assert_eq!(back.pods[0].metadata.uid, uid, "round {round}");
+        }
+
+        // Replaced in one rename (how tools write a file atomically): an update, as the
+        // kubelet's; the pod never leaves the snapshots.
+        for round in 0..5 {
             let image = format!("nginx:1.{round}");
-            fs::rename(&web, dir.path().join("web.yaml~")).unwrap();
-            fs::write(&web, WEB.replace("nginx:1.27", &image)).unwrap();
+            let tmp = dir.path().join(".web.yaml.tmp");
+            fs::write(&tmp, WEB.replace("nginx:1.27", &image)).unwrap();
+            fs::rename(&tmp, &web).unwrap();
             loop {
                 let snap = recv(&mut rx).await;
                 assert_eq!(snap.pods.len(), 1, "round {round}: {snap:?}");
@@ -537,6 +645,113 @@ mod tests {
             .await
             .expect("run did not stop")
             .unwrap();
+    }
+
+    #[test]
+    fn which_events_remove_a_manifest() {
+        let ev = |kind: EventKind, paths: &[&str]| Event {
+            kind,
+            paths: paths.iter().map(PathBuf::from).collect(),
+            attrs: Default::default(),
+        };
+        let cases: Vec<(Event, Option<&str>)> = vec![
+            (
+                ev(EventKind::Remove(RemoveKind::File), &["/m/web.yaml"]),
+                Some("web.yaml"),
+            ),
+            (
+                ev(EventKind::Remove(RemoveKind::Any), &["/m/web.yaml"]),
+                Some("web.yaml"),
+            ),
+            (
+                ev(EventKind::Remove(RemoveKind::File), &["/m/.web.yaml.swp"]),
+                None,
+            ),
+            (
+                ev(EventKind::Remove(RemoveKind::File), &["/m/web.yaml~"]),
+                None,
+            ),
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+                    &["/m/web.yaml"],
+                ),
+                Some("web.yaml"),
+            ),
+            // Moved aside: the manifest of that name is gone.
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+                    &["/m/web.yaml", "/m/web.yaml~"],
+                ),
+                Some("web.yaml"),
+            ),
+            // Written beside and renamed into place: the temporary name is ignored, and the
+            // file replaced is updated, not removed.
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+                    &["/m/.web.yaml.tmp", "/m/web.yaml"],
+                ),
+                None,
+            ),
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+                    &["/m/a.yaml", "/m/b.yaml"],
+                ),
+                Some("a.yaml"),
+            ),
+            (
+                ev(
+                    EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+                    &["/m/web.yaml"],
+                ),
+                None,
+            ),
+            (
+                ev(EventKind::Create(CreateKind::File), &["/m/web.yaml"]),
+                None,
+            ),
+            (
+                ev(
+                    EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                    &["/m/web.yaml"],
+                ),
+                None,
+            ),
+            (ev(EventKind::Remove(RemoveKind::Any), &[]), None),
+        ];
+        for (event, want) in cases {
+            assert_eq!(
+                removed_manifest(&event),
+                want.map(OsString::from),
+                "{event:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_without_the_removed_pods() {
+        let pod = |name: &str, uid: &str| {
+            let mut pod: k8s_openapi::api::core::v1::Pod = Default::default();
+            pod.metadata.name = Some(name.into());
+            pod.metadata.uid = Some(uid.into());
+            pod
+        };
+        let last = SourceSnapshot {
+            source: crate::source::FILE_SOURCE,
+            pods: vec![pod("a", "u1"), pod("b", "u2")],
+            errors: Vec::new(),
+            deleted: Vec::new(),
+        };
+        assert_eq!(without_pods(&last, &[]), None);
+        assert_eq!(without_pods(&last, &["u3".into()]), None);
+        let next = without_pods(&last, &["u2".into(), "u3".into()]).unwrap();
+        assert_eq!(next.pods, vec![pod("a", "u1")]);
+        assert_eq!(next.source, last.source);
+        let none = without_pods(&last, &["u1".into(), "u2".into()]).unwrap();
+        assert!(none.pods.is_empty());
     }
 
     #[tokio::test]
