@@ -344,7 +344,7 @@ async fn volumes_and_environment_from_the_api_server() {
             ephemeral_storage: None,
         },
     };
-    let objects = gather_env_objects(&p, c, &cache).await;
+    let objects = gather_env_objects(&p, c, &cache, std::path::Path::new("/nonexistent")).await;
     assert_eq!(
         make_environment(&p, c, &env_ctx, &objects)
             .unwrap_err()
@@ -394,7 +394,7 @@ async fn volumes_and_environment_from_the_api_server() {
         .mode();
     assert_eq!(mode & 0o777, 0o400);
 
-    let objects = gather_env_objects(&p, c, &cache).await;
+    let objects = gather_env_objects(&p, c, &cache, std::path::Path::new("/nonexistent")).await;
     assert_eq!(
         make_environment(&p, c, &env_ctx, &objects).unwrap(),
         [

@@ -327,6 +327,13 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
         true,
         "lifecycle.stopSignal is always honoured",
     ),
+    only(
+        "EnvFiles",
+        true,
+        GateStage::Beta,
+        true,
+        "env[].valueFrom.fileKeyRef is always honoured",
+    ),
     gate("GracefulNodeShutdown", true, GateStage::Beta),
     gate(
         "GracefulNodeShutdownBasedOnPodPriority",

@@ -1,6 +1,7 @@
 //! A container's environment (`makeEnvironmentVariables` in `pkg/kubelet/kubelet_pods.go`):
 //! `envFrom` ConfigMaps and Secrets, literal values with `$(VAR)` expansion, the Downward API
-//! (`fieldRef`, `resourceFieldRef`), ConfigMap and Secret keys, and the `$(VAR)` expansion
+//! (`fieldRef`, `resourceFieldRef`), ConfigMap and Secret keys, keys of environment files in
+//! emptyDir volumes (`fileKeyRef`, parsed by [`super::env_file`]), and the `$(VAR)` expansion
 //! itself (`third_party/forked/golang/expansion`).
 //!
 //! The environment is a pure function of the pod, the container and the objects read for it
@@ -12,9 +13,10 @@
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, ObjectFieldSelector, Pod, ResourceFieldSelector,
+    Container, EnvVar, FileKeySelector, ObjectFieldSelector, Pod, ResourceFieldSelector,
 };
 
+use super::env_file::{parse_env, EnvFileError};
 use super::error::{container_field_path, ConfigError};
 use super::field::env_var_name;
 use super::references::{FetchedObjects, ObjectKind, References};
@@ -459,13 +461,65 @@ fn resolve(
             &format!("{field}.secretKeyRef"),
         );
     }
-    if source.file_key_ref.is_some() {
-        return Err(ConfigError::unsupported(
-            format!("{field}.fileKeyRef"),
-            "fileKeyRef".to_string(),
-        ));
+    if let Some(f) = &source.file_key_ref {
+        return file_key_value(f, refs.objects, &format!("{field}.fileKeyRef"));
     }
     Ok(Some(String::new()))
+}
+
+/// A `fileKeyRef`'s value from the file read for it, as the kubelet's `makeEnvironmentVariables`
+/// decides: an unreadable or malformed file fails the container even when `optional`; only a
+/// key that is not assigned (or assigned the empty string) is skipped when `optional`.
+fn file_key_value(
+    selector: &FileKeySelector,
+    objects: &FetchedObjects,
+    field: &str,
+) -> Result<Option<String>, ConfigError> {
+    let read = objects
+        .env_files
+        .get(&(selector.volume_name.clone(), selector.path.clone()))
+        .ok_or_else(|| ConfigError::EnvFileVolumeNotFound {
+            field: field.to_string(),
+            volume: selector.volume_name.clone(),
+        })?;
+    let unparsable = |reason: String| ConfigError::EnvFileUnparsable {
+        field: field.to_string(),
+        volume: selector.volume_name.clone(),
+        path: selector.path.clone(),
+        reason,
+    };
+    let content = read.content.as_ref().map_err(|e| unparsable(e.clone()))?;
+    // Of a file longer than what was read, its complete lines: the key may be among them (the
+    // kubelet stops reading at the key too); past them nothing is known.
+    let complete = match content.iter().rposition(|b| *b == b'\n') {
+        Some(end) if read.truncated => &content[..=end],
+        _ if read.truncated => &[][..],
+        _ => &content[..],
+    };
+    let too_long = || {
+        unparsable(format!(
+            "the file is longer than {} bytes, and {:?} is not assigned before that",
+            content.len(),
+            selector.key
+        ))
+    };
+    let value = match parse_env(complete, &selector.key) {
+        Ok(value) if value.is_empty() && read.truncated => return Err(too_long()),
+        Err(EnvFileError::Unclosed(_)) if read.truncated => return Err(too_long()),
+        Ok(value) => value,
+        Err(e) => return Err(unparsable(e.to_string())),
+    };
+    if !value.is_empty() {
+        return Ok(Some(value));
+    }
+    if selector.optional == Some(true) {
+        return Ok(None);
+    }
+    Err(ConfigError::EnvFileKeyNotFound {
+        field: field.to_string(),
+        key: selector.key.clone(),
+        path: read.host_path.clone(),
+    })
 }
 
 /// `metadata.labels['key']` → `("metadata.labels", "key")` (`SplitMaybeSubscriptedPath`).
@@ -1135,7 +1189,136 @@ pub(crate) mod tests {
                 ("missing-secret".to_string(), Ok(None)),
             ]),
             services: Default::default(),
+            env_files: Default::default(),
         }
+    }
+
+    fn file_key(name: &str, volume: &str, path: &str, key: &str, optional: bool) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value_from: Some(EnvVarSource {
+                file_key_ref: Some(FileKeySelector {
+                    volume_name: volume.into(),
+                    path: path.into(),
+                    key: key.into(),
+                    optional: optional.then_some(true),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn environment_files_table() {
+        let file = |content: Result<&str, &str>, truncated: bool| {
+            crate::podspec::references::EnvFileRead {
+                host_path: "/var/lib/nodelet/pods/u/volumes/kubernetes.io~empty-dir/config/a.env"
+                    .into(),
+                content: content
+                    .map(|c| c.as_bytes().to_vec())
+                    .map_err(str::to_string),
+                truncated,
+            }
+        };
+        let objects = FetchedObjects {
+            env_files: BTreeMap::from([
+                (
+                    ("config".into(), "a.env".into()),
+                    file(Ok("A='1'\nEMPTY=''\nB='two words'\n"), false),
+                ),
+                (
+                    ("config".into(), "bad.env".into()),
+                    file(Ok("A=1\n"), false),
+                ),
+                (
+                    ("config".into(), "gone.env".into()),
+                    file(
+                        Err("open /x/gone.env: No such file or directory (os error 2)"),
+                        false,
+                    ),
+                ),
+                (
+                    ("config".into(), "long.env".into()),
+                    file(Ok("A='1'\nB='half"), true),
+                ),
+            ]),
+            ..objects()
+        };
+        type Case<'a> = (
+            &'a str,
+            Vec<EnvVar>,
+            Result<Vec<(&'a str, &'a str)>, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "keys of one file, literal values",
+                vec![file_key("X", "config", "a.env", "A", false), file_key("Y", "config", "a.env", "B", false)],
+                Ok(vec![("X", "1"), ("Y", "two words")]),
+            ),
+            (
+                "later literals expand them",
+                vec![file_key("X", "config", "a.env", "A", false), env_var("Z", "x=$(X)")],
+                Ok(vec![("X", "1"), ("Z", "x=1")]),
+            ),
+            (
+                "a missing key is skipped when optional",
+                vec![file_key("X", "config", "a.env", "NOPE", true), file_key("Y", "config", "a.env", "EMPTY", true)],
+                Ok(vec![]),
+            ),
+            (
+                "a missing key fails otherwise, and so does the empty value",
+                vec![file_key("Y", "config", "a.env", "EMPTY", false)],
+                Err("environment variable key \"EMPTY\" not found in file \"/var/lib/nodelet/pods/u/volumes/kubernetes.io~empty-dir/config/a.env\""),
+            ),
+            (
+                "a malformed file fails even when optional",
+                vec![file_key("X", "config", "bad.env", "A", true)],
+                Err("couldn't parse env file \"bad.env\" in volume \"config\": invalid environment variable format at line 1: value must be enclosed in single quotes"),
+            ),
+            (
+                "so does a missing file",
+                vec![file_key("X", "config", "gone.env", "A", true)],
+                Err("couldn't parse env file \"gone.env\" in volume \"config\": open /x/gone.env: No such file or directory (os error 2)"),
+            ),
+            (
+                "a volume that is no emptyDir of the pod",
+                vec![file_key("X", "other", "a.env", "A", false)],
+                Err("cannot find the volume \"other\" referenced by FileKeyRef"),
+            ),
+            (
+                "a file longer than the bound: its complete lines count",
+                vec![file_key("X", "config", "long.env", "A", false)],
+                Ok(vec![("X", "1")]),
+            ),
+            (
+                "past them nothing is known",
+                vec![file_key("X", "config", "long.env", "B", true)],
+                Err("couldn't parse env file \"long.env\" in volume \"config\": the file is longer than 13 bytes, and \"B\" is not assigned before that"),
+            ),
+        ];
+        for (name, env, want) in cases {
+            let c = with_env(container("c", "", ""), env);
+            let p = test_pod(c.clone());
+            let got = make_environment(&p, &c, &CTX, &objects).map_err(|e| e.to_string());
+            let want = want
+                .map(|vars| {
+                    vars.into_iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<Vec<_>>()
+                })
+                .map_err(str::to_string);
+            assert_eq!(got, want, "{name}");
+        }
+        let c = with_env(
+            container("c", "", ""),
+            vec![file_key("X", "other", "a.env", "A", false)],
+        );
+        let err = make_environment(&test_pod(c.clone()), &c, &CTX, &objects).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::EnvFileVolumeNotFound { field, .. } if field == "spec.containers[0].env[0].valueFrom.fileKeyRef"),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub enum ConfigError {
     /// `spec.dnsPolicy: Invalid value: "Sometimes": supported values: ...`.
     #[error(transparent)]
     Field(#[from] FieldError),
-    /// A valid spec that nodelet cannot run yet (`hostUsers: false`, `fileKeyRef`). Not a
+    /// A valid spec that nodelet cannot run yet. Not a
     /// [`FieldError`]: the API server accepts the field, only this node lacks the feature, so
     /// the message says that and names the field: `spec.hostUsers: ... is not supported yet`.
     #[error("{field}: {feature} is not supported yet")]
@@ -51,6 +51,26 @@ pub enum ConfigError {
         key: String,
         namespace: String,
         name: String,
+    },
+    /// A `fileKeyRef` names a volume that is not an emptyDir of the pod (the kubelet's message).
+    #[error("cannot find the volume {volume:?} referenced by FileKeyRef")]
+    EnvFileVolumeNotFound { field: String, volume: String },
+    /// The environment file could not be read or parsed: the kubelet says "couldn't parse env
+    /// file" and logs why; here the why follows, naming the file inside its volume.
+    #[error("couldn't parse env file {path:?} in volume {volume:?}: {reason}")]
+    EnvFileUnparsable {
+        field: String,
+        volume: String,
+        path: String,
+        reason: String,
+    },
+    /// The key is not assigned in the file and the reference is not optional (the kubelet's
+    /// message, with the file's host path).
+    #[error("environment variable key {key:?} not found in file {path:?}")]
+    EnvFileKeyNotFound {
+        field: String,
+        key: String,
+        path: PathBuf,
     },
     /// `spec.enableServiceLinks` unset: the API server and the sources default it, so only a
     /// pod that skipped defaulting gets here (the kubelet's own message).

@@ -233,7 +233,7 @@ const FIELDS: &[FieldEntry] = &[
     honoured("spec.{containers,initContainers}[].args", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     honoured("spec.{containers,initContainers}[].command", &["src/sync/container_config.rs::metadata_labels_annotations_and_command"]),
     honoured("spec.{containers,initContainers}[].env", &["src/podspec/env.rs::environment_table", "src/podspec/env.rs::api_object_environment_table"]),
-    refused("spec.{containers,initContainers,ephemeralContainers}[].env[].valueFrom.fileKeyRef", "environment variables from files (EnvFiles, alpha) are not implemented", "  containers:\n  - name: c\n    image: busybox\n    env:\n    - name: A\n      valueFrom:\n        fileKeyRef: {volumeName: v, path: a.env, key: A}\n"),
+    honoured("spec.{containers,initContainers,ephemeralContainers}[].env[].valueFrom.fileKeyRef", &["src/podspec/env.rs::environment_files_table", "src/podspec/env_file.rs::values_as_the_kubelet_parses_them", "src/volume/env_file.rs::reads_beneath_the_volume_only", "tests/static_pods.rs::environment_variables_from_a_file_an_init_container_wrote"]),
     honoured("spec.{containers,initContainers}[].envFrom", &["src/podspec/env.rs::api_object_environment_table"]),
     honoured("spec.{containers,initContainers}[].image", &["tests/static_pods.rs::two_containers_run_and_answer_on_the_pod_ip"]),
     honoured("spec.{containers,initContainers}[].imagePullPolicy", &["tests/static_pods.rs::absent_image_with_never_pull_is_err_image_never_pull", "tests/registry_pulls.rs::always_runs_the_newly_pushed_digest_on_the_next_start"]),
@@ -496,15 +496,6 @@ fn resources(
 }
 
 fn container(out: &mut Vec<Refusal>, path: &str, c: &Container) {
-    for (i, e) in c.env.iter().flatten().enumerate() {
-        if let Some(f) = e.value_from.as_ref().and_then(|v| v.file_key_ref.as_ref()) {
-            refuse(
-                out,
-                format!("{path}.env[{i}].valueFrom.fileKeyRef"),
-                format!("{}/{}", f.volume_name, f.path),
-            );
-        }
-    }
     if let Some(r) = &c.resources {
         resources(
             out,

@@ -12,6 +12,7 @@
 //! `tests/layering.rs` keeps it that way).
 
 pub mod env;
+pub mod env_file;
 pub mod error;
 pub mod field;
 pub mod field_support;

@@ -93,6 +93,20 @@ pub struct FetchedObjects {
     pub secrets: BTreeMap<String, Fetched<Secret>>,
     /// The cluster's services (service links); none standalone.
     pub services: ServicesRead,
+    /// The environment files `fileKeyRef`s name, by (volume, path), as read from the pod's
+    /// emptyDir volumes.
+    pub env_files: BTreeMap<(String, String), EnvFileRead>,
+}
+
+/// One environment file read for `fileKeyRef`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EnvFileRead {
+    /// Where the file is on the host (the kubelet names it in its message for a missing key).
+    pub host_path: std::path::PathBuf,
+    /// Its content (at most a bound), or why it could not be read.
+    pub content: std::result::Result<Vec<u8>, String>,
+    /// The file is longer than the bound: `content` is its beginning.
+    pub truncated: bool,
 }
 
 /// ConfigMaps in full; of a Secret only its keys, never its data.
@@ -119,6 +133,15 @@ impl std::fmt::Debug for FetchedObjects {
             .field("config_maps", &self.config_maps)
             .field("secret_keys", &secrets)
             .field("services", &services_summary(&self.services))
+            // Files may hold secrets: their sizes, never their content.
+            .field(
+                "env_files",
+                &self
+                    .env_files
+                    .iter()
+                    .map(|(k, read)| (k, read.content.as_ref().map(Vec::len)))
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -328,6 +351,14 @@ mod tests {
             config_maps: BTreeMap::new(),
             secrets: BTreeMap::from([("creds".to_string(), Ok(Some(secret)))]),
             services: ServicesRead::NotSynced,
+            env_files: BTreeMap::from([(
+                ("config".to_string(), "app.env".to_string()),
+                EnvFileRead {
+                    host_path: "/pods/u/volumes/kubernetes.io~empty-dir/config/app.env".into(),
+                    content: Ok(b"TOKEN='s3cr3t-in-a-file'\n".to_vec()),
+                    truncated: false,
+                },
+            )]),
         };
         crate::redact::assert_debug_redacted(vec![(
             "FetchedObjects",

@@ -596,8 +596,13 @@ impl ContainerStarter {
             },
             pid_target: pid_target.as_deref(),
         };
-        let env_objects =
-            super::env_objects::gather_env_objects(pod, container, self.objects.as_ref()).await;
+        let env_objects = super::env_objects::gather_env_objects(
+            pod,
+            container,
+            self.objects.as_ref(),
+            &volume::pod_dir(&self.settings.root_dir, uid),
+        )
+        .await;
         for invalid in env::invalid_env_from_keys(pod, container, &env_objects) {
             self.events.container(
                 pod,

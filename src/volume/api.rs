@@ -352,6 +352,7 @@ mod tests {
         });
         FetchedObjects {
             namespace: "prod".into(),
+            env_files: Default::default(),
             config_maps: BTreeMap::from([("settings".to_string(), Ok(cm))]),
             secrets: BTreeMap::from([(
                 "creds".to_string(),
@@ -547,6 +548,7 @@ projected:
     fn root_ca() -> FetchedObjects {
         FetchedObjects {
             namespace: "prod".into(),
+            env_files: Default::default(),
             config_maps: BTreeMap::from([(
                 "kube-root-ca.crt".to_string(),
                 Ok(Some(ConfigMap {

@@ -20,6 +20,7 @@ pub mod api;
 pub mod atomic_writer;
 pub mod csi;
 pub mod emptydir;
+pub mod env_file;
 pub mod hostpath;
 pub mod hosts;
 pub mod mounts;

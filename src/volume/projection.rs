@@ -840,6 +840,7 @@ mod tests {
     fn fetched() -> FetchedObjects {
         FetchedObjects {
             namespace: "prod".into(),
+            env_files: Default::default(),
             config_maps: BTreeMap::from([
                 ("settings".to_string(), Ok(Some(settings()))),
                 (

@@ -7,10 +7,10 @@ use k8s_openapi::api::core::v1::{
     EnvFromSource, EnvVar, ObjectFieldSelector, ResourceFieldSelector,
 };
 
-use super::volumes::validate_local_non_reserved_path;
+use super::volumes::validate_path_no_backsteps;
 use super::{s, Errors, PodContext, QUANTITY_REGEX_ERR};
 use crate::podspec::field::{
-    dns1123_subdomain, env_var_name, qualified_name, FieldError, FieldPath,
+    dns1123_label, dns1123_subdomain, env_var_name, qualified_name, FieldError, FieldPath,
 };
 use crate::quantity::Quantity;
 
@@ -97,23 +97,42 @@ pub(super) fn validate_env(e: &EnvVar, ctx: &PodContext<'_>, path: &FieldPath, e
     if let Some(f) = &from.file_key_ref {
         sources += 1;
         let fpath = vpath.child("fileKeyRef");
+        if f.key.is_empty() {
+            errs.push(FieldError::required(&fpath.child("key"), ""));
+        } else {
+            for msg in env_var_name(&f.key) {
+                errs.push(FieldError::invalid(&fpath.child("key"), &f.key, msg));
+            }
+        }
+        let vname = fpath.child("volumeName");
         if f.volume_name.is_empty() {
-            errs.push(FieldError::required(&fpath.child("volumeName"), ""));
+            errs.push(FieldError::required(&vname, ""));
+        } else {
+            for msg in dns1123_label(&f.volume_name) {
+                errs.push(FieldError::invalid(&vname, &f.volume_name, msg));
+            }
+            // `validateFileKeyRefVolumes`: an emptyDir of the pod.
+            match ctx.volumes.get(f.volume_name.as_str()) {
+                None => errs.push(FieldError::not_found(&vname, &f.volume_name)),
+                Some(v) if v.empty_dir.is_none() => errs.push(FieldError::invalid(
+                    &vname,
+                    &f.volume_name,
+                    "referenced volume must be of type emptyDir",
+                )),
+                Some(_) => {}
+            }
         }
         if f.path.is_empty() {
             errs.push(FieldError::required(&fpath.child("path"), ""));
         } else {
-            validate_local_non_reserved_path(&f.path, &fpath.child("path"), errs);
-        }
-        if f.key.is_empty() {
-            errs.push(FieldError::required(&fpath.child("key"), ""));
+            validate_path_no_backsteps(&f.path, &fpath.child("path"), errs);
         }
     }
     if sources == 0 {
         errs.push(FieldError::invalid(
             &vpath,
             "",
-            "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+            "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef`, `secretKeyRef` or `fileKeyRef`",
         ));
     } else if !s(&e.value).is_empty() {
         errs.push(FieldError::invalid(
@@ -354,7 +373,7 @@ mod tests {
             ),
             (
                 env("    - {name: A, valueFrom: {}}\n"),
-                vec![format!("{e}[0].valueFrom: Invalid value: \"\": must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`")],
+                vec![format!("{e}[0].valueFrom: Invalid value: \"\": must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef`, `secretKeyRef` or `fileKeyRef`")],
             ),
             (
                 env("    - {name: A, value: x, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n"),

@@ -37,6 +37,47 @@ fn valid_pods_have_no_errors() {
     }
 }
 
+/// `fileKeyRef` as `validateFileKeySelector` and `validateFileKeyRefVolumes` check it.
+#[test]
+fn file_key_ref_rules() {
+    let pod = |volumes: &str, selector: &str| {
+        format!("{volumes}  containers:\n  - name: c\n    image: busybox:1.36\n    env:\n    - name: A\n      valueFrom: {{fileKeyRef: {selector}}}\n")
+    };
+    let empty =
+        "  volumes:\n  - {name: config, emptyDir: {}}\n  - {name: host, hostPath: {path: /etc}}\n";
+    let f = "spec.containers[0].env[0].valueFrom.fileKeyRef";
+    let cases: Vec<(String, Vec<String>)> = vec![
+        (pod(empty, "{volumeName: config, path: a.env, key: A}"), vec![]),
+        (pod(empty, "{volumeName: config, path: /abs/a.env, key: my.key-1}"), vec![]),
+        (
+            pod(empty, "{volumeName: host, path: a.env, key: A}"),
+            vec![format!("{f}.volumeName: Invalid value: \"host\": referenced volume must be of type emptyDir")],
+        ),
+        (
+            pod(empty, "{volumeName: nope, path: a.env, key: A}"),
+            vec![format!("{f}.volumeName: Not found: \"nope\"")],
+        ),
+        (
+            pod(empty, "{volumeName: config, path: ../a.env, key: 'A=B'}"),
+            vec![
+                format!("{f}.key: Invalid value: \"A=B\": a valid environment variable name must consist only of printable ASCII characters other than '='"),
+                format!("{f}.path: Invalid value: \"../a.env\": must not contain '..'"),
+            ],
+        ),
+        (
+            pod(empty, "{volumeName: '', path: '', key: ''}"),
+            vec![
+                format!("{f}.key: Required value"),
+                format!("{f}.volumeName: Required value"),
+                format!("{f}.path: Required value"),
+            ],
+        ),
+    ];
+    for (spec, want) in cases {
+        assert_eq!(errors_for(&spec), want, "spec:\n{spec}");
+    }
+}
+
 #[test]
 fn pod_level_rules() {
     let cases: Vec<(String, Vec<String>)> = vec![

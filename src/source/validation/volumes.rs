@@ -273,7 +273,7 @@ fn validate_downward_api_file(
     validate_file_mode(file.mode, &path.child("mode"), errs);
 }
 
-fn validate_path_no_backsteps(target: &str, path: &FieldPath, errs: &mut Errors) {
+pub(super) fn validate_path_no_backsteps(target: &str, path: &FieldPath, errs: &mut Errors) {
     if target.split('/').any(|part| part == "..") {
         errs.push(FieldError::invalid(path, target, "must not contain '..'"));
     }
