@@ -51,6 +51,7 @@ kind: KubeletConfiguration
 containerRuntimeEndpoint: $NODELET_TEST_CRI
 staticPodPath: $WORK/manifests
 podLogsDir: $WORK/logs
+containerLogLinksDir: $WORK/containers
 rootDir: $WORK/root
 nodeName: $NODE
 address: 127.0.0.1

@@ -197,3 +197,66 @@ async fn logs_of_running_restarted_and_followed_containers() {
         .expect("follow did not end after the container exited");
     assert!(end.is_none(), "unexpected chunk after the exit: {end:?}");
 }
+
+/// The kubelet's `/var/log/containers/<pod>_<namespace>_<container>-<id>.log` links (here under
+/// the test's `containerLogLinksDir`), which log shippers read: one per started container,
+/// leading to its current log file; when the pod is gone and its logs with it, container GC
+/// removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_log_links_for_log_shippers() {
+    let n = Nodelet::start("log-links");
+    n.write_manifest(
+        "shipped.yaml",
+        &testbox_pod("shipped", "Always", &[("talk", &["serve"])]),
+    );
+    let pod = n
+        .wait_pod("shipped", T, "running", nodelet_testkit::pod::all_running)
+        .await;
+    let id = container_status(&pod, "talk")
+        .and_then(|c| c.container_id.clone())
+        .expect("container id")
+        .trim_start_matches("containerd://")
+        .to_string();
+    let links = n.dir.path().join("containers");
+    let link = links.join(format!("{}_default_talk-{id}.log", n.pod_name("shipped")));
+    let deadline = std::time::Instant::now() + T;
+    let content = loop {
+        match std::fs::read_to_string(&link) {
+            Ok(content) if content.contains("testbox: started serve") => break content,
+            other => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{}: {other:?}; the directory holds {:?}",
+                    link.display(),
+                    std::fs::read_dir(&links)
+                        .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(
+        content.contains(" F testbox: started serve"),
+        "CRI log format: {content}"
+    );
+    let target = std::fs::read_link(&link).expect("a symlink");
+    assert!(
+        target.ends_with(format!("talk/{}.log", restart_count(&pod, "talk"))),
+        "{}",
+        target.display()
+    );
+
+    n.remove_manifest("shipped.yaml");
+    n.wait_gone("shipped", T).await;
+    // Container GC runs every minute.
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while std::fs::symlink_metadata(&link).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} outlived its pod\n{}",
+            link.display(),
+            nodelet_testkit::tail(&n.logs(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

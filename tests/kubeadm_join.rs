@@ -440,6 +440,7 @@ syncFrequency: 0s
 # nodelet's own fields for this machine
 rootDir: {var}
 podLogsDir: {logs}
+containerLogLinksDir: {links}
 failCgroupV1: false
 plegRelistPeriod: 2s
 evictionHard: {{memory.available: \"1Mi\"}}
@@ -447,6 +448,7 @@ evictionHard: {{memory.available: \"1Mi\"}}
             etc = etc.display(),
             var = var.display(),
             logs = n.dir.path().join("logs").display(),
+            links = n.dir.path().join("containers").display(),
         ),
     );
     write(

@@ -230,6 +230,7 @@ fn sync_settings(
     SyncSettings {
         root_dir: cfg.root_dir.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
+        container_log_links_dir: cfg.container_log_links_dir.clone(),
         cgroup_driver: cfg.cgroup_driver,
         cgroup_root: cfg.cgroup_root.clone(),
         cgroups_per_qos: cfg.cgroups_per_qos,

@@ -247,6 +247,7 @@ fn container_gc(
         policy: Default::default(),
         clock,
         pod_logs_dir: cfg.pod_logs_dir.clone(),
+        container_log_links_dir: cfg.container_log_links_dir.clone(),
         pods_dir: cfg.root_dir.join("pods"),
         root_dir: cfg.root_dir.clone(),
     }

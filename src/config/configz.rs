@@ -210,6 +210,10 @@ pub fn configz(cfg: &Config) -> Value {
     if !cfg.provider_id.is_empty() {
         fields.insert("providerID".into(), json!(cfg.provider_id));
     }
+    fields.insert(
+        "containerLogLinksDir".into(),
+        json!(cfg.container_log_links_dir.display().to_string()),
+    );
     // Go's `omitempty`: unset optional fields are left out, not null.
     fields.retain(|_, v| !v.is_null());
     for (name, value) in eviction_fields(&cfg.eviction.thresholds) {

@@ -75,6 +75,7 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "nodeIP",
     "containerdEndpoint",
     "containerdNamespace",
+    "containerLogLinksDir",
     "plegRelistPeriod",
     "registerNode",
     "registerWithTaints",
@@ -176,6 +177,7 @@ pub(super) struct Decoded {
     pub file_check_frequency: Option<Duration>,
     pub sync_frequency: Option<Duration>,
     pub pod_logs_dir: Option<String>,
+    pub container_log_links_dir: Option<String>,
     pub cgroup_driver: Option<CgroupDriver>,
     pub cgroups_per_qos: Option<bool>,
     pub cgroup_root: Option<String>,
@@ -382,6 +384,9 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "nodeIP" => d.node_ip = d.node_ip(name, value),
             "containerdEndpoint" => d.containerd_endpoint = d.endpoint(name, value),
             "containerdNamespace" => d.containerd_namespace = d.containerd_namespace(name, value),
+            "containerLogLinksDir" => {
+                d.container_log_links_dir = d.absolute_clean_path(name, value)
+            }
             "plegRelistPeriod" => d.pleg_relist_period = d.positive_duration(name, value),
             "registerNode" => d.register_node = d.boolean(name, value),
             "registerWithTaints" => d.register_with_taints = d.taints(name, value),

@@ -42,6 +42,8 @@ pub const KIND: &str = "KubeletConfiguration";
 
 pub const DEFAULT_CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 pub const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
+/// Where the kubelet links the containers' logs (its fixed `legacyContainerLogsDir`).
+pub const DEFAULT_CONTAINER_LOG_LINKS_DIR: &str = "/var/log/containers";
 pub const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
 pub const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
 pub const DEFAULT_CONTAINERD_NAMESPACE: &str = "k8s.io";
@@ -219,6 +221,9 @@ pub struct Config {
     pub pod_cleanup: PodCleanup,
     /// `containerdNamespace`: the containerd namespace CRI containers live in.
     pub containerd_namespace: String,
+    /// `containerLogLinksDir` (nodelet; the kubelet's fixed `/var/log/containers`): where the
+    /// `<pod>_<namespace>_<container>-<id>.log` links to the containers' logs are made.
+    pub container_log_links_dir: PathBuf,
     /// `plegRelistPeriod`: the periodic relist; containerd events are the fast path.
     pub pleg_relist_period: Duration,
     /// `port`: the authenticated kubelet API (HTTPS: `/containerLogs`, `/pods`, `/healthz`,
@@ -594,6 +599,7 @@ impl Config {
             node_ip: None,
             containerd_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_string(),
             containerd_namespace: DEFAULT_CONTAINERD_NAMESPACE.to_string(),
+            container_log_links_dir: PathBuf::from(DEFAULT_CONTAINER_LOG_LINKS_DIR),
             register_node: true,
             register_with_taints: Vec::new(),
             kubeconfig: None,

@@ -477,6 +477,9 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     };
     config.containerd_namespace =
         non_empty(decoded.containerd_namespace).unwrap_or(defaults.containerd_namespace);
+    if let Some(dir) = non_empty(decoded.container_log_links_dir) {
+        config.container_log_links_dir = PathBuf::from(dir);
+    }
     config.pleg_relist_period = decoded
         .pleg_relist_period
         .unwrap_or(defaults.pleg_relist_period);

@@ -193,6 +193,8 @@ pub struct ContainerGcReport {
     pub sandboxes: usize,
     pub log_dirs: usize,
     pub pod_dirs: usize,
+    /// `/var/log/containers` links whose log was gone.
+    pub log_links: usize,
 }
 
 pub struct ContainerGc {
@@ -202,6 +204,8 @@ pub struct ContainerGc {
     pub clock: Clock,
     /// `podLogsDir`: `<namespace>_<name>_<uid>` per pod.
     pub pod_logs_dir: PathBuf,
+    /// The `/var/log/containers` links (`logs::links`): those whose log is gone are removed.
+    pub container_log_links_dir: PathBuf,
     /// `<rootDir>/pods`: a directory per pod UID.
     pub pods_dir: PathBuf,
     /// `rootDir`, for `volume::cleanup_pod_dir` (which unmounts the pod's tmpfs volumes).
@@ -244,6 +248,37 @@ fn list_log_files(pod_dir: &Path) -> Vec<(String, String)> {
             files.into_iter().map(move |f| (container.clone(), f))
         })
         .collect()
+}
+
+/// Removes the `/var/log/containers` links whose log is gone, except those of containers still
+/// running (their file is renamed for a moment while it rotates); how many went.
+async fn remove_dangling_links(dir: PathBuf, running: HashSet<String>) -> usize {
+    let removed = tokio::task::spawn_blocking(move || {
+        let dangling = match crate::logs::links::dangling_links(&dir) {
+            Ok(dangling) => dangling,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "listing container log links");
+                return 0;
+            }
+        };
+        let mut removed = 0;
+        for name in crate::logs::links::links_to_remove(&dangling, &running) {
+            let path = dir.join(name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), "removed a container log link");
+                    removed += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "removing a container log link")
+                }
+            }
+        }
+        removed
+    })
+    .await;
+    removed.unwrap_or(0)
 }
 
 impl ContainerGc {
@@ -321,6 +356,14 @@ impl ContainerGc {
                 Err(e) => tracing::warn!(path = %path.display(), error = %e, "removing pod logs"),
             }
         }
+        let running: HashSet<String> = pods
+            .iter()
+            .flat_map(|p| &p.containers)
+            .filter(|c| c.state != ContainerState::Exited && !plan.containers.contains(&c.id))
+            .map(|c| c.id.clone())
+            .collect();
+        report.log_links =
+            remove_dangling_links(self.container_log_links_dir.clone(), running).await;
         for uid in orphaned_dirs(&pod_dirs, &live, &in_runtime) {
             if let Some(csi) = &self.csi_volumes {
                 if let Err(e) = csi.unmount_pod(uid).await {
@@ -709,6 +752,7 @@ mod run_tests {
             policy: Default::default(),
             clock,
             pod_logs_dir: dir.path().join("logs"),
+            container_log_links_dir: dir.path().join("containers"),
             pods_dir: dir.path().join("pods"),
             root_dir: dir.path().to_path_buf(),
             userns: None,

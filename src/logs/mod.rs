@@ -11,6 +11,7 @@
 
 mod follow;
 mod lines;
+pub mod links;
 mod locate;
 mod options;
 mod parse;

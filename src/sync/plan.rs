@@ -164,6 +164,7 @@ mod tests {
         SyncSettings {
             root_dir: PathBuf::from("/var/lib/nodelet"),
             pod_logs_dir: PathBuf::from("/var/log/pods"),
+            container_log_links_dir: PathBuf::from("/var/log/containers"),
             cgroup_driver: cgroup::Driver::Cgroupfs,
             cgroup_root: "/".into(),
             cgroups_per_qos,

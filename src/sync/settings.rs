@@ -11,6 +11,8 @@ use crate::cgroup;
 pub struct SyncSettings {
     pub root_dir: PathBuf,
     pub pod_logs_dir: PathBuf,
+    /// Where the `/var/log/containers` links go (`logs::links`).
+    pub container_log_links_dir: PathBuf,
     pub cgroup_driver: cgroup::Driver,
     pub cgroup_root: String,
     pub cgroups_per_qos: bool,

@@ -3,7 +3,7 @@
 //! config, CreateContainer, StartContainer, and the postStart hook.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -659,6 +659,7 @@ impl ContainerStarter {
         }
         // CreateContainer and StartContainer run to their end once begun (see RuntimeWrites).
         let writes = memory.runtime_writes.enter().await;
+        let log_file = Path::new(&env.sandbox_config.log_directory).join(&config.log_path);
         let id = self
             .runtime
             .create_container(env.sandbox_id, config, env.sandbox_config.clone())
@@ -685,6 +686,18 @@ impl ContainerStarter {
             })
             .map_err(no_retry)?;
         drop(writes);
+        // The kubelet's `/var/log/containers` link, for log shippers; a failure is logged, as
+        // the kubelet's, and GC removes the link once the log is gone.
+        let link = crate::logs::links::link_path(
+            &self.settings.container_log_links_dir,
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            &container.name,
+            &id,
+        );
+        if let Err(e) = crate::logs::links::create_link(&log_file, &link) {
+            tracing::warn!(path = %link.display(), error = %e, "creating the container's log link");
+        }
         // The container holds its own copies of the bind mounts now.
         if let Err(e) = pinned.release() {
             tracing::warn!(error = %e, "releasing subPath bind mounts");

@@ -183,6 +183,7 @@ impl Nodelet {
              fileCheckFrequency: 2s\n\
              syncFrequency: 10s\n\
              podLogsDir: {logs}\n\
+             containerLogLinksDir: {links}\n\
              rootDir: {root}\n\
              nodeName: {node}\n\
              {address}\
@@ -193,6 +194,7 @@ impl Nodelet {
              {fail_cgroup_v1}\
              {eviction_hard}\
              logging:\n  verbosity: 2\n{extra}",
+            links = dir.path().join("containers").display(),
             manifests = manifests.display(),
             // Tests run side by side: the kubelet API only where a test asks for a port, and
             // loopback unless a test needs the node's address.

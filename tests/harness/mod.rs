@@ -81,12 +81,14 @@ pub fn config(
          nodeName: node1\n\
          rootDir: {root}\n\
          podLogsDir: {logs}\n\
+         containerLogLinksDir: {links}\n\
          syncFrequency: 60s\n\
          readOnlyPort: 0\n\
          healthzPort: 0\n\
          port: 0\n",
         root = dir.join("root").display(),
         logs = dir.join("logs").display(),
+        links = dir.join("containers").display(),
     );
     let mut cfg = nodelet::config::parse(
         &text,
