@@ -68,7 +68,10 @@ struct Counts {
 /// [`get_phase`] with `pod_has_initialized` given: true once a regular container of the current
 /// sandbox has been created, so sidecars restarting later do not put the pod back to Pending.
 ///
-/// Unlike the kubelet (TODO #116484 there), the terminal branch applies to static pods too.
+/// As the kubelet (its TODO #116484), a static pod is never made terminal by its termination:
+/// its phase follows its containers and restart policy, so a static pod that comes back under
+/// the same UID (its manifest removed and written again) reports Running again, where a
+/// terminal phase could never be left.
 pub fn get_phase_with_initialized(
     pod: &Pod,
     statuses: &[ContainerStatus],
@@ -156,6 +159,7 @@ pub fn get_phase_with_initialized(
         }
     }
 
+    let pod_is_terminal = pod_is_terminal && !crate::podspec::qos::is_static_pod(pod);
     phase_from_counts(&n, pod_is_terminal, pod_has_initialized).into()
 }
 
@@ -295,6 +299,17 @@ mod tests {
             restart_policy: Some("Always".into()),
             ..container(name)
         }
+    }
+
+    fn static_pod(mut pod: Pod) -> Pod {
+        pod.metadata.annotations = Some(
+            [(
+                "kubernetes.io/config.source".to_string(),
+                "file".to_string(),
+            )]
+            .into(),
+        );
+        pod
     }
 
     fn pod(policy: &str, init: Vec<Container>, regular: Vec<Container>) -> Pod {
@@ -637,6 +652,27 @@ mod tests {
                 vec![no_state("s"), run("a")],
                 false,
                 PENDING,
+            ),
+            (
+                "terminated, always",
+                one("Always"),
+                vec![exited("a", 0)],
+                true,
+                SUCCEEDED,
+            ),
+            (
+                "terminated static pod, always: not terminal (the kubelet's TODO #116484)",
+                static_pod(one("Always")),
+                vec![exited("a", 137)],
+                true,
+                RUNNING,
+            ),
+            (
+                "terminated static pod, never: its containers decide",
+                static_pod(one("Never")),
+                vec![exited("a", 1)],
+                true,
+                FAILED,
             ),
         ];
         for (name, pod, statuses, terminal, expected) in cases {
