@@ -12,7 +12,8 @@
 #              deletion → stop
 #   footprint  idle, 110 pods with probes (2-minute window) and a restart with them, each on
 #              nodelet and the kubelet; then 500 pause pods (heavy: ~15 min)
-#   api        status writes in cluster mode against the API server fixture
+#   api        status writes and API requests in cluster mode, nodelet and the kubelet each
+#              joined to the real control plane of scripts/k8s.sh (counted from its audit log)
 #   eviction   the cgroup v2 VM (qemu, software emulation): 10 eviction cycles in one boot
 # OPTIONS (defaults are the issue's minimums): --runs N (5), --exits N (200),
 #   --reaction-runs N (20), --many-pods N (500), --window SECONDS (120), --settle SECONDS (30),
@@ -27,10 +28,13 @@
 # second instance (same names with -1.6), and the parts `start` and `reaction` run on both in
 # the same run (the tables' runtime column; NODELET_BENCH_COMPAT=0: the current one only).
 # The kubelet column: scripts/k8s.sh builds the kubelet v1.37.2 (or reuses its cache) and
-# NODELET_BENCH_KUBELET names it; the kubelet runs standalone on the current containerd only,
-# never at the same time as nodelet. Everything a part starts
+# NODELET_BENCH_KUBELET names it; the kubelet runs on the current containerd only, never at
+# the same time as nodelet. The api part runs against scripts/k8s.sh's control plane (port
+# base NODELET_TEST_K8S_PORT_BASE, else NODELET_BENCH_K8S_PORT_BASE, 22443), which this script
+# starts when it does not run and stops again at the end. Everything a part starts
 # (agent processes, pods, the VM) is removed when the part ends or the script is interrupted.
 # Not part of the test command: the numbers depend on the machine and its load.
+# NODELET_BENCH_BIN: run that node_bench binary, built before, instead of building one.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -41,19 +45,23 @@ export NODELET_TEST_RUN="${NODELET_TEST_RUN:-${NODELET_BENCH_RUN:-/run/nodelet-b
 export NODELET_TEST_BRIDGE="${NODELET_TEST_BRIDGE:-${NODELET_BENCH_BRIDGE:-nodeletbench0}}"
 export NODELET_TEST_SUBNET="${NODELET_TEST_SUBNET:-${NODELET_BENCH_SUBNET:-10.198.0.0/16}}"
 export NODELET_TEST_CNI_NETWORK="${NODELET_TEST_CNI_NETWORK:-${NODELET_BENCH_CNI_NETWORK:-nodelet-bench}}"
+# The control plane of the api part: apart from the test command's (20443), conformance.sh's
+# (19443) and scripts/k8s.sh's default (16443).
+export NODELET_TEST_K8S_PORT_BASE="${NODELET_TEST_K8S_PORT_BASE:-${NODELET_BENCH_K8S_PORT_BASE:-22443}}"
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 require_root
 
 case " $* " in
 *" -h "* | *" --help "*)
-	sed -n '2,32s/^# \{0,1\}//p' "$0"
+	sed -n '2,37s/^# \{0,1\}//p' "$0"
 	exit 0
 	;;
 esac
 
 STARTED_CONTAINERD=0
 STARTED_COMPAT=0
+STARTED_K8S=0
 BENCH_PID=
 # The second runtime of the run: Debian 12's containerd 1.6 on an instance of its own, for the
 # parts measured on every runtime (start, reaction); NODELET_BENCH_COMPAT=0 leaves it out.
@@ -75,6 +83,9 @@ cleanup() {
 	fi
 	if [ "$STARTED_COMPAT" = 1 ]; then
 		env "${compat_instance[@]}" scripts/containerd.sh stop >&2 || true
+	fi
+	if [ "$STARTED_K8S" = 1 ]; then
+		scripts/k8s.sh down >&2 || true
 	fi
 	exit "$status"
 }
@@ -102,10 +113,40 @@ if [ "${NODELET_BENCH_COMPAT:-1}" != 0 ]; then
 fi
 export NODELET_BENCH_RUNTIMES
 
+# Whether the arguments ask for PART: named, `all`, or no part named at all (every part).
+wants_part() { # part args...
+	local part="$1" a named=0
+	shift
+	for a in "$@"; do
+		case "$a" in
+		all) return 0 ;;
+		start | reaction | footprint | api | eviction)
+			named=1
+			[ "$a" != "$part" ] || return 0
+			;;
+		esac
+	done
+	[ "$named" = 0 ]
+}
+# The api part's control plane (its audit log counts each agent's requests).
+if wants_part api "$@"; then
+	scripts/k8s.sh status >/dev/null 2>&1 || STARTED_K8S=1
+	scripts/k8s.sh up >&2
+	eval "$(scripts/k8s.sh env)"
+fi
+
 echo "bench.sh: containerd $CTD_SOCK, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-nice -n 5 cargo bench --locked --profile dist --bench node_bench --no-run >&2
 export NODELET_BENCH_COMMAND="scripts/bench.sh${*:+ $*}"
-setsid cargo bench --locked --profile dist --bench node_bench -- "$@" &
+if [ -n "${NODELET_BENCH_BIN:-}" ]; then
+	# A node_bench binary built before (the path `cargo bench --profile dist --bench node_bench
+	# --no-run` prints), run as it is: in a tree whose sources change while the benchmark runs,
+	# cargo would build nodelet again (fat LTO: tens of minutes) before running it.
+	[ -x "$NODELET_BENCH_BIN" ] || die "NODELET_BENCH_BIN=$NODELET_BENCH_BIN is no executable"
+	setsid "$NODELET_BENCH_BIN" --bench "$@" &
+else
+	nice -n 5 cargo bench --locked --profile dist --bench node_bench --no-run >&2
+	setsid cargo bench --locked --profile dist --bench node_bench -- "$@" &
+fi
 BENCH_PID=$!
 wait "$BENCH_PID"
 BENCH_PID=

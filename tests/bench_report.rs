@@ -118,3 +118,130 @@ fn the_kubelet_columns_appear_only_in_a_table_with_a_kubelet_figure() {
     let text = section(vec![Row::new("x", "250").kubelet("500", Some(0.5))]).text();
     assert!(text.contains("kubelet 500 (0.50×)"), "{text}");
 }
+
+/// An audit event line as kube-apiserver writes it (the fields the count reads).
+fn audit_line(id: &str, stage: &str, at: &str, user: &str, verb: &str, object: &str) -> String {
+    format!(
+        r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Request","auditID":"{id}","stage":"{stage}","requestURI":"/api/v1/x?watch=true","verb":"{verb}","user":{{"username":"{user}","groups":["system:nodes"]}},{object}"requestReceivedTimestamp":"{at}","stageTimestamp":"{at}"}}"#
+    )
+}
+
+#[test]
+fn audit_events_count_each_request_once() {
+    let node = "system:node:n1";
+    let pod_status =
+        r#""objectRef":{"resource":"pods","namespace":"ns","name":"p0","subresource":"status"},"#;
+    let lease = r#""objectRef":{"resource":"leases","namespace":"kube-node-lease","name":"n1"},"#;
+    let pods = r#""objectRef":{"resource":"pods"},"#;
+    let events = r#""objectRef":{"resource":"events","namespace":"ns"},"#;
+    let text = [
+        audit_line(
+            "a",
+            "ResponseComplete",
+            "2026-12-07T10:00:00.5Z",
+            node,
+            "patch",
+            pod_status,
+        ),
+        // A watch: started, then complete with the same ID: once.
+        audit_line(
+            "b",
+            "ResponseStarted",
+            "2026-12-07T10:00:01Z",
+            node,
+            "watch",
+            pods,
+        ),
+        audit_line(
+            "b",
+            "ResponseComplete",
+            "2026-12-07T10:00:01Z",
+            node,
+            "watch",
+            pods,
+        ),
+        // RequestReceived is no request of its own.
+        audit_line(
+            "c",
+            "RequestReceived",
+            "2026-12-07T10:00:02Z",
+            node,
+            "update",
+            lease,
+        ),
+        audit_line(
+            "c",
+            "ResponseComplete",
+            "2026-12-07T10:00:02Z",
+            node,
+            "update",
+            lease,
+        ),
+        audit_line(
+            "d",
+            "ResponseComplete",
+            "2026-12-07T10:00:03Z",
+            node,
+            "create",
+            events,
+        ),
+        // Another user's request, and one outside the window.
+        audit_line(
+            "e",
+            "ResponseComplete",
+            "2026-12-07T10:00:03Z",
+            "system:node:n2",
+            "patch",
+            pod_status,
+        ),
+        audit_line(
+            "f",
+            "ResponseComplete",
+            "2026-12-07T10:00:09Z",
+            node,
+            "patch",
+            pod_status,
+        ),
+        // A non-resource request: its path.
+        audit_line(
+            "g",
+            "ResponseComplete",
+            "2026-12-07T10:00:04Z",
+            node,
+            "get",
+            "",
+        ),
+        // A line cut by rotation.
+        r#"{"kind":"Event","auditID":"h","stage":"Respo"#.to_string(),
+    ]
+    .join("\n");
+    let all = parse_audit(&text);
+    assert_eq!(all.len(), 7, "{all:#?}");
+    assert_eq!(all[0].resource, "pods/status");
+    assert_eq!(all[0].name, "p0");
+    assert!(all[0].is_pod_status_write() && all[0].is_write());
+    assert!(!all[1].is_write());
+    assert_eq!(all[6].resource, "/api/v1/x");
+    let from: jiff::Timestamp = "2026-12-07T10:00:00Z".parse().unwrap();
+    let to: jiff::Timestamp = "2026-12-07T10:00:05Z".parse().unwrap();
+    let window = audited_between(&all, node, from, to);
+    assert_eq!(
+        window.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["a", "b", "c", "d", "g"]
+    );
+    assert_eq!(window.iter().filter(|r| r.is_event_write()).count(), 1);
+    let summary = audit_summary(window.iter().copied());
+    assert_eq!(
+        summary_text(&summary),
+        "create events 1, get /api/v1/x 1, patch pods/status 1, update leases 1, watch pods 1"
+    );
+    // Most frequent first.
+    let twice = [window[2], window[2], window[0]];
+    assert_eq!(
+        summary_text(&audit_summary(twice)),
+        "update leases 2, patch pods/status 1"
+    );
+    assert_eq!(summary_text(&[]), "none");
+    assert_eq!(ratio(1.0, 2.0), Some(0.5));
+    assert_eq!(ratio(0.0, 0.0), None);
+}

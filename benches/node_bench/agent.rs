@@ -114,8 +114,22 @@ impl Kind {
     }
 }
 
+/// A node's identity in a real cluster (the `api` part): its kubeconfig, and the cluster CA
+/// that signs the clients of its kubelet API.
+pub struct Join {
+    pub kubeconfig: PathBuf,
+    pub client_ca: String,
+}
+
 /// The KubeletConfiguration both agents read: what a benchmark must set, the rest defaults.
-fn config_text(kind: Kind, endpoint: &str, dir: &Path, node: &str, ports: (u16, u16)) -> String {
+fn config_text(
+    kind: Kind,
+    endpoint: &str,
+    dir: &Path,
+    node: &str,
+    ports: (u16, u16),
+    join: Option<&Join>,
+) -> String {
     let (read_only, kubelet_api) = ports;
     let mut text = format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
@@ -127,25 +141,55 @@ fn config_text(kind: Kind, endpoint: &str, dir: &Path, node: &str, ports: (u16, 
          imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n",
         d = dir.display()
     );
+    if let Some(join) = join {
+        // Joined to a cluster both serve their kubelet API as a kubeadm node does (and as
+        // scripts/conformance.sh configures both): clients authenticated by the cluster CA or
+        // the API server's TokenReview, authorized by its SubjectAccessReview.
+        text.push_str(&format!(
+            "port: {kubelet_api}\n\
+             authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: true}}, \
+             x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: Webhook}}\n",
+            join.client_ca
+        ));
+    }
     match kind {
-        // nodelet reads these from the file; `port: 0` leaves its kubelet API unbound.
-        Kind::Nodelet => text.push_str(&format!(
-            "rootDir: {d}/root\nnodeName: {node}\nport: 0\n",
-            d = dir.display()
-        )),
-        // The kubelet takes the root directory and node name as flags, and needs a port. It
-        // kills the processes of every pod cgroup under its kubepods that is not one of its
-        // pods: its tree is a cgroup of its own, apart from nodelet's `/kubepods`. Without an
-        // API server (standalone) it cannot ask one to authorize requests: its API on
-        // 127.0.0.1 allows them, as a standalone kubelet must be configured.
-        Kind::Kubelet => text.push_str(&format!(
-            "port: {kubelet_api}\ncgroupRoot: {}\n\
-             authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\n\
-             authorization: {{mode: AlwaysAllow}}\n",
-            kubelet_cgroup_root(node)
-        )),
+        // nodelet reads these from the file; standalone, `port: 0` leaves its kubelet API
+        // unbound.
+        Kind::Nodelet => {
+            text.push_str(&format!(
+                "rootDir: {d}/root\nnodeName: {node}\ncontainerLogLinksDir: {d}/containers\n",
+                d = dir.display()
+            ));
+            match join {
+                Some(join) => {
+                    text.push_str(&format!("kubeconfig: {}\n", join.kubeconfig.display()))
+                }
+                None => text.push_str("port: 0\n"),
+            }
+        }
+        // The kubelet takes the root directory, node name and kubeconfig as flags, and needs
+        // a port. It kills the processes of every pod cgroup under its kubepods that is not
+        // one of its pods: its tree is a cgroup of its own, apart from nodelet's `/kubepods`.
+        Kind::Kubelet => {
+            text.push_str(&format!("cgroupRoot: {}\n", kubelet_cgroup_root(node)));
+            // Without an API server (standalone) it cannot ask one to authorize requests: its
+            // API on 127.0.0.1 allows them, as a standalone kubelet must be configured.
+            if join.is_none() {
+                text.push_str(&format!(
+                    "port: {kubelet_api}\n\
+                     authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\n\
+                     authorization: {{mode: AlwaysAllow}}\n"
+                ));
+            }
+        }
     }
     text
+}
+
+/// The node name of `kind`'s agent in `part` (a cluster identity is made for it before the
+/// agent starts).
+pub fn node_name(kind: Kind, part: &str) -> String {
+    format!("bench-{part}-{}-{}", kind.name(), std::process::id())
 }
 
 fn kubelet_cgroup_root(node: &str) -> String {
@@ -201,8 +245,13 @@ impl Agent {
     /// [`Agent::start`] for either agent, with the same configuration; panics for the kubelet
     /// when [`kubelet_binary`] is not set.
     pub async fn start_as(kind: Kind, part: &str, extra: &str) -> Agent {
+        Agent::start_joined(kind, part, extra, None).await
+    }
+
+    /// [`Agent::start_as`], joined to a cluster as node [`node_name`] when `join` is given.
+    pub async fn start_joined(kind: Kind, part: &str, extra: &str, join: Option<&Join>) -> Agent {
         let endpoint = endpoint();
-        let node = format!("bench-{part}-{}-{}", kind.name(), std::process::id());
+        let node = node_name(kind, part);
         let dir = tempfile::Builder::new()
             .prefix("nodelet-bench-")
             .tempdir()
@@ -212,7 +261,14 @@ impl Agent {
         let port = free_port();
         let config = dir.path().join("config.yaml");
         let has = |field: &str| extra.lines().any(|l| l.starts_with(&format!("{field}:")));
-        let mut text = config_text(kind, &endpoint, dir.path(), &node, (port, free_port()));
+        let mut text = config_text(
+            kind,
+            &endpoint,
+            dir.path(),
+            &node,
+            (port, free_port()),
+            join,
+        );
         if !has("evictionHard") {
             // The kubelet's default memory threshold only: the shared disk hovers near the
             // default `imagefs.available: 15%`, which would evict the benchmark's pods.
@@ -235,14 +291,18 @@ impl Agent {
                 for h in cgroup_hierarchies() {
                     let _ = std::fs::create_dir_all(h.join(&kubelet_cgroup_root(&node)[1..]));
                 }
-                vec![
+                let mut command = vec![
                     kubelet,
                     "--config".into(),
                     config.display().to_string(),
                     format!("--root-dir={d}/root"),
                     format!("--cert-dir={d}/pki"),
                     format!("--hostname-override={node}"),
-                ]
+                ];
+                if let Some(join) = join {
+                    command.push(format!("--kubeconfig={}", join.kubeconfig.display()));
+                }
+                command
             }
         };
         let mut me = Agent {

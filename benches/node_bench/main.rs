@@ -5,7 +5,8 @@
 //!
 //! Parts: `start` (pod start, 1 and 50 pods, against a minimal CRI client), `reaction` (exit,
 //! liveness, readiness, deletion), `footprint` (110 pods with probes; 500 pause pods), `api`
-//! (status writes in cluster mode against the API server fixture), `eviction` (the cgroup v2 VM).
+//! (status writes and requests in cluster mode, against the real control plane of
+//! scripts/k8s.sh), `eviction` (the cgroup v2 VM).
 //! Each prints its table and replaces its block of `docs/benchmarks.md`, leaving the others.
 //! Numbers depend on the machine and its load (recorded beside each figure); nothing here is
 //! asserted against a limit.
@@ -15,6 +16,7 @@ mod vm;
 
 mod agent;
 mod api;
+mod cluster;
 mod eviction;
 mod footprint;
 mod reaction;

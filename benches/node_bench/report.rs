@@ -345,3 +345,116 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let tick = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
     Some(tick(14)? + tick(15)? + tick(16)? + tick(17)?)
 }
+
+/// One request in the API server's audit log (`scripts/k8s.sh`'s policy logs every request of
+/// `system:nodes`): who made it, when the server received it, and what it was.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Audited {
+    pub id: String,
+    pub at: jiff::Timestamp,
+    pub user: String,
+    pub verb: String,
+    /// `pods/status`, `leases`, ...; a non-resource request's path (`/api`).
+    pub resource: String,
+    /// The object's name (`""` for a list, a watch or a non-resource request).
+    pub name: String,
+}
+
+impl Audited {
+    /// A pod status write: PATCH or PUT of `pods/NAME/status`.
+    pub fn is_pod_status_write(&self) -> bool {
+        self.is_write() && self.resource == "pods/status"
+    }
+
+    /// Any request that changes an object (not get, list or watch).
+    pub fn is_write(&self) -> bool {
+        !matches!(self.verb.as_str(), "get" | "list" | "watch")
+    }
+
+    /// An event written (core or `events.k8s.io`: both are `events`).
+    pub fn is_event_write(&self) -> bool {
+        self.is_write() && self.resource == "events"
+    }
+
+    /// `verb resource`, the key of [`audit_summary`].
+    pub fn kind(&self) -> String {
+        format!("{} {}", self.verb, self.resource)
+    }
+}
+
+/// The requests of an audit log (JSON lines), each once: a long-running request (a watch) has a
+/// `ResponseStarted` event when it begins and a `ResponseComplete` when it ends, both with its
+/// `auditID` and `requestReceivedTimestamp`; the first of them counts. `RequestReceived` is
+/// skipped (a policy may leave it in; the request's later stage follows), and so are lines that
+/// are no audit event (a line cut by the log's rotation).
+pub fn parse_audit(text: &str) -> Vec<Audited> {
+    let mut seen = std::collections::HashSet::new();
+    text.lines()
+        .filter_map(|line| {
+            let e: serde_json::Value = serde_json::from_str(line).ok()?;
+            if !matches!(
+                e["stage"].as_str()?,
+                "ResponseStarted" | "ResponseComplete" | "Panic"
+            ) {
+                return None;
+            }
+            let id = e["auditID"].as_str()?.to_string();
+            let object = &e["objectRef"];
+            let resource = match (object["resource"].as_str(), object["subresource"].as_str()) {
+                (Some(r), Some(s)) => format!("{r}/{s}"),
+                (Some(r), None) => r.to_string(),
+                _ => e["requestURI"].as_str()?.split('?').next()?.to_string(),
+            };
+            let request = Audited {
+                at: e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
+                user: e["user"]["username"].as_str()?.to_string(),
+                verb: e["verb"].as_str()?.to_string(),
+                resource,
+                name: object["name"].as_str().unwrap_or_default().to_string(),
+                id,
+            };
+            seen.insert(request.id.clone()).then_some(request)
+        })
+        .collect()
+}
+
+/// The requests of `user` received in `[from, to)`.
+pub fn audited_between<'a>(
+    requests: &'a [Audited],
+    user: &str,
+    from: jiff::Timestamp,
+    to: jiff::Timestamp,
+) -> Vec<&'a Audited> {
+    requests
+        .iter()
+        .filter(|r| r.user == user && r.at >= from && r.at < to)
+        .collect()
+}
+
+/// Requests counted by `verb resource`, most frequent first (then by name).
+pub fn audit_summary<'a>(requests: impl IntoIterator<Item = &'a Audited>) -> Vec<(String, usize)> {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for r in requests {
+        *counts.entry(r.kind()).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = counts.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+/// `get nodes 6, update leases 6` (an empty summary: `none`).
+pub fn summary_text(summary: &[(String, usize)]) -> String {
+    if summary.is_empty() {
+        return "none".into();
+    }
+    summary
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// nodelet ÷ kubelet of a count; `None` when the kubelet's is 0 (no ratio to show).
+pub fn ratio(nodelet: f64, kubelet: f64) -> Option<f64> {
+    (kubelet > 0.0).then(|| nodelet / kubelet)
+}

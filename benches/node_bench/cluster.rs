@@ -1,0 +1,205 @@
+//! The real control plane of `scripts/k8s.sh` (Kubernetes v1.37.2) for the `api` part:
+//! scripts/bench.sh starts it and exports `scripts/k8s.sh env`. The benchmark talks to it with
+//! the real kubectl as the admin, gives each agent a node identity (a client certificate of
+//! `system:node:<node>` signed by the cluster CA, as conformance.sh and the tests do), and counts
+//! what each agent asked from the API server's audit log (the policy of scripts/k8s.sh records
+//! every request of `system:nodes`).
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::report::{parse_audit, Audited};
+
+/// What the part needs of `scripts/k8s.sh env`.
+pub struct Cluster {
+    pub server: String,
+    pub ca: String,
+    ca_key: String,
+    admin: String,
+    kubectl: PathBuf,
+    audit_log: PathBuf,
+}
+
+impl Cluster {
+    /// The control plane of `scripts/k8s.sh env`'s variables; `None` when they are not set.
+    pub fn from_env() -> Option<Cluster> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Some(Cluster {
+            server: var("NODELET_TEST_K8S_SERVER")?,
+            ca: var("NODELET_TEST_K8S_CA")?,
+            ca_key: var("NODELET_TEST_K8S_CA_KEY")?,
+            admin: var("NODELET_TEST_KUBECONFIG")?,
+            kubectl: Path::new(&var("NODELET_TEST_K8S_BIN")?).join("kubectl"),
+            audit_log: var("NODELET_TEST_K8S_AUDIT_LOG")?.into(),
+        })
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.kubectl);
+        c.arg("--kubeconfig").arg(&self.admin).args(args);
+        c
+    }
+
+    /// kubectl as the admin: (success, stdout, stderr).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        match self.command(args).output() {
+            Ok(out) => (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ),
+            Err(e) => (false, String::new(), format!("run kubectl: {e}")),
+        }
+    }
+
+    /// kubectl as the admin, which must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    /// `kubectl create -f -` of `manifests` (YAML documents).
+    pub fn create(&self, manifests: &str) {
+        let mut child = self
+            .command(&["create", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl create");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(manifests.as_bytes())
+            .expect("write to kubectl");
+        let out = child.wait_with_output().expect("kubectl create");
+        assert!(
+            out.status.success(),
+            "kubectl create refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Creates `namespace` and waits for its ServiceAccount `default` (the API server refuses
+    /// pods before the controller-manager made it).
+    pub fn create_namespace(&self, namespace: &str) {
+        self.kubectl_ok(&["create", "namespace", namespace]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self
+            .kubectl(&["-n", namespace, "get", "serviceaccount", "default"])
+            .0
+        {
+            assert!(
+                Instant::now() < deadline,
+                "namespace {namespace} has no ServiceAccount default after 60 s: is the \
+                 controller-manager running?"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A kubeconfig in `dir` that authenticates as node `node` (`system:node:<node>` in
+    /// `system:nodes`, its certificate signed by the cluster CA).
+    pub fn node_kubeconfig(&self, node: &str, dir: &Path) -> PathBuf {
+        let base = dir.join(node);
+        let file = |ext: &str| base.with_extension(ext).display().to_string();
+        std::fs::write(
+            file("ext"),
+            "[ext]\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,\
+             keyEncipherment\nextendedKeyUsage=clientAuth\n",
+        )
+        .expect("write the certificate's extensions");
+        let subject = format!("/O=system:nodes/CN=system:node:{node}");
+        for args in [
+            vec![
+                "ecparam",
+                "-name",
+                "prime256v1",
+                "-genkey",
+                "-noout",
+                "-out",
+                &file("key"),
+            ],
+            vec![
+                "req",
+                "-new",
+                "-key",
+                &file("key"),
+                "-subj",
+                &subject,
+                "-out",
+                &file("csr"),
+            ],
+            vec![
+                "x509",
+                "-req",
+                "-in",
+                &file("csr"),
+                "-CA",
+                &self.ca,
+                "-CAkey",
+                &self.ca_key,
+                "-CAcreateserial",
+                "-CAserial",
+                &file("srl"),
+                "-days",
+                "2",
+                "-sha256",
+                "-extfile",
+                &file("ext"),
+                "-extensions",
+                "ext",
+                "-out",
+                &file("crt"),
+            ],
+        ] {
+            let out = Command::new("openssl")
+                .args(&args)
+                .output()
+                .expect("run openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let kubeconfig = base.with_extension("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {}\n    \
+                 certificate-authority: {}\nusers:\n- name: node\n  user:\n    client-certificate: {}\n    \
+                 client-key: {}\ncontexts:\n- name: bench\n  context: {{cluster: bench, user: node}}\n\
+                 current-context: bench\n",
+                self.server,
+                self.ca,
+                file("crt"),
+                file("key"),
+            ),
+        )
+        .expect("write the node's kubeconfig");
+        kubeconfig
+    }
+
+    /// Where the audit log ends now: [`Cluster::audited_since`] reads what comes after.
+    pub fn audit_mark(&self) -> u64 {
+        std::fs::metadata(&self.audit_log).map_or(0, |m| m.len())
+    }
+
+    /// The requests logged after `mark` (the whole log when it was rotated since: shorter
+    /// than the mark).
+    pub fn audited_since(&self, mark: u64) -> Vec<Audited> {
+        let mut file = std::fs::File::open(&self.audit_log).expect("the API server's audit log");
+        let len = file.metadata().map_or(0, |m| m.len());
+        let from = if len >= mark { mark } else { 0 };
+        file.seek(SeekFrom::Start(from))
+            .expect("seek the audit log");
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).expect("read the audit log");
+        parse_audit(&String::from_utf8_lossy(&bytes))
+    }
+}
