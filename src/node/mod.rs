@@ -12,6 +12,7 @@ pub mod lease;
 pub mod register;
 pub mod status;
 pub mod updater;
+pub mod watch;
 
 #[cfg(test)]
 mod api_fields_tests;
@@ -406,6 +407,12 @@ impl NodeAgent {
         {
             return;
         }
+        let cache = watch::watch_node(
+            client.clone(),
+            &self.settings.node_name,
+            self.taints.clone(),
+            cancel.clone(),
+        );
         let mut updater = updater::NodeStatusUpdater::new(
             client,
             &self.settings.node_name,
@@ -421,7 +428,8 @@ impl NodeAgent {
             max_images: self.settings.max_images,
         }))
         .with_events(self.events.clone())
-        .with_taints(self.taints.clone());
+        .with_taints(self.taints.clone())
+        .with_node_cache(Some(cache));
         let mut shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
