@@ -528,6 +528,8 @@ SUBSET=(
 	"[sig-node] Variable Expansion should allow substituting values in a container's args"
 	"[sig-node] Pods should support retrieving logs from the container over websockets"
 	"should accept recursive read-only mounts"
+	"[sig-node] ContainerLogPath Pod with a container printed log to stdout should print log to correct log path"
+	"when creating a static pod with EnvFiles should be able to consume variables from a file"
 )
 
 # Runs the subset against nodelet; fails when any of its specs fails. The report stays in

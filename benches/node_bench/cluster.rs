@@ -105,84 +105,12 @@ impl Cluster {
     /// A kubeconfig in `dir` that authenticates as node `node` (`system:node:<node>` in
     /// `system:nodes`, its certificate signed by the cluster CA).
     pub fn node_kubeconfig(&self, node: &str, dir: &Path) -> PathBuf {
-        let base = dir.join(node);
-        let file = |ext: &str| base.with_extension(ext).display().to_string();
-        std::fs::write(
-            file("ext"),
-            "[ext]\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,\
-             keyEncipherment\nextendedKeyUsage=clientAuth\n",
-        )
-        .expect("write the certificate's extensions");
-        let subject = format!("/O=system:nodes/CN=system:node:{node}");
-        for args in [
-            vec![
-                "ecparam",
-                "-name",
-                "prime256v1",
-                "-genkey",
-                "-noout",
-                "-out",
-                &file("key"),
-            ],
-            vec![
-                "req",
-                "-new",
-                "-key",
-                &file("key"),
-                "-subj",
-                &subject,
-                "-out",
-                &file("csr"),
-            ],
-            vec![
-                "x509",
-                "-req",
-                "-in",
-                &file("csr"),
-                "-CA",
-                &self.ca,
-                "-CAkey",
-                &self.ca_key,
-                "-CAcreateserial",
-                "-CAserial",
-                &file("srl"),
-                "-days",
-                "2",
-                "-sha256",
-                "-extfile",
-                &file("ext"),
-                "-extensions",
-                "ext",
-                "-out",
-                &file("crt"),
-            ],
-        ] {
-            let out = Command::new("openssl")
-                .args(&args)
-                .output()
-                .expect("run openssl");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let kubeconfig = base.with_extension("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {}\n    \
-                 certificate-authority: {}\nusers:\n- name: node\n  user:\n    client-certificate: {}\n    \
-                 client-key: {}\ncontexts:\n- name: bench\n  context: {{cluster: bench, user: node}}\n\
-                 current-context: bench\n",
-                self.server,
-                self.ca,
-                file("crt"),
-                file("key"),
-            ),
-        )
-        .expect("write the node's kubeconfig");
-        kubeconfig
+        let ca = nodelet_testkit::cluster::ClusterCa {
+            server: &self.server,
+            ca: &self.ca,
+            ca_key: &self.ca_key,
+        };
+        nodelet_testkit::cluster::node_kubeconfig(&ca, node, dir)
     }
 
     /// Where the audit log ends now: [`Cluster::audited_since`] reads what comes after.

@@ -10,7 +10,7 @@
 //! requests of `system:nodes` with their bodies), as [`LoggedRequest`]s like the fixture's.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Mutex;
 
 use apiserver_fixture::LoggedRequest;
@@ -227,86 +227,17 @@ impl RealServer {
     /// `system:nodes`), its client certificate signed by the cluster CA; that node's requests
     /// are then among [`TestApi::requests`].
     pub fn node_kubeconfig(&self, node: &str) -> PathBuf {
-        let ca = k8s_env("NODELET_TEST_K8S_CA");
-        let ca_key = k8s_env("NODELET_TEST_K8S_CA_KEY");
-        let base = self.dir.path().join(node);
-        let (key, csr, crt, ext) = (
-            base.with_extension("key"),
-            base.with_extension("csr"),
-            base.with_extension("crt"),
-            base.with_extension("ext"),
+        let (server, ca, ca_key) = (
+            k8s_env("NODELET_TEST_K8S_SERVER"),
+            k8s_env("NODELET_TEST_K8S_CA"),
+            k8s_env("NODELET_TEST_K8S_CA_KEY"),
         );
-        std::fs::write(
-            &ext,
-            "[ext]\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
-        )
-        .unwrap();
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .output()
-                .expect("run openssl");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        let cluster = nodelet_testkit::cluster::ClusterCa {
+            server: &server,
+            ca: &ca,
+            ca_key: &ca_key,
         };
-        let p = |p: &Path| p.to_str().unwrap().to_string();
-        run(&[
-            "ecparam",
-            "-name",
-            "prime256v1",
-            "-genkey",
-            "-noout",
-            "-out",
-            &p(&key),
-        ]);
-        run(&[
-            "req",
-            "-new",
-            "-key",
-            &p(&key),
-            "-subj",
-            &format!("/O=system:nodes/CN=system:node:{node}"),
-            "-out",
-            &p(&csr),
-        ]);
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            &p(&csr),
-            "-CA",
-            &ca,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-CAserial",
-            &p(&base.with_extension("srl")),
-            "-days",
-            "2",
-            "-sha256",
-            "-extfile",
-            &p(&ext),
-            "-extensions",
-            "ext",
-            "-out",
-            &p(&crt),
-        ]);
-        let kubeconfig = base.with_extension("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority: {ca}\n\
-                 users:\n- name: node\n  user:\n    client-certificate: {}\n    client-key: {}\n\
-                 contexts:\n- name: real\n  context: {{cluster: real, user: node}}\ncurrent-context: real\n",
-                k8s_env("NODELET_TEST_K8S_SERVER"),
-                crt.display(),
-                key.display(),
-            ),
-        )
-        .unwrap();
+        let kubeconfig = nodelet_testkit::cluster::node_kubeconfig(&cluster, node, self.dir.path());
         self.nodes.lock().unwrap().push(node.to_string());
         kubeconfig
     }

@@ -1,13 +1,14 @@
 //! What nodelet's integration tests (`tests/common`), VM scenarios (`tests/vm`) and benchmarks
 //! (`benches/node_bench`) share once a nodelet runs: its read-only HTTP API ([`api`]), one
 //! Prometheus-text parser ([`prom`]), one loopback port policy ([`port`]), pod status helpers
-//! ([`pod`]), `VmRSS` and CPU time ([`proc`]) and log tails ([`tail`]). How a nodelet is launched (a process,
+//! ([`pod`]), a node's identity in a real cluster ([`cluster`]), `VmRSS` and CPU time ([`proc`]) and log tails ([`tail`]). How a nodelet is launched (a process,
 //! a systemd unit in a VM, a release binary for a benchmark) stays with each of them.
 //!
 //! The kit knows nothing of nodelet's own code: it reads what a client of the node sees, so a
 //! bug in nodelet cannot hide in a helper that shares it.
 
 pub mod api;
+pub mod cluster;
 pub mod pod;
 pub mod port;
 pub mod proc;
