@@ -12,7 +12,6 @@ pub mod lease;
 pub mod register;
 pub mod status;
 pub mod updater;
-pub mod watch;
 
 #[cfg(test)]
 mod api_fields_tests;
@@ -407,12 +406,6 @@ impl NodeAgent {
         {
             return;
         }
-        let cache = watch::watch_node(
-            client.clone(),
-            &self.settings.node_name,
-            self.taints.clone(),
-            cancel.clone(),
-        );
         let mut updater = updater::NodeStatusUpdater::new(
             client,
             &self.settings.node_name,
@@ -428,8 +421,7 @@ impl NodeAgent {
             max_images: self.settings.max_images,
         }))
         .with_events(self.events.clone())
-        .with_taints(self.taints.clone())
-        .with_node_cache(Some(cache));
+        .with_taints(self.taints.clone());
         let mut shutdown = self.shutdown.clone();
         loop {
             tokio::select! {

@@ -89,8 +89,6 @@ pub struct NodeStatusUpdater {
     events: Option<EventRecorder>,
     /// Where the node's taints, as each GET reads them, go (admission's `NoExecute` check).
     taints: Option<NodeTaints>,
-    /// The watched Node, read instead of a GET on the first try of each period.
-    cache: Option<super::watch::NodeCache>,
     server: ApiServerVersion,
     /// The status last PATCHed successfully, as sent: what "changed" is judged against.
     last_written: Option<NodeStatus>,
@@ -125,7 +123,6 @@ impl NodeStatusUpdater {
             images: None,
             events: None,
             taints: None,
-            cache: None,
             server: ApiServerVersion::new(),
             last_written: None,
             stuck: None,
@@ -150,12 +147,6 @@ impl NodeStatusUpdater {
     /// Node from an informer; nodelet from the status loop's GET, every update period).
     pub fn with_taints(mut self, taints: Option<NodeTaints>) -> Self {
         self.taints = taints;
-        self
-    }
-
-    /// Takes the first try of each period from the watched Node instead of a GET.
-    pub fn with_node_cache(mut self, cache: Option<super::watch::NodeCache>) -> Self {
-        self.cache = cache;
         self
     }
 
@@ -196,30 +187,28 @@ impl NodeStatusUpdater {
             .server
             .refresh_if_stale(&self.client, self.timeout)
             .await;
-        // The first try reads the watched Node, the kubelet's informer; a retry (the write
-        // conflicted: the copy was stale) or a watch not listed yet reads the API server.
-        let cached = (attempt == 0)
-            .then(|| self.cache.as_ref().and_then(|c| c.get()))
-            .flatten();
-        let node = match cached {
-            Some(node) => {
-                metrics().node_reads_from_watch_total.inc();
-                (*node).clone()
-            }
-            None => {
-                let params = if attempt == 0 {
-                    GetParams::any()
-                } else {
-                    GetParams::default()
-                };
-                api_call(self.timeout, self.nodes.get_with(&self.node_name, &params))
-                    .await
-                    .inspect_err(|e| self.note_unreachable(e))
-                    .map_err(|e| e.context(format!("error getting node {:?}", self.node_name)))?
-            }
+        let params = if attempt == 0 {
+            GetParams::any()
+        } else {
+            GetParams::default()
         };
+        let node = api_call(self.timeout, self.nodes.get_with(&self.node_name, &params))
+            .await
+            .inspect_err(|e| self.note_unreachable(e))
+            .map_err(|e| e.context(format!("error getting node {:?}", self.node_name)))?;
         if let Some(taints) = &self.taints {
-            super::watch::publish_taints(taints, super::watch::node_taints(&node));
+            let read = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            taints.send_if_modified(|t| {
+                let changed = *t != read;
+                if changed {
+                    *t = read;
+                }
+                changed
+            });
         }
         let original = node.status.unwrap_or_default();
         let images = self.list_images().await;
