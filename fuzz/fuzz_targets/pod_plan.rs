@@ -105,6 +105,7 @@ fn settings() -> SyncSettings {
     SyncSettings {
         root_dir: "/var/lib/nodelet".into(),
         pod_logs_dir: "/var/log/pods".into(),
+        container_log_links_dir: "/var/log/containers".into(),
         cgroup_driver: nodelet::cgroup::Driver::Cgroupfs,
         cgroup_root: "/".into(),
         cgroups_per_qos: true,
