@@ -525,10 +525,7 @@ async fn until_ended<T>(
 /// counts an in-place restart carried over.
 fn restart_counts(runtime: &PodRuntime, base: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
     let mut counts = base.clone();
-    for c in &runtime.containers {
-        let count = counts.entry(c.name.clone()).or_insert(c.restart_count);
-        *count = (*count).max(c.restart_count);
-    }
+    crate::sync::memory::carry_restart_counts(&mut counts, &runtime.containers);
     counts
 }
 

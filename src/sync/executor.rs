@@ -1422,12 +1422,8 @@ impl PodSyncer {
                 )
             });
         join_all(kills).await;
+        super::memory::carry_restart_counts(&mut memory.restart_count_base, &runtime.containers);
         for c in &runtime.containers {
-            let base = memory
-                .restart_count_base
-                .entry(c.name.clone())
-                .or_insert(c.restart_count);
-            *base = (*base).max(c.restart_count);
             removed(
                 self.runtime.remove_container(&c.id).await,
                 &uid,

@@ -6,7 +6,19 @@ use std::time::Duration;
 
 use super::plan::PodPlan;
 use crate::backoff::Backoff;
+use crate::cri::RuntimeContainer;
 use crate::status::{RestartInPlace, StartFailure};
+
+/// Raises each container's carried restart count (`PodMemory::restart_count_base`) to the
+/// highest of its instances in `containers`; a container not carried yet starts from its
+/// instance's count. What a container's next instance counts on from once these instances are
+/// removed: by an in-place restart, or with a pod that comes back after its removal.
+pub fn carry_restart_counts(base: &mut BTreeMap<String, i32>, containers: &[RuntimeContainer]) {
+    for c in containers {
+        let count = base.entry(c.name.clone()).or_insert(c.restart_count);
+        *count = (*count).max(c.restart_count);
+    }
+}
 
 /// Image pull backoff, as the kubelet's (10 s doubling to 300 s).
 pub const IMAGE_BACKOFF: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(300));
