@@ -96,6 +96,8 @@ pub struct Metrics {
     pub node_status_writes_total: Counter,
     /// Cluster mode: node status computations compared with the API server (writes or not).
     pub node_status_updates_total: Counter,
+    /// Cluster mode: node status checks that read the watched Node instead of a GET.
+    pub node_reads_from_watch_total: Counter,
     /// Cluster mode: Lease creations and renewals.
     pub node_lease_writes_total: Counter,
     /// Image garbage collection runs.
@@ -155,6 +157,7 @@ impl Metrics {
         let pod_status_nonconverging = Gauge::default();
         let node_status_writes_total = Counter::default();
         let node_status_updates_total = Counter::default();
+        let node_reads_from_watch_total = Counter::default();
         let node_lease_writes_total = Counter::default();
         let image_gc_runs = Counter::default();
         let image_gc_removed = Counter::default();
@@ -266,6 +269,11 @@ impl Metrics {
             node_status_updates_total.clone(),
         );
         registry.register(
+            "node_reads_from_watch",
+            "Node status checks that read the watched Node instead of a GET",
+            node_reads_from_watch_total.clone(),
+        );
+        registry.register(
             "node_lease_writes",
             "Node Lease creations and renewals",
             node_lease_writes_total.clone(),
@@ -361,6 +369,7 @@ impl Metrics {
             pod_status_nonconverging,
             node_status_writes_total,
             node_status_updates_total,
+            node_reads_from_watch_total,
             node_lease_writes_total,
             registry,
         }

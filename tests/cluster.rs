@@ -579,6 +579,78 @@ async fn steady_state_sends_no_status_patches() {
     );
 }
 
+/// An idle joined node, with the kubelet's periods (status every 10 s, reported every 5 min,
+/// Lease renewed every 10 s): each status update reads the node's own Node from its watch (the
+/// kubelet's informer) instead of a GET, so in 35 s the real API server's audit log shows the
+/// node's Lease renewals and not one GET of its Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_node_reads_its_node_from_the_watch_not_with_gets() {
+    let server = RealServer::start("idle-node-reads");
+    let api = server.api();
+    let n = Nodelet::start_in_real_cluster(
+        "idle-node-reads",
+        &server,
+        "nodeStatusUpdateFrequency: 10s\nnodeStatusReportFrequency: 5m\nnodeLeaseDurationSeconds: 40\n",
+    );
+    let node = n.node.clone();
+    // The positive signs first: the Node Ready, the Lease renewed.
+    wait_api("the node Ready in kubectl", &n, || {
+        let (ok, out, _) = kubectl(&api, &["get", "nodes", "--no-headers"]);
+        (ok && out
+            .lines()
+            .any(|l| l.starts_with(&node) && l.split_whitespace().nth(1) == Some("Ready")))
+        .then_some(())
+    })
+    .await;
+    let lease = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
+    wait_api("a lease renewal", &n, || {
+        server
+            .requests()
+            .iter()
+            .any(|r| r.method == "PUT" && r.path == lease)
+            .then_some(())
+    })
+    .await;
+    let metric = |name: &'static str| {
+        let n = &n;
+        async move {
+            n.metric(name)
+                .await
+                .unwrap_or_else(|| panic!("{name} in /metrics"))
+        }
+    };
+    let updates = metric("nodelet_node_status_updates_total").await;
+    let from_watch = metric("nodelet_node_reads_from_watch_total").await;
+    server.forget_requests();
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let updates = metric("nodelet_node_status_updates_total").await - updates;
+    let from_watch = metric("nodelet_node_reads_from_watch_total").await - from_watch;
+    // The audit event of a request is written once its response is sent.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = server.requests();
+    let node_path = format!("/api/v1/nodes/{node}");
+    let count = |method: &str, path: &str| {
+        log.iter()
+            .filter(|r| r.method == method && r.path == path)
+            .count()
+    };
+    let node_gets = count("GET", &node_path);
+    let lease_writes = count("PUT", &lease);
+    let others: Vec<String> = log
+        .iter()
+        .filter(|r| r.path != lease)
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect();
+    eprintln!(
+        "measured [idle node, 35 s]: {node_gets} GETs of the Node, {lease_writes} lease writes, \
+         {updates} status updates ({from_watch} from the watch); other requests: {others:?}"
+    );
+    assert!(lease_writes >= 3, "{lease_writes} lease writes: {others:?}");
+    assert!(updates >= 3.0, "{updates} status updates in 35 s");
+    assert_eq!(from_watch, updates, "every status update read the watch");
+    assert_eq!(node_gets, 0, "GETs of the Node by an idle node: {others:?}");
+}
+
 /// An older API server (v1.32 or v1.33, which do not store the pod and condition
 /// `observedGeneration` and more): 20 running pods get no status writes at steady state.
 async fn older_server_steady_state(major: u32, minor: u32) {

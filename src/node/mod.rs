@@ -4,14 +4,16 @@
 //!   Downward API, CPU and memory capacity for `resourceFieldRef` defaults and
 //!   `oom_score_adj`); standalone and cluster mode.
 //! - Cluster mode: Node registration ([`register`]), the node status ([`status`], pure, and
-//!   [`updater`], the loop that patches it) and the Lease heartbeat ([`lease`]), run together
-//!   by [`NodeAgent`] (which `crate::agent` starts). Machine facts come from `stats::machine`.
+//!   [`updater`], the loop that patches it, reading the Node from a watch of it, [`watch`]) and
+//!   the Lease heartbeat ([`lease`]), run together by [`NodeAgent`] (which `crate::agent`
+//!   starts). Machine facts come from `stats::machine`.
 
 pub mod iptables;
 pub mod lease;
 pub mod register;
 pub mod status;
 pub mod updater;
+pub mod watch;
 
 #[cfg(test)]
 mod api_fields_tests;
@@ -301,7 +303,8 @@ impl NodeAgent {
         self
     }
 
-    /// Publishes the node's taints as the status loop reads them (for admission).
+    /// Publishes the node's taints as the watch of the Node (and the status loop's GETs) read
+    /// them (for admission).
     pub fn with_taints(mut self, taints: updater::NodeTaints) -> Self {
         self.taints = Some(taints);
         self
@@ -406,7 +409,16 @@ impl NodeAgent {
         {
             return;
         }
-        let mut updater = updater::NodeStatusUpdater::new(
+        // The node's own Node, watched from registration on (the kubelet's node informer).
+        let watched = watch::NodeCache::default();
+        let watching = watch::watch_node(
+            client.clone(),
+            self.settings.node_name.clone(),
+            watched.clone(),
+            self.taints.clone(),
+            cancel.clone(),
+        );
+        let updater = updater::NodeStatusUpdater::new(
             client,
             &self.settings.node_name,
             self.settings.update_frequency,
@@ -421,7 +433,25 @@ impl NodeAgent {
             max_images: self.settings.max_images,
         }))
         .with_events(self.events.clone())
-        .with_taints(self.taints.clone());
+        .with_taints(self.taints.clone())
+        .with_node_watch(Some(watched));
+        let rounds = self.status_rounds(updater, cancel);
+        tokio::pin!(watching, rounds);
+        // The watch first: what it has received is in its copy before a round reads it.
+        tokio::select! {
+            biased;
+            _ = &mut watching => rounds.await,
+            _ = &mut rounds => {}
+        }
+    }
+
+    /// The status loop's rounds: one [`updater::NodeStatusUpdater::update`] every
+    /// `nodeStatusUpdateFrequency`, and at once when node shutdown starts or stops.
+    async fn status_rounds(
+        &self,
+        mut updater: updater::NodeStatusUpdater,
+        cancel: CancellationToken,
+    ) {
         let mut shutdown = self.shutdown.clone();
         loop {
             tokio::select! {

@@ -3,8 +3,13 @@
 //! Every `nodeStatusUpdateFrequency` the status is computed on top of the Node the API server
 //! has; it is PATCHed (status subresource, strategic merge) when it differs from what nodelet
 //! last wrote, when the server's copy differs from it (someone else changed it), or when the
-//! last report is `nodeStatusReportFrequency` old. The Lease is what says "alive" in between,
-//! so a steady node costs one GET per update period and one PATCH per report period.
+//! last report is `nodeStatusReportFrequency` old. The Lease is what says "alive" in between.
+//!
+//! As the kubelet's informer, the first try of each period reads the Node from a watch of it
+//! ([`super::watch`]), not from the API server, once that watch has delivered the last
+//! resourceVersion nodelet knew (its last PATCH's answer or GET's, [`node_read`]); a retry, or
+//! a watch that is behind, GETs it. So a steady node costs one PATCH per report period and no
+//! read at all.
 //!
 //! Unlike the kubelet, a difference the server's copy still shows after a successful PATCH (a
 //! server that drops or normalizes a field) is not written again at every update: it backs off
@@ -51,6 +56,52 @@ pub fn should_patch(
         || last_report.is_none_or(|last| now.saturating_duration_since(last) >= report_frequency)
 }
 
+/// The watch of the node's own Node as one attempt finds it ([`super::watch::Watched::read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchedNode {
+    /// The watch holds a copy of the Node (with a resourceVersion).
+    pub has_copy: bool,
+    /// The watch is current: listed, not failed since its last answer.
+    pub live: bool,
+    /// The watch has delivered the last resourceVersion nodelet knew (or nodelet knows none):
+    /// its copy is at least as new as anything nodelet read or wrote.
+    pub caught_up: bool,
+}
+
+/// Where one attempt reads the Node from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRead {
+    /// The watched copy: no request.
+    Watched,
+    /// GET from the API server's cache (`resourceVersion=0`), the kubelet's first try without
+    /// an informer.
+    ApiCache,
+    /// GET the latest (a quorum read).
+    Latest,
+}
+
+/// Where attempt `attempt` of a period reads the Node: a retry always reads the latest (the
+/// last copy was stale: the write conflicted or failed); the first try reads the watched copy
+/// when the watch is current and has caught up with what nodelet last knew; when it has not
+/// (nodelet's own PATCH not delivered yet) the latest, since the server's cache may lag as
+/// well; without a current watch (none, not listed yet, failing, or no Node in it) from the
+/// API server's cache, as before the watch.
+pub fn node_read(attempt: usize, watched: Option<WatchedNode>) -> NodeRead {
+    if attempt > 0 {
+        return NodeRead::Latest;
+    }
+    match watched {
+        Some(w) if w.live && w.has_copy => {
+            if w.caught_up {
+                NodeRead::Watched
+            } else {
+                NodeRead::Latest
+            }
+        }
+        _ => NodeRead::ApiCache,
+    }
+}
+
 /// What one attempt did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdateOutcome {
@@ -87,8 +138,13 @@ pub struct NodeStatusUpdater {
     last_report: Option<Instant>,
     images: Option<ImageSource>,
     events: Option<EventRecorder>,
-    /// Where the node's taints, as each GET reads them, go (admission's `NoExecute` check).
+    /// Where the node's taints, as each GET reads them, go (admission's `NoExecute` check); the
+    /// watch publishes them too.
     taints: Option<NodeTaints>,
+    /// The watched Node, read instead of a GET on the first try of each period.
+    watched: Option<super::watch::NodeCache>,
+    /// The resourceVersion of the Node as nodelet last read or wrote it.
+    last_known_rv: Option<String>,
     server: ApiServerVersion,
     /// The status last PATCHed successfully, as sent: what "changed" is judged against.
     last_written: Option<NodeStatus>,
@@ -123,6 +179,8 @@ impl NodeStatusUpdater {
             images: None,
             events: None,
             taints: None,
+            watched: None,
+            last_known_rv: None,
             server: ApiServerVersion::new(),
             last_written: None,
             stuck: None,
@@ -143,10 +201,18 @@ impl NodeStatusUpdater {
         self
     }
 
-    /// Publishes the node's taints read on every update (the kubelet's admission reads its own
-    /// Node from an informer; nodelet from the status loop's GET, every update period).
+    /// Publishes the node's taints each GET reads (the watch of the Node, [`super::watch`],
+    /// publishes them with each of its events, as the kubelet's admission reads its own Node
+    /// from an informer).
     pub fn with_taints(mut self, taints: Option<NodeTaints>) -> Self {
         self.taints = taints;
+        self
+    }
+
+    /// Reads the first try of each period from the watched Node when it is current
+    /// ([`node_read`]).
+    pub fn with_node_watch(mut self, watched: Option<super::watch::NodeCache>) -> Self {
+        self.watched = watched;
         self
     }
 
@@ -180,36 +246,45 @@ impl NodeStatusUpdater {
         }
     }
 
-    /// One attempt (`tryUpdateNodeStatus`). The first attempt of a period may read the API
-    /// server's cache (`resourceVersion=0`), retries read the latest, as the kubelet does.
-    pub async fn try_update(&mut self, attempt: usize) -> Result<UpdateOutcome, Error> {
-        let release = self
-            .server
-            .refresh_if_stale(&self.client, self.timeout)
-            .await;
-        let params = if attempt == 0 {
-            GetParams::any()
-        } else {
-            GetParams::default()
+    /// The Node this attempt starts from ([`node_read`]): the watched copy or a GET.
+    async fn read_node(&mut self, attempt: usize) -> Result<Node, Error> {
+        let (copy, view) = match &self.watched {
+            Some(cache) => {
+                let (copy, view) = cache.read(self.last_known_rv.as_deref());
+                (copy, Some(view))
+            }
+            None => (None, None),
+        };
+        let params = match (node_read(attempt, view), copy) {
+            (NodeRead::Watched, Some(copy)) => {
+                metrics().node_reads_from_watch_total.inc();
+                let node = (*copy).clone();
+                self.last_known_rv = node.metadata.resource_version.clone();
+                return Ok(node);
+            }
+            (NodeRead::ApiCache, _) => GetParams::any(),
+            _ => GetParams::default(),
         };
         let node = api_call(self.timeout, self.nodes.get_with(&self.node_name, &params))
             .await
             .inspect_err(|e| self.note_unreachable(e))
             .map_err(|e| e.context(format!("error getting node {:?}", self.node_name)))?;
         if let Some(taints) = &self.taints {
-            let read = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default();
-            taints.send_if_modified(|t| {
-                let changed = *t != read;
-                if changed {
-                    *t = read;
-                }
-                changed
-            });
+            super::watch::publish_taints(taints, super::watch::node_taints(&node));
         }
+        self.last_known_rv = node.metadata.resource_version.clone();
+        Ok(node)
+    }
+
+    /// One attempt (`tryUpdateNodeStatus`). The first attempt of a period reads the watched
+    /// Node when it is current, else the API server's cache (`resourceVersion=0`); retries read
+    /// the latest, as the kubelet does ([`node_read`]).
+    pub async fn try_update(&mut self, attempt: usize) -> Result<UpdateOutcome, Error> {
+        let release = self
+            .server
+            .refresh_if_stale(&self.client, self.timeout)
+            .await;
+        let node = self.read_node(attempt).await?;
         let original = node.status.unwrap_or_default();
         let images = self.list_images().await;
         let new = strip_node_status((self.compute)(Some(&original), images.as_deref()), release);
@@ -251,6 +326,8 @@ impl NodeStatusUpdater {
         .map_err(|e| e.context(format!("patching status of node {:?}", self.node_name)))?;
         self.counters.status_patches.fetch_add(1, Ordering::Relaxed);
         metrics().node_status_writes_total.inc();
+        // What the watch must deliver before its copy is used again.
+        self.last_known_rv = answer.metadata.resource_version.clone();
         self.note_convergence(&answer, &new, release);
         if let Some(recorder) = &self.events {
             // Events follow what was reported, so a failed PATCH announces nothing.
@@ -316,5 +393,52 @@ impl NodeStatusUpdater {
                 context: String::new(),
             })
             .context("update node status exceeds retry count".to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_try_reads_the_watch_only_when_it_is_current_and_caught_up() {
+        let w = |has_copy, live, caught_up| {
+            Some(WatchedNode {
+                has_copy,
+                live,
+                caught_up,
+            })
+        };
+        use NodeRead::*;
+        // (attempt, the watch, where from, why)
+        let cases = [
+            (0, w(true, true, true), Watched, "idle: nobody wrote since"),
+            (
+                0,
+                w(true, true, false),
+                Latest,
+                "our PATCH not delivered yet",
+            ),
+            (
+                0,
+                w(true, false, true),
+                ApiCache,
+                "the watch failed or lists again",
+            ),
+            (0, w(true, false, false), ApiCache, "failed and behind"),
+            (
+                0,
+                w(false, true, true),
+                ApiCache,
+                "listed, no Node (not registered yet)",
+            ),
+            (0, None, ApiCache, "no watch: as before it"),
+            (1, w(true, true, true), Latest, "a retry reads the latest"),
+            (4, w(true, true, false), Latest, "a retry reads the latest"),
+            (1, None, Latest, "a retry reads the latest"),
+        ];
+        for (attempt, watched, want, why) in cases {
+            assert_eq!(node_read(attempt, watched), want, "{why}: {watched:?}");
+        }
     }
 }

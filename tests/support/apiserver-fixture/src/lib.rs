@@ -197,6 +197,10 @@ async fn serve(
             _ = token.cancelled() => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                // As Go's net/http (the real API server): without it a watch event written on a
+                // kept-alive connection waits for the client's delayed ACK (Nagle), real time
+                // in which a paused-clock test's virtual time races ahead.
+                let _ = stream.set_nodelay(true);
                 let router = router.clone();
                 let token = token.clone();
                 let acceptor = acceptor.clone();
