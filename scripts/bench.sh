@@ -14,7 +14,8 @@
 #              nodelet and the kubelet; then 500 pause pods (heavy: ~15 min)
 #   api        status writes and API requests in cluster mode, nodelet and the kubelet each
 #              joined to the real control plane of scripts/k8s.sh (counted from its audit log)
-#   eviction   the cgroup v2 VM (qemu, software emulation): 10 eviction cycles in one boot
+#   eviction   the cgroup v2 VM (qemu, software emulation): 10 eviction cycles of nodelet in
+#              one boot, then 10 of the kubelet joined to scripts/k8s.sh's control plane
 # OPTIONS (defaults are the issue's minimums): --runs N (5), --exits N (200),
 #   --reaction-runs N (20), --many-pods N (500), --window SECONDS (120), --settle SECONDS (30),
 #   --eviction-runs N (10), --no-write (print only), --profile SECONDS (perf record nodelet
@@ -29,9 +30,9 @@
 # the same run (the tables' runtime column; NODELET_BENCH_COMPAT=0: the current one only).
 # The kubelet column: scripts/k8s.sh builds the kubelet v1.37.2 (or reuses its cache) and
 # NODELET_BENCH_KUBELET names it; the kubelet runs on the current containerd only, never at
-# the same time as nodelet. The api part runs against scripts/k8s.sh's control plane (port
-# base NODELET_TEST_K8S_PORT_BASE, else NODELET_BENCH_K8S_PORT_BASE, 22443), which this script
-# starts when it does not run and stops again at the end. Everything a part starts
+# the same time as nodelet. The api and eviction parts run against scripts/k8s.sh's control
+# plane (port base NODELET_TEST_K8S_PORT_BASE, else NODELET_BENCH_K8S_PORT_BASE, 22443), which
+# this script starts when it does not run and stops again at the end. Everything a part starts
 # (agent processes, pods, the VM) is removed when the part ends or the script is interrupted.
 # Not part of the test command: the numbers depend on the machine and its load.
 # NODELET_BENCH_BIN: run that node_bench binary, built before, instead of building one.
@@ -54,7 +55,7 @@ require_root
 
 case " $* " in
 *" -h "* | *" --help "*)
-	sed -n '2,37s/^# \{0,1\}//p' "$0"
+	sed -n '2,38s/^# \{0,1\}//p' "$0"
 	exit 0
 	;;
 esac
@@ -128,8 +129,9 @@ wants_part() { # part args...
 	done
 	[ "$named" = 0 ]
 }
-# The api part's control plane (its audit log counts each agent's requests).
-if wants_part api "$@"; then
+# The control plane of the api part (its audit log counts each agent's requests) and of the
+# eviction part's kubelet (which evicts only API pods; it joins from inside the VM).
+if wants_part api "$@" || wants_part eviction "$@"; then
 	scripts/k8s.sh status >/dev/null 2>&1 || STARTED_K8S=1
 	scripts/k8s.sh up >&2
 	eval "$(scripts/k8s.sh env)"

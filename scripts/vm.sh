@@ -27,6 +27,9 @@
 #   --timeout SECONDS  kill the VM after this long; the scenario gets 60 s less; default 900
 #   --memory MIB       guest memory; default 2048
 #   --cpus N           guest CPUs; default 2
+#   --network MODE     none (default: the guest has no network device) or host: qemu's user-mode
+#                      network (slirp), the guest at 10.0.2.15/24 reaching the host's loopback
+#                      at 10.0.2.2 (a control plane on the host, for a joined agent in the guest)
 #
 # Paths: <target> is $CARGO_TARGET_DIR or target/; <vm dir> is $NODELET_VM_DIR or <target>/vm.
 # The node root: scripts/vm/root.sh (cached in /var/cache/nodelet-vm, or $NODELET_VM_CACHE); its
@@ -47,7 +50,7 @@ INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p overlay)
 RESULT_MARKER="NODELET-VM-RESULT:"
 
 usage() {
-	sed -n '2,33s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,36s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
@@ -156,7 +159,7 @@ build_initramfs() {
 # Options shared by run and shell; sets NAME DRIVER NODELET TIMEOUT MEMORY CPUS EXTRA_ENV COMMAND.
 parse_options() {
 	NAME=manual DRIVER=systemd NODELET="$TARGET_DIR/debug/nodelet" TIMEOUT=900 MEMORY=2048 CPUS=2
-	EXTRA_ENV=() COMMAND=()
+	EXTRA_ENV=() COMMAND=() NETWORK=none
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--name) NAME="$2" && shift 2 ;;
@@ -166,11 +169,13 @@ parse_options() {
 		--timeout) TIMEOUT="$2" && shift 2 ;;
 		--memory) MEMORY="$2" && shift 2 ;;
 		--cpus) CPUS="$2" && shift 2 ;;
+		--network) NETWORK="$2" && shift 2 ;;
 		--) shift && COMMAND=("$@") && break ;;
 		*) usage ;;
 		esac
 	done
 	case "$DRIVER" in systemd | cgroupfs) ;; *) die "--driver $DRIVER: want systemd or cgroupfs" ;; esac
+	case "$NETWORK" in none | host) ;; *) die "--network $NETWORK: want none or host" ;; esac
 	[[ "$NAME" =~ ^[A-Za-z0-9_.-]+$ ]] || die "--name $NAME: letters, digits, _ . - only"
 	if ! [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || [ "$TIMEOUT" -le 120 ]; then
 		die "--timeout $TIMEOUT: want seconds, more than 120"
@@ -203,6 +208,7 @@ write_run_dir() { # interactive
 		printf 'NODELET_VM_IMAGES=%q\n' "$IMAGES_TARGET_DIR"
 		printf 'NODELET_VM_GUEST_TIMEOUT=%q\n' "$((TIMEOUT - 60))"
 		printf 'NODELET_VM_INTERACTIVE=%q\n' "$1"
+		printf 'NODELET_VM_NETWORK=%q\n' "$NETWORK"
 		printf 'NODELET_VM_ROOT=%q\n' "$NODE_ROOT"
 	} >"$RUN_DIR/env.tmp"
 	mv -f "$RUN_DIR/env.tmp" "$RUN_DIR/env"
@@ -253,9 +259,13 @@ qemu_args() {
 		)"
 	)
 	# shellcheck disable=SC2054 # qemu's options are comma-separated
+	local nic=none
+	# User-mode networking needs no privileges or host devices; the guest reaches the host's
+	# loopback at 10.0.2.2 and nothing reaches the guest.
+	[ "$NETWORK" = host ] && nic=user,model=virtio-net-pci
 	QEMU_ARGS=(
 		-accel tcg,thread=multi -smp "$CPUS" -m "$MEMORY"
-		-nographic -no-reboot -nic none
+		-nographic -no-reboot -nic "$nic"
 		-kernel "$NODE_ROOT/boot/vmlinuz-$version" -initrd "$initramfs"
 		-append "${append[*]}"
 		-virtfs "local,path=$NODE_ROOT,mount_tag=noderoot,security_model=passthrough,readonly=on,multidevs=remap"

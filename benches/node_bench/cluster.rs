@@ -36,6 +36,16 @@ impl Cluster {
         })
     }
 
+    /// The real kubectl of the control plane's build.
+    pub fn kubectl_path(&self) -> PathBuf {
+        self.kubectl.clone()
+    }
+
+    /// The admin's kubeconfig (`system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        PathBuf::from(&self.admin)
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.kubectl);
         c.arg("--kubeconfig").arg(&self.admin).args(args);

@@ -59,6 +59,25 @@ source "$REPO_DIR/scripts/lib.sh"
 
 modprobe -a overlay bridge veth
 
+# `scripts/vm.sh --network host`: qemu's user-mode network, configured as its built-in DHCP
+# server would (the guest 10.0.2.15/24, the gateway 10.0.2.2 forwarding to the host's loopback).
+if [ "${NODELET_VM_NETWORK:-none}" = host ]; then
+	modprobe virtio_net
+	nic=
+	for _ in $(seq 100); do
+		for dev in /sys/class/net/*; do
+			[ -e "$dev/device" ] && nic="${dev##*/}" && break 2
+		done
+		sleep 0.1
+	done
+	[ -n "$nic" ] || { echo "--network host: no network device appeared" >&2 && exit 1; }
+	ip link set lo up
+	ip link set "$nic" up
+	ip addr add 10.0.2.15/24 dev "$nic"
+	ip route add default via 10.0.2.2
+	say "network: $nic 10.0.2.15/24, the host's loopback at 10.0.2.2"
+fi
+
 # The units were installed by the initramfs (scripts/vm/init) before systemd started.
 say "containerd: containerd.service with $CTD_CONFIG (SystemdCgroup = $NODELET_TEST_SYSTEMD_CGROUP)"
 case "$(systemctl show -p ExecStart --value containerd.service)" in
@@ -85,7 +104,7 @@ dpkg -i "$NODELET_VM_DEB" >/dev/null || { echo "dpkg -i $NODELET_VM_DEB failed" 
 say "nodelet: $(dpkg-query -W -f='${Package} ${Version} (${Status})' nodelet) from ${NODELET_VM_DEB##*/}; $(nodelet version 2>&1 | head -n1); $(systemctl show -p FragmentPath --value nodelet.service)"
 
 eval "$("$REPO_DIR/scripts/containerd.sh" env)"
-export NODELET_VM_GUEST=1 NODELET_VM_SCENARIO="$NODELET_VM_NAME" NODELET_VM_DRIVER NODELET_VM_STATE="$VM_STATE"
+export NODELET_VM_GUEST=1 NODELET_VM_SCENARIO="$NODELET_VM_NAME" NODELET_VM_DRIVER NODELET_VM_STATE="$VM_STATE" NODELET_VM_NETWORK
 export NODELET_VM_CONTAINERD_VERSION="$containerd_version" NODELET_VM_RUNC_VERSION="$runc_version" NODELET_VM_DEB
 export HOME=/root
 while IFS= read -r entry; do

@@ -144,17 +144,37 @@ where
     F: FnOnce(Guest) -> Fut,
     Fut: Future<Output = ()>,
 {
-    scenario_with(name, driver, VM_TIMEOUT, &[], body);
+    scenario_with(name, driver, VM_TIMEOUT, &[], Network::None, body);
+}
+
+/// The guest's network (`scripts/vm.sh --network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// No network device, as every test scenario runs.
+    None,
+    /// qemu's user-mode network: the guest reaches the host's loopback at 10.0.2.2 (a control
+    /// plane on the host).
+    Host,
+}
+
+impl Network {
+    fn name(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Host => "host",
+        }
+    }
 }
 
 /// [`scenario`] with its own limit for the VM's run (a benchmark repeating a cycle many times
-/// needs longer) and environment variables for the guest's command; on the host it returns the
-/// guest's console lines, so a caller can read what the guest printed.
+/// needs longer), environment variables for the guest's command and its network; on the host
+/// it returns the guest's console lines, so a caller can read what the guest printed.
 pub fn scenario_with<F, Fut>(
     name: &str,
     driver: Driver,
     timeout: Duration,
     guest_env: &[(&str, String)],
+    network: Network,
     body: F,
 ) -> Vec<String>
 where
@@ -162,7 +182,7 @@ where
     Fut: Future<Output = ()>,
 {
     if std::env::var("NODELET_VM_GUEST").as_deref() != Ok("1") {
-        return boot(name, driver, timeout, guest_env);
+        return boot(name, driver, timeout, guest_env, network);
     }
     let booted_for = std::env::var("NODELET_VM_SCENARIO").unwrap_or_default();
     assert_eq!(
@@ -265,10 +285,11 @@ fn boot(
     driver: Driver,
     timeout: Duration,
     guest_env: &[(&str, String)],
+    network: Network,
 ) -> Vec<String> {
     let mut attempt = 1;
     loop {
-        match boot_once(name, driver, timeout, guest_env) {
+        match boot_once(name, driver, timeout, guest_env, network) {
             Ok(lines) => return lines,
             Err(f) if f.guest_kernel_died && attempt < BOOT_ATTEMPTS => {
                 let _ = writeln!(
@@ -347,6 +368,7 @@ fn boot_once(
     driver: Driver,
     timeout: Duration,
     guest_env: &[(&str, String)],
+    network: Network,
 ) -> Result<Vec<String>, BootFailure> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = repo.join("scripts/vm.sh");
@@ -361,6 +383,7 @@ fn boot_once(
                 .flat_map(|(k, v)| ["--env".to_string(), format!("{k}={v}")]),
         )
         .args(["--memory", &VM_MEMORY_MIB.to_string()])
+        .args(["--network", network.name()])
         .args(["--timeout", &timeout.as_secs().to_string(), "--"])
         .arg(&exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
