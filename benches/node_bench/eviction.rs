@@ -73,7 +73,7 @@ struct KubeletKit {
 /// The kit in `<target>/vm/kubelet-kit` (the VM sees the target directory): the kubelet and
 /// kubectl, the cluster CA, and kubeconfigs of the node and the admin whose server is the
 /// host's API server as the guest reaches it (the server's certificate names `localhost`,
-/// not 10.0.2.2: `tls-server-name`). `None` without a kubelet or a control plane.
+/// not 10.0.2.2: `tls-server-name`); and the namespace of its pods, created.
 fn kubelet_kit(cluster: &Cluster, kubelet: &str) -> KubeletKit {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
