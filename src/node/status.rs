@@ -635,7 +635,9 @@ pub fn node_status_events(
 }
 
 /// Whether anything but heartbeat times differs (the kubelet's `nodeStatusHasChanged`).
-/// Quantities compare by value, as `apiequality.Semantic` does (`1Gi` equals `1024Mi`).
+/// Quantities compare by value and an empty list as an absent one, as `apiequality.Semantic`
+/// does (`1Gi` equals `1024Mi`; an image without names is sent with `names: []`, which the API
+/// server stores and returns as absent).
 pub fn node_status_changed(original: &NodeStatus, new: &NodeStatus) -> bool {
     normalized(original) != normalized(new)
 }
@@ -653,6 +655,7 @@ pub fn node_status_differences(original: &NodeStatus, new: &NodeStatus) -> Vec<S
 
 fn normalized(status: &NodeStatus) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+    drop_empty_lists(&mut value);
     if let Some(conditions) = value.get_mut("conditions").and_then(Value::as_array_mut) {
         for condition in conditions.iter_mut() {
             if let Some(c) = condition.as_object_mut() {
@@ -679,6 +682,22 @@ fn normalized(status: &NodeStatus) -> Value {
         }
     }
     value
+}
+
+/// Removes every empty list and null from the objects in `value`, at any depth: Go's
+/// `apiequality.Semantic` takes a nil slice for an empty one, and the API server returns an
+/// empty list it was sent as absent.
+fn drop_empty_lists(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for v in map.values_mut() {
+                drop_empty_lists(v);
+            }
+            map.retain(|_, v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty()));
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_empty_lists),
+        _ => {}
+    }
 }
 
 /// The strategic merge patch that turns `original` into `new`, as `{"status": {...}}`:

@@ -480,7 +480,18 @@ fn no_internal_ip_reports_only_the_hostname() {
 #[test]
 fn changed_table() {
     let machine = machine();
-    let base = build_node_status(None, &inputs(&machine), ts("2026-01-01T00:00:00Z"));
+    let mut base = build_node_status(None, &inputs(&machine), ts("2026-01-01T00:00:00Z"));
+    // One image known by its ID only (no tag, no digest), one with a name.
+    base.images = Some(vec![
+        ContainerImage {
+            names: Some(Vec::new()),
+            size_bytes: Some(10),
+        },
+        ContainerImage {
+            names: Some(vec!["localhost/a:1".into()]),
+            size_bytes: Some(20),
+        },
+    ]);
     type Mutation = fn(&mut NodeStatus);
     let cases: Vec<(&str, Mutation, bool)> = vec![
         ("identical", |_| {}, false),
@@ -540,6 +551,34 @@ fn changed_table() {
             },
             true,
         ),
+        (
+            // The API server returns `names: []` as absent (an image known by ID only).
+            "an image's empty names absent",
+            |s| {
+                for image in s.images.get_or_insert_with(Vec::new) {
+                    if image.names.as_ref().is_some_and(Vec::is_empty) {
+                        image.names = None;
+                    }
+                }
+            },
+            false,
+        ),
+        (
+            "an image's names emptied",
+            |s| {
+                if let Some(image) = s.images.as_mut().and_then(|i| i.last_mut()) {
+                    image.names = Some(Vec::new());
+                }
+            },
+            true,
+        ),
+        (
+            "an image less",
+            |s| {
+                s.images.as_mut().unwrap().pop();
+            },
+            true,
+        ),
     ];
     for (name, mutate, want) in cases {
         let mut other = base.clone();
@@ -579,6 +618,12 @@ fn node_status_differences_name_the_fields() {
     assert_eq!(
         node_status_differences(&not_ready, &base),
         vec!["status.conditions[type=Ready].status".to_string()]
+    );
+    let mut empty_images = base.clone();
+    empty_images.images = Some(Vec::new());
+    assert!(
+        node_status_differences(&base, &empty_images).is_empty(),
+        "an empty list is an absent one"
     );
 }
 
