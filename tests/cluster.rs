@@ -39,6 +39,19 @@ async fn wait_logged(
     .await
 }
 
+/// Until `kubectl get nodes` (as the admin of `api`) shows nodelet's node Ready.
+async fn wait_ready_in_kubectl(n: &Nodelet, api: &str) {
+    let node = n.node.clone();
+    wait_api("the node Ready in kubectl", n, || {
+        let (ok, out, _) = kubectl(api, &["get", "nodes", "--no-headers"]);
+        (ok && out
+            .lines()
+            .any(|l| l.starts_with(&node) && l.split_whitespace().nth(1) == Some("Ready")))
+        .then_some(())
+    })
+    .await;
+}
+
 fn bound_pod(name: &str, node: &str, extra_spec: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 5\n{extra_spec}  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"
@@ -58,14 +71,7 @@ async fn node_registers_ready_and_renews_its_lease() {
     let api = server.api();
     let n = Nodelet::start_in_real_cluster("node-ready", &server, "");
     let node = n.node.clone();
-    wait_api("the node Ready in kubectl", &n, || {
-        let (ok, out, _) = kubectl(&api, &["get", "nodes", "--no-headers"]);
-        (ok && out
-            .lines()
-            .any(|l| l.starts_with(&node) && l.split_whitespace().nth(1) == Some("Ready")))
-        .then_some(())
-    })
-    .await;
+    wait_ready_in_kubectl(&n, &api).await;
     let renew = |f: &RealServer| {
         f.object::<k8s_openapi::api::coordination::v1::Lease>(Some("kube-node-lease"), &node)
             .and_then(|l| l.spec?.renew_time)
@@ -594,14 +600,7 @@ async fn an_idle_node_reads_its_node_from_the_watch_not_with_gets() {
     );
     let node = n.node.clone();
     // The positive signs first: the Node Ready, the Lease renewed.
-    wait_api("the node Ready in kubectl", &n, || {
-        let (ok, out, _) = kubectl(&api, &["get", "nodes", "--no-headers"]);
-        (ok && out
-            .lines()
-            .any(|l| l.starts_with(&node) && l.split_whitespace().nth(1) == Some("Ready")))
-        .then_some(())
-    })
-    .await;
+    wait_ready_in_kubectl(&n, &api).await;
     let lease = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
     wait_api("a lease renewal", &n, || {
         server

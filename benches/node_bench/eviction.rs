@@ -333,16 +333,31 @@ fn journal_time(g: &Guest, needles: &[&str]) -> Option<Timestamp> {
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
 }
 
-async fn wait(what: &str, g: &Guest, timeout: Duration, mut check: impl FnMut() -> bool) {
+/// Polls `check` every `every` until it holds; after `timeout` fails with `journal()`.
+async fn poll_until(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> bool,
+    journal: impl Fn() -> String,
+) {
     let deadline = Instant::now() + timeout;
     while !check() {
         assert!(
             Instant::now() < deadline,
             "no {what} after {timeout:?}\n{}",
-            g.journal(40)
+            journal()
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(every).await;
     }
+}
+
+/// [`poll_until`] every 200 ms, failing with nodelet's journal.
+async fn wait(what: &str, g: &Guest, timeout: Duration, check: impl FnMut() -> bool) {
+    poll_until(what, timeout, Duration::from_millis(200), check, || {
+        g.journal(40)
+    })
+    .await;
 }
 
 /// Guest side: nodelet with the threshold, then `runs` eviction cycles; one result line each.
@@ -501,17 +516,12 @@ impl KubeletGuest {
         what: &str,
         timeout: Duration,
         every: Duration,
-        mut check: impl FnMut() -> bool,
+        check: impl FnMut() -> bool,
     ) {
-        let deadline = Instant::now() + timeout;
-        while !check() {
-            assert!(
-                Instant::now() < deadline,
-                "kubelet: no {what} after {timeout:?}\n{}",
-                self.journal_tail(60)
-            );
-            tokio::time::sleep(every).await;
-        }
+        poll_until(what, timeout, every, check, || {
+            format!("--- the kubelet's journal ---\n{}", self.journal_tail(60))
+        })
+        .await;
     }
 
     /// Starts the kubelet joined to the host's control plane with a threshold below what is
