@@ -12,13 +12,52 @@ use std::time::{Duration, Instant};
 
 use crate::report::{parse_audit, Audited};
 
+/// The real kubectl with one kubeconfig: the host's admin here, the guest's in the eviction
+/// part's VM.
+pub struct Kubectl {
+    pub bin: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    /// `kubectl ARGS`, with `input` on its stdin: (success, stdout, stderr).
+    pub fn run(&self, args: &[&str], input: Option<&str>) -> (bool, String, String) {
+        let mut child = match Command::new(&self.bin)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => return (false, String::new(), format!("run kubectl: {e}")),
+        };
+        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            let _ = stdin.write_all(text.as_bytes());
+        }
+        match child.wait_with_output() {
+            Ok(out) => (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ),
+            Err(e) => (false, String::new(), format!("kubectl: {e}")),
+        }
+    }
+}
+
 /// What the part needs of `scripts/k8s.sh env`.
 pub struct Cluster {
     pub server: String,
     pub ca: String,
     ca_key: String,
-    admin: String,
-    kubectl: PathBuf,
+    pub admin: Kubectl,
     audit_log: PathBuf,
 }
 
@@ -30,38 +69,17 @@ impl Cluster {
             server: var("NODELET_TEST_K8S_SERVER")?,
             ca: var("NODELET_TEST_K8S_CA")?,
             ca_key: var("NODELET_TEST_K8S_CA_KEY")?,
-            admin: var("NODELET_TEST_KUBECONFIG")?,
-            kubectl: Path::new(&var("NODELET_TEST_K8S_BIN")?).join("kubectl"),
+            admin: Kubectl {
+                bin: Path::new(&var("NODELET_TEST_K8S_BIN")?).join("kubectl"),
+                kubeconfig: var("NODELET_TEST_KUBECONFIG")?.into(),
+            },
             audit_log: var("NODELET_TEST_K8S_AUDIT_LOG")?.into(),
         })
     }
 
-    /// The real kubectl of the control plane's build.
-    pub fn kubectl_path(&self) -> PathBuf {
-        self.kubectl.clone()
-    }
-
-    /// The admin's kubeconfig (`system:masters`).
-    pub fn admin_kubeconfig(&self) -> PathBuf {
-        PathBuf::from(&self.admin)
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.kubectl);
-        c.arg("--kubeconfig").arg(&self.admin).args(args);
-        c
-    }
-
     /// kubectl as the admin: (success, stdout, stderr).
     pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
-        match self.command(args).output() {
-            Ok(out) => (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ),
-            Err(e) => (false, String::new(), format!("run kubectl: {e}")),
-        }
+        self.admin.run(args, None)
     }
 
     /// kubectl as the admin, which must succeed; its stdout.
@@ -73,25 +91,8 @@ impl Cluster {
 
     /// `kubectl create -f -` of `manifests` (YAML documents).
     pub fn create(&self, manifests: &str) {
-        let mut child = self
-            .command(&["create", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl create");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(manifests.as_bytes())
-            .expect("write to kubectl");
-        let out = child.wait_with_output().expect("kubectl create");
-        assert!(
-            out.status.success(),
-            "kubectl create refused: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (ok, _, err) = self.admin.run(&["create", "-f", "-"], Some(manifests));
+        assert!(ok, "kubectl create refused: {err}");
     }
 
     /// Creates `namespace` and waits for its ServiceAccount `default` (the API server refuses

@@ -14,7 +14,7 @@
 //! reach the guest through the shared target directory (`target/vm/kubelet-kit`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use nodelet::cri::{api, labels, Runtime};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Kubectl};
 use crate::report::{ms_between, num, Row, Section, Summary, Verdict};
 use crate::sys::{self, LoadMark};
 use crate::vm::{self, Driver, Guest, Network};
@@ -75,13 +75,7 @@ struct KubeletKit {
 /// host's API server as the guest reaches it (the server's certificate names `localhost`,
 /// not 10.0.2.2: `tls-server-name`); and the namespace of its pods, created.
 fn kubelet_kit(cluster: &Cluster, kubelet: &str) -> KubeletKit {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let dir = std::env::var_os("NODELET_VM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target.join("vm"))
-        .join("kubelet-kit");
+    let dir = vm::vm_dir().join("kubelet-kit");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("the kubelet kit's directory");
     let place = |from: &Path, name: &str| {
@@ -92,7 +86,7 @@ fn kubelet_kit(cluster: &Cluster, kubelet: &str) -> KubeletKit {
         }
     };
     place(Path::new(kubelet), "kubelet");
-    place(&cluster.kubectl_path(), "kubectl");
+    place(&cluster.admin.bin, "kubectl");
     place(Path::new(&cluster.ca), "ca.crt");
     let node = crate::agent::node_name(crate::agent::Kind::Kubelet, "eviction");
     let port = cluster
@@ -105,7 +99,7 @@ fn kubelet_kit(cluster: &Cluster, kubelet: &str) -> KubeletKit {
     let node_config = cluster.node_kubeconfig(&node, &dir);
     for (from, name) in [
         (node_config, "node.kubeconfig"),
-        (cluster.admin_kubeconfig(), "admin.kubeconfig"),
+        (cluster.admin.kubeconfig.clone(), "admin.kubeconfig"),
     ] {
         let flat = cluster.kubectl_ok(&[
             "config",
@@ -439,49 +433,37 @@ struct KubeletGuest {
     kit: PathBuf,
     node: String,
     namespace: String,
+    /// kubectl as the admin of the host's control plane.
+    admin: Kubectl,
 }
 
 impl KubeletGuest {
     fn from_env() -> Option<KubeletGuest> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let kit = PathBuf::from(var(KIT_VAR)?);
         Some(KubeletGuest {
-            kit: var(KIT_VAR)?.into(),
             node: var(NODE_VAR)?,
             namespace: var(NAMESPACE_VAR)?,
+            admin: Kubectl {
+                bin: kit.join("kubectl"),
+                kubeconfig: kit.join("admin.kubeconfig"),
+            },
+            kit,
         })
     }
 
-    /// kubectl as the admin of the host's control plane: (success, stdout, stderr).
+    /// kubectl as the admin, each request bounded: (success, stdout, stderr).
     fn kubectl(&self, args: &[&str], input: Option<&str>) -> (bool, String, String) {
-        let mut command = Command::new(self.kit.join("kubectl"));
-        command
-            .arg("--kubeconfig")
-            .arg(self.kit.join("admin.kubeconfig"))
-            .args(["--request-timeout", "30s"])
-            .args(args)
-            .stdin(if input.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = match command.spawn() {
-            Ok(c) => c,
-            Err(e) => return (false, String::new(), format!("run kubectl: {e}")),
-        };
-        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-            use std::io::Write;
-            let _ = stdin.write_all(text.as_bytes());
-        }
-        match child.wait_with_output() {
-            Ok(out) => (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ),
-            Err(e) => (false, String::new(), format!("kubectl: {e}")),
-        }
+        self.admin
+            .run(&[&["--request-timeout", "30s"], args].concat(), input)
+    }
+
+    /// One field of an object (`kubectl get OBJECT -o jsonpath=...`), trimmed; empty when it
+    /// cannot be read.
+    fn field(&self, object: &[&str], jsonpath: &str) -> String {
+        let jsonpath = format!("jsonpath={jsonpath}");
+        let args = [&["get"], object, &["-o", &jsonpath]].concat();
+        self.kubectl(&args, None).1.trim().to_string()
     }
 
     /// The kubelet's journal lines (this boot), each as (journal time, message).
@@ -582,19 +564,10 @@ impl KubeletGuest {
             Duration::from_secs(600),
             Duration::from_secs(2),
             || {
-                self.kubectl(
-                    &[
-                        "get",
-                        "node",
-                        &self.node,
-                        "-o",
-                        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-                    ],
-                    None,
-                )
-                .1
-                .trim()
-                    == "True"
+                self.field(
+                    &["node", &self.node],
+                    "{.status.conditions[?(@.type==\"Ready\")].status}",
+                ) == "True"
             },
         )
         .await;
@@ -640,23 +613,7 @@ impl KubeletGuest {
                 "eviction",
                 Duration::from_secs(300),
                 Duration::from_secs(1),
-                || {
-                    self.kubectl(
-                        &[
-                            "-n",
-                            &ns,
-                            "get",
-                            "pod",
-                            &name,
-                            "-o",
-                            "jsonpath={.status.reason}",
-                        ],
-                        None,
-                    )
-                    .1
-                    .trim()
-                        == "Evicted"
-                },
+                || self.field(&["-n", &ns, "pod", &name], "{.status.reason}") == "Evicted",
             )
             .await;
             stop.store(true, Ordering::Relaxed);

@@ -489,14 +489,18 @@ fn boot_once(
 
 /// The run directory scripts/vm.sh uses for `name` (console.log is there).
 fn run_dir(name: &str) -> PathBuf {
+    vm_dir().join("runs").join(name)
+}
+
+/// scripts/vm.sh's output directory, which the guest sees at the same path: `NODELET_VM_DIR`,
+/// else `vm` in the target directory.
+pub fn vm_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
     std::env::var_os("NODELET_VM_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| target.join("vm"))
-        .join("runs")
-        .join(name)
 }
 
 /// The node inside the VM, as the guest side of a scenario sees it.
