@@ -341,20 +341,26 @@ EOF
 # The agent's configuration: the same KubeletConfiguration for nodelet and the kubelet, as a
 # kubeadm node would run them: the kubelet API on the node's address, webhook authentication
 # and authorization through the API server, the logs where the suite reads them (the default
-# podLogsDir, /var/log/pods, and the links in /var/log/containers).
-agent_config() { # agent dir node port
-	local agent="$1" dir="$2" node="$3" port="$4"
+# podLogsDir, /var/log/pods, and the links in /var/log/containers). The suite reads it, changes
+# it and writes it back (util_kubeletconfig.go) where it runs: kubelet-config in its working
+# directory, the run's output directory.
+agent_config() { # agent dir
+	local agent="$1" dir="$2"
 	cat <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$CTD_SOCK
 staticPodPath: $dir/manifests
 address: 0.0.0.0
-port: $port
+# A whole run serves the kubelet API on the kubelet's ports, where the suite looks for it on
+# loopback (/configz on 10250, /healthz on 10248 while it restarts the agent); the subset on
+# ports of its own.
+port: $AGENT_PORT
 # The suite reads /stats/summary through the read-only port (where /configz says), and
 # /metrics/cadvisor through localhost:10255, the default.
 readOnlyPort: $READ_ONLY_PORT
-healthzPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $HEALTHZ_PORT
 failCgroupV1: false
 failSwapOn: false
 cgroupDriver: cgroupfs
@@ -370,10 +376,7 @@ authentication:
 authorization:
   mode: Webhook
 EOF
-	# Fields only one of them reads from the file (the kubelet takes these as flags).
-	if [ "$agent" = nodelet ]; then
-		printf 'rootDir: %s\nnodeName: %s\nkubeconfig: %s\n' "$dir/root" "$node" "$dir/node.kubeconfig"
-	else
+	if [ "$agent" = kubelet ]; then
 		# The kubelet kills the processes of every pod cgroup under its kubepods that is not one
 		# of its pods: on this shared machine its kubepods is a subtree of its own, so that the
 		# pods of nodelet's test instances (under /kubepods) are not its orphans. The tests
@@ -382,41 +385,44 @@ EOF
 	fi
 }
 
-# Starts the agent in the background; prints its pid.
-agent_start() { # agent dir node log
-	local agent="$1" dir="$2" node="$3" logfile="$4"
+# The agent as the unit `kubelet-conformance` of the run's systemctl stand-in
+# (scripts/conformance/systemctl, through which the suite stops and restarts it): its command in
+# $unit/run, both agents with the kubelet's command line (nodelet takes it as the kubelet does).
+agent_unit() { # agent dir node config unit
+	local agent="$1" dir="$2" node="$3" config="$4" unit="$5" binary environment=""
 	case "$agent" in
 	nodelet)
-		local nodelet="$REPO_DIR/target/debug/nodelet"
+		binary="$REPO_DIR/target/debug/nodelet"
 		# Built every time (a no-op when current): a binary left from an older checkout
 		# would be tested instead of the sources.
 		(cd "$REPO_DIR" && cargo build --locked --bin nodelet >&2)
-		RUST_LOG=nodelet=debug,info setsid "$nodelet" run --config "$dir/config.yaml" >"$logfile" 2>&1 &
+		environment="RUST_LOG=nodelet=debug,info"
 		;;
 	kubelet)
-		local kubelet="$NODELET_TEST_K8S_BIN/kubelet" hierarchy
-		[ -x "$kubelet" ] || die "no kubelet in $NODELET_TEST_K8S_BIN (scripts/k8s.sh build)"
+		binary="$NODELET_TEST_K8S_BIN/kubelet"
+		[ -x "$binary" ] || die "no kubelet in $NODELET_TEST_K8S_BIN (scripts/k8s.sh build)"
+		local hierarchy
 		# Its cgroupRoot must exist (every v1 hierarchy, or the v2 tree).
 		for hierarchy in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
 			if [ -e "$hierarchy/cgroup.procs" ]; then mkdir -p "$hierarchy/kubelet-conformance"; fi
 		done
-		setsid "$kubelet" --config "$dir/config.yaml" --kubeconfig "$dir/node.kubeconfig" \
-			--root-dir "$dir/root" --cert-dir "$dir/pki" --hostname-override "$node" --v=2 >"$logfile" 2>&1 &
 		;;
 	*) die "unknown agent $agent (nodelet or kubelet)" ;;
 	esac
-	echo $!
+	mkdir -p "$unit"
+	cat >"$unit/run" <<EOF
+#!/bin/sh
+exec env $environment "$binary" --config "$config" --kubeconfig "$dir/node.kubeconfig" \\
+	--root-dir "$dir/root" --cert-dir "$dir/pki" --hostname-override "$node" --v=2
+EOF
+	chmod +x "$unit/run"
 }
 
-# Stops the agent; the pods it left stay in containerd for the next agent's clean-up.
-agent_stop() { # pid
-	kill "$1" 2>/dev/null || return 0
-	local i
-	for i in $(seq 1 100); do
-		[ -d "/proc/$1" ] || return 0
-		sleep 0.2
-	done
-	kill -9 "$1" 2>/dev/null || true
+# The run's systemctl stand-in on the agent's unit.
+unit_ctl() { # unit systemctl arguments...
+	local unit="$1"
+	shift
+	NODELET_CONFORMANCE_UNIT="$unit" "$REPO_DIR/scripts/conformance/systemctl" "$@"
 }
 
 cmd_run() {
@@ -457,7 +463,7 @@ cmd_run() {
 	# The suite wants a cluster of one node: nodes of earlier runs go.
 	"${k[@]}" delete nodes --all --wait=false >/dev/null 2>&1 || true
 
-	local node dir port
+	local node dir
 	node="$(hostname | tr '[:upper:]' '[:lower:]')"
 	dir="$NODELET_TEST_VAR/conformance"
 	# A run that ended with pods still set up leaves their volumes mounted.
@@ -465,17 +471,24 @@ cmd_run() {
 	rm -rf "$dir"
 	mkdir -p "$dir/manifests"
 	node_kubeconfig "$node" "$dir"
-	port=$((NODELET_TEST_K8S_PORT_BASE + 10))
+	AGENT_PORT="${NODELET_CONFORMANCE_PORT:-10250}"
+	HEALTHZ_PORT="${NODELET_CONFORMANCE_HEALTHZ_PORT:-10248}"
 	READ_ONLY_PORT="${NODELET_CONFORMANCE_READ_ONLY_PORT:-10255}"
-	agent_config "$agent" "$dir" "$node" "$port" >"$dir/config.yaml"
-	local agent_pid
-	agent_pid="$(agent_start "$agent" "$dir" "$node" "$out/$agent.log")"
-	trap 'agent_stop '"$agent_pid"'; e2e_registry_stop' EXIT
+	# The suite runs where its binary is (ginkgo's working directory for a compiled suite):
+	# a link in the output directory, where it finds kubelet-config.
+	ln -s "$E2E_BIN/e2e_node.test" "$out/e2e_node.test"
+	local config="$out/kubelet-config" unit="$out/unit"
+	agent_config "$agent" "$dir" >"$config"
+	agent_unit "$agent" "$dir" "$node" "$config" "$unit"
+	: >"$unit/log"
+	ln -s unit/log "$out/$agent.log"
+	unit_ctl "$unit" start kubelet-conformance
+	trap 'unit_ctl "'"$unit"'" stop kubelet-conformance; e2e_registry_stop' EXIT
 	local i
 	for i in $(seq 1 180); do
 		"${k[@]}" get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null |
 			grep -qx True && break
-		[ -d "/proc/$agent_pid" ] || die "$agent exited (log: $out/$agent.log)"
+		unit_ctl "$unit" is-active kubelet-conformance >/dev/null || die "$agent exited (log: $out/$agent.log)"
 		sleep 1
 	done
 
@@ -488,7 +501,8 @@ cmd_run() {
 		--junit-report=junit.xml --output-dir="$out" --no-color -v
 	)
 	[ -z "$skip" ] || ginkgo+=(--skip="$skip")
-	(cd "$out" && KUBE_TEST_REPO_LIST="$out/repo-list.yaml" "${ginkgo[@]}" "$E2E_BIN/e2e_node.test" -- \
+	(cd "$out" && KUBE_TEST_REPO_LIST="$out/repo-list.yaml" NODELET_CONFORMANCE_UNIT="$unit" \
+		PATH="$REPO_DIR/scripts/conformance:$PATH" "${ginkgo[@]}" "$out/e2e_node.test" -- \
 		--start-services=false --prepull-images=false \
 		--host="$NODELET_TEST_K8S_SERVER" --bearer-token="$token" --node-name="$node" \
 		--container-runtime-endpoint="unix://$CTD_SOCK" --report-dir="$out") >"$out/e2e.log" 2>&1 || status=$?
@@ -539,8 +553,11 @@ cmd_subset() {
 	for entry in "${SUBSET[@]}"; do
 		focus+="${focus:+|}$(printf '%s' "$entry" | sed 's/[][\\.^$*+?(){}|/]/\\&/g')"
 	done
-	# Not 10255: a whole run may go on beside.
-	NODELET_CONFORMANCE_READ_ONLY_PORT="${NODELET_CONFORMANCE_READ_ONLY_PORT:-$((NODELET_TEST_K8S_PORT_BASE + 11))}" \
+	# Not the kubelet's ports: a whole run may go on beside. None of its specs restarts the
+	# agent (the only reader of the healthz port).
+	NODELET_CONFORMANCE_PORT="${NODELET_CONFORMANCE_PORT:-$((NODELET_TEST_K8S_PORT_BASE + 10))}" \
+		NODELET_CONFORMANCE_HEALTHZ_PORT="${NODELET_CONFORMANCE_HEALTHZ_PORT:-0}" \
+		NODELET_CONFORMANCE_READ_ONLY_PORT="${NODELET_CONFORMANCE_READ_ONLY_PORT:-$((NODELET_TEST_K8S_PORT_BASE + 11))}" \
 		NODELET_CONFORMANCE_OUT="$OUT_DIR/subset" NODELET_CONFORMANCE_REPORT=0 cmd_run --agent nodelet "$focus" ""
 	python3 - "$OUT_DIR/subset/junit.xml" "${#SUBSET[@]}" <<'EOF'
 import sys, xml.etree.ElementTree as ET

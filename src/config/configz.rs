@@ -2,15 +2,20 @@
 //! with `KubeletConfiguration` (v1beta1) field names, camelCase, durations as Go writes them.
 //!
 //! Pure: a function of the [`Config`] (defaults, the file, drop-ins and flags already
-//! applied). Only fields nodelet implements are written — a field nodelet accepts but does
-//! not act on would show a value that does nothing — plus nodelet's own extensions under
-//! their file names. No secret is in it: the configuration holds paths to credentials
-//! (kubeconfig, keys), never their contents.
+//! applied). The fields nodelet implements are written, and the kubelet's fields nodelet has
+//! no setting for at the one value it behaves as (`cpuCFSQuota: true`, `cpuManagerPolicy:
+//! none`, ...: [`FIXED_FIELDS`]); a field whose every value does nothing is left out. Tools
+//! read `/configz`, change a field and write the whole back as the file (Kubernetes' node e2e
+//! suite does, through Go's types, where a field left out comes back as its zero value: an
+//! omitted `cpuCFSQuota` would return as `false`, which nodelet refuses). nodelet's own
+//! extensions are under their file names. No secret is in it: the configuration holds paths
+//! to credentials (kubeconfig, keys), never their contents.
 
 use serde_json::{json, Map, Value};
 
 use super::duration::format_duration;
 use super::eviction::{Signal, Threshold, ThresholdValue};
+use super::kubelet_fields::{Accepts, FIXED_FIELDS};
 use super::reserved::Reserved;
 use super::{AuthorizationMode, Config};
 
@@ -83,6 +88,21 @@ fn eviction_fields(thresholds: &[Threshold]) -> [(&'static str, Value); 4] {
 fn path(p: &Option<std::path::PathBuf>) -> Value {
     p.as_ref()
         .map_or(Value::Null, |p| json!(p.display().to_string()))
+}
+
+/// The value a [`FIXED_FIELDS`] field shows: the one nodelet behaves as, or nothing when every
+/// value it accepts does nothing (a duration that paces a refused feature, a deprecated bit).
+fn behaves_as(accepts: &Accepts) -> Option<Value> {
+    match accepts {
+        Accepts::Bool(b) => Some(json!(b)),
+        Accepts::Strings([first, ..]) => Some(json!(first)),
+        Accepts::Duration(d) => Some(json!(format_duration(*d))),
+        Accepts::Strings([])
+        | Accepts::AnyDuration
+        | Accepts::AnyString
+        | Accepts::IntIn(..)
+        | Accepts::Empty => None,
+    }
 }
 
 /// The body of `/configz`.
@@ -269,6 +289,13 @@ pub fn configz(cfg: &Config) -> Value {
     if let Some(f) = cfg.memory_throttling_factor {
         fields.insert("memoryThrottlingFactor".into(), json!(f));
     }
+    // nodelet refuses `true` (no node log query).
+    fields.insert("enableSystemLogQuery".into(), json!(false));
+    for field in FIXED_FIELDS {
+        if let Some(value) = behaves_as(&field.accepts) {
+            fields.entry(field.name).or_insert(value);
+        }
+    }
     json!({ "kubeletconfig": k })
 }
 
@@ -339,6 +366,122 @@ mod tests {
                 Some(&want),
                 "{yaml:?} {pointer}"
             );
+        }
+    }
+
+    /// What Go writes for a v1beta1 field `/configz` left out, when it decodes the body into
+    /// the kubelet's types and encodes the file again (`decodeConfigz` and
+    /// `WriteKubeletConfigFile` of the node e2e suite): a pointer in v1beta1 over a plain value
+    /// in the kubelet's internal type comes back as that value's zero, and so does a duration
+    /// (a struct: `omitempty` keeps it). Fields of other types left out stay out.
+    fn go_zero_when_left_out() -> Vec<(&'static str, Value)> {
+        let bools = [
+            "enableServer",
+            "enableDebuggingHandlers",
+            "cgroupsPerQOS",
+            "cpuCFSQuota",
+            "serializeImagePulls",
+            "mergeDefaultEvictionSettings",
+            "enableControllerAttachDetach",
+            "makeIPTablesUtilChains",
+            "failSwapOn",
+            "enableSystemLogHandler",
+            "enableSystemLogQuery",
+            "enableProfilingHandler",
+            "enableDebugFlagsHandler",
+            "seccompDefault",
+            "registerNode",
+            "localStorageCapacityIsolation",
+            "failCgroupV1",
+        ];
+        let numbers = [
+            "registryPullQPS",
+            "eventRecordQPS",
+            "healthzPort",
+            "oomScoreAdj",
+            "imageGCHighThresholdPercent",
+            "imageGCLowThresholdPercent",
+            "podPidsLimit",
+            "nodeStatusMaxImages",
+            "kubeAPIQPS",
+            "iptablesMasqueradeBit",
+            "iptablesDropBit",
+            "containerLogMaxFiles",
+            "containerLogMaxWorkers",
+        ];
+        let durations = [
+            "syncFrequency",
+            "fileCheckFrequency",
+            "httpCheckFrequency",
+            "streamingConnectionIdleTimeout",
+            "nodeStatusUpdateFrequency",
+            "nodeStatusReportFrequency",
+            "imageMinimumGCAge",
+            "imageMaximumGCAge",
+            "volumeStatsAggPeriod",
+            "cpuManagerReconcilePeriod",
+            "runtimeRequestTimeout",
+            "evictionPressureTransitionPeriod",
+            "shutdownGracePeriod",
+            "shutdownGracePeriodCriticalPods",
+            "cpuCFSQuotaPeriod",
+            "containerLogMonitorInterval",
+        ];
+        let mut zeroes: Vec<(&'static str, Value)> = Vec::new();
+        zeroes.extend(bools.map(|name| (name, json!(false))));
+        zeroes.extend(numbers.map(|name| (name, json!(0))));
+        zeroes.extend(durations.map(|name| (name, json!("0s"))));
+        zeroes.push(("resolvConf", json!("")));
+        zeroes
+    }
+
+    /// `/configz` read, written back as the file through Go's types, loads as the same
+    /// configuration: nodelet restarted on it behaves as before (the node e2e suite's
+    /// `tempSetCurrentKubeletConfig` changes one field this way and restarts the agent).
+    #[test]
+    fn configz_written_back_through_go_types_loads_the_same_configuration() {
+        let kubelet_fields: std::collections::HashSet<&str> =
+            include_str!("kubelet-config-v1beta1-fields.txt")
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.is_empty())
+                .collect();
+        let files = [
+            "",
+            // The conformance run's file (scripts/conformance.sh).
+            "containerRuntimeEndpoint: unix:///run/c/containerd.sock\nstaticPodPath: /var/lib/c/manifests\n\
+             address: 0.0.0.0\nport: 10250\nreadOnlyPort: 10255\nhealthzBindAddress: 127.0.0.1\n\
+             healthzPort: 10248\nfailCgroupV1: false\nfailSwapOn: false\ncgroupDriver: cgroupfs\n\
+             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
+             evictionHard: {memory.available: 1Mi}\nauthentication:\n  anonymous: {enabled: false}\n\
+             \x20 webhook: {enabled: true}\n  x509: {clientCAFile: /etc/ca.crt}\nauthorization:\n\
+             \x20 mode: Webhook\n",
+            "kubeReserved: {cpu: 250m, memory: 1Gi}\nevictionSoft: {memory.available: 10%}\n\
+             evictionSoftGracePeriod: {memory.available: 90s}\nnodeStatusMaxImages: -1\n\
+             podPidsLimit: 4096\ncontainerLogMaxSize: 20Mi\ntlsMinVersion: VersionTLS13\n",
+        ];
+        for file in files {
+            let original = load(file);
+            let mut written = configz(&original)["kubeletconfig"]
+                .as_object()
+                .expect("an object")
+                .clone();
+            written.retain(|name, _| {
+                kubelet_fields.contains(name.as_str()) || name == "kind" || name == "apiVersion"
+            });
+            for (name, zero) in go_zero_when_left_out() {
+                written.entry(name).or_insert(zero);
+            }
+            let text = serde_json::to_string(&Value::Object(written)).expect("json");
+            let back = parse(
+                &text,
+                Path::new("/etc/nodelet/config.yaml"),
+                &Environment {
+                    hostname: "node1".into(),
+                },
+            )
+            .unwrap_or_else(|e| panic!("{file:?} written back does not load: {e}\n{text}"))
+            .config;
+            assert_eq!(back, original, "{file:?} written back: {text}");
         }
     }
 
