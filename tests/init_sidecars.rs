@@ -476,6 +476,25 @@ async fn restart_all_containers_restarts_the_pod_in_place() {
         1,
         "restart counts go on"
     );
+    // Every container shows the restart and what ended its instance before (the kubelet's
+    // RestartingAllContainers), though the runtime no longer holds that instance.
+    let status = h.status.status("r1").expect("a status");
+    let shown: Vec<_> = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .collect();
+    assert_eq!(shown.len(), 3);
+    for s in shown {
+        let last = s.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+        assert!(
+            s.restart_count >= 1
+                && last.is_some_and(|t| t.reason.as_deref() == Some("RestartingAllContainers")),
+            "{}: {s:?}",
+            s.name
+        );
+    }
     h.cancel.cancel();
 }
 

@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::phase::{get_phase_with_initialized, is_terminal_phase};
 use super::restart::should_container_be_restarted;
 use super::{
-    ResizeView, StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN, POD_INITIALIZING,
+    ResizeView, RestartInPlace, StatusInputs, CONTAINER_CREATING, CONTAINER_STATUS_UNKNOWN,
+    POD_INITIALIZING,
 };
 use crate::cri::{ContainerState as RuntimeState, PodRuntime, RuntimeContainer};
 use crate::podspec::Phase;
@@ -37,6 +38,12 @@ pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
 pub const REJECTED_MESSAGE_PREFIX: &str = "Pod was rejected: ";
 /// The pod status reason of an eviction, and of a rejection under node pressure.
 pub const EVICTED_REASON: &str = "Evicted";
+
+/// The waiting reason and last termination of a container an in-place restart
+/// (`RestartAllContainers`) removed, until its next instance exists.
+pub const RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
+const RESTARTING_ALL_CONTAINERS_MESSAGE: &str =
+    "The container is removed because RestartAllContainers in place";
 
 const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";
 const POD_COMPLETED: &str = "PodCompleted";
@@ -172,7 +179,8 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
         .collect();
 
     // 2. A container that was running and vanished from the runtime did terminate, even if
-    //    we cannot know how; without this the pod would fall back to Pending.
+    //    we cannot know how; without this the pod would fall back to Pending. One an in-place
+    //    restart removed waits for its next instance, terminated by the restart.
     for c in containers {
         if runtime.latest(&c.name).is_some() {
             continue;
@@ -180,6 +188,27 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
         let Some(o) = old.get(c.name.as_str()) else {
             continue;
         };
+        if inputs.restart_in_place == RestartInPlace::Removed && waiting(o).is_none() {
+            if let Some(&i) = index.get(c.name.as_str()) {
+                let status = &mut statuses[i];
+                status.state = Some(waiting_state(
+                    Some(RESTARTING_ALL_CONTAINERS.into()),
+                    Some(RESTARTING_ALL_CONTAINERS_MESSAGE.into()),
+                ));
+                status.last_state = Some(terminated_state(ContainerStateTerminated {
+                    reason: Some(RESTARTING_ALL_CONTAINERS.into()),
+                    message: Some(RESTARTING_ALL_CONTAINERS_MESSAGE.into()),
+                    exit_code: 137,
+                    ..Default::default()
+                }));
+                status.restart_count = o.restart_count.saturating_add(1);
+                status.container_id = None;
+                status.image_id = String::new();
+                status.started = None;
+                status.ready = false;
+            }
+            continue;
+        }
         if terminated(o).is_some() || running(o).is_none() {
             continue;
         }
@@ -224,6 +253,9 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
         );
         if *count == 0 {
             apply_resources(inputs.resize, instance, &mut converted);
+            if let Some(o) = old.get(instance.name.as_str()) {
+                carry_over(o, instance, &mut converted);
+            }
         }
         if *count == 0 {
             statuses[i] = converted;
@@ -303,6 +335,27 @@ fn any_regular_container_created(pod: &Pod, runtime: &PodRuntime) -> bool {
 }
 
 /// One runtime instance as an API container status (the kubelet's `convertContainerStatus`).
+/// What the newest instance's status keeps of the status before it when the runtime no
+/// longer holds the instance that status described (the kubelet's rule under
+/// `RestartAllContainersOnContainerExits`, on in v1.37: an in-place restart removes the old
+/// instances): the restart count never goes down, and a terminated state that was shown becomes
+/// the last termination. An older instance the runtime still holds overrides the last
+/// termination afterwards, as before.
+fn carry_over(old: &ContainerStatus, instance: &RuntimeContainer, new: &mut ContainerStatus) {
+    new.restart_count = new.restart_count.max(old.restart_count);
+    if old.container_id != new.container_id && terminated(old).is_some() {
+        new.last_state = old.state.clone();
+    } else if let Some(last) = last_terminated(old) {
+        new.last_state = Some(terminated_state(last.clone()));
+    }
+    if running(new).is_some()
+        && terminated(old).is_some()
+        && old.restart_count >= instance.restart_count
+    {
+        new.restart_count = old.restart_count.saturating_add(1);
+    }
+}
+
 fn convert_instance(
     instance: &RuntimeContainer,
     old: Option<&ContainerStatus>,

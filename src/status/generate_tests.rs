@@ -1737,6 +1737,90 @@ fn pod_restart_in_place_condition_follows_the_restart() {
     assert_eq!(find(&g.status()).unwrap().0, "False");
 }
 
+/// A `RestartAllContainers` restart as the kubelet shows it (Kubernetes' `[NodeConformance]`
+/// RestartAllContainers specs check every container has restarted and has a last termination):
+/// once the old instances are removed each container waits as `RestartingAllContainers` with
+/// that last termination (exit 137) and one more restart; its next instance keeps both.
+#[test]
+fn an_in_place_restart_shows_every_container_restarted_with_a_last_termination() {
+    let pod = pod("Always", vec![c("init"), sidecar("side")], vec![c("app")]);
+    let before = Fixture::new(
+        pod.clone(),
+        runtime(
+            ready_sandbox(),
+            vec![
+                exited("init", "i1", 110, 0, "", 0),
+                running("side", "s1", 120, 0),
+                running("app", "a1", 130, 0),
+            ],
+        ),
+    )
+    .status();
+    let mut removed = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![])).previous(before);
+    removed.restart_in_place = RestartInPlace::Removed;
+    let removed = removed.status();
+    let all = |s: &PodStatus| -> Vec<(String, String)> {
+        let init = s.init_container_statuses.iter().flatten();
+        let regular = s.container_statuses.iter().flatten();
+        init.chain(regular)
+            .map(|c| (c.name.clone(), describe(c)))
+            .collect()
+    };
+    let waiting = "waiting(RestartingAllContainers) last=terminated(137,RestartingAllContainers) restarts=1 ready=false started=false";
+    assert_eq!(
+        all(&removed),
+        [("init", waiting), ("side", waiting), ("app", waiting)]
+            .map(|(n, d)| (n.to_string(), d.to_string())),
+    );
+    // The next instances (the restart counts nodelet carries: one more than before).
+    let mut next = Fixture::new(
+        pod,
+        runtime(
+            ready_sandbox(),
+            vec![
+                exited("init", "i2", 210, 0, "", 1),
+                running("side", "s2", 220, 1),
+                running("app", "a2", 230, 1),
+            ],
+        ),
+    )
+    .previous(removed);
+    next.restart_in_place = RestartInPlace::Done;
+    let after = next.status();
+    let last = "last=terminated(137,RestartingAllContainers) restarts=1";
+    for (name, shown) in all(&after) {
+        assert!(shown.contains(last), "{name}: {shown}");
+    }
+    assert_eq!(
+        all(&after)[0].1,
+        format!("terminated(0,Completed) {last} ready=true started=false")
+    );
+}
+
+/// A restarted container whose old instance the runtime no longer holds keeps its restart
+/// count and shows the terminated state it had as its last termination (the kubelet's carry-over).
+#[test]
+fn a_removed_instance_terminated_state_becomes_the_last_termination() {
+    let pod = pod("Always", vec![], vec![c("app")]);
+    let mut old = terminated_status("app", 3, "Error");
+    old.restart_count = 4;
+    old.container_id = Some("containerd://a1".into());
+    let previous = PodStatus {
+        container_statuses: Some(vec![old]),
+        ..Default::default()
+    };
+    let f = Fixture::new(
+        pod,
+        runtime(ready_sandbox(), vec![running("app", "a2", 300, 0)]),
+    )
+    .previous(previous);
+    let s = &f.statuses(ContainerKind::Regular)[0];
+    assert_eq!(
+        describe(s),
+        "running last=terminated(3,Error) restarts=5 ready=true started=true"
+    );
+}
+
 #[test]
 fn restart_in_place_states_map_to_the_condition() {
     let cases = [

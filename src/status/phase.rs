@@ -1,10 +1,13 @@
 //! The pod phase, as the kubelet's `getPhase` computes it (with the ContainerRestartRules
 //! feature, on by default since Kubernetes 1.35).
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStateTerminated, ContainerStatus, Pod, PodStatus,
+};
 
 use super::generate::{
     init_containers, is_sidecar, last_terminated, regular_containers, running, terminated, waiting,
+    RESTARTING_ALL_CONTAINERS,
 };
 
 use crate::podspec::restart::container_should_restart;
@@ -79,6 +82,11 @@ pub fn get_phase_with_initialized(
     pod_has_initialized: bool,
 ) -> String {
     let find = |name: &str| statuses.iter().find(|s| s.name == name);
+    // A container an in-place restart ended is started again whatever its policy says.
+    let restartable = |container: &Container, pod: &Pod, t: &ContainerStateTerminated| {
+        container_should_restart(container, pod, t.exit_code)
+            || t.reason.as_deref() == Some(RESTARTING_ALL_CONTAINERS)
+    };
     let mut n = Counts::default();
 
     for container in init_containers(pod).iter().filter(|c| !is_sidecar(c)) {
@@ -89,13 +97,13 @@ pub fn get_phase_with_initialized(
         if running(status).is_some() {
             n.pending_regular_init += 1;
         } else if let Some(t) = terminated(status) {
-            if t.exit_code != 0 && !container_should_restart(container, pod, t.exit_code) {
+            if t.exit_code != 0 && !restartable(container, pod, t) {
                 n.failed_init_not_restartable += 1;
             }
         } else if waiting(status).is_some() {
             match last_terminated(status) {
                 Some(t) => {
-                    if t.exit_code != 0 && !container_should_restart(container, pod, t.exit_code) {
+                    if t.exit_code != 0 && !restartable(container, pod, t) {
                         n.failed_init_not_restartable += 1;
                     }
                 }
@@ -138,7 +146,7 @@ pub fn get_phase_with_initialized(
             n.running += 1;
         } else if let Some(t) = terminated(status) {
             n.stopped += 1;
-            if !container_should_restart(container, pod, t.exit_code) {
+            if !restartable(container, pod, t) {
                 n.stopped_not_restartable += 1;
             }
             if t.exit_code == 0 {
@@ -148,7 +156,7 @@ pub fn get_phase_with_initialized(
             match last_terminated(status) {
                 Some(t) => {
                     n.stopped += 1;
-                    if !container_should_restart(container, pod, t.exit_code) {
+                    if !restartable(container, pod, t) {
                         n.stopped_not_restartable += 1;
                     }
                 }

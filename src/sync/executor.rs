@@ -533,15 +533,10 @@ impl PodSyncer {
         } = basis;
         let (restart_in_place, pod_is_terminal) = (*restart_in_place, *pod_is_terminal);
         let uid = pod_uid(pod);
-        let mut previous = self.status.status(uid);
-        if restart_in_place == RestartInPlace::Removed {
-            // After an in-place restart the old instances are gone on purpose: they must not
-            // read as containers that vanished (which the kubelet reports as terminated).
-            if let Some(p) = previous.as_mut() {
-                p.container_statuses = None;
-                p.init_container_statuses = None;
-            }
-        }
+        // After an in-place restart the old instances are gone on purpose: the status shows
+        // them waiting for their next instances (`RestartingAllContainers`), not as
+        // containers that vanished.
+        let previous = self.status.status(uid);
         let readiness = self.probes.readiness(uid);
         let startup = self.probes.startup(uid);
         // Exits containerd's event has announced and the CRI not yet are shown, with their
