@@ -581,18 +581,31 @@ cmd_down() {
 }
 
 cmd_report() {
-	local args=() agent dir
+	local args=() serial=() agent dir
 	for agent in nodelet kubelet; do
 		# The whole run, then runs of what failed after fixes (NODELET_CONFORMANCE_OUT=
 		# target/conformance/<agent>-rerun, -rerun2, ...), each replacing the results before it.
 		for dir in "$OUT_DIR/$agent" "$OUT_DIR/$agent-rerun" "$OUT_DIR/$agent"-rerun[0-9]*; do
 			if [ -s "$dir/junit.xml" ]; then args+=("--$agent" "$dir"); fi
 		done
+		# The [Serial], [Slow] and [Disruptive] specs, run apart (target/conformance/
+		# <agent>-serial, then -serial-rerun, -serial-rerun2, ...).
+		for dir in "$OUT_DIR/$agent-serial" "$OUT_DIR/$agent-serial-rerun" "$OUT_DIR/$agent"-serial-rerun[0-9]*; do
+			if [ -s "$dir/junit.xml" ]; then serial+=("--$agent" "$dir"); fi
+		done
 	done
-	[ "${#args[@]}" -gt 0 ] || die "no report in $OUT_DIR/{nodelet,kubelet}/junit.xml (run first)"
-	python3 "$REPO_DIR/scripts/conformance-report.py" "${args[@]}" \
-		--causes "$REPO_DIR/docs/conformance-causes.tsv" --out "$REPO_DIR/docs/conformance.md"
-	log "wrote docs/conformance.md"
+	[ "${#args[@]}" -gt 0 ] || [ "${#serial[@]}" -gt 0 ] ||
+		die "no report in $OUT_DIR/{nodelet,kubelet}{,-serial}/junit.xml (run first)"
+	if [ "${#args[@]}" -gt 0 ]; then
+		python3 "$REPO_DIR/scripts/conformance-report.py" "${args[@]}" \
+			--causes "$REPO_DIR/docs/conformance-causes.tsv" --out "$REPO_DIR/docs/conformance.md"
+		log "wrote docs/conformance.md"
+	fi
+	if [ "${#serial[@]}" -gt 0 ]; then
+		python3 "$REPO_DIR/scripts/conformance-report.py" --serial "${serial[@]}" \
+			--causes "$REPO_DIR/docs/conformance-causes.tsv" --out "$REPO_DIR/docs/conformance-serial.md"
+		log "wrote docs/conformance-serial.md"
+	fi
 }
 
 case "${1:-}" in
