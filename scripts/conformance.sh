@@ -422,7 +422,8 @@ EOF
 unit_ctl() { # unit systemctl arguments...
 	local unit="$1"
 	shift
-	NODELET_CONFORMANCE_UNIT="$unit" "$REPO_DIR/scripts/conformance/systemctl" "$@"
+	# The agent it starts must not hold the run's lock.
+	NODELET_CONFORMANCE_UNIT="$unit" "$REPO_DIR/scripts/conformance/systemctl" "$@" {CONFORMANCE_LOCK}>&-
 }
 
 cmd_run() {
@@ -433,6 +434,17 @@ cmd_run() {
 		shift 2
 	fi
 	case "$agent" in nodelet | kubelet) ;; *) die "unknown agent $agent (nodelet or kubelet)" ;; esac
+	# One run at a time on this host, whatever its instance: every run's agent keeps its pods'
+	# logs in the host's /var/log/pods and /var/log/containers (where the suite reads them) and
+	# removes the log directories of pods it does not know, so two agents at once lose each
+	# other's logs; a whole run also takes the kubelet's ports on loopback.
+	local lock=/run/nodelet-conformance.lock
+	exec {CONFORMANCE_LOCK}>"$lock"
+	if ! flock -n "$CONFORMANCE_LOCK"; then
+		log "another conformance run holds $lock (pid $(fuser "$lock" 2>/dev/null | xargs)); waiting for it"
+		flock -w "${NODELET_CONFORMANCE_LOCK_WAIT:-7200}" "$CONFORMANCE_LOCK" ||
+			die "another conformance run still holds $lock"
+	fi
 	local focus="${1:-\\[NodeConformance\\]}" skip="${2-\\[Flaky\\]}"
 	local procs="${NODELET_CONFORMANCE_PROCS:-4}" out="${NODELET_CONFORMANCE_OUT:-$OUT_DIR/$agent}"
 	e2e_built || cmd_build

@@ -92,7 +92,8 @@ stop_background() {
 }
 # Kubernetes' own conformance subset's instance (scripts/conformance.sh: its own containerd,
 # control plane and registry), named in full so that nothing of the main instance leaks in.
-# Not the paths and ports of a whole run (scripts/conformance.sh run), which may go on beside.
+# Not the paths and ports of a whole run (scripts/conformance.sh run); the two agents share the
+# host's /var/log/pods, so the subset waits for a whole run that goes on (conformance.sh's lock).
 conformance_instance=(
 	NODELET_TEST_VAR=/var/lib/nodelet-test-conformance NODELET_TEST_RUN=/run/nodelet-test-conformance
 	NODELET_TEST_BRIDGE=nodeletc1 NODELET_TEST_SUBNET=10.95.0.0/16
