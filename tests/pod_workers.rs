@@ -1511,3 +1511,35 @@ async fn an_exit_shown_during_a_termination_leaves_the_phase_to_the_worker() {
     event.abort();
     h.cancel.cancel();
 }
+
+/// The back-off belongs to the container's spec as the kubelet hashes it (name and image, its
+/// `GetStableKey`): a crash-looping container whose image is changed starts at once with the new
+/// image, not after the old image's back-off (Kubernetes' `[Slow]` [NodeConformance] spec
+/// "should have their auto-restart back-off timer reset on image update").
+#[tokio::test(start_paused = true)]
+async fn a_new_image_starts_without_the_old_images_back_off() {
+    let h = harness().await;
+    h.workers.update(PodWork::Sync(pod(
+        "u41",
+        "Always",
+        &["a"],
+        "localhost/app:1",
+    )));
+    let starts = h.crash_loop_starts("u41", "a", 5, |_| Duration::ZERO).await;
+    assert_eq!(starts, [0, 0, 10, 30, 70]);
+    // The fifth instance has crashed: with the old image the next start waits 80 s.
+    let started = |h: &Harness| h.fake.calls_of("start_container").len();
+    let before = started(&h);
+    h.fake.add_image("localhost/app:2");
+    h.workers.update(PodWork::Sync(pod(
+        "u41",
+        "Always",
+        &["a"],
+        "localhost/app:2",
+    )));
+    h.settle("the new image started without a back-off", |h| {
+        started(h) > before
+    })
+    .await;
+    h.cancel.cancel();
+}

@@ -150,7 +150,14 @@ impl ContainerStarter {
             return Ok(());
         };
         let finished = exited.finished_at.unwrap_or(exited.created_at);
-        let key = format!("{}_{}", format_pod(pod), container.name);
+        // The kubelet's `GetStableKey`: the pod and the container's spec hash, so a new image
+        // starts without the old one's back-off.
+        let key = format!(
+            "{}_{}_{}",
+            format_pod(pod),
+            container.name,
+            super::container_config::container_hash(container)
+        );
         let now = self.clock.now();
         if let Some(remaining) = memory.restart_backoff.remaining_since(&key, finished, now) {
             let delay = memory.restart_backoff.get(&key);
