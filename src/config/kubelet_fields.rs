@@ -359,12 +359,27 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
         GateStage::Alpha,
     ),
     only(
+        "ReloadKubeletClientCAFile",
+        true,
+        GateStage::Beta,
+        false,
+        "nodelet reads authentication.x509.clientCAFile when it starts; a new CA takes a restart",
+    ),
+    only(
+        "ReloadKubeletServerCertificateFile",
+        true,
+        GateStage::Beta,
+        false,
+        "nodelet reads tlsCertFile and tlsPrivateKeyFile when it starts; a new pair takes a restart",
+    ),
+    only(
         "RestartAllContainersOnContainerExits",
         false,
         GateStage::Alpha,
         true,
         "the RestartAllContainers restart rule is always honoured",
     ),
+    gate("RotateKubeletServerCertificate", true, GateStage::Beta),
     gate("SidecarContainers", true, GateStage::Ga),
     gate("UserNamespacesSupport", true, GateStage::Beta),
 ];
@@ -378,6 +393,7 @@ pub const REDUCE_DEFAULT_CRASH_LOOP_BACK_OFF_DECAY: &str = "ReduceDefaultCrashLo
 pub const USER_NAMESPACES_SUPPORT: &str = "UserNamespacesSupport";
 pub const IMAGE_VOLUME: &str = "ImageVolume";
 pub const CSI_VOLUME_HEALTH: &str = "CSIVolumeHealth";
+pub const ROTATE_KUBELET_SERVER_CERTIFICATE: &str = "RotateKubeletServerCertificate";
 
 pub fn feature_gate(name: &str) -> Option<&'static FeatureGate> {
     FEATURE_GATES.iter().find(|g| g.name == name)

@@ -463,6 +463,17 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
             });
         }
     }
+    if config.server_tls_bootstrap
+        && !config.feature_enabled(super::kubelet_fields::ROTATE_KUBELET_SERVER_CERTIFICATE)
+    {
+        // The kubelet's validation: the bootstrapped serving certificate is the rotated one.
+        errors.push(FieldError {
+            path: "serverTLSBootstrap".into(),
+            kind: FieldErrorKind::Invalid,
+            value: Some("true".into()),
+            detail: "requires feature gate RotateKubeletServerCertificate".into(),
+        });
+    }
     config.node_labels = decoded.node_labels.unwrap_or_default();
     config.pod_cleanup = PodCleanup {
         enabled: decoded

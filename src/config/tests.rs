@@ -1646,6 +1646,9 @@ fn gates_nodelet_implements_one_way_refuse_the_other_value() {
         ("featureGates: {ContainerStopSignals: false}", &["featureGates.ContainerStopSignals: Invalid value: false: nodelet implements only ContainerStopSignals=true: lifecycle.stopSignal is always honoured"]),
         ("featureGates: {ContainerRestartRules: false}", &["featureGates.ContainerRestartRules: Invalid value: false: nodelet implements only ContainerRestartRules=true: containers' restartPolicy and restartPolicyRules are always honoured"]),
         ("featureGates: {RestartAllContainersOnContainerExits: false}", &["featureGates.RestartAllContainersOnContainerExits: Invalid value: false: nodelet implements only RestartAllContainersOnContainerExits=true: the RestartAllContainers restart rule is always honoured"]),
+        ("featureGates: {ReloadKubeletClientCAFile: true}", &["featureGates.ReloadKubeletClientCAFile: Invalid value: true: nodelet implements only ReloadKubeletClientCAFile=false: nodelet reads authentication.x509.clientCAFile when it starts; a new CA takes a restart"]),
+        ("featureGates: {ReloadKubeletServerCertificateFile: true}", &["featureGates.ReloadKubeletServerCertificateFile: Invalid value: true: nodelet implements only ReloadKubeletServerCertificateFile=false: nodelet reads tlsCertFile and tlsPrivateKeyFile when it starts; a new pair takes a restart"]),
+        ("kubeconfig: /etc/k.conf\nserverTLSBootstrap: true\nfeatureGates: {RotateKubeletServerCertificate: false}", &["serverTLSBootstrap: Invalid value: true: requires feature gate RotateKubeletServerCertificate"]),
         ("featureGates: {ChangeContainerStatusOnKubeletRestart: true}", &["featureGates.ChangeContainerStatusOnKubeletRestart: Invalid value: true: nodelet implements only ChangeContainerStatusOnKubeletRestart=false: a restart of nodelet keeps running containers' Started and Ready as last reported"]),
     ];
     for (text, want) in cases {
@@ -1656,7 +1659,7 @@ fn gates_nodelet_implements_one_way_refuse_the_other_value() {
         );
     }
     // The implemented value is accepted without a word.
-    let loaded = ok("featureGates: {ContainerStopSignals: true, RestartAllContainersOnContainerExits: true, PodReadyToStartContainersCondition: false}");
+    let loaded = ok("featureGates: {ContainerStopSignals: true, RestartAllContainersOnContainerExits: true, PodReadyToStartContainersCondition: false, RotateKubeletServerCertificate: false}");
     assert!(warnings(&loaded).is_empty(), "{:?}", warnings(&loaded));
     assert!(!loaded
         .config
