@@ -10,7 +10,7 @@ use super::generate::{
     RESTARTING_ALL_CONTAINERS,
 };
 
-use crate::podspec::restart::container_should_restart;
+use crate::podspec::restart::{container_should_restart, restart_all_containers_on_exit};
 use crate::podspec::Phase;
 
 /// True for the phases a pod never leaves.
@@ -82,9 +82,12 @@ pub fn get_phase_with_initialized(
     pod_has_initialized: bool,
 ) -> String {
     let find = |name: &str| statuses.iter().find(|s| s.name == name);
-    // A container an in-place restart ended is started again whatever its policy says.
+    // The kubelet's `ContainerShouldRestart` counts a `RestartAllContainers` rule as a restart
+    // (its gate is on), and a container an in-place restart ended is started again whatever its
+    // policy says: neither makes the pod terminal.
     let restartable = |container: &Container, pod: &Pod, t: &ContainerStateTerminated| {
         container_should_restart(container, pod, t.exit_code)
+            || restart_all_containers_on_exit(container, t.exit_code)
             || t.reason.as_deref() == Some(RESTARTING_ALL_CONTAINERS)
     };
     let mut n = Counts::default();
@@ -396,6 +399,21 @@ mod tests {
         }
     }
 
+    /// `restartPolicy: Never` with a `RestartAllContainers` rule on `code`.
+    fn restart_all_on(mut c: Container, code: i32) -> Container {
+        c.restart_policy = Some("Never".into());
+        c.restart_policy_rules = Some(vec![k8s_openapi::api::core::v1::ContainerRestartRule {
+            action: "RestartAllContainers".into(),
+            exit_codes: Some(
+                k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                    operator: "In".into(),
+                    values: Some(vec![code]),
+                },
+            ),
+        }]);
+        c
+    }
+
     #[test]
     fn phase_table() {
         let one = |policy: &str| pod(policy, vec![], vec![container("a")]);
@@ -582,6 +600,24 @@ mod tests {
                 vec![exited("i1", 1), wait("a")],
                 false,
                 FAILED,
+            ),
+            (
+                "init failed never under a RestartAllContainers rule",
+                pod(
+                    "Never",
+                    vec![restart_all_on(container("i1"), 42)],
+                    vec![container("a")],
+                ),
+                vec![exited("i1", 42), wait("a")],
+                false,
+                PENDING,
+            ),
+            (
+                "main failed never under a RestartAllContainers rule",
+                pod("Never", vec![], vec![restart_all_on(container("a"), 42)]),
+                vec![exited("a", 42)],
+                false,
+                RUNNING,
             ),
             (
                 "init crashed never",
