@@ -1744,18 +1744,15 @@ fn pod_restart_in_place_condition_follows_the_restart() {
 #[test]
 fn an_in_place_restart_shows_every_container_restarted_with_a_last_termination() {
     let pod = pod("Always", vec![c("init"), sidecar("side")], vec![c("app")]);
-    let before = Fixture::new(
-        pod.clone(),
-        runtime(
-            ready_sandbox(),
-            vec![
-                exited("init", "i1", 110, 0, "", 0),
-                running("side", "s1", 120, 0),
-                running("app", "a1", 130, 0),
-            ],
-        ),
-    )
-    .status();
+    // The pod's n-th set of instances (created at n×100 s on), each counting `restarts`.
+    let instances = |n: i64, restarts: i32| {
+        vec![
+            exited("init", &format!("i{n}"), n * 100 + 10, 0, "", restarts),
+            running("side", &format!("s{n}"), n * 100 + 20, restarts),
+            running("app", &format!("a{n}"), n * 100 + 30, restarts),
+        ]
+    };
+    let before = Fixture::new(pod.clone(), runtime(ready_sandbox(), instances(1, 0))).status();
     let mut removed = Fixture::new(pod.clone(), runtime(ready_sandbox(), vec![])).previous(before);
     removed.restart_in_place = RestartInPlace::Removed;
     let removed = removed.status();
@@ -1773,18 +1770,7 @@ fn an_in_place_restart_shows_every_container_restarted_with_a_last_termination()
             .map(|(n, d)| (n.to_string(), d.to_string())),
     );
     // The next instances (the restart counts nodelet carries: one more than before).
-    let mut next = Fixture::new(
-        pod,
-        runtime(
-            ready_sandbox(),
-            vec![
-                exited("init", "i2", 210, 0, "", 1),
-                running("side", "s2", 220, 1),
-                running("app", "a2", 230, 1),
-            ],
-        ),
-    )
-    .previous(removed);
+    let mut next = Fixture::new(pod, runtime(ready_sandbox(), instances(2, 1))).previous(removed);
     next.restart_in_place = RestartInPlace::Done;
     let after = next.status();
     let last = "last=terminated(137,RestartingAllContainers) restarts=1";
