@@ -418,12 +418,11 @@ EOF
 	chmod +x "$unit/run"
 }
 
-# The run's systemctl stand-in on the agent's unit.
-unit_ctl() { # unit systemctl arguments...
-	local unit="$1"
-	shift
+# The run's systemctl stand-in on the agent's unit (`kubelet-conformance`).
+unit_ctl() { # unit command
 	# The agent it starts must not hold the run's lock.
-	NODELET_CONFORMANCE_UNIT="$unit" "$REPO_DIR/scripts/conformance/systemctl" "$@" {CONFORMANCE_LOCK}>&-
+	NODELET_CONFORMANCE_UNIT="$1" "$REPO_DIR/scripts/conformance/systemctl" "$2" kubelet-conformance \
+		{CONFORMANCE_LOCK}>&-
 }
 
 cmd_run() {
@@ -494,13 +493,13 @@ cmd_run() {
 	agent_unit "$agent" "$dir" "$node" "$config" "$unit"
 	: >"$unit/log"
 	ln -s unit/log "$out/$agent.log"
-	unit_ctl "$unit" start kubelet-conformance
-	trap 'unit_ctl "'"$unit"'" stop kubelet-conformance; e2e_registry_stop' EXIT
+	unit_ctl "$unit" start
+	trap 'unit_ctl "'"$unit"'" stop; e2e_registry_stop' EXIT
 	local i
 	for i in $(seq 1 180); do
 		"${k[@]}" get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null |
 			grep -qx True && break
-		unit_ctl "$unit" is-active kubelet-conformance >/dev/null || die "$agent exited (log: $out/$agent.log)"
+		unit_ctl "$unit" is-active >/dev/null || die "$agent exited (log: $out/$agent.log)"
 		sleep 1
 	done
 
@@ -592,32 +591,33 @@ cmd_down() {
 	"$REPO_DIR/scripts/test-env.sh" down || true
 }
 
-cmd_report() {
-	local args=() serial=() agent dir
+# The runs of one kind for `report`: each agent's first run in target/conformance/<agent><kind>,
+# then the runs of what failed after fixes (<agent><kind>-rerun, -rerun2, ...), each replacing the
+# results before it; as the report script's arguments.
+report_runs() { # kind (empty: the whole runs; -serial: the [Serial]/[Slow]/[Disruptive] specs)
+	local agent dir
 	for agent in nodelet kubelet; do
-		# The whole run, then runs of what failed after fixes (NODELET_CONFORMANCE_OUT=
-		# target/conformance/<agent>-rerun, -rerun2, ...), each replacing the results before it.
-		for dir in "$OUT_DIR/$agent" "$OUT_DIR/$agent-rerun" "$OUT_DIR/$agent"-rerun[0-9]*; do
-			if [ -s "$dir/junit.xml" ]; then args+=("--$agent" "$dir"); fi
-		done
-		# The [Serial], [Slow] and [Disruptive] specs, run apart (target/conformance/
-		# <agent>-serial, then -serial-rerun, -serial-rerun2, ...).
-		for dir in "$OUT_DIR/$agent-serial" "$OUT_DIR/$agent-serial-rerun" "$OUT_DIR/$agent"-serial-rerun[0-9]*; do
-			if [ -s "$dir/junit.xml" ]; then serial+=("--$agent" "$dir"); fi
+		for dir in "$OUT_DIR/$agent$1" "$OUT_DIR/$agent$1-rerun" "$OUT_DIR/$agent$1"-rerun[0-9]*; do
+			if [ -s "$dir/junit.xml" ]; then printf '%s\n' "--$agent" "$dir"; fi
 		done
 	done
-	[ "${#args[@]}" -gt 0 ] || [ "${#serial[@]}" -gt 0 ] ||
-		die "no report in $OUT_DIR/{nodelet,kubelet}{,-serial}/junit.xml (run first)"
-	if [ "${#args[@]}" -gt 0 ]; then
+}
+
+cmd_report() {
+	local kind doc wrote="" args
+	# docs/conformance.md from the whole runs, docs/conformance-serial.md from the runs of the
+	# [Serial], [Slow] and [Disruptive] specs (NODELET_CONFORMANCE_OUT=target/conformance/<agent>-serial).
+	for kind in "" -serial; do
+		mapfile -t args < <(report_runs "$kind")
+		[ "${#args[@]}" -gt 0 ] || continue
+		doc="docs/conformance$kind.md"
+		[ -z "$kind" ] || args+=(--serial)
 		python3 "$REPO_DIR/scripts/conformance-report.py" "${args[@]}" \
-			--causes "$REPO_DIR/docs/conformance-causes.tsv" --out "$REPO_DIR/docs/conformance.md"
-		log "wrote docs/conformance.md"
-	fi
-	if [ "${#serial[@]}" -gt 0 ]; then
-		python3 "$REPO_DIR/scripts/conformance-report.py" --serial "${serial[@]}" \
-			--causes "$REPO_DIR/docs/conformance-causes.tsv" --out "$REPO_DIR/docs/conformance-serial.md"
-		log "wrote docs/conformance-serial.md"
-	fi
+			--causes "$REPO_DIR/docs/conformance-causes.tsv" --out "$REPO_DIR/$doc"
+		log "wrote $doc"
+		wrote=1
+	done
+	[ -n "$wrote" ] || die "no report in $OUT_DIR/{nodelet,kubelet}{,-serial}/junit.xml (run first)"
 }
 
 case "${1:-}" in

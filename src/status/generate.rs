@@ -256,8 +256,6 @@ pub fn container_statuses(inputs: &StatusInputs, kind: ContainerKind) -> Vec<Con
             if let Some(o) = old.get(instance.name.as_str()) {
                 carry_over(o, instance, &mut converted);
             }
-        }
-        if *count == 0 {
             statuses[i] = converted;
         } else {
             statuses[i].last_state = converted.state;
@@ -334,7 +332,6 @@ fn any_regular_container_created(pod: &Pod, runtime: &PodRuntime) -> bool {
         .any(|c| runtime.latest(&c.name).is_some())
 }
 
-/// One runtime instance as an API container status (the kubelet's `convertContainerStatus`).
 /// What the newest instance's status keeps of the status before it when the runtime no
 /// longer holds the instance that status described (the kubelet's rule under
 /// `RestartAllContainersOnContainerExits`, on in v1.37: an in-place restart removes the old
@@ -356,6 +353,7 @@ fn carry_over(old: &ContainerStatus, instance: &RuntimeContainer, new: &mut Cont
     }
 }
 
+/// One runtime instance as an API container status (the kubelet's `convertContainerStatus`).
 fn convert_instance(
     instance: &RuntimeContainer,
     old: Option<&ContainerStatus>,
