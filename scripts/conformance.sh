@@ -450,10 +450,12 @@ cmd_run() {
 	cmd_images
 	rm -rf "$out"
 	mkdir -p "$out"
-	eval "$("$REPO_DIR/scripts/test-env.sh" up --no-registry)"
-	"$REPO_DIR/scripts/k8s.sh" up >&2
+	# What the run starts to outlive it (containerd, the control plane, the registry) must not
+	# hold its lock: the next run would wait for them.
+	eval "$("$REPO_DIR/scripts/test-env.sh" up --no-registry {CONFORMANCE_LOCK}>&-)"
+	"$REPO_DIR/scripts/k8s.sh" up >&2 {CONFORMANCE_LOCK}>&-
 	eval "$("$REPO_DIR/scripts/k8s.sh" env)"
-	e2e_registry_start
+	e2e_registry_start {CONFORMANCE_LOCK}>&-
 	e2e_registry_push "$out/repo-list.yaml"
 	# The node pulls what was just pushed, not an older build cached under the same tag.
 	local ref

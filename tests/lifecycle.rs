@@ -198,6 +198,76 @@ async fn memory_limit_exceeded_is_oom_killed() {
     assert_eq!(terminated(&pod, "hog"), Some((137, "OOMKilled".into())));
 }
 
+/// The OOM kills nodelet reads in a container's own cgroup when a SIGKILL exit comes before
+/// its `/tasks/oom` event (`stats::container_cgroup::ContainerOomKills`, asked by the PLEG):
+/// found where the runtime's verbose status places the cgroup, on this host's real containerd.
+/// A process exec'd into a running container with a 64Mi limit allocates 256 MiB and is
+/// OOM-killed while the container's main process runs on, so the count stays readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oom_kills_of_a_container_are_read_from_its_cgroup() {
+    use nodelet::cri::Runtime;
+    use nodelet::pleg::OomKills;
+    use nodelet::stats::cgroup::CgroupReader;
+    use nodelet::stats::container_cgroup::ContainerOomKills;
+    let n = Nodelet::start("oomcount");
+    n.write_manifest(
+        "k.yaml",
+        &pod_yaml(
+            "k",
+            &format!(
+                "  containers:\n\
+                 \x20 - name: limited\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [sleep]\n\
+                 \x20   resources:\n      limits:\n        memory: 64Mi\n\
+                 \x20 - name: calm\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [sleep]\n"
+            ),
+        ),
+    );
+    let pod = n.wait_pod("k", T, "Running", all_running).await;
+    let id = |name: &str| {
+        let id = container_status(&pod, name)
+            .and_then(|s| s.container_id.clone())
+            .expect("container ID");
+        id.rsplit("://").next().unwrap().to_string()
+    };
+    let (limited, calm) = (id("limited"), id("calm"));
+    let rt = runtime();
+    let kills = ContainerOomKills::new(
+        rt.clone(),
+        CgroupReader::detect(std::path::Path::new("/sys/fs/cgroup")),
+    );
+    assert_eq!(
+        kills.oom_killed(&limited).await,
+        Some(false),
+        "before the allocation"
+    );
+    let hog = rt
+        .exec_sync(
+            &limited,
+            vec![
+                "/testbox".into(),
+                "alloc".into(),
+                "--mib".into(),
+                "256".into(),
+                "--hold".into(),
+            ],
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("ExecSync");
+    assert_eq!(hog.exit_code, 137, "the allocation is OOM-killed: {hog:?}");
+    assert_eq!(
+        kills.oom_killed(&limited).await,
+        Some(true),
+        "after the OOM kill"
+    );
+    assert_eq!(
+        kills.oom_killed(&calm).await,
+        Some(false),
+        "the other container"
+    );
+    assert_eq!(kills.oom_killed("no-such-container").await, None);
+}
+
 /// What nodelet reads to keep a sandbox containerd reports NOTREADY after a restart while its
 /// process runs (`cri::model::sandbox_process_runs`): containerd's verbose sandbox status says
 /// the process runs while the pause process runs, and no longer once the sandbox is stopped.

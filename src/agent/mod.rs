@@ -458,6 +458,7 @@ impl NodeletBuilder {
             &runtime,
             &cluster,
             &csi_drivers,
+            &paths,
             &recorder,
             clock,
             tasks,

@@ -59,6 +59,7 @@ pub(super) fn wire(
     runtime: &RuntimeWing,
     cluster: &ClusterWing,
     csi_drivers: &crate::csi::CsiDrivers,
+    paths: &super::HostPaths,
     recorder: &EventRecorder,
     clock: Clock,
     tasks: &TaskTracker,
@@ -157,6 +158,17 @@ pub(super) fn wire(
         exits,
         show_exits,
     );
+    // A SIGKILL whose OOM event has not come is looked up in the container's cgroup, where
+    // the runtime's verbose status says it is.
+    let pleg = match &rt.stats {
+        Some(stats) => pleg.with_oom_kills(Arc::new(
+            crate::stats::container_cgroup::ContainerOomKills::new(
+                stats.clone(),
+                crate::stats::cgroup::CgroupReader::detect(&paths.cgroup),
+            ),
+        )),
+        None => pleg,
+    };
     tasks.spawn(pleg.clone().run_relist(cancel.clone()));
     let runtime_health = RuntimeHealth::new(rt.runtime.clone());
     tasks.spawn(runtime_health.clone().run(cancel.clone()));

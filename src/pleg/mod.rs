@@ -113,10 +113,22 @@ pub struct Pleg {
     /// Told the pod's UID when an exit is recorded in `exits`, to show it in the pod's status
     /// without waiting for the pod's worker.
     show_exits: ExitListener,
+    /// Where a SIGKILL's OOM is looked up before its event comes; none without cgroup access
+    /// (the component-test harness).
+    oom_kills: Option<Arc<dyn OomKills>>,
 }
 
 /// Called with a pod's UID when containerd's event announced an exit of one of its containers.
 pub type ExitListener = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Whether the kernel OOM-killed in a container's cgroup, from the kernel's own count: asked
+/// for a SIGKILL exit without its `/tasks/oom` event yet, which can come after the exit (and
+/// after the CRI recorded the exit as `Error`).
+#[async_trait::async_trait]
+pub trait OomKills: Send + Sync {
+    /// `Some(true)` when it did; `None` when it cannot be known (the cgroup is gone).
+    async fn oom_killed(&self, container_id: &str) -> Option<bool>;
+}
 
 #[derive(Default)]
 struct PlegState {
@@ -143,7 +155,17 @@ impl Pleg {
             state: Mutex::default(),
             exits,
             show_exits,
+            oom_kills: None,
         })
+    }
+
+    /// Looks up the OOM kills of a container's cgroup for a SIGKILL exit (see [`OomKills`]).
+    pub fn with_oom_kills(mut self: Arc<Self>, oom_kills: Arc<dyn OomKills>) -> Arc<Self> {
+        match Arc::get_mut(&mut self) {
+            Some(pleg) => pleg.oom_kills = Some(oom_kills),
+            None => panic!("with_oom_kills is called before the PLEG is shared"),
+        }
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, PlegState> {
@@ -351,7 +373,17 @@ impl Pleg {
         if !sandbox {
             self.exits.exited(id, code, at);
             tracing::debug!(pod.uid = %pod_uid, id = %id, code, "containerd exit event");
-            let record = self.exits.get(id).unwrap_or_default();
+            let mut record = self.exits.get(id).unwrap_or_default();
+            if asks_cgroup_for_oom(code, record.oom) {
+                if let Some(oom_kills) = &self.oom_kills {
+                    let killed = oom_kills.oom_killed(id).await;
+                    tracing::debug!(pod.uid = %pod_uid, id = %id, ?killed, "OOM kills in the container's cgroup");
+                    if killed == Some(true) {
+                        self.exits.oom_killed(id);
+                        record.oom = true;
+                    }
+                }
+            }
             if shown_at_once(code, record.oom, record.stopped_by_sync) {
                 (self.show_exits)(&pod_uid);
             }
@@ -466,6 +498,13 @@ fn shown_at_once(code: i32, oom_recorded: bool, stopped_by_sync: bool) -> bool {
     !stopped_by_sync && crate::cri::exits::known_from_events(code, oom_recorded)
 }
 
+/// Whether an exit's OOM is looked up in the container's cgroup: a SIGKILL (137) without the
+/// OOM event recorded. The kernel counts an OOM kill before it sends the signal, so the count
+/// is final at the exit; only the runtime's removal of the cgroup can leave it unknown.
+fn asks_cgroup_for_oom(code: i32, oom_recorded: bool) -> bool {
+    code == 137 && !oom_recorded
+}
+
 /// The exit status and time a `/tasks/exit` event carries; a missing or out-of-range time reads
 /// as now (the event is published at the exit), a status beyond `i32` saturates.
 fn exit_of(e: &containerd_client::events::TaskExit) -> (i32, jiff::Timestamp) {
@@ -506,6 +545,23 @@ mod tests {
                 shown_at_once(code, oom, by_sync),
                 want,
                 "exit {code}, oom {oom}, stopped by the sync {by_sync}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_sigkill_without_its_oom_asks_the_cgroup() {
+        for (code, oom, want) in [
+            (137, false, true),
+            (137, true, false),
+            (143, false, false),
+            (1, false, false),
+            (0, false, false),
+        ] {
+            assert_eq!(
+                asks_cgroup_for_oom(code, oom),
+                want,
+                "exit {code}, oom {oom}"
             );
         }
     }

@@ -517,6 +517,26 @@ impl CgroupReader {
             .transpose()
     }
 
+    /// How many processes of the cgroup (and its descendants) the kernel OOM-killed: the
+    /// `oom_kill` count of `memory.events` (v2) or `memory.oom_control` (v1, kernel 4.13 on);
+    /// `None` when the cgroup or the count is not there. The kernel counts the kill before it
+    /// sends the signal, so the count is final when the process's exit is seen.
+    pub fn oom_kills(&self, path: &str) -> Result<Option<u64>> {
+        let relative = relative_cgroup_path(path)?;
+        let file = self.dir("memory", &relative).join(match self.version {
+            CgroupVersion::V2 => "memory.events",
+            CgroupVersion::V1 => "memory.oom_control",
+        });
+        let pairs = read_parsed(&file, |text| {
+            // v1's file has `oom_kill_disable`, `under_oom` and `oom_kill`, all numbers.
+            Ok(parse_key_values(text)?
+                .into_iter()
+                .find(|(key, _)| *key == "oom_kill")
+                .map(|(_, count)| count))
+        })?;
+        Ok(pairs.flatten())
+    }
+
     /// `<resource>.pressure`; `None` on v1 and where the kernel has no PSI.
     pub fn pressure(&self, path: &str, resource: Resource) -> Result<Option<Psi>> {
         if self.version == CgroupVersion::V1 {
@@ -901,6 +921,42 @@ mod tests {
         // a non-root cgroup without memory.current has no memory stats
         write(dir.path(), "x/memory.stat", MEMORY_STAT);
         assert_eq!(reader.memory("/x").unwrap(), None);
+    }
+
+    #[test]
+    fn oom_kills_from_either_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(
+            root,
+            "v2/c/memory.events",
+            "low 0\nhigh 3\nmax 9\noom 2\noom_kill 1\noom_group_kill 0\n",
+        );
+        write(
+            root,
+            "v2/quiet/memory.events",
+            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n",
+        );
+        let v2 = CgroupReader::new(root.join("v2"), CgroupVersion::V2);
+        assert_eq!(v2.oom_kills("/c").unwrap(), Some(1));
+        assert_eq!(v2.oom_kills("/quiet").unwrap(), Some(0));
+        assert_eq!(v2.oom_kills("/gone").unwrap(), None);
+        write(
+            root,
+            "v1/memory/kubepods/pod1/c/memory.oom_control",
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        );
+        // a kernel before 4.13 has no count
+        write(
+            root,
+            "v1/memory/old/memory.oom_control",
+            "oom_kill_disable 0\nunder_oom 0\n",
+        );
+        let v1 = CgroupReader::new(root.join("v1"), CgroupVersion::V1);
+        assert_eq!(v1.oom_kills("/kubepods/pod1/c").unwrap(), Some(2));
+        assert_eq!(v1.oom_kills("/old").unwrap(), None);
+        write(root, "v1/memory/bad/memory.oom_control", "oom_kill many\n");
+        assert!(v1.oom_kills("/bad").is_err());
     }
 
     #[test]

@@ -16,6 +16,12 @@
 //!   (runc's `ExpandSlice` and unit naming).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::cgroup::CgroupReader;
+use crate::cri::StatsRuntime;
 
 /// The image name the runtime put in the container's OCI spec (containerd's
 /// `io.kubernetes.cri.image-name` annotation, the name cAdvisor labels the container with),
@@ -38,6 +44,42 @@ pub fn cgroups_path_from_info(info: &HashMap<String, String>) -> Option<String> 
         .as_str()
         .filter(|p| !p.is_empty())
         .map(str::to_string)
+}
+
+/// Whether the kernel OOM-killed in a container's cgroup, read from the cgroup's own count
+/// (`CgroupReader::oom_kills`) where the runtime's verbose status places it: the PLEG asks it
+/// for a SIGKILL exit whose `/tasks/oom` event has not come (containerd publishes the two in
+/// either order, and its CRI may record the exit as `Error` before the OOM). The runtime
+/// removes the cgroup when it deletes the task, so the answer is often "not known".
+pub struct ContainerOomKills {
+    runtime: Arc<dyn StatsRuntime>,
+    reader: CgroupReader,
+}
+
+impl ContainerOomKills {
+    pub fn new(runtime: Arc<dyn StatsRuntime>, reader: CgroupReader) -> Self {
+        ContainerOomKills { runtime, reader }
+    }
+}
+
+#[async_trait]
+impl crate::pleg::OomKills for ContainerOomKills {
+    async fn oom_killed(&self, container_id: &str) -> Option<bool> {
+        let info = self.runtime.container_info(container_id).await.ok()?;
+        let cgroup = cgroup_of_cgroups_path(&cgroups_path_from_info(&info)?).ok()?;
+        let reader = self.reader.clone();
+        // A few small files, but a blocking read all the same: off the async workers.
+        let kills = tokio::task::spawn_blocking(move || reader.oom_kills(&cgroup))
+            .await
+            .ok()?;
+        match kills {
+            Ok(count) => count.map(|n| n > 0),
+            Err(e) => {
+                tracing::debug!(container = %container_id, error = %e, "container OOM count");
+                None
+            }
+        }
+    }
 }
 
 /// A `cgroupsPath` (either driver's form) → the cgroup's path below the mount point.
