@@ -143,6 +143,33 @@ pub fn is_valid_pattern(pattern: &str) -> bool {
     segments.into_iter().all(is_segment) && is_pattern_tail(tail)
 }
 
+/// The API server's `IsValidSysctlName`: segments of `[a-z0-9]([-_a-z0-9]*[a-z0-9])?`
+/// separated by `.` or `/`, at most 253 characters. No empty segment, so no `..`, no leading
+/// or trailing separator: a name cannot climb out of `/proc/sys`.
+pub fn is_valid_name(name: &str) -> bool {
+    name.len() <= MAX_LENGTH && name.split(['.', '/']).all(is_name_segment)
+}
+
+/// One segment of a sysctl name (`SysctlSegmentFmt`).
+fn is_name_segment(segment: &str) -> bool {
+    let bytes = segment.as_bytes();
+    let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            edge(first) && edge(last) && bytes.iter().all(|c| edge(c) || *c == b'-' || *c == b'_')
+        }
+        _ => false,
+    }
+}
+
+/// The API server's message for a name that is not a sysctl name.
+pub fn invalid_name_detail() -> String {
+    format!(
+        "must have at most {MAX_LENGTH} characters and match regex \
+         ^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$"
+    )
+}
+
 /// The sysctls a node admits: exact names and prefixes, each with its namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Allowlist {
@@ -221,6 +248,32 @@ impl Allowlist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_as_the_api_server_validates_them() {
+        for (name, valid) in [
+            ("net.core.somaxconn", true),
+            ("net/ipv4/conf/eth0.100/rp_filter", true),
+            ("kernel.shm_rmid_forced", true),
+            ("net.ipv4.ip_local_port_range", true),
+            ("a", true),
+            ("net.ipv4/../../kernel/core_pattern", false),
+            ("net..core", false),
+            (".net.core", false),
+            ("net.core.", false),
+            ("net.core.-x", false),
+            ("net.core.x_", false),
+            ("Net.core", false),
+            ("net.core*", false),
+            ("", false),
+            ("net.core somaxconn", false),
+        ] {
+            assert_eq!(is_valid_name(name), valid, "{name:?}");
+        }
+        let long = format!("net.{}", "a".repeat(MAX_LENGTH - 4));
+        assert!(is_valid_name(&long));
+        assert!(!is_valid_name(&format!("{long}a")));
+    }
 
     #[test]
     fn namespaces_and_separators() {

@@ -143,6 +143,49 @@ struct PodContext<'a> {
     os: Option<&'a str>,
 }
 
+/// `spec.securityContext.sysctls` as the API server's `validateSysctls` on a new pod: a name
+/// given, of the sysctl grammar, given once, and no network or IPC sysctl in a pod that shares
+/// that namespace with the host. The node's own allowlist (`podspec::sysctl::Allowlist`) is
+/// admission's, after this.
+fn validate_sysctls(spec: &PodSpec, path: &FieldPath, errs: &mut Errors) {
+    use crate::podspec::sysctl::{
+        invalid_name_detail, is_valid_name, namespaced_by, to_dots, Namespace,
+    };
+    let sysctls = spec
+        .security_context
+        .as_ref()
+        .and_then(|sc| sc.sysctls.as_deref())
+        .unwrap_or(&[]);
+    let mut names = BTreeSet::new();
+    for (i, sysctl) in sysctls.iter().enumerate() {
+        let name_path = path.index(i).child("name");
+        let name = sysctl.name.as_str();
+        if name.is_empty() {
+            errs.push(FieldError::required(&name_path, ""));
+        } else if !is_valid_name(name) {
+            errs.push(FieldError::invalid(&name_path, name, invalid_name_detail()));
+        } else if names.contains(name) {
+            errs.push(FieldError::duplicate(&name_path, name));
+        }
+        match namespaced_by(&to_dots(name)) {
+            Some(Namespace::Net) if spec.host_network == Some(true) => {
+                errs.push(FieldError::invalid(
+                    &name_path,
+                    name,
+                    "may not be specified when 'hostNetwork' is true",
+                ))
+            }
+            Some(Namespace::Ipc) if spec.host_ipc == Some(true) => errs.push(FieldError::invalid(
+                &name_path,
+                name,
+                "may not be specified when 'hostIPC' is true",
+            )),
+            _ => {}
+        }
+        names.insert(name);
+    }
+}
+
 fn validate_pod_spec(spec: &PodSpec, path: &FieldPath, errs: &mut Errors) {
     match spec.termination_grace_period_seconds {
         None => errs.push(FieldError::required(
@@ -187,6 +230,7 @@ fn validate_pod_spec(spec: &PodSpec, path: &FieldPath, errs: &mut Errors) {
             errs,
         );
     }
+    validate_sysctls(spec, &path.child("securityContext").child("sysctls"), errs);
     validate_containers(&spec.containers, &ctx, &path.child("containers"), errs);
     validate_init_containers(
         spec.init_containers.as_deref().unwrap_or(&[]),

@@ -83,6 +83,22 @@ fn pod_level_rules() {
     let cases: Vec<(String, Vec<String>)> = vec![
         ("  containers: []\n".into(), vec!["spec.containers: Required value".into()]),
         (
+            // the API server's sysctl grammar: a name cannot climb out of /proc/sys
+            format!("{C}  securityContext:\n    sysctls:\n    - {{name: net.core.somaxconn, value: '1024'}}\n    - {{name: 'net.ipv4/../../kernel/core_pattern', value: x}}\n    - {{name: net.core.somaxconn, value: '1'}}\n    - {{name: '', value: x}}\n"),
+            vec![
+                "spec.securityContext.sysctls[1].name: Invalid value: \"net.ipv4/../../kernel/core_pattern\": must have at most 253 characters and match regex ^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$".into(),
+                "spec.securityContext.sysctls[2].name: Duplicate value: \"net.core.somaxconn\"".into(),
+                "spec.securityContext.sysctls[3].name: Required value".into(),
+            ],
+        ),
+        (
+            format!("{C}  hostNetwork: true\n  hostIPC: true\n  securityContext:\n    sysctls:\n    - {{name: net.core.somaxconn, value: '1024'}}\n    - {{name: kernel.shmmax, value: '1'}}\n    - {{name: kernel.hostname, value: x}}\n"),
+            vec![
+                "spec.securityContext.sysctls[0].name: Invalid value: \"net.core.somaxconn\": may not be specified when 'hostNetwork' is true".into(),
+                "spec.securityContext.sysctls[1].name: Invalid value: \"kernel.shmmax\": may not be specified when 'hostIPC' is true".into(),
+            ],
+        ),
+        (
             format!("{C}  restartPolicy: Sometimes\n"),
             vec!["spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"".into()],
         ),
