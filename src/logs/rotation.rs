@@ -220,8 +220,26 @@ fn compress(path: &Path) -> Result<(), RotationError> {
     tmp_name.push(TMP_SUFFIX);
     let tmp = PathBuf::from(tmp_name);
     let result = (|| {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let mut input = std::fs::File::open(path).map_err(io("opening", path))?;
-        let out = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
+        // The compressed file keeps the live file's mode (the runtime's 0640), as the
+        // kubelet's `compressLog` does: a log is no more readable once rotated.
+        let mode = input
+            .metadata()
+            .map_err(io("reading the mode of", path))?
+            .permissions()
+            .mode()
+            & 0o777;
+        let out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(io("creating", &tmp))?;
+        // Not narrowed by the umask either.
+        out.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io("setting the mode of", &tmp))?;
         let mut encoder = flate2::write::GzEncoder::new(out, flate2::Compression::default());
         std::io::copy(&mut input, &mut encoder).map_err(io("compressing", path))?;
         encoder.finish().map_err(io("writing", &tmp))?;
@@ -590,6 +608,9 @@ mod tests {
         let log = tmp.path().join("0.log");
         for round in 0..4u64 {
             std::fs::write(&log, format!("round {round} line\n")).unwrap();
+            // the runtime's mode for a container log
+            std::fs::set_permissions(&log, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+                .unwrap();
             rot.rotate_logs().await.unwrap();
             tokio::time::advance(Duration::from_secs(10)).await;
         }
@@ -605,6 +626,15 @@ mod tests {
         .read_to_string(&mut text)
         .unwrap();
         assert_eq!(text, "round 2 line\n");
+        // compressed with the live file's mode, not the umask's 0644
+        let mode = |name: &str| {
+            std::os::unix::fs::PermissionsExt::mode(
+                &std::fs::metadata(tmp.path().join(name))
+                    .unwrap()
+                    .permissions(),
+            ) & 0o777
+        };
+        assert_eq!(mode("0.log.20261201-103025.gz"), 0o640);
         // Below the size: untouched.
         std::fs::write(&log, "short").unwrap();
         rot.rotate_logs().await.unwrap();

@@ -486,8 +486,17 @@ impl KubeletAuth {
                         )));
                     };
                     let allowed = reviewer.review_access(user, attrs).await.map_err(|e| {
+                        // The cause is logged, not sent: it is the API server's or a webhook's
+                        // text, not the client's business (the kubelet's answer has none).
+                        tracing::error!(
+                            error = %e.0,
+                            user = %user.name,
+                            verb = attrs.verb,
+                            subresource = attrs.subresource,
+                            "Authorization error"
+                        );
                         Refusal::Error(format!(
-                            "Authorization error (user={}, verb={}, resource=nodes, subresource={}): {e}",
+                            "Authorization error (user={}, verb={}, resource=nodes, subresource={})",
                             user.name, attrs.verb, attrs.subresource
                         ))
                     })?;
