@@ -169,6 +169,49 @@ async fn a_csi_driver_registers_on_the_csinode_and_the_node_and_leaves_with_its_
     // The driver's sockets: its Node service, and its registration socket in the registry.
     let registry = n.dir.path().join("root/plugins_registry");
     assert!(registry.is_dir(), "nodelet created {}", registry.display());
+
+    // An endpoint in a directory anyone may write to is refused, saying why: another user
+    // could have put their own socket there and receive the volumes' mounts and secrets.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let open_dir = n.dir.path().join("root/plugins/open");
+        std::fs::create_dir_all(&open_dir).unwrap();
+        std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let open_socket = open_dir.join("csi.sock");
+        let _open_driver = serve(
+            &open_socket,
+            tonic::transport::Server::builder().add_service(NodeServer::new(DriverFake)),
+        );
+        let (tx, mut refusals) = mpsc::unbounded_channel();
+        let open_reg = registry.join("open-reg.sock");
+        let stop = serve(
+            &open_reg,
+            tonic::transport::Server::builder().add_service(RegistrationServer::new(
+                RegistrationFake {
+                    info: PluginInfo {
+                        r#type: "CSIPlugin".into(),
+                        name: DRIVER.into(),
+                        endpoint: open_socket.display().to_string(),
+                        supported_versions: vec!["1.0.0".into()],
+                    },
+                    statuses: tx,
+                },
+            )),
+        );
+        let status = tokio::time::timeout(Duration::from_secs(60), refusals.recv())
+            .await
+            .expect("NotifyRegistrationStatus within a minute")
+            .unwrap();
+        assert!(!status.plugin_registered, "{status:?}");
+        assert!(
+            status
+                .error
+                .contains("the endpoint's directory has mode 1777: others may write to it"),
+            "{status:?}"
+        );
+        drop(stop);
+        std::fs::remove_file(&open_reg).unwrap();
+    }
     let driver_dir = n.dir.path().join("root/plugins").join(DRIVER);
     std::fs::create_dir_all(&driver_dir).unwrap();
     let csi_socket = driver_dir.join("csi.sock");

@@ -149,8 +149,51 @@ pub struct RemoteDrivers;
 
 impl DriverConnector for RemoteDrivers {
     fn connect(&self, name: &str, endpoint: &str) -> Result<Arc<dyn CsiNode>, CsiError> {
+        let path = crate::unix_grpc::socket_path(endpoint).map_err(|e| CsiError::Endpoint {
+            endpoint: endpoint.to_string(),
+            reason: e.to_string(),
+        })?;
+        // Two stats of a local path: bounded, once per registration.
+        endpoint_facts(&path)
+            .and_then(|(socket, dir)| {
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let own_uid = unsafe { libc::geteuid() };
+                validate::endpoint_trusted(socket, dir, own_uid)
+            })
+            .map_err(|reason| CsiError::Endpoint {
+                endpoint: endpoint.to_string(),
+                reason,
+            })?;
         Ok(Arc::new(RemoteCsiNode::connect(name, endpoint)?))
     }
+}
+
+/// The facts of a driver's endpoint socket (not following a symlink) and of its directory.
+fn endpoint_facts(socket: &Path) -> Result<(validate::FileFacts, validate::FileFacts), String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use validate::{FileFacts, FileKind};
+    let facts = |meta: &std::fs::Metadata| {
+        let ft = meta.file_type();
+        let kind = if ft.is_socket() {
+            FileKind::Socket
+        } else if ft.is_symlink() {
+            FileKind::Symlink
+        } else if ft.is_dir() {
+            FileKind::Directory
+        } else {
+            FileKind::Other
+        };
+        FileFacts {
+            kind,
+            uid: meta.uid(),
+            mode: meta.mode() & 0o7777,
+        }
+    };
+    let socket_meta = std::fs::symlink_metadata(socket)
+        .map_err(|e| format!("reading {}: {e}", socket.display()))?;
+    let dir = socket.parent().unwrap_or(Path::new("/"));
+    let dir_meta = std::fs::metadata(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    Ok((facts(&socket_meta), facts(&dir_meta)))
 }
 
 /// Creates `dir` (and its parents) and makes it `0750`, as nodelet's other directories under

@@ -205,8 +205,84 @@ pub fn validate(
     })
 }
 
+/// What the trust check of a driver's endpoint reads of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileFacts {
+    pub kind: FileKind,
+    pub uid: u32,
+    /// The permission bits.
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Socket,
+    Symlink,
+    Directory,
+    Other,
+}
+
+/// Whether nodelet may talk to a driver's endpoint `socket` in directory `dir`: the socket is a
+/// socket (a symlink is not followed), owned by root or by nodelet's own user `own_uid`, in a
+/// directory of the same owners that nobody else may write to, so no other user can put a
+/// socket of their own there and receive the volumes' secrets and mounts.
+pub fn endpoint_trusted(socket: FileFacts, dir: FileFacts, own_uid: u32) -> Result<(), String> {
+    let trusted_owner = |uid: u32| uid == 0 || uid == own_uid;
+    match socket.kind {
+        FileKind::Socket => {}
+        FileKind::Symlink => {
+            return Err("the endpoint is a symbolic link, which nodelet does not follow".into())
+        }
+        _ => return Err("the endpoint is not a unix socket".into()),
+    }
+    if !trusted_owner(socket.uid) {
+        return Err(format!(
+            "the endpoint socket is owned by uid {}, not by root (or nodelet's uid {own_uid})",
+            socket.uid
+        ));
+    }
+    if dir.kind != FileKind::Directory || !trusted_owner(dir.uid) {
+        return Err(format!(
+            "the endpoint's directory is owned by uid {}, not by root (or nodelet's uid {own_uid})",
+            dir.uid
+        ));
+    }
+    if dir.mode & 0o022 != 0 {
+        return Err(format!(
+            "the endpoint's directory has mode {:04o}: others may write to it",
+            dir.mode
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn endpoint_trust_table() {
+        use super::{endpoint_trusted, FileFacts, FileKind};
+        let f = |kind, uid, mode| FileFacts { kind, uid, mode };
+        let socket = f(FileKind::Socket, 0, 0o755);
+        let dir = f(FileKind::Directory, 0, 0o755);
+        let cases = [
+            ("root's socket in root's 0755 directory", socket, dir, Ok(())),
+            ("nodelet's own uid", f(FileKind::Socket, 1000, 0o700), f(FileKind::Directory, 1000, 0o750), Ok(())),
+            ("a symlink", f(FileKind::Symlink, 0, 0o777), dir, Err("the endpoint is a symbolic link, which nodelet does not follow")),
+            ("a regular file", f(FileKind::Other, 0, 0o644), dir, Err("the endpoint is not a unix socket")),
+            ("another user's socket", f(FileKind::Socket, 1001, 0o755), dir, Err("the endpoint socket is owned by uid 1001, not by root (or nodelet's uid 1000)")),
+            ("another user's directory", socket, f(FileKind::Directory, 1001, 0o755), Err("the endpoint's directory is owned by uid 1001, not by root (or nodelet's uid 1000)")),
+            ("a world-writable directory", socket, f(FileKind::Directory, 0, 0o1777), Err("the endpoint's directory has mode 1777: others may write to it")),
+            ("a group-writable directory", socket, f(FileKind::Directory, 0, 0o775), Err("the endpoint's directory has mode 0775: others may write to it")),
+        ];
+        for (name, socket, dir, want) in cases {
+            assert_eq!(
+                endpoint_trusted(socket, dir, 1000),
+                want.map_err(str::to_string),
+                "{name}"
+            );
+        }
+    }
+
     use super::*;
 
     fn v(s: &str) -> Version {
