@@ -374,3 +374,83 @@ spec:
     assert_eq!(restart.status, "False", "False once the restart is done");
     assert_eq!(phase(&after), "Running");
 }
+
+/// The suite's "node reboot" (Kubernetes' `[Serial]` "restart the containers in right order
+/// after the node reboot"): the pod's sandbox is stopped under nodelet, which creates a new one,
+/// purges the old init containers (as the kubelet's `purgeInitContainers`) and runs them again
+/// from the first. The sidecar and the second init container start in later syncs, when the
+/// runtime no longer holds their old instances: their restart count comes from the log files
+/// left (the kubelet's `calcRestartCountByLogDir`), so each new instance writes `1.log`, not
+/// onto the old instance's `0.log` (which showed the old lines twice to `kubectl logs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_sandbox_continues_the_purged_init_containers_logs() {
+    let mut n = Nodelet::start("reboot-logs");
+    let c = |name: &str, args: &str, extra: &str| {
+        format!("  - name: {name}\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [{args}]\n{extra}")
+    };
+    n.write_manifest(
+        "r.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: r\nspec:\n  terminationGracePeriodSeconds: 2\n  initContainers:\n{}{}{}  containers:\n{}",
+            c("init-1", "exit, --code, \"0\"", ""),
+            c("sidecar", "sleep", "    restartPolicy: Always\n"),
+            c("init-3", "exit, --code, \"0\"", ""),
+            c("main", "sleep", ""),
+        ),
+    );
+    let pod = n.wait_pod("r", T, "Running", all_running).await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let rt = runtime();
+    let sandboxes = rt
+        .list_pod_sandbox(Some(api::PodSandboxFilter {
+            label_selector: [(labels::POD_UID.to_string(), uid.clone())].into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
+    // As the suite: the agent stopped, the sandbox stopped under it, the agent started.
+    n.kill9();
+    rt.stop_pod_sandbox(&sandboxes[0].id)
+        .await
+        .expect("StopPodSandbox");
+    n.relaunch();
+    let again = n
+        .wait_pod(
+            "r",
+            T,
+            "every container running again in a new sandbox",
+            |p| {
+                all_running(p)
+                    && ["init-1", "sidecar", "init-3"].iter().all(|name| {
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.init_container_statuses.as_ref())
+                            .and_then(|cs| cs.iter().find(|c| c.name == *name))
+                            .is_some_and(|c| c.restart_count >= 1)
+                    })
+            },
+        )
+        .await;
+    let logs = n
+        .dir
+        .path()
+        .join("logs")
+        .join(format!("default_{}_{uid}", n.pod_name("r")));
+    for name in ["init-1", "sidecar", "init-3"] {
+        let mut files: Vec<String> = std::fs::read_dir(logs.join(name))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        assert_eq!(files, ["0.log", "1.log"], "{name}: {again:?}");
+    }
+    // The restart counts the status shows are the instances' own.
+    let status = again.status.unwrap();
+    let statuses = status.init_container_statuses.unwrap();
+    assert!(
+        statuses.iter().all(|s| s.restart_count == 1),
+        "{statuses:?}"
+    );
+    assert_eq!(status.container_statuses.unwrap()[0].restart_count, 1);
+}

@@ -529,20 +529,7 @@ impl ContainerStarter {
             message: e.to_string(),
         })
         .map_err(no_retry)?;
-        // After an in-place restart of the pod the old instances are gone; counting goes on.
-        let restart_count = runtime
-            .latest(&container.name)
-            .map(|c| c.restart_count.saturating_add(1))
-            .or_else(|| {
-                memory
-                    .restart_count_base
-                    .get(&container.name)
-                    .map(|b| b.saturating_add(1))
-            })
-            .unwrap_or(0);
         let uid = pod_uid(pod);
-        let termination_message =
-            volume::termination_message_file(&self.settings.root_dir, uid, &container.name).ok();
         let log_dir = container_log_dir(
             &self.settings.pod_logs_dir,
             pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -550,6 +537,32 @@ impl ContainerStarter {
             uid,
             &container.name,
         );
+        // After an in-place restart of the pod the old instances are gone; counting goes on.
+        // Without either (init containers purged with their sandbox, a runtime that lost its
+        // state), the log files left say how far it went, so the new instance's log does not
+        // append to an old one's.
+        let known = runtime
+            .latest(&container.name)
+            .map(|c| c.restart_count.saturating_add(1))
+            .or_else(|| {
+                memory
+                    .restart_count_base
+                    .get(&container.name)
+                    .map(|b| b.saturating_add(1))
+            });
+        let restart_count = match known {
+            Some(count) => count,
+            None => {
+                let dir = log_dir.clone();
+                tokio::task::spawn_blocking(move || {
+                    crate::logs::paths::restart_count_from_log_dir(&dir)
+                })
+                .await
+                .unwrap_or(0)
+            }
+        };
+        let termination_message =
+            volume::termination_message_file(&self.settings.root_dir, uid, &container.name).ok();
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| StartFailure {
                 reason: "CreateContainerConfigError".into(),
