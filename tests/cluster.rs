@@ -3200,3 +3200,76 @@ async fn deleted_pods_that_never_started_end_with_a_terminal_status_and_the_fina
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// Kubernetes' `[Serial]` MirrorPod "when kubelet restarts should not change container
+/// status": a static pod with startup and readiness probes keeps its containers started and
+/// ready, and itself Ready, through a restart of nodelet — every version of the mirror pod the
+/// API server stores, read through a watch. A static pod from a file has no status of its own:
+/// an adopted one starts from its mirror pod's status (its probes' last results), as an API pod
+/// starts from its own; before, the first status after a restart said not started, not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pods_mirror_keeps_started_and_ready_through_a_restart() {
+    let server = RealServer::start("mirror-restart");
+    let api = server.api();
+    let mut n = Nodelet::start_in_real_cluster("mirror-restart", &server, "");
+    let probe = |kind: &str| {
+        format!(
+            "    {kind}:\n      exec:\n        command: [/testbox, exit, --code, \"0\"]\n      initialDelaySeconds: 1\n      periodSeconds: 1\n"
+        )
+    };
+    n.write_manifest(
+        "probed.yaml",
+        &format!(
+            "{}{}{}",
+            testbox_pod("probed", "Always", &[("main", &["serve"])]),
+            probe("startupProbe"),
+            probe("readinessProbe"),
+        ),
+    );
+    let name = n.pod_name("probed");
+    let settled = |p: &Pod| {
+        let status = p.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let containers = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| {
+                !cs.is_empty()
+                    && cs
+                        .iter()
+                        .all(|c| c.started == Some(true) && c.ready && c.restart_count == 0)
+            });
+        api_phase(p) == "Running" && ready && containers
+    };
+    wait_api("the mirror pod Running, started and Ready", &n, || {
+        server
+            .object::<Pod>(Some("default"), &name)
+            .filter(|p| settled(p))
+    })
+    .await;
+    let versions = PodVersions::start_in(&api, &n, Some("default"), &name).await;
+    let before = versions.read().len();
+    n.restart();
+    // A positive sign that the new nodelet synced the pod, then time for its probes to run.
+    let sync_line = format!("pod.name=\"{name}\"");
+    wait_api("the restarted nodelet's sync of the pod", &n, || {
+        let logs = n.logs();
+        let second_run = logs.rfind("starting nodelet")?;
+        logs[second_run..].contains(&sync_line).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let now = server
+        .object::<Pod>(Some("default"), &name)
+        .expect("the mirror pod");
+    let all = versions.through(&n, &now).await;
+    for (i, version) in all.iter().enumerate().skip(before.saturating_sub(1)) {
+        assert!(
+            settled(version),
+            "version {i} after the restart is not Running, started and Ready: {:?}\n{}",
+            version.status,
+            tail(&n.logs(), 60)
+        );
+    }
+}

@@ -108,6 +108,11 @@ pub(super) fn wire(
         csi_drivers.clone(),
         cluster.objects.clone(),
     ));
+    // The API server's pods bound to this node (cluster mode): the API source fills it, the
+    // mirror pods and the status sync read it, and so do adopted static pods' first syncs.
+    let api_pods = cluster
+        .client()
+        .map(|_| kube::runtime::reflector::store::<Pod>());
     let syncer = PodSyncer::new(SyncerParts {
         runtime: rt.runtime.clone(),
         images: rt.images.clone(),
@@ -135,6 +140,12 @@ pub(super) fn wire(
         exits: exits.clone(),
         allocation: allocation.clone(),
     });
+    let syncer = match &api_pods {
+        Some((store, _)) => syncer.with_reported_statuses(Arc::new(
+            crate::pod::mirror::MirrorStatuses::new(store.clone()),
+        )),
+        None => syncer,
+    };
     // An exit containerd's event announces is shown in the pod's status at once, not after
     // the sync that may be under way for the pod (starting its other containers).
     let show_exits: crate::pleg::ExitListener = {
@@ -188,9 +199,8 @@ pub(super) fn wire(
         let file = FileSource::new(dir.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
         tasks.spawn(file.run(snap_tx.clone(), cancel.clone()));
     }
-    let pod_store = if let Some(client) = cluster.client() {
+    let pod_store = if let (Some(client), Some((store, writer))) = (cluster.client(), api_pods) {
         expected.push(source::api::API_SOURCE);
-        let (store, writer) = kube::runtime::reflector::store::<Pod>();
         let mut api = source::api::ApiSource::new(client.clone(), cfg.node_name.clone(), writer);
         if let Some(cache) = cluster.object_cache.clone() {
             // Watch the ConfigMaps and Secrets the node's pods refer to, and only those.

@@ -310,9 +310,88 @@ impl MirrorPods {
     }
 }
 
+/// The status of `static_pod`'s mirror among `pods` (the API server's pods of this node): the
+/// pod of the same namespace and name marked as the mirror of this very manifest (its
+/// `kubernetes.io/config.mirror` is the static pod's config hash, the kubelet's
+/// `IsMirrorPodOf`); a mirror of an older manifest says nothing of today's containers.
+pub fn mirror_status<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    static_pod: &Pod,
+) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+    let hash = annotation(static_pod, CONFIG_HASH_ANNOTATION)?;
+    pods.into_iter()
+        .find(|p| {
+            p.metadata.name == static_pod.metadata.name
+                && p.metadata.namespace == static_pod.metadata.namespace
+                && annotation(p, MIRROR_ANNOTATION) == Some(hash)
+        })?
+        .status
+        .clone()
+}
+
+/// How long the first sync of an adopted static pod waits for the API server's pods to be
+/// listed: a start lists them within moments; a server that is away holds nothing back longer.
+pub const REPORTED_STATUS_WAIT: Duration = Duration::from_secs(5);
+
+/// The mirror pods in the API source's reflector, as the status a static pod last had.
+pub struct MirrorStatuses {
+    store: Store<Pod>,
+}
+
+impl MirrorStatuses {
+    pub fn new(store: Store<Pod>) -> Self {
+        MirrorStatuses { store }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::sync::executor::ReportedStatuses for MirrorStatuses {
+    async fn reported_status(
+        &self,
+        static_pod: &Pod,
+    ) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+        if tokio::time::timeout(REPORTED_STATUS_WAIT, self.store.wait_until_ready())
+            .await
+            .is_err()
+        {
+            tracing::debug!("the API server's pods are not listed yet: no reported status");
+        }
+        let pods = self.store.state();
+        mirror_status(pods.iter().map(|p| &**p), static_pod)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mirror_of_this_manifest_gives_the_status() {
+        use k8s_openapi::api::core::v1::PodStatus;
+        let with_status = |mut p: Pod, phase: &str| {
+            p.status = Some(PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            });
+            p
+        };
+        let pod = static_pod("web-n1", "abc");
+        let current = with_status(mirror("web-n1", "abc", "m1", false), "Running");
+        let older = with_status(mirror("web-n1", "old", "m0", false), "Pending");
+        let other = with_status(mirror("db-n1", "abc", "m2", false), "Failed");
+        let plain = with_status(static_pod("web-n1", "abc"), "Succeeded");
+        let phase = |pods: Vec<&Pod>| mirror_status(pods, &pod).and_then(|s| s.phase);
+        assert_eq!(
+            phase(vec![&older, &other, &current, &plain]),
+            Some("Running".into())
+        );
+        assert_eq!(
+            phase(vec![&older, &other, &plain]),
+            None,
+            "no mirror of this manifest"
+        );
+        assert_eq!(phase(vec![]), None);
+    }
 
     fn static_pod(name: &str, hash: &str) -> Pod {
         Pod {

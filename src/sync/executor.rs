@@ -158,6 +158,32 @@ pub struct PodSyncer {
     /// What each pod's last status was generated from. The lock is held while a status is
     /// generated and stored, so statuses of one pod are published one at a time, in order.
     published: Arc<Mutex<HashMap<String, StatusBasis>>>,
+    /// The status a static pod last had in the API server (its mirror pod's), for a pod
+    /// adopted after a restart; none standalone.
+    reported: Option<Arc<dyn ReportedStatuses>>,
+}
+
+/// The status the API server last showed for a static pod: its mirror pod's. A pod from the
+/// API server carries its own; a static pod from a file carries none, so without this an
+/// adopted static pod's first status after a restart would start over (its containers not
+/// started, not ready, until their probes ran again).
+#[async_trait::async_trait]
+pub trait ReportedStatuses: Send + Sync {
+    /// The mirror pod's status of `static_pod`; `None` when there is none (yet). May wait a
+    /// bounded while for the API server's pods to be listed first.
+    async fn reported_status(&self, static_pod: &Pod) -> Option<PodStatus>;
+}
+
+/// Whether a sync asks for the pod's reported status: a static pod without container
+/// statuses of its own, on its first sync since nodelet started (`first_sync`), with containers running (an
+/// adoption: a pod that starts afresh has no state to keep).
+pub fn asks_reported_status(
+    static_pod: bool,
+    has_status: bool,
+    first_sync: bool,
+    any_running: bool,
+) -> bool {
+    static_pod && !has_status && first_sync && any_running
 }
 
 /// Where a published status's phase comes from.
@@ -228,7 +254,14 @@ impl PodSyncer {
             events,
             probes: parts.probes,
             objects: parts.objects,
+            reported: None,
         }
+    }
+
+    /// Static pods adopted after a restart start from their mirror pod's status.
+    pub fn with_reported_statuses(mut self, reported: Arc<dyn ReportedStatuses>) -> Self {
+        self.reported = Some(reported);
+        self
     }
 
     /// The pod's plan for its current spec: the one derived before, or a new one when the spec
@@ -382,6 +415,7 @@ impl PodSyncer {
             plan: None,
             plans_derived: 0,
             runtime_writes: RuntimeWrites::default(),
+            reported_status_asked: false,
         }
     }
 
@@ -608,6 +642,36 @@ impl PodSyncer {
                 format!("error determining status: {}", e.cause()),
             )
         })?;
+        let first_sync = !memory.reported_status_asked;
+        memory.reported_status_asked = true;
+        let with_reported;
+        let desired = match &self.reported {
+            Some(reported)
+                if asks_reported_status(
+                    crate::podspec::qos::is_static_pod(desired),
+                    // A manifest's pod carries only the defaulted phase.
+                    desired.status.as_ref().is_some_and(|s| {
+                        s.container_statuses.as_ref().is_some_and(|c| !c.is_empty())
+                    }),
+                    first_sync,
+                    runtime.running_containers().next().is_some(),
+                ) =>
+            {
+                match reported.reported_status(desired).await {
+                    Some(status) => {
+                        tracing::debug!(
+                            "adopted static pod: starting from its mirror pod's status"
+                        );
+                        let mut pod = desired.clone();
+                        pod.status = Some(status);
+                        with_reported = pod;
+                        &with_reported
+                    }
+                    None => desired,
+                }
+            }
+            _ => desired,
+        };
         // Instances created since the last sync got the allocation of that time: recorded
         // before the allocation can change below.
         self.note_new_instances(&uid, &runtime);
@@ -1611,6 +1675,25 @@ mod tests {
                 shown_ahead_of_the_sync(previous.as_ref(), &generated),
                 want,
                 "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_an_adopted_static_pod_without_statuses_asks_for_its_mirrors() {
+        // (static, has statuses, first sync, something runs) → asks
+        for (case, want) in [
+            ((true, false, true, true), true),
+            ((false, false, true, true), false),
+            ((true, true, true, true), false),
+            ((true, false, false, true), false),
+            ((true, false, true, false), false),
+        ] {
+            let (static_pod, has_status, first_sync, any_running) = case;
+            assert_eq!(
+                asks_reported_status(static_pod, has_status, first_sync, any_running),
+                want,
+                "{case:?}"
             );
         }
     }

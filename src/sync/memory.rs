@@ -49,6 +49,9 @@ pub struct PodMemory {
     /// Held by a sync around the runtime calls it must not abandon half-way; the pod worker
     /// waits for them before it cuts a sync short for a termination.
     pub runtime_writes: RuntimeWrites,
+    /// The first sync asked for the reported status of an adopted static pod (or had no
+    /// need to): later syncs start from the status published since.
+    pub reported_status_asked: bool,
 }
 
 /// The runtime calls of a sync that must finish once begun: RunPodSandbox, and a container's

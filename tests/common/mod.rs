@@ -581,8 +581,23 @@ pub struct PodVersions {
 impl PodVersions {
     /// Starts the watch and waits for its first version (the pod as it is now).
     pub async fn start(api: &str, n: &Nodelet, name: &str) -> PodVersions {
+        Self::start_in(api, n, None, name).await
+    }
+
+    /// [`PodVersions::start`] in `namespace` (a static pod's mirror is in its manifest's
+    /// namespace, not the test's), or the default one.
+    pub async fn start_in(
+        api: &str,
+        n: &Nodelet,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> PodVersions {
         let file = n.dir.path().join(format!("{name}.versions.json"));
-        let watch = kubectl_command(api, &["get", "pod", name, "--watch", "-o", "json"])
+        let mut args = vec!["get", "pod", name, "--watch", "-o", "json"];
+        if let Some(ns) = namespace {
+            args.extend(["--namespace", ns]);
+        }
+        let watch = kubectl_command(api, &args)
             .stdout(std::fs::File::create(&file).expect("the versions file"))
             .stderr(Stdio::null())
             .spawn()
