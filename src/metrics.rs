@@ -86,6 +86,9 @@ pub struct Metrics {
     pub running_pods: Gauge,
     pub running_containers: Gauge,
     pub static_pod_manifest_errors: Gauge,
+    /// Panics of pod workers' effects (a sync, a termination, a reclaim): each is logged and
+    /// the worker carries on with fresh memory.
+    pub pod_worker_panics_total: Counter,
     /// Cluster mode: status PATCHes per pod (the series goes when the pod leaves the node).
     pub pod_status_writes_total: Family<PodLabels, Counter>,
     /// Cluster mode: periodic comparisons of every cached pod status with the API server.
@@ -152,6 +155,7 @@ impl Metrics {
         let running_pods = Gauge::default();
         let running_containers = Gauge::default();
         let static_pod_manifest_errors = Gauge::default();
+        let pod_worker_panics_total = Counter::default();
         let pod_status_writes_total = Family::<PodLabels, Counter>::default();
         let pod_status_reconciles_total = Counter::default();
         let pod_status_nonconverging = Gauge::default();
@@ -242,6 +246,11 @@ impl Metrics {
             "static_pod_manifest_errors",
             "Static pod manifests that failed to parse or validate at the last scan",
             static_pod_manifest_errors.clone(),
+        );
+        registry.register(
+            "pod_worker_panics",
+            "Panics in pod workers' syncs and terminations; the worker carried on",
+            pod_worker_panics_total.clone(),
         );
         registry.register(
             "pod_status_writes",
@@ -364,6 +373,7 @@ impl Metrics {
             running_pods,
             running_containers,
             static_pod_manifest_errors,
+            pod_worker_panics_total,
             pod_status_writes_total,
             pod_status_reconciles_total,
             pod_status_nonconverging,

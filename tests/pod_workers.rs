@@ -1543,3 +1543,40 @@ async fn a_new_image_starts_without_the_old_images_back_off() {
     .await;
     h.cancel.cancel();
 }
+
+/// A panic in a pod's sync (here inside a runtime call) does not lose the pod: the worker logs
+/// and counts it, starts its memory over, and the sync is tried again, which starts the
+/// container; a termination's panic is caught the same way and the pod still ends.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_sync_or_termination_leaves_the_pod_its_worker() {
+    let h = harness().await;
+    let panics = || nodelet::metrics::metrics().pod_worker_panics_total.get();
+    let before = panics();
+    h.fake.panic_next("create_container");
+    let p = pod("u-panic", "Always", &["a"], "localhost/app:1");
+    h.workers.update(PodWork::Sync(p.clone()));
+    // A failed effect is tried again after the worker's error retry (2 s of paused time).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.settle("running after the panic", |h| {
+        h.phase("u-panic") == "Running" && h.fake.running_container_names() == ["a"]
+    })
+    .await;
+    assert!(panics() > before, "the panic is counted");
+    assert!(h.workers.has_worker("u-panic"));
+
+    let before = panics();
+    h.fake.panic_next("stop_container");
+    h.workers.update(PodWork::Kill {
+        pod: p,
+        grace: None,
+        remove: true,
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.settle(
+        "the pod ended and removed after the termination's panic",
+        |h| !h.workers.has_worker("u-panic") && h.fake.running_container_names().is_empty(),
+    )
+    .await;
+    assert!(panics() > before, "the termination's panic is counted");
+    h.cancel.cancel();
+}

@@ -55,6 +55,8 @@ struct State {
     images: HashSet<String>,
     pullable: HashSet<String>,
     failures: HashMap<&'static str, VecDeque<tonic::Status>>,
+    /// Calls that panic once (a bug in a part of nodelet under the call, as a test sees it).
+    panics: HashSet<&'static str>,
     calls: Vec<Call>,
     /// ContainerStatus calls (reads are not in `calls`): for tests of what is asked how often.
     container_status_reads: usize,
@@ -197,6 +199,11 @@ impl FakeRuntime {
             .entry(op)
             .or_default()
             .push_back(status);
+    }
+
+    /// The next call of `op` panics.
+    pub fn panic_next(&self, op: &'static str) {
+        self.lock().panics.insert(op);
     }
 
     /// The exit code containers of this name report when stopped.
@@ -368,6 +375,9 @@ impl FakeRuntime {
         });
         if let Some(status) = st.failures.get_mut(op).and_then(VecDeque::pop_front) {
             return Err(Error::Call { op, target, status });
+        }
+        if st.panics.remove(op) {
+            panic!("injected panic in {op} of {target}");
         }
         Ok(())
     }

@@ -196,6 +196,27 @@ impl PodWorkers {
     }
 }
 
+/// Runs one effect of a pod worker, catching a panic in it: logged with what panicked,
+/// counted in `pod_worker_panics_total`, and `Err(())` for the worker to carry on.
+async fn supervised<F: std::future::Future<Output = Outcome>>(
+    what: &'static str,
+    effect: F,
+) -> Result<Outcome, ()> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(effect)
+        .catch_unwind()
+        .await
+        .map_err(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            metrics().pod_worker_panics_total.inc();
+            tracing::error!(effect = what, panic = %message, "pod worker panicked; it carries on with fresh memory");
+        })
+}
+
 fn lock(registry: &Registry) -> MutexGuard<'_, HashMap<String, Handle>> {
     registry.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -314,23 +335,44 @@ impl Worker {
             outcome = match effect {
                 Effect::Sync => {
                     life.ran = true;
-                    self.sync(&request.pod, &mut life.memory).await
+                    let sync = supervised("sync", self.sync(&request.pod, &mut life.memory));
+                    sync.await.unwrap_or_else(|()| self.after_panic(&mut life))
                 }
-                Effect::Terminate => self.terminate(&mut life).await,
-                Effect::Reclaim => match self.syncer.reclaim(&request.pod).await {
-                    Ok(()) => Outcome::Reclaimed,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reclaiming the pod's resources");
-                        Outcome::Failed
+                Effect::Terminate => {
+                    let terminate = supervised("termination", self.terminate(&mut life));
+                    match terminate.await {
+                        Ok(outcome) => outcome,
+                        Err(()) => self.after_panic(&mut life),
                     }
-                },
-                Effect::Remove => match self.syncer.remove(&request.pod).await {
-                    Ok(()) => Outcome::Removed,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "removing pod");
-                        Outcome::Failed
-                    }
-                },
+                }
+                Effect::Reclaim => {
+                    let reclaim = supervised("reclaim", async {
+                        match self.syncer.reclaim(&request.pod).await {
+                            Ok(()) => Outcome::Reclaimed,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "reclaiming the pod's resources");
+                                Outcome::Failed
+                            }
+                        }
+                    });
+                    reclaim
+                        .await
+                        .unwrap_or_else(|()| self.after_panic(&mut life))
+                }
+                Effect::Remove => {
+                    let remove = supervised("removal", async {
+                        match self.syncer.remove(&request.pod).await {
+                            Ok(()) => Outcome::Removed,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "removing pod");
+                                Outcome::Failed
+                            }
+                        }
+                    });
+                    remove
+                        .await
+                        .unwrap_or_else(|()| self.after_panic(&mut life))
+                }
                 Effect::Restart => {
                     tracing::info!("pod returned after its removal; starting it again");
                     self.requests.send_if_modified(|r| {
@@ -361,6 +403,16 @@ impl Worker {
                 }
             };
         }
+    }
+
+    /// After a panic in one of the worker's effects: the pod's memory starts over (what the
+    /// panic left half-done in it cannot be trusted) and the effect counts as failed, so it is
+    /// tried again after the usual wait. The worker itself lives on: its pod is never left
+    /// without one.
+    fn after_panic(&self, life: &mut Life) -> Outcome {
+        life.memory = self.syncer.new_memory();
+        life.deadline = None;
+        Outcome::Failed
     }
 
     /// One sync, cut short when an update asks for the pod's end (a `kill_pod`, a delete, an
