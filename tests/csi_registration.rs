@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
@@ -139,6 +139,54 @@ fn no_drivers(csinode: &serde_json::Value) -> bool {
     drivers.is_null() || drivers.as_array().is_some_and(|d| d.is_empty())
 }
 
+/// A driver's Node service at `<dir>/csi.sock` and its registration socket naming that
+/// endpoint, with what nodelet tells it back.
+struct Registering {
+    _driver: oneshot::Sender<()>,
+    registration: oneshot::Sender<()>,
+    reg_socket: PathBuf,
+    statuses: mpsc::UnboundedReceiver<RegistrationStatus>,
+}
+
+impl Registering {
+    fn start(dir: &Path, reg_socket: &Path) -> Registering {
+        let csi_socket = dir.join("csi.sock");
+        let driver = serve(
+            &csi_socket,
+            tonic::transport::Server::builder().add_service(NodeServer::new(DriverFake)),
+        );
+        let (tx, statuses) = mpsc::unbounded_channel();
+        let registration = serve(
+            reg_socket,
+            tonic::transport::Server::builder().add_service(RegistrationServer::new(
+                RegistrationFake {
+                    info: PluginInfo {
+                        r#type: "CSIPlugin".into(),
+                        name: DRIVER.into(),
+                        endpoint: csi_socket.display().to_string(),
+                        supported_versions: vec!["1.0.0".into()],
+                    },
+                    statuses: tx,
+                },
+            )),
+        );
+        Registering {
+            _driver: driver,
+            registration,
+            reg_socket: reg_socket.to_path_buf(),
+            statuses,
+        }
+    }
+
+    /// What nodelet's `NotifyRegistrationStatus` said.
+    async fn status(&mut self) -> RegistrationStatus {
+        tokio::time::timeout(Duration::from_secs(60), self.statuses.recv())
+            .await
+            .expect("NotifyRegistrationStatus within a minute")
+            .unwrap()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_csi_driver_registers_on_the_csinode_and_the_node_and_leaves_with_its_socket() {
     let server = RealServer::start("csi-registration");
@@ -177,31 +225,8 @@ async fn a_csi_driver_registers_on_the_csinode_and_the_node_and_leaves_with_its_
         let open_dir = n.dir.path().join("root/plugins/open");
         std::fs::create_dir_all(&open_dir).unwrap();
         std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let open_socket = open_dir.join("csi.sock");
-        let _open_driver = serve(
-            &open_socket,
-            tonic::transport::Server::builder().add_service(NodeServer::new(DriverFake)),
-        );
-        let (tx, mut refusals) = mpsc::unbounded_channel();
-        let open_reg = registry.join("open-reg.sock");
-        let stop = serve(
-            &open_reg,
-            tonic::transport::Server::builder().add_service(RegistrationServer::new(
-                RegistrationFake {
-                    info: PluginInfo {
-                        r#type: "CSIPlugin".into(),
-                        name: DRIVER.into(),
-                        endpoint: open_socket.display().to_string(),
-                        supported_versions: vec!["1.0.0".into()],
-                    },
-                    statuses: tx,
-                },
-            )),
-        );
-        let status = tokio::time::timeout(Duration::from_secs(60), refusals.recv())
-            .await
-            .expect("NotifyRegistrationStatus within a minute")
-            .unwrap();
+        let mut open = Registering::start(&open_dir, &registry.join("open-reg.sock"));
+        let status = open.status().await;
         assert!(!status.plugin_registered, "{status:?}");
         assert!(
             status
@@ -209,36 +234,14 @@ async fn a_csi_driver_registers_on_the_csinode_and_the_node_and_leaves_with_its_
                 .contains("the endpoint's directory has mode 1777: others may write to it"),
             "{status:?}"
         );
-        drop(stop);
-        std::fs::remove_file(&open_reg).unwrap();
+        drop(open.registration);
+        std::fs::remove_file(&open.reg_socket).unwrap();
     }
     let driver_dir = n.dir.path().join("root/plugins").join(DRIVER);
     std::fs::create_dir_all(&driver_dir).unwrap();
-    let csi_socket = driver_dir.join("csi.sock");
-    let _driver = serve(
-        &csi_socket,
-        tonic::transport::Server::builder().add_service(NodeServer::new(DriverFake)),
-    );
-    let (statuses_tx, mut statuses) = mpsc::unbounded_channel();
-    let reg_socket = registry.join(format!("{DRIVER}-reg.sock"));
-    let stop_registration = serve(
-        &reg_socket,
-        tonic::transport::Server::builder().add_service(RegistrationServer::new(
-            RegistrationFake {
-                info: PluginInfo {
-                    r#type: "CSIPlugin".into(),
-                    name: DRIVER.into(),
-                    endpoint: csi_socket.display().to_string(),
-                    supported_versions: vec!["1.0.0".into()],
-                },
-                statuses: statuses_tx,
-            },
-        )),
-    );
-    let status = tokio::time::timeout(Duration::from_secs(60), statuses.recv())
-        .await
-        .expect("NotifyRegistrationStatus within a minute")
-        .unwrap();
+    let mut registering =
+        Registering::start(&driver_dir, &registry.join(format!("{DRIVER}-reg.sock")));
+    let status = registering.status().await;
     assert!(status.plugin_registered, "{status:?}\n{}", n.logs());
     assert_eq!(status.error, "");
 
@@ -272,8 +275,11 @@ async fn a_csi_driver_registers_on_the_csinode_and_the_node_and_leaves_with_its_
     );
 
     // The registration socket goes: the driver leaves the CSINode and the Node.
-    drop(stop_registration);
-    std::fs::remove_file(&reg_socket).unwrap();
+    drop(std::mem::replace(
+        &mut registering.registration,
+        oneshot::channel().0,
+    ));
+    std::fs::remove_file(&registering.reg_socket).unwrap();
     wait_api("the driver off the CSINode and the Node", &n, || {
         let c = get_json(&api, &["get", "csinode", &node, "-o", "json"])?;
         let nj = get_json(&api, &["get", "node", &node, "-o", "json"])?;

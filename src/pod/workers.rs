@@ -196,6 +196,25 @@ impl PodWorkers {
     }
 }
 
+/// A reclaim or removal under [`supervised`]: `done` when it succeeds, `Failed` (logged) when
+/// it returns an error.
+async fn cleanup<E: std::fmt::Display>(
+    what: &'static str,
+    effect: impl std::future::Future<Output = Result<(), E>>,
+    done: Outcome,
+) -> Result<Outcome, ()> {
+    supervised(what, async {
+        match effect.await {
+            Ok(()) => done,
+            Err(e) => {
+                tracing::warn!(error = %e, effect = what, "the pod's cleanup failed");
+                Outcome::Failed
+            }
+        }
+    })
+    .await
+}
+
 /// Runs one effect of a pod worker, catching a panic in it: logged with what panicked,
 /// counted in `pod_worker_panics_total`, and `Err(())` for the worker to carry on.
 async fn supervised<F: std::future::Future<Output = Outcome>>(
@@ -346,29 +365,18 @@ impl Worker {
                     }
                 }
                 Effect::Reclaim => {
-                    let reclaim = supervised("reclaim", async {
-                        match self.syncer.reclaim(&request.pod).await {
-                            Ok(()) => Outcome::Reclaimed,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "reclaiming the pod's resources");
-                                Outcome::Failed
-                            }
-                        }
-                    });
+                    let reclaim = self.syncer.reclaim(&request.pod);
+                    let reclaim = cleanup("reclaim", reclaim, Outcome::Reclaimed);
                     reclaim
                         .await
                         .unwrap_or_else(|()| self.after_panic(&mut life))
                 }
                 Effect::Remove => {
-                    let remove = supervised("removal", async {
-                        match self.syncer.remove(&request.pod).await {
-                            Ok(()) => Outcome::Removed,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "removing pod");
-                                Outcome::Failed
-                            }
-                        }
-                    });
+                    let remove = cleanup(
+                        "removal",
+                        self.syncer.remove(&request.pod),
+                        Outcome::Removed,
+                    );
                     remove
                         .await
                         .unwrap_or_else(|()| self.after_panic(&mut life))
