@@ -137,7 +137,7 @@ async fn start_tls(
     let cancel = CancellationToken::new();
     let addr = serve_tls(
         "127.0.0.1:0".parse().unwrap(),
-        tls,
+        tokio::sync::watch::channel(tls).1,
         router,
         cancel.clone(),
         &tokio_util::task::TaskTracker::new(),
@@ -467,7 +467,7 @@ async fn disabled_handlers_answer_405_after_authentication() {
         async move {
             let addr = serve_tls(
                 "127.0.0.1:0".parse().unwrap(),
-                tls,
+                tokio::sync::watch::channel(tls).1,
                 router,
                 cancel.clone(),
                 &tokio_util::task::TaskTracker::new(),

@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -655,4 +656,123 @@ spec:
         .and_then(|t| t.message.clone())
         .unwrap_or_default();
     assert_eq!(message.trim(), format!("pod={host_ip} host={host_ip}"));
+}
+
+/// Kubernetes' `[Serial]` KubletTLS and ReloadKubeletClientCAFileTest "certificate reload":
+/// new `tlsCertFile`/`tlsPrivateKeyFile` and a new `authentication.x509.clientCAFile`
+/// written over the old ones are served by the running nodelet within a minute (the
+/// kubelet's `ReloadKubeletServerCertificateFile` and `ReloadKubeletClientCAFile`, on by
+/// default): a client that trusts only the new CA and presents a certificate it signed is
+/// refused before and served after, with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_written_over_on_disk_are_served_without_a_restart() {
+    use std::net::{IpAddr, Ipv4Addr};
+    let certs = tempfile::tempdir().unwrap();
+    let (ca_file, cert_file, key_file) = (
+        certs.path().join("client-ca.crt"),
+        certs.path().join("kubelet.crt"),
+        certs.path().join("kubelet.key"),
+    );
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    // One CA signs both the serving certificate and the client's, as the spec's files.
+    let install = |ca: &TestCa| {
+        let (cert, key) = ca.server_pem(loopback);
+        for (path, text) in [
+            (&ca_file, ca.cert.pem()),
+            (&cert_file, cert),
+            (&key_file, key),
+        ] {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, path).unwrap();
+        }
+    };
+    let (old_ca, new_ca) = (TestCa::new("old-ca"), TestCa::new("new-ca"));
+    install(&old_ca);
+    let port = nodelet_testkit::port::free_port();
+    let n = Nodelet::start_with(
+        "tls-reload",
+        &format!(
+            "port: {port}\ntlsCertFile: {}\ntlsPrivateKeyFile: {}\nauthentication:\n  x509:\n    clientCAFile: {}\n",
+            cert_file.display(),
+            key_file.display(),
+            ca_file.display()
+        ),
+    );
+    // A TLS handshake trusting only `ca`'s serving certificates, presenting a client
+    // certificate `ca` signed.
+    let handshake = |ca: &TestCa| {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert.der().clone()).unwrap();
+        let client = ca.client_pem("system:node:tls-reload", "system:nodes");
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(client.as_bytes())
+            .map(Result::unwrap)
+            .collect();
+        let key = PrivateKeyDer::from_pem_slice(client.as_bytes()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+            let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(ServerName::IpAddress(Ipv4Addr::LOCALHOST.into()), tcp)
+                .await?;
+            // The server checks the client's certificate after the client's Finished: a
+            // request and its answer prove it was accepted.
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .await?;
+            let mut answer = Vec::new();
+            tls.read_to_end(&mut answer).await?;
+            Ok::<String, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+        }
+    };
+    let mut first = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while first.is_none() && std::time::Instant::now() < deadline {
+        first = handshake(&old_ca).await.ok();
+        if first.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let answer = first.expect("the kubelet API with the first certificates within a minute");
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    assert!(
+        handshake(&new_ca).await.is_err(),
+        "the new CA is not trusted (nor trusting) before it is written"
+    );
+    install(&new_ca);
+    // The kubelet's reload tests give it a minute.
+    let mut reloaded = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while reloaded.is_none() && std::time::Instant::now() < deadline {
+        reloaded = handshake(&new_ca).await.ok();
+        if reloaded.is_none() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let answer = reloaded.unwrap_or_else(|| {
+        panic!(
+            "the new certificates not served within a minute\n{}",
+            tail(&n.logs(), 30)
+        )
+    });
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    assert!(
+        handshake(&old_ca).await.is_err(),
+        "the old pair is no longer served"
+    );
+    assert!(
+        n.logs()
+            .contains("kubelet API certificates changed on disk; serving them"),
+        "{}",
+        tail(&n.logs(), 30)
+    );
 }

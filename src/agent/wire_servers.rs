@@ -5,6 +5,7 @@
 //! named.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -12,6 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{RuntimeServices, StartError};
 use crate::clock::Clock;
+use crate::config::kubelet_fields::{RELOAD_CLIENT_CA_FILE, RELOAD_SERVER_CERTIFICATE_FILE};
 use crate::config::Config;
 use crate::cri::health::RuntimeHealth;
 use crate::events::EventRecorder;
@@ -178,28 +180,58 @@ async fn serve_kubelet_api(
         .tls_cert_file
         .as_deref()
         .zip(cfg.tls_private_key_file.as_deref());
-    let client_ca = cfg.authentication.client_ca_file.as_deref();
-    let tls_settings = &cfg.kubelet_server.tls;
-    let tls = match &served.serving {
-        Some(pairs) => server::tls::server_config_rotating(pairs.clone(), client_ca, tls_settings),
-        None => {
-            let cert = server::tls::serving_certificate(
-                configured,
-                &cfg.cert_dir,
-                &cfg.node_name,
-                &addresses,
-            )
-            .map_err(|error| StartError::Tls {
-                what: "kubelet API serving certificate",
-                error,
-            })?;
-            server::tls::server_config(cert, client_ca, tls_settings)
+    let client_ca = cfg.authentication.client_ca_file.clone();
+    let tls_settings = cfg.kubelet_server.tls.clone();
+    // The serving pair: the certificate manager's (serverTLSBootstrap), the configured files,
+    // or the self-signed pair made once; each build reads the files again.
+    let build: server::tls::BuildConfig = match &served.serving {
+        Some(pairs) => {
+            let pairs = pairs.clone();
+            Arc::new(move || {
+                server::tls::server_config_rotating(
+                    pairs.clone(),
+                    client_ca.as_deref(),
+                    &tls_settings,
+                )
+            })
         }
-    }
-    .map_err(|error| StartError::Tls {
+        None => {
+            let configured: Option<(PathBuf, PathBuf)> =
+                configured.map(|(cert, key)| (cert.to_path_buf(), key.to_path_buf()));
+            let (cert_dir, node_name) = (cfg.cert_dir.clone(), cfg.node_name.clone());
+            Arc::new(move || {
+                let pair = configured.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+                let cert =
+                    server::tls::serving_certificate(pair, &cert_dir, &node_name, &addresses)?;
+                server::tls::server_config(cert, client_ca.as_deref(), &tls_settings)
+            })
+        }
+    };
+    let tls = build().map_err(|error| StartError::Tls {
         what: "kubelet API TLS",
         error,
     })?;
+    let (tls_configs, serving_configs) = tokio::sync::watch::channel(tls);
+    // The files the kubelet watches with its reload gates on: the configured serving pair,
+    // and the client CA.
+    let mut watched: Vec<PathBuf> = Vec::new();
+    if served.serving.is_none() && cfg.feature_enabled(RELOAD_SERVER_CERTIFICATE_FILE) {
+        if let Some((cert, key)) = configured {
+            watched.extend([cert.to_path_buf(), key.to_path_buf()]);
+        }
+    }
+    if cfg.feature_enabled(RELOAD_CLIENT_CA_FILE) {
+        watched.extend(cfg.authentication.client_ca_file.clone());
+    }
+    if !watched.is_empty() {
+        tasks.spawn(server::tls::reload_on_change(
+            watched,
+            build,
+            tls_configs,
+            server::tls::RELOAD_CHECK,
+            cancel.clone(),
+        ));
+    }
     let reviews = served
         .reviews
         .map(|client| Arc::new(ApiReviews::new(client.clone())));
@@ -239,6 +271,6 @@ async fn serve_kubelet_api(
         &cfg.kubelet_server,
     );
     let addr = SocketAddr::new(cfg.address, cfg.port);
-    server::tls::serve_tls(addr, tls, router, cancel.clone(), tasks).await?;
+    server::tls::serve_tls(addr, serving_configs, router, cancel.clone(), tasks).await?;
     Ok(())
 }

@@ -358,20 +358,8 @@ pub const FEATURE_GATES: &[FeatureGate] = &[
         false,
         GateStage::Alpha,
     ),
-    only(
-        "ReloadKubeletClientCAFile",
-        true,
-        GateStage::Beta,
-        false,
-        "nodelet reads authentication.x509.clientCAFile when it starts; a new CA takes a restart",
-    ),
-    only(
-        "ReloadKubeletServerCertificateFile",
-        true,
-        GateStage::Beta,
-        false,
-        "nodelet reads tlsCertFile and tlsPrivateKeyFile when it starts; a new pair takes a restart",
-    ),
+    gate("ReloadKubeletClientCAFile", true, GateStage::Beta),
+    gate("ReloadKubeletServerCertificateFile", true, GateStage::Beta),
     only(
         "RestartAllContainersOnContainerExits",
         false,
@@ -394,6 +382,8 @@ pub const USER_NAMESPACES_SUPPORT: &str = "UserNamespacesSupport";
 pub const IMAGE_VOLUME: &str = "ImageVolume";
 pub const CSI_VOLUME_HEALTH: &str = "CSIVolumeHealth";
 pub const ROTATE_KUBELET_SERVER_CERTIFICATE: &str = "RotateKubeletServerCertificate";
+pub const RELOAD_CLIENT_CA_FILE: &str = "ReloadKubeletClientCAFile";
+pub const RELOAD_SERVER_CERTIFICATE_FILE: &str = "ReloadKubeletServerCertificateFile";
 
 pub fn feature_gate(name: &str) -> Option<&'static FeatureGate> {
     FEATURE_GATES.iter().find(|g| g.name == name)

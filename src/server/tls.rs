@@ -320,12 +320,81 @@ fn config_builder(
     Ok(builder)
 }
 
-/// Serves `router` over TLS on `addr` until `cancel`. Each request carries the
-/// [`PeerIdentity`] of its connection. The accept loop and every connection run as tasks of
-/// `tasks`; on `cancel` the connections shut down gracefully.
+/// How often the files a reloadable configuration was built from are checked for a change.
+/// The kubelet's file watches resync every minute; Kubernetes' reload tests allow a minute.
+pub const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Builds the server configuration again from its files.
+pub type BuildConfig = Arc<dyn Fn() -> Result<Arc<ServerConfig>, TlsError> + Send + Sync>;
+
+/// What tells one version of a file from the next: device, inode, size and modification time
+/// of what the path names now (symlinks followed, so a swapped link counts), `None` when it
+/// cannot be read.
+pub type FileSignature = Option<(u64, u64, u64, i64, i64)>;
+
+/// The signatures of `files`, read now.
+pub fn file_signatures(files: &[PathBuf]) -> Vec<FileSignature> {
+    use std::os::unix::fs::MetadataExt;
+    files
+        .iter()
+        .map(|f| {
+            std::fs::metadata(f)
+                .ok()
+                .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+        })
+        .collect()
+}
+
+/// Serves the configuration `build` makes on `configs` again whenever one of `files` changes
+/// (`tlsCertFile` and `tlsPrivateKeyFile` with `ReloadKubeletServerCertificateFile`,
+/// `authentication.x509.clientCAFile` with `ReloadKubeletClientCAFile`, as the kubelet's
+/// dynamic certificate files), checked every `every`. A configuration that does not build (a
+/// pair written half-way, a key that does not match) keeps the one served and is tried again
+/// at the next check. New connections take the new configuration; open ones keep theirs.
+pub async fn reload_on_change(
+    files: Vec<PathBuf>,
+    build: BuildConfig,
+    configs: tokio::sync::watch::Sender<Arc<ServerConfig>>,
+    every: std::time::Duration,
+    cancel: CancellationToken,
+) {
+    let signatures = |files: Vec<PathBuf>| async move {
+        tokio::task::spawn_blocking(move || file_signatures(&files))
+            .await
+            .unwrap_or_default()
+    };
+    let mut served = signatures(files.clone()).await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let now = signatures(files.clone()).await;
+        if now == served {
+            continue;
+        }
+        let build = build.clone();
+        match tokio::task::spawn_blocking(move || build()).await {
+            Ok(Ok(config)) => {
+                tracing::info!(files = ?files, "kubelet API certificates changed on disk; serving them");
+                configs.send_replace(config);
+                served = now;
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "kubelet API certificates changed on disk but do not load; serving the previous ones");
+            }
+            Err(error) => tracing::warn!(%error, "reloading the kubelet API certificates"),
+        }
+    }
+}
+
+/// Serves `router` over TLS on `addr` until `cancel`, each new connection with the
+/// configuration `configs` holds at that moment. Each request carries the [`PeerIdentity`]
+/// of its connection. The accept loop and every connection run as tasks of `tasks`; on
+/// `cancel` the connections shut down gracefully.
 pub async fn serve_tls(
     addr: SocketAddr,
-    config: Arc<ServerConfig>,
+    configs: tokio::sync::watch::Receiver<Arc<ServerConfig>>,
     router: Router,
     cancel: CancellationToken,
     tasks: &TaskTracker,
@@ -336,7 +405,6 @@ pub async fn serve_tls(
     let local = listener
         .local_addr()
         .map_err(|source| BindError { addr, source })?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let router = super::connection::limited(router);
     tracing::info!(%local, "kubelet API listening (HTTPS)");
     let connections = tasks.clone();
@@ -344,7 +412,7 @@ pub async fn serve_tls(
         while let Some((stream, remote)) =
             super::connection::accept(&listener, &cancel, "kubelet API").await
         {
-            let acceptor = acceptor.clone();
+            let acceptor = tokio_rustls::TlsAcceptor::from(configs.borrow().clone());
             let router = router.clone();
             let cancel = cancel.clone();
             connections.spawn(async move {

@@ -676,6 +676,17 @@ impl TestCa {
         TestCa { params, cert, key }
     }
 
+    /// A serving certificate for the IP address `ip`, and its key: (certificate PEM, key PEM).
+    pub fn server_pem(&self, ip: std::net::IpAddr) -> (String, String) {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![rcgen::SanType::IpAddress(ip)];
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
     /// A client certificate for user `cn` in group `o` and its key, PEM, one after the other.
     pub fn client_pem(&self, cn: &str, o: &str) -> String {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
