@@ -734,36 +734,14 @@ async fn certificates_written_over_on_disk_are_served_without_a_restart() {
             Ok::<String, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
         }
     };
-    let mut first = None;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while first.is_none() && std::time::Instant::now() < deadline {
-        first = handshake(&old_ca).await.ok();
-        if first.is_none() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    let answer = first.expect("the kubelet API with the first certificates within a minute");
+    let answer = first_answer(|| handshake(&old_ca), "the first certificates", &n).await;
     assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     assert!(
         handshake(&new_ca).await.is_err(),
         "the new CA is not trusted (nor trusting) before it is written"
     );
     install(&new_ca);
-    // The kubelet's reload tests give it a minute.
-    let mut reloaded = None;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while reloaded.is_none() && std::time::Instant::now() < deadline {
-        reloaded = handshake(&new_ca).await.ok();
-        if reloaded.is_none() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-    let answer = reloaded.unwrap_or_else(|| {
-        panic!(
-            "the new certificates not served within a minute\n{}",
-            tail(&n.logs(), 30)
-        )
-    });
+    let answer = first_answer(|| handshake(&new_ca), "the new certificates", &n).await;
     assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     assert!(
         handshake(&old_ca).await.is_err(),
@@ -775,4 +753,25 @@ async fn certificates_written_over_on_disk_are_served_without_a_restart() {
         "{}",
         tail(&n.logs(), 30)
     );
+}
+
+/// The first answer `attempt` gets within a minute (Kubernetes' certificate reload specs allow a
+/// minute), trying again every 200 ms.
+async fn first_answer<F, A>(mut attempt: F, what: &str, n: &Nodelet) -> String
+where
+    F: FnMut() -> A,
+    A: std::future::Future<Output = std::io::Result<String>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(answer) = attempt().await {
+            return answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} not served within a minute\n{}",
+            tail(&n.logs(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -161,6 +161,14 @@ pub(super) fn wire(
         }));
     }
 
+    // A SIGKILL whose OOM event has not come is looked up in the container's cgroup, where
+    // the runtime's verbose status says it is.
+    let oom_kills = rt.stats.clone().map(|stats| {
+        Arc::new(crate::stats::container_cgroup::ContainerOomKills::new(
+            stats,
+            crate::stats::cgroup::CgroupReader::detect(&paths.cgroup),
+        )) as Arc<dyn crate::pleg::OomKills>
+    });
     let pleg = Pleg::new(
         rt.runtime.clone(),
         cfg.node_name.clone(),
@@ -168,18 +176,8 @@ pub(super) fn wire(
         pleg_tx,
         exits,
         show_exits,
+        oom_kills,
     );
-    // A SIGKILL whose OOM event has not come is looked up in the container's cgroup, where
-    // the runtime's verbose status says it is.
-    let pleg = match &rt.stats {
-        Some(stats) => pleg.with_oom_kills(Arc::new(
-            crate::stats::container_cgroup::ContainerOomKills::new(
-                stats.clone(),
-                crate::stats::cgroup::CgroupReader::detect(&paths.cgroup),
-            ),
-        )),
-        None => pleg,
-    };
     tasks.spawn(pleg.clone().run_relist(cancel.clone()));
     let runtime_health = RuntimeHealth::new(rt.runtime.clone());
     tasks.spawn(runtime_health.clone().run(cancel.clone()));

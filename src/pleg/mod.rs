@@ -146,6 +146,7 @@ impl Pleg {
         tx: mpsc::Sender<PodLifecycleEvent>,
         exits: ObservedExits,
         show_exits: ExitListener,
+        oom_kills: Option<Arc<dyn OomKills>>,
     ) -> Arc<Self> {
         Arc::new(Pleg {
             runtime,
@@ -155,17 +156,8 @@ impl Pleg {
             state: Mutex::default(),
             exits,
             show_exits,
-            oom_kills: None,
+            oom_kills,
         })
-    }
-
-    /// Looks up the OOM kills of a container's cgroup for a SIGKILL exit (see [`OomKills`]).
-    pub fn with_oom_kills(mut self: Arc<Self>, oom_kills: Arc<dyn OomKills>) -> Arc<Self> {
-        match Arc::get_mut(&mut self) {
-            Some(pleg) => pleg.oom_kills = Some(oom_kills),
-            None => panic!("with_oom_kills is called before the PLEG is shared"),
-        }
-        self
     }
 
     fn lock(&self) -> MutexGuard<'_, PlegState> {
@@ -685,6 +677,7 @@ mod tests {
             tx,
             ObservedExits::new(),
             Arc::new(|_: &str| {}),
+            None,
         );
         let cancel = CancellationToken::new();
         let events = tokio::spawn(pleg.run_events(
@@ -759,6 +752,7 @@ mod tests {
             tx,
             ObservedExits::new(),
             Arc::new(|_: &str| {}),
+            None,
         );
         let sandbox = uid1_sandbox(&fake).await;
         pleg.relist().await.unwrap();
@@ -809,6 +803,7 @@ mod tests {
             tx,
             exits.clone(),
             listener,
+            None,
         );
         let exit = containerd_client::events::TaskExit {
             container_id: id.clone(),

@@ -44,6 +44,12 @@ pub enum MirrorAction {
     },
 }
 
+/// The hash of a static pod's manifest, which its current mirror pod carries in
+/// `kubernetes.io/config.mirror` (its UID is that hash when the annotation is missing).
+fn manifest_hash(static_pod: &Pod) -> Option<&str> {
+    annotation(static_pod, CONFIG_HASH_ANNOTATION).or(static_pod.metadata.uid.as_deref())
+}
+
 fn key(p: &Pod) -> (String, String) {
     (
         p.metadata.namespace.clone().unwrap_or_default(),
@@ -108,7 +114,7 @@ pub fn mirror_actions(
     for s in static_pods {
         let k = key(s);
         wanted.insert(k.clone());
-        let hash = annotation(s, CONFIG_HASH_ANNOTATION).or(s.metadata.uid.as_deref());
+        let hash = manifest_hash(s);
         match by_key.get(&k) {
             None => actions.push(MirrorAction::Create(Box::new(mirror_pod(s, node)))),
             Some(m) if m.metadata.deletion_timestamp.is_some() => actions.push(delete_of(m)),
@@ -318,13 +324,10 @@ pub fn mirror_status<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     static_pod: &Pod,
 ) -> Option<k8s_openapi::api::core::v1::PodStatus> {
-    let hash = annotation(static_pod, CONFIG_HASH_ANNOTATION)?;
+    let hash = manifest_hash(static_pod)?;
+    let wanted = key(static_pod);
     pods.into_iter()
-        .find(|p| {
-            p.metadata.name == static_pod.metadata.name
-                && p.metadata.namespace == static_pod.metadata.namespace
-                && annotation(p, MIRROR_ANNOTATION) == Some(hash)
-        })?
+        .find(|p| key(p) == wanted && annotation(p, MIRROR_ANNOTATION) == Some(hash))?
         .status
         .clone()
 }

@@ -147,19 +147,7 @@ pub fn is_valid_pattern(pattern: &str) -> bool {
 /// separated by `.` or `/`, at most 253 characters. No empty segment, so no `..`, no leading
 /// or trailing separator: a name cannot climb out of `/proc/sys`.
 pub fn is_valid_name(name: &str) -> bool {
-    name.len() <= MAX_LENGTH && name.split(['.', '/']).all(is_name_segment)
-}
-
-/// One segment of a sysctl name (`SysctlSegmentFmt`).
-fn is_name_segment(segment: &str) -> bool {
-    let bytes = segment.as_bytes();
-    let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            edge(first) && edge(last) && bytes.iter().all(|c| edge(c) || *c == b'-' || *c == b'_')
-        }
-        _ => false,
-    }
+    name.len() <= MAX_LENGTH && name.split(['.', '/']).all(is_segment)
 }
 
 /// The API server's message for a name that is not a sysctl name.

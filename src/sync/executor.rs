@@ -630,6 +630,36 @@ impl PodSyncer {
         status
     }
 
+    /// On the first sync of an adopted static pod, the pod with its mirror pod's status (see
+    /// [`ReportedStatuses`]); `None` when the pod is used as it is.
+    async fn with_reported_status(
+        &self,
+        desired: &Pod,
+        runtime: &PodRuntime,
+        memory: &mut PodMemory,
+    ) -> Option<Pod> {
+        let first_sync = !std::mem::replace(&mut memory.reported_status_asked, true);
+        let reported = self.reported.as_ref()?;
+        let asks = asks_reported_status(
+            crate::podspec::qos::is_static_pod(desired),
+            // A manifest's pod carries only the defaulted phase.
+            desired
+                .status
+                .as_ref()
+                .is_some_and(|s| s.container_statuses.as_ref().is_some_and(|c| !c.is_empty())),
+            first_sync,
+            runtime.running_containers().next().is_some(),
+        );
+        if !asks {
+            return None;
+        }
+        let status = reported.reported_status(desired).await?;
+        tracing::debug!("adopted static pod: starting from its mirror pod's status");
+        let mut pod = desired.clone();
+        pod.status = Some(status);
+        Some(pod)
+    }
+
     /// One sync of a pod that should be running: publish its status, then act.
     pub async fn sync(&self, desired: &Pod, memory: &mut PodMemory) -> Result<SyncOutcome> {
         let uid = pod_uid(desired).to_string();
@@ -642,36 +672,8 @@ impl PodSyncer {
                 format!("error determining status: {}", e.cause()),
             )
         })?;
-        let first_sync = !memory.reported_status_asked;
-        memory.reported_status_asked = true;
-        let with_reported;
-        let desired = match &self.reported {
-            Some(reported)
-                if asks_reported_status(
-                    crate::podspec::qos::is_static_pod(desired),
-                    // A manifest's pod carries only the defaulted phase.
-                    desired.status.as_ref().is_some_and(|s| {
-                        s.container_statuses.as_ref().is_some_and(|c| !c.is_empty())
-                    }),
-                    first_sync,
-                    runtime.running_containers().next().is_some(),
-                ) =>
-            {
-                match reported.reported_status(desired).await {
-                    Some(status) => {
-                        tracing::debug!(
-                            "adopted static pod: starting from its mirror pod's status"
-                        );
-                        let mut pod = desired.clone();
-                        pod.status = Some(status);
-                        with_reported = pod;
-                        &with_reported
-                    }
-                    None => desired,
-                }
-            }
-            _ => desired,
-        };
+        let with_reported = self.with_reported_status(desired, &runtime, memory).await;
+        let desired = with_reported.as_ref().unwrap_or(desired);
         // Instances created since the last sync got the allocation of that time: recorded
         // before the allocation can change below.
         self.note_new_instances(&uid, &runtime);
