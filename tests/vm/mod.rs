@@ -761,12 +761,31 @@ impl Guest {
             .unwrap_or_else(|| format!("(unexpected /events answer: {text})"))
     }
 
-    /// `/stats/summary` as JSON; fails when nodelet does not answer it.
+    /// `/stats/summary` as JSON; fails when nodelet has not answered it within [`T`]. The first
+    /// answer reads every container's status from the runtime, which in an emulated guest on a
+    /// loaded host can take longer than the 10 s other reads are given, so this read gets a
+    /// minute per attempt and is tried again until [`T`]; how long it took is printed.
     pub async fn stats_summary(&self) -> serde_json::Value {
-        let text = self
-            .get("/stats/summary")
-            .await
-            .expect("nodelet answers /stats/summary");
+        let api = NodeletApi::new(
+            format!("http://127.0.0.1:{API_PORT}"),
+            Duration::from_secs(60),
+        );
+        let started = Instant::now();
+        let text = loop {
+            if let Some(text) = api.get("/stats/summary").await {
+                break text;
+            }
+            assert!(
+                started.elapsed() < T,
+                "nodelet has not answered /stats/summary in {T:?}\n--- nodelet journal ---\n{}",
+                self.journal(40)
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        println!(
+            "vm scenario: /stats/summary answered after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
         serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("/stats/summary is not JSON ({e}): {text}"))
     }
