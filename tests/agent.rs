@@ -119,3 +119,77 @@ async fn the_read_only_api_is_one_of_its_tasks_and_stops_with_it() {
     std::net::TcpListener::bind(("127.0.0.1", port))
         .unwrap_or_else(|e| panic!("port {port} still taken after shutdown: {e}"));
 }
+
+/// The runtime's `NetworkReady=false` (containerd before a CNI configuration exists) holds a
+/// pod on the pod network, with the kubelet's `NetworkNotReady` event, and lets a pod on the
+/// host's network start; once the network is ready the held pod starts.
+#[tokio::test(start_paused = true)]
+async fn a_pod_waits_for_the_runtimes_network_and_a_host_network_pod_does_not() {
+    let h = harness().await;
+    h.fake.set_network_not_ready(Some((
+        "NetworkPluginNotReady",
+        "Network plugin returns error: cni plugin not initialized",
+    )));
+    // The next runtime check (every 5 s) reads the condition.
+    let checks = h.fake.calls_of("status").len();
+    for _ in 0..100 {
+        if h.fake.calls_of("status").len() > checks {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        h.fake.calls_of("status").len() > checks,
+        "the runtime's status was not read again within 10 s"
+    );
+    let mut host = (*pod("h1", "Always", &["host"], "localhost/app:1")).clone();
+    host.spec.as_mut().unwrap().host_network = Some(true);
+    h.workers.update(PodWork::Sync(std::sync::Arc::new(host)));
+    h.workers.update(PodWork::Sync(pod(
+        "n1",
+        "Always",
+        &["net"],
+        "localhost/app:1",
+    )));
+    h.wait_running(&["host"], "the host-network pod runs").await;
+    let event = h.event("NetworkNotReady").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.involved_object.uid.as_deref(),
+        Some("n1"),
+        "the event is about the held pod"
+    );
+    assert_eq!(
+        event.message.as_deref(),
+        Some(
+            "network is not ready: container runtime network not ready: NetworkReady=false \
+             reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin \
+             not initialized"
+        )
+    );
+    // Held across its retries: no sandbox, the pod Pending.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        h.fake.sandbox_count(),
+        1,
+        "only the host-network pod's sandbox"
+    );
+    assert_eq!(h.phase("n1"), "Pending");
+    assert!(
+        h.events
+            .events()
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("NetworkNotReady"))
+            .map(|e| e.count.unwrap_or(1))
+            .sum::<i32>()
+            >= 2,
+        "the held pod's event repeats with its retries"
+    );
+
+    h.fake.set_network_not_ready(None);
+    h.wait_running(
+        &["host", "net"],
+        "the held pod starts once the network is ready",
+    )
+    .await;
+}

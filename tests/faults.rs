@@ -256,8 +256,9 @@ async fn healthz(n: &Nodelet) -> Option<(u16, String)> {
     Some((code, r.text().await.unwrap_or_default()))
 }
 
-fn node_ready(fixture: &Fixture, node: &str) -> Option<(String, String)> {
-    let node: Node = fixture.get(None, node).ok().flatten()?;
+/// The node's `Ready` condition (status, message) in the API server, fixture or real.
+fn node_ready(api: &impl TestApi, node: &str) -> Option<(String, String)> {
+    let node: Node = api.object(None, node)?;
     let ready = node
         .status?
         .conditions?
@@ -907,5 +908,180 @@ async fn a_thousand_manifests_rewritten_in_a_loop_flap_no_pod() {
     assert!(
         cpu < looped,
         "nodelet used {cpu:?} of CPU in {looped:?} of rewrites (a core's worth, busy)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. containerd without a CNI configuration (the CNI DaemonSet not there yet), then with one
+
+/// This instance's CNI configuration, the one file in containerd's `conf_dir`
+/// (`scripts/lib.sh`).
+fn cni_conflist() -> std::path::PathBuf {
+    let var = std::env::var("NODELET_TEST_VAR").unwrap_or_else(|_| "/var/lib/nodelet-test".into());
+    let network =
+        std::env::var("NODELET_TEST_CNI_NETWORK").unwrap_or_else(|_| "nodelet-test".into());
+    std::path::Path::new(&var)
+        .join("cni/net.d")
+        .join(format!("10-{network}.conflist"))
+}
+
+/// Moves the CNI configuration out of containerd's sight (a name libcni does not read) and
+/// back when the test ends, or fails.
+struct CniConfigAway {
+    conflist: std::path::PathBuf,
+    away: Option<std::path::PathBuf>,
+}
+
+impl CniConfigAway {
+    fn begin() -> CniConfigAway {
+        let conflist = cni_conflist();
+        let away = conflist.with_extension("away");
+        std::fs::rename(&conflist, &away)
+            .unwrap_or_else(|e| panic!("move {} away: {e}", conflist.display()));
+        CniConfigAway {
+            conflist,
+            away: Some(away),
+        }
+    }
+
+    fn end(&mut self) {
+        if let Some(away) = self.away.take() {
+            std::fs::rename(&away, &self.conflist).expect("put the CNI configuration back");
+        }
+    }
+}
+
+impl Drop for CniConfigAway {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// containerd's `NetworkReady` condition as its CRI `Status` reports it.
+async fn network_condition() -> nodelet::cri::api::RuntimeCondition {
+    runtime()
+        .runtime_conditions()
+        .await
+        .expect("containerd answers Status")
+        .into_iter()
+        .find(|c| c.r#type == "NetworkReady")
+        .expect("containerd reports NetworkReady")
+}
+
+fn api_phase(server: &RealServer, name: &str) -> String {
+    server
+        .object::<Pod>(Some(&server.namespace()), name)
+        .and_then(|p| p.status?.phase)
+        .unwrap_or_default()
+}
+
+/// With containerd's `NetworkReady=false` (no CNI configuration yet, as before a CNI DaemonSet
+/// has written one), the node joins `Ready=False` with the kubelet's message quoting
+/// containerd's condition, a pod on the host's network runs, and a pod on the pod network
+/// waits with `NetworkNotReady` events and no sandbox. Once a configuration appears the node
+/// turns Ready and the waiting pod starts (woken by the change, not at a retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_cni_configuration_the_node_is_not_ready_and_pods_wait_for_one() {
+    let _exclusive = CONTAINERD.write().await;
+    let server = RealServer::start("cni-readiness");
+    // The positive sign first: containerd's network is ready with its configuration.
+    assert!(
+        network_condition().await.status,
+        "containerd's network is not ready even with its CNI configuration"
+    );
+    let mut away = CniConfigAway::begin();
+    let start = Instant::now();
+    let condition = loop {
+        let c = network_condition().await;
+        if !c.status {
+            break c;
+        }
+        assert!(
+            start.elapsed() < T,
+            "containerd still reports NetworkReady=true {T:?} after its CNI configuration went"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "cni readiness: containerd NetworkReady=false after {:.1?}: reason:{} message:{}",
+        start.elapsed(),
+        condition.reason,
+        condition.message
+    );
+    let want_node = format!(
+        "container runtime network not ready: NetworkReady=false reason:{} message:{}",
+        condition.reason, condition.message
+    );
+
+    let n = Nodelet::start_in_real_cluster("cni-readiness", &server, "");
+    let node = n.node.clone();
+    // The first statuses may also say the PLEG has not relisted yet (the kubelet's too).
+    let (status, message) = wait_api("the node registered, not Ready for its network", &n, || {
+        node_ready(&server, &node)
+            .filter(|(s, m)| s == "False" && !m.contains("PLEG") && m.contains("network"))
+    })
+    .await;
+    println!("cni readiness: node Ready={status}: {message}");
+    assert_eq!(message, want_node, "the node's Ready message");
+    let pod = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n{spec}  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n"
+        )
+    };
+    server.create(&pod("hostnet", "  hostNetwork: true\n"));
+    server.create(&pod("podnet", ""));
+    wait_api("the host-network pod Running", &n, || {
+        (api_phase(&server, "hostnet") == "Running").then_some(())
+    })
+    .await;
+    let events = wait_api("a NetworkNotReady event of the waiting pod", &n, || {
+        let out = server.kubectl_ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=podnet,reason=NetworkNotReady",
+            "-o",
+            "json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let items = v["items"].as_array()?.clone();
+        (!items.is_empty()).then_some(items)
+    })
+    .await;
+    let event_message = events[0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    println!("cni readiness: event NetworkNotReady: {event_message}");
+    assert_eq!(events[0]["type"], "Warning");
+    assert_eq!(event_message, format!("network is not ready: {want_node}"));
+    assert_eq!(api_phase(&server, "podnet"), "Pending");
+    let (sandboxes, _) = n.runtime_objects().await;
+    let names: Vec<String> = sandboxes
+        .iter()
+        .filter_map(|s| s.metadata.as_ref().map(|m| m.name.clone()))
+        .collect();
+    assert!(
+        names.iter().any(|n| n == "hostnet") && !names.iter().any(|n| n == "podnet"),
+        "sandboxes while the network is not ready: {names:?}"
+    );
+
+    away.end();
+    let restored = Instant::now();
+    wait_api(
+        "the waiting pod Running once the network is ready",
+        &n,
+        || (api_phase(&server, "podnet") == "Running").then_some(()),
+    )
+    .await;
+    let running_after = restored.elapsed();
+    wait_api("the node Ready", &n, || {
+        node_ready(&server, &node).filter(|(s, _)| s == "True")
+    })
+    .await;
+    println!(
+        "cni readiness: configuration back; podnet Running {running_after:.1?} later (the \
+         kubelet: its next pod worker retry, up to 15 s), node Ready {:.1?} later",
+        restored.elapsed()
     );
 }

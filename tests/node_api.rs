@@ -59,7 +59,7 @@ fn facts() -> NodeFacts {
 }
 
 /// Health the test can flip while the agent runs.
-type Health = Arc<Mutex<Result<(), String>>>;
+type Health = Arc<Mutex<Vec<String>>>;
 
 struct Running {
     cancel: CancellationToken,
@@ -93,7 +93,7 @@ fn start_with(
     settings: NodeSettings,
     extend: impl FnOnce(NodeAgent) -> NodeAgent,
 ) -> Running {
-    let health: Health = Arc::new(Mutex::new(Ok(())));
+    let health: Health = Arc::new(Mutex::new(Vec::new()));
     let computations = Arc::new(AtomicUsize::new(0));
     let agent = extend(NodeAgent::new(
         settings,
@@ -369,7 +369,7 @@ async fn status_is_patched_only_on_change_or_at_the_report_frequency() {
     assert_eq!(heartbeat.to_string(), "2026-01-01T00:05:00Z");
 
     // A change goes out at the next update, not at the next report.
-    *running.health.lock().unwrap() = Err("container runtime is down".into());
+    *running.health.lock().unwrap() = vec!["container runtime is down".into()];
     sleep_until(t0, 315.0).await;
     assert_eq!(count(&fixture, "PATCH", status_path), 3);
     let condition = ready(&node(&fixture, "node-c"));
@@ -413,7 +413,7 @@ async fn status_is_patched_only_on_change_or_at_the_report_frequency() {
         "{body}"
     );
 
-    *running.health.lock().unwrap() = Ok(());
+    *running.health.lock().unwrap() = Vec::new();
     sleep_until(t0, 325.0).await;
     assert_eq!(count(&fixture, "PATCH", status_path), 4);
     assert_eq!(ready(&node(&fixture, "node-c")).status, "True");
@@ -591,7 +591,7 @@ async fn the_loops_recover_after_the_api_server_comes_back() {
 
     fixture.stop().await;
     // The runtime goes down while the API server is away: the change must not be lost.
-    *running.health.lock().unwrap() = Err("container runtime is down".into());
+    *running.health.lock().unwrap() = vec!["container runtime is down".into()];
     sleep_until(t0, 120.0).await;
     fixture.resume().await.unwrap();
     // Lease back-off is at most 7 s; status updates every 10 s.
@@ -816,13 +816,13 @@ async fn node_events_and_images_follow_the_reported_status() {
     // Quiet while nothing changes; a transition is announced once, with the patch.
     sleep_until(t0, 35.0).await;
     assert_eq!(node_events(&recorder, "node-e").len(), 4);
-    *running.health.lock().unwrap() = Err("container runtime is down".into());
+    *running.health.lock().unwrap() = vec!["container runtime is down".into()];
     sleep_until(t0, 45.0).await;
     assert_eq!(
         node_events(&recorder, "node-e").last(),
         Some(&announced("NodeNotReady"))
     );
-    *running.health.lock().unwrap() = Ok(());
+    *running.health.lock().unwrap() = Vec::new();
     // A new image reaches the status at the next update.
     runtime.add_image("localhost/extra:1");
     sleep_until(t0, 55.0).await;
@@ -949,7 +949,7 @@ async fn a_server_that_drops_a_node_status_field_gets_bounded_writes() {
     assert_eq!(sink_stats.written(), 4);
 
     // A real change still goes out at the next update, not after the backoff.
-    *running.health.lock().unwrap() = Err("container runtime is down".into());
+    *running.health.lock().unwrap() = vec!["container runtime is down".into()];
     sleep_until(t0, 1315.0).await;
     assert_eq!(
         count(&fixture, "PATCH", "/api/v1/nodes/node-x/status"),

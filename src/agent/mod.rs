@@ -453,9 +453,15 @@ impl NodeletBuilder {
         // The CSI drivers registered on this node: the plugin watcher fills the store, the
         // volume manager reads it.
         wire_plugins::spawn(&cfg, &cluster, &csi_drivers, tasks, &cancel)?;
+        // The runtime's conditions read once before any pod is synced (the kubelet's sync loop
+        // waits for its first runtime status): a pod is never held for a network state that
+        // is merely not known yet.
+        let runtime_health = RuntimeHealth::new(runtime.rt.runtime.clone());
+        runtime_health.check().await;
         let pods = wire_pods::wire(
             &cfg,
             &runtime,
+            runtime_health,
             &cluster,
             &csi_drivers,
             &paths,
@@ -681,8 +687,8 @@ impl NodeViews<'_> {
     }
 }
 
-/// The kubelet's `runtimeState.runtimeErrors` for the node's `Ready` condition: the runtime
-/// first, then the PLEG.
+/// The kubelet's `runtimeState.runtimeErrors` and `networkErrors` for the node's `Ready`
+/// condition, in its order: the runtime down, the PLEG, the runtime not ready, its network.
 fn node_health(pleg: &Arc<Pleg>, runtime: &RuntimeHealth) -> crate::node::HealthFn {
     let (pleg, runtime) = (pleg.clone(), runtime.clone());
     Arc::new(move || {
@@ -690,14 +696,12 @@ fn node_health(pleg: &Arc<Pleg>, runtime: &RuntimeHealth) -> crate::node::Health
         if let Err(e) = runtime.status() {
             errors.push(e);
         }
-        if !pleg.healthy() {
-            errors.push("PLEG is not healthy: pleg was last seen active more than 3m0s ago".into());
+        if let Err(e) = pleg.health() {
+            errors.push(format!("PLEG is not healthy: {e}"));
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join(", "))
-        }
+        errors.extend(runtime.not_ready());
+        errors.extend(runtime.network_error());
+        errors
     })
 }
 

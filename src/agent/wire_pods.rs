@@ -57,6 +57,7 @@ pub(super) struct PodsWing {
 pub(super) fn wire(
     cfg: &Config,
     runtime: &RuntimeWing,
+    runtime_health: RuntimeHealth,
     cluster: &ClusterWing,
     csi_drivers: &crate::csi::CsiDrivers,
     paths: &super::HostPaths,
@@ -139,6 +140,7 @@ pub(super) fn wire(
         tasks: rt.tasks.clone(),
         exits: exits.clone(),
         allocation: allocation.clone(),
+        network: runtime_health.network(),
     });
     let syncer = match &api_pods {
         Some((store, _)) => syncer.with_reported_statuses(Arc::new(
@@ -179,8 +181,12 @@ pub(super) fn wire(
         oom_kills,
     );
     tasks.spawn(pleg.clone().run_relist(cancel.clone()));
-    let runtime_health = RuntimeHealth::new(rt.runtime.clone());
     tasks.spawn(runtime_health.clone().run(cancel.clone()));
+    tasks.spawn(wake_on_network_ready(
+        runtime_health.network(),
+        workers.clone(),
+        cancel.clone(),
+    ));
     if let Some(events) = &rt.containerd_events {
         tasks.spawn(pleg.clone().run_events(
             events.endpoint.clone(),
@@ -284,6 +290,30 @@ fn sync_settings(
 
 /// The prober's "a result changed" becomes a PLEG event, so it reaches the pod's worker the way
 /// runtime events do.
+/// Wakes every pod worker when the runtime's network becomes ready: the pods held for it start
+/// then, not at their next retry (the kubelet's come at its pod worker's 10 s back-off).
+async fn wake_on_network_ready(
+    mut network: watch::Receiver<Option<String>>,
+    workers: PodWorkers,
+    cancel: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = network.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+        if network.borrow_and_update().is_none() {
+            for uid in workers.uids() {
+                workers.wake(&uid);
+            }
+        }
+    }
+}
+
 fn wake_on_probe_result(tx: mpsc::Sender<PodLifecycleEvent>) -> Arc<dyn Fn(&str) + Send + Sync> {
     Arc::new(move |uid: &str| {
         let _ = tx.try_send(PodLifecycleEvent {

@@ -131,11 +131,7 @@ fn api_state(served: &Served<'_>) -> ApiState {
         // reports a runtime that stopped answering (see `crate::cri::health`).
         health: Arc::new(move || {
             runtime_health.status()?;
-            if pleg.healthy() {
-                Ok(())
-            } else {
-                Err("pleg was last seen active more than 3m0s ago".into())
-            }
+            pleg.health().map_err(String::from)
         }),
         events: Arc::new(move || events.events()),
         summary: served.summary.clone(),

@@ -74,6 +74,8 @@ struct State {
     create_delay: Duration,
     /// Images that pull only with this username in the AuthConfig (else 401 Unauthorized).
     pull_users: HashMap<String, String>,
+    /// `NetworkReady=false` with this reason and message; ready when `None`.
+    network_not_ready: Option<(String, String)>,
 }
 
 #[derive(Clone)]
@@ -112,6 +114,12 @@ impl FakeRuntime {
     /// Makes an image present on the node.
     pub fn add_image(&self, image: &str) {
         self.lock().images.insert(image.to_string());
+    }
+
+    /// The `NetworkReady` condition from now on: `Some((reason, message))` is false with
+    /// those, `None` true (the default).
+    pub fn set_network_not_ready(&self, not_ready: Option<(&str, &str)>) {
+        self.lock().network_not_ready = not_ready.map(|(r, m)| (r.to_string(), m.to_string()));
     }
 
     /// How long every PullImage takes from now on (tokio time, so paused-clock tests see it).
@@ -438,6 +446,26 @@ impl Runtime for FakeRuntime {
         })
     }
 
+    async fn runtime_conditions(&self) -> Result<Vec<api::RuntimeCondition>> {
+        let mut st = self.lock();
+        self.record(&mut st, "status", String::new(), String::new())?;
+        let ready = |type_: &str| api::RuntimeCondition {
+            r#type: type_.into(),
+            status: true,
+            ..Default::default()
+        };
+        let network = match &st.network_not_ready {
+            None => ready("NetworkReady"),
+            Some((reason, message)) => api::RuntimeCondition {
+                r#type: "NetworkReady".into(),
+                status: false,
+                reason: reason.clone(),
+                message: message.clone(),
+            },
+        };
+        Ok(vec![ready("RuntimeReady"), network])
+    }
+
     async fn run_pod_sandbox(
         &self,
         config: api::PodSandboxConfig,
@@ -535,7 +563,18 @@ impl Runtime for FakeRuntime {
             labels: s.config.labels.clone(),
             annotations: s.config.annotations.clone(),
             runtime_handler: s.runtime_handler.clone(),
-            ..Default::default()
+            // The namespaces the sandbox was asked for (a host-network pod's, say), as
+            // containerd reports them.
+            linux: Some(api::LinuxPodSandboxStatus {
+                namespaces: Some(api::Namespace {
+                    options: s
+                        .config
+                        .linux
+                        .as_ref()
+                        .and_then(|l| l.security_context.as_ref())
+                        .and_then(|c| c.namespace_options.clone()),
+                }),
+            }),
         })
     }
 

@@ -102,6 +102,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[async_trait]
 pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<api::VersionResponse>;
+    /// The conditions of a (non-verbose) `Status` answer: `RuntimeReady` and `NetworkReady`
+    /// (the kubelet's `updateRuntimeUp` reads both).
+    async fn runtime_conditions(&self) -> Result<Vec<api::RuntimeCondition>>;
     /// RunPodSandbox with `runtime_handler` (a RuntimeClass's handler; `""`: the runtime's
     /// default).
     async fn run_pod_sandbox(

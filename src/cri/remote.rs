@@ -128,6 +128,13 @@ impl Runtime for RemoteRuntime {
         observe("version", "", c.version(req)).await
     }
 
+    async fn runtime_conditions(&self) -> Result<Vec<api::RuntimeCondition>> {
+        let mut c = self.runtime.clone();
+        let req = self.request(api::StatusRequest { verbose: false }, Duration::ZERO);
+        let status = observe("status", "", c.status(req)).await?;
+        Ok(status.status.map(|s| s.conditions).unwrap_or_default())
+    }
+
     async fn run_pod_sandbox(
         &self,
         config: api::PodSandboxConfig,

@@ -356,7 +356,7 @@ fn every_generated_node_status_field_is_classified() {
         kubelet_version: "v1.37.0+nodelet.0.1.0",
         kubelet_port: 10250,
         pressure: Pressure::default(),
-        health: Err("runtime down".into()),
+        health: vec!["runtime down".into()],
         shutting_down: false,
         images: Some(&images),
         runtime_handlers: &handlers,

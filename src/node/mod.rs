@@ -147,9 +147,10 @@ pub struct NodeCounters {
     pub lease_writes: AtomicU64,
 }
 
-/// `Err(reason)` when the node is not healthy (runtime down, PLEG not healthy); the reason
-/// becomes the message of `Ready=False`.
-pub type HealthFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Why the node is not healthy (runtime down or not ready, PLEG not healthy, the runtime's
+/// network not ready), in the kubelet's order; empty when healthy. The errors become the
+/// message of `Ready=False`.
+pub type HealthFn = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 /// The eviction manager's view of resource pressure.
 pub type PressureFn = Arc<dyn Fn() -> Pressure + Send + Sync>;
 

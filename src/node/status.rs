@@ -157,9 +157,9 @@ pub struct NodeStatusInputs<'a> {
     /// `daemonEndpoints.kubeletEndpoint.Port`.
     pub kubelet_port: i32,
     pub pressure: Pressure,
-    /// `Err(reason)` when the runtime or the PLEG is unhealthy; the reason becomes the
-    /// message of `Ready=False`.
-    pub health: Result<(), String>,
+    /// Why the runtime, the PLEG or the runtime's network is unhealthy (empty: healthy); the
+    /// errors become the message of `Ready=False`.
+    pub health: Vec<String>,
     /// The node is shutting down (graceful node shutdown): `Ready=False`,
     /// `node is shutting down`.
     pub shutting_down: bool,
@@ -467,19 +467,16 @@ fn missing_capacities(capacity: Option<&BTreeMap<String, K8sQuantity>>) -> Vec<&
         .collect()
 }
 
-/// The errors behind `Ready=False`, in the kubelet's order: runtime health, node shutdown,
-/// then missing capacity.
-fn ready_errors(health: &Result<(), String>, shutting_down: bool, missing: &[&str]) -> Vec<String> {
-    let mut errors = Vec::new();
-    if let Err(reason) = health {
-        errors.push(reason.clone());
-    }
+/// The errors behind `Ready=False`, in the kubelet's order: runtime and network health, node
+/// shutdown, then missing capacity.
+fn ready_errors(health: &[String], shutting_down: bool, missing: &[&str]) -> Vec<String> {
+    let mut errors = health.to_vec();
     if shutting_down {
         errors.push(crate::lifecycle::shutdown::NODE_SHUTTING_DOWN.to_string());
     }
     if !missing.is_empty() {
         errors.push(format!(
-            "Missing node capacity for resources: {}",
+            "missing node capacity for resources: {}",
             missing.join(", ")
         ));
     }

@@ -30,7 +30,7 @@ fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
         kubelet_version: "v1.37.0+nodelet.0.1.0",
         kubelet_port: 10250,
         pressure: Pressure::default(),
-        health: Ok(()),
+        health: Vec::new(),
         shutting_down: false,
         images: None,
         runtime_handlers: &[],
@@ -221,7 +221,7 @@ fn conditions_table() {
     type Case = (
         Vec<NodeCondition>,
         Pressure,
-        Result<(), String>,
+        Vec<String>,
         &'static str,
         (&'static str, &'static str, &'static str, &'static str),
     );
@@ -231,7 +231,7 @@ fn conditions_table() {
         (
             vec![old("MemoryPressure", "False", "KubeletHasSufficientMemory")],
             Pressure::default(),
-            Ok(()),
+            Vec::new(),
             "MemoryPressure",
             ("False", "KubeletHasSufficientMemory", "old message", t0),
         ),
@@ -242,7 +242,7 @@ fn conditions_table() {
                 memory: true,
                 ..Default::default()
             },
-            Ok(()),
+            Vec::new(),
             "MemoryPressure",
             (
                 "True",
@@ -257,7 +257,7 @@ fn conditions_table() {
                 disk: true,
                 ..Default::default()
             },
-            Ok(()),
+            Vec::new(),
             "DiskPressure",
             (
                 "True",
@@ -272,7 +272,7 @@ fn conditions_table() {
                 pid: true,
                 ..Default::default()
             },
-            Ok(()),
+            Vec::new(),
             "PIDPressure",
             (
                 "True",
@@ -285,7 +285,7 @@ fn conditions_table() {
         (
             vec![old("DiskPressure", "Unknown", "NodeStatusUnknown")],
             Pressure::default(),
-            Ok(()),
+            Vec::new(),
             "DiskPressure",
             (
                 "False",
@@ -298,7 +298,7 @@ fn conditions_table() {
         (
             vec![old("Ready", "True", "KubeletReady")],
             Pressure::default(),
-            Ok(()),
+            Vec::new(),
             "Ready",
             (
                 "True",
@@ -310,9 +310,9 @@ fn conditions_table() {
         (
             vec![old("Ready", "True", "KubeletReady")],
             Pressure::default(),
-            Err(
+            vec![
                 "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s".into(),
-            ),
+            ],
             "Ready",
             (
                 "False",
@@ -324,14 +324,14 @@ fn conditions_table() {
         (
             vec![old("Ready", "False", "KubeletNotReady")],
             Pressure::default(),
-            Err("container runtime is down".into()),
+            vec!["container runtime is down".into()],
             "Ready",
             ("False", "KubeletNotReady", "container runtime is down", t0),
         ),
         (
             vec![old("Ready", "Unknown", "NodeStatusUnknown")],
             Pressure::default(),
-            Ok(()),
+            Vec::new(),
             "Ready",
             (
                 "True",
@@ -377,12 +377,20 @@ fn missing_capacity_makes_the_node_not_ready() {
     machine.ephemeral_storage_capacity = None;
     let cases = [
         (
-            Ok(()),
-            "Missing node capacity for resources: ephemeral-storage",
+            vec![],
+            "missing node capacity for resources: ephemeral-storage",
         ),
         (
-            Err("container runtime is down".to_string()),
-            "[container runtime is down, Missing node capacity for resources: ephemeral-storage]",
+            vec!["container runtime is down".to_string()],
+            "[container runtime is down, missing node capacity for resources: ephemeral-storage]",
+        ),
+        (
+            // The runtime down and its network not ready, as one aggregate (flat, as Go's).
+            vec![
+                "container runtime is down".to_string(),
+                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".to_string(),
+            ],
+            "[container runtime is down, container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized, missing node capacity for resources: ephemeral-storage]",
         ),
     ];
     for (health, want) in cases {
@@ -401,16 +409,16 @@ fn a_node_shutting_down_is_not_ready() {
     let mut no_storage = machine();
     no_storage.ephemeral_storage_capacity = None;
     let cases = [
-        (&full, Ok(()), "node is shutting down"),
+        (&full, vec![], "node is shutting down"),
         (
             &full,
-            Err("container runtime is down".to_string()),
+            vec!["container runtime is down".to_string()],
             "[container runtime is down, node is shutting down]",
         ),
         (
             &no_storage,
-            Ok(()),
-            "[node is shutting down, Missing node capacity for resources: ephemeral-storage]",
+            vec![],
+            "[node is shutting down, missing node capacity for resources: ephemeral-storage]",
         ),
     ];
     for (machine, health, want) in cases {
@@ -844,7 +852,7 @@ fn node_events_table() {
     let t0 = ts("2026-01-01T00:00:00Z");
     let healthy = build_node_status(None, &inputs(&machine), t0);
     let mut sick_inputs = inputs(&machine);
-    sick_inputs.health = Err("container runtime is down".into());
+    sick_inputs.health = vec!["container runtime is down".into()];
     sick_inputs.pressure = Pressure {
         memory: true,
         disk: false,

@@ -166,9 +166,19 @@ impl Pleg {
 
     /// Healthy when a relist succeeded within [`RELIST_THRESHOLD`].
     pub fn healthy(&self) -> bool {
-        self.lock()
-            .last_relist
-            .is_some_and(|t| t.elapsed() < RELIST_THRESHOLD)
+        self.health().is_ok()
+    }
+
+    /// Why the PLEG is not healthy, in the kubelet's words (`GenericPLEG.Healthy`): no relist
+    /// has succeeded yet, or none within [`RELIST_THRESHOLD`].
+    pub fn health(&self) -> Result<(), &'static str> {
+        match self.lock().last_relist {
+            None => Err("pleg has yet to be successful"),
+            Some(t) if t.elapsed() >= RELIST_THRESHOLD => {
+                Err("pleg was last seen active more than 3m0s ago")
+            }
+            Some(_) => Ok(()),
+        }
     }
 
     fn send(&self, event: PodLifecycleEvent, source: &str) {
@@ -754,8 +764,11 @@ mod tests {
             Arc::new(|_: &str| {}),
             None,
         );
+        // The kubelet's words before the first relist.
+        assert_eq!(pleg.health(), Err("pleg has yet to be successful"));
         let sandbox = uid1_sandbox(&fake).await;
         pleg.relist().await.unwrap();
+        assert_eq!(pleg.health(), Ok(()));
         assert_eq!(rx.try_recv().unwrap().kind, EventKind::SandboxChanged);
         let id = app_container(&fake, &sandbox).await;
         fake.start_container(&id).await.unwrap();

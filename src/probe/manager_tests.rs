@@ -91,6 +91,9 @@ impl Runtime for ScriptedRuntime {
     async fn version(&self) -> cri::Result<api::VersionResponse> {
         unsupported("version")
     }
+    async fn runtime_conditions(&self) -> cri::Result<Vec<api::RuntimeCondition>> {
+        unsupported("runtime_conditions")
+    }
     async fn run_pod_sandbox(&self, _: api::PodSandboxConfig, _: &str) -> cri::Result<String> {
         unsupported("run_pod_sandbox")
     }

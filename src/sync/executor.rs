@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use tokio::sync::watch;
 
 use super::actions::KillReason;
 use super::actions::{compute_pod_actions, ActionInputs, PodActions, PodEnd};
@@ -57,6 +58,23 @@ pub const FAILED_SYNC: &str = "FailedSync";
 pub const FAILED_CREATE_POD_CONTAINER: &str = "FailedCreatePodContainer";
 /// The kubelet's event when a new sandbox's status could not be read.
 pub const FAILED_STATUS_POD_SANDBOX: &str = "FailedPodSandBoxStatus";
+/// The kubelet's event for a pod off the host's network while the runtime's network is not
+/// ready (no CNI configuration yet), and the start of its message.
+pub const NETWORK_NOT_READY: &str = "NetworkNotReady";
+pub const NETWORK_NOT_READY_MESSAGE: &str = "network is not ready";
+/// How soon a pod held for the network is synced again at the latest (the kubelet's pod
+/// worker back-off after a failed sync); it is woken as soon as the network is ready.
+pub const NETWORK_NOT_READY_RETRY: Duration = Duration::from_secs(10);
+
+/// The kubelet's `syncPod` gate: a pod that is not on the host's network does not start
+/// anything while the runtime's network is not ready; the message of its event and sync
+/// error, `None` when the pod may go on.
+pub fn network_gate(host_network: bool, network_error: Option<&str>) -> Option<String> {
+    match network_error {
+        Some(error) if !host_network => Some(format!("{NETWORK_NOT_READY_MESSAGE}: {error}")),
+        _ => None,
+    }
+}
 
 /// The waiting reason of an ephemeral container nodelet refuses to start (a field it cannot
 /// honour; the message names it and its value): the kubelet's reason for a container whose
@@ -137,6 +155,8 @@ pub struct SyncerParts {
     pub exits: ObservedExits,
     /// What is allocated to each pod and what was applied (in-place resize).
     pub allocation: AllocationManager,
+    /// Why the runtime's network is not ready (`None`: ready; `crate::cri::health`).
+    pub network: watch::Receiver<Option<String>>,
 }
 
 /// One pod's sync and termination, over the parts that do the work.
@@ -155,6 +175,7 @@ pub struct PodSyncer {
     stopper: ContainerStopper,
     exits: ObservedExits,
     allocation: AllocationManager,
+    network: watch::Receiver<Option<String>>,
     /// What each pod's last status was generated from. The lock is held while a status is
     /// generated and stored, so statuses of one pod are published one at a time, in order.
     published: Arc<Mutex<HashMap<String, StatusBasis>>>,
@@ -245,6 +266,7 @@ impl PodSyncer {
             stopper,
             exits: parts.exits,
             allocation: parts.allocation,
+            network: parts.network,
             published: Arc::default(),
             runtime: parts.runtime,
             status: parts.status,
@@ -721,6 +743,15 @@ impl PodSyncer {
             }
             Some(PodEnd::Terminal) => return Ok(SyncOutcome::Terminal),
             None => {}
+        }
+        let network_error = self.network.borrow().clone();
+        if let Some(message) =
+            network_gate(crate::podspec::host_network(pod), network_error.as_deref())
+        {
+            tracing::info!(%message, "pod waits for the runtime's network");
+            self.events
+                .pod(pod, EventType::Warning, NETWORK_NOT_READY, message);
+            return Ok(SyncOutcome::Retry(NETWORK_NOT_READY_RETRY));
         }
         if actions.is_empty() {
             if resized {
@@ -1633,6 +1664,30 @@ pub fn active_deadline_remaining(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_gate_table() {
+        let error = "container runtime network not ready: NetworkReady=false reason:R message:M";
+        let cases = [
+            ("ready network, pod network", false, None, None),
+            ("ready network, host network", true, None, None),
+            (
+                "network not ready holds a pod on the pod network",
+                false,
+                Some(error),
+                Some(format!("network is not ready: {error}")),
+            ),
+            (
+                "network not ready lets a host-network pod go on",
+                true,
+                Some(error),
+                None,
+            ),
+        ];
+        for (name, host_network, network_error, want) in cases {
+            assert_eq!(network_gate(host_network, network_error), want, "{name}");
+        }
+    }
 
     fn status(phase: Option<&str>, reason: Option<&str>, message: Option<&str>) -> PodStatus {
         PodStatus {
