@@ -3273,3 +3273,123 @@ async fn a_static_pods_mirror_keeps_started_and_ready_through_a_restart() {
         );
     }
 }
+
+/// `cloudProvider: external` (the kubelet's `--cloud-provider=external`) on the real API server:
+/// the Node registers with the uninitialized taint and the provided-IP annotation, its
+/// addresses the configured IP and the hostname; the addresses a cloud controller manager then
+/// writes (a status patch with an ExternalIP, as it does) stay through nodelet's status
+/// updates, and the taint it removes stays removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_cloud_provider_initializes_the_node() {
+    use k8s_openapi::api::core::v1::Node;
+    let server = RealServer::start("cloud-external");
+    let n = Nodelet::start_in_real_cluster(
+        "cloud-external",
+        &server,
+        "cloudProvider: external\nnodeIP: 192.0.2.10\nnodeStatusReportFrequency: 2s\n",
+    );
+    let name = n.node.clone();
+    let node = wait_api("the node registered with its status", &n, || {
+        server
+            .object::<Node>(None, &name)
+            .filter(|node| node.status.as_ref().is_some_and(|s| s.addresses.is_some()))
+    })
+    .await;
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert!(
+        taints.iter().any(
+            |t| t.key == "node.cloudprovider.kubernetes.io/uninitialized"
+                && t.value.as_deref() == Some("true")
+                && t.effect == "NoSchedule"
+        ),
+        "taints: {taints:?}"
+    );
+    assert_eq!(
+        node.metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .get("alpha.kubernetes.io/provided-node-ip")
+            .map(String::as_str),
+        Some("192.0.2.10")
+    );
+    let addresses = |node: &Node| {
+        node.status
+            .as_ref()
+            .and_then(|s| s.addresses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| (a.type_, a.address))
+            .collect::<Vec<_>>()
+    };
+    let ours = vec![
+        ("InternalIP".to_string(), "192.0.2.10".to_string()),
+        ("Hostname".to_string(), name.clone()),
+    ];
+    assert_eq!(addresses(&node), ours);
+
+    // The cloud controller manager's part: the node's addresses, then the taint removed.
+    let ccm = vec![
+        ("InternalIP".to_string(), "192.0.2.10".to_string()),
+        ("ExternalIP".to_string(), "198.51.100.7".to_string()),
+        ("Hostname".to_string(), name.clone()),
+    ];
+    let patch = serde_json::json!({"status": {"addresses": ccm
+        .iter()
+        .map(|(t, a)| serde_json::json!({"type": t, "address": a}))
+        .collect::<Vec<_>>()}});
+    server.kubectl_ok(&[
+        "patch",
+        "node",
+        &name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    server.kubectl_ok(&[
+        "taint",
+        "node",
+        &name,
+        "node.cloudprovider.kubernetes.io/uninitialized-",
+    ]);
+    let patched = jiff::Timestamp::now();
+    // The positive sign: nodelet's status updates (every 2 s) go on after the patch.
+    let heartbeat = |node: &Node| {
+        node.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .last_heartbeat_time
+            .as_ref()
+            .map(|t| t.0)
+    };
+    let node = wait_api(
+        "two status updates after the cloud controller's patch",
+        &n,
+        || {
+            server.object::<Node>(None, &name).filter(|node| {
+                heartbeat(node).is_some_and(|t| t.as_second() >= patched.as_second() + 4)
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        addresses(&node),
+        ccm,
+        "the cloud controller manager's addresses were replaced"
+    );
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        !taints
+            .iter()
+            .any(|t| t.key == "node.cloudprovider.kubernetes.io/uninitialized"),
+        "the uninitialized taint came back: {taints:?}"
+    );
+}

@@ -299,10 +299,10 @@ async fn containerd_verbose_sandbox_status_says_whether_the_process_runs() {
     assert!(!sandbox_process_runs(&stopped), "stopped: {stopped:?}");
 }
 
-/// `PodReadyToStartContainersCondition: false` leaves that condition out of a running pod's
-/// status; the default publishes it (True once the sandbox is up).
+/// A running pod's status has the `PodReadyToStartContainers` condition, True once the sandbox
+/// is up (the gate is GA and locked on in v1.37).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ready_to_start_condition_follows_its_feature_gate() {
+async fn ready_to_start_condition_is_published() {
     let condition = |p: &k8s_openapi::api::core::v1::Pod| {
         p.status
             .as_ref()
@@ -322,19 +322,6 @@ async fn ready_to_start_condition_follows_its_feature_gate() {
         .wait_pod("p", Duration::from_secs(90), "Running", running)
         .await;
     assert_eq!(condition(&p).as_deref(), Some("True"), "{:?}", p.status);
-
-    let off = Nodelet::start_with(
-        "ready-to-start-off",
-        "featureGates: {PodReadyToStartContainersCondition: false}\n",
-    );
-    off.write_manifest(
-        "p.yaml",
-        &testbox_pod("p", "Always", &[("main", &["sleep"])]),
-    );
-    let p = off
-        .wait_pod("p", Duration::from_secs(90), "Running", running)
-        .await;
-    assert_eq!(condition(&p), None, "{:?}", p.status);
 }
 
 /// The runtime's major version from the CRI's Version answer (`1.6.20~ds1`, `v2.1.9`).

@@ -252,30 +252,3 @@ async fn host_users_false_runs_in_a_user_namespace_of_its_own() {
         "the freed lowest range goes to the next pod"
     );
 }
-
-/// `UserNamespacesSupport: false` rejects a pod that sets `hostUsers` at all, as the kubelet's
-/// sandbox creation does, whatever the runtime declares.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gate_off_rejects_host_users() {
-    let n = Nodelet::start_with(
-        "userns-gate",
-        "featureGates: {UserNamespacesSupport: false}\n",
-    );
-    n.write_manifest("own.yaml", &manifest("own"));
-    let pod = n
-        .wait_pod("own", T, "rejected at admission", |p| {
-            p.status
-                .as_ref()
-                .is_some_and(|s| s.phase.as_deref() == Some("Failed"))
-        })
-        .await;
-    let status = pod.status.unwrap_or_default();
-    assert_eq!(
-        (status.reason.as_deref(), status.message.as_deref()),
-        (
-            Some("UserNamespacesNotSupported"),
-            Some("Pod was rejected: the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers")
-        )
-    );
-    assert_rejection_event(&n);
-}

@@ -64,12 +64,24 @@ pub fn node(cfg: &Config) -> crate::node::NodeSettings {
         max_pods: cfg.max_pods,
         pods_per_core: cfg.pods_per_core,
         provider_id: cfg.provider_id.clone(),
+        cloud: cloud_provider(cfg),
         update_frequency: cfg.node_status_update_frequency,
         report_frequency: cfg.node_status_report_frequency,
         lease_duration_seconds: cfg.node_lease_duration_seconds,
         reserved: allocatable_reservation(cfg),
         kubelet_port: i32::from(cfg.port),
         max_images: cfg.node_status_max_images,
+    }
+}
+
+/// `cloudProvider` and `nodeIP` as the Node's registration and addresses follow them.
+pub fn cloud_provider(cfg: &Config) -> crate::node::CloudProvider {
+    if cfg.external_cloud_provider {
+        crate::node::CloudProvider::External {
+            node_ip: cfg.node_ip,
+        }
+    } else {
+        crate::node::CloudProvider::None
     }
 }
 

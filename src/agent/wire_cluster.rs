@@ -208,6 +208,7 @@ pub(super) fn node_predicates(
             node_labels: &cfg.node_labels,
             taints: &cfg.register_with_taints,
             provider_id: &cfg.provider_id,
+            cloud: super::settings::cloud_provider(cfg),
         },
         Default::default(),
     )

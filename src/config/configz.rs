@@ -245,6 +245,9 @@ pub fn configz(cfg: &Config) -> Value {
     if let Some(ip) = cfg.node_ip {
         fields.insert("nodeIP".into(), json!(ip.to_string()));
     }
+    if cfg.external_cloud_provider {
+        fields.insert("cloudProvider".into(), json!("external"));
+    }
     if let Some(n) = cfg.max_parallel_image_pulls {
         fields.insert("maxParallelImagePulls".into(), json!(n));
     }

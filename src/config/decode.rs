@@ -11,8 +11,8 @@ use serde_yaml::{Mapping, Value};
 
 use super::duration::parse_duration_detailed;
 use super::kubelet_fields::{
-    feature_gate, fixed_field, Accepts, FeatureGate, FixedField, GateStage, GateSupport,
-    FIXED_FIELDS, FIXED_LOGGING_FIELDS,
+    configured_gate, feature_gate, fixed_field, kubelet_gates, Accepts, FeatureGate, FixedField,
+    GateStage, GateSupport, ALL_ALPHA, ALL_BETA, FIXED_FIELDS, FIXED_LOGGING_FIELDS,
 };
 use super::{
     AuthorizationMode, CgroupDriver, FieldError, FieldErrorKind, LogFormat, Warning, API_VERSION,
@@ -73,6 +73,7 @@ pub(super) const IMPLEMENTED_FIELDS: &[&str] = &[
     "rootDir",
     "nodeName",
     "nodeIP",
+    "cloudProvider",
     "containerdEndpoint",
     "containerdNamespace",
     "containerLogLinksDir",
@@ -220,6 +221,8 @@ pub(super) struct Decoded {
     pub root_dir: Option<String>,
     pub node_name: Option<String>,
     pub node_ip: Option<IpAddr>,
+    /// `cloudProvider` (the kubelet's `--cloud-provider`): `true` for `external`.
+    pub external_cloud_provider: Option<bool>,
     pub containerd_endpoint: Option<String>,
     pub containerd_namespace: Option<String>,
     pub pleg_relist_period: Option<Duration>,
@@ -382,6 +385,7 @@ pub(super) fn decode(map: &Mapping) -> Decoded {
             "rootDir" => d.root_dir = d.absolute_clean_path(name, value),
             "nodeName" => d.node_name = d.string(name, value),
             "nodeIP" => d.node_ip = d.node_ip(name, value),
+            "cloudProvider" => d.external_cloud_provider = d.cloud_provider(name, value),
             "containerdEndpoint" => d.containerd_endpoint = d.endpoint(name, value),
             "containerdNamespace" => d.containerd_namespace = d.containerd_namespace(name, value),
             "containerLogLinksDir" => {
@@ -960,6 +964,24 @@ impl Decoded {
     }
 
     /// `nodeIP`: must be usable as the node's address, like the kubelet's `validateNodeIP`.
+    /// `""` (no cloud provider) or `external` (a cloud controller manager initializes the
+    /// node); any other name is refused as the kubelet refuses it, built-in providers being
+    /// gone since v1.31.
+    fn cloud_provider(&mut self, path: &str, value: &Value) -> Option<bool> {
+        match self.string(path, value)?.as_str() {
+            "" => Some(false),
+            "external" => Some(true),
+            other => {
+                self.invalid(
+                    path,
+                    value,
+                    format!("cloud provider {other:?} was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"),
+                );
+                None
+            }
+        }
+    }
+
     fn node_ip(&mut self, path: &str, value: &Value) -> Option<IpAddr> {
         let ip = self.ip(path, value)?;
         let problem = if ip.is_loopback() {
@@ -1118,13 +1140,16 @@ impl Decoded {
         }
     }
 
-    /// The kubelet's gate rules: a locked GA gate may only be set to its default, and setting a
-    /// GA or deprecated gate warns. Unknown names only warn (the kubelet rejects them) because
-    /// nodelet knows just the gates it acts on, and a kubelet config may set many others.
+    /// The kubelet's gate rules (component-base's `SetFromMap`): an unknown name is an error,
+    /// a locked gate may only be set to its default, setting a GA or deprecated gate warns,
+    /// `AllAlpha`/`AllBeta` set every gate of their stage not set here, and a gate that is on
+    /// while a gate it depends on is off is an error. nodelet adds one rule: a value it cannot
+    /// behave as is refused, naming what nodelet does.
     fn feature_gates(&mut self, path: &str, value: &Value) {
         let Some(map) = self.mapping(path, value) else {
             return;
         };
+        let mut stage_wide = Vec::new();
         for (key, enabled) in map {
             let Some(name) = key.as_str() else {
                 self.invalid(
@@ -1139,27 +1164,28 @@ impl Decoded {
                 self.invalid(&gate_path, enabled, "expected a boolean (true or false)");
                 continue;
             };
-            match feature_gate(name) {
-                None => {
-                    self.invalid(
-                        &gate_path,
-                        &Value::Bool(*enabled),
-                        format!("unrecognized feature gate: {name} (nodelet refuses gates it does not implement)"),
-                    );
-                    continue;
-                }
-                Some(gate) if gate.stage == GateStage::Ga && *enabled != gate.default => {
-                    let reason = format!(
-                        "cannot set feature gate {name} to {enabled}, feature is locked to {}",
-                        gate.default
-                    );
-                    self.fail(&gate_path, "", reason, FieldErrorKind::Forbidden);
-                    continue;
-                }
-                Some(FeatureGate {
-                    nodelet: GateSupport::Only(value, why),
-                    ..
-                }) if *enabled != *value => {
+            if name == ALL_ALPHA || name == ALL_BETA {
+                stage_wide.push((name, *enabled));
+                continue;
+            }
+            let Some(gate) = feature_gate(name) else {
+                self.invalid(
+                    &gate_path,
+                    &Value::Bool(*enabled),
+                    format!("unrecognized feature gate: {name}"),
+                );
+                continue;
+            };
+            if gate.locked && *enabled != gate.default {
+                let reason = format!(
+                    "cannot set feature gate {name} to {enabled}, feature is locked to {}",
+                    gate.default
+                );
+                self.fail(&gate_path, "", reason, FieldErrorKind::Forbidden);
+                continue;
+            }
+            if let GateSupport::Only(value, why) = gate.nodelet {
+                if *enabled != value {
                     self.invalid(
                         &gate_path,
                         &Value::Bool(*enabled),
@@ -1167,17 +1193,99 @@ impl Decoded {
                     );
                     continue;
                 }
-                Some(gate) if gate.stage == GateStage::Ga => self.warn(
+            }
+            match gate.stage {
+                GateStage::Ga => self.warn(
                     &gate_path,
                     format!("setting GA feature gate {name}={enabled}; it will be removed in a future release"),
                 ),
-                Some(gate) if gate.stage == GateStage::Deprecated => self.warn(
+                GateStage::Deprecated => self.warn(
                     &gate_path,
                     format!("setting deprecated feature gate {name}={enabled}; it will be removed in a future release"),
                 ),
-                Some(_) => {}
+                GateStage::Alpha | GateStage::Beta => {}
             }
             self.feature_gates.insert(name.to_string(), *enabled);
+        }
+        for (name, enabled) in stage_wide {
+            self.stage_wide_gate(&format!("{path}.{name}"), name, enabled);
+        }
+        self.gate_dependencies(path);
+    }
+
+    /// `AllAlpha` or `AllBeta` at `enabled`: every gate of the stage that is not set by name
+    /// takes the value. Refused when that would move a gate nodelet cannot behave as off its
+    /// default (a gate already at `enabled` does not move).
+    fn stage_wide_gate(&mut self, gate_path: &str, name: &str, enabled: bool) {
+        let stage = if name == ALL_ALPHA {
+            GateStage::Alpha
+        } else {
+            GateStage::Beta
+        };
+        let moved: Vec<&FeatureGate> = kubelet_gates()
+            .iter()
+            .map(|k| &k.gate)
+            .filter(|g| g.stage == stage && g.default != enabled)
+            .filter(|g| !self.feature_gates.contains_key(g.name))
+            .collect();
+        let refused: Vec<&str> = moved
+            .iter()
+            .filter(|g| !g.accepts(enabled))
+            .map(|g| g.name)
+            .collect();
+        if !refused.is_empty() {
+            let shown = refused
+                .iter()
+                .take(5)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ");
+            let more = match refused.len() {
+                n if n > 5 => format!(" and {} more", n - 5),
+                _ => String::new(),
+            };
+            self.invalid(
+                gate_path,
+                &Value::Bool(enabled),
+                format!(
+                    "nodelet implements only {name}={}: it would set gates nodelet cannot behave as to {enabled}: {shown}{more}",
+                    !enabled
+                ),
+            );
+            return;
+        }
+        // Kept as written: `configured_gate` applies it to the gates of its stage.
+        self.feature_gates.insert(name.to_string(), enabled);
+    }
+
+    /// The kubelet's gate dependencies: a gate on (as set, else by default) whose dependencies
+    /// are not all on is an error, in its words.
+    fn gate_dependencies(&mut self, path: &str) {
+        let on = |gates: &BTreeMap<String, bool>, name: &str| {
+            configured_gate(gates, name)
+                .unwrap_or_else(|| feature_gate(name).is_some_and(|g| g.default))
+        };
+        let mut errors = Vec::new();
+        for k in kubelet_gates() {
+            if k.depends_on.is_empty() || !on(&self.feature_gates, k.gate.name) {
+                continue;
+            }
+            let off: Vec<&str> = k
+                .depends_on
+                .iter()
+                .copied()
+                .filter(|d| !on(&self.feature_gates, d))
+                .collect();
+            if !off.is_empty() {
+                errors.push(format!(
+                    "{} is enabled, but depends on features that are disabled: [{}]",
+                    k.gate.name,
+                    off.join(" ")
+                ));
+            }
+        }
+        for error in errors {
+            self.fail(path, "", error, FieldErrorKind::Invalid);
         }
     }
 

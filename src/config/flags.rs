@@ -91,7 +91,7 @@ const fn fixed(
 const ANY_VALUE: &str = "*";
 const DEPRECATED: &str = "a deprecated kubelet flag nodelet does not implement";
 const RUNTIME_DECIDES: &str = "without effect in the kubelet too: the runtime's configuration names the pause image, and the image GC keeps the images the runtime reports pinned";
-const NO_CLOUD: &str = "nodelet has no cloud provider code and does not add the node.cloudprovider.kubernetes.io/uninitialized taint an external cloud controller waits for";
+const NO_CLOUD_CONFIG: &str = "nodelet has no built-in cloud provider to read a cloud configuration (an external cloud controller manager has its own)";
 const NO_LOCK: &str = "nodelet takes no lock file";
 const NO_CGROUP_PLACEMENT: &str = "nodelet does not move processes into cgroups";
 const LOG_OPTION: &str = "nodelet's log output has no such option";
@@ -116,7 +116,7 @@ static FLAGS: &[Flag] = &[
     field("hostname-override", Kind::Str, "nodeName"),
     field("node-ip", Kind::Str, "nodeIP"),
     field("cert-dir", Kind::Path, "certDir"),
-    fixed("cloud-provider", Kind::Str, "", NO_CLOUD),
+    field("cloud-provider", Kind::Str, "cloudProvider"),
     field("root-dir", Kind::Path, "rootDir"),
     field("seccomp-default", Kind::Bool, "seccompDefault"),
     field("node-labels", Kind::Labels, "nodeLabels"),
@@ -143,7 +143,7 @@ static FLAGS: &[Flag] = &[
         DEPRECATED,
     ),
     fixed("experimental-mounter-path", Kind::Str, "", DEPRECATED),
-    fixed("cloud-config", Kind::Str, "", NO_CLOUD),
+    fixed("cloud-config", Kind::Str, "", NO_CLOUD_CONFIG),
     fixed(
         "experimental-allocatable-ignore-eviction",
         Kind::Bool,
@@ -791,6 +791,7 @@ mod tests {
             ("--node-ip=10.0.0.7", vec![("--node-ip", "nodeIP", yaml("'10.0.0.7'"))]),
             ("--node-ip 10.0.0.7", vec![("--node-ip", "nodeIP", yaml("'10.0.0.7'"))]),
             ("--node_ip=10.0.0.7", vec![("--node-ip", "nodeIP", yaml("'10.0.0.7'"))]),
+            ("--cloud-provider=external", vec![("--cloud-provider", "cloudProvider", yaml("external"))]),
             ("--rotate-certificates", vec![("--rotate-certificates", "rotateCertificates", yaml("true"))]),
             ("--rotate-certificates=false", vec![("--rotate-certificates", "rotateCertificates", yaml("false"))]),
             ("--rotate-certificates=F", vec![("--rotate-certificates", "rotateCertificates", yaml("false"))]),
@@ -841,7 +842,7 @@ mod tests {
     #[test]
     fn special_and_fixed_flags() {
         let line = parse(
-            &args("--config=config.yaml --config-dir /etc/kubelet.conf.d --register-schedulable=true --cloud-provider= --version"),
+            &args("--config=config.yaml --config-dir /etc/kubelet.conf.d --register-schedulable=true --version"),
             Path::new("/var/lib/kubelet"),
         )
         .unwrap();
@@ -854,14 +855,7 @@ mod tests {
         assert!(line.settings.is_empty(), "{:?}", line.settings);
         // The kubelet's defaults are what nodelet does: nothing to say about them.
         assert!(line.warnings.is_empty(), "{:?}", line.warnings);
-        // Any other value is refused, naming flag, value and reason.
-        let refused = parse(&args("--cloud-provider=external"), Path::new("/"))
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            refused,
-            format!("invalid argument \"external\" for \"--cloud-provider\" flag: nodelet accepts only an empty value: {NO_CLOUD}")
-        );
+
         assert!(parse(
             &args("--pod-infra-container-image=registry.k8s.io/pause:3.10"),
             Path::new("/")

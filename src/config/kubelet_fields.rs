@@ -242,23 +242,35 @@ pub fn fixed_field(fields: &'static [FixedField], name: &str) -> Option<&'static
 pub enum GateStage {
     Alpha,
     Beta,
-    /// GA gates are locked to their default: setting the other value is an error.
     Ga,
     Deprecated,
 }
 
-/// A kubelet feature gate that changes behaviour nodelet implements, with its default in
-/// Kubernetes 1.35 (`MemoryQoS`: 1.37, where it is Beta and on) (`pkg/features/kube_features.go`).
+impl GateStage {
+    fn parse(text: &str) -> Option<GateStage> {
+        Some(match text {
+            "alpha" => GateStage::Alpha,
+            "beta" => GateStage::Beta,
+            "ga" => GateStage::Ga,
+            "deprecated" => GateStage::Deprecated,
+            _ => return None,
+        })
+    }
+}
+
+/// A feature gate the v1.37 kubelet knows, with its value at 1.37 and what nodelet does with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FeatureGate {
     pub name: &'static str,
     pub default: bool,
     pub stage: GateStage,
+    /// Setting the other value is an error (the kubelet's `LockToDefault`).
+    pub locked: bool,
     /// What nodelet does with the gate.
     pub nodelet: GateSupport,
 }
 
-/// Whether both values of a gate change nodelet's behaviour, or nodelet has only one of them.
+/// What nodelet does with a gate's two values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateSupport {
     /// Both values behave as in the kubelet.
@@ -266,28 +278,32 @@ pub enum GateSupport {
     /// nodelet behaves as the kubelet with the gate at this value, whatever the configuration
     /// says is refused when it says the other value; the reason names what nodelet does.
     Only(bool, &'static str),
+    /// No code the kubelet runs for its node reads the gate (an API server's, a controller's,
+    /// the scheduler's, kube-proxy's): both values are accepted and change nothing, as on the
+    /// kubelet.
+    NotOnTheNode,
 }
 
-const fn gate(name: &'static str, default: bool, stage: GateStage) -> FeatureGate {
-    FeatureGate {
+/// What nodelet does with a gate of the kubelet's that it does not act on but the kubelet's
+/// node code reads.
+const AT_ITS_DEFAULT: &str = "the kubelet reads this gate; nodelet runs as with it at its default, and what a pod or the configuration asks of a feature nodelet lacks is refused there, naming the field";
+
+/// A gate nodelet acts on: how.
+struct Acting {
+    name: &'static str,
+    nodelet: GateSupport,
+}
+
+const fn both(name: &'static str) -> Acting {
+    Acting {
         name,
-        default,
-        stage,
         nodelet: GateSupport::Both,
     }
 }
 
-const fn only(
-    name: &'static str,
-    default: bool,
-    stage: GateStage,
-    value: bool,
-    why: &'static str,
-) -> FeatureGate {
-    FeatureGate {
+const fn only(name: &'static str, value: bool, why: &'static str) -> Acting {
+    Acting {
         name,
-        default,
-        stage,
         nodelet: GateSupport::Only(value, why),
     }
 }
@@ -296,81 +312,130 @@ impl FeatureGate {
     /// The value nodelet behaves as having when the configuration does not set the gate.
     pub fn effective_default(&self) -> bool {
         match self.nodelet {
-            GateSupport::Both => self.default,
+            GateSupport::Both | GateSupport::NotOnTheNode => self.default,
             GateSupport::Only(value, _) => value,
+        }
+    }
+
+    /// Whether nodelet accepts the gate at `value` (leaving aside the kubelet's own lock).
+    pub fn accepts(&self, value: bool) -> bool {
+        match self.nodelet {
+            GateSupport::Both | GateSupport::NotOnTheNode => true,
+            GateSupport::Only(only, _) => only == value,
         }
     }
 }
 
-/// Gates nodelet recognises. Any other name is refused: nodelet cannot tell whether the gate
-/// would change what it does.
-pub const FEATURE_GATES: &[FeatureGate] = &[
-    gate("CSIVolumeHealth", false, GateStage::Alpha),
+/// The gates nodelet's behaviour follows, and how. Their default, stage and lock are the
+/// kubelet's ([`KUBELET_GATES`]); every other gate the kubelet knows is accepted at its
+/// default when the kubelet's node code reads it, and at both values when it does not.
+const ACTING_GATES: &[Acting] = &[
+    both("CSIVolumeHealth"),
     only(
         "ChangeContainerStatusOnKubeletRestart",
-        false,
-        GateStage::Deprecated,
         false,
         "a restart of nodelet keeps running containers' Started and Ready as last reported",
     ),
     only(
         "ContainerRestartRules",
         true,
-        GateStage::Beta,
-        true,
         "containers' restartPolicy and restartPolicyRules are always honoured",
     ),
     only(
         "ContainerStopSignals",
-        false,
-        GateStage::Alpha,
         true,
         "lifecycle.stopSignal is always honoured",
     ),
     only(
         "EnvFiles",
         true,
-        GateStage::Beta,
-        true,
         "env[].valueFrom.fileKeyRef is always honoured",
     ),
-    gate("GracefulNodeShutdown", true, GateStage::Beta),
-    gate(
-        "GracefulNodeShutdownBasedOnPodPriority",
-        true,
-        GateStage::Beta,
-    ),
-    gate("ImageVolume", true, GateStage::Beta),
-    gate("InPlacePodVerticalScaling", true, GateStage::Ga),
-    gate("KubeletCrashLoopBackOffMax", true, GateStage::Beta),
+    both("GracefulNodeShutdown"),
+    both("GracefulNodeShutdownBasedOnPodPriority"),
+    both("ImageVolume"),
+    both("InPlacePodVerticalScaling"),
+    both("KubeletCrashLoopBackOffMax"),
     only(
         "KubeletEnsureSecretPulledImages",
-        true,
-        GateStage::Beta,
         false,
         "nodelet does not re-verify pull credentials for images already on the node: a pod may use an image another pod's pull secret brought",
     ),
-    gate("MemoryQoS", true, GateStage::Beta),
-    gate("PodObservedGenerationTracking", true, GateStage::Ga),
-    gate("PodReadyToStartContainersCondition", true, GateStage::Beta),
-    gate(
-        "ReduceDefaultCrashLoopBackOffDecay",
-        false,
-        GateStage::Alpha,
-    ),
-    gate("ReloadKubeletClientCAFile", true, GateStage::Beta),
-    gate("ReloadKubeletServerCertificateFile", true, GateStage::Beta),
+    both("MemoryQoS"),
+    both("PodObservedGenerationTracking"),
+    both("PodReadyToStartContainersCondition"),
+    both("ReduceDefaultCrashLoopBackOffDecay"),
+    both("ReloadKubeletClientCAFile"),
+    both("ReloadKubeletServerCertificateFile"),
     only(
         "RestartAllContainersOnContainerExits",
-        false,
-        GateStage::Alpha,
         true,
         "the RestartAllContainers restart rule is always honoured",
     ),
-    gate("RotateKubeletServerCertificate", true, GateStage::Beta),
-    gate("SidecarContainers", true, GateStage::Ga),
-    gate("UserNamespacesSupport", true, GateStage::Beta),
+    both("RotateKubeletServerCertificate"),
+    both("UserNamespacesSupport"),
 ];
+
+/// The gates the kubelet v1.37.2 knows (`scripts/kubelet-feature-gates.py`): name, default,
+/// stage, locked, the gates it depends on, and the kubelet file that reads it (`-`: none).
+const KUBELET_GATES: &str = include_str!("kubelet-feature-gates.tsv");
+
+/// The component-base gates that set every unset gate of their stage (`AllAlpha=true` turns
+/// every alpha gate on, `AllBeta=false` every beta gate off).
+pub const ALL_ALPHA: &str = "AllAlpha";
+pub const ALL_BETA: &str = "AllBeta";
+
+/// A row of [`KUBELET_GATES`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletGate {
+    pub gate: FeatureGate,
+    /// Gates that must be on while this one is (the kubelet's `AddDependencies`).
+    pub depends_on: Vec<&'static str>,
+}
+
+fn parse_kubelet_gates(text: &'static str) -> Vec<KubeletGate> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let cols: Vec<&'static str> = line.split('\t').collect();
+            let [name, default, stage, locked, depends_on, reader] = cols[..] else {
+                panic!("kubelet-feature-gates.tsv: not six columns: {line}");
+            };
+            let default = default == "true";
+            let nodelet = ACTING_GATES
+                .iter()
+                .find(|a| a.name == name)
+                .map(|a| a.nodelet)
+                .unwrap_or(if reader == "-" {
+                    GateSupport::NotOnTheNode
+                } else {
+                    GateSupport::Only(default, AT_ITS_DEFAULT)
+                });
+            KubeletGate {
+                gate: FeatureGate {
+                    name,
+                    default,
+                    stage: GateStage::parse(stage)
+                        .unwrap_or_else(|| panic!("kubelet-feature-gates.tsv: stage {stage}")),
+                    locked: locked == "true",
+                    nodelet,
+                },
+                depends_on: if depends_on == "-" {
+                    Vec::new()
+                } else {
+                    depends_on.split(',').collect()
+                },
+            }
+        })
+        .collect()
+}
+
+/// Every gate the kubelet knows, but the two stage-wide ones ([`ALL_ALPHA`], [`ALL_BETA`]).
+pub fn kubelet_gates() -> &'static [KubeletGate] {
+    static GATES: std::sync::LazyLock<Vec<KubeletGate>> =
+        std::sync::LazyLock::new(|| parse_kubelet_gates(KUBELET_GATES));
+    &GATES
+}
 
 pub const MEMORY_QOS: &str = "MemoryQoS";
 pub const GRACEFUL_NODE_SHUTDOWN: &str = "GracefulNodeShutdown";
@@ -385,8 +450,35 @@ pub const ROTATE_KUBELET_SERVER_CERTIFICATE: &str = "RotateKubeletServerCertific
 pub const RELOAD_CLIENT_CA_FILE: &str = "ReloadKubeletClientCAFile";
 pub const RELOAD_SERVER_CERTIFICATE_FILE: &str = "ReloadKubeletServerCertificateFile";
 
+/// The gate named `name` (case matters, as in the kubelet), if the kubelet knows it.
 pub fn feature_gate(name: &str) -> Option<&'static FeatureGate> {
-    FEATURE_GATES.iter().find(|g| g.name == name)
+    kubelet_gates()
+        .iter()
+        .map(|k| &k.gate)
+        .find(|g| g.name == name)
+}
+
+/// The value `featureGates` (as written) gives gate `name`: its own, else that of `AllAlpha` or
+/// `AllBeta` for a gate of that stage (component-base's `setUnsetAlphaGates`); `None` when the
+/// configuration leaves it at its default.
+pub fn configured_gate(
+    gates: &std::collections::BTreeMap<String, bool>,
+    name: &str,
+) -> Option<bool> {
+    if let Some(value) = gates.get(name) {
+        return Some(*value);
+    }
+    let stage_wide = match feature_gate(name)?.stage {
+        GateStage::Alpha => ALL_ALPHA,
+        GateStage::Beta => ALL_BETA,
+        GateStage::Ga | GateStage::Deprecated => return None,
+    };
+    gates.get(stage_wide).copied()
+}
+
+/// The gates nodelet acts on (a row each in `docs/configuration.md`).
+pub fn acting_gates() -> impl Iterator<Item = &'static str> {
+    ACTING_GATES.iter().map(|a| a.name)
 }
 
 #[cfg(test)]
@@ -404,9 +496,10 @@ mod tests {
                 "FIXED_LOGGING_FIELDS",
                 FIXED_LOGGING_FIELDS.iter().map(|f| f.name).collect(),
             ),
+            ("ACTING_GATES", acting_gates().collect()),
             (
-                "FEATURE_GATES",
-                FEATURE_GATES.iter().map(|g| g.name).collect(),
+                "KUBELET_GATES",
+                kubelet_gates().iter().map(|g| g.gate.name).collect(),
             ),
         ];
         for (name, list) in lists {
@@ -422,18 +515,62 @@ mod tests {
 
     #[test]
     fn feature_gate_lookup() {
-        let cases: &[(&str, Option<bool>)] = &[
-            ("SidecarContainers", Some(true)),
-            ("ReduceDefaultCrashLoopBackOffDecay", Some(false)),
-            ("sidecarcontainers", None),
+        let at_default = GateSupport::Only(false, AT_ITS_DEFAULT);
+        // (gate, (default, stage, locked, nodelet's support))
+        type Case = (&'static str, Option<(bool, GateStage, bool, GateSupport)>);
+        let cases: &[Case] = &[
+            // Acting gates: the kubelet's default, stage and lock; nodelet's support.
+            (
+                "ReduceDefaultCrashLoopBackOffDecay",
+                Some((false, GateStage::Alpha, false, GateSupport::Both)),
+            ),
+            (
+                "UserNamespacesSupport",
+                Some((true, GateStage::Ga, true, GateSupport::Both)),
+            ),
+            // Read by the kubelet, not acted on: only at its default.
+            (
+                "PodAndContainerStatsFromCRI",
+                Some((false, GateStage::Beta, false, at_default)),
+            ),
+            // Read by no code of the node: both values.
+            (
+                "StorageVersionAPI",
+                Some((false, GateStage::Alpha, false, GateSupport::NotOnTheNode)),
+            ),
+            // Removed from the kubelet in 1.37, and names are case-sensitive.
+            ("SidecarContainers", None),
+            ("podandcontainerstatsfromcri", None),
             ("NoSuchGate", None),
         ];
-        for (name, want_default) in cases {
+        for (name, want) in cases {
             assert_eq!(
-                feature_gate(name).map(|g| g.default),
-                *want_default,
+                feature_gate(name).map(|g| (g.default, g.stage, g.locked, g.nodelet)),
+                *want,
                 "gate {name}"
             );
+        }
+    }
+
+    /// Every gate nodelet acts on is one the kubelet v1.37 knows, and the table holds the
+    /// kubelet's whole registry (about 250 gates, the dependencies among them known).
+    #[test]
+    fn the_kubelet_table_is_complete() {
+        for name in acting_gates() {
+            let gate = feature_gate(name)
+                .unwrap_or_else(|| panic!("nodelet acts on {name}, which the kubelet lacks"));
+            assert_ne!(gate.nodelet, GateSupport::NotOnTheNode, "{name}");
+        }
+        let gates = kubelet_gates();
+        assert!(gates.len() > 200, "only {} gates", gates.len());
+        for g in gates {
+            for dep in &g.depends_on {
+                assert!(
+                    feature_gate(dep).is_some(),
+                    "{} depends on unknown {dep}",
+                    g.gate.name
+                );
+            }
         }
     }
 }

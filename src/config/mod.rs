@@ -192,6 +192,11 @@ pub struct Config {
     pub node_name: String,
     /// `nodeIP`: the address reported as the node's InternalIP (the kubelet's `--node-ip`).
     pub node_ip: Option<IpAddr>,
+    /// `cloudProvider: external` (the kubelet's `--cloud-provider=external`): the Node is
+    /// registered with the `node.cloudprovider.kubernetes.io/uninitialized` taint and, with
+    /// `nodeIP`, the `alpha.kubernetes.io/provided-node-ip` annotation; its addresses are the
+    /// cloud controller manager's once it has set them.
+    pub external_cloud_provider: bool,
     /// `containerdEndpoint`: containerd's native API, for its task event stream.
     pub containerd_endpoint: String,
     /// `registerNode` (kubelet): register the Node object in cluster mode (default true).
@@ -597,6 +602,7 @@ impl Config {
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
             node_name: env.hostname.trim().to_lowercase(),
             node_ip: None,
+            external_cloud_provider: false,
             containerd_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_string(),
             containerd_namespace: DEFAULT_CONTAINERD_NAMESPACE.to_string(),
             container_log_links_dir: PathBuf::from(DEFAULT_CONTAINER_LOG_LINKS_DIR),
@@ -623,10 +629,16 @@ impl Config {
     /// the gates it knows ([`kubelet_fields::FeatureGate::effective_default`]: the Kubernetes
     /// default, or the one value nodelet implements), else off.
     pub fn feature_enabled(&self, gate: &str) -> bool {
-        if let Some(value) = self.feature_gates.get(gate) {
-            return *value;
+        let known = kubelet_fields::feature_gate(gate);
+        // A gate nodelet implements one way only is that way, whatever `AllAlpha`/`AllBeta`
+        // say (the value itself is refused when set by name).
+        if let Some(kubelet_fields::GateSupport::Only(value, _)) = known.map(|g| g.nodelet) {
+            return value;
         }
-        kubelet_fields::feature_gate(gate).is_some_and(|g| g.effective_default())
+        if let Some(value) = kubelet_fields::configured_gate(&self.feature_gates, gate) {
+            return value;
+        }
+        known.is_some_and(|g| g.effective_default())
     }
 
     /// The node's pod capacity on a machine of `num_cores` CPUs: `maxPods`, or

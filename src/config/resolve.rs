@@ -427,6 +427,7 @@ pub(super) fn resolve(decoded: Decoded, env: &Environment) -> Resolved {
     }
     config.node_name = resolve_node_name(decoded.node_name, env, &mut errors);
     config.node_ip = decoded.node_ip;
+    config.external_cloud_provider = decoded.external_cloud_provider.unwrap_or(false);
     config.register_node = decoded.register_node.unwrap_or(defaults.register_node);
     config.register_with_taints = decoded.register_with_taints.unwrap_or_default();
     config.kubeconfig = non_empty(decoded.kubeconfig).map(PathBuf::from);

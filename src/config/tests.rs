@@ -295,8 +295,8 @@ fn each_field_happy_path() {
             c.user_namespaces_ids_per_pod = 131072
         }),
         ("userNamespaces: {}", |_| {}),
-        ("featureGates: {UserNamespacesSupport: false}", |c| {
-            c.feature_gates = BTreeMap::from([("UserNamespacesSupport".to_string(), false)])
+        ("featureGates: {CSIVolumeHealth: true}", |c| {
+            c.feature_gates = BTreeMap::from([("CSIVolumeHealth".to_string(), true)])
         }),
         ("logging: {format: json, verbosity: 4}", |c| {
             c.logging = Logging {
@@ -465,9 +465,19 @@ fn field_errors_name_the_path_and_the_value() {
         ("plegRelistPeriod: 0s", &["plegRelistPeriod: Invalid value: \"0s\": must be greater than 0"]),
         ("nodeName: my_node", &["nodeName: Invalid value: \"my_node\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"]),
         // feature gate rules
-        ("featureGates: {SidecarContainers: false}", &["featureGates.SidecarContainers: Forbidden: cannot set feature gate SidecarContainers to false, feature is locked to true"]),
+        ("featureGates: {InPlacePodVerticalScaling: false}", &["featureGates.InPlacePodVerticalScaling: Forbidden: cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true"]),
+        // GA and locked in v1.37 (the kubelet refuses false too).
+        ("featureGates: {UserNamespacesSupport: false}", &["featureGates.UserNamespacesSupport: Forbidden: cannot set feature gate UserNamespacesSupport to false, feature is locked to true"]),
+        // Removed from the kubelet in v1.37 (GA since v1.33).
+        ("featureGates: {SidecarContainers: true}", &["featureGates.SidecarContainers: Invalid value: true: unrecognized feature gate: SidecarContainers"]),
+        // The kubelet's gate dependencies.
+        ("featureGates: {GracefulNodeShutdown: false}", &[
+            "featureGates: Invalid value: GracefulNodeShutdownBasedOnPodPriority is enabled, but depends on features that are disabled: [GracefulNodeShutdown]",
+            "featureGates: Invalid value: WindowsGracefulNodeShutdown is enabled, but depends on features that are disabled: [GracefulNodeShutdown]",
+        ]),
+        // Read by the kubelet, not acted on by nodelet: only at the kubelet's default.
+        ("featureGates: {PodAndContainerStatsFromCRI: true}", &["featureGates.PodAndContainerStatsFromCRI: Invalid value: true: nodelet implements only PodAndContainerStatsFromCRI=false: the kubelet reads this gate; nodelet runs as with it at its default, and what a pod or the configuration asks of a feature nodelet lacks is refused there, naming the field"]),
         ("featureGates: {KubeletCrashLoopBackOffMax: false}\ncrashLoopBackOff: {maxContainerRestartPeriod: 100s}", &["crashLoopBackOff.maxContainerRestartPeriod: Forbidden: may only be set when feature gate KubeletCrashLoopBackOffMax is enabled"]),
-        ("featureGates: {UserNamespacesSupport: false}\nuserNamespaces: {idsPerPod: 65536}", &["userNamespaces.idsPerPod: Forbidden: may only be set when feature gate UserNamespacesSupport is enabled"]),
         ("userNamespaces: {idsPerPod: 1000}", &["userNamespaces.idsPerPod: Invalid value: 1000: must not be less than 65536"]),
         ("userNamespaces: {idsPerPod: 100000}", &["userNamespaces.idsPerPod: Invalid value: 100000: must be a multiple of 65536"]),
         ("userNamespaces: {idsPerPod: 4295032832}", &["userNamespaces.idsPerPod: Invalid value: 4295032832: must not be more than 4294967295"]),
@@ -526,7 +536,7 @@ fn warnings_are_the_kubelets_own_and_never_say_ignored() {
             "authentication.anonymous.enabled: anonymous requests with authorization mode AlwaysAllow: anyone who can reach port 10250 on any address of this node (listening on 0.0.0.0) can exec into, attach to and port-forward into every container on this node, as well as read every container's logs, without any credentials; set authentication.anonymous.enabled=false and authorization.mode=Webhook (or start with --config), or bind address to 127.0.0.1",
         ]),
         ("logging: {flushFrequency: 5s, vmodule: [], options: {json: {infoBufferSize: \"0\", splitStream: false}, text: {infoBufferSize: 0}}}", &[]),
-        ("featureGates: {SidecarContainers: true}", &["featureGates.SidecarContainers: setting GA feature gate SidecarContainers=true; it will be removed in a future release"]),
+        ("featureGates: {InPlacePodVerticalScaling: true}", &["featureGates.InPlacePodVerticalScaling: setting GA feature gate InPlacePodVerticalScaling=true; it will be removed in a future release"]),
         ("featureGates: {ChangeContainerStatusOnKubeletRestart: false}", &["featureGates.ChangeContainerStatusOnKubeletRestart: setting deprecated feature gate ChangeContainerStatusOnKubeletRestart=false; it will be removed in a future release"]),
         ("containerRuntimeEndpoint: /run/containerd/containerd.sock", &["containerRuntimeEndpoint: using a bare path as endpoint is deprecated, please use the full URL \"unix:///run/containerd/containerd.sock\""]),
     ];
@@ -553,7 +563,7 @@ fn fixed_fields_at_nodelets_values_change_nothing_and_unknown_gates_are_refused(
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     assert_eq!(
         field_errors(&format!("{HEADER}featureGates: {{SomeOtherGate: true}}")),
-        vec!["featureGates.SomeOtherGate: Invalid value: true: unrecognized feature gate: SomeOtherGate (nodelet refuses gates it does not implement)"]
+        vec!["featureGates.SomeOtherGate: Invalid value: true: unrecognized feature gate: SomeOtherGate"]
     );
 }
 
@@ -752,9 +762,54 @@ fn crash_loop_back_off_follows_the_kubelet_gates() {
     }
 }
 
+/// `AllAlpha` and `AllBeta` set every gate of their stage not set by name: accepted where that
+/// moves no gate the kubelet reads off its default (all alpha gates off, as they are), refused
+/// otherwise, naming gates that would move.
+#[test]
+fn stage_wide_gates() {
+    let loaded = ok("featureGates: {AllAlpha: false}");
+    assert!(!loaded.config.feature_enabled("CSIVolumeHealth"));
+    for (body, value, moved) in [
+        (
+            "featureGates: {AllAlpha: true}",
+            "true",
+            "CPUManagerPolicyAlphaOptions",
+        ),
+        (
+            "featureGates: {AllBeta: true}",
+            "true",
+            "PodAndContainerStatsFromCRI",
+        ),
+        (
+            "featureGates: {AllBeta: false}",
+            "false",
+            "KubeletSeparateDiskGC",
+        ),
+    ] {
+        let errors = field_errors(&format!("{HEADER}{body}"));
+        let gate = if body.contains("AllAlpha") {
+            "AllAlpha"
+        } else {
+            "AllBeta"
+        };
+        let want = format!(
+            "featureGates.{gate}: Invalid value: {value}: nodelet implements only {gate}={}: \
+             it would set gates nodelet cannot behave as to {value}: ",
+            value == "false"
+        );
+        assert_eq!(errors.len(), 1, "{body}: {errors:?}");
+        assert!(errors[0].starts_with(&want), "{body}: {}", errors[0]);
+        assert!(
+            errors[0].contains(moved) || errors[0].contains(" more"),
+            "{body}: {}",
+            errors[0]
+        );
+    }
+}
+
 #[test]
 fn feature_enabled_uses_kubernetes_defaults_for_known_gates() {
-    let config = ok("featureGates: {GracefulNodeShutdown: false, MemoryQoS: true}").config;
+    let config = ok("featureGates: {GracefulNodeShutdown: false, GracefulNodeShutdownBasedOnPodPriority: false, WindowsGracefulNodeShutdown: false, MemoryQoS: true, AllAlpha: false}").config;
     let cases: &[(&str, bool)] = &[
         ("GracefulNodeShutdown", false),
         ("ContainerRestartRules", true),
@@ -762,7 +817,11 @@ fn feature_enabled_uses_kubernetes_defaults_for_known_gates() {
         ("ContainerStopSignals", true),
         ("ChangeContainerStatusOnKubeletRestart", false),
         ("MemoryQoS", true),
-        ("SidecarContainers", true),
+        ("InPlacePodVerticalScaling", true),
+        // Alpha gates through AllAlpha (all off, as by default).
+        ("CSIVolumeHealth", false),
+        ("StorageVersionAPI", false),
+        ("SidecarContainers", false),
         ("KubeletCrashLoopBackOffMax", true),
         ("ReduceDefaultCrashLoopBackOffDecay", false),
         ("NotAGate", false),
@@ -954,11 +1013,10 @@ fn documentation_lists_every_field() {
         !doc.contains("not implemented by nodelet yet"),
         "docs/configuration.md still describes ignored fields"
     );
-    for gate in super::kubelet_fields::FEATURE_GATES {
+    for gate in super::kubelet_fields::acting_gates() {
         assert!(
-            doc.contains(&format!("| `{}` |", gate.name)),
-            "docs/configuration.md does not list gate {}",
-            gate.name
+            doc.contains(&format!("| `{gate}` |")),
+            "docs/configuration.md does not list gate {gate}"
         );
     }
 }
@@ -1292,10 +1350,10 @@ fn graceful_node_shutdown_fields_follow_the_kubelets_rules() {
         ]),
         ("shutdownGracePeriod: -1s", &["shutdownGracePeriod: Invalid value: \"-1s\": must not be negative"]),
         ("shutdownGracePeriod: 30", &["shutdownGracePeriod: Invalid value: 30: expected a duration string such as \"30s\" or \"1m30s\""]),
-        ("featureGates: {GracefulNodeShutdown: false}\nshutdownGracePeriod: 1s", &[
+        ("featureGates: {GracefulNodeShutdown: false, GracefulNodeShutdownBasedOnPodPriority: false, WindowsGracefulNodeShutdown: false}\nshutdownGracePeriod: 1s", &[
             "shutdownGracePeriod: Forbidden: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown",
         ]),
-        ("featureGates: {GracefulNodeShutdown: false}\nshutdownGracePeriodCriticalPods: 1s", &[
+        ("featureGates: {GracefulNodeShutdown: false, GracefulNodeShutdownBasedOnPodPriority: false, WindowsGracefulNodeShutdown: false}\nshutdownGracePeriodCriticalPods: 1s", &[
             "shutdownGracePeriodCriticalPods: Forbidden: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown",
         ]),
         ("shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 10}]", &[
@@ -1657,9 +1715,9 @@ fn gates_nodelet_implements_one_way_refuse_the_other_value() {
         );
     }
     // The implemented value is accepted without a word.
-    let loaded = ok("featureGates: {ContainerStopSignals: true, RestartAllContainersOnContainerExits: true, PodReadyToStartContainersCondition: false, RotateKubeletServerCertificate: false}");
+    let loaded = ok("featureGates: {ContainerStopSignals: true, RestartAllContainersOnContainerExits: true, KubeletSeparateDiskGC: true, StorageVersionAPI: true, RotateKubeletServerCertificate: false}");
     assert!(warnings(&loaded).is_empty(), "{:?}", warnings(&loaded));
     assert!(!loaded
         .config
-        .feature_enabled("PodReadyToStartContainersCondition"));
+        .feature_enabled("RotateKubeletServerCertificate"));
 }

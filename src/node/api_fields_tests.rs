@@ -349,6 +349,7 @@ fn every_generated_node_status_field_is_classified() {
     let inputs = NodeStatusInputs {
         hostname: "node-1",
         internal_ip: Some("10.0.0.5".parse().unwrap()),
+        cloud: crate::node::CloudProvider::None,
         machine: &machine,
         max_pods: 110,
         reserved: AllocatableReservation::KUBELET_DEFAULT,

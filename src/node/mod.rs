@@ -186,6 +186,19 @@ pub fn container_runtime_version(runtime: &crate::cri::api::VersionResponse) -> 
     format!("{}://{}", runtime.runtime_name, runtime.runtime_version)
 }
 
+/// The kubelet's `--cloud-provider` as the Node sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CloudProvider {
+    /// No cloud provider: nodelet sets the node's addresses.
+    #[default]
+    None,
+    /// `external`: a cloud controller manager initializes the node (it removes
+    /// [`register::TAINT_EXTERNAL_CLOUD_PROVIDER`]) and sets its addresses, which nodelet keeps
+    /// from then on; until then the configured `nodeIP` (announced in
+    /// [`register::ANNOTATION_PROVIDED_NODE_IP`]), or without one only the hostname.
+    External { node_ip: Option<IpAddr> },
+}
+
 /// Settings of the node loops, from the configuration.
 #[derive(Debug, Clone)]
 pub struct NodeSettings {
@@ -198,6 +211,7 @@ pub struct NodeSettings {
     pub pods_per_core: u32,
     /// `providerID`: the registered Node's `spec.providerID` ("" leaves it unset).
     pub provider_id: String,
+    pub cloud: CloudProvider,
     pub update_frequency: Duration,
     pub report_frequency: Duration,
     pub lease_duration_seconds: u32,
@@ -333,6 +347,7 @@ impl NodeAgent {
                 let inputs = NodeStatusInputs {
                     hostname: &settings.node_name,
                     internal_ip: facts.internal_ip,
+                    cloud: settings.cloud,
                     machine: &facts.machine,
                     max_pods: crate::config::max_pods(
                         settings.max_pods,
@@ -365,6 +380,7 @@ impl NodeAgent {
             node_labels: &self.settings.node_labels,
             taints: &self.settings.register_with_taints,
             provider_id: &self.settings.provider_id,
+            cloud: self.settings.cloud,
         };
         // Images follow with the first status update, right after registration.
         let status = crate::cluster::api_fields::strip_node_status(

@@ -28,6 +28,10 @@ pub const LABEL_BETA_OS: &str = "beta.kubernetes.io/os";
 pub const LABEL_BETA_ARCH: &str = "beta.kubernetes.io/arch";
 pub const ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH: &str =
     "volumes.kubernetes.io/controller-managed-attach-detach";
+/// The taint an external cloud controller manager removes once it has initialized the node.
+pub const TAINT_EXTERNAL_CLOUD_PROVIDER: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The node IP the kubelet was given, for an external cloud controller manager.
+pub const ANNOTATION_PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
 
 /// The labels the kubelet reconciles on an existing Node (`updateDefaultLabels`). Zone, region
 /// and instance type come from a cloud provider and Windows build from Windows, so nodelet
@@ -57,6 +61,9 @@ pub struct Registration<'a> {
     pub taints: &'a [Taint],
     /// `providerID`: `spec.providerID` when not empty.
     pub provider_id: &'a str,
+    /// `cloudProvider: external`: the uninitialized taint, and the provided-IP annotation when
+    /// `nodeIP` is set (the kubelet's `initialNode` and `NodeAddress` setter).
+    pub cloud: super::CloudProvider,
 }
 
 /// The Node nodelet creates (`initialNode`): default labels, then `nodeLabels` on top (they
@@ -83,22 +90,31 @@ pub fn initial_node(registration: &Registration<'_>, status: NodeStatus) -> Node
         }
         labels.insert(key.clone(), value.clone());
     }
+    let mut annotations = BTreeMap::from([(
+        ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH.to_string(),
+        "true".to_string(),
+    )]);
+    let mut taints = registration.taints.to_vec();
+    if let super::CloudProvider::External { node_ip } = registration.cloud {
+        taints.push(Taint {
+            key: TAINT_EXTERNAL_CLOUD_PROVIDER.to_string(),
+            value: Some("true".to_string()),
+            effect: "NoSchedule".to_string(),
+            time_added: None,
+        });
+        if let Some(ip) = node_ip.filter(|ip| !ip.is_unspecified()) {
+            annotations.insert(ANNOTATION_PROVIDED_NODE_IP.to_string(), ip.to_string());
+        }
+    }
     Node {
         metadata: ObjectMeta {
             name: Some(registration.node_name.to_string()),
             labels: Some(labels),
-            annotations: Some(
-                [(
-                    ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH.to_string(),
-                    "true".to_string(),
-                )]
-                .into_iter()
-                .collect(),
-            ),
+            annotations: Some(annotations),
             ..Default::default()
         },
         spec: Some(NodeSpec {
-            taints: (!registration.taints.is_empty()).then(|| registration.taints.to_vec()),
+            taints: (!taints.is_empty()).then_some(taints),
             provider_id: (!registration.provider_id.is_empty())
                 .then(|| registration.provider_id.to_string()),
             ..Default::default()
@@ -277,6 +293,7 @@ mod tests {
                 node_labels: &node_labels,
                 taints: &taints,
                 provider_id: "",
+                cloud: crate::node::CloudProvider::None,
             };
             let node = initial_node(&registration, NodeStatus::default());
             let mut want = labels(&[
@@ -315,12 +332,80 @@ mod tests {
             node_labels: &empty,
             taints: &[],
             provider_id: "aws:///eu-west-1a/i-0123",
+            cloud: crate::node::CloudProvider::None,
         };
         let node = initial_node(&registration, NodeStatus::default());
         assert_eq!(
             node.spec.unwrap().provider_id.as_deref(),
             Some("aws:///eu-west-1a/i-0123")
         );
+    }
+
+    /// `cloudProvider: external`: the uninitialized taint after the configured ones, and the
+    /// provided-IP annotation only with a (specified) `nodeIP`.
+    #[test]
+    fn an_external_cloud_provider_registers_tainted_and_announces_the_node_ip() {
+        let empty = BTreeMap::new();
+        let configured = [Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }];
+        let uninitialized = Taint {
+            key: TAINT_EXTERNAL_CLOUD_PROVIDER.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let ip = |s: &str| Some(s.parse().unwrap());
+        let cases = [
+            (
+                crate::node::CloudProvider::None,
+                vec![configured[0].clone()],
+                None,
+            ),
+            (
+                crate::node::CloudProvider::External { node_ip: None },
+                vec![configured[0].clone(), uninitialized.clone()],
+                None,
+            ),
+            (
+                crate::node::CloudProvider::External {
+                    node_ip: ip("10.0.0.7"),
+                },
+                vec![configured[0].clone(), uninitialized.clone()],
+                Some("10.0.0.7"),
+            ),
+            (
+                crate::node::CloudProvider::External {
+                    node_ip: ip("0.0.0.0"),
+                },
+                vec![configured[0].clone(), uninitialized],
+                None,
+            ),
+        ];
+        for (cloud, want_taints, want_annotation) in cases {
+            let registration = Registration {
+                node_name: "node-1",
+                hostname: "node-1",
+                node_labels: &empty,
+                taints: &configured,
+                provider_id: "",
+                cloud,
+            };
+            let node = initial_node(&registration, NodeStatus::default());
+            assert_eq!(node.spec.unwrap().taints, Some(want_taints), "{cloud:?}");
+            assert_eq!(
+                node.metadata
+                    .annotations
+                    .unwrap()
+                    .get(ANNOTATION_PROVIDED_NODE_IP)
+                    .map(String::as_str),
+                want_annotation,
+                "{cloud:?}"
+            );
+        }
     }
 
     #[test]
@@ -332,6 +417,7 @@ mod tests {
             node_labels: &empty,
             taints: &[],
             provider_id: "",
+            cloud: crate::node::CloudProvider::None,
         };
         let initial = initial_node(&registration, NodeStatus::default());
         let arch = go_arch(std::env::consts::ARCH);

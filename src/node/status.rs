@@ -148,6 +148,8 @@ pub struct NodeStatusInputs<'a> {
     pub hostname: &'a str,
     /// The InternalIP address: `nodeIP` from the configuration, else the detected one.
     pub internal_ip: Option<IpAddr>,
+    /// `cloudProvider`: with `external`, the addresses a cloud controller manager set are kept.
+    pub cloud: super::CloudProvider,
     pub machine: &'a MachineInfo,
     pub max_pods: u32,
     pub reserved: AllocatableReservation,
@@ -206,7 +208,7 @@ pub fn build_node_status(
     // memory equal to what comes back from the API server.
     let now = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
     let mut status = previous.cloned().unwrap_or_default();
-    status.addresses = Some(addresses(inputs));
+    status.addresses = addresses(previous, inputs);
     set_resources(&mut status, inputs);
     set_node_info(&mut status, inputs);
     status.daemon_endpoints = Some(NodeDaemonEndpoints {
@@ -250,7 +252,27 @@ pub fn build_node_status(
     status
 }
 
-fn addresses(inputs: &NodeStatusInputs<'_>) -> Vec<NodeAddress> {
+/// The kubelet's `NodeAddress` setter: the InternalIP and the Hostname. With an external cloud
+/// provider, addresses the Node already has (the cloud controller manager's) are kept, and
+/// without a configured `nodeIP` only the Hostname is set until the cloud controller manager
+/// sets the rest.
+fn addresses(
+    previous: Option<&NodeStatus>,
+    inputs: &NodeStatusInputs<'_>,
+) -> Option<Vec<NodeAddress>> {
+    let hostname = NodeAddress {
+        type_: "Hostname".into(),
+        address: inputs.hostname.to_string(),
+    };
+    if let super::CloudProvider::External { node_ip } = inputs.cloud {
+        let existing = previous.and_then(|p| p.addresses.as_ref());
+        if existing.is_some_and(|a| !a.is_empty()) {
+            return existing.cloned();
+        }
+        if node_ip.is_none() {
+            return Some(vec![hostname]);
+        }
+    }
     let mut addresses = Vec::with_capacity(2);
     if let Some(ip) = inputs.internal_ip {
         addresses.push(NodeAddress {
@@ -258,11 +280,8 @@ fn addresses(inputs: &NodeStatusInputs<'_>) -> Vec<NodeAddress> {
             address: ip.to_string(),
         });
     }
-    addresses.push(NodeAddress {
-        type_: "Hostname".into(),
-        address: inputs.hostname.to_string(),
-    });
-    addresses
+    addresses.push(hostname);
+    Some(addresses)
 }
 
 /// The node's allocatable cpu, memory and ephemeral storage: capacity minus the reservation

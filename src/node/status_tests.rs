@@ -23,6 +23,7 @@ fn inputs(machine: &MachineInfo) -> NodeStatusInputs<'_> {
     NodeStatusInputs {
         hostname: "node-1",
         internal_ip: Some("10.0.0.5".parse().unwrap()),
+        cloud: crate::node::CloudProvider::None,
         machine,
         max_pods: 110,
         reserved: AllocatableReservation::KUBELET_DEFAULT,
@@ -1158,4 +1159,61 @@ fn swap_is_reported_only_by_a_node_that_has_it() {
     );
     let after = build_node_status(Some(&with), &inputs(&no_swap), at);
     assert_eq!(swap(&after), swap(&with), "left as it was");
+}
+
+/// With an external cloud provider the addresses are the cloud controller manager's once it set
+/// them; before, the configured node IP, or without one only the hostname.
+#[test]
+fn an_external_cloud_providers_addresses_are_kept() {
+    let machine = machine();
+    let address = |type_: &str, address: &str| NodeAddress {
+        type_: type_.into(),
+        address: address.into(),
+    };
+    let ccm = NodeStatus {
+        addresses: Some(vec![
+            address("InternalIP", "172.31.0.9"),
+            address("ExternalIP", "3.3.3.3"),
+            address("Hostname", "ip-172-31-0-9"),
+        ]),
+        ..Default::default()
+    };
+    let none = NodeStatus::default();
+    let configured = crate::node::CloudProvider::External {
+        node_ip: Some("10.0.0.5".parse().unwrap()),
+    };
+    let unconfigured = crate::node::CloudProvider::External { node_ip: None };
+    let ours = vec![
+        address("InternalIP", "10.0.0.5"),
+        address("Hostname", "node-1"),
+    ];
+    let cases = [
+        (
+            "no cloud: ours, over anything",
+            crate::node::CloudProvider::None,
+            &ccm,
+            ours.clone(),
+        ),
+        (
+            "external, the CCM's kept",
+            configured,
+            &ccm,
+            ccm.addresses.clone().unwrap(),
+        ),
+        ("external, unset, nodeIP given", configured, &none, ours),
+        (
+            "external, unset, no nodeIP: the hostname only",
+            unconfigured,
+            &none,
+            vec![address("Hostname", "node-1")],
+        ),
+    ];
+    for (name, cloud, previous, want) in cases {
+        let with = NodeStatusInputs {
+            cloud,
+            ..inputs(&machine)
+        };
+        let status = build_node_status(Some(previous), &with, ts("2026-01-01T00:00:00Z"));
+        assert_eq!(status.addresses, Some(want), "{name}");
+    }
 }
