@@ -255,6 +255,12 @@ impl RuntimeHealth {
 mod tests {
     use super::*;
 
+    fn fake_runtime() -> Arc<super::super::fake::FakeRuntime> {
+        Arc::new(super::super::fake::FakeRuntime::new(
+            crate::clock::Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap()),
+        ))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn runtime_errors_table() {
         let t0 = Instant::now();
@@ -381,9 +387,7 @@ mod tests {
     /// one success makes it up again.
     #[tokio::test(start_paused = true)]
     async fn down_after_failed_checks_and_up_after_one_success() {
-        let fake = Arc::new(super::super::fake::FakeRuntime::new(
-            crate::clock::Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap()),
-        ));
+        let fake = fake_runtime();
         let health = RuntimeHealth::new(fake.clone());
         health.check().await;
         assert_eq!(health.status(), Ok(()));
@@ -472,9 +476,7 @@ mod tests {
     /// each change reaches a subscriber.
     #[tokio::test(start_paused = true)]
     async fn network_state_follows_the_answers() {
-        let fake = Arc::new(super::super::fake::FakeRuntime::new(
-            crate::clock::Clock::starting_at("2026-01-01T00:00:00Z".parse().unwrap()),
-        ));
+        let fake = fake_runtime();
         let health = RuntimeHealth::new(fake.clone());
         let mut network = health.network();
         assert_eq!(

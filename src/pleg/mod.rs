@@ -164,11 +164,6 @@ impl Pleg {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Healthy when a relist succeeded within [`RELIST_THRESHOLD`].
-    pub fn healthy(&self) -> bool {
-        self.health().is_ok()
-    }
-
     /// Why the PLEG is not healthy, in the kubelet's words (`GenericPLEG.Healthy`): no relist
     /// has succeeded yet, or none within [`RELIST_THRESHOLD`].
     pub fn health(&self) -> Result<(), &'static str> {
@@ -782,7 +777,7 @@ mod tests {
         pleg.relist().await.unwrap();
         assert_eq!(rx.try_recv().unwrap().kind, EventKind::ContainerDied);
         assert!(rx.try_recv().is_err());
-        assert!(pleg.healthy());
+        assert_eq!(pleg.health(), Ok(()));
         assert_eq!(pleg.runtime_pods(), vec!["uid1".to_string()]);
     }
 
