@@ -308,7 +308,11 @@ struct PodDir<'a>(&'a Path);
 
 impl Drop for PodDir<'_> {
     fn drop(&mut self) {
-        let _ = nodelet::volume::cleanup_pod_dir(self.0, "uid-1");
+        let _ = nodelet::volume::cleanup_pod_dir(
+            self.0,
+            "uid-1",
+            &nodelet::volume::trash::Trash::new(self.0).0,
+        );
     }
 }
 
@@ -457,7 +461,11 @@ struct PodDirOf<'a>(&'a Path, String);
 
 impl Drop for PodDirOf<'_> {
     fn drop(&mut self) {
-        let _ = nodelet::volume::cleanup_pod_dir(self.0, &self.1);
+        let _ = nodelet::volume::cleanup_pod_dir(
+            self.0,
+            &self.1,
+            &nodelet::volume::trash::Trash::new(self.0).0,
+        );
     }
 }
 

@@ -85,6 +85,8 @@ pub enum StartError {
     Cancelled,
     #[error(transparent)]
     Runtime(#[from] crate::cri::Error),
+    #[error("starting the thread that deletes gone pods' directories: {0}")]
+    TrashEmptier(std::io::Error),
     #[error("creating {field} {}: {error}", path.display())]
     CreateDir {
         field: &'static str,
@@ -494,6 +496,7 @@ impl NodeletBuilder {
             pod_store,
             userns: _,
             csi_volumes: _,
+            trash: _,
         } = pods;
         // The node's taints: its registration taints until the status loop reads the Node.
         let node_taints = Arc::new(tokio::sync::watch::channel(cfg.register_with_taints.clone()).0);

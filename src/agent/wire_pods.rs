@@ -50,6 +50,8 @@ pub(super) struct PodsWing {
     /// The CSI volume manager: pods' PVC, ephemeral and inline CSI volumes, torn down with
     /// their pods and by container GC for pods that are gone.
     pub csi_volumes: Arc<crate::volume::csi::CsiVolumes>,
+    /// Where gone pods' directories are deleted (container GC puts orphans there too).
+    pub trash: Arc<crate::volume::trash::Trash>,
 }
 
 /// Builds the pods wing and starts its PLEG, runtime health and pod sources in `tasks`.
@@ -132,6 +134,7 @@ pub(super) fn wire(
             runtime.swap_controller,
             runtime.userns.clone(),
             csi_volumes.clone(),
+            runtime.trash.clone(),
         )),
         clock,
         events: recorder.clone(),
@@ -238,6 +241,7 @@ pub(super) fn wire(
         pod_store,
         userns: runtime.userns.clone(),
         csi_volumes,
+        trash: runtime.trash.clone(),
     })
 }
 
@@ -252,6 +256,7 @@ fn sync_settings(
     swap_controller: bool,
     userns: Option<Arc<crate::userns::UsernsManager>>,
     csi_volumes: Arc<crate::volume::csi::CsiVolumes>,
+    trash: Arc<crate::volume::trash::Trash>,
 ) -> SyncSettings {
     SyncSettings {
         root_dir: cfg.root_dir.clone(),
@@ -285,6 +290,7 @@ fn sync_settings(
         ),
         userns,
         csi_volumes: Some(csi_volumes),
+        trash,
     }
 }
 

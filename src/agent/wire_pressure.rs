@@ -59,6 +59,7 @@ pub(super) struct Housekeeping {
     events: EventRecorder,
     userns: Option<Arc<crate::userns::UsernsManager>>,
     csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
+    trash: Arc<crate::volume::trash::Trash>,
 }
 
 /// Builds the pressure wing; starts the eviction manager's wake-ups and the node shutdown
@@ -118,6 +119,7 @@ pub(super) fn wire(
             clock,
             pods.userns.clone(),
             Some(pods.csi_volumes.clone()),
+            pods.trash.clone(),
         );
         reclaim_gc.policy.max_per_pod_container = 0;
         EvictionManager::new(
@@ -178,6 +180,7 @@ pub(super) fn wire(
             events: recorder.clone(),
             userns: pods.userns.clone(),
             csi_volumes: Some(pods.csi_volumes.clone()),
+            trash: pods.trash.clone(),
         },
     }
 }
@@ -238,10 +241,12 @@ fn container_gc(
     clock: Clock,
     userns: Option<Arc<crate::userns::UsernsManager>>,
     csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
+    trash: Arc<crate::volume::trash::Trash>,
 ) -> ContainerGc {
     ContainerGc {
         userns,
         csi_volumes,
+        trash,
         runtime: cri.clone(),
         live: Arc::new(workers.clone()),
         policy: Default::default(),
@@ -274,8 +279,9 @@ pub(super) fn spawn_housekeeping(
         events,
         userns,
         csi_volumes,
+        trash,
     } = parts;
-    let container_gc = container_gc(cfg, &cri, workers, clock, userns, csi_volumes);
+    let container_gc = container_gc(cfg, &cri, workers, clock, userns, csi_volumes, trash);
     let node_name = cfg.node_name.clone();
     let mut ready = ready.clone();
     let (gc, gc_cancel, gc_tasks) = (image_gc, cancel.clone(), tasks.clone());

@@ -24,6 +24,8 @@ pub(super) struct RuntimeWing {
     /// The pods' user-namespace ranges (`UserNamespacesSupport` on), taken back from the pod
     /// directories; `None` with the gate off.
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
+    /// `<rootDir>/trash` and its emptier's thread: gone pods' directories are deleted there.
+    pub trash: Arc<crate::volume::trash::Trash>,
 }
 
 /// Puts `rootDir` on a shared mount, as the kubelet does at start (see
@@ -60,6 +62,8 @@ pub(super) async fn wire(
     create_dir("rootDir", &cfg.root_dir)?;
     share_root_dir(&cfg.root_dir, &paths.proc).await?;
     create_dir("podLogsDir", &cfg.pod_logs_dir)?;
+    let trash =
+        crate::volume::trash::Trash::spawn(&cfg.root_dir).map_err(StartError::TrashEmptier)?;
     let node = Arc::new(node.unwrap_or_else(|| {
         NodeInfo::detect(&cfg.node_name, cfg.node_ip, &paths.root, &cfg.root_dir)
     }));
@@ -111,6 +115,7 @@ pub(super) async fn wire(
         node_cgroups,
         swap_controller,
         userns,
+        trash,
     })
 }
 

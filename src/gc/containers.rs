@@ -215,6 +215,23 @@ pub struct ContainerGc {
     /// The CSI volume manager: a gone pod's CSI volumes are unpublished (and unstaged when no
     /// other pod uses them) before its directory is removed.
     pub csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
+    /// Where an orphaned pod directory is moved to be deleted by a thread of its own.
+    pub trash: Arc<crate::volume::trash::Trash>,
+}
+
+/// Runs `f` on a blocking thread: every directory listing and removal of a run goes there,
+/// never on an async worker. A panic in `f` is the default value, logged.
+async fn blocking<T: Default + Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "{what}: the task failed");
+            T::default()
+        }
+    }
 }
 
 fn list_dir(dir: &Path, uid: impl Fn(&str) -> Option<String>) -> Vec<(String, Option<String>)> {
@@ -248,6 +265,39 @@ fn list_log_files(pod_dir: &Path) -> Vec<(String, String)> {
             files.into_iter().map(move |f| (container.clone(), f))
         })
         .collect()
+}
+
+/// Removes the log files of gone instances in `kept` (a pod's log directory and the
+/// `(container, restart count)` still in the runtime) and the directories `gone`; how many of
+/// those went.
+fn remove_logs(kept: &[(PathBuf, HashSet<(String, i32)>)], gone: &[PathBuf]) -> usize {
+    for (dir, remaining) in kept {
+        let files = list_log_files(dir);
+        for (container, file) in orphaned_log_files(&files, remaining) {
+            let path = dir.join(container).join(file);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), "removed the log of a removed container")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "removing a container log")
+                }
+            }
+        }
+    }
+    let mut removed = 0;
+    for path in gone {
+        match std::fs::remove_dir_all(path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed the logs of a pod that is gone");
+                removed += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(path = %path.display(), error = %e, "removing pod logs"),
+        }
+    }
+    removed
 }
 
 /// Removes the `/var/log/containers` links whose log is gone, except those of containers still
@@ -287,8 +337,14 @@ impl ContainerGc {
     pub async fn garbage_collect(&self) -> Result<ContainerGcReport, Error> {
         // Directories first, runtime next, live pods last: a pod that appears meanwhile has a
         // worker before it has a directory or a sandbox, so it is seen live.
-        let log_dirs = list_dir(&self.pod_logs_dir, |n| log_dir_uid(n).map(String::from));
-        let pod_dirs = list_dir(&self.pods_dir, |n| Some(n.to_string()));
+        let (logs_dir, pods_dir) = (self.pod_logs_dir.clone(), self.pods_dir.clone());
+        let (log_dirs, pod_dirs) = blocking("listing pod directories", move || {
+            (
+                list_dir(&logs_dir, |n| log_dir_uid(n).map(String::from)),
+                list_dir(&pods_dir, |n| Some(n.to_string())),
+            )
+        })
+        .await;
         let pods = self.runtime.pods().await?;
         let live = self.live.live_pods();
         let plan = select_garbage(&pods, &live, &self.policy, self.clock.now());
@@ -320,42 +376,29 @@ impl ContainerGc {
             .map(|p| p.uid.clone())
             .collect();
         // The logs of instances that are gone, in the directories of pods that are not.
-        for (dir, uid) in &log_dirs {
-            let Some(pod) = uid.as_ref().and_then(|u| pods.iter().find(|p| &p.uid == u)) else {
-                continue;
-            };
-            let remaining: HashSet<(String, i32)> = pod
-                .containers
-                .iter()
-                .filter(|c| !plan.containers.contains(&c.id))
-                .map(|c| (c.name.clone(), c.restart_count))
-                .collect();
-            let dir = self.pod_logs_dir.join(dir);
-            let files = list_log_files(&dir);
-            for (container, file) in orphaned_log_files(&files, &remaining) {
-                let path = dir.join(container).join(file);
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        tracing::debug!(path = %path.display(), "removed the log of a removed container")
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "removing a container log")
-                    }
-                }
-            }
-        }
-        for name in orphaned_dirs(&log_dirs, &live, &in_runtime) {
-            let path = self.pod_logs_dir.join(name);
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => {
-                    tracing::info!(path = %path.display(), "removed the logs of a pod that is gone");
-                    report.log_dirs += 1;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "removing pod logs"),
-            }
-        }
+        let kept_logs: Vec<(PathBuf, HashSet<(String, i32)>)> = log_dirs
+            .iter()
+            .filter_map(|(dir, uid)| {
+                let pod = uid
+                    .as_ref()
+                    .and_then(|u| pods.iter().find(|p| &p.uid == u))?;
+                let remaining = pod
+                    .containers
+                    .iter()
+                    .filter(|c| !plan.containers.contains(&c.id))
+                    .map(|c| (c.name.clone(), c.restart_count))
+                    .collect();
+                Some((self.pod_logs_dir.join(dir), remaining))
+            })
+            .collect();
+        let gone_logs: Vec<PathBuf> = orphaned_dirs(&log_dirs, &live, &in_runtime)
+            .into_iter()
+            .map(|name| self.pod_logs_dir.join(name))
+            .collect();
+        report.log_dirs = blocking("removing pod logs", move || {
+            remove_logs(&kept_logs, &gone_logs)
+        })
+        .await;
         let running: HashSet<String> = pods
             .iter()
             .flat_map(|p| &p.containers)
@@ -364,7 +407,11 @@ impl ContainerGc {
             .collect();
         report.log_links =
             remove_dangling_links(self.container_log_links_dir.clone(), running).await;
-        for uid in orphaned_dirs(&pod_dirs, &live, &in_runtime) {
+        let orphans: Vec<String> = orphaned_dirs(&pod_dirs, &live, &in_runtime)
+            .into_iter()
+            .map(|uid| uid.to_string())
+            .collect();
+        for uid in &orphans {
             if let Some(csi) = &self.csi_volumes {
                 if let Err(e) = csi.unmount_pod(uid).await {
                     // The directory stays until the driver has unpublished.
@@ -372,15 +419,23 @@ impl ContainerGc {
                     continue;
                 }
             }
-            match crate::volume::cleanup_pod_dir(&self.root_dir, uid) {
-                Ok(()) => {
+            let (root, trash, pod_uid) = (self.root_dir.clone(), self.trash.clone(), uid.clone());
+            let cleaned = blocking("removing a pod directory", move || {
+                Some(crate::volume::cleanup_pod_dir(&root, &pod_uid, &trash))
+            })
+            .await;
+            match cleaned {
+                Some(Ok(())) => {
                     tracing::info!(pod.uid = %uid, "removed the directory of a pod that is gone");
                     report.pod_dirs += 1;
                     if let Some(userns) = &self.userns {
                         userns.release(uid);
                     }
                 }
-                Err(e) => tracing::warn!(pod.uid = %uid, error = %e, "removing a pod directory"),
+                Some(Err(e)) => {
+                    tracing::warn!(pod.uid = %uid, error = %e, "removing a pod directory")
+                }
+                None => {}
             }
         }
         // Volumes staged for no pod (one that went while nodelet was down).
@@ -757,6 +812,7 @@ mod run_tests {
             root_dir: dir.path().to_path_buf(),
             userns: None,
             csi_volumes: None,
+            trash: Arc::new(crate::volume::trash::Trash::new(dir.path()).0),
         };
         let events = EventRecorder::new(clock, "kubelet", "node1");
         let cancel = CancellationToken::new();

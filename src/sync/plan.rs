@@ -191,6 +191,9 @@ mod tests {
             image_volumes: Default::default(),
             userns: None,
             csi_volumes: None,
+            trash: std::sync::Arc::new(
+                crate::volume::trash::Trash::new(std::path::Path::new("/var/lib/nodelet")).0,
+            ),
         }
     }
 

@@ -138,19 +138,36 @@ impl PodSandboxes {
                 return Ok(());
             }
         }
-        match volume::cleanup_pod_dir(&self.settings.root_dir, &uid) {
+        // Off the async runtime: the unmounts and the rename into the trash are a few
+        // syscalls, but on a blocking thread whatever the kernel makes of them.
+        let (root, trash, pod_uid) = (
+            self.settings.root_dir.clone(),
+            self.settings.trash.clone(),
+            uid.clone(),
+        );
+        let cleaned =
+            tokio::task::spawn_blocking(move || volume::cleanup_pod_dir(&root, &pod_uid, &trash))
+                .await;
+        match cleaned {
             // The range is free once the directory with its mapping file is gone; a directory
             // that stays keeps it until the orphan-directory cleanup removes it.
-            Ok(()) => {
+            Ok(Ok(())) => {
                 if let Some(userns) = &self.settings.userns {
                     userns.release(&uid);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cleaning up pod directory"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cleaning up pod directory"),
+            Err(e) => tracing::warn!(error = %e, "cleaning up pod directory: the task failed"),
         }
         if let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) {
             let logs = pod_log_dir(&self.settings.pod_logs_dir, ns, name, &uid);
-            if let Err(e) = std::fs::remove_dir_all(&logs) {
+            // A handful of files (the runtime writes them, rotation bounds them), still I/O.
+            let removed = tokio::task::spawn_blocking(move || {
+                let removed = std::fs::remove_dir_all(&logs);
+                (logs, removed)
+            })
+            .await;
+            if let Ok((logs, Err(e))) = removed {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(path = %logs.display(), error = %e, "removing pod logs");
                 }

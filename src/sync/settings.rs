@@ -57,4 +57,6 @@ pub struct SyncSettings {
     pub userns: Option<Arc<crate::userns::UsernsManager>>,
     /// The CSI volume manager (`None`: pods with PVC, ephemeral or inline CSI volumes wait).
     pub csi_volumes: Option<Arc<crate::volume::csi::CsiVolumes>>,
+    /// Where a gone pod's directory is moved to be deleted off the async runtime.
+    pub trash: Arc<crate::volume::trash::Trash>,
 }

@@ -300,7 +300,11 @@ mod tests {
 
     impl Drop for Root {
         fn drop(&mut self) {
-            let _ = super::super::cleanup_pod_dir(self.0.path(), "uid-1");
+            let _ = super::super::cleanup_pod_dir(
+                self.0.path(),
+                "uid-1",
+                &super::super::trash::Trash::new(self.0.path()).0,
+            );
         }
     }
 

@@ -26,6 +26,7 @@ pub mod hosts;
 pub mod mounts;
 pub mod projection;
 pub mod subpath;
+pub mod trash;
 
 pub use api::{update_api_volumes, ApiVolumeContext, ApiVolumes};
 pub use projection::NodeAllocatable;
@@ -594,11 +595,17 @@ pub fn read_termination_message(root_dir: &Path, path: &Path, max: u64) -> io::R
 
 /// Removes the pod's directory once the pod is gone: unmounts the subPath bind mounts under
 /// `volume-subpaths` and the tmpfs volumes (never a CSI target: the driver unmounts those),
-/// then deletes everything without following symlinks
-/// or crossing a mount point. Anything else still mounted below the directory (which nodelet
-/// did not mount) stops the removal rather than deleting through it.
-pub fn cleanup_pod_dir(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
-    cleanup_pod_dir_with(root_dir, uid, Path::new(MOUNTINFO))
+/// then moves the directory into the `trash`, whose own thread deletes it without following
+/// symlinks or crossing a mount point. Anything else still mounted below the directory (which
+/// nodelet did not mount) stops the removal rather than deleting through it. Blocking (a few
+/// syscalls and reads of the mount table, whatever the directory holds): call it on a
+/// blocking thread.
+pub fn cleanup_pod_dir(
+    root_dir: &Path,
+    uid: &str,
+    trash: &trash::Trash,
+) -> Result<(), VolumeError> {
+    cleanup_pod_dir_with(root_dir, uid, Path::new(MOUNTINFO), trash)
 }
 
 /// [`cleanup_pod_dir`] with the mountinfo file given.
@@ -606,6 +613,7 @@ pub fn cleanup_pod_dir_with(
     root_dir: &Path,
     uid: &str,
     mountinfo: &Path,
+    trash: &trash::Trash,
 ) -> Result<(), VolumeError> {
     check_component("metadata.uid", uid)?;
     let dir = pod_dir(root_dir, uid);
@@ -639,8 +647,9 @@ pub fn cleanup_pod_dir_with(
             mount,
         });
     }
-    // Never through a mount point, even one mounted after the check above.
-    mounts::remove_tree(&dir).map_err(io_err(&dir))
+    // Never through a mount point, even one mounted after the check above: the trash's
+    // emptier leaves such an entry where it is.
+    trash.discard(&dir).map_err(io_err(&dir))
 }
 
 /// Whether the pod has volumes whose content comes from the API or the pod itself
@@ -827,10 +836,10 @@ mod tests {
         prepare_pod_volumes(&p, root.path()).unwrap();
         assert_eq!(fs::read_to_string(cache.join("f")).unwrap(), "data");
 
-        cleanup_pod_dir(root.path(), "uid-1").unwrap();
+        cleanup_pod_dir(root.path(), "uid-1", &trash::Trash::new(root.path()).0).unwrap();
         assert!(!root.path().join("pods/uid-1").exists());
         // already gone: nothing to do
-        cleanup_pod_dir(root.path(), "uid-1").unwrap();
+        cleanup_pod_dir(root.path(), "uid-1", &trash::Trash::new(root.path()).0).unwrap();
     }
 
     #[test]
@@ -862,7 +871,7 @@ mod tests {
                     mounts::mounts_under(&table, path.parent().unwrap()).len(),
                     1
                 );
-                cleanup_pod_dir(root.path(), "uid-1").unwrap();
+                cleanup_pod_dir(root.path(), "uid-1", &trash::Trash::new(root.path()).0).unwrap();
                 let table = fs::read_to_string(MOUNTINFO).unwrap();
                 assert!(!mounts::is_mount_point(&table, &path));
                 assert!(!root.path().join("pods/uid-1").exists());
@@ -871,7 +880,7 @@ mod tests {
                 assert!(err
                     .to_string()
                     .starts_with("MountVolume.SetUp failed for volume \"shm\" : mount tmpfs at "));
-                cleanup_pod_dir(root.path(), "uid-1").unwrap();
+                cleanup_pod_dir(root.path(), "uid-1", &trash::Trash::new(root.path()).0).unwrap();
             }
             Err(other) => panic!("{other}"),
         }
@@ -893,7 +902,13 @@ mod tests {
             ),
         )
         .unwrap();
-        let err = cleanup_pod_dir_with(root.path(), "uid-1", &mountinfo).unwrap_err();
+        let err = cleanup_pod_dir_with(
+            root.path(),
+            "uid-1",
+            &mountinfo,
+            &trash::Trash::new(root.path()).0,
+        )
+        .unwrap_err();
         assert!(matches!(err, VolumeError::StillMounted { .. }), "{err}");
         assert!(foreign.exists());
     }

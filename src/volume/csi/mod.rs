@@ -900,13 +900,15 @@ impl CsiVolumes {
                     .await
                     .map_err(|e| fail(e.to_string()))?;
                 if let (Some((gid, on_root_mismatch)), None) = (p.spec.fs_group, mount_group) {
-                    // As the kubelet: the mount stands; a failure is logged.
-                    if let Err(e) = ownership::set_volume_ownership(
-                        &target,
-                        gid,
-                        p.spec.read_only,
-                        on_root_mismatch,
-                    ) {
+                    // As the kubelet: the mount stands; a failure is logged. The walk is as
+                    // long as the volume is full: on a blocking thread.
+                    let (target, read_only) = (target.clone(), p.spec.read_only);
+                    let walked = tokio::task::spawn_blocking(move || {
+                        ownership::set_volume_ownership(&target, gid, read_only, on_root_mismatch)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)));
+                    if let Err(e) = walked {
                         tracing::warn!(volume = %p.spec.volume_name, error = %e, "applying fsGroup to a CSI volume");
                     }
                 }

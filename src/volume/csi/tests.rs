@@ -24,6 +24,7 @@ use super::resolve::{resolve, Fetched, FsGroupPolicy, LifecycleMode, Resolution,
 use super::*;
 use crate::csi::{api, CsiError, CsiNode, NodeCapabilities, RegisteredDriver};
 use crate::objects::FakeObjects;
+use crate::volume::trash::Trash;
 
 const DRIVER: &str = "dir.csi.example.com";
 
@@ -1021,7 +1022,13 @@ async fn after_a_restart_a_gone_pods_volume_is_unpublished_once_its_driver_is_ba
         "{e}"
     );
     // The pod directory stays: nodelet never unmounts a CSI target itself.
-    let e = crate::volume::cleanup_pod_dir_with(bed.root(), "uid-a", &bed.mountinfo).unwrap_err();
+    let e = crate::volume::cleanup_pod_dir_with(
+        bed.root(),
+        "uid-a",
+        &bed.mountinfo,
+        &Trash::new(bed.root()).0,
+    )
+    .unwrap_err();
     assert!(
         matches!(e, crate::volume::VolumeError::StillMounted { .. }),
         "{e}"
@@ -1042,7 +1049,13 @@ async fn after_a_restart_a_gone_pods_volume_is_unpublished_once_its_driver_is_ba
         .collect();
     assert_eq!(unpublished, [target.to_string_lossy().into_owned()]);
     assert_eq!(bed.driver.count(is_unstage), 1);
-    crate::volume::cleanup_pod_dir_with(bed.root(), "uid-a", &bed.mountinfo).unwrap();
+    crate::volume::cleanup_pod_dir_with(
+        bed.root(),
+        "uid-a",
+        &bed.mountinfo,
+        &Trash::new(bed.root()).0,
+    )
+    .unwrap();
     assert!(!bed.root().join("pods/uid-a").exists());
     // The running pod's volume stays published and staged.
     assert!(paths::global_dir(bed.root(), DRIVER, "h-2")

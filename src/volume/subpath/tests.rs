@@ -345,7 +345,8 @@ fn pod_cleanup_unmounts_leftover_sub_paths_and_never_crosses_a_mount() {
     let target = pod.join("volume-subpaths/shared/app/0");
     std::mem::forget(pinned);
     assert!(mounted(&target));
-    crate::volume::cleanup_pod_dir(&root, "uid-1").unwrap();
+    crate::volume::cleanup_pod_dir(&root, "uid-1", &crate::volume::trash::Trash::new(&root).0)
+        .unwrap();
     assert!(!mounted(&target));
     assert!(!pod.exists());
 
