@@ -41,3 +41,4 @@ pub mod sync;
 pub mod unix_grpc;
 pub mod userns;
 pub mod volume;
+pub mod watchdog;

@@ -534,10 +534,9 @@ fn start(cfg: Config, source: &str) -> anyhow::Result<()> {
     if let Some(warning) = cgroup_v1_warning {
         tracing::warn!("{warning}");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(2).enable_all();
+    let rt = nodelet::watchdog::install(&mut builder).build()?;
     rt.block_on(run(cfg))
 }
 

@@ -89,6 +89,10 @@ pub struct Metrics {
     /// Panics of pod workers' effects (a sync, a termination, a reclaim): each is logged and
     /// the worker carries on with fresh memory.
     pub pod_worker_panics_total: Counter,
+    /// Polls that kept an async runtime worker for `watchdog::SLOW_POLL` or longer.
+    pub runtime_stalls_total: Counter,
+    /// The longest poll of a task on an async runtime worker since the start.
+    pub runtime_longest_poll_seconds: Gauge<f64, AtomicU64>,
     /// Cluster mode: status PATCHes per pod (the series goes when the pod leaves the node).
     pub pod_status_writes_total: Family<PodLabels, Counter>,
     /// Cluster mode: periodic comparisons of every cached pod status with the API server.
@@ -156,6 +160,8 @@ impl Metrics {
         let running_containers = Gauge::default();
         let static_pod_manifest_errors = Gauge::default();
         let pod_worker_panics_total = Counter::default();
+        let runtime_stalls_total = Counter::default();
+        let runtime_longest_poll_seconds = Gauge::<f64, AtomicU64>::default();
         let pod_status_writes_total = Family::<PodLabels, Counter>::default();
         let pod_status_reconciles_total = Counter::default();
         let pod_status_nonconverging = Gauge::default();
@@ -251,6 +257,16 @@ impl Metrics {
             "pod_worker_panics",
             "Panics in pod workers' syncs and terminations; the worker carried on",
             pod_worker_panics_total.clone(),
+        );
+        registry.register(
+            "runtime_stalls",
+            "Polls of a task that kept an async runtime worker for 100 ms or longer (the watchdog; each is logged with the task's spawn site)",
+            runtime_stalls_total.clone(),
+        );
+        registry.register(
+            "runtime_longest_poll_seconds",
+            "The longest poll of a task on an async runtime worker since the start",
+            runtime_longest_poll_seconds.clone(),
         );
         registry.register(
             "pod_status_writes",
@@ -374,6 +390,8 @@ impl Metrics {
             running_containers,
             static_pod_manifest_errors,
             pod_worker_panics_total,
+            runtime_stalls_total,
+            runtime_longest_poll_seconds,
             pod_status_writes_total,
             pod_status_reconciles_total,
             pod_status_nonconverging,

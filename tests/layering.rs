@@ -31,7 +31,7 @@ const ROWS: &[(u8, &[&str])] = &[
     (10, &["cluster", "cri", "csi"]),
     (11, &["source"]),
     (12, &["config"]),
-    (13, &["podspec"]),
+    (13, &["podspec", "watchdog"]),
     (
         14,
         &[

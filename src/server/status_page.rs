@@ -70,6 +70,7 @@ async fn page(State(state): State<StatusPageState>) -> Response {
         events: (state.events)(),
         node: Some((state.node)()),
         history: state.history.as_ref().map(|h| h.snapshot()),
+        runtime: crate::watchdog::watchdog().view(),
     };
     let html = render(&inputs);
     let elapsed = started.elapsed();
@@ -115,6 +116,8 @@ pub struct PageInputs<'a> {
     pub events: Vec<Event>,
     pub node: Option<NodeStatus>,
     pub history: Option<Snapshot>,
+    /// What the async runtime's watchdog has seen.
+    pub runtime: crate::watchdog::WatchdogView,
 }
 
 /// `&`, `<`, `>`, `"` and `'` as HTML entities.
@@ -164,6 +167,7 @@ reloads every {REFRESH_SECONDS} s</p>",
         now = now.strftime("%Y-%m-%d %H:%M:%S UTC"),
     );
     node_conditions(&mut out, inputs.node.as_ref(), now);
+    runtime(&mut out, &inputs.runtime, now);
     charts(&mut out, inputs.history.as_ref(), now);
     pods(&mut out, &inputs.pods, &inputs.events, now);
     events(&mut out, &inputs.events, now);
@@ -200,6 +204,34 @@ fn node_conditions(out: &mut String, node: Option<&NodeStatus>, now: Timestamp) 
         );
     }
     out.push_str("</tbody></table>");
+}
+
+/// The watchdog's line: stalls of the async runtime, the longest poll, the last stall's task.
+fn runtime(out: &mut String, view: &crate::watchdog::WatchdogView, now: Timestamp) {
+    out.push_str("<h2>Async runtime</h2>");
+    if !view.installed {
+        out.push_str("<p id=\"watchdog\" class=\"bad\">No watchdog: this build has no task-poll hooks (built without <code>--cfg tokio_unstable</code>).</p>");
+        return;
+    }
+    let class = if view.stalls == 0 { "cond-ok" } else { "bad" };
+    let _ = write!(
+        out,
+        "<p id=\"watchdog\" data-stalls=\"{stalls}\"><span class=\"{class}\">{stalls} stalls</span> \
+(polls of {limit} ms or longer) · longest poll {longest:.1} ms",
+        stalls = view.stalls,
+        limit = crate::watchdog::SLOW_POLL.as_millis(),
+        longest = view.longest.as_secs_f64() * 1000.0,
+    );
+    if let Some(last) = &view.last {
+        let _ = write!(
+            out,
+            " · last: {took} ms in the task spawned at <code>{task}</code>, {ago}",
+            took = last.took.as_millis(),
+            task = escape(&last.task),
+            ago = ago(now, last.ended),
+        );
+    }
+    out.push_str("</p>");
 }
 
 fn ago(now: Timestamp, then: Timestamp) -> String {
@@ -620,8 +652,19 @@ mod tests {
                 ..Default::default()
             }),
             history: None,
+            runtime: crate::watchdog::WatchdogView {
+                installed: true,
+                stalls: 2,
+                longest: std::time::Duration::from_millis(340),
+                last: Some(crate::watchdog::Stall {
+                    ended: now() - jiff::SignedDuration::from_secs(30),
+                    took: std::time::Duration::from_millis(120),
+                    task: "src/gc/<x>.rs:9".into(),
+                }),
+            },
         });
         assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.contains("<p id=\"watchdog\" data-stalls=\"2\"><span class=\"bad\">2 stalls</span> (polls of 100 ms or longer) · longest poll 340.0 ms · last: 120 ms in the task spawned at <code>src/gc/&lt;x&gt;.rs:9</code>, 30s ago</p>"), "{html}");
         assert!(html.contains("<meta http-equiv=\"refresh\" content=\"10\">"));
         // Nothing to fetch from elsewhere.
         for outside in ["<script", "src=\"http", "href=\"http", "@import"] {
@@ -672,6 +715,7 @@ mod tests {
             events: vec![],
             node: None,
             history: Some(history),
+            runtime: crate::watchdog::WatchdogView::default(),
         });
         for id in ["memory", "psi", "cpu", "pods"] {
             assert!(
@@ -681,6 +725,10 @@ mod tests {
                 "{id}"
             );
         }
+        assert!(
+            html.contains("<p id=\"watchdog\" class=\"bad\">No watchdog"),
+            "{html}"
+        );
         assert!(html.contains("<tr class=\"marker-Restarted\"><td>20s ago</td><td>restarted</td><td>default/crash</td><td>app: Error, exit code 3</td></tr>"), "{html}");
     }
 }
