@@ -10,6 +10,7 @@ mod common;
 
 mod api_volumes;
 mod logs;
+mod mass_deletion;
 mod run_as_non_root;
 mod spec_values;
 mod subpath;
