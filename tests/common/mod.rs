@@ -954,3 +954,24 @@ pub fn join_real_with_kubelet_api(
     );
     (server, n, kubelet_port, certs)
 }
+
+/// The runtime watchdog's verdict on `n` (issue 40): the polls of 100 ms or longer it counted
+/// must be none. The longest poll is printed; a stall fails with the watchdog's log lines,
+/// which name the task's spawn site.
+pub async fn assert_no_runtime_stalls(n: &Nodelet) {
+    let metrics = n.api().metrics().await.expect("nodelet's /metrics");
+    let stalls = nodelet_testkit::prom::metric_sum(&metrics, "nodelet_runtime_stalls_total");
+    let longest =
+        nodelet_testkit::prom::metric_sum(&metrics, "nodelet_runtime_longest_poll_seconds");
+    println!("runtime watchdog: {stalls:?} stalls, the longest poll {longest:?} s");
+    assert_eq!(
+        stalls,
+        Some(0.0),
+        "the runtime watchdog saw polls of 100 ms or longer:\n{}",
+        n.logs()
+            .lines()
+            .filter(|l| l.contains("kept an async runtime worker"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -213,4 +213,5 @@ spec:
     n.remove_manifest("repoint.yaml");
     n.wait_gone("repoint", T).await;
     assert_eq!(snapshot(host.path()), before);
+    assert_no_runtime_stalls(&n).await;
 }

@@ -231,4 +231,5 @@ async fn a_200_mib_line_without_newline_is_read_in_bounded_memory() {
         "nodelet exited:\n{}",
         tail(&n.logs(), 30)
     );
+    assert_no_runtime_stalls(&n).await;
 }

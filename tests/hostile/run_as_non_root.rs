@@ -202,4 +202,5 @@ async fn run_as_non_root_refuses_an_image_without_user() {
         );
         assert_eq!(status.restart_count, 0, "{name}: {status:?}");
     }
+    assert_no_runtime_stalls(&n).await;
 }

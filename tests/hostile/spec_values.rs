@@ -76,6 +76,7 @@ async fn a_static_pod_of_the_largest_durations_runs() {
     assert_eq!(spec.active_deadline_seconds, Some(i64::from(i32::MAX)));
     assert_eq!(running_ids(&p).len(), 1, "{:?}", p.status);
     assert_no_panic(&n);
+    assert_no_runtime_stalls(&n).await;
 }
 
 /// Cluster mode through the real v1.37 API server and kubectl: a pod with grace
@@ -134,4 +135,5 @@ async fn a_force_delete_ends_a_pod_of_grace_int64_max() {
     println!("force delete to containers gone: {took:?}");
     assert!(api_pod(&server, "endless").is_none());
     assert_no_panic(&n);
+    assert_no_runtime_stalls(&n).await;
 }

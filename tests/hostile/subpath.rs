@@ -208,4 +208,5 @@ async fn racing_a_subpath_against_a_symlink_to_root_never_reaches_the_host() {
         pod_dir.display(),
         tail(&n.logs(), 40)
     );
+    assert_no_runtime_stalls(&n).await;
 }
