@@ -75,6 +75,11 @@ impl UserInfo {
 #[derive(Debug, Clone, Default)]
 pub struct PeerIdentity(pub Option<UserInfo>);
 
+/// The address a request's connection came from (each connection's, as [`PeerIdentity`]):
+/// reviews are shared out per address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::IpAddr);
+
 /// User of a DER certificate: CN and O of its subject. `None` without a CN.
 pub fn user_from_certificate(der: &[u8]) -> Option<UserInfo> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
@@ -287,10 +292,60 @@ impl AccessReviewer for ApiReviews {
 /// a request that needs one more gets 429 at once. Cached answers take no slot.
 pub const REVIEW_CONCURRENCY: usize = 4;
 
+/// How many of those one client address may hold: a client sending made-up tokens as fast as
+/// it can leaves the other slots to everyone else (metrics-server, Prometheus).
+pub const REVIEWS_PER_CLIENT: usize = 2;
+
+/// The review slots each client address holds now.
+#[derive(Debug, Default)]
+struct ClientSlots(Mutex<HashMap<Option<std::net::IpAddr>, usize>>);
+
+/// A client's slot, given back when dropped.
+struct ClientSlot<'a> {
+    slots: &'a ClientSlots,
+    client: Option<std::net::IpAddr>,
+}
+
+impl ClientSlots {
+    /// One more slot for `client`, unless it holds [`REVIEWS_PER_CLIENT`] already. Requests
+    /// without an address (a plain-HTTP listener) share one.
+    fn take(&self, client: Option<std::net::IpAddr>) -> Option<ClientSlot<'_>> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held.entry(client).or_default();
+        if *count >= REVIEWS_PER_CLIENT {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            slots: self,
+            client,
+        })
+    }
+}
+
+impl Drop for ClientSlot<'_> {
+    fn drop(&mut self) {
+        let mut held = self.slots.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = held.get_mut(&self.client) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.client);
+            }
+        }
+    }
+}
+
 /// The 429 text for a review that found every slot taken.
 pub fn too_many_reviews(what: &str) -> String {
     format!(
         "Too many requests: {REVIEW_CONCURRENCY} {what}s are already in flight to the API server; retry later"
+    )
+}
+
+/// The 429 text for a client that holds all its review slots.
+pub fn too_many_client_reviews() -> String {
+    format!(
+        "Too many requests: this client already has {REVIEWS_PER_CLIENT} reviews in flight to the API server; retry later"
     )
 }
 
@@ -383,7 +438,13 @@ pub struct KubeletAuth {
     anonymous: bool,
     tokens: Option<Arc<dyn TokenReviewer>>,
     token_ttl: Duration,
-    token_cache: TtlCache<[u8; 32], Option<UserInfo>>,
+    /// Tokens the API server authenticated, apart from those it did not: a flood of made-up
+    /// tokens fills only `rejected_tokens` and never pushes a good token out.
+    token_cache: TtlCache<[u8; 32], UserInfo>,
+    rejected_tokens: TtlCache<[u8; 32], ()>,
+    /// TokenReview slots per client address ([`REVIEWS_PER_CLIENT`]); a SubjectAccessReview
+    /// needs an authenticated user first.
+    client_slots: ClientSlots,
     access: Option<Arc<dyn AccessReviewer>>,
     allowed_ttl: Duration,
     denied_ttl: Duration,
@@ -411,6 +472,8 @@ impl KubeletAuth {
             tokens: tokens.filter(|_| authentication.webhook_enabled),
             token_ttl: authentication.webhook_cache_ttl,
             token_cache: TtlCache::new(),
+            rejected_tokens: TtlCache::new(),
+            client_slots: ClientSlots::default(),
             access: match authorization.mode {
                 AuthorizationMode::AlwaysAllow => None,
                 AuthorizationMode::Webhook => Some(access.unwrap_or_else(|| Arc::new(NoApiServer))),
@@ -424,10 +487,11 @@ impl KubeletAuth {
     }
 
     /// Who made the request: the client certificate's user, else the bearer token's, else
-    /// anonymous when enabled.
+    /// anonymous when enabled. `client` is the connection's address.
     pub async fn authenticate(
         &self,
         peer: Option<&UserInfo>,
+        client: Option<std::net::IpAddr>,
         authorization: Option<&str>,
     ) -> Result<UserInfo, Refusal> {
         if let Some(user) = peer {
@@ -436,20 +500,31 @@ impl KubeletAuth {
         if let (Some(token), Some(reviewer)) = (authorization.and_then(bearer_token), &self.tokens)
         {
             let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-            let answer = match self.token_cache.get(&key) {
-                Some(answer) => answer,
-                None => {
-                    let Ok(_slot) = self.token_slots.try_acquire() else {
-                        tracing::debug!("TokenReview slots all taken; refusing the request");
-                        return Err(Refusal::TooManyRequests(too_many_reviews("TokenReview")));
-                    };
-                    let answer = reviewer.review_token(token).await.map_err(|e| {
-                        tracing::warn!(error = %e, "unable to authenticate the request");
-                        Refusal::Unauthorized
-                    })?;
-                    self.token_cache.put(key, answer.clone(), self.token_ttl);
-                    answer
+            let answer = if let Some(user) = self.token_cache.get(&key) {
+                Some(user)
+            } else if self.rejected_tokens.get(&key).is_some() {
+                None
+            } else {
+                let Some(_client_slot) = self.client_slots.take(client) else {
+                    tracing::debug!(
+                        ?client,
+                        "the client holds all its review slots; refusing the request"
+                    );
+                    return Err(Refusal::TooManyRequests(too_many_client_reviews()));
+                };
+                let Ok(_slot) = self.token_slots.try_acquire() else {
+                    tracing::debug!("TokenReview slots all taken; refusing the request");
+                    return Err(Refusal::TooManyRequests(too_many_reviews("TokenReview")));
+                };
+                let answer = reviewer.review_token(token).await.map_err(|e| {
+                    tracing::warn!(error = %e, "unable to authenticate the request");
+                    Refusal::Unauthorized
+                })?;
+                match &answer {
+                    Some(user) => self.token_cache.put(key, user.clone(), self.token_ttl),
+                    None => self.rejected_tokens.put(key, (), self.token_ttl),
                 }
+                answer
             };
             if let Some(user) = answer {
                 return Ok(user.authenticated());
@@ -549,12 +624,16 @@ pub async fn require_auth(
         .extensions()
         .get::<PeerIdentity>()
         .and_then(|p| p.0.clone());
+    let client = request.extensions().get::<ClientAddr>().map(|c| c.0);
     let header = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(String::from);
-    let user = match auth.authenticate(peer.as_ref(), header.as_deref()).await {
+    let user = match auth
+        .authenticate(peer.as_ref(), client, header.as_deref())
+        .await
+    {
         Ok(user) => user,
         Err(refusal) => return refusal.into_response(),
     };

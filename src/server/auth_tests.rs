@@ -145,35 +145,42 @@ async fn authentication_order_and_token_cache() {
     };
     // A certificate wins over a token and does not call the API server.
     let user = auth
-        .authenticate(Some(&cert_user), Some("Bearer good"))
+        .authenticate(Some(&cert_user), None, Some("Bearer good"))
         .await
         .unwrap();
     assert_eq!(user.name, "apiserver");
     assert_eq!(user.groups, ["system:masters", GROUP_AUTHENTICATED]);
     assert_eq!(calls(&table), 0);
 
-    let user = auth.authenticate(None, Some("Bearer good")).await.unwrap();
+    let user = auth
+        .authenticate(None, None, Some("Bearer good"))
+        .await
+        .unwrap();
     assert_eq!(user.name, "alice");
     assert_eq!(user.groups, [GROUP_AUTHENTICATED]);
     // Cached for webhook.cacheTTL (2m), then asked again.
-    auth.authenticate(None, Some("Bearer good")).await.unwrap();
+    auth.authenticate(None, None, Some("Bearer good"))
+        .await
+        .unwrap();
     assert_eq!(calls(&table), 1);
     tokio::time::sleep(Duration::from_secs(121)).await;
-    auth.authenticate(None, Some("Bearer good")).await.unwrap();
+    auth.authenticate(None, None, Some("Bearer good"))
+        .await
+        .unwrap();
     assert_eq!(calls(&table), 2);
 
     assert_eq!(
-        auth.authenticate(None, Some("Bearer bad")).await,
+        auth.authenticate(None, None, Some("Bearer bad")).await,
         Err(Refusal::Unauthorized)
     );
     assert_eq!(
-        auth.authenticate(None, None).await,
+        auth.authenticate(None, None, None).await,
         Err(Refusal::Unauthorized)
     );
 
     let anonymous = auth_with(true, AuthorizationMode::AlwaysAllow, table.clone());
     let user = anonymous
-        .authenticate(None, Some("Bearer bad"))
+        .authenticate(None, None, Some("Bearer bad"))
         .await
         .unwrap();
     assert_eq!(
@@ -191,7 +198,7 @@ async fn token_review_errors_are_401_and_not_cached() {
     let auth = auth_with(false, AuthorizationMode::AlwaysAllow, table.clone());
     for _ in 0..2 {
         assert_eq!(
-            auth.authenticate(None, Some("Bearer x")).await,
+            auth.authenticate(None, None, Some("Bearer x")).await,
             Err(Refusal::Unauthorized)
         );
     }
@@ -288,7 +295,7 @@ async fn review_failures_are_500_and_standalone_webhook_denies() {
     ));
     // No token reviewer standalone: a token authenticates nobody.
     assert_eq!(
-        standalone.authenticate(None, Some("Bearer x")).await,
+        standalone.authenticate(None, None, Some("Bearer x")).await,
         Err(Refusal::Unauthorized)
     );
 }
@@ -375,7 +382,10 @@ async fn a_review_flood_fails_fast_and_leaves_the_status_bucket_alone() {
         .map(|i| {
             let auth = auth.clone();
             tokio::spawn(async move {
-                auth.authenticate(None, Some(&format!("Bearer flood-{i}")))
+                // Each from an address of its own: one address holds at most
+                // REVIEWS_PER_CLIENT slots (tested below).
+                let client = Some(std::net::IpAddr::from([10, 0, 0, i as u8]));
+                auth.authenticate(None, client, Some(&format!("Bearer flood-{i}")))
                     .await
             })
         })
@@ -405,7 +415,11 @@ async fn a_review_flood_fails_fast_and_leaves_the_status_bucket_alone() {
     for i in 0..3 {
         let refused = tokio::time::timeout(
             Duration::from_secs(3600),
-            auth.authenticate(None, Some(&format!("Bearer extra-{i}"))),
+            auth.authenticate(
+                None,
+                Some(std::net::IpAddr::from([10, 0, 1, i])),
+                Some(&format!("Bearer extra-{i}")),
+            ),
         )
         .await
         .expect("an excess review queued for a slot instead of failing");
@@ -426,12 +440,125 @@ async fn a_review_flood_fails_fast_and_leaves_the_status_bucket_alone() {
     }
     assert_eq!(auth.token_slots.available_permits(), REVIEW_CONCURRENCY);
     assert_eq!(
-        auth.authenticate(None, Some("Bearer flood-0"))
+        auth.authenticate(None, None, Some("Bearer flood-0"))
             .await
             .unwrap()
             .name,
         "alice",
         "answered from the cache"
+    );
+}
+
+/// A TokenReviewer whose reviews wait until `open`; tokens starting `good` are Prometheus's.
+struct GatedReviews {
+    open: tokio::sync::watch::Receiver<bool>,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl TokenReviewer for GatedReviews {
+    async fn review_token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
+        self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.open.clone().wait_for(|open| *open).await;
+        Ok(token.starts_with("good").then(|| UserInfo {
+            name: "prometheus".into(),
+            ..Default::default()
+        }))
+    }
+}
+
+/// One client address floods made-up tokens against a slow API server: it holds at most
+/// [`REVIEWS_PER_CLIENT`] review slots (its next request is 429 at once), so another client's
+/// token is reviewed meanwhile; and thousands of rejected tokens never push the good token out
+/// of the cache.
+#[tokio::test(start_paused = true)]
+async fn one_client_flooding_made_up_tokens_leaves_review_slots_to_the_others() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let reviews = Arc::new(GatedReviews {
+        open: gate,
+        seen: Default::default(),
+    });
+    let auth = Arc::new(KubeletAuth::new(
+        "node-a",
+        &Authentication::default(),
+        &Authorization::default(),
+        Some(reviews.clone()),
+        None,
+    ));
+    let flooder = Some(std::net::IpAddr::from([10, 0, 0, 66]));
+    let prometheus = Some(std::net::IpAddr::from([10, 0, 0, 7]));
+    let wait_seen = |n: usize| {
+        let reviews = reviews.clone();
+        async move {
+            for _ in 0..100_000 {
+                if reviews.seen.load(SeqCst) == n {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+            panic!("{} reviews, not {n}", reviews.seen.load(SeqCst));
+        }
+    };
+    let flood: Vec<_> = (0..REVIEWS_PER_CLIENT)
+        .map(|i| {
+            let auth = auth.clone();
+            tokio::spawn(async move {
+                auth.authenticate(None, flooder, Some(&format!("Bearer made-up-{i}")))
+                    .await
+            })
+        })
+        .collect();
+    wait_seen(REVIEWS_PER_CLIENT).await;
+    assert_eq!(
+        auth.authenticate(None, flooder, Some("Bearer made-up-x"))
+            .await,
+        Err(Refusal::TooManyRequests(too_many_client_reviews())),
+        "the flooder's third review"
+    );
+    assert!(
+        auth.token_slots.available_permits() > 0,
+        "the flooder holds every slot"
+    );
+    let scrape = {
+        let auth = auth.clone();
+        tokio::spawn(async move {
+            auth.authenticate(None, prometheus, Some("Bearer good-prom"))
+                .await
+        })
+    };
+    wait_seen(REVIEWS_PER_CLIENT + 1).await;
+    open.send_replace(true);
+    assert_eq!(scrape.await.unwrap().unwrap().name, "prometheus");
+    for task in flood {
+        assert_eq!(task.await.unwrap(), Err(Refusal::Unauthorized));
+    }
+    // Thousands of rejected tokens, one after another (never more than one slot), and the
+    // rejections are cached too: each is reviewed once.
+    for i in 0..3000 {
+        let token = format!("Bearer made-up-{i}");
+        assert_eq!(
+            auth.authenticate(None, flooder, Some(&token)).await,
+            Err(Refusal::Unauthorized)
+        );
+    }
+    let seen = reviews.seen.load(SeqCst);
+    assert_eq!(
+        auth.authenticate(None, flooder, Some("Bearer made-up-2999"))
+            .await,
+        Err(Refusal::Unauthorized)
+    );
+    assert_eq!(
+        auth.authenticate(None, prometheus, Some("Bearer good-prom"))
+            .await
+            .unwrap()
+            .name,
+        "prometheus"
+    );
+    assert_eq!(
+        reviews.seen.load(SeqCst),
+        seen,
+        "the good token (and the last rejected one) answered from the caches"
     );
 }
 

@@ -437,7 +437,9 @@ pub async fn serve_tls(
                         .and_then(|certs| certs.first())
                         .and_then(|cert| user_from_certificate(cert)),
                 );
-                let router = router.layer(axum::Extension(peer));
+                let router = router
+                    .layer(axum::Extension(peer))
+                    .layer(axum::Extension(super::auth::ClientAddr(remote.ip())));
                 if let Err(error) = super::connection::serve_connection(tls, router, cancel).await {
                     tracing::debug!(%error, %remote, "kubelet API connection");
                 }

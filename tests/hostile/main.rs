@@ -11,6 +11,7 @@ mod common;
 mod api_volumes;
 mod logs;
 mod mass_deletion;
+mod review_flood;
 mod run_as_non_root;
 mod spec_values;
 mod subpath;
