@@ -406,8 +406,23 @@ pub struct CsiVolumes {
     drivers: CsiDrivers,
     objects: Arc<dyn ObjectSource>,
     mountinfo: PathBuf,
-    /// Pod UID → the volumes it wants, as of its last mount; held across every operation.
-    desired: tokio::sync::Mutex<BTreeMap<String, BTreeSet<VolumeKey>>>,
+    /// Pod UID → the volumes it wants, as of its last mount. Held only to read or change it,
+    /// never across a call to a driver.
+    desired: std::sync::Mutex<BTreeMap<String, BTreeSet<VolumeKey>>>,
+    /// One operation at a time per volume (the kubelet's `nestedpendingoperations`): a volume
+    /// whose operation is in flight (a driver that hangs in NodePublishVolume, say) is busy,
+    /// and only its own operations wait; every other volume and every pod without CSI volumes
+    /// goes on.
+    operations: std::sync::Mutex<HashMap<VolumeKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// What a volume in the middle of another operation answers, as the kubelet's
+/// `nestedpendingoperations` (`AlreadyExistsError`).
+fn operation_in_progress(key: &VolumeKey) -> String {
+    format!(
+        "an operation for volume {}/{} is already in progress",
+        key.driver, key.handle
+    )
 }
 
 impl std::fmt::Debug for CsiVolumes {
@@ -432,8 +447,39 @@ impl CsiVolumes {
             drivers,
             objects,
             mountinfo: PathBuf::from(MOUNTINFO),
-            desired: tokio::sync::Mutex::new(BTreeMap::new()),
+            desired: std::sync::Mutex::new(BTreeMap::new()),
+            operations: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    fn desired(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeSet<VolumeKey>>> {
+        self.desired.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The volumes every pod but `uid` wants.
+    fn wanted_by_others(&self, uid: Option<&str>) -> BTreeSet<VolumeKey> {
+        self.desired()
+            .iter()
+            .filter(|(u, _)| Some(u.as_str()) != uid)
+            .flat_map(|(_, keys)| keys.iter().cloned())
+            .collect()
+    }
+
+    /// The volume `key` for one operation, or `Err` (the kubelet's text) while another holds it.
+    fn start_operation(&self, key: &VolumeKey) -> Result<tokio::sync::OwnedMutexGuard<()>, String> {
+        let mut operations = self.operations.lock().unwrap_or_else(|e| e.into_inner());
+        // Volumes with no operation in flight and no one waiting are forgotten.
+        operations.retain(|_, op| Arc::strong_count(op) > 1 || op.try_lock().is_err());
+        let op = operations.entry(key.clone()).or_default().clone();
+        op.try_lock_owned().map_err(|_| operation_in_progress(key))
+    }
+
+    /// What is on the node now, read on a blocking thread.
+    async fn actual(&self) -> Result<Actual, CsiVolumeError> {
+        let root = self.root_dir.clone();
+        tokio::task::spawn_blocking(move || scan_actual(&root).map_err(io_err(&root)))
+            .await
+            .unwrap_or_else(|e| Err(CsiVolumeError::Teardown(format!("scanning volumes: {e}"))))
     }
 
     /// The drivers this manager mounts through.
@@ -705,8 +751,7 @@ impl CsiVolumes {
             return Err(not_ready(messages, unattached, failed, failures));
         }
 
-        let mut desired = self.desired.lock().await;
-        desired.insert(
+        self.desired().insert(
             uid.clone(),
             prepared
                 .iter()
@@ -736,18 +781,34 @@ impl CsiVolumes {
                 stage: stages(&drivers[&p.spec.driver], &p.spec),
             })
             .collect();
-        let others: BTreeSet<VolumeKey> = desired
+        // Volume by volume, each planned again while it is this pod's to operate on: what
+        // other pods want and what is on the node may have changed meanwhile.
+        let actual = self.actual().await?;
+        let first = reconcile::plan(
+            Some(&uid),
+            &want,
+            &self.wanted_by_others(Some(&uid)),
+            &actual,
+        );
+        let keys: BTreeSet<VolumeKey> = want
             .iter()
-            .filter(|(u, _)| **u != uid)
-            .flat_map(|(_, keys)| keys.iter().cloned())
+            .map(|w| w.key.clone())
+            .chain(first.iter().map(|op| op.key().clone()))
             .collect();
-        let actual = scan_actual(&self.root_dir).map_err(io_err(&self.root_dir))?;
-        for op in reconcile::plan(Some(&uid), &want, &others, &actual) {
-            if let Err(e) = self.run(pod, &op, &prepared, &drivers).await {
-                return Err(not_ready(vec![e.clone()], vec![], vec![], vec![e]));
+        for key in &keys {
+            let _operation = match self.start_operation(key) {
+                Ok(guard) => guard,
+                Err(e) => return Err(not_ready(vec![e], vec![], vec![], vec![])),
+            };
+            let actual = self.actual().await?.only(key);
+            let want: Vec<Want> = want.iter().filter(|w| &w.key == key).cloned().collect();
+            let others = self.wanted_by_others(Some(&uid));
+            for op in reconcile::plan(Some(&uid), &want, &others, &actual) {
+                if let Err(e) = self.run(pod, &op, &prepared, &drivers).await {
+                    return Err(not_ready(vec![e.clone()], vec![], vec![], vec![e]));
+                }
             }
         }
-        drop(desired);
         Ok(prepared
             .iter()
             .map(|p| {
@@ -1122,35 +1183,51 @@ impl CsiVolumes {
     /// unstages those no other pod uses or wants. An error leaves the rest for the next pass;
     /// the pod's directory must then stay.
     pub async fn unmount_pod(&self, uid: &str) -> Result<(), CsiVolumeError> {
-        let mut desired = self.desired.lock().await;
-        desired.remove(uid);
-        let block_targets = scan_block(&self.root_dir)
-            .map_err(io_err(&self.root_dir))?
-            .iter()
-            .any(|(spec_name, _, _)| {
-                paths::block_publish_path(&self.root_dir, spec_name, uid)
+        let wanted = self.desired().remove(uid);
+        let (root, pod_uid) = (self.root_dir.clone(), uid.to_string());
+        let has_targets = tokio::task::spawn_blocking(move || -> io::Result<bool> {
+            let block_targets = scan_block(&root)?.iter().any(|(spec_name, _, _)| {
+                paths::block_publish_path(&root, spec_name, &pod_uid)
                     .symlink_metadata()
                     .is_ok()
             });
-        if !block_targets && !paths::pod_plugin_dir(&self.root_dir, uid).exists() {
+            Ok(block_targets || paths::pod_plugin_dir(&root, &pod_uid).exists())
+        })
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
+        .map_err(io_err(&self.root_dir))?;
+        if !has_targets {
             return Ok(());
         }
-        let others: BTreeSet<VolumeKey> = desired.values().flatten().cloned().collect();
-        let actual = scan_actual(&self.root_dir).map_err(io_err(&self.root_dir))?;
+        let actual = self.actual().await?;
+        let keys: BTreeSet<VolumeKey> = actual
+            .published
+            .iter()
+            .filter(|p| p.pod_uid == uid)
+            .map(|p| p.key.clone())
+            .chain(wanted.into_iter().flatten())
+            .collect();
         let mut errors = Vec::new();
-        let mut failed_keys = BTreeSet::new();
-        for op in reconcile::plan(Some(uid), &[], &others, &actual) {
-            // A volume whose unpublish failed is not unstaged.
-            if let Op::Unstage { key } = &op {
-                if failed_keys.contains(key) {
+        for key in &keys {
+            let _operation = match self.start_operation(key) {
+                Ok(guard) => guard,
+                Err(e) => {
+                    errors.push(e);
                     continue;
                 }
-            }
-            if let Err(e) = self.run_teardown(&op).await {
-                if let Op::Unpublish { key, .. } = &op {
-                    failed_keys.insert(key.clone());
+            };
+            let actual = self.actual().await?.only(key);
+            let others = self.wanted_by_others(None);
+            let mut unpublish_failed = false;
+            for op in reconcile::plan(Some(uid), &[], &others, &actual) {
+                // A volume whose unpublish failed is not unstaged.
+                if matches!(op, Op::Unstage { .. }) && unpublish_failed {
+                    continue;
                 }
-                errors.push(e);
+                if let Err(e) = self.run_teardown(&op).await {
+                    unpublish_failed |= matches!(op, Op::Unpublish { .. });
+                    errors.push(e);
+                }
             }
         }
         if errors.is_empty() {
@@ -1165,16 +1242,25 @@ impl CsiVolumes {
     /// Unstages the staged volumes no pod uses or wants (after a restart: what a pod that
     /// went while nodelet was down left staged).
     pub async fn unstage_unused(&self) -> Result<usize, CsiVolumeError> {
-        let desired = self.desired.lock().await;
-        let others: BTreeSet<VolumeKey> = desired.values().flatten().cloned().collect();
-        let actual = scan_actual(&self.root_dir).map_err(io_err(&self.root_dir))?;
-        let ops = reconcile::plan(None, &[], &others, &actual);
+        let actual = self.actual().await?;
+        let keys: BTreeSet<VolumeKey> =
+            reconcile::plan(None, &[], &self.wanted_by_others(None), &actual)
+                .iter()
+                .map(|op| op.key().clone())
+                .collect();
         let mut errors = Vec::new();
         let mut done = 0;
-        for op in &ops {
-            match self.run_teardown(op).await {
-                Ok(()) => done += 1,
-                Err(e) => errors.push(e),
+        for key in &keys {
+            // A volume busy with another operation is left for the next run.
+            let Ok(_operation) = self.start_operation(key) else {
+                continue;
+            };
+            let actual = self.actual().await?.only(key);
+            for op in &reconcile::plan(None, &[], &self.wanted_by_others(None), &actual) {
+                match self.run_teardown(op).await {
+                    Ok(()) => done += 1,
+                    Err(e) => errors.push(e),
+                }
             }
         }
         if errors.is_empty() {

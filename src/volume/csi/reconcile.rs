@@ -45,6 +45,15 @@ pub struct Actual {
     pub staged: BTreeSet<VolumeKey>,
 }
 
+impl Actual {
+    /// What there is of the volume `key` alone.
+    pub fn only(mut self, key: &VolumeKey) -> Actual {
+        self.published.retain(|p| &p.key == key);
+        self.staged.retain(|k| k == key);
+        self
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     Unpublish {
@@ -63,6 +72,18 @@ pub enum Op {
         spec_name: String,
         key: VolumeKey,
     },
+}
+
+impl Op {
+    /// The volume the operation is on.
+    pub fn key(&self) -> &VolumeKey {
+        match self {
+            Op::Unpublish { key, .. }
+            | Op::Unstage { key }
+            | Op::Stage { key }
+            | Op::Publish { key, .. } => key,
+        }
+    }
 }
 
 /// The operations that bring pod `pod_uid` to `want` (`None` for `pod_uid`: only the volumes

@@ -477,6 +477,10 @@ enum Call {
 #[derive(Default)]
 struct FakeDriver {
     calls: Mutex<Vec<Call>>,
+    /// A volume whose NodePublishVolume hangs until the receiver says `true`.
+    hold: Mutex<Option<(String, tokio::sync::watch::Receiver<bool>)>>,
+    /// Set when a held publish has begun.
+    held: std::sync::atomic::AtomicBool,
 }
 
 impl FakeDriver {
@@ -509,6 +513,17 @@ impl CsiNode for FakeDriver {
         Ok(())
     }
     async fn node_publish_volume(&self, r: api::NodePublishVolumeRequest) -> Result<(), CsiError> {
+        let hold = self
+            .hold
+            .lock()
+            .unwrap()
+            .as_ref()
+            .filter(|(handle, _)| *handle == r.volume_id)
+            .map(|(_, gate)| gate.clone());
+        if let Some(mut gate) = hold {
+            self.held.store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = gate.wait_for(|open| *open).await;
+        }
         let target = Path::new(&r.target_path);
         assert!(
             target.parent().unwrap().is_dir(),
@@ -1353,4 +1368,76 @@ fn walkdir(dir: &Path) -> Vec<PathBuf> {
         out.push(p);
     }
     out
+}
+
+/// A driver that hangs in one volume's NodePublishVolume holds up that volume only: meanwhile
+/// another pod's volume of the same driver is published and unpublished, a pod without CSI
+/// volumes leaves at once, and a second pod on the hung volume is told at once that an
+/// operation is in progress (no task waits behind it). When the driver answers, the first
+/// pod's mount completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_hanging_in_one_publish_holds_up_that_volume_only() {
+    use std::time::Duration;
+    let bed = Bed::new(true);
+    bed.objects
+        .set_csi_driver(csi_driver(false, &["Persistent"], None));
+    bed.bind_claim("slow", "pv-slow", "h-slow");
+    bed.bind_claim("fast", "pv-fast", "h-fast");
+    let (open, gate) = tokio::sync::watch::channel(false);
+    *bed.driver.hold.lock().unwrap() = Some(("h-slow".into(), gate));
+    let csi = Arc::new(bed.manager());
+    let hung = tokio::spawn({
+        let csi = csi.clone();
+        async move {
+            csi.mount_pod(&pod("a", "uid-a", vec![pvc_volume("data", "slow", false)]))
+                .await
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !bed.driver.held.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the publish never began"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let soon = Duration::from_secs(10);
+    let b = pod("b", "uid-b", vec![pvc_volume("data", "fast", false)]);
+    let paths_b = tokio::time::timeout(soon, csi.mount_pod(&b))
+        .await
+        .expect("another volume waited for the hung one")
+        .unwrap();
+    assert!(paths_b["data"].is_dir());
+    tokio::time::timeout(soon, csi.unmount_pod("uid-without-csi"))
+        .await
+        .expect("a pod without CSI volumes waited")
+        .unwrap();
+    let c = pod("c", "uid-c", vec![pvc_volume("data", "slow", false)]);
+    let busy = tokio::time::timeout(soon, csi.mount_pod(&c))
+        .await
+        .expect("a second pod on the hung volume waited")
+        .unwrap_err();
+    assert!(
+        busy.to_string()
+            .contains("an operation for volume dir.csi.example.com/h-slow is already in progress"),
+        "{busy}"
+    );
+    tokio::time::timeout(soon, csi.unmount_pod("uid-b"))
+        .await
+        .expect("unpublishing another volume waited")
+        .unwrap();
+    assert!(!paths_b["data"].exists());
+    assert!(!hung.is_finished());
+    open.send_replace(true);
+    let paths_a = tokio::time::timeout(soon, hung)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(paths_a["data"].is_dir());
+    // The volume is free again: the second pod's mount goes through.
+    tokio::time::timeout(soon, csi.mount_pod(&c))
+        .await
+        .unwrap()
+        .unwrap();
 }
