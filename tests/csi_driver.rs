@@ -616,3 +616,111 @@ async fn a_generic_ephemeral_volume_uses_the_claim_made_for_the_pod() {
     .await;
     server.kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }
+
+/// The test driver under this name hangs in every NodePublishVolume (`--hang-publish`).
+const HUNG: &str = "hang.csi.nodelet.test";
+
+/// A pod of `node` with an inline CSI volume of `driver` (none: no volume at all).
+fn inline_pod(name: &str, node: &str, driver: Option<&str>) -> String {
+    let (volumes, mounts) = match driver {
+        Some(driver) => (
+            format!("  volumes:\n  - name: scratch\n    csi:\n      driver: {driver}\n      volumeAttributes: {{size: small}}\n"),
+            "    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n",
+        ),
+        None => (String::new(), ""),
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n{volumes}  containers:\n  - name: main\n    image: {TESTBOX}\n    imagePullPolicy: Never\n    args: [serve]\n{mounts}"
+    )
+}
+
+/// A second driver process hangs in NodePublishVolume (issue 40): its pod waits in
+/// ContainerCreating, and meanwhile a pod with a volume of the working driver and a pod without
+/// volumes start, run and are deleted as usual (before this, one CSI manager lock held across
+/// the hung call stopped every other mount and every pod's removal). The hung call ends at the
+/// kubelet's 2-minute CSI timeout, after this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_hung_in_a_publish_holds_up_only_its_own_volume() {
+    let (server, n, driver, root) = joined_real_with_driver("csi-hung").await;
+    let api = server.api();
+    let hung = Driver::start_named(
+        HUNG,
+        &root,
+        &n.dir.path().join("hung-driver"),
+        &["--hang-publish"],
+    );
+    create(
+        &api,
+        n.dir.path(),
+        "hung-csidriver",
+        &csi_driver_object(HUNG, false),
+    );
+    let node = n.node.clone();
+    wait_api("both drivers registered", &n, || {
+        let j = kubectl_json(&api, &["get", "csinode", &node])?;
+        let names: Vec<&str> = j["spec"]["drivers"]
+            .as_array()?
+            .iter()
+            .filter_map(|d| d["name"].as_str())
+            .collect();
+        (names.contains(&DRIVER) && names.contains(&HUNG)).then_some(())
+    })
+    .await;
+
+    create(
+        &api,
+        n.dir.path(),
+        "stuck",
+        &inline_pod("stuck", &node, Some(HUNG)),
+    );
+    // Journaled as received (the call never ends, so never `ok`).
+    let publishes = |d: &Driver| {
+        d.journal()
+            .iter()
+            .filter(|c| c["method"] == "NodePublishVolume")
+            .count()
+    };
+    wait_api("the hung driver asked to publish", &n, || {
+        (publishes(&hung) == 1).then_some(())
+    })
+    .await;
+
+    // Meanwhile, the rest of the node goes on.
+    create(
+        &api,
+        n.dir.path(),
+        "fine",
+        &inline_pod("fine", &node, Some(DRIVER)),
+    );
+    create(
+        &api,
+        n.dir.path(),
+        "plain",
+        &inline_pod("plain", &node, None),
+    );
+    for pod in ["fine", "plain"] {
+        wait_api(&format!("{pod} Running"), &n, || {
+            (phase_of(&server, pod) == "Running").then_some(())
+        })
+        .await;
+    }
+    let (code, out) = exec(&server, "fine", "echo x > /scratch/f && cat /scratch/f").await;
+    assert_eq!((code, out.trim()), (0, "x"));
+    for pod in ["fine", "plain"] {
+        delete_and_wait(&server, &n, pod).await;
+    }
+    wait_api("the working driver's volume unpublished", &n, || {
+        (driver.calls("NodeUnpublishVolume") == 1).then_some(())
+    })
+    .await;
+
+    // The hung pod still waits for its volume (the call is within its 2-minute timeout).
+    assert_eq!(phase_of(&server, "stuck"), "Pending");
+    assert_eq!(
+        publishes(&hung),
+        1,
+        "the publish was asked again while the first one hung\n{}",
+        tail(&n.logs(), 30)
+    );
+    assert_no_runtime_stalls(&n).await;
+}

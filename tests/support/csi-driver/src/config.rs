@@ -79,6 +79,9 @@ pub struct Config {
     pub supported_versions: Vec<String>,
     /// Each volume's size until NodeExpandVolume changes it.
     pub volume_capacity: u64,
+    /// NodePublishVolume is journaled and never answered (a driver hung in a mount), the
+    /// driver's other calls going on.
+    pub hang_publish: bool,
 }
 
 impl Config {

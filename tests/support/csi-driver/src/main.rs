@@ -72,6 +72,10 @@ struct Cli {
     /// The capacity each volume has (and reports) until expanded, in bytes.
     #[arg(long, default_value_t = 1 << 30)]
     volume_capacity: u64,
+    /// Journal NodePublishVolume and never answer it (a driver hung in a mount); the other
+    /// calls are served as usual.
+    #[arg(long)]
+    hang_publish: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +139,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         topology: parse_topology(&cli.topology)?,
         supported_versions: parse_versions(&cli.supported_versions)?,
         volume_capacity: cli.volume_capacity,
+        hang_publish: cli.hang_publish,
     });
     config.check()?;
     let journal = Arc::new(Journal::open(cli.journal.as_deref())?);

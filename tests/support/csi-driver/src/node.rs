@@ -730,6 +730,13 @@ impl Node for NodeService {
         e.insert("publish_context".into(), map_value(&req.publish_context));
         e.insert("secrets".into(), map_value(&req.secrets));
         capability_fields(&mut e, req.volume_capability.as_ref());
+        if self.config.hang_publish {
+            // Journaled as received, then never answered; the serial lock is not taken, so
+            // the driver's other calls go on.
+            e.insert("hung".into(), json!(true));
+            self.journal.record(e);
+            return std::future::pending().await;
+        }
         let _serial = self.serial.lock().await;
         let result = self.publish(&req).map(|()| NodePublishVolumeResponse {});
         self.finish(e, result)
