@@ -39,29 +39,91 @@ pub struct VolumeUsage {
     pub fs: Option<FsUsage>,
 }
 
-/// Bytes allocated (`du`: blocks × 512) and entries below `dir`, staying on its filesystem and
-/// not following symlinks. `None` when `dir` does not exist.
+/// How deep [`dir_usage`] descends; below that a directory counts as itself alone. Each level
+/// holds two descriptors while it is walked.
+const MAX_WALK_DEPTH: usize = 256;
+
+/// Bytes allocated (`du`: blocks × 512) and entries below `dir`, staying on its filesystem.
+/// `None` when `dir` does not exist or is a symlink; a file counts as itself.
+///
+/// The volume belongs to a container, which may swap any directory in it for a symlink at any
+/// moment: the walk goes beneath directory descriptors (`openat` with `O_NOFOLLOW`, `fstatat`
+/// without following), never by path, so it never leaves the volume; and it streams each
+/// directory, holding no list of its entries.
 pub fn dir_usage(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(dir).ok()?;
-    let device = meta.dev();
-    let mut bytes = meta.blocks().saturating_mul(512);
-    let mut inodes = 1u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fstat, Mode};
+    let top = open(
+        dir,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = fstat(&top).ok()?;
+    let mut usage = (blocks_bytes(&st), 1u64);
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => {}
+        libc::S_IFLNK => return None,
+        _ => return Some(usage),
+    }
+    let readable = nix::fcntl::openat(
+        &top,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    walk(readable, st.st_dev, 0, &mut usage);
+    Some(usage)
+}
+
+fn blocks_bytes(st: &nix::sys::stat::FileStat) -> u64 {
+    u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512)
+}
+
+/// Adds what is below the directory `dir` (on device `device`) to `usage`.
+fn walk(dir: std::os::fd::OwnedFd, device: u64, depth: usize, usage: &mut (u64, u64)) {
+    use nix::fcntl::{openat, AtFlags, OFlag};
+    use nix::sys::stat::{fstat, fstatat, Mode};
+    if depth >= MAX_WALK_DEPTH {
+        return;
+    }
+    // The listing reads through a duplicate; `dir` stays free for the `*at` calls.
+    let Ok(listing) = nix::unistd::dup(&dir) else {
+        return;
+    };
+    let Ok(mut entries) = nix::dir::Dir::from_fd(listing) else {
+        return;
+    };
+    for entry in entries.iter().flatten() {
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        let Ok(st) = fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
             continue;
         };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            bytes = bytes.saturating_add(meta.blocks().saturating_mul(512));
-            inodes += 1;
-            if meta.is_dir() && meta.dev() == device {
-                stack.push(entry.path());
+        usage.0 = usage.0.saturating_add(blocks_bytes(&st));
+        usage.1 = usage.1.saturating_add(1);
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_dev != device {
+            continue;
+        }
+        let Ok(child) = openat(
+            &dir,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        // Swapped between the two calls: not the directory that was counted.
+        match fstat(&child) {
+            Ok(now) if now.st_dev == st.st_dev && now.st_ino == st.st_ino => {
+                walk(child, device, depth + 1, usage)
             }
+            _ => continue,
         }
     }
-    Some((bytes, inodes))
 }
 
 /// The names of the pod's volumes that count as ephemeral storage (the kubelet's
@@ -245,6 +307,67 @@ mod tests {
             vec![false, true]
         );
         assert!(read_pod_volumes(&pod.join("missing"), None).is_empty());
+    }
+
+    #[test]
+    fn dir_usage_of_files_links_missing_paths_and_deep_trees() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("etc-hosts");
+        std::fs::write(&file, "127.0.0.1 localhost\n").unwrap();
+        assert_eq!(dir_usage(&file).map(|(_, inodes)| inodes), Some(1));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert_eq!(dir_usage(&link), None, "a symlink is never walked");
+        assert_eq!(dir_usage(&dir.path().join("missing")), None);
+        let mut deep = dir.path().join("deep");
+        for _ in 0..MAX_WALK_DEPTH + 20 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        let (_, inodes) = dir_usage(&dir.path().join("deep")).unwrap();
+        assert_eq!(inodes, 1 + MAX_WALK_DEPTH as u64, "stops at its depth");
+    }
+
+    /// A container swaps a directory of its volume for a symlink to a big directory elsewhere
+    /// and back, as fast as it can, while the volume is measured: the walk goes beneath
+    /// descriptors, so it never counts anything outside (a walk by path followed the link
+    /// whenever the swap fell between its `lstat` and its `read_dir`).
+    #[test]
+    fn a_directory_swapped_for_a_symlink_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("host");
+        std::fs::create_dir(&outside).unwrap();
+        for i in 0..300 {
+            std::fs::write(outside.join(format!("f{i}")), "").unwrap();
+        }
+        let volume = dir.path().join("volume");
+        std::fs::create_dir_all(volume.join("d")).unwrap();
+        std::fs::write(volume.join("d/inside"), "").unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (volume, outside, stop) = (volume.clone(), outside.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (d, kept) = (volume.join("d"), volume.join("kept"));
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::fs::rename(&d, &kept);
+                    let _ = std::os::unix::fs::symlink(&outside, &d);
+                    let _ = std::fs::remove_file(&d);
+                    let _ = std::fs::rename(&kept, &d);
+                }
+            })
+        };
+        let mut most = 0;
+        for _ in 0..3000 {
+            if let Some((_, inodes)) = dir_usage(&volume) {
+                most = most.max(inodes);
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        // The volume, d (or kept, or the link), d/inside.
+        // Renames while a directory is read may show an entry twice; leaving it would count
+        // the 300 outside.
+        assert!(most < 20, "the walk left the volume: {most} entries");
     }
 
     #[tokio::test(start_paused = true)]
