@@ -60,14 +60,12 @@ fn change(fd: BorrowedFd<'_>, gid: u32, is_dir: bool, read_only: bool) -> io::Re
     Ok(())
 }
 
-fn names(fd: BorrowedFd<'_>) -> io::Result<Vec<std::ffi::OsString>> {
-    fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect()
-}
-
 /// Applies `gid` to the volume published at `target`. Returns whether it walked (false when
 /// `on_root_mismatch` found the root already right).
+///
+/// The walk streams each directory (no list of its entries is held, however many a container
+/// made) and goes depth first, so it holds two descriptors per level, [`MAX_DEPTH`] levels at
+/// most.
 pub fn set_volume_ownership(
     target: &Path,
     gid: u32,
@@ -84,46 +82,56 @@ pub fn set_volume_ownership(
         return Ok(false);
     }
     change(root.as_fd(), gid, true, read_only)?;
-    let mut stack: Vec<(OwnedFd, usize)> = vec![(root, 0)];
-    while let Some((dir, depth)) = stack.pop() {
-        for name in names(dir.as_fd())? {
-            let entry = match openat(
+    walk(root, gid, read_only, 0)?;
+    Ok(true)
+}
+
+/// Changes everything below the directory `dir`.
+fn walk(dir: OwnedFd, gid: u32, read_only: bool, depth: usize) -> io::Result<()> {
+    // The listing reads through a duplicate; `dir` stays free for the `*at` calls.
+    let mut listing = nix::dir::Dir::from_fd(nix::unistd::dup(&dir)?)?;
+    for entry in listing.iter() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        let fd = match openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(nix::errno::Errno::ENOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let kind = SFlag::from_bits_truncate(fstat(fd.as_fd())?.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFREG {
+            change(fd.as_fd(), gid, false, read_only)?;
+        } else if kind == SFlag::S_IFDIR {
+            let sub = match openat(
                 dir.as_fd(),
-                name.as_os_str(),
-                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                name,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                 Mode::empty(),
             ) {
                 Ok(fd) => fd,
-                Err(nix::errno::Errno::ENOENT) => continue,
+                // Replaced meanwhile (by a symlink, say): left alone.
+                Err(
+                    nix::errno::Errno::ENOENT
+                    | nix::errno::Errno::ELOOP
+                    | nix::errno::Errno::ENOTDIR,
+                ) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let kind = SFlag::from_bits_truncate(fstat(entry.as_fd())?.st_mode) & SFlag::S_IFMT;
-            if kind == SFlag::S_IFREG {
-                change(entry.as_fd(), gid, false, read_only)?;
-            } else if kind == SFlag::S_IFDIR {
-                let sub = match openat(
-                    dir.as_fd(),
-                    name.as_os_str(),
-                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                ) {
-                    Ok(fd) => fd,
-                    // Replaced meanwhile (by a symlink, say): left alone.
-                    Err(
-                        nix::errno::Errno::ENOENT
-                        | nix::errno::Errno::ELOOP
-                        | nix::errno::Errno::ENOTDIR,
-                    ) => continue,
-                    Err(e) => return Err(e.into()),
-                };
-                change(sub.as_fd(), gid, true, read_only)?;
-                if depth + 1 < MAX_DEPTH {
-                    stack.push((sub, depth + 1));
-                }
+            change(sub.as_fd(), gid, true, read_only)?;
+            if depth + 1 < MAX_DEPTH {
+                walk(sub, gid, read_only, depth + 1)?;
             }
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 #[cfg(test)]
