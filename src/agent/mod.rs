@@ -495,7 +495,7 @@ impl NodeletBuilder {
             pleg_events,
             pod_store,
             userns: _,
-            csi_volumes: _,
+            csi_volumes,
             trash: _,
         } = pods;
         // The node's taints: its registration taints until the status loop reads the Node.
@@ -589,6 +589,7 @@ impl NodeletBuilder {
         );
         let node_views = NodeViews {
             volumes_in_use,
+            csi_volumes: &csi_volumes,
             cfg: &cfg,
             node: &runtime.node,
             runtime: &runtime.rt,
@@ -666,6 +667,9 @@ struct NodeViews<'a> {
     shutdown: &'a ShutdownView,
     taints: &'a crate::node::updater::NodeTaints,
     volumes_in_use: crate::volume::csi::VolumesInUse,
+    /// The attachable volumes pods want (in `volumesInUse` before they are mounted), and
+    /// where the API server's `volumesInUse` is told.
+    csi_volumes: &'a Arc<crate::volume::csi::CsiVolumes>,
     clock: Clock,
 }
 
@@ -675,6 +679,7 @@ impl NodeViews<'_> {
     fn agent(&self) -> NodeAgent {
         let pressure = self.pressure.clone();
         let volumes_in_use = self.volumes_in_use.clone();
+        let (wanted, reported) = (self.csi_volumes.clone(), self.csi_volumes.clone());
         NodeAgent::new(
             settings::node(self.cfg),
             NodeFacts::detect(self.cfg.node_ip, self.node, &self.runtime.version),
@@ -685,8 +690,18 @@ impl NodeViews<'_> {
         .with_shutdown(self.shutdown.clone())
         .with_taints(self.taints.clone())
         .with_runtime_features(self.runtime.runtime_features.clone())
-        // What the CSI volume manager's files said at the last scan.
-        .with_volumes_in_use(Arc::new(move || volumes_in_use.get()))
+        // What the CSI volume manager's files said at the last scan, and the attachable
+        // volumes pods want (the kubelet's desired state: reported before they are mounted).
+        .with_volumes_in_use(Arc::new(move || {
+            volumes_in_use.get().map(|mounted| {
+                let mut names: std::collections::BTreeSet<String> = mounted.into_iter().collect();
+                names.extend(wanted.wanted_in_use());
+                names.into_iter().collect()
+            })
+        }))
+        .with_reported_in_use(Arc::new(move |names: &[String]| {
+            reported.set_reported_in_use(names)
+        }))
     }
 }
 

@@ -250,10 +250,16 @@ pub struct NodeAgent {
     shutdown: ShutdownView,
     runtime_features: RuntimeFeaturesView,
     volumes_in_use: Option<VolumesInUseFn>,
+    reported_in_use: Option<ReportedInUseFn>,
 }
 
 /// The volume manager's `GetVolumesInUse` for the node status: `None` until it has synced.
 pub type VolumesInUseFn = Arc<dyn Fn() -> Option<Vec<String>> + Send + Sync>;
+
+/// Told what the API server's Node says of `status.volumesInUse`, each time nodelet reads or
+/// writes it (the kubelet's `MarkVolumesAsReportedInUse`): an attachable volume is mounted
+/// only once it is there, so the attach/detach controller cannot detach it mid-mount.
+pub type ReportedInUseFn = Arc<dyn Fn(&[String]) + Send + Sync>;
 
 impl NodeAgent {
     pub fn new(
@@ -277,10 +283,16 @@ impl NodeAgent {
             shutdown: ShutdownView::none(),
             runtime_features: RuntimeFeaturesView::default(),
             volumes_in_use: None,
+            reported_in_use: None,
         }
     }
 
     /// Reports `status.volumesInUse` from the volume manager.
+    pub fn with_reported_in_use(mut self, reported: ReportedInUseFn) -> Self {
+        self.reported_in_use = Some(reported);
+        self
+    }
+
     pub fn with_volumes_in_use(mut self, volumes_in_use: VolumesInUseFn) -> Self {
         self.volumes_in_use = Some(volumes_in_use);
         self
@@ -451,7 +463,8 @@ impl NodeAgent {
         }))
         .with_events(self.events.clone())
         .with_taints(self.taints.clone())
-        .with_node_watch(Some(watched));
+        .with_node_watch(Some(watched))
+        .with_reported_in_use(self.reported_in_use.clone());
         let rounds = self.status_rounds(updater, cancel);
         tokio::pin!(watching, rounds);
         // The watch first: what it has received is in its copy before a round reads it.

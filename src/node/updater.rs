@@ -150,6 +150,8 @@ pub struct NodeStatusUpdater {
     last_written: Option<NodeStatus>,
     /// Differences the last PATCH did not remove.
     stuck: Option<NonConvergence>,
+    /// Told the server's `status.volumesInUse` at each read and write.
+    reported_in_use: Option<super::ReportedInUseFn>,
     /// Field paths already logged as not converging.
     reported_paths: HashSet<String>,
 }
@@ -185,6 +187,23 @@ impl NodeStatusUpdater {
             last_written: None,
             stuck: None,
             reported_paths: HashSet::new(),
+            reported_in_use: None,
+        }
+    }
+
+    /// Tells `reported` the server's `status.volumesInUse` at each read and write.
+    pub fn with_reported_in_use(mut self, reported: Option<super::ReportedInUseFn>) -> Self {
+        self.reported_in_use = reported;
+        self
+    }
+
+    fn note_reported_in_use(&self, status: Option<&NodeStatus>) {
+        if let Some(reported) = &self.reported_in_use {
+            reported(
+                status
+                    .and_then(|s| s.volumes_in_use.as_deref())
+                    .unwrap_or_default(),
+            );
         }
     }
 
@@ -286,6 +305,7 @@ impl NodeStatusUpdater {
             .await;
         let node = self.read_node(attempt).await?;
         let original = node.status.unwrap_or_default();
+        self.note_reported_in_use(Some(&original));
         let images = self.list_images().await;
         let new = strip_node_status((self.compute)(Some(&original), images.as_deref()), release);
         metrics().node_status_updates_total.inc();
@@ -328,6 +348,7 @@ impl NodeStatusUpdater {
         metrics().node_status_writes_total.inc();
         // What the watch must deliver before its copy is used again.
         self.last_known_rv = answer.metadata.resource_version.clone();
+        self.note_reported_in_use(answer.status.as_ref());
         self.note_convergence(&answer, &new, release);
         if let Some(recorder) = &self.events {
             // Events follow what was reported, so a failed PATCH announces nothing.

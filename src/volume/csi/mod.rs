@@ -414,6 +414,11 @@ pub struct CsiVolumes {
     /// and only its own operations wait; every other volume and every pod without CSI volumes
     /// goes on.
     operations: std::sync::Mutex<HashMap<VolumeKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Pod UID → the attachable volumes it wants (unique names), reported in the Node's
+    /// `status.volumesInUse` before they are mounted.
+    wanted_in_use: std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// The Node's `status.volumesInUse` as the API server last had it (`None`: not read yet).
+    reported_in_use: std::sync::Mutex<Option<BTreeSet<String>>>,
 }
 
 /// What a volume in the middle of another operation answers, as the kubelet's
@@ -449,7 +454,37 @@ impl CsiVolumes {
             mountinfo: PathBuf::from(MOUNTINFO),
             desired: std::sync::Mutex::new(BTreeMap::new()),
             operations: std::sync::Mutex::new(HashMap::new()),
+            wanted_in_use: std::sync::Mutex::new(BTreeMap::new()),
+            reported_in_use: std::sync::Mutex::new(None),
         }
+    }
+
+    /// What the API server's Node says of `status.volumesInUse` (the kubelet's
+    /// `MarkVolumesAsReportedInUse`), at each read or write of the node status.
+    pub fn set_reported_in_use(&self, names: &[String]) {
+        *self
+            .reported_in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(names.iter().cloned().collect());
+    }
+
+    fn is_reported_in_use(&self, unique: &str) -> bool {
+        self.reported_in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|names| names.contains(unique))
+    }
+
+    /// The attachable volumes pods want, mounted or not (for `status.volumesInUse`).
+    pub fn wanted_in_use(&self) -> BTreeSet<String> {
+        self.wanted_in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     fn desired(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeSet<VolumeKey>>> {
@@ -644,9 +679,26 @@ impl CsiVolumes {
             let mut publish_context = HashMap::new();
             let mut attachment_id = None;
             if spec.attach_required {
+                let unique = paths::unique_volume_name(&spec.driver, &spec.handle);
+                // The kubelet's ReportedInUse interlock: the volume goes into the Node's
+                // `status.volumesInUse` first, and is mounted only once the API server has it
+                // there, so the attach/detach controller cannot detach it mid-mount.
+                self.wanted_in_use
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(uid.clone())
+                    .or_default()
+                    .insert(unique.clone());
+                if !self.is_reported_in_use(&unique) {
+                    unattached.push(spec.volume_name.clone());
+                    messages.push(format!(
+                        "volume {:?}: Volume has not been added to the list of VolumesInUse in the node's volume status",
+                        spec.volume_name
+                    ));
+                    continue;
+                }
                 // The kubelet's VerifyControllerAttachedVolume: the Node's
                 // `status.volumesAttached` must list the volume before it is mounted.
-                let unique = paths::unique_volume_name(&spec.driver, &spec.handle);
                 let listed = match &attached_on_node {
                     Some(Ok(Some(node))) => node
                         .status
@@ -1184,6 +1236,10 @@ impl CsiVolumes {
     /// the pod's directory must then stay.
     pub async fn unmount_pod(&self, uid: &str) -> Result<(), CsiVolumeError> {
         let wanted = self.desired().remove(uid);
+        self.wanted_in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
         let (root, pod_uid) = (self.root_dir.clone(), uid.to_string());
         let has_targets = tokio::task::spawn_blocking(move || -> io::Result<bool> {
             let block_targets = scan_block(&root)?.iter().any(|(spec_name, _, _)| {

@@ -806,6 +806,21 @@ async fn attach_required_waits_for_the_volume_attachment() {
     let csi = bed.manager();
     let p = pod("a", "uid-a", vec![pvc_volume("data", "data", false)]);
     let name = paths::attachment_name("h-1", DRIVER, "node-1");
+    let unique = format!("kubernetes.io/csi/{DRIVER}^h-1");
+    // The ReportedInUse interlock first: the volume is wanted in the Node's volumesInUse, and
+    // nothing goes further until the API server's Node has it there.
+    let e = csi.mount_pod(&p).await.unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "Volume has not been added to the list of VolumesInUse in the node's volume status"
+        ),
+        "{e}"
+    );
+    assert_eq!(csi.wanted_in_use(), [unique.clone()].into());
+    csi.set_reported_in_use(&["kubernetes.io/csi/other^x".to_string()]);
+    let e = csi.mount_pod(&p).await.unwrap_err().to_string();
+    assert!(e.contains("VolumesInUse"), "{e}");
+    csi.set_reported_in_use(std::slice::from_ref(&unique));
     // Not yet in the Node's volumesAttached: not mounted, whatever the VolumeAttachment says.
     let e = csi.mount_pod(&p).await.unwrap_err().to_string();
     assert!(
@@ -871,6 +886,9 @@ async fn attach_required_waits_for_the_volume_attachment() {
         .unwrap()
         .unwrap();
     assert_eq!(data["attachmentID"], name);
+    // Gone with the pod.
+    csi.unmount_pod("uid-a").await.unwrap();
+    assert!(csi.wanted_in_use().is_empty());
 }
 
 #[tokio::test]
