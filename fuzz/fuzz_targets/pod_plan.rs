@@ -132,6 +132,10 @@ fn settings() -> SyncSettings {
         },
         image_volumes: Default::default(),
         csi_volumes: None,
+        // Never discarded into: the plan decides, it removes nothing.
+        trash: std::sync::Arc::new(
+            nodelet::volume::trash::Trash::new(std::path::Path::new("/var/lib/nodelet")).0,
+        ),
     }
 }
 
