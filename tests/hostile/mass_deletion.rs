@@ -292,15 +292,9 @@ async fn deleting_two_pods_with_millions_of_entries_stalls_nothing() {
         .unwrap_or_default();
 
     let answers = std::mem::take(&mut *answers.lock().unwrap());
-    let stalls = api.metric("nodelet_runtime_stalls_total").await;
-    let metrics = api.metrics().await.unwrap_or_default();
-    let longest = metrics
-        .lines()
-        .find(|l| l.starts_with("nodelet_runtime_longest_poll_seconds "))
-        .unwrap_or("nodelet_runtime_longest_poll_seconds (absent)");
     println!(
         "deleted at 0 s: pods gone {pods_gone:?}, directories out of pods/ {left_pods:?}, \
-         trash empty {emptied:?}; {} answers, the slowest {:?} ({}); watchdog stalls {stalls:?}, {longest}; \
+         trash empty {emptied:?}; {} answers, the slowest {:?} ({}); \
          Lease renewed {} times in {} samples, longest gap {longest_gap:#}",
         answers.requests,
         answers.slowest,

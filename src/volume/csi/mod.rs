@@ -503,8 +503,8 @@ impl CsiVolumes {
     /// The volume `key` for one operation, or `Err` (the kubelet's text) while another holds it.
     fn start_operation(&self, key: &VolumeKey) -> Result<tokio::sync::OwnedMutexGuard<()>, String> {
         let mut operations = self.operations.lock().unwrap_or_else(|e| e.into_inner());
-        // Volumes with no operation in flight and no one waiting are forgotten.
-        operations.retain(|_, op| Arc::strong_count(op) > 1 || op.try_lock().is_err());
+        // Volumes with no operation in flight are forgotten: a guard holds a clone of its Arc.
+        operations.retain(|_, op| Arc::strong_count(op) > 1);
         let op = operations.entry(key.clone()).or_default().clone();
         op.try_lock_owned().map_err(|_| operation_in_progress(key))
     }
