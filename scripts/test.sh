@@ -24,6 +24,20 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 repo="$PWD"
+# A whole run compiles everything once: the incremental cache would only take disk (4.9 of the
+# 14 GB a run left in target/ with it).
+export CARGO_INCREMENTAL=0
+
+# What the run has of the disk: a full run writes many GB (docs/testing.md, "Disk"), and a
+# machine short of it fails in the build with "No space left on device"; this says so first.
+disk_report() { # WHEN
+	echo "test.sh: disk $1: $(df -h --output=avail "$repo" | tail -n 1 | tr -d ' ') free;" \
+		"target $(du -sh target 2>/dev/null | cut -f1)," \
+		"Go's caches $(du -sch "$(go env GOCACHE 2>/dev/null || echo /nonexistent)" \
+			"$(go env GOMODCACHE 2>/dev/null || echo /nonexistent)" 2>/dev/null | tail -n 1 | cut -f1)," \
+		"${NODELET_TEST_K8S_CACHE:-/var/cache/nodelet-k8s} $(du -sh "${NODELET_TEST_K8S_CACHE:-/var/cache/nodelet-k8s}" 2>/dev/null | cut -f1)"
+}
+disk_report "at the start"
 
 # containerd, runc, CNI plugins, protoc (for containerd-client's build), busybox, gcc, qemu, ...
 scripts/install-deps.sh
@@ -131,10 +145,19 @@ k8s_build=$!
 background+=("$k8s_build")
 # Kubernetes' node e2e binary, ginkgo and the stand-in images' programs (scripts/conformance.sh
 # build: the same cache; niced), for the conformance subset in the faults lane.
-(scripts/k8s.sh build >/dev/null 2>&1; conformance build) >"$lanes_dir/conformance-build.log" 2>&1 &
+# Once both are built their binaries are in that cache, and Go's build cache (5-6 GB of
+# compiled packages) only takes disk for the rest of the run: it is emptied.
+(
+	scripts/k8s.sh build >/dev/null 2>&1
+	conformance build && go clean -cache
+) >"$lanes_dir/conformance-build.log" 2>&1 &
 background+=($!)
 
-cargo build --workspace --locked --all-targets
+cargo build --workspace --locked --all-targets || {
+	disk_report "after the failed build"
+	exit 1
+}
+disk_report "after the build"
 if ! wait "$k8s_build"; then
 	tail -n 40 "$lanes_dir/k8s-build.log" >&2
 	echo "test.sh: building the control plane failed (log: $lanes_dir/k8s-build.log)" >&2
@@ -264,6 +287,7 @@ echo "test.sh: wall time of each test binary (seconds; lane, name, exit status, 
 sort -k3,3nr "$lanes_dir/times" |
 	awk '{printf "  %-7s %-45s %5s s  %-6s  %s\n", $1, $2, $3, ($4 == 0 ? "ok" : "FAILED"), $5}'
 runtimes
+disk_report "at the end"
 if [ "$lane_status" -ne 0 ]; then
 	echo "test.sh: FAILED:" >&2
 	awk '$4 != 0 {print "  " $2 " (lane " $1 ")"}' "$lanes_dir/times" >&2
