@@ -312,16 +312,25 @@ impl ShutdownManager {
     /// The kubelet's `processShutdownEvent`: the groups in turn, then the lock released.
     async fn end_pods(&self, lock: Option<InhibitLock>) {
         let start = self.clock.now();
+        // The file is fsync'd: written on a blocking thread, never on a runtime worker.
         let store = |state: ShutdownState| {
             publish_metrics(&state);
-            if let Err(error) = state::store(&self.settings.state_file, &state) {
-                tracing::warn!(%error, "node shutdown manager: storing the state");
+            let path = self.settings.state_file.clone();
+            async move {
+                let written = tokio::task::spawn_blocking(move || state::store(&path, &state))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+                if let Err(error) = written {
+                    tracing::warn!(%error, "node shutdown manager: storing the state");
+                }
             }
         };
         store(ShutdownState {
             start: Some(start),
             end: None,
-        });
+        })
+        .await;
         let pods = self.pods.active_pods();
         for group in group_by_priority(&self.settings.periods, &pods) {
             if group.pods.is_empty() {
@@ -366,7 +375,8 @@ impl ShutdownManager {
         store(ShutdownState {
             start: Some(start),
             end: Some(self.clock.now()),
-        });
+        })
+        .await;
         drop(lock);
         tracing::info!(
             "node shutdown manager: done; the inhibitor lock is released, the node will shut down"

@@ -34,7 +34,11 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("checkpoint {path} is corrupt: {message}")]
+    /// The kubelet's refusal (`NewStateCheckpoint`), naming the file and the way out.
+    #[error(
+        "could not restore state from checkpoint: {message}, please drain this node and delete \
+         pod resource information checkpoint file {path:?} before restarting nodelet"
+    )]
     Corrupt { path: PathBuf, message: String },
 }
 
@@ -95,9 +99,135 @@ pub fn decode<T: Serialize + for<'de> Deserialize<'de>>(text: &str) -> Result<T,
     Ok(file.data)
 }
 
-fn load<T: Serialize + for<'de> Deserialize<'de> + Default>(path: &Path) -> Result<T, Error> {
+/// The kubelet's checkpoint of the same name (`pkg/kubelet/allocation/state`, v1.33 and
+/// later): `data` is the JSON *text* of `{"entries": {uid: PodResourceInfo}}` and `checksum`
+/// the FNV-32a hash of what `hashutil.DeepHashObject` prints for a Go string: `(string)`
+/// followed by the text (spew's `%#v`).
+#[derive(Deserialize)]
+struct KubeletFile {
+    data: String,
+    checksum: u64,
+}
+
+#[derive(Deserialize)]
+struct KubeletEntries {
+    #[serde(default)]
+    entries: Option<BTreeMap<String, KubeletPodInfo>>,
+}
+
+/// The kubelet's `PodResourceInfo` (no JSON tags: Go's field names). Its
+/// `EmptyDirVolumeLimits` are left out: the kubelet writes them only with the alpha
+/// `InPlacePodVerticalScalingMemoryBackedVolumes` gate, which nodelet refuses, and with the
+/// gate off the kubelet too sizes memory-backed emptyDirs from the spec.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct KubeletPodInfo {
+    #[serde(default)]
+    container_resources: Option<BTreeMap<String, ResourceRequirements>>,
+    #[serde(default)]
+    pod_level_resources: Option<ResourceRequirements>,
+}
+
+fn fnv32a(bytes: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c9dc5;
+    for b in bytes {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x01000193);
+    }
+    h
+}
+
+/// The kubelet's checksum of a checkpoint's `data` text.
+fn kubelet_checksum(data: &str) -> u64 {
+    let mut printed = Vec::with_capacity(data.len() + 8);
+    printed.extend_from_slice(b"(string)");
+    printed.extend_from_slice(data.as_bytes());
+    u64::from(fnv32a(&printed))
+}
+
+/// The pods of a checkpoint the kubelet wrote, or why it is not one (a bad checksum
+/// included, as the kubelet's `CorruptCheckpointError` says it).
+fn decode_kubelet(text: &str) -> Result<BTreeMap<String, PodAllocation>, String> {
+    let file: KubeletFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let computed = kubelet_checksum(&file.data);
+    if computed != file.checksum {
+        return Err(format!(
+            "checkpoint is corrupted (checksum {}, computed {computed})",
+            file.checksum
+        ));
+    }
+    let entries: KubeletEntries = serde_json::from_str(&file.data)
+        .map_err(|e| format!("failed to get pod resource information: {e}"))?;
+    Ok(entries
+        .entries
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(uid, info)| {
+            let allocation = PodAllocation {
+                containers: info.container_resources.unwrap_or_default(),
+                pod_level: info.pod_level_resources,
+            };
+            (uid, allocation)
+        })
+        .collect())
+}
+
+/// Checkpoint data nodelet reads from either writer: its own format, or the kubelet's (a node
+/// taken over from a kubelet v1.33 or later).
+trait Checkpointed: Serialize + for<'de> Deserialize<'de> + Default {
+    fn from_kubelet(pods: BTreeMap<String, PodAllocation>) -> Self;
+}
+
+impl Checkpointed for BTreeMap<String, PodAllocation> {
+    fn from_kubelet(pods: BTreeMap<String, PodAllocation>) -> Self {
+        pods
+    }
+}
+
+impl Checkpointed for BTreeMap<String, ActuatedPod> {
+    /// The kubelet keys what it applied by container name; the instance it applied it to is
+    /// the one running when nodelet takes over (an empty ID, filled in by the first sync).
+    /// The pod cgroup is written again on that sync anyway (the pod is adopted).
+    fn from_kubelet(pods: BTreeMap<String, PodAllocation>) -> Self {
+        pods.into_iter()
+            .map(|(uid, allocation)| {
+                let containers = allocation
+                    .containers
+                    .into_iter()
+                    .map(|(name, resources)| {
+                        let applied = ActuatedContainer {
+                            container_id: String::new(),
+                            resources,
+                        };
+                        (name, applied)
+                    })
+                    .collect();
+                let pod = ActuatedPod {
+                    containers,
+                    pod_cgroup: None,
+                };
+                (uid, pod)
+            })
+            .collect()
+    }
+}
+
+/// The data of a checkpoint text in nodelet's format or the kubelet's (told apart by `data`:
+/// an object in nodelet's, a string in the kubelet's).
+fn decode_either<T: Checkpointed>(text: &str) -> Result<T, String> {
+    let is_kubelets = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .is_some_and(|v| v.get("data").is_some_and(|d| d.is_string()));
+    if is_kubelets {
+        decode_kubelet(text).map(T::from_kubelet)
+    } else {
+        decode(text)
+    }
+}
+
+fn load<T: Checkpointed>(path: &Path) -> Result<T, Error> {
     match std::fs::read_to_string(path) {
-        Ok(text) => decode(&text).map_err(|message| Error::Corrupt {
+        Ok(text) => decode_either(&text).map_err(|message| Error::Corrupt {
             path: path.to_path_buf(),
             message,
         }),
@@ -109,16 +239,76 @@ fn load<T: Serialize + for<'de> Deserialize<'de> + Default>(path: &Path) -> Resu
     }
 }
 
-fn store<T: Serialize>(path: &Path, data: &T) -> Result<(), Error> {
+fn store(path: &Path, text: &str) -> Result<(), Error> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
     };
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(encode(data).as_bytes()).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
     f.sync_all().map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// The two files' paths and texts.
+type Texts = [(PathBuf, String); 2];
+
+/// Writes the checkpoint files on a blocking thread, never on a runtime worker (each write
+/// waits for `fsync`). Changes come faster than the disk at times (a node's pods admitted at
+/// start): the latest texts wait in `pending`, and at most one blocking task writes, taking
+/// whatever is latest each time, so the files end at the last state and the queue is one deep.
+/// Without a tokio runtime (the unit tests, `nodelet` commands) a write happens at once.
+#[derive(Default)]
+struct Writer {
+    inner: Mutex<WriterState>,
+}
+
+#[derive(Default)]
+struct WriterState {
+    pending: Option<Texts>,
+    writing: bool,
+}
+
+impl Writer {
+    fn submit(self: &Arc<Self>, texts: Texts) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            write_texts(&texts);
+            return;
+        };
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.pending = Some(texts);
+        if inner.writing {
+            return;
+        }
+        inner.writing = true;
+        let writer = Arc::clone(self);
+        handle.spawn_blocking(move || writer.drain());
+    }
+
+    fn drain(&self) {
+        loop {
+            let texts = {
+                let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                match inner.pending.take() {
+                    Some(texts) => texts,
+                    None => {
+                        inner.writing = false;
+                        return;
+                    }
+                }
+            };
+            write_texts(&texts);
+        }
+    }
+}
+
+fn write_texts(texts: &Texts) {
+    for (path, text) in texts {
+        if let Err(e) = store(path, text) {
+            tracing::error!(error = %e, "writing the allocation checkpoint");
+        }
+    }
 }
 
 /// A pod's resize conditions, as the kubelet's status manager keeps them.
@@ -263,6 +453,7 @@ pub struct AllocationManager {
     dir: Option<PathBuf>,
     state: Arc<Mutex<State>>,
     waker: Arc<std::sync::OnceLock<Waker>>,
+    writer: Arc<Writer>,
 }
 
 impl AllocationManager {
@@ -279,6 +470,7 @@ impl AllocationManager {
                 ..Default::default()
             })),
             waker: Arc::default(),
+            writer: Arc::default(),
         })
     }
 
@@ -288,6 +480,7 @@ impl AllocationManager {
             dir: None,
             state: Arc::new(Mutex::new(State::default())),
             waker: Arc::default(),
+            writer: Arc::default(),
         }
     }
 
@@ -312,16 +505,15 @@ impl AllocationManager {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Hands the state's two files to the writer (called with the state locked, so the
+    /// writer's texts are in the order of the changes).
     fn save(&self, state: &State) {
         let Some(dir) = &self.dir else { return };
-        for result in [
-            store(&dir.join(ALLOCATED_FILE), &state.allocated),
-            store(&dir.join(ACTUATED_FILE), &state.actuated),
-        ] {
-            if let Err(e) = result {
-                tracing::error!(error = %e, "writing the allocation checkpoint");
-            }
-        }
+        let texts = [
+            (dir.join(ALLOCATED_FILE), encode(&state.allocated)),
+            (dir.join(ACTUATED_FILE), encode(&state.actuated)),
+        ];
+        self.writer.submit(texts);
     }
 
     pub fn allocation(&self, uid: &str) -> Option<PodAllocation> {
@@ -684,6 +876,148 @@ mod tests {
             AllocationManager::load(dir.path()),
             Err(Error::Corrupt { .. })
         ));
+    }
+
+    /// What the kubelet v1.37.2's own code wrote (tests/support/k8s/kubelet-checkpoint).
+    fn kubelet_checkpoints() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kubelet-checkpoints")
+    }
+
+    #[test]
+    fn the_kubelets_checksum_is_fnv32a_of_the_printed_string() {
+        let text = std::fs::read_to_string(kubelet_checkpoints().join(ALLOCATED_FILE)).unwrap();
+        let file: KubeletFile = serde_json::from_str(&text).unwrap();
+        assert_eq!(kubelet_checksum(&file.data), file.checksum);
+        assert_ne!(kubelet_checksum(&format!("{} ", file.data)), file.checksum);
+        // FNV-32a's published test vectors.
+        assert_eq!(fnv32a(b""), 0x811c9dc5);
+        assert_eq!(fnv32a(b"a"), 0xe40c292c);
+        assert_eq!(fnv32a(b"foobar"), 0xbf9cf968);
+    }
+
+    #[test]
+    fn a_node_taken_over_from_the_kubelet_keeps_its_allocations() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [ALLOCATED_FILE, ACTUATED_FILE] {
+            std::fs::copy(kubelet_checkpoints().join(f), dir.path().join(f)).unwrap();
+        }
+        let m = AllocationManager::load(dir.path()).unwrap();
+        let resized = "0b7e2c8a-1d2f-4c55-9e0a-5f6b7c8d9e01";
+        let cpu = |r: &ResourceRequirements, which: &str| {
+            let list = if which == "requests" {
+                &r.requests
+            } else {
+                &r.limits
+            };
+            list.as_ref()
+                .and_then(|l| l.get("cpu"))
+                .map(|q| q.0.clone())
+        };
+        let allocated = m.allocation(resized).expect("the resized pod's allocation");
+        assert_eq!(
+            cpu(&allocated.containers["app"], "requests").as_deref(),
+            Some("300m")
+        );
+        assert_eq!(
+            cpu(&allocated.containers["app"], "limits").as_deref(),
+            Some("300m")
+        );
+        assert_eq!(
+            cpu(&allocated.containers["sidecar"], "requests").as_deref(),
+            Some("50m")
+        );
+        assert_eq!(allocated.pod_level, None);
+        // What the kubelet applied is not yet what it allocated: the resize is still due.
+        let actuated = m.actuated(resized);
+        let app = &actuated.containers["app"];
+        assert_eq!(cpu(&app.resources, "requests").as_deref(), Some("200m"));
+        assert_eq!(
+            app.container_id, "",
+            "the instance is the one running at takeover"
+        );
+        let pod_level = m
+            .allocation("5c1d9f3e-2a4b-4d6c-8e7f-9a0b1c2d3e02")
+            .and_then(|a| a.pod_level)
+            .expect("pod-level resources");
+        assert_eq!(cpu(&pod_level, "limits").as_deref(), Some("2"));
+
+        // nodelet writes its own format from then on, and reads it back.
+        m.remove("5c1d9f3e-2a4b-4d6c-8e7f-9a0b1c2d3e02");
+        let again = AllocationManager::load(dir.path()).unwrap();
+        assert_eq!(again.allocation(resized), Some(allocated));
+        assert!(!again.is_allocated("5c1d9f3e-2a4b-4d6c-8e7f-9a0b1c2d3e02"));
+    }
+
+    #[test]
+    fn a_corrupt_checkpoint_is_refused_naming_the_file_and_the_way_out() {
+        let kubelets = std::fs::read_to_string(kubelet_checkpoints().join(ALLOCATED_FILE)).unwrap();
+        let file: KubeletFile = serde_json::from_str(&kubelets).unwrap();
+        let cases = [
+            // The kubelet's, one byte of its data changed.
+            (
+                kubelets.replace("300m", "900m"),
+                format!("checkpoint is corrupted (checksum {}", file.checksum),
+            ),
+            // The kubelet's, its data not the kubelet's structure.
+            (
+                {
+                    let data = r#"{"entries":[]}"#;
+                    serde_json::json!({"data": data, "checksum": kubelet_checksum(data)})
+                        .to_string()
+                },
+                "failed to get pod resource information".to_string(),
+            ),
+            // nodelet's own, checksum wrong.
+            (
+                r#"{"data":{},"checksum":"1"}"#.to_string(),
+                "checksum mismatch".to_string(),
+            ),
+            ("not json".to_string(), "expected".to_string()),
+        ];
+        for (text, cause) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(ALLOCATED_FILE);
+            std::fs::write(&path, &text).unwrap();
+            let err = AllocationManager::load(dir.path()).err().expect("refused");
+            let message = err.to_string();
+            assert!(
+                message.starts_with("could not restore state from checkpoint: "),
+                "{message}"
+            );
+            assert!(message.contains(&cause), "{text}: {message}");
+            assert!(
+                message.ends_with(&format!(
+                    ", please drain this node and delete pod resource information checkpoint \
+                     file {path:?} before restarting nodelet"
+                )),
+                "{message}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn checkpoint_writes_leave_the_runtime_and_end_at_the_last_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = AllocationManager::load(dir.path()).unwrap();
+        for i in 0..50 {
+            let p = uid(
+                pod(vec![container("c", "cpu=100m", "cpu=200m")], vec![]),
+                &format!("pod-{i}"),
+            );
+            m.admit(&p);
+        }
+        m.remove("pod-7");
+        // The writer drains on a blocking thread; wait until the file holds the last state.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let on_disk = AllocationManager::load(dir.path()).unwrap();
+            if on_disk.is_allocated("pod-49") && !on_disk.is_allocated("pod-7") {
+                assert!(on_disk.is_allocated("pod-0"));
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never written");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     #[test]

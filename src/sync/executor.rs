@@ -470,7 +470,7 @@ impl PodSyncer {
     /// The pod's own user namespace (`hostUsers: false`), with its range from `userns`, or
     /// `None` for the node's (`GetOrCreateUserNamespaceMappings`). A new sandbox also needs the
     /// gate and a runtime handler that declares user namespaces; a running one already has both.
-    fn pod_user_namespace(
+    async fn pod_user_namespace(
         &self,
         pod: &Pod,
         new_sandbox: bool,
@@ -493,8 +493,12 @@ impl PodSyncer {
                 let manager = self.settings.userns.as_ref().ok_or_else(|| {
                     "create user namespace: nodelet has no user-namespace ranges".to_string()
                 })?;
-                let mapping = manager
-                    .get_or_create(pod_uid(pod))
+                // A new range is written to its file (fsync'd) before it is used: blocking
+                // work, off the async runtime.
+                let (manager, uid) = (Arc::clone(manager), pod_uid(pod).to_string());
+                let mapping = tokio::task::spawn_blocking(move || manager.get_or_create(&uid))
+                    .await
+                    .map_err(|e| format!("create user namespace: {e}"))?
                     .map_err(|e| format!("create user namespace: {e}"))?;
                 Ok(Some(super::sandbox_config::pod_user_namespace(mapping)))
             }
@@ -878,7 +882,8 @@ impl PodSyncer {
     }
 
     /// Running instances nodelet has no record of applying anything to were created since
-    /// the last sync, from the allocation of that time: that is what they run with.
+    /// the last sync, from the allocation of that time: that is what they run with. An
+    /// instance the kubelet's checkpoint speaks of runs with what that names.
     fn note_new_instances(&self, uid: &str, runtime: &PodRuntime) {
         let Some(allocation) = self.allocation.allocation(uid) else {
             return;
@@ -891,20 +896,22 @@ impl PodSyncer {
             else {
                 continue;
             };
-            if actuated
-                .containers
-                .get(name)
-                .map(|a| a.container_id.as_str())
-                == Some(&latest.id)
-            {
+            let recorded = actuated.containers.get(name);
+            if recorded.map(|a| a.container_id.as_str()) == Some(&latest.id) {
                 continue;
             }
+            // A record without an instance came from the kubelet's checkpoint (a node taken
+            // over from it): what the kubelet applied to the instance running now.
+            let resources = match recorded {
+                Some(r) if r.container_id.is_empty() => r.resources.clone(),
+                _ => resources.clone(),
+            };
             self.allocation.set_actuated_container(
                 uid,
                 name,
                 ActuatedContainer {
                     container_id: latest.id.clone(),
-                    resources: resources.clone(),
+                    resources,
                 },
             );
         }
@@ -1323,7 +1330,7 @@ impl PodSyncer {
                 return Err(e);
             }
         };
-        match self.pod_user_namespace(pod, actions.create_sandbox) {
+        match self.pod_user_namespace(pod, actions.create_sandbox).await {
             Ok(Some(ns)) => super::sandbox_config::set_user_namespace(&mut sandbox_cfg, ns),
             Ok(None) => {}
             Err(message) => {

@@ -921,7 +921,8 @@ impl CsiVolumes {
                         p.spec.volume_name
                     )
                 };
-                paths::write_vol_data(&dir, &data)
+                paths::write_vol_data_off_runtime(dir.clone(), data.clone())
+                    .await
                     .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 fs::DirBuilder::new()
                     .recursive(true)
@@ -982,7 +983,8 @@ impl CsiVolumes {
                     data.insert(keys::ATTACHMENT_ID.to_string(), id.clone());
                 }
                 // The parent of the target; the driver makes the target itself.
-                paths::write_vol_data(&dir, &data)
+                paths::write_vol_data_off_runtime(dir.clone(), data.clone())
+                    .await
                     .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 let staging = stages(driver, &p.spec).then(|| {
                     paths::global_dir(&self.root_dir, &key.driver, &key.handle)
@@ -1060,7 +1062,8 @@ impl CsiVolumes {
     ) -> Result<(), String> {
         let uid = crate::podspec::pod_uid(pod);
         let data_dir = paths::block_data_dir(&self.root_dir, &p.spec.spec_name);
-        paths::write_vol_data(&data_dir, &self.block_vol_data(p))
+        paths::write_vol_data_off_runtime(data_dir.clone(), self.block_vol_data(p))
+            .await
             .map_err(|e| format!("{}: {e}", data_dir.display()))?;
         let parent = paths::block_publish_dir(&self.root_dir, &p.spec.spec_name);
         fs::DirBuilder::new()

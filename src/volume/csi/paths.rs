@@ -157,6 +157,14 @@ pub fn write_vol_data(dir: &Path, data: &VolData) -> io::Result<()> {
     fs::rename(&tmp, dir.join(VOL_DATA_FILE))
 }
 
+/// [`write_vol_data`] on a blocking thread: the fsync waits on the disk, never on a runtime
+/// worker.
+pub async fn write_vol_data_off_runtime(dir: PathBuf, data: VolData) -> io::Result<()> {
+    tokio::task::spawn_blocking(move || write_vol_data(&dir, &data))
+        .await
+        .map_err(io::Error::other)?
+}
+
 /// Reads `<dir>/vol_data.json`: the directory opened with `O_NOFOLLOW`, the file beneath it
 /// with `O_NOFOLLOW` (a symlink is an error, never followed), a regular file of at most
 /// [`MAX_VOL_DATA`] bytes. `Ok(None)` when there is none.
