@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod node;
 pub mod nodeshutdown;
 pub mod objects;
+pub mod places;
 pub mod pleg;
 pub mod plugins;
 pub mod pod;

@@ -38,6 +38,7 @@ const ROWS: &[(u8, &[&str])] = &[
             "clock",
             "quantity",
             "backoff",
+            "places",
             "metrics",
             "query",
             "redact",

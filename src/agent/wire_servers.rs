@@ -258,6 +258,7 @@ async fn serve_kubelet_api(
                 streaming,
                 pods,
                 idle_timeout: cfg.kubelet_server.streaming_idle_timeout,
+                sessions: server::streaming::session_places(),
             });
     let router = server::kubelet_api_router_with(
         state.clone(),

@@ -17,16 +17,14 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::watch;
 
+use crate::places::{Cap, Limits, Owner, Permit, Places};
+
 /// Followers the node serves at once. Each holds at most a few hundred KiB (the reader's
 /// bounded buffers and its channel), so the cap bounds their memory to tens of MiB; 64 is more
-/// than people following logs by hand on one node need (log shippers read the files).
+/// than people following logs by hand on one node need (log shippers read the files). One
+/// namespace may hold a quarter of them and one pod an eighth ([`Limits::shared`]), so one
+/// tenant following its own logs in a loop leaves the others their places.
 pub const MAX_FOLLOWERS: usize = 64;
-
-/// Whether one more follower may start while `active` run: the pure decision of
-/// [`LogFollowers::admit`].
-pub fn admit_follower(active: usize, limit: usize) -> bool {
-    active < limit
-}
 
 /// The wake-up senders of the watched directories. The watcher's callback takes this lock and
 /// nothing else, and nobody calls into `notify` while holding it: `notify`'s watch and unwatch
@@ -43,8 +41,7 @@ struct Watches {
 }
 
 struct Inner {
-    limit: usize,
-    active: Mutex<usize>,
+    places: Places,
     wakers: Wakers,
     watches: Mutex<Watches>,
 }
@@ -60,44 +57,37 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LogFollowers {
-    pub fn new(limit: usize) -> LogFollowers {
+    pub fn new(limits: Limits) -> LogFollowers {
         LogFollowers {
             inner: Arc::new(Inner {
-                limit,
-                active: Mutex::new(0),
+                places: Places::new(limits),
                 wakers: Default::default(),
                 watches: Default::default(),
             }),
         }
     }
 
-    /// The process's followers, with [`MAX_FOLLOWERS`] (one inotify instance per process).
+    /// The process's followers, with [`MAX_FOLLOWERS`] shared (one inotify instance per
+    /// process).
     pub fn global() -> LogFollowers {
         static GLOBAL: OnceLock<LogFollowers> = OnceLock::new();
         GLOBAL
-            .get_or_init(|| LogFollowers::new(MAX_FOLLOWERS))
+            .get_or_init(|| LogFollowers::new(Limits::shared(MAX_FOLLOWERS)))
             .clone()
     }
 
-    pub fn limit(&self) -> usize {
-        self.inner.limit
+    pub fn limits(&self) -> Limits {
+        self.inner.places.limits()
     }
 
-    /// A place among the followers, or `None` when [`Self::limit`] of them run.
-    pub fn admit(&self) -> Option<FollowPermit> {
-        let mut active = lock(&self.inner.active);
-        if !admit_follower(*active, self.inner.limit) {
-            return None;
-        }
-        *active += 1;
-        Some(FollowPermit {
-            followers: self.clone(),
-        })
+    /// A place for one of `owner`'s followers, or the cap that is full.
+    pub fn admit(&self, owner: &Owner) -> Result<FollowPermit, Cap> {
+        self.inner.places.admit(owner)
     }
 
-    /// Followers running now.
+    /// Followers running now on the node.
     pub fn active(&self) -> usize {
-        *lock(&self.inner.active)
+        self.inner.places.taken()
     }
 
     /// Directories watched now, and watchers made so far.
@@ -208,16 +198,7 @@ pub fn wakes_followers(event: &notify::Result<notify::Event>) -> bool {
 }
 
 /// One follower's place; given back when dropped.
-pub struct FollowPermit {
-    followers: LogFollowers,
-}
-
-impl Drop for FollowPermit {
-    fn drop(&mut self) {
-        let mut active = lock(&self.followers.inner.active);
-        *active = active.saturating_sub(1);
-    }
-}
+pub type FollowPermit = Permit;
 
 /// One follower's subscription to its log directory's changes.
 pub struct DirWatch {
@@ -312,7 +293,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("0.log");
         std::fs::write(&log, "a\n").unwrap();
-        let f = LogFollowers::new(8);
+        let f = LogFollowers::new(Limits::node(8));
         let mut w = f.watch(dir.path()).unwrap();
         // The positive sign first: a write wakes it.
         std::fs::write(&log, "a\nb\n").unwrap();
@@ -329,38 +310,11 @@ mod tests {
         assert!(woke.is_err(), "reading the log woke its follower");
     }
 
-    #[test]
-    fn admission_table() {
-        let cases = [
-            (0, 64, true),
-            (63, 64, true),
-            (64, 64, false),
-            (65, 64, false),
-            (0, 0, false),
-        ];
-        for (active, limit, want) in cases {
-            assert_eq!(admit_follower(active, limit), want, "{active} of {limit}");
-        }
-    }
-
-    #[test]
-    fn permits_are_counted_and_given_back() {
-        let f = LogFollowers::new(2);
-        let a = f.admit().expect("first");
-        let b = f.admit().expect("second");
-        assert!(f.admit().is_none(), "a third past the cap of 2");
-        assert_eq!(f.active(), 2);
-        drop(a);
-        let c = f.admit().expect("a place was given back");
-        drop((b, c));
-        assert_eq!(f.active(), 0);
-    }
-
     #[tokio::test]
     async fn followers_of_one_directory_share_one_watch() {
         let dir = tempfile::tempdir().unwrap();
         let other = tempfile::tempdir().unwrap();
-        let f = LogFollowers::new(8);
+        let f = LogFollowers::new(Limits::node(8));
         let mut a = f.watch(dir.path()).unwrap();
         let mut b = f.watch(dir.path()).unwrap();
         let c = f.watch(other.path()).unwrap();

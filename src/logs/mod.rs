@@ -22,7 +22,8 @@ mod reader_tests;
 pub mod rotation;
 mod tail;
 
-pub use follow::{admit_follower, DirWatch, FollowPermit, LogFollowers, MAX_FOLLOWERS};
+use crate::places::Cap;
+pub use follow::{DirWatch, FollowPermit, LogFollowers, MAX_FOLLOWERS};
 pub use lines::{Assembled, LineAssembler, LineFormatter, LogLine, Output, JOIN_CAP};
 pub use locate::{
     container_log, find_container_log, log_container_id, status_from_instances, ContainerLog,
@@ -57,11 +58,18 @@ pub enum LogError {
     },
     #[error("container {container_id} has no log path")]
     NoLogPath { container_id: String },
-    /// [`MAX_FOLLOWERS`] streams follow logs already (the HTTP server answers 429).
-    #[error(
-        "too many log streams are being followed on this node (at most {limit}); try again later"
-    )]
-    TooManyFollowers { limit: usize },
+    /// A cap on followers is full (the HTTP server answers 429): [`MAX_FOLLOWERS`] on the
+    /// node, fewer per namespace and per pod.
+    #[error("too many log streams are being followed {}; try again later", follower_cap(.cap))]
+    TooManyFollowers { cap: Cap },
+}
+
+fn follower_cap(cap: &Cap) -> String {
+    match cap {
+        Cap::Pod(n) => format!("from this pod (at most {n} per pod)"),
+        Cap::Namespace(n) => format!("in this namespace (at most {n} per namespace)"),
+        Cap::Node(n) => format!("on this node (at most {n})"),
+    }
 }
 
 impl LogError {

@@ -34,6 +34,7 @@ use super::parse::parse_cri_line;
 use super::tail::tail_range;
 use super::LogError;
 use crate::cri::{api, Runtime};
+use crate::places::Owner;
 
 /// The longest file line read: a CRI entry's header and containerd's 16 KiB of content fit many
 /// times over. A longer line (not something containerd writes) is skipped, read in pieces of
@@ -81,25 +82,34 @@ pub fn stream_logs(
     options: LogOptions,
 ) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static {
     use futures::StreamExt;
-    match stream_logs_with(&LogFollowers::global(), runtime, log, options) {
+    match stream_logs_with(
+        &LogFollowers::global(),
+        &Owner::default(),
+        runtime,
+        log,
+        options,
+    ) {
         Ok(stream) => stream.left_stream(),
         Err(e) => futures::stream::once(async move { Err(io::Error::other(e.to_string())) })
             .right_stream(),
     }
 }
 
-/// [`stream_logs`] with the node's followers; a follow past their cap is refused at once with
-/// [`LogError::TooManyFollowers`].
+/// [`stream_logs`] with the node's followers, for a container of `owner`'s; a follow past
+/// a cap is refused at once with [`LogError::TooManyFollowers`].
 pub fn stream_logs_with(
     followers: &LogFollowers,
+    owner: &Owner,
     runtime: Arc<dyn Runtime>,
     log: ContainerLog,
     options: LogOptions,
 ) -> Result<impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static, LogError> {
     let permit = if options.follow {
-        Some(followers.admit().ok_or(LogError::TooManyFollowers {
-            limit: followers.limit(),
-        })?)
+        Some(
+            followers
+                .admit(owner)
+                .map_err(|cap| LogError::TooManyFollowers { cap })?,
+        )
     } else {
         None
     };

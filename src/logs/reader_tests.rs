@@ -394,7 +394,7 @@ async fn dropping_the_receiver_stops_the_follower() {
                 tail_lines: Some(0),
                 ..Default::default()
             };
-            let followers = LogFollowers::new(1);
+            let followers = LogFollowers::new(crate::places::Limits::node(1));
             let reading = reader::Reading {
                 runtime: fake.as_ref(),
                 log: &log,
@@ -492,7 +492,7 @@ async fn read_bounded(
 ) -> (usize, usize, reader::ReadStats) {
     let (tx, mut rx) = tokio::sync::mpsc::channel(CHANNEL_DEPTH);
     let task = tokio::spawn(async move {
-        let followers = LogFollowers::new(1);
+        let followers = LogFollowers::new(crate::places::Limits::node(1));
         let mut stats = reader::ReadStats::default();
         let reading = reader::Reading {
             runtime: fake.as_ref(),
@@ -658,14 +658,28 @@ async fn follows_past_the_cap_are_refused() {
     let path = sample_file(dir.path());
     let (fake, sandbox) = fake().await;
     let id = add_container(&fake, &sandbox, "app", 0, &path, true).await;
-    let followers = LogFollowers::new(2);
+    let followers = LogFollowers::new(crate::places::Limits {
+        node: 2,
+        namespace: 2,
+        pod: 2,
+    });
+    let owner = crate::places::Owner {
+        namespace: "ns".into(),
+        pod_uid: "pod".into(),
+    };
     let follow = LogOptions {
         follow: true,
         tail_lines: Some(1),
         ..Default::default()
     };
     let start = |options: LogOptions| {
-        stream_logs_with(&followers, fake.clone(), log_of(&id, &path), options)
+        stream_logs_with(
+            &followers,
+            &owner,
+            fake.clone(),
+            log_of(&id, &path),
+            options,
+        )
     };
     let mut a = Box::pin(start(follow.clone()).expect("first follower"));
     let mut b = Box::pin(start(follow.clone()).expect("second follower"));
@@ -675,7 +689,11 @@ async fn follows_past_the_cap_are_refused() {
         panic!("a third follower past the cap of 2");
     };
     assert_eq!(refused.status_code(), 429);
-    assert!(refused.to_string().contains("at most 2"), "{refused}");
+    assert_eq!(
+        refused.to_string(),
+        "too many log streams are being followed from this pod (at most 2 per pod); \
+         try again later"
+    );
     // Reading without follow is not a follower.
     let once = start(LogOptions::default()).expect("a read without follow");
     assert_eq!(once.collect::<Vec<_>>().await.len(), 1);

@@ -20,6 +20,7 @@ use crate::cri::Runtime;
 use crate::logs::{
     container_log, log_container_id, stream_logs_with, LogError, LogFollowers, LogOptions,
 };
+use crate::places::Owner;
 
 /// The pods to serve logs of (`StatusManager::pods`: each with its latest status).
 pub type PodsFn = Arc<dyn Fn() -> Vec<Arc<Pod>> + Send + Sync>;
@@ -90,11 +91,15 @@ impl ContainerLogSource for PodContainerLogs {
         let status = pod.status.clone().unwrap_or_default();
         let id =
             log_container_id(pod_name, &status, container, options.previous).map_err(refusal)?;
+        let owner = Owner {
+            namespace: namespace.to_string(),
+            pod_uid: crate::podspec::pod_uid(pod).to_string(),
+        };
         let log = container_log(self.runtime.as_ref(), &id)
             .await
             .map_err(refusal)?;
         let mut stream = Box::pin(
-            stream_logs_with(&self.followers, self.runtime.clone(), log, options)
+            stream_logs_with(&self.followers, &owner, self.runtime.clone(), log, options)
                 .map_err(refusal)?,
         );
         // The first chunk decides the status: a file that cannot be opened is an error answer,

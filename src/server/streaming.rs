@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::cri::{api, labels, Runtime, StreamingRuntime};
+use crate::places::{Cap, Limits, Owner, Permit, Places};
 
 /// What the streaming endpoints need.
 #[derive(Clone)]
@@ -35,6 +36,44 @@ pub struct StreamingState {
     /// `streamingConnectionIdleTimeout`: a relayed stream with no byte either way for this
     /// long is closed; zero: never.
     pub idle_timeout: Duration,
+    /// The sessions relayed now (exec, attach and port-forward together), against
+    /// [`MAX_SESSIONS`] on the node and a share of it per namespace and pod.
+    pub sessions: Places,
+}
+
+/// Sessions relayed at once. Each holds two connections, a task and its copy buffers (tens of
+/// KiB); the runtime's streaming server keeps its own cap (1000 requests in flight in
+/// containerd's, as in the kubelet's library). One namespace may hold a quarter of them and
+/// one pod an eighth ([`Limits::shared`]).
+pub const MAX_SESSIONS: usize = 256;
+
+/// The places for sessions a node serves.
+pub fn session_places() -> Places {
+    Places::new(Limits::shared(MAX_SESSIONS))
+}
+
+/// The refusal of a session past a cap: what the kubelet answers when the streaming server's
+/// requests in flight are at their cap (`streaming.WriteError` of `ResourceExhausted`): 429,
+/// `Retry-After` of the cache's TTL, the gRPC error's text.
+pub const TOO_MANY_SESSIONS: &str =
+    "rpc error: code = ResourceExhausted desc = maximum number of in-flight requests exceeded";
+
+fn too_many_sessions(cap: &Cap, owner: &Owner) -> Response {
+    tracing::warn!(
+        ?cap,
+        namespace = %owner.namespace,
+        pod.uid = %owner.pod_uid,
+        "refused a stream session: too many are relayed"
+    );
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::RETRY_AFTER, "60"),
+        ],
+        TOO_MANY_SESSIONS,
+    )
+        .into_response()
 }
 
 /// The routes, both with and without the pod UID in the path, as the kubelet has them.
@@ -219,6 +258,7 @@ async fn remote_command(
             stream_options(&query).map_err(|m| StreamRefusal::new(StatusCode::BAD_REQUEST, m))?;
         let pod = find_pod(&state, namespace, pod_name, uid)?;
         let id = container_id(&pod, container)?;
+        let permit = take_place(&state, &pod)?;
         let url = match kind {
             Kind::Exec => state
                 .streaming
@@ -244,12 +284,12 @@ async fn remote_command(
                 .await
                 .map_err(runtime_refusal)?,
         };
-        Ok::<_, StreamRefusal>(url)
+        Ok::<_, Refused>((url, permit))
     }
     .await;
     match result {
-        Ok(url) => relay_upgrade(request, &url, state.idle_timeout).await,
-        Err(refusal) => refusal.into_response(),
+        Ok((url, permit)) => relay_upgrade(request, &url, state.idle_timeout, permit).await,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -280,6 +320,7 @@ async fn forward(
 ) -> Response {
     let result = async {
         let pod = find_pod(&state, namespace, pod_name, uid)?;
+        let permit = take_place(&state, &pod)?;
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
         let sandboxes = state
             .runtime
@@ -300,20 +341,55 @@ async fn forward(
             .ok_or_else(|| {
                 StreamRefusal::new(StatusCode::INTERNAL_SERVER_ERROR, "pod not found")
             })?;
-        state
+        let url = state
             .streaming
             .port_forward(api::PortForwardRequest {
                 pod_sandbox_id: sandbox.id,
                 port: Vec::new(),
             })
             .await
-            .map_err(runtime_refusal)
+            .map_err(runtime_refusal)?;
+        Ok::<_, Refused>((url, permit))
     }
     .await;
     match result {
-        Ok(url) => relay_upgrade(request, &url, state.idle_timeout).await,
-        Err(refusal) => refusal.into_response(),
+        Ok((url, permit)) => relay_upgrade(request, &url, state.idle_timeout, permit).await,
+        Err(refused) => refused.into_response(),
     }
+}
+
+/// Why a session did not start: a refusal with the kubelet's text, or a full cap.
+enum Refused {
+    Stream(StreamRefusal),
+    Full(Cap, Owner),
+}
+
+impl From<StreamRefusal> for Refused {
+    fn from(refusal: StreamRefusal) -> Self {
+        Refused::Stream(refusal)
+    }
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::Stream(refusal) => refusal.into_response(),
+            Refused::Full(cap, owner) => too_many_sessions(&cap, &owner),
+        }
+    }
+}
+
+/// A session's place, taken before the runtime is asked for a URL (a refused session costs the
+/// runtime nothing).
+fn take_place(state: &StreamingState, pod: &Pod) -> Result<Permit, Refused> {
+    let owner = Owner {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+    };
+    state
+        .sessions
+        .admit(&owner)
+        .map_err(|cap| Refused::Full(cap, owner.clone()))
 }
 
 /// Headers that belong to one hop and are not relayed (besides the upgrade pair, which is).
@@ -332,11 +408,17 @@ fn hop_by_hop(name: &header::HeaderName) -> bool {
 }
 
 /// Relays an upgrade request to the runtime's streaming URL (plain HTTP on loopback for
-/// containerd) and, on `101 Switching Protocols`, joins the two connections. Any other answer
+/// containerd) and, on `101 Switching Protocols`, joins the two connections, holding the
+/// session's `permit` until they close. Any other answer
 /// goes back to the client as it came. The joined streams are closed after `idle_timeout`
 /// without a byte either way (zero: never), as the kubelet's streaming server closes an idle
 /// connection.
-pub async fn relay_upgrade(mut request: Request, url: &str, idle_timeout: Duration) -> Response {
+pub async fn relay_upgrade(
+    mut request: Request,
+    url: &str,
+    idle_timeout: Duration,
+    permit: Permit,
+) -> Response {
     let bad_gateway =
         |message: String| StreamRefusal::new(StatusCode::BAD_GATEWAY, message).into_response();
     let target: Uri = match url.parse() {
@@ -403,6 +485,8 @@ pub async fn relay_upgrade(mut request: Request, url: &str, idle_timeout: Durati
     }
     let runtime_upgrade = hyper::upgrade::on(&mut response);
     tokio::spawn(async move {
+        // The session's place is held until both sides are done.
+        let _permit = permit;
         let (client, runtime) = match tokio::try_join!(client_upgrade, runtime_upgrade) {
             Ok(pair) => pair,
             Err(error) => {

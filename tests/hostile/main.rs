@@ -14,4 +14,5 @@ mod mass_deletion;
 mod review_flood;
 mod run_as_non_root;
 mod spec_values;
+mod stream_caps;
 mod subpath;
