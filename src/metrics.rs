@@ -93,6 +93,9 @@ pub struct Metrics {
     pub runtime_stalls_total: Counter,
     /// The longest poll of a task on an async runtime worker since the start.
     pub runtime_longest_poll_seconds: Gauge<f64, AtomicU64>,
+    /// The most CPU time one poll used on its worker thread since the start (the work the task
+    /// itself did; time the thread was preempted or waited in the kernel is not in it).
+    pub runtime_longest_poll_cpu_seconds: Gauge<f64, AtomicU64>,
     /// Cluster mode: status PATCHes per pod (the series goes when the pod leaves the node).
     pub pod_status_writes_total: Family<PodLabels, Counter>,
     /// Cluster mode: periodic comparisons of every cached pod status with the API server.
@@ -162,6 +165,7 @@ impl Metrics {
         let pod_worker_panics_total = Counter::default();
         let runtime_stalls_total = Counter::default();
         let runtime_longest_poll_seconds = Gauge::<f64, AtomicU64>::default();
+        let runtime_longest_poll_cpu_seconds = Gauge::<f64, AtomicU64>::default();
         let pod_status_writes_total = Family::<PodLabels, Counter>::default();
         let pod_status_reconciles_total = Counter::default();
         let pod_status_nonconverging = Gauge::default();
@@ -267,6 +271,11 @@ impl Metrics {
             "runtime_longest_poll_seconds",
             "The longest poll of a task on an async runtime worker since the start",
             runtime_longest_poll_seconds.clone(),
+        );
+        registry.register(
+            "runtime_longest_poll_cpu_seconds",
+            "The most CPU time one poll of a task used on an async runtime worker since the start (its own work: preemption and waits in the kernel are not counted)",
+            runtime_longest_poll_cpu_seconds.clone(),
         );
         registry.register(
             "pod_status_writes",
@@ -392,6 +401,7 @@ impl Metrics {
             pod_worker_panics_total,
             runtime_stalls_total,
             runtime_longest_poll_seconds,
+            runtime_longest_poll_cpu_seconds,
             pod_status_writes_total,
             pod_status_reconciles_total,
             pod_status_nonconverging,

@@ -206,7 +206,8 @@ fn node_conditions(out: &mut String, node: Option<&NodeStatus>, now: Timestamp) 
     out.push_str("</tbody></table>");
 }
 
-/// The watchdog's line: stalls of the async runtime, the longest poll, the last stall's task.
+/// The watchdog's line: stalls of the async runtime, the longest poll (wall and CPU time), the
+/// last stall's task.
 fn runtime(out: &mut String, view: &crate::watchdog::WatchdogView, now: Timestamp) {
     out.push_str("<h2>Async runtime</h2>");
     if !view.installed {
@@ -217,10 +218,12 @@ fn runtime(out: &mut String, view: &crate::watchdog::WatchdogView, now: Timestam
     let _ = write!(
         out,
         "<p id=\"watchdog\" data-stalls=\"{stalls}\"><span class=\"{class}\">{stalls} stalls</span> \
-(polls of {limit} ms or longer) · longest poll {longest:.1} ms",
+(polls of {limit} ms or longer) · longest poll {longest:.1} ms · most CPU in one poll \
+{cpu:.1} ms",
         stalls = view.stalls,
         limit = crate::watchdog::SLOW_POLL.as_millis(),
         longest = view.longest.as_secs_f64() * 1000.0,
+        cpu = view.longest_cpu.as_secs_f64() * 1000.0,
     );
     if let Some(last) = &view.last {
         let _ = write!(
@@ -656,6 +659,7 @@ mod tests {
                 installed: true,
                 stalls: 2,
                 longest: std::time::Duration::from_millis(340),
+                longest_cpu: std::time::Duration::from_millis(85),
                 last: Some(crate::watchdog::Stall {
                     ended: now() - jiff::SignedDuration::from_secs(30),
                     took: std::time::Duration::from_millis(120),
@@ -664,7 +668,7 @@ mod tests {
             },
         });
         assert!(html.starts_with("<!DOCTYPE html>"));
-        assert!(html.contains("<p id=\"watchdog\" data-stalls=\"2\"><span class=\"bad\">2 stalls</span> (polls of 100 ms or longer) · longest poll 340.0 ms · last: 120 ms in the task spawned at <code>src/gc/&lt;x&gt;.rs:9</code>, 30s ago</p>"), "{html}");
+        assert!(html.contains("<p id=\"watchdog\" data-stalls=\"2\"><span class=\"bad\">2 stalls</span> (polls of 100 ms or longer) · longest poll 340.0 ms · most CPU in one poll 85.0 ms · last: 120 ms in the task spawned at <code>src/gc/&lt;x&gt;.rs:9</code>, 30s ago</p>"), "{html}");
         assert!(html.contains("<meta http-equiv=\"refresh\" content=\"10\">"));
         // Nothing to fetch from elsewhere.
         for outside in ["<script", "src=\"http", "href=\"http", "@import"] {
