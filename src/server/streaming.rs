@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::cri::{api, labels, Runtime, StreamingRuntime};
-use crate::places::{Cap, Limits, Owner, Permit, Places};
+use crate::places::{Limits, Owner, Permit, Places};
 
 /// What the streaming endpoints need.
 #[derive(Clone)]
@@ -58,24 +58,6 @@ pub fn session_places() -> Places {
 pub const TOO_MANY_SESSIONS: &str =
     "rpc error: code = ResourceExhausted desc = maximum number of in-flight requests exceeded";
 
-fn too_many_sessions(cap: &Cap, owner: &Owner) -> Response {
-    tracing::warn!(
-        ?cap,
-        namespace = %owner.namespace,
-        pod.uid = %owner.pod_uid,
-        "refused a stream session: too many are relayed"
-    );
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [
-            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-            (header::RETRY_AFTER, "60"),
-        ],
-        TOO_MANY_SESSIONS,
-    )
-        .into_response()
-}
-
 /// The routes, both with and without the pod UID in the path, as the kubelet has them.
 pub fn streaming_router(state: StreamingState) -> Router {
     Router::new()
@@ -93,6 +75,8 @@ pub fn streaming_router(state: StreamingState) -> Router {
 pub struct StreamRefusal {
     pub code: StatusCode,
     pub message: String,
+    /// `Retry-After` in seconds, for a refusal that says when to come back.
+    pub retry_after: Option<u32>,
 }
 
 impl StreamRefusal {
@@ -100,18 +84,25 @@ impl StreamRefusal {
         StreamRefusal {
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 }
 
 impl IntoResponse for StreamRefusal {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.code,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             self.message,
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -284,12 +275,12 @@ async fn remote_command(
                 .await
                 .map_err(runtime_refusal)?,
         };
-        Ok::<_, Refused>((url, permit))
+        Ok::<_, StreamRefusal>((url, permit))
     }
     .await;
     match result {
         Ok((url, permit)) => relay_upgrade(request, &url, state.idle_timeout, permit).await,
-        Err(refused) => refused.into_response(),
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -349,47 +340,35 @@ async fn forward(
             })
             .await
             .map_err(runtime_refusal)?;
-        Ok::<_, Refused>((url, permit))
+        Ok::<_, StreamRefusal>((url, permit))
     }
     .await;
     match result {
         Ok((url, permit)) => relay_upgrade(request, &url, state.idle_timeout, permit).await,
-        Err(refused) => refused.into_response(),
-    }
-}
-
-/// Why a session did not start: a refusal with the kubelet's text, or a full cap.
-enum Refused {
-    Stream(StreamRefusal),
-    Full(Cap, Owner),
-}
-
-impl From<StreamRefusal> for Refused {
-    fn from(refusal: StreamRefusal) -> Self {
-        Refused::Stream(refusal)
-    }
-}
-
-impl IntoResponse for Refused {
-    fn into_response(self) -> Response {
-        match self {
-            Refused::Stream(refusal) => refusal.into_response(),
-            Refused::Full(cap, owner) => too_many_sessions(&cap, &owner),
-        }
+        Err(refusal) => refusal.into_response(),
     }
 }
 
 /// A session's place, taken before the runtime is asked for a URL (a refused session costs the
 /// runtime nothing).
-fn take_place(state: &StreamingState, pod: &Pod) -> Result<Permit, Refused> {
+fn take_place(state: &StreamingState, pod: &Pod) -> Result<Permit, StreamRefusal> {
     let owner = Owner {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
     };
-    state
-        .sessions
-        .admit(&owner)
-        .map_err(|cap| Refused::Full(cap, owner.clone()))
+    state.sessions.admit(&owner).map_err(|cap| {
+        tracing::warn!(
+            ?cap,
+            namespace = %owner.namespace,
+            pod.uid = %owner.pod_uid,
+            "refused a stream session: too many are relayed"
+        );
+        StreamRefusal {
+            code: StatusCode::TOO_MANY_REQUESTS,
+            message: TOO_MANY_SESSIONS.to_string(),
+            retry_after: Some(60),
+        }
+    })
 }
 
 /// Headers that belong to one hop and are not relayed (besides the upgrade pair, which is).

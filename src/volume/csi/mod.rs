@@ -921,7 +921,7 @@ impl CsiVolumes {
                         p.spec.volume_name
                     )
                 };
-                paths::write_vol_data_off_runtime(dir.clone(), data.clone())
+                paths::write_vol_data_off_runtime(dir.clone(), data)
                     .await
                     .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 fs::DirBuilder::new()
@@ -983,7 +983,7 @@ impl CsiVolumes {
                     data.insert(keys::ATTACHMENT_ID.to_string(), id.clone());
                 }
                 // The parent of the target; the driver makes the target itself.
-                paths::write_vol_data_off_runtime(dir.clone(), data.clone())
+                paths::write_vol_data_off_runtime(dir.clone(), data)
                     .await
                     .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 let staging = stages(driver, &p.spec).then(|| {
